@@ -1,0 +1,102 @@
+"""One frozen settings object, read from ``ONCEONLY_*`` variables at start-up.
+
+Every command builds a :class:`Settings` once (``Settings.from_env()``) and
+passes it down; nothing else in the code base reads the environment. Every
+variable is documented in the README's "Configuration" table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from onceonly.errors import ConfigError
+
+#: Nylas sends bodies above ~1 MB as ``message.created.truncated``; Svix/AgentMail,
+#: Stripe and Standard Webhooks payloads are far smaller. 2 MiB leaves headroom.
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """All of onceonly's configuration. Frozen: build it once, pass it down."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ONCEONLY_",
+        frozen=True,
+        extra="ignore",
+        case_sensitive=False,
+    )
+
+    # --- Kafka -----------------------------------------------------------
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    partitions: int = Field(default=8, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    deliveries_topic: str = "onceonly.deliveries"
+    ledger_topic: str = "onceonly.replies"
+    dead_letter_topic: str = "onceonly.dead-letters"
+    produce_timeout_ms: int = Field(default=5000, ge=100)
+
+    # --- local files -------------------------------------------------------
+    run_dir: Path = Path(".run")
+    broker_heap_mb: int = Field(default=512, ge=128, le=512)
+
+    # --- ingest ----------------------------------------------------------
+    ingest_host: str = "127.0.0.1"
+    ingest_port: int = Field(default=8000, ge=0, le=65535)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    stripe_tolerance_s: int = Field(default=300, ge=1)
+    agentmail_webhook_secret: SecretStr | None = None
+    nylas_webhook_secret: SecretStr | None = None
+    stripe_webhook_secret: SecretStr | None = None
+    github_webhook_secret: SecretStr | None = None
+    standard_webhook_secrets: Annotated[dict[str, SecretStr], NoDecode] = Field(
+        default_factory=dict
+    )
+
+    # --- logging -----------------------------------------------------------
+    log_level: str = "INFO"
+    log_json: bool = False
+
+    @field_validator("standard_webhook_secrets", mode="before")
+    @classmethod
+    def _parse_pairs(cls, value: object) -> object:
+        """``source=secret`` pairs separated by commas, e.g. ``billing=whsec_a,crm=whsec_b``."""
+        if not isinstance(value, str):
+            return value
+        pairs: dict[str, str] = {}
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            source, sep, secret = item.partition("=")
+            if not sep or not source.strip() or not secret.strip():
+                raise ValueError(
+                    "ONCEONLY_STANDARD_WEBHOOK_SECRETS takes source=secret pairs separated "
+                    f"by commas; the entry starting {item[:12]!r} has no source or no secret"
+                )
+            pairs[source.strip()] = secret.strip()
+        return pairs
+
+    @field_validator("log_level")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        return value.upper()
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Read the environment once; a bad value becomes a :class:`ConfigError`."""
+        try:
+            return cls(**overrides)  # type: ignore[arg-type]
+        except ValueError as exc:  # pydantic.ValidationError is a ValueError
+            raise ConfigError(f"invalid onceonly configuration: {exc}") from exc
+
+    @property
+    def record_max_bytes(self) -> int:
+        """Largest Kafka record we produce: the body JSON-escaped (at most 2x) plus the envelope."""
+        return 2 * self.max_body_bytes + 64 * 1024
+
+    @property
+    def is_local_broker(self) -> bool:
+        """True when the bootstrap names this machine, so ``make run`` may start a broker."""
+        host = self.kafka_bootstrap.split(",")[0].rsplit(":", 1)[0]
+        return host in {"127.0.0.1", "localhost", "::1", "[::1]"}
