@@ -1,0 +1,258 @@
+"""The aiohttp ingest service: verify, normalise, produce, and only then answer 2xx.
+
+=========  ===================================================================
+status     when
+=========  ===================================================================
+204        the broker acknowledged the record (also for a repeat delivery)
+401        any verification failure (headers, signature, tolerance, not UTF-8)
+400        a verified body that is not what the provider sends
+404        a provider whose secret is not configured
+413        a body above ``max_body_bytes``, refused before it is read whole
+503        the broker did not acknowledge within ``produce_timeout_ms``
+=========  ===================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ingest import normalise, verify
+from ingest.exceptions import IngestError, PayloadError, VerificationError
+from ingest.metrics import IngestMetrics
+from onceonly.kafka import Admin, AsyncProducer, ProduceFailed
+from onceonly.settings import Settings
+
+log = structlog.get_logger("onceonly.ingest")
+
+Clock = Callable[[], datetime]
+VerifyFn = Callable[[bytes, Mapping[str, str]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """One configured route: how to verify a delivery and how to normalise it."""
+
+    name: str
+    verify: VerifyFn
+    normalise: normalise.Normaliser
+
+
+class BodyTooLarge(IngestError):
+    check = "body_too_large"
+
+
+def providers_from_settings(settings: Settings) -> dict[str, Provider]:
+    """The providers whose secret is set; the others answer 404."""
+    out: dict[str, Provider] = {}
+
+    def add(name: str, secret: object, fn: Callable[..., None], norm: normalise.Normaliser) -> None:
+        if secret is None:
+            return
+        value = secret.get_secret_value()  # type: ignore[attr-defined]
+        out[name] = Provider(name, partial(fn, secret=value), norm)
+
+    add("agentmail", settings.agentmail_webhook_secret, verify.verify_svix, normalise.agentmail)
+    add("nylas", settings.nylas_webhook_secret, verify.verify_nylas, normalise.nylas)
+    add("github", settings.github_webhook_secret, verify.verify_github, normalise.github)
+    if settings.stripe_webhook_secret is not None:
+        out["stripe"] = Provider(
+            "stripe",
+            partial(
+                verify.verify_stripe,
+                secret=settings.stripe_webhook_secret.get_secret_value(),
+                tolerance_s=settings.stripe_tolerance_s,
+            ),
+            normalise.stripe,
+        )
+    for source, secret in settings.standard_webhook_secrets.items():
+        add(f"standard/{source}", secret, verify.verify_standard, normalise.standard(source))
+    return out
+
+
+ALL_PROVIDERS = ("agentmail", "nylas", "stripe", "github", "standard/<source>")
+
+
+class Ingest:
+    """The request handlers, bound to one producer and one set of providers."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        producer: AsyncProducer,
+        admin: Admin,
+        *,
+        providers: Mapping[str, Provider] | None = None,
+        metrics: IngestMetrics | None = None,
+        clock: Clock = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self.producer = producer
+        self.admin = admin
+        self.providers = dict(providers_from_settings(settings) if providers is None else providers)
+        self.metrics = metrics or IngestMetrics()
+        self.clock = clock
+        self.timeout_s = settings.produce_timeout_ms / 1000
+
+    # -- routes -------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/webhooks/standard/{source}", self.standard)
+        app.router.add_post("/webhooks/{provider}", self.webhook)
+        app.router.add_get("/webhooks/nylas", self.nylas_challenge)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.prometheus)
+        return app
+
+    async def webhook(self, request: web.Request) -> web.StreamResponse:
+        return await self._deliver(request, request.match_info["provider"])
+
+    async def standard(self, request: web.Request) -> web.StreamResponse:
+        return await self._deliver(request, "standard/" + request.match_info["source"])
+
+    async def nylas_challenge(self, request: web.Request) -> web.StreamResponse:
+        """Nylas checks a new webhook URL with GET ?challenge=X and expects X back."""
+        if "nylas" not in self.providers:
+            return _error(404, "not_configured", "Nylas is not configured on this ingest")
+        challenge = request.query.get("challenge")
+        if challenge is None:
+            return _error(400, "no_challenge", "GET /webhooks/nylas needs ?challenge=")
+        return web.Response(text=challenge, content_type="text/plain")
+
+    async def healthz(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        ok = await loop.run_in_executor(None, self.admin.ping, 2.0)
+        if not ok:
+            return web.json_response({"status": "broker unreachable"}, status=503)
+        return web.json_response({"status": "ready"})
+
+    async def prometheus(self, request: web.Request) -> web.StreamResponse:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # -- the delivery path ------------------------------------------------------
+    async def _deliver(self, request: web.Request, name: str) -> web.StreamResponse:
+        started = time.perf_counter()
+        provider = self.providers.get(name)
+        if provider is None:
+            self.metrics.rejected.labels(name[:64], "not_configured").inc()
+            return _error(404, "not_configured", f"no webhook secret is configured for {name!r}")
+        try:
+            body = await self._read_body(request)
+            provider.verify(body, request.headers)
+            envelope = provider.normalise(body.decode("utf-8"), request.headers, self.clock())
+        except VerificationError as exc:
+            return self._reject(name, 401, exc.check, str(exc), request)
+        except PayloadError as exc:
+            return self._reject(name, 400, exc.check, str(exc), request)
+        except BodyTooLarge as exc:
+            return self._reject(name, 413, exc.check, str(exc), request)
+
+        try:
+            delivered = await asyncio.wait_for(
+                self.producer.produce(
+                    self.settings.deliveries_topic,
+                    envelope.encode(),
+                    key=envelope.thread_key.encode(),
+                    headers=envelope.headers(),
+                ),
+                timeout=self.timeout_s,
+            )
+        except (ProduceFailed, TimeoutError) as exc:
+            self.metrics.rejected.labels(name, "broker_unavailable").inc()
+            log.warning(
+                "delivery not stored; answering 503 so the sender retries",
+                provider=name,
+                event_id=envelope.event_id,
+                error=str(exc) or "no broker acknowledgement within the timeout",
+            )
+            return _error(
+                503,
+                "broker_unavailable",
+                "the delivery could not be stored; retry later",
+                headers={"Retry-After": "5"},
+            )
+        self.metrics.accepted.labels(name).inc()
+        self.metrics.ack_latency.labels(name).observe(time.perf_counter() - started)
+        log.debug(
+            "delivery stored",
+            provider=name,
+            event_id=envelope.event_id,
+            event_type=envelope.event_type,
+            partition=delivered.partition,
+            offset=delivered.offset,
+        )
+        return web.Response(status=204)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """Read at most ``max_body_bytes``; refuse larger bodies before reading them whole."""
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise BodyTooLarge(f"body of {request.content_length} bytes is above {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"body is above the limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _reject(
+        self, name: str, status: int, check: str, message: str, request: web.Request
+    ) -> web.Response:
+        self.metrics.rejected.labels(name, check).inc()
+        log.info("delivery rejected", provider=name, status=status, reason=check, detail=message)
+        return _error(status, check, message)
+
+
+def _error(
+    status: int, check: str, message: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.json_response({"error": message, "check": check}, status=status, headers=headers)
+
+
+async def serve(settings: Settings, *, ready: Callable[[str], None] | None = None) -> None:
+    """Run ingest until cancelled: one producer, one admin client, one aiohttp site."""
+    from onceonly.kafka import producer_config
+
+    producer = AsyncProducer(
+        producer_config(
+            settings.kafka_bootstrap,
+            timeout_ms=settings.produce_timeout_ms,
+            max_record_bytes=settings.record_max_bytes,
+        )
+    )
+    ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap))
+    for name in ("agentmail", "nylas", "stripe", "github"):
+        if name not in ingest.providers:
+            log.warning(
+                "provider not configured: its route answers 404",
+                provider=name,
+                variable=f"ONCEONLY_{name.upper()}_WEBHOOK_SECRET",
+            )
+    runner = web.AppRunner(ingest.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.ingest_host, settings.ingest_port)
+    await site.start()
+    url = f"http://{settings.ingest_host}:{settings.ingest_port}"
+    log.info("ingest listening", url=url, providers=sorted(ingest.providers))
+    if ready is not None:
+        ready(url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        await asyncio.get_running_loop().run_in_executor(None, producer.close)

@@ -1,0 +1,31 @@
+"""Prometheus metrics of the ingest service, on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class IngestMetrics:
+    """Deliveries accepted, rejected by reason, and the time to the broker's ack."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.accepted = Counter(
+            "onceonly_deliveries_accepted",
+            "Deliveries verified and acknowledged by the broker.",
+            ["provider"],
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "onceonly_deliveries_rejected",
+            "Deliveries refused, by reason (the failed check).",
+            ["provider", "reason"],
+            registry=self.registry,
+        )
+        self.ack_latency = Histogram(
+            "onceonly_ack_latency_seconds",
+            "From the request's arrival to the broker's acknowledgement.",
+            ["provider"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )

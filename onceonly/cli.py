@@ -1,0 +1,150 @@
+"""The ``onceonly`` command. Each subcommand reads the settings once and passes them down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Coroutine, Iterator
+from typing import Any
+
+import click
+import structlog
+
+from onceonly.errors import OnceOnlyError
+from onceonly.logs import configure_logging
+from onceonly.settings import Settings
+
+log = structlog.get_logger("onceonly")
+
+
+def _settings() -> Settings:
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, json=settings.log_json)
+    return settings
+
+
+def _port_of(bootstrap: str) -> int:
+    return int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="onceonly")
+def main() -> None:
+    """onceonly: verify webhooks, record them durably in Kafka, act on each exactly once.
+
+    Configuration comes from ONCEONLY_* environment variables (see the README).
+    """
+
+
+@main.command()
+@click.option("--fetch-only", is_flag=True, help="Fetch the Kafka jars with Maven, then exit.")
+def broker(fetch_only: bool) -> None:
+    """Run a single-node Kafka (KRaft) broker in the foreground, from the official jars."""
+    from onceonly import broker as embedded
+
+    settings = _settings()
+    if fetch_only:
+        classpath = embedded.kafka_classpath(settings.run_dir.resolve())
+        click.echo(f"kafka jars ready ({classpath.count(':') + 1} on the classpath)")
+        return
+    if not settings.is_local_broker:
+        raise click.ClickException(
+            f"ONCEONLY_KAFKA_BOOTSTRAP={settings.kafka_bootstrap} names an external cluster; "
+            "nothing local is started"
+        )
+    sys.exit(
+        embedded.run_foreground(
+            settings.run_dir.resolve(), _port_of(settings.kafka_bootstrap), settings.broker_heap_mb
+        )
+    )
+
+
+@main.command()
+def topics() -> None:
+    """Create the topics onceonly needs; fail on a topic with the wrong shape."""
+    from onceonly.kafka import Admin
+    from onceonly.topics import topic_specs
+
+    settings = _settings()
+    for status in Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings)):
+        verb = "created" if status.created else "ok"
+        click.echo(f"{verb:8} {status.name} ({status.partitions} partitions)")
+
+
+@main.command()
+def ingest() -> None:
+    """Run the webhook ingest service (aiohttp) in the foreground."""
+    from ingest.app import serve
+
+    settings = _settings()
+    _run_until_signal(serve(settings))
+
+
+@main.command()
+def up() -> None:
+    """Everything for a local stack: broker (if local), topics, ingest. Ctrl-C stops it all."""
+    from ingest.app import serve
+    from onceonly.kafka import Admin
+    from onceonly.topics import topic_specs
+
+    settings = _settings()
+    with contextlib.ExitStack() as stack:
+        admin = Admin(settings.kafka_bootstrap)
+        if settings.is_local_broker and not admin.ping(2.0):
+            stack.enter_context(_local_broker(settings))
+        for status in admin.ensure_topics(topic_specs(settings)):
+            click.echo(f"topic {status.name}: {status.partitions} partitions")
+
+        def announce(url: str) -> None:
+            click.echo("")
+            click.echo(f"kafka      {settings.kafka_bootstrap}")
+            for route in ("agentmail", "nylas", "stripe", "github", "standard/<source>"):
+                click.echo(f"webhook    POST {url}/webhooks/{route}")
+            click.echo(f"metrics    {url}/metrics")
+            click.echo(f"health     {url}/healthz  {url}/readyz")
+            click.echo("Ctrl-C stops everything.")
+
+        _run_until_signal(serve(settings, ready=announce))
+
+
+@contextlib.contextmanager
+def _local_broker(settings: Settings) -> Iterator[None]:
+    from onceonly.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(
+        settings.run_dir.resolve(),
+        port=_port_of(settings.kafka_bootstrap),
+        heap_mb=settings.broker_heap_mb,
+    )
+    click.echo(f"starting kafka at {broker.bootstrap} (data in {settings.run_dir}/broker)")
+    broker.start()
+    try:
+        yield
+    finally:
+        click.echo("stopping kafka")
+        broker.stop()
+
+
+def _run_until_signal(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a coroutine until SIGINT or SIGTERM, then cancel it and let it clean up."""
+
+    async def runner() -> None:
+        task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(runner())
+
+
+def run() -> None:
+    """Entry point: map our errors to a one-line message and exit status 1."""
+    try:
+        main(standalone_mode=True)
+    except OnceOnlyError as exc:
+        click.echo(f"onceonly: {exc}", err=True)
+        sys.exit(1)

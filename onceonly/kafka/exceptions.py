@@ -1,0 +1,19 @@
+"""Errors of the Kafka adapter. confluent-kafka's own errors are mapped to these here."""
+
+from onceonly.errors import OnceOnlyError
+
+
+class KafkaAdapterError(OnceOnlyError):
+    """Base class for Kafka problems."""
+
+
+class BrokerUnavailable(KafkaAdapterError):
+    """The broker did not answer; the caller should retry later (ingest answers 503)."""
+
+
+class ProduceFailed(KafkaAdapterError):
+    """The broker did not acknowledge a record in time or refused it; it is not stored."""
+
+
+class TopicMismatch(KafkaAdapterError):
+    """An existing topic differs from what onceonly needs; onceonly will not run on it."""

@@ -1,0 +1,34 @@
+"""The topics onceonly needs, derived from the settings."""
+
+from __future__ import annotations
+
+from onceonly.kafka import TopicSpec
+from onceonly.settings import Settings
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Deliveries (keyed by thread), the compacted reply ledger, and the dead letters."""
+    record_bytes = str(settings.record_max_bytes)
+    return [
+        TopicSpec(
+            settings.deliveries_topic,
+            settings.partitions,
+            config={"cleanup.policy": "delete"},
+            create_only={"retention.ms": str(WEEK_MS), "max.message.bytes": record_bytes},
+        ),
+        TopicSpec(
+            settings.ledger_topic,
+            settings.partitions,
+            config={"cleanup.policy": "compact"},
+            create_only={"max.message.bytes": record_bytes},
+        ),
+        TopicSpec(
+            settings.dead_letter_topic,
+            1,
+            config={"cleanup.policy": "delete"},
+            # dead letters wait for an operator: keep them until retried or purged
+            create_only={"retention.ms": "-1", "max.message.bytes": record_bytes},
+        ),
+    ]

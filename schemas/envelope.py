@@ -1,0 +1,108 @@
+"""The envelope: one versioned record for every provider's verified delivery.
+
+Encoded as UTF-8 JSON; the ``v`` field carries the schema version and a decoder
+refuses versions it does not know rather than guessing. The verified body is kept
+as text, byte for byte, in ``raw``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.exceptions import SchemaError
+
+ENVELOPE_VERSION = 1
+#: Kafka header naming the schema of a record's value.
+SCHEMA_HEADER = "onceonly-schema"
+SCHEMA_NAME = f"envelope/{ENVELOPE_VERSION}"
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A verified delivery, normalised. Field meanings are in the README's envelope table."""
+
+    provider: str
+    event_id: str
+    event_type: str
+    thread_key: str
+    account_id: str | None
+    message_id: str | None
+    occurred_at: datetime
+    received_at: datetime
+    truncated: bool
+    raw: str
+    v: int = ENVELOPE_VERSION
+
+    @property
+    def dedupe_key(self) -> str:
+        """What the processors dedupe on: the provider's event id, scoped by provider."""
+        return f"{self.provider}:{self.event_id}"
+
+    def payload(self) -> Any:
+        """The verified body, parsed."""
+        return json.loads(self.raw)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["occurred_at"] = _iso(self.occurred_at)
+        data["received_at"] = _iso(self.received_at)
+        return data
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes | str) -> Envelope:
+        try:
+            data = json.loads(value)
+        except ValueError as exc:
+            raise SchemaError(f"envelope is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise SchemaError("envelope is not a JSON object")
+        return cls.from_json(data)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Envelope:
+        version = data.get("v")
+        if version != ENVELOPE_VERSION:
+            raise SchemaError(
+                f"envelope version {version!r} is not known to this onceonly "
+                f"(it reads version {ENVELOPE_VERSION}); upgrade the worker before replaying"
+            )
+        try:
+            return cls(
+                provider=str(data["provider"]),
+                event_id=str(data["event_id"]),
+                event_type=str(data["event_type"]),
+                thread_key=str(data["thread_key"]),
+                account_id=data.get("account_id"),
+                message_id=data.get("message_id"),
+                occurred_at=_parse_time(data["occurred_at"]),
+                received_at=_parse_time(data["received_at"]),
+                truncated=bool(data["truncated"]),
+                raw=str(data["raw"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SchemaError(f"envelope is missing or has a bad field: {exc!r}") from exc
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """Kafka headers that let tools route a record without decoding it."""
+        return [
+            (SCHEMA_HEADER, SCHEMA_NAME.encode()),
+            ("provider", self.provider.encode()),
+            ("event-id", self.event_id.encode()),
+        ]
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_time(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"time {text!r} has no zone")
+    return moment

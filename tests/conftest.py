@@ -1,0 +1,157 @@
+"""Fixtures: a real Kafka broker for the session, and factories built on it.
+
+The broker comes from, in order: ONCEONLY_KAFKA_BOOTSTRAP if it is set; a
+testcontainers KRaft container if a Docker engine answers; else onceonly's own
+embedded broker (official Apache Kafka jars fetched with Maven) on a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from onceonly.kafka import Admin, AsyncProducer, producer_config
+from onceonly.settings import Settings
+from onceonly.topics import topic_specs
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of a real broker for the whole session."""
+    external = os.environ.get("ONCEONLY_KAFKA_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer  # type: ignore[import-untyped]
+
+        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    from onceonly.broker import EmbeddedBroker, free_port
+
+    broker = EmbeddedBroker(tmp_path_factory.mktemp("kafka"), port=free_port(), heap_mb=512)
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def settings_factory(kafka_bootstrap: str, tmp_path: Path) -> Callable[..., Settings]:
+    """Settings on the session broker, with topic names of this test's own."""
+
+    def make(**overrides: Any) -> Settings:
+        suffix = uuid.uuid4().hex[:8]
+        values: dict[str, Any] = {
+            "kafka_bootstrap": kafka_bootstrap,
+            "deliveries_topic": f"deliveries-{suffix}",
+            "ledger_topic": f"replies-{suffix}",
+            "dead_letter_topic": f"dead-letters-{suffix}",
+            "run_dir": tmp_path / "run",
+            "produce_timeout_ms": 5000,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def topics_factory() -> Callable[[Settings], Settings]:
+    """Create a settings object's topics on its broker; return the settings."""
+
+    def make(settings: Settings) -> Settings:
+        Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings))
+        return settings
+
+    return make
+
+
+@pytest.fixture
+async def producer_factory() -> AsyncIterator[Callable[[Settings], AsyncProducer]]:
+    """Async producers with onceonly's production settings, closed after the test."""
+    made: list[AsyncProducer] = []
+
+    def make(settings: Settings) -> AsyncProducer:
+        producer = AsyncProducer(
+            producer_config(
+                settings.kafka_bootstrap,
+                timeout_ms=settings.produce_timeout_ms,
+                max_record_bytes=settings.record_max_bytes,
+            )
+        )
+        made.append(producer)
+        return producer
+
+    yield make
+    for producer in made:
+        producer.close(timeout_s=1)
+
+
+def consume_all(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
+    """Every record of ``topic`` from the beginning to its current end (confluent Messages)."""
+    admin = Admin(bootstrap)
+    partitions = admin.topic_partitions().get(topic, 0)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        ends = {p: _high_watermark(consumer, topic, p, timeout_s) for p in range(partitions)}
+        pending = {p for p, high in ends.items() if high > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                continue
+            records.append(msg)
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                pending.discard(msg.partition())
+        if pending:
+            raise AssertionError(f"could not read {topic} partitions {sorted(pending)} to the end")
+        return records
+    finally:
+        consumer.close()
+
+
+def _high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int:
+    """A new topic's partitions answer NOT_LEADER for a moment after creation: retry."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            return int(high)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

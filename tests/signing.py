@@ -1,0 +1,80 @@
+"""Sign test deliveries with the providers' own code (svix, standardwebhooks, stripe).
+
+Nylas and GitHub publish no signing helper; their HMACs follow their docs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+import uuid
+from datetime import UTC, datetime
+
+import standardwebhooks
+import stripe
+import svix.webhooks
+
+SVIX_SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # base64 of 24 random bytes
+STANDARD_SECRET = "whsec_" + "dGVzdC1zdGFuZGFyZC1zZWNyZXQtMDEyMzQ1Ng=="
+STRIPE_SECRET = "whsec_stripe_test_secret"
+NYLAS_SECRET = "nylas-webhook-secret"
+GITHUB_SECRET = "github-webhook-secret"
+
+
+def svix_headers(
+    body: bytes, *, secret: str = SVIX_SECRET, msg_id: str | None = None, at: datetime | None = None
+) -> dict[str, str]:
+    msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
+    at = at or datetime.now(UTC)
+    signature = svix.webhooks.Webhook(secret).sign(msg_id, at, body.decode())
+    return {
+        "svix-id": msg_id,
+        "svix-timestamp": str(int(at.timestamp())),
+        "svix-signature": signature,
+        "content-type": "application/json",
+    }
+
+
+def standard_headers(
+    body: bytes,
+    *,
+    secret: str = STANDARD_SECRET,
+    msg_id: str | None = None,
+    at: datetime | None = None,
+) -> dict[str, str]:
+    msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
+    at = at or datetime.now(UTC)
+    signature = standardwebhooks.Webhook(secret).sign(msg_id, at, body.decode())
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": signature,
+        "content-type": "application/json",
+    }
+
+
+def stripe_headers(
+    body: bytes, *, secret: str = STRIPE_SECRET, at: float | None = None
+) -> dict[str, str]:
+    header = stripe.WebhookSignature.generate_signature_header(
+        body.decode(), secret, timestamp=int(at if at is not None else time.time())
+    )
+    return {"Stripe-Signature": header, "content-type": "application/json"}
+
+
+def nylas_headers(body: bytes, *, secret: str = NYLAS_SECRET) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"X-Nylas-Signature": digest, "content-type": "application/json"}
+
+
+def github_headers(
+    body: bytes, *, secret: str = GITHUB_SECRET, delivery: str | None = None, event: str = "issues"
+) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {
+        "X-Hub-Signature-256": f"sha256={digest}",
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-GitHub-Event": event,
+        "content-type": "application/json",
+    }
