@@ -1,0 +1,3 @@
+from onceonly.cli import run
+
+run()
