@@ -24,6 +24,7 @@ from functools import partial
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import SecretStr
 
 from ingest import normalise, verify
 from ingest.exceptions import IngestError, PayloadError, VerificationError
@@ -51,30 +52,52 @@ class BodyTooLarge(IngestError):
 
 
 def providers_from_settings(settings: Settings) -> dict[str, Provider]:
-    """The providers whose secret is set; the others answer 404."""
+    """The providers whose secret is set; the others answer 404.
+
+    A secret that could never verify anything (empty, not base64 for Svix and Standard
+    Webhooks) is a ConfigError here, at start-up, rather than a failure per request.
+    """
     out: dict[str, Provider] = {}
 
-    def add(name: str, secret: object, fn: Callable[..., None], norm: normalise.Normaliser) -> None:
+    def add(
+        name: str,
+        kind: str,
+        secret: SecretStr | None,
+        fn: Callable[..., None],
+        norm: normalise.Normaliser,
+        **options: object,
+    ) -> None:
         if secret is None:
             return
-        value = secret.get_secret_value()  # type: ignore[attr-defined]
-        out[name] = Provider(name, partial(fn, secret=value), norm)
+        value = secret.get_secret_value()
+        verify.check_secret(kind, value)
+        out[name] = Provider(name, partial(fn, secret=value, **options), norm)
 
-    add("agentmail", settings.agentmail_webhook_secret, verify.verify_svix, normalise.agentmail)
-    add("nylas", settings.nylas_webhook_secret, verify.verify_nylas, normalise.nylas)
-    add("github", settings.github_webhook_secret, verify.verify_github, normalise.github)
-    if settings.stripe_webhook_secret is not None:
-        out["stripe"] = Provider(
-            "stripe",
-            partial(
-                verify.verify_stripe,
-                secret=settings.stripe_webhook_secret.get_secret_value(),
-                tolerance_s=settings.stripe_tolerance_s,
-            ),
-            normalise.stripe,
-        )
+    add(
+        "agentmail",
+        "svix",
+        settings.agentmail_webhook_secret,
+        verify.verify_svix,
+        normalise.agentmail,
+    )
+    add("nylas", "nylas", settings.nylas_webhook_secret, verify.verify_nylas, normalise.nylas)
+    add("github", "github", settings.github_webhook_secret, verify.verify_github, normalise.github)
+    add(
+        "stripe",
+        "stripe",
+        settings.stripe_webhook_secret,
+        verify.verify_stripe,
+        normalise.stripe,
+        tolerance_s=settings.stripe_tolerance_s,
+    )
     for source, secret in settings.standard_webhook_secrets.items():
-        add(f"standard/{source}", secret, verify.verify_standard, normalise.standard(source))
+        add(
+            f"standard/{source}",
+            "standard",
+            secret,
+            verify.verify_standard,
+            normalise.standard(source),
+        )
     return out
 
 

@@ -1,0 +1,333 @@
+"""ingest.verify: each provider's signature scheme, over the raw body bytes.
+
+Signatures are made with the providers' own signing code where they ship one:
+``svix.webhooks.Webhook.sign``, ``standardwebhooks.Webhook.sign`` and stripe's
+public test helper ``stripe.WebhookSignature.generate_signature_header``. Nylas
+and GitHub ship no signer, so those use ``hmac`` as their docs describe.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+
+import pytest
+import standardwebhooks
+import stripe
+import svix.webhooks
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from ingest.exceptions import VerificationError
+from ingest.verify import (
+    VERIFIERS,
+    Verifier,
+    verify_github,
+    verify_nylas,
+    verify_standard,
+    verify_stripe,
+    verify_svix,
+)
+from onceonly.errors import ConfigError
+
+BODY = '{"type":"message.received","event_id":"evt_1","text":"h\u00e9llo \u2603"}'.encode()
+NOT_UTF8 = b'{"text":"\xff\xfe"}'
+
+Sign = Callable[[bytes, str, datetime], dict[str, str]]
+
+
+def _b64_secret(raw: bytes) -> str:
+    return "whsec_" + base64.b64encode(raw).decode()
+
+
+def _svix_sign(body: bytes, secret: str, at: datetime) -> dict[str, str]:
+    signature = svix.webhooks.Webhook(secret).sign("msg_1", at, body.decode())
+    return {
+        "svix-id": "msg_1",
+        "svix-timestamp": str(int(at.timestamp())),
+        "svix-signature": signature,
+    }
+
+
+def _standard_sign(body: bytes, secret: str, at: datetime) -> dict[str, str]:
+    signature = standardwebhooks.Webhook(secret).sign("msg_1", at, body.decode())
+    return {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": signature,
+    }
+
+
+def _stripe_sign(body: bytes, secret: str, at: datetime) -> dict[str, str]:
+    header = stripe.WebhookSignature.generate_signature_header(
+        body.decode(), secret, timestamp=int(at.timestamp())
+    )
+    return {"stripe-signature": header}
+
+
+def _hex_hmac(body: bytes, secret: str) -> str:
+    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _nylas_sign(body: bytes, secret: str, at: datetime) -> dict[str, str]:
+    return {"x-nylas-signature": _hex_hmac(body, secret)}
+
+
+def _github_sign(body: bytes, secret: str, at: datetime) -> dict[str, str]:
+    return {"x-hub-signature-256": "sha256=" + _hex_hmac(body, secret)}
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    verify: Verifier
+    sign: Sign
+    secret: str
+    other_secret: str
+    malformed: tuple[dict[str, str], ...]  # header overrides that break the format
+
+    def __str__(self) -> str:
+        return self.name
+
+    def signed(self, body: bytes = BODY, *, secret: str | None = None) -> dict[str, str]:
+        return self.sign(body, secret or self.secret, datetime.now(UTC))
+
+
+HEX = "ab" * 32
+SVIX = Provider(
+    "svix",
+    verify_svix,
+    _svix_sign,
+    _b64_secret(b"agentmail-secret-0123456789abcdef"),
+    _b64_secret(b"some-other-secret-0123456789abcd"),
+    (
+        {"svix-signature": "v1abc"},  # no comma
+        {"svix-signature": "v1,a"},  # base64 with impossible padding
+        {"svix-signature": "v1,a,b"},  # too many commas
+        {"svix-timestamp": "yesterday"},
+    ),
+)
+STANDARD = Provider(
+    "standard",
+    verify_standard,
+    _standard_sign,
+    _b64_secret(b"standard-secret-0123456789abcdef"),
+    _b64_secret(b"another-secret-0123456789abcdef!"),
+    (
+        {"webhook-signature": "v1abc"},  # the library lets this escape as ValueError
+        {"webhook-signature": "v1,a"},
+        {"webhook-timestamp": "1e400"},
+    ),
+)
+STRIPE = Provider(
+    "stripe",
+    verify_stripe,
+    _stripe_sign,
+    "whsec_stripe_test_secret",
+    "whsec_stripe_other_secret",
+    (
+        {"stripe-signature": "garbage"},
+        {"stripe-signature": "t=1700000000"},  # no v1= entry
+        {"stripe-signature": "t=1700000000,v1=\u00e9"},  # non-ASCII: TypeError in the library
+    ),
+)
+NYLAS = Provider(
+    "nylas",
+    verify_nylas,
+    _nylas_sign,
+    "nylas-webhook-secret",
+    "nylas-other-secret",
+    ({"x-nylas-signature": "zz" * 32}, {"x-nylas-signature": "ab" * 31}),
+)
+GITHUB = Provider(
+    "github",
+    verify_github,
+    _github_sign,
+    "github-webhook-secret",
+    "github-other-secret",
+    (
+        {"x-hub-signature-256": HEX},
+        {"x-hub-signature-256": "sha1=" + HEX},
+        {"x-hub-signature-256": "sha256=" + "g" * 64},
+    ),
+)
+PROVIDERS = (SVIX, STANDARD, STRIPE, NYLAS, GITHUB)
+HEADER_NAMES = tuple(name for p in PROVIDERS for name in p.signed())
+WITH_TIMESTAMP = (SVIX, STANDARD, STRIPE)
+
+
+def _check(provider: Provider, headers: dict[str, str], body: bytes = BODY) -> str:
+    with pytest.raises(VerificationError) as info:
+        provider.verify(body, headers, provider.secret)
+    return info.value.check
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_valid_delivery_passes(provider: Provider) -> None:
+    provider.verify(BODY, provider.signed(), provider.secret)  # raises on failure
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_wrong_secret_is_bad_signature(provider: Provider) -> None:
+    assert _check(provider, provider.signed(secret=provider.other_secret)) == "bad_signature"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_tampered_body_is_bad_signature(provider: Provider) -> None:
+    assert _check(provider, provider.signed(), BODY.replace(b"evt_1", b"evt_2")) == "bad_signature"
+
+
+@pytest.mark.parametrize(
+    ("provider", "header"),
+    [(p, name) for p in PROVIDERS for name in p.signed()],
+    ids=str,
+)
+def test_missing_header_is_missing_header(provider: Provider, header: str) -> None:
+    headers = provider.signed()
+    del headers[header]
+    assert _check(provider, headers) == "missing_header"
+
+
+@pytest.mark.parametrize(
+    ("provider", "header"),
+    [(p, name) for p in PROVIDERS for name in p.signed()],
+    ids=str,
+)
+def test_empty_header_is_missing_header(provider: Provider, header: str) -> None:
+    assert _check(provider, {**provider.signed(), header: " "}) == "missing_header"
+
+
+@pytest.mark.parametrize(
+    ("provider", "override"),
+    [(p, bad) for p in PROVIDERS for bad in p.malformed],
+    ids=lambda v: str(v) if isinstance(v, Provider) else repr(v),
+)
+def test_malformed_header_is_malformed_header(provider: Provider, override: dict[str, str]) -> None:
+    assert _check(provider, {**provider.signed(), **override}) == "malformed_header"
+
+
+@pytest.mark.parametrize("provider", WITH_TIMESTAMP, ids=str)
+@pytest.mark.parametrize("offset", [timedelta(minutes=-10), timedelta(minutes=10)], ids=str)
+def test_timestamp_ten_minutes_off_is_out_of_tolerance(
+    provider: Provider, offset: timedelta
+) -> None:
+    headers = provider.sign(BODY, provider.secret, datetime.now(UTC) + offset)
+    assert _check(provider, headers) == "timestamp_out_of_tolerance"
+
+
+def test_stripe_200s_old_signature_passes_at_tolerance_300() -> None:
+    headers = _stripe_sign(BODY, STRIPE.secret, datetime.now(UTC) - timedelta(seconds=200))
+    verify_stripe(BODY, headers, STRIPE.secret, tolerance_s=300)  # raises on failure
+
+
+def test_stripe_200s_old_signature_fails_at_tolerance_100() -> None:
+    headers = _stripe_sign(BODY, STRIPE.secret, datetime.now(UTC) - timedelta(seconds=200))
+    with pytest.raises(VerificationError) as info:
+        verify_stripe(BODY, headers, STRIPE.secret, tolerance_s=100)
+    assert info.value.check == "timestamp_out_of_tolerance"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_non_utf8_body_is_body_not_utf8(provider: Provider) -> None:
+    headers = provider.signed()
+    if provider in (NYLAS, GITHUB):  # these sign raw bytes, so sign the bad body itself
+        headers = provider.sign(NOT_UTF8, provider.secret, datetime.now(UTC))
+    assert _check(provider, headers, NOT_UTF8) == "body_not_utf8"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_header_names_are_case_insensitive_in_a_plain_dict(provider: Provider) -> None:
+    headers = {name.title(): value for name, value in provider.signed().items()}
+    provider.verify(BODY, headers, provider.secret)  # raises on failure
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_header_names_are_case_insensitive_in_aiohttp_headers(provider: Provider) -> None:
+    headers = CIMultiDictProxy(CIMultiDict({k.upper(): v for k, v in provider.signed().items()}))
+    provider.verify(BODY, headers, provider.secret)  # raises on failure
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_messages_name_the_check_but_not_the_secret_or_signature(provider: Provider) -> None:
+    good = provider.signed()
+    attempts = [
+        provider.signed(secret=provider.other_secret),
+        {**good, **provider.malformed[0]},
+        {},
+    ]
+    for headers in attempts:
+        with pytest.raises(VerificationError) as info:
+            provider.verify(BODY, headers, provider.secret)
+        message = str(info.value)
+        assert info.value.check in message
+        for secret in (provider.secret, provider.other_secret):
+            assert secret.removeprefix("whsec_") not in message
+        for value in headers.values():  # base64 or hex signatures
+            for token in re.findall(r"[A-Za-z0-9+/]{20,}", value):
+                assert token not in message
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_empty_secret_is_a_config_error(provider: Provider) -> None:
+    with pytest.raises(ConfigError):
+        provider.verify(BODY, provider.signed(), " ")
+
+
+@pytest.mark.parametrize("provider", [SVIX, STANDARD], ids=str)
+def test_secret_that_is_not_base64_is_a_config_error(provider: Provider) -> None:
+    with pytest.raises(ConfigError, match="not base64"):
+        provider.verify(BODY, provider.signed(), "whsec_a")
+
+
+def test_stripe_tolerance_below_one_second_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        verify_stripe(BODY, STRIPE.signed(), STRIPE.secret, tolerance_s=0)
+
+
+def test_registry_holds_every_verifier_and_partial_sets_stripe_tolerance() -> None:
+    assert set(VERIFIERS) == {p.name for p in PROVIDERS}
+    strict: Verifier = partial(verify_stripe, tolerance_s=100)
+    old = _stripe_sign(BODY, STRIPE.secret, datetime.now(UTC) - timedelta(seconds=200))
+    VERIFIERS["stripe"](BODY, old, STRIPE.secret)  # default tolerance 300 s: passes
+    with pytest.raises(VerificationError):
+        strict(BODY, old, STRIPE.secret)
+
+
+# --- property: only VerificationError ever escapes ----------------------------
+
+# aiohttp decodes header bytes with surrogateescape, so lone surrogates are possible.
+_any_text = st.text(st.characters(exclude_categories=()), max_size=60)
+_now_ish = st.integers(-(10**6), 10**6).map(lambda d: str(int(time.time()) + d))
+_entry = st.one_of(
+    st.from_regex(r"(t|v1|v0|sha256|msg)[=,]?[\w+/=. \u00e9\ud800-]{0,70}", fullmatch=True),
+    _now_ish.map("t={}".format),
+    st.tuples(st.sampled_from(["v1=", "v1,", "sha256="]), _any_text).map("".join),
+)
+_shaped = st.tuples(st.lists(_entry, min_size=1, max_size=3), st.sampled_from(", ")).map(
+    lambda parts: parts[1].join(parts[0])
+)
+_values = st.one_of(_any_text, _now_ish, _shaped, st.integers().map(str), st.floats().map(str))
+_bodies = st.one_of(st.just(BODY), st.binary(max_size=200), st.text(max_size=200).map(str.encode))
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start_valid=st.booleans(), body=_bodies, data=st.data())
+def test_only_verification_error_escapes(
+    provider: Provider, start_valid: bool, body: bytes, data: st.DataObject
+) -> None:
+    own = st.sampled_from(list(provider.signed()))
+    names = st.one_of(own, own.map(str.upper), st.sampled_from(HEADER_NAMES), _any_text)
+    overrides = data.draw(st.dictionaries(names, _values, max_size=6), label="overrides")
+    headers = {**(provider.signed() if start_valid else {}), **overrides}
+    with contextlib.suppress(VerificationError):
+        provider.verify(body, headers, provider.secret)
