@@ -23,7 +23,7 @@ def test_only_providers_with_a_secret_get_a_route() -> None:
 def test_an_empty_agentmail_secret_fails_at_start_up() -> None:
     settings = Settings(agentmail_webhook_secret=SecretStr("whsec_"))
 
-    with pytest.raises(ConfigError, match="agentmail|svix"):
+    with pytest.raises(ConfigError, match=r"agentmail|svix"):
         providers_from_settings(settings)
 
 

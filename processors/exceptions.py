@@ -1,0 +1,26 @@
+"""Errors of the processors."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from onceonly.errors import OnceOnlyError
+
+
+class ProcessorError(OnceOnlyError):
+    """Base class of the processors' errors."""
+
+
+class SendFailure(StrEnum):
+    RETRY = "retryable"  #: 409 in flight, 429, 5xx, timeout: back off, same key
+    CONFLICT = "key_conflict"  #: 409, the key was used with different content: never retry
+    REJECTED = "rejected"  #: any other 4xx: a bug or a refused message; dead-letter
+
+
+class SendError(ProcessorError):
+    """The mail API did not confirm a send; ``failure`` says what the policy does next."""
+
+    def __init__(self, failure: SendFailure, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.status = status

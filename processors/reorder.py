@@ -1,0 +1,66 @@
+"""Per-thread reordering by payload time, within a hold window.
+
+A thread's buffer opens with its first held event and is released whole once that
+event has waited ``window_ms``: everything that arrived meanwhile comes out sorted by
+(occurred_at, event_id). An event older than what its thread already released is
+*late*: it is still released (never dropped), and flagged so it is counted and logged.
+A window of 0 holds nothing: each event is released as it arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+SortKey = tuple[int, str]  # (occurred_at in ms, event_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    sort_key: SortKey
+    arrived_ms: int
+    item: Any  #: whatever the caller holds (the worker: the encoded envelope and its offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadBuffer:
+    held: tuple[Held, ...] = ()
+    #: the greatest sort key released so far on this thread
+    released_up_to: SortKey | None = None
+
+    @property
+    def opened_ms(self) -> int | None:
+        return min((h.arrived_ms for h in self.held), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Events to process now, in order; ``late`` marks the ones that arrived too late."""
+
+    events: tuple[Held, ...] = ()
+    late: frozenset[SortKey] = field(default_factory=frozenset)
+
+
+def hold(buffer: ThreadBuffer, event: Held) -> ThreadBuffer:
+    """Add an event to its thread's buffer (a repeat of a held event id is kept once)."""
+    if any(h.sort_key == event.sort_key for h in buffer.held):
+        return buffer
+    return replace(buffer, held=(*buffer.held, event))
+
+
+def due(buffer: ThreadBuffer, *, now_ms: int, window_ms: int) -> bool:
+    opened = buffer.opened_ms
+    return opened is not None and now_ms >= opened + window_ms
+
+
+def release(buffer: ThreadBuffer, *, now_ms: int, window_ms: int) -> tuple[Release, ThreadBuffer]:
+    """Release the whole buffer if it is due; return what to process and the new buffer."""
+    if not due(buffer, now_ms=now_ms, window_ms=window_ms):
+        return Release(), buffer
+    ordered = tuple(sorted(buffer.held, key=lambda h: h.sort_key))
+    watermark = buffer.released_up_to
+    late = frozenset(
+        h.sort_key for h in ordered if watermark is not None and h.sort_key < watermark
+    )
+    top = max([h.sort_key for h in ordered] + ([watermark] if watermark else []))
+    return Release(ordered, late), ThreadBuffer(held=(), released_up_to=top)

@@ -1,0 +1,88 @@
+"""Records of the compacted reply ledger and of the dedupe table, versioned like the envelope."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from schemas.exceptions import SchemaError
+
+LEDGER_VERSION = 1
+
+
+class ReplyState(StrEnum):
+    PENDING = "pending"  #: text and key recorded; the send may or may not have happened
+    SENT = "sent"  #: the provider confirmed the send (sent_message_id)
+    COVERED = "covered"  #: answered by the reply to a later message of the same burst
+    FAILED = "failed"  #: dead-lettered; retried only by an explicit replay
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRecord:
+    """One reply the agent owes or has sent, keyed by its idempotency key."""
+
+    key: str
+    inbox_id: str
+    message_id: str
+    thread_key: str
+    state: ReplyState
+    created_at: datetime
+    reply_text: str | None = None
+    sent_message_id: str | None = None
+    covered_by: str | None = None
+    attempts: int = 0
+    error: str | None = None
+    channel: str = "agentmail"
+    v: int = LEDGER_VERSION
+
+    def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
+        return replace(self, state=state, **changes)
+
+    def encode(self) -> bytes:
+        data = asdict(self)
+        data["state"] = self.state.value
+        data["created_at"] = self.created_at.isoformat()
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes | str) -> ReplyRecord:
+        try:
+            data = json.loads(value)
+            if data.get("v") != LEDGER_VERSION:
+                raise SchemaError(f"ledger record version {data.get('v')!r} is not known")
+            data["state"] = ReplyState(data["state"])
+            data["created_at"] = datetime.fromisoformat(data["created_at"])
+            return cls(**data)
+        except SchemaError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SchemaError(f"ledger record cannot be decoded: {exc!r}") from exc
+
+
+class EventState(StrEnum):
+    ACCEPTED = "accepted"
+    IN_PROGRESS = "in_progress"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class EventEntry:
+    """The dedupe table's value for one (provider, event_id)."""
+
+    state: EventState
+    updated_at_ms: int
+    #: the deliveries-topic offset of the record that owns this event; a crash makes
+    #: that same record come back, and it resumes instead of being skipped
+    owner: tuple[int, int] = field(default=(-1, -1))
+
+    def to_json(self) -> list[Any]:
+        return [self.state.value, self.updated_at_ms, list(self.owner)]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> EventEntry:
+        state, updated, owner = data
+        return cls(EventState(state), int(updated), (int(owner[0]), int(owner[1])))

@@ -1,0 +1,63 @@
+"""Dedupe decisions and expiry, without a broker."""
+
+from __future__ import annotations
+
+from processors.dedupe import Verdict, decide, expired, finished
+from schemas.ledger import EventEntry, EventState
+
+HERE = (3, 41)
+ELSEWHERE = (3, 57)
+DAY_MS = 24 * 3600 * 1000
+
+
+def test_a_new_event_is_processed_and_claimed_by_its_record() -> None:
+    decision = decide(None, position=HERE, now_ms=1000)
+
+    assert decision.verdict is Verdict.PROCESS
+    assert decision.entry == EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+
+
+def test_a_succeeded_event_is_a_duplicate() -> None:
+    entry = finished(True, position=HERE, now_ms=1000)
+
+    assert decide(entry, position=ELSEWHERE, now_ms=2000).verdict is Verdict.DUPLICATE
+
+
+def test_an_event_in_progress_under_another_record_is_skipped() -> None:
+    entry = EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+
+    assert decide(entry, position=ELSEWHERE, now_ms=2000).verdict is Verdict.IN_PROGRESS
+
+
+def test_the_owning_record_redelivered_after_a_crash_resumes() -> None:
+    entry = EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+
+    assert decide(entry, position=HERE, now_ms=2000).verdict is Verdict.PROCESS
+
+
+def test_a_failed_event_is_skipped_without_replay() -> None:
+    entry = finished(False, position=HERE, now_ms=1000)
+
+    assert decide(entry, position=ELSEWHERE, now_ms=2000).verdict is Verdict.FAILED
+
+
+def test_a_failed_event_is_retried_by_an_explicit_replay() -> None:
+    entry = finished(False, position=HERE, now_ms=1000)
+
+    assert decide(entry, position=ELSEWHERE, now_ms=2000, replay=True).verdict is Verdict.PROCESS
+
+
+def test_entries_older_than_the_retention_expire() -> None:
+    now = 10 * DAY_MS
+    entries = [
+        ("old", EventEntry(EventState.SUCCEEDED, now - 8 * DAY_MS, HERE)),
+        ("recent", EventEntry(EventState.SUCCEEDED, now - 6 * DAY_MS, HERE)),
+    ]
+
+    assert list(expired(entries, now_ms=now, retention_ms=7 * DAY_MS)) == ["old"]
+
+
+def test_an_entry_survives_its_json_round_trip() -> None:
+    entry = EventEntry(EventState.FAILED, 123, (2, 9))
+
+    assert EventEntry.from_json(entry.to_json()) == entry

@@ -1,0 +1,60 @@
+"""Per-thread hold-and-sort, without a broker."""
+
+from __future__ import annotations
+
+from processors.reorder import Held, ThreadBuffer, hold, release
+
+
+def _event(ts: int, event_id: str, arrived: int) -> Held:
+    return Held((ts, event_id), arrived, event_id)
+
+
+def test_nothing_is_released_before_the_window_passes() -> None:
+    buffer = hold(ThreadBuffer(), _event(10, "a", arrived=0))
+
+    out, kept = release(buffer, now_ms=1999, window_ms=2000)
+
+    assert out.events == ()
+    assert kept == buffer
+
+
+def test_events_are_released_in_payload_time_order() -> None:
+    buffer = ThreadBuffer()
+    for event in (_event(30, "c", 0), _event(10, "a", 500), _event(20, "b", 1500)):
+        buffer = hold(buffer, event)
+
+    out, _ = release(buffer, now_ms=2000, window_ms=2000)
+
+    assert [h.item for h in out.events] == ["a", "b", "c"]
+
+
+def test_ties_in_time_are_broken_by_event_id() -> None:
+    buffer = hold(hold(ThreadBuffer(), _event(10, "z", 0)), _event(10, "m", 1))
+
+    out, _ = release(buffer, now_ms=2000, window_ms=2000)
+
+    assert [h.item for h in out.events] == ["m", "z"]
+
+
+def test_an_event_older_than_what_was_released_is_late_but_released() -> None:
+    _, after_first = release(
+        hold(ThreadBuffer(), _event(50, "new", 0)), now_ms=2000, window_ms=2000
+    )
+
+    out, _ = release(hold(after_first, _event(20, "old", 2100)), now_ms=4100, window_ms=2000)
+
+    assert [h.item for h in out.events] == ["old"]
+    assert out.late == frozenset({(20, "old")})
+
+
+def test_a_window_of_zero_releases_at_once() -> None:
+    out, kept = release(hold(ThreadBuffer(), _event(1, "a", 100)), now_ms=100, window_ms=0)
+
+    assert [h.item for h in out.events] == ["a"]
+    assert kept.held == ()
+
+
+def test_a_repeat_of_a_held_event_is_held_once() -> None:
+    buffer = hold(hold(ThreadBuffer(), _event(1, "a", 0)), _event(1, "a", 5))
+
+    assert len(buffer.held) == 1

@@ -1,0 +1,307 @@
+"""Reply-once decisions, and reply_once against a local AgentMail server via the real SDK."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from processors.mail import AgentMailSender
+from processors.reply import (
+    BurstResult,
+    Inbound,
+    Outcome,
+    Plan,
+    SendPolicy,
+    Skip,
+    find_sent_reply,
+    plan,
+    reply_key,
+    reply_once,
+    skip_reason,
+    split_burst,
+)
+from schemas.ledger import ReplyRecord, ReplyState
+from tests.fakes.agentmail_server import FakeAgentMail
+
+INBOX = "support@agentmail.to"
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: object) -> Inbound:
+    values: dict[str, object] = {
+        "inbox_id": INBOX,
+        "message_id": message_id,
+        "thread_key": f"agentmail:{thread}",
+        "thread_id": thread,
+        "event_id": f"evt-{message_id}",
+        "occurred_at": T0 + timedelta(minutes=minute),
+        "sender": "Customer <customer@example.com>",
+        "subject": "Meeting",
+        "text": "Can we move it?",
+        "labels": ("received",),
+    }
+    values.update(kw)
+    return Inbound(**values)  # type: ignore[arg-type]
+
+
+# -- pure decisions ------------------------------------------------------------------
+
+
+def test_the_key_is_reply_dash_sha256_of_inbox_newline_message() -> None:
+    key = reply_key(INBOX, "<a/b@mail.gmail.com>")
+
+    assert key == reply_key(INBOX, "<a/b@mail.gmail.com>")
+    assert re.fullmatch(r"reply-[0-9a-f]{64}", key)
+    assert key != reply_key("other@agentmail.to", "<a/b@mail.gmail.com>")
+
+
+def test_the_agents_own_message_is_skipped() -> None:
+    own = _inbound("<m1@x>", sender=f"Support <{INBOX}>")
+
+    assert skip_reason("message.received", own) is Skip.OWN_MESSAGE
+
+
+def test_spam_is_not_answered() -> None:
+    assert skip_reason("message.received.spam", _inbound("<m1@x>")) is Skip.NOT_REAL_MAIL
+
+
+def test_other_event_types_are_not_answered() -> None:
+    assert skip_reason("message.delivered", _inbound("<m1@x>")) is Skip.NOT_RECEIVED
+
+
+def test_a_customer_message_is_answered() -> None:
+    assert skip_reason("message.received", _inbound("<m1@x>")) is None
+
+
+def _record(state: ReplyState, created: datetime = T0) -> ReplyRecord:
+    return ReplyRecord("k", INBOX, "<m1@x>", "agentmail:thr_1", state, created, "hi")
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (None, Plan.WRITE),
+        (_record(ReplyState.SENT), Plan.SKIP_SENT),
+        (_record(ReplyState.COVERED), Plan.SKIP_COVERED),
+        (_record(ReplyState.FAILED), Plan.SKIP_FAILED),
+        (_record(ReplyState.PENDING), Plan.SEND),
+        (_record(ReplyState.PENDING, T0 - timedelta(hours=25)), Plan.RECONCILE),
+    ],
+)
+def test_the_plan_follows_the_ledger_record(record: ReplyRecord | None, expected: Plan) -> None:
+    assert plan(record, now=T0 + timedelta(minutes=1)) is expected
+
+
+def test_a_burst_answers_its_latest_message() -> None:
+    burst = [_inbound("<b@x>", minute=2), _inbound("<c@x>", minute=3), _inbound("<a@x>")]
+
+    target, covered = split_burst(burst)
+
+    assert target.message_id == "<c@x>"
+    assert [m.message_id for m in covered] == ["<a@x>", "<b@x>"]
+
+
+def test_a_sent_reply_is_found_by_its_in_reply_to() -> None:
+    thread = [
+        {"message_id": "<m1@x>", "labels": ["received"]},
+        {"message_id": "<r1@x>", "labels": ["sent"], "in_reply_to": "<m1@x>"},
+    ]
+
+    assert find_sent_reply(thread, "<m1@x>") == "<r1@x>"
+    assert find_sent_reply(thread, "<m2@x>") is None
+
+
+# -- reply_once against the local AgentMail server ---------------------------------------
+
+
+@dataclass
+class MemoryLedger:
+    records: dict[str, ReplyRecord] = field(default_factory=dict)
+    writes: list[ReplyRecord] = field(default_factory=list)
+
+    def get(self, key: str) -> ReplyRecord | None:
+        return self.records.get(key)
+
+    async def put(self, record: ReplyRecord) -> None:
+        self.records[record.key] = record
+        self.writes.append(record)
+
+
+@dataclass
+class CountingWriter:
+    calls: list[int] = field(default_factory=list)
+
+    def __call__(self, burst: Sequence[Inbound]) -> str:
+        self.calls.append(len(burst))
+        return f"Thanks, we got your {len(burst)} message(s)."
+
+
+@pytest.fixture
+async def mail() -> AsyncIterator[FakeAgentMail]:
+    fake = FakeAgentMail()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+def _seed(mail: FakeAgentMail, message_id: str, *, thread: str = "thr_1") -> Inbound:
+    mail.seed_message(INBOX, message_id=message_id, thread_id=thread)
+    return _inbound(message_id, thread=thread)
+
+
+class Harness:
+    def __init__(self, mail: FakeAgentMail, now: datetime = T0) -> None:
+        self.ledger = MemoryLedger()
+        self.writer = CountingWriter()
+        self.sender = AgentMailSender("test-key", base_url=mail.base_url, timeout_s=5)
+        self.dead: list[tuple[ReplyRecord, str]] = []
+        self.now = now
+
+    async def dead_letter(self, record: ReplyRecord, reason: str) -> None:
+        self.dead.append((record, reason))
+
+    async def run(self, burst: Sequence[Inbound], attempts: int = 3) -> BurstResult:
+        return await reply_once(
+            burst,
+            ledger=self.ledger,
+            sender=self.sender,
+            writer=self.writer,
+            dead_letter=self.dead_letter,
+            now=lambda: self.now,
+            policy=SendPolicy(attempts=attempts, backoff_initial_s=0.01, backoff_max_s=0.05),
+        )
+
+
+async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+
+    results = [await harness.run([message]) for _ in range(3)]
+
+    assert [r.outcome for r in results] == [Outcome.SENT, Outcome.ALREADY, Outcome.ALREADY]
+    assert len(mail.outbox) == 1
+    assert mail.outbox[0].idempotency_key == message.key
+    assert harness.writer.calls == [1]
+
+
+async def test_the_pending_record_is_acknowledged_before_the_send(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+
+    await harness.run([message])
+
+    states = [w.state for w in harness.ledger.writes]
+    assert states == [ReplyState.PENDING, ReplyState.SENT]
+
+
+async def test_a_crash_after_the_ledger_write_resends_the_stored_text(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+    stored = ReplyRecord(
+        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "stored text"
+    )
+    await harness.ledger.put(stored)
+
+    result = await harness.run([message])
+
+    assert result.outcome is Outcome.SENT
+    assert [e.text for e in mail.outbox] == ["stored text"]
+    assert harness.writer.calls == []
+
+
+async def test_a_lost_response_is_retried_with_the_same_key_and_sends_once(
+    mail: FakeAgentMail,
+) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+    mail.lose_response_next(1)
+
+    result = await harness.run([message])
+
+    assert result.outcome is Outcome.SENT
+    assert len(mail.outbox) == 1
+
+
+async def test_a_key_used_with_other_content_is_dead_lettered_not_retried(
+    mail: FakeAgentMail,
+) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+    other = Harness(mail)
+    other.writer = lambda burst: "a different text"  # type: ignore[assignment]
+    await other.run([message])
+
+    result = await harness.run([message])
+
+    assert result.outcome is Outcome.FAILED
+    assert len(mail.outbox) == 1
+    [(record, reason)] = harness.dead
+    assert record.state is ReplyState.FAILED and "key_conflict" in reason
+    assert harness.ledger.records[message.key].attempts == 1
+
+
+async def test_server_errors_exhaust_the_attempts_then_dead_letter(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+    mail.fail_next(10, status=503)
+
+    result = await harness.run([message], attempts=3)
+
+    assert result.outcome is Outcome.FAILED
+    assert mail.outbox == []
+    [(record, reason)] = harness.dead
+    assert record.attempts == 3 and "after 3 attempt(s)" in reason
+
+
+async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing(
+    mail: FakeAgentMail,
+) -> None:
+    harness = Harness(mail, now=T0 + timedelta(hours=25))
+    message = _seed(mail, "<m1@x>")
+    mail.seed_message(
+        INBOX,
+        message_id="<r1@x>",
+        thread_id="thr_1",
+        labels=("sent",),
+        in_reply_to="<m1@x>",
+        from_=INBOX,
+    )
+    await harness.ledger.put(
+        ReplyRecord(message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "t")
+    )
+
+    result = await harness.run([message])
+
+    assert result.outcome is Outcome.ALREADY
+    assert mail.outbox == []
+    assert harness.ledger.records[message.key].state is ReplyState.SENT
+    assert harness.ledger.records[message.key].sent_message_id == "<r1@x>"
+
+
+async def test_a_burst_of_three_gets_one_reply_and_covers_the_others(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    burst = [_seed(mail, f"<m{i}@x>") for i in range(3)]
+    burst = [_inbound(m.message_id, minute=i) for i, m in enumerate(burst)]
+
+    await harness.run(burst)
+    replay = await harness.run(burst[:1])
+
+    assert [e.replied_to_message_id for e in mail.outbox] == ["<m2@x>"]
+    assert harness.writer.calls == [3]
+    assert harness.ledger.records[burst[0].key].state is ReplyState.COVERED
+    assert harness.ledger.records[burst[0].key].covered_by == burst[2].key
+    assert replay.outcome is Outcome.ALREADY
+
+
+async def test_a_message_id_with_a_slash_reaches_the_right_url(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<CAJ+ab/cd==@mail.gmail.com>")
+
+    result = await harness.run([message])
+
+    assert result.outcome is Outcome.SENT
+    assert mail.outbox[0].replied_to_message_id == "<CAJ+ab/cd==@mail.gmail.com>"
