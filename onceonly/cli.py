@@ -83,6 +83,15 @@ def ingest() -> None:
 
 
 @main.command()
+def worker() -> None:
+    """Run one processing worker (faust): dedupe, reorder, reply once."""
+    from processors.worker import run_worker
+
+    settings = _settings()
+    run_worker(settings)
+
+
+@main.command()
 def up() -> None:
     """Everything for a local stack: broker (if local), topics, ingest. Ctrl-C stops it all."""
     from ingest.app import serve

@@ -7,10 +7,11 @@ variable is documented in the README's "Configuration" table.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from onceonly.errors import ConfigError
@@ -55,6 +56,24 @@ class Settings(BaseSettings):
     standard_webhook_secrets: Annotated[dict[str, SecretStr], NoDecode] = Field(
         default_factory=dict
     )
+
+    # --- worker (processors) ---------------------------------------------
+    app_id: str = "onceonly"
+    worker_host: str = "127.0.0.1"
+    worker_port: int = Field(default=6066, ge=0, le=65535)
+    data_dir: Path = Path(".run/worker")
+    worker_id: str | None = None
+    dedupe_retention: timedelta = timedelta(days=7)
+    reorder_window_ms: int = Field(default=2000, ge=0)
+    send_attempts: int = Field(default=5, ge=1)
+    send_timeout_s: float = Field(default=10.0, gt=0)
+    reply_writer: str = "processors.writer:acknowledge"
+    agentmail_base_url: str | None = None
+    agentmail_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("AGENTMAIL_API_KEY", "agentmail_api_key")
+    )
+    rocksdb_block_cache_bytes: int = Field(default=8 * 1024 * 1024, ge=1024 * 1024)
+    rocksdb_write_buffer_bytes: int = Field(default=4 * 1024 * 1024, ge=1024 * 1024)
 
     # --- logging -----------------------------------------------------------
     log_level: str = "INFO"

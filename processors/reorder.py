@@ -27,6 +27,28 @@ class ThreadBuffer:
     held: tuple[Held, ...] = ()
     #: the greatest sort key released so far on this thread
     released_up_to: SortKey | None = None
+    #: the partition the thread's events come from (the worker ticks that partition)
+    partition: int = -1
+    #: when the buffer last changed, for expiring idle threads' watermarks
+    updated_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "held": [[h.sort_key[0], h.sort_key[1], h.arrived_ms, h.item] for h in self.held],
+            "up_to": list(self.released_up_to) if self.released_up_to else None,
+            "p": self.partition,
+            "updated": self.updated_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ThreadBuffer:
+        up_to = data.get("up_to")
+        return cls(
+            held=tuple(Held((int(t), str(e)), int(a), item) for t, e, a, item in data["held"]),
+            released_up_to=(int(up_to[0]), str(up_to[1])) if up_to else None,
+            partition=int(data.get("p", -1)),
+            updated_ms=int(data.get("updated", 0)),
+        )
 
     @property
     def opened_ms(self) -> int | None:
@@ -45,7 +67,7 @@ def hold(buffer: ThreadBuffer, event: Held) -> ThreadBuffer:
     """Add an event to its thread's buffer (a repeat of a held event id is kept once)."""
     if any(h.sort_key == event.sort_key for h in buffer.held):
         return buffer
-    return replace(buffer, held=(*buffer.held, event))
+    return replace(buffer, held=(*buffer.held, event), updated_ms=event.arrived_ms)
 
 
 def due(buffer: ThreadBuffer, *, now_ms: int, window_ms: int) -> bool:
@@ -63,4 +85,6 @@ def release(buffer: ThreadBuffer, *, now_ms: int, window_ms: int) -> tuple[Relea
         h.sort_key for h in ordered if watermark is not None and h.sort_key < watermark
     )
     top = max([h.sort_key for h in ordered] + ([watermark] if watermark else []))
-    return Release(ordered, late), ThreadBuffer(held=(), released_up_to=top)
+    return Release(ordered, late), ThreadBuffer(
+        held=(), released_up_to=top, partition=buffer.partition, updated_ms=now_ms
+    )

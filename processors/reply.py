@@ -282,3 +282,29 @@ async def _cover(
             )
         )
         log.info("message covered by the burst's reply", key=message.key, covered_by=by)
+
+
+def inbound_from_agentmail(
+    message: Mapping[str, Any], *, thread_key: str, event_id: str, fallback_time: datetime
+) -> Inbound:
+    """An AgentMail ``message`` object (from an event or from ``messages.get``) as an Inbound."""
+    occurred = message.get("timestamp")
+    when = fallback_time
+    if isinstance(occurred, str):
+        try:
+            when = datetime.fromisoformat(occurred.replace("Z", "+00:00"))
+        except ValueError:
+            when = fallback_time
+    text = message.get("text") or message.get("extracted_text")
+    return Inbound(
+        inbox_id=str(message.get("inbox_id", "")),
+        message_id=str(message.get("message_id", "")),
+        thread_key=thread_key,
+        thread_id=str(message.get("thread_id", "")),
+        event_id=event_id,
+        occurred_at=when,
+        sender=str(message.get("from") or message.get("from_") or ""),
+        subject=message.get("subject"),
+        text=str(text) if text is not None else None,
+        labels=tuple(message.get("labels") or ()),
+    )

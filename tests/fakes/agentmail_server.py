@@ -204,6 +204,8 @@ class Faults:
 
     latency_s: float = 0.0
     send_delay_s: float = 0.0
+    #: after a successful send, wait this long before answering (the email is out)
+    answer_delay_s: float = 0.0
     fail_remaining: int = 0
     fail_status: int = 500
     lose_remaining: int = 0
@@ -753,6 +755,9 @@ class FakeAgentMail:
                     response=response,
                     expires_at=self.now() + self.key_ttl_s,
                 )
+        if self.faults.answer_delay_s > 0:
+            await asyncio.sleep(self.faults.answer_delay_s)
+        with self._lock:
             return self._answer(response, replayed=False)
 
     def _answer(self, response: Json, *, replayed: bool) -> web.Response:

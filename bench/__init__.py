@@ -1,0 +1,1 @@
+"""Benchmarks that print their figures (``python -m bench.ingest``); not timed tests."""

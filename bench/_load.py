@@ -1,0 +1,253 @@
+"""The load generator of the ingest benchmark: one asyncio process, aiohttp keep-alive clients.
+
+Deliveries are AgentMail ``message.received`` events, each body distinct, signed up front
+with Svix's own ``Webhook.sign`` so that signing is not part of what is measured. A pool
+is signed right before the phase that uses it: its timestamps stay well inside Svix's
+5-minute tolerance for the phase's duration.
+
+Two ways to load a server:
+
+* :func:`closed_loop`: ``concurrency`` workers, each sending its next delivery as soon as
+  the previous one is answered, on its own keep-alive connection. Gives the peak rate.
+* :func:`open_loop`: arrivals scheduled at a fixed rate by the clock, whatever the
+  server does. Latency counts from the *scheduled* send time, so a server that stalls
+  is charged for the requests queued behind the stall (no coordinated omission).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import itertools
+import json
+import math
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import aiohttp
+import svix.webhooks
+
+#: Distinct threads the deliveries belong to: keys spread over every partition.
+THREADS = 1024
+
+_TEXT = (
+    "Hi team,\n\nCould you move our onboarding call from Thursday to Friday at 10:00? "
+    "Two of us are travelling on Thursday. If Friday does not work, Monday afternoon is "
+    "also fine. Please also resend the invoice for November; the copy we received had the "
+    "old billing address.\n\nThanks,\nDana"
+)
+_HTML = "<div>" + "".join(f"<p>{line}</p>" for line in _TEXT.split("\n") if line) + "</div>"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    body: bytes
+    headers: dict[str, str]
+
+
+def agentmail_body(n: int, now: datetime) -> bytes:
+    """An AgentMail ``message.received`` event (about 1.5 KB), distinct for every ``n``."""
+    inbox = f"support-{n % 8}@agentmail.to"
+    thread = f"thr_{n % THREADS:04d}"
+    stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    message = {
+        "inbox_id": inbox,
+        "thread_id": thread,
+        "message_id": f"<{uuid.uuid4().hex}@mail.example.com>",
+        "labels": ["received", "unread"],
+        "timestamp": stamp,
+        "from": "Dana Customer <dana@example.com>",
+        "to": [inbox],
+        "subject": "Re: onboarding call and November invoice",
+        "preview": _TEXT[:120],
+        "text": _TEXT,
+        "html": _HTML,
+        "size": 4312,
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
+    event = {
+        "type": "event",
+        "event_type": "message.received",
+        "event_id": f"evt_{uuid.uuid4().hex}",
+        "message": message,
+        "thread": {"inbox_id": inbox, "thread_id": thread},
+    }
+    return json.dumps(event).encode()
+
+
+def sign_pool(secret: str, size: int) -> list[Delivery]:
+    """``size`` distinct deliveries signed with ``svix.webhooks.Webhook.sign`` now."""
+    webhook = svix.webhooks.Webhook(secret)
+    now = datetime.now(UTC)
+    stamp = str(int(now.timestamp()))
+    pool: list[Delivery] = []
+    for n in range(size):
+        body = agentmail_body(n, now)
+        msg_id = f"msg_{uuid.uuid4().hex}"
+        pool.append(
+            Delivery(
+                body,
+                {
+                    "svix-id": msg_id,
+                    "svix-timestamp": stamp,
+                    "svix-signature": webhook.sign(msg_id, now, body.decode()),
+                    "content-type": "application/json",
+                },
+            )
+        )
+    return pool
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass(slots=True)
+class Sample:
+    """What one phase measured. Latencies are in seconds, of 204 answers only."""
+
+    duration_s: float
+    latencies: list[float] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+    send_lag: list[float] = field(default_factory=list)
+    pool_wrapped: bool = False
+
+    @property
+    def ok(self) -> int:
+        return self.statuses["204"]
+
+    @property
+    def failed(self) -> int:
+        return sum(n for status, n in self.statuses.items() if status != "204")
+
+    @property
+    def rate(self) -> float:
+        """204 answers per second of the measured window."""
+        return self.ok / self.duration_s if self.duration_s > 0 else 0.0
+
+    def percentile_ms(self, q: float) -> float:
+        return percentile(self.latencies, q) * 1000
+
+    def failures(self) -> str:
+        return ", ".join(f"{n} x {s}" for s, n in sorted(self.statuses.items()) if s != "204")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..1); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+@contextlib.asynccontextmanager
+async def _no_gc_pauses() -> AsyncIterator[None]:
+    """No cyclic garbage collection in the generator while it measures: a full collection
+    over the signed pool stalls the loop for tens of ms, which would be charged to the
+    server. The phase is short and bounded; the collector catches up afterwards."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _connector(concurrency: int) -> aiohttp.TCPConnector:
+    # One keep-alive connection per worker, never more: the load stays bounded.
+    return aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, ttl_dns_cache=None)
+
+
+async def _post(session: aiohttp.ClientSession, url: str, delivery: Delivery) -> str:
+    """The answer's status as text, or the name of the client error."""
+    try:
+        async with session.post(url, data=delivery.body, headers=delivery.headers) as response:
+            await response.read()
+            return str(response.status)
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return type(exc).__name__
+
+
+class _Cycle:
+    """Hands out the pool's deliveries in order; notes when it had to start again."""
+
+    def __init__(self, pool: list[Delivery]) -> None:
+        self.size = len(pool)
+        self.used = 0
+        self._it: Iterator[Delivery] = itertools.cycle(pool)
+
+    def next(self) -> Delivery:
+        self.used += 1
+        return next(self._it)
+
+    @property
+    def wrapped(self) -> bool:
+        return self.used > self.size
+
+
+async def closed_loop(
+    url: str, pool: list[Delivery], *, concurrency: int, warmup_s: float, duration_s: float
+) -> Sample:
+    """Peak rate: ``concurrency`` workers back to back; only requests sent after the
+    warm-up, and before its end, are measured."""
+    deliveries = _Cycle(pool)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with (
+        _no_gc_pauses(),
+        aiohttp.ClientSession(connector=_connector(concurrency), timeout=timeout) as session,
+    ):
+        start = time.perf_counter()
+        measure_from = start + warmup_s
+        measure_to = measure_from + duration_s
+        sample = Sample(duration_s=duration_s)
+
+        async def worker() -> None:
+            while (sent := time.perf_counter()) < measure_to:
+                status = await _post(session, url, deliveries.next())
+                if sent >= measure_from:
+                    sample.statuses[status] += 1
+                    if status == "204":
+                        sample.latencies.append(time.perf_counter() - sent)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    sample.pool_wrapped = deliveries.wrapped
+    return sample
+
+
+async def open_loop(
+    url: str, pool: list[Delivery], *, rate: float, duration_s: float, concurrency: int
+) -> Sample:
+    """Fixed-rate arrivals: delivery ``i`` is due at ``start + i / rate``. Latency is from
+    that due time to the answer; ``send_lag`` is how late the generator actually sent it."""
+    total = int(rate * duration_s)
+    deliveries = _Cycle(pool)
+    due = iter(range(total))
+    timeout = aiohttp.ClientTimeout(total=30)
+    sample = Sample(duration_s=total / rate if rate > 0 else 0.0)
+    async with (
+        _no_gc_pauses(),
+        aiohttp.ClientSession(connector=_connector(concurrency), timeout=timeout) as session,
+    ):
+        start = time.perf_counter() + 0.05
+
+        async def worker() -> None:
+            for i in due:
+                scheduled = start + i / rate
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sample.send_lag.append(time.perf_counter() - scheduled)
+                status = await _post(session, url, deliveries.next())
+                sample.statuses[status] += 1
+                if status == "204":
+                    sample.latencies.append(time.perf_counter() - scheduled)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    sample.pool_wrapped = deliveries.wrapped
+    return sample

@@ -1,0 +1,32 @@
+"""Prometheus metrics of the worker, on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.duplicates = Counter(
+            "onceonly_duplicates_skipped",
+            "Deliveries skipped by dedupe, by verdict (duplicate, in_progress, failed).",
+            ["verdict"],
+            registry=self.registry,
+        )
+        self.late = Counter(
+            "onceonly_late_events",
+            "Events processed after a later one of their thread.",
+            registry=self.registry,
+        )
+        self.replies = Counter(
+            "onceonly_replies_sent", "Replies confirmed by the mail API.", registry=self.registry
+        )
+        self.skips = Counter(
+            "onceonly_skips", "Events not acted on, by reason.", ["reason"], registry=self.registry
+        )
+        self.dead_letters = Counter(
+            "onceonly_dead_letters",
+            "Records written to the dead-letter topic.",
+            registry=self.registry,
+        )

@@ -1,0 +1,445 @@
+"""The faust worker: a thin loop around dedupe, reorder and reply-once.
+
+One agent (concurrency 1, so each partition keeps its order) reads the deliveries
+topic. Three changelog-backed RocksDB tables, all written from inside the agent so
+each write lands in the changelog partition of the thread it belongs to:
+
+* ``events``: dedupe entries keyed ``provider:event_id``;
+* ``holds``: each thread's reorder buffer, so held events survive a crash (an event's
+  offset is committed only once it is in this table, or processed);
+* ``replies``: the reply ledger, whose changelog *is* the compacted ledger topic.
+
+Held events are released by *ticks*: a timer sends an empty record, marked with the
+``onceonly-tick`` header, to each partition that holds a due buffer. The agent meets
+the tick in order, in that partition's context, and releases what is due.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+import structlog
+
+from processors import dedupe, reorder
+from processors.exceptions import SendError
+from processors.mail import AgentMailSender, DryRunOutbox
+from processors.metrics import WorkerMetrics
+from processors.reply import (
+    Inbound,
+    Outcome,
+    ReplyWriter,
+    SendPolicy,
+    inbound_from_agentmail,
+    reply_once,
+    skip_reason,
+)
+from processors.writer import load_writer
+from schemas.envelope import Envelope
+from schemas.exceptions import SchemaError
+from schemas.ledger import EventEntry, ReplyRecord
+
+log = structlog.get_logger("onceonly.worker")
+
+TICK_HEADER = "onceonly-tick"
+Clock = Callable[[], float]  # epoch seconds
+
+
+class AckedTable(faust.Table[Any, Any]):
+    """A faust Table whose last changelog write can be awaited until the broker acks it."""
+
+    last_changelog_fut: Any = None
+
+    def on_key_set(self, key: Any, value: Any) -> None:
+        fut = self.send_changelog(self.partition_for_key(key), key, value)
+        self.last_changelog_fut = fut
+        self._maybe_set_key_ttl(key, fut.message.partition or 0)
+        self._sensor_on_set(self, key, value)
+
+
+class TableLedger:
+    """The reply ledger over the ``replies`` table: ``put`` returns after the broker's ack."""
+
+    def __init__(self, table: AckedTable) -> None:
+        self.table = table
+
+    def get(self, key: str) -> ReplyRecord | None:
+        raw = self.table.get(key.encode())
+        return ReplyRecord.decode(raw) if raw is not None else None
+
+    async def put(self, record: ReplyRecord) -> None:
+        self.table[record.key.encode()] = record.encode()
+        await self.table.last_changelog_fut
+
+
+@dataclass
+class Pipeline:
+    """What the agent does with each record; faust only feeds it."""
+
+    settings: Any
+    events: Any  # faust Table: bytes -> bytes
+    holds: Any
+    ledger: TableLedger
+    sender: Any
+    writer: ReplyWriter
+    dead_letters: Any  # faust Topic
+    deliveries: Any  # faust Topic
+    metrics: WorkerMetrics
+    clock: Clock = time.time
+    sweep_every_s: float = 600.0
+    _last_sweep: dict[int, float] = field(default_factory=dict)
+    _ticking: set[int] = field(default_factory=set)
+
+    @property
+    def window_ms(self) -> int:
+        return int(self.settings.reorder_window_ms)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- the agent's two kinds of record -------------------------------------------
+    async def on_record(self, event: Any) -> None:
+        headers = dict(event.message.headers or ())
+        partition = int(event.message.partition)
+        if TICK_HEADER in headers:
+            self._ticking.discard(partition)
+            await self.release_due(partition)
+        else:
+            await self.on_delivery(event.value, partition, int(event.message.offset))
+        await self.maybe_sweep(partition)
+
+    async def on_delivery(self, value: bytes, partition: int, offset: int) -> None:
+        try:
+            envelope = Envelope.decode(value)
+        except SchemaError as exc:
+            log.error(
+                "record is not an envelope; dead-lettered",
+                partition=partition,
+                offset=offset,
+                error=str(exc),
+            )
+            await self._dead_letter(
+                {
+                    "reason": str(exc),
+                    "partition": partition,
+                    "offset": offset,
+                    "value": value.decode("utf-8", "replace"),
+                }
+            )
+            return
+        position = (partition, offset)
+        if self.window_ms == 0:
+            await self.process([(envelope, position)], late=set())
+            return
+        key = envelope.thread_key.encode()
+        raw = self.holds.get(key)
+        buffer = (
+            reorder.ThreadBuffer.from_json(json.loads(raw))
+            if raw
+            else reorder.ThreadBuffer(partition=partition)
+        )
+        held = reorder.Held(
+            (int(envelope.occurred_at.timestamp() * 1000), envelope.event_id),
+            self.now_ms(),
+            {"envelope": envelope.to_json(), "position": list(position)},
+        )
+        self.holds[key] = json.dumps(reorder.hold(buffer, held).to_json()).encode()
+
+    async def release_due(self, partition: int) -> None:
+        now = self.now_ms()
+        for key, raw in list(self.holds.items()):
+            buffer = reorder.ThreadBuffer.from_json(json.loads(raw))
+            if buffer.partition != partition or not buffer.held:
+                continue
+            out, rest = reorder.release(buffer, now_ms=now, window_ms=self.window_ms)
+            if not out.events:
+                continue
+            batch = [
+                (Envelope.from_json(h.item["envelope"]), tuple(h.item["position"]))
+                for h in out.events
+            ]
+            late = {h.item["envelope"]["event_id"] for h in out.events if h.sort_key in out.late}
+            await self.process(batch, late=late)
+            # only now: a crash before this line leaves the buffer to be released again
+            self.holds[key] = json.dumps(rest.to_json()).encode()
+
+    def due_partitions(self) -> set[int]:
+        """Partitions (of this worker) holding a buffer whose window has passed."""
+        now = self.now_ms()
+        due: set[int] = set()
+        for _, raw in self.holds.items():
+            buffer = reorder.ThreadBuffer.from_json(json.loads(raw))
+            if reorder.due(buffer, now_ms=now, window_ms=self.window_ms):
+                due.add(buffer.partition)
+        return due
+
+    async def tick(self) -> None:
+        for partition in self.due_partitions() - self._ticking:
+            self._ticking.add(partition)
+            await self.deliveries.send(value=b"", partition=partition, headers={TICK_HEADER: b"1"})
+
+    # -- one thread's released events -----------------------------------------------
+    async def process(
+        self, batch: Sequence[tuple[Envelope, tuple[int, int]]], *, late: set[str]
+    ) -> None:
+        now_ms = self.now_ms()
+        claimed: list[tuple[Envelope, tuple[int, int]]] = []
+        for envelope, position in batch:
+            ids = {
+                "provider": envelope.provider,
+                "event_id": envelope.event_id,
+                "thread_key": envelope.thread_key,
+            }
+            if envelope.event_id in late:
+                self.metrics.late.inc()
+                log.warning("late event: processed after a later one of its thread", **ids)
+            key = envelope.dedupe_key.encode()
+            raw = self.events.get(key)
+            current = EventEntry.from_json(json.loads(raw)) if raw else None
+            decision = dedupe.decide(current, position=position, now_ms=now_ms)
+            if decision.skip:
+                self.metrics.duplicates.labels(decision.verdict.value).inc()
+                log.info("delivery skipped", verdict=decision.verdict.value, **ids)
+                continue
+            assert decision.entry is not None
+            self.events[key] = json.dumps(decision.entry.to_json()).encode()
+            claimed.append((envelope, position))
+        if not claimed:
+            return
+        outcomes = await self.act(claimed)
+        for envelope, position in claimed:
+            entry = dedupe.finished(
+                outcomes.get(envelope.event_id, True), position=position, now_ms=self.now_ms()
+            )
+            self.events[envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()
+
+    async def act(self, claimed: Sequence[tuple[Envelope, tuple[int, int]]]) -> dict[str, bool]:
+        """Reply once to the answerable messages; return event_id -> succeeded."""
+        outcomes: dict[str, bool] = {}
+        burst: list[Inbound] = []
+        for envelope, _ in claimed:
+            ids = {"provider": envelope.provider, "event_id": envelope.event_id}
+            if envelope.provider != "agentmail":
+                self.metrics.skips.labels("no_handler").inc()
+                log.info("event recorded; no effect handler for this provider yet", **ids)
+                continue
+            payload = envelope.payload()
+            message = payload.get("message") or {}
+            if envelope.truncated and envelope.event_type == "message.received":
+                try:
+                    message = await self.sender.fetch(
+                        envelope.account_id or "", envelope.message_id or ""
+                    )
+                except SendError as exc:
+                    log.error("could not fetch a truncated message", error=str(exc), **ids)
+                    outcomes[envelope.event_id] = False
+                    continue
+            inbound = inbound_from_agentmail(
+                message,
+                thread_key=envelope.thread_key,
+                event_id=envelope.event_id,
+                fallback_time=envelope.occurred_at,
+            )
+            reason = skip_reason(envelope.event_type, inbound)
+            if reason is not None:
+                self.metrics.skips.labels(reason.value).inc()
+                log.info(
+                    "message skipped", reason=reason.value, message_id=inbound.message_id, **ids
+                )
+                continue
+            burst.append(inbound)
+        if burst:
+            envelopes = {e.event_id: e for e, _ in claimed}
+            result = await reply_once(
+                burst,
+                ledger=self.ledger,
+                sender=self.sender,
+                writer=self.writer,
+                dead_letter=lambda record, reason: self._dead_letter_reply(
+                    record, reason, [envelopes[m.event_id] for m in burst]
+                ),
+                now=lambda: datetime.fromtimestamp(self.clock(), tz=UTC),
+                policy=SendPolicy(attempts=self.settings.send_attempts),
+            )
+            if result.outcome is Outcome.SENT:
+                self.metrics.replies.inc()
+            ok = result.outcome is not Outcome.FAILED
+            for inbound in burst:
+                outcomes[inbound.event_id] = ok
+        return outcomes
+
+    async def _dead_letter_reply(
+        self, record: ReplyRecord, reason: str, envelopes: Sequence[Envelope]
+    ) -> None:
+        await self._dead_letter(
+            {
+                "reason": reason,
+                "key": record.key,
+                "attempts": record.attempts,
+                "last_error": record.error,
+                "record": json.loads(record.encode()),
+                "envelopes": [e.to_json() for e in envelopes],
+            }
+        )
+
+    async def _dead_letter(self, letter: dict[str, Any]) -> None:
+        letter["at"] = datetime.fromtimestamp(self.clock(), tz=UTC).isoformat()
+        self.metrics.dead_letters.inc()
+        fut = await self.dead_letters.send(value=json.dumps(letter).encode())
+        await fut
+
+    # -- expiry -----------------------------------------------------------------------
+    async def maybe_sweep(self, partition: int) -> None:
+        now = self.clock()
+        if now - self._last_sweep.get(partition, 0.0) < self.sweep_every_s:
+            return
+        self._last_sweep[partition] = now
+        self.sweep(partition)
+
+    def sweep(self, partition: int) -> int:
+        """Delete this partition's dedupe entries older than the retention (tombstones)."""
+        retention_ms = int(self.settings.dedupe_retention.total_seconds() * 1000)
+        mine = []
+        for key, raw in self.events.items():
+            entry = EventEntry.from_json(json.loads(raw))
+            if entry.owner[0] == partition:
+                mine.append((key, entry))
+        old = list(dedupe.expired(mine, now_ms=self.now_ms(), retention_ms=retention_ms))
+        for key in old:
+            del self.events[key]
+        if old:
+            log.info("dedupe entries expired", partition=partition, count=len(old))
+        return len(old)
+
+
+def _rocks(settings: Any, scale: float = 1.0) -> dict[str, int]:
+    return {
+        "block_cache_size": max(1 << 20, int(settings.rocksdb_block_cache_bytes * scale)),
+        "write_buffer_size": max(1 << 20, int(settings.rocksdb_write_buffer_bytes * scale)),
+        "max_write_buffer_number": 2,
+        "max_open_files": 256,
+        "target_file_size_base": 8 << 20,
+    }
+
+
+def build_app(
+    settings: Any,
+    *,
+    sender: Any = None,
+    writer: ReplyWriter | None = None,
+    clock: Clock = time.time,
+    tick_interval_s: float | None = None,
+) -> tuple[faust.App, Pipeline]:
+    """A worker app for these settings. Nothing runs until a faust Worker starts it."""
+    brokers = [f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")]
+    app = faust.App(
+        settings.app_id,
+        broker=brokers,
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        web_enabled=True,
+        web_host=settings.worker_host,
+        web_port=settings.worker_port,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        autodiscover=False,
+        worker_redirect_stdouts=False,
+        consumer_group_instance_id=settings.worker_id,
+        broker_session_timeout=10,
+        broker_heartbeat_interval=1,
+        producer_max_request_size=settings.record_max_bytes,
+        producer_acks=-1,
+        stream_wait_empty=True,
+    )
+    types: dict[str, Any] = {"key_type": bytes, "value_type": bytes}  # bytes: raw codec
+    raw: dict[str, Any] = {**types, "key_serializer": "raw", "value_serializer": "raw"}
+    deliveries = app.topic(settings.deliveries_topic, partitions=settings.partitions, **raw)
+    dead_letters = app.topic(settings.dead_letter_topic, partitions=1, **raw)
+    events = app.Table(
+        "events", default=None, partitions=settings.partitions, options=_rocks(settings), **types
+    )
+    holds = app.Table(
+        "holds",
+        default=None,
+        partitions=settings.partitions,
+        options=_rocks(settings, 0.25),
+        **types,
+    )
+    replies = app.tables.add(
+        AckedTable(
+            app,
+            name="replies",
+            default=None,
+            partitions=settings.partitions,
+            changelog_topic=app.topic(
+                settings.ledger_topic, partitions=settings.partitions, compacting=True, **raw
+            ),
+            options=_rocks(settings, 0.5),
+            **types,
+        )
+    )
+    if sender is None:
+        key = settings.agentmail_api_key
+        sender = (
+            AgentMailSender(
+                key.get_secret_value(),
+                base_url=settings.agentmail_base_url,
+                timeout_s=settings.send_timeout_s,
+            )
+            if key is not None
+            else DryRunOutbox(settings.run_dir / "dry-run-outbox.jsonl")
+        )
+    pipeline = Pipeline(
+        settings=settings,
+        events=events,
+        holds=holds,
+        ledger=TableLedger(replies),  # type: ignore[arg-type]
+        sender=sender,
+        writer=writer or load_writer(settings.reply_writer),
+        dead_letters=dead_letters,
+        deliveries=deliveries,
+        metrics=WorkerMetrics(),
+        clock=clock,
+        sweep_every_s=max(1.0, settings.dedupe_retention.total_seconds() / 100),
+    )
+
+    async def process(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                await pipeline.on_record(event)
+            except Exception:  # an escaping exception would make faust ack the event
+                log.exception(
+                    "unexpected failure; exiting so the record is redelivered",
+                    partition=event.message.partition,
+                    offset=event.message.offset,
+                )
+                os._exit(70)
+
+    app.agent(deliveries, name="onceonly.process", concurrency=1)(process)
+
+    if settings.reorder_window_ms > 0:
+        interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
+        app.timer(interval, name="onceonly.tick")(pipeline.tick)
+
+    async def metrics_page(web: Any, request: Any) -> Any:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return web.bytes(
+            generate_latest(pipeline.metrics.registry),
+            content_type=CONTENT_TYPE_LATEST.split(";")[0],
+        )
+
+    app.page("/metrics")(metrics_page)
+    return app, pipeline
+
+
+def run_worker(settings: Any) -> None:
+    """``onceonly worker``: one faust worker in the foreground."""
+    app, _ = build_app(settings)
+    faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()

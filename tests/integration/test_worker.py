@@ -1,0 +1,327 @@
+"""The worker end to end: real broker, real worker processes, AgentMail's API on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+
+from onceonly.kafka import AsyncProducer
+from onceonly.settings import Settings
+from processors.reply import reply_key
+from schemas.ledger import ReplyRecord, ReplyState
+from tests import payloads
+from tests.conftest import consume_all
+from tests.fakes.agentmail_server import FakeAgentMail
+from tests.integration.workers import WorkerProcess, produce_agentmail, wait_for, worker_env
+
+pytestmark = pytest.mark.integration
+
+INBOX = "support@agentmail.to"
+
+
+@pytest.fixture
+def mail() -> Iterator[FakeAgentMail]:
+    fake = FakeAgentMail()
+    fake.start_in_thread()
+    yield fake
+    fake.stop_in_thread()
+
+
+class Stack:
+    def __init__(
+        self, settings: Settings, producer: AsyncProducer, mail: FakeAgentMail, tmp: Path
+    ) -> None:
+        self.settings = settings
+        self.producer = producer
+        self.mail = mail
+        self.tmp = tmp
+        self.workers: list[WorkerProcess] = []
+
+    def worker(self, name: str = "w1", **env: str) -> WorkerProcess:
+        data = self.tmp / name
+        data.mkdir(parents=True, exist_ok=True)
+        process = WorkerProcess(
+            name,
+            worker_env(self.settings, mail_url=self.mail.base_url, data_dir=data, **env),
+            self.tmp / f"{name}.log",
+        )
+        self.workers.append(process)
+        return process.start()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {w.name}\n{w.log()[-2000:]}" for w in self.workers)
+
+    async def deliver(self, payload: dict[str, Any], times: int = 1) -> None:
+        await asyncio.gather(
+            *(produce_agentmail(self.producer, self.settings, payload) for _ in range(times))
+        )
+
+    def seed(self, message_id: str, thread: str, **kw: Any) -> dict[str, Any]:
+        self.mail.seed_message(INBOX, message_id=message_id, thread_id=thread)
+        return payloads.agentmail_received(
+            inbox_id=INBOX, thread_id=thread, message_id=message_id, **kw
+        )
+
+    def check_alive(self) -> bool:
+        dead = [w.name for w in self.workers if w.proc is not None and not w.alive and w.expected]
+        if dead:
+            raise AssertionError(f"worker(s) {dead} died:\n{self.logs()}")
+        return True
+
+    async def until_sent(self, count: int, timeout_s: float = 90) -> None:
+        await wait_for(
+            lambda: self.check_alive() and len(self.mail.outbox) >= count,
+            timeout_s=timeout_s,
+            what=f"{count} email(s)",
+            logs=self.logs,
+        )
+
+
+@pytest.fixture
+async def stack_factory(
+    settings_factory: Callable[..., Settings],
+    topics_factory: Callable[[Settings], Settings],
+    producer_factory: Callable[[Settings], AsyncProducer],
+    mail: FakeAgentMail,
+    tmp_path: Path,
+) -> AsyncIterator[Callable[..., Stack]]:
+    stacks: list[Stack] = []
+
+    def make(**overrides: Any) -> Stack:
+        values = {
+            "partitions": 4,
+            "reorder_window_ms": 1000,
+            "app_id": f"onceonly-{uuid.uuid4().hex[:6]}",
+        }
+        values.update(overrides)
+        settings = topics_factory(settings_factory(**values))
+        stack = Stack(settings, producer_factory(settings), mail, tmp_path)
+        stacks.append(stack)
+        return stack
+
+    yield make
+    for stack in stacks:
+        for worker in stack.workers:
+            worker.kill()
+
+
+async def test_one_message_delivered_five_times_gives_one_email(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory()
+    stack.worker()
+    payload = stack.seed("<m1@example.com>", "thr-a", event_id="evt-a")
+
+    await stack.deliver(payload, times=3)  # three at once
+    await stack.until_sent(1)
+    await stack.deliver(payload, times=2)  # and two later
+    await asyncio.sleep(3)
+
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<m1@example.com>"]
+
+
+def _ledger(stack: Stack) -> dict[str, ReplyRecord]:
+    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.ledger_topic)
+    return {r.key().decode(): ReplyRecord.decode(r.value()) for r in records if r.value()}
+
+
+def _writer_env(stack: Stack) -> dict[str, str]:
+    return {
+        "ONCEONLY_REPLY_WRITER": "tests.integration.writers:unique",
+        "ONCEONLY_TEST_WRITER_LOG": str(stack.tmp / "writer.log"),
+    }
+
+
+def _writer_calls(stack: Stack) -> list[str]:
+    path = stack.tmp / "writer.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def _until(
+    stack: Stack, condition: Callable[[], bool], what: str, timeout_s: float = 90
+) -> None:
+    await wait_for(
+        lambda: stack.check_alive() and condition(), timeout_s=timeout_s, what=what, logs=stack.logs
+    )
+
+
+async def test_a_kill_between_the_ledger_write_and_the_send_sends_once_with_the_same_text(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory()
+    env = _writer_env(stack)
+    worker = stack.worker(**env)
+    payload = stack.seed("<m1@example.com>", "thr-k1")
+    key = reply_key(INBOX, "<m1@example.com>")
+    stack.mail.faults.send_delay_s = 4.0  # the send is in flight when the worker dies
+
+    await stack.deliver(payload)
+    await _until(stack, lambda: key in _ledger(stack), "the pending ledger record")
+    pending = _ledger(stack)[key]
+    worker.kill()
+    assert pending.state is ReplyState.PENDING
+    assert stack.mail.outbox == []
+
+    stack.mail.faults.send_delay_s = 0.0
+    worker.start()
+    await _until(stack, lambda: _ledger(stack)[key].state is ReplyState.SENT, "the sent record")
+
+    assert [e.text for e in stack.mail.outbox] == [pending.reply_text]
+    assert len(_writer_calls(stack)) == 1
+
+
+async def test_a_kill_between_the_send_and_the_sent_record_sends_nothing_more(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory()
+    worker = stack.worker(**_writer_env(stack))
+    payload = stack.seed("<m1@example.com>", "thr-k2")
+    key = reply_key(INBOX, "<m1@example.com>")
+    stack.mail.faults.answer_delay_s = 8.0  # the email is out, the answer is not
+
+    await stack.deliver(payload)
+    await stack.until_sent(1)
+    worker.kill()
+    assert _ledger(stack)[key].state is ReplyState.PENDING
+
+    stack.mail.faults.answer_delay_s = 0.0
+    worker.start()
+    await _until(stack, lambda: _ledger(stack)[key].state is ReplyState.SENT, "the sent record")
+
+    assert len(stack.mail.outbox) == 1
+    assert len(_writer_calls(stack)) == 1
+
+
+async def test_a_burst_of_three_in_one_thread_gets_one_reply_to_the_latest(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=1500)
+    stack.worker()
+    times = ["2026-11-29T10:00:02Z", "2026-11-29T10:00:00Z", "2026-11-29T10:00:01Z"]
+    for i, ts in enumerate(times):
+        await stack.deliver(stack.seed(f"<b{i}@example.com>", "thr-burst", timestamp=ts))
+
+    await stack.until_sent(1)
+    await asyncio.sleep(3)
+
+    [email] = stack.mail.outbox
+    assert email.replied_to_message_id == "<b0@example.com>"  # the latest by payload time
+    assert "your 3 messages" in (email.text or "")
+    ledger = _ledger(stack)
+    assert ledger[reply_key(INBOX, "<b1@example.com>")].state is ReplyState.COVERED
+
+
+async def test_a_late_event_is_processed_and_counted(stack_factory: Callable[..., Stack]) -> None:
+    stack = stack_factory(reorder_window_ms=500)
+    worker = stack.worker()
+    await stack.deliver(
+        stack.seed("<new@example.com>", "thr-late", timestamp="2026-11-29T10:00:09Z")
+    )
+    await stack.until_sent(1)
+
+    await stack.deliver(
+        stack.seed("<old@example.com>", "thr-late", timestamp="2026-11-29T10:00:01Z")
+    )
+    await stack.until_sent(2)
+
+    assert "onceonly_late_events_total 1.0" in worker.metrics()
+    assert "late event" in worker.log()
+
+
+async def test_the_agents_own_message_gets_no_reply(stack_factory: Callable[..., Stack]) -> None:
+    stack = stack_factory()
+    stack.worker()
+    own = stack.seed("<own@example.com>", "thr-own", sender=f"Support <{INBOX}>")
+    sentinel = stack.seed("<other@example.com>", "thr-other")
+
+    await stack.deliver(own)
+    await stack.deliver(sentinel)
+    await stack.until_sent(1)
+    await asyncio.sleep(2)
+
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<other@example.com>"]
+
+
+async def test_a_lost_response_does_not_become_a_second_email(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory()
+    stack.worker()
+    key = reply_key(INBOX, "<m1@example.com>")
+    stack.mail.lose_response_next(1)
+
+    await stack.deliver(stack.seed("<m1@example.com>", "thr-lost"))
+    await _until(
+        stack,
+        lambda: key in _ledger(stack) and _ledger(stack)[key].state is ReplyState.SENT,
+        "sent",
+    )
+
+    assert len(stack.mail.outbox) == 1
+
+
+async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory()
+    payload = stack.seed("<m1@example.com>", "thr-stale")
+    stack.mail.seed_message(
+        INBOX,
+        message_id="<r1@example.com>",
+        thread_id="thr-stale",
+        labels=("sent",),
+        in_reply_to="<m1@example.com>",
+        from_=INBOX,
+    )
+    key = reply_key(INBOX, "<m1@example.com>")
+    stale = ReplyRecord(
+        key,
+        INBOX,
+        "<m1@example.com>",
+        "agentmail:thr-stale",
+        ReplyState.PENDING,
+        datetime.now(UTC) - timedelta(hours=25),
+        "the old text",
+    )
+    every = list(range(stack.settings.partitions))
+    partition = DefaultPartitioner()(b"agentmail:thr-stale", every, every)
+    await stack.producer.produce(
+        stack.settings.ledger_topic, stale.encode(), key=key.encode(), partition=partition
+    )
+    stack.worker()
+
+    await stack.deliver(payload)
+    await _until(
+        stack, lambda: _ledger(stack)[key].state is ReplyState.SENT, "the reconciled record"
+    )
+
+    assert stack.mail.outbox == []
+    assert _ledger(stack)[key].sent_message_id == "<r1@example.com>"
+
+
+async def test_two_workers_one_killed_mid_run_answer_every_message_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(partitions=4, reorder_window_ms=200)
+    stack.worker("w1")
+    stack.worker("w2")
+    messages = [(f"<s{i}@example.com>", f"thr-s{i}") for i in range(30)]
+
+    for message_id, thread in messages[:15]:
+        await stack.deliver(stack.seed(message_id, thread))
+    await stack.until_sent(5)
+    stack.workers[0].kill()
+    for message_id, thread in messages[15:]:
+        await stack.deliver(stack.seed(message_id, thread))
+    await stack.until_sent(30, timeout_s=120)
+    await asyncio.sleep(3)
+
+    answered = sorted(e.replied_to_message_id for e in stack.mail.outbox)
+    assert answered == sorted(m for m, _ in messages)
