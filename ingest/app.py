@@ -184,15 +184,13 @@ class Ingest:
             return self._reject(name, 413, exc.check, str(exc), request)
 
         try:
-            delivered = await asyncio.wait_for(
-                self.producer.produce(
+            async with asyncio.timeout(self.timeout_s):
+                delivered = await self.producer.produce(
                     self.settings.deliveries_topic,
                     envelope.encode(),
                     key=envelope.thread_key.encode(),
                     headers=envelope.headers(),
-                ),
-                timeout=self.timeout_s,
-            )
+                )
         except (ProduceFailed, TimeoutError) as exc:
             self.metrics.rejected.labels(name, "broker_unavailable").inc()
             log.warning(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import subprocess
 import sys
 from collections.abc import Coroutine, Iterator
 from typing import Any
@@ -93,7 +94,7 @@ def worker() -> None:
 
 @main.command()
 def up() -> None:
-    """Everything for a local stack: broker (if local), topics, ingest. Ctrl-C stops it all."""
+    """Everything for a local stack: broker (if local), topics, worker, ingest. Ctrl-C stops all."""
     from ingest.app import serve
     from onceonly.kafka import Admin
     from onceonly.topics import topic_specs
@@ -105,13 +106,22 @@ def up() -> None:
             stack.enter_context(_local_broker(settings))
         for status in admin.ensure_topics(topic_specs(settings)):
             click.echo(f"topic {status.name}: {status.partitions} partitions")
+        stack.enter_context(_worker_process())
 
         def announce(url: str) -> None:
             click.echo("")
             click.echo(f"kafka      {settings.kafka_bootstrap}")
             for route in ("agentmail", "nylas", "stripe", "github", "standard/<source>"):
                 click.echo(f"webhook    POST {url}/webhooks/{route}")
-            click.echo(f"metrics    {url}/metrics")
+            click.echo(f"metrics    {url}/metrics (ingest)")
+            click.echo(
+                f"metrics    http://{settings.worker_host}:{settings.worker_port}/metrics (worker)"
+            )
+            if settings.agentmail_api_key is None:
+                click.echo(
+                    "mail       dry run: no AGENTMAIL_API_KEY, replies are recorded in "
+                    f"{settings.run_dir}/dry-run-outbox.jsonl"
+                )
             click.echo(f"health     {url}/healthz  {url}/readyz")
             click.echo("Ctrl-C stops everything.")
 
@@ -134,6 +144,22 @@ def _local_broker(settings: Settings) -> Iterator[None]:
     finally:
         click.echo("stopping kafka")
         broker.stop()
+
+
+@contextlib.contextmanager
+def _worker_process() -> Iterator[None]:
+    """``onceonly worker`` beside ingest, with the same environment; stopped on exit."""
+    worker = subprocess.Popen([sys.executable, "-m", "onceonly", "worker"])
+    click.echo(f"worker started (pid {worker.pid})")
+    try:
+        yield
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
 
 
 def _run_until_signal(coro: Coroutine[Any, Any, None]) -> None:

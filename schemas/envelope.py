@@ -8,7 +8,7 @@ as text, byte for byte, in ``raw``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,10 +46,20 @@ class Envelope:
         return json.loads(self.raw)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["occurred_at"] = _iso(self.occurred_at)
-        data["received_at"] = _iso(self.received_at)
-        return data
+        # built by hand: dataclasses.asdict deep-copies every field, on the hot path
+        return {
+            "provider": self.provider,
+            "event_id": self.event_id,
+            "event_type": self.event_type,
+            "thread_key": self.thread_key,
+            "account_id": self.account_id,
+            "message_id": self.message_id,
+            "occurred_at": _iso(self.occurred_at),
+            "received_at": _iso(self.received_at),
+            "truncated": self.truncated,
+            "raw": self.raw,
+            "v": self.v,
+        }
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")).encode()
