@@ -68,10 +68,13 @@ class Settings(BaseSettings):
     send_attempts: int = Field(default=5, ge=1)
     send_timeout_s: float = Field(default=10.0, gt=0)
     reply_writer: str = "processors.writer:acknowledge"
+    event_handler: str | None = None
     agentmail_base_url: str | None = None
     agentmail_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("AGENTMAIL_API_KEY", "agentmail_api_key")
     )
+    #: shifts the worker's clock; for drills and tests that move time (e.g. expiry)
+    clock_offset_s: float = 0.0
     rocksdb_block_cache_bytes: int = Field(default=8 * 1024 * 1024, ge=1024 * 1024)
     rocksdb_write_buffer_bytes: int = Field(default=4 * 1024 * 1024, ge=1024 * 1024)
 

@@ -28,6 +28,7 @@ import faust
 import structlog
 
 from processors import dedupe, reorder
+from processors.effects import EffectConflict, Effects, EventHandler, run_handler
 from processors.exceptions import SendError
 from processors.mail import AgentMailSender, DryRunOutbox
 from processors.metrics import WorkerMetrics
@@ -40,7 +41,7 @@ from processors.reply import (
     reply_once,
     skip_reason,
 )
-from processors.writer import load_writer
+from processors.writer import load_callable, load_writer
 from schemas.envelope import Envelope
 from schemas.exceptions import SchemaError
 from schemas.ledger import EventEntry, ReplyRecord
@@ -74,7 +75,14 @@ class TableLedger:
         return ReplyRecord.decode(raw) if raw is not None else None
 
     async def put(self, record: ReplyRecord) -> None:
-        self.table[record.key.encode()] = record.encode()
+        await self.put_raw(record.key, record.encode())
+
+    def get_raw(self, key: str) -> bytes | None:
+        raw = self.table.get(key.encode())
+        return bytes(raw) if raw is not None else None
+
+    async def put_raw(self, key: str, value: bytes) -> None:
+        self.table[key.encode()] = value
         await self.table.last_changelog_fut
 
 
@@ -91,6 +99,7 @@ class Pipeline:
     dead_letters: Any  # faust Topic
     deliveries: Any  # faust Topic
     metrics: WorkerMetrics
+    handler: EventHandler | None = None
     clock: Clock = time.time
     sweep_every_s: float = 600.0
     _last_sweep: dict[int, float] = field(default_factory=dict)
@@ -226,8 +235,7 @@ class Pipeline:
         for envelope, _ in claimed:
             ids = {"provider": envelope.provider, "event_id": envelope.event_id}
             if envelope.provider != "agentmail":
-                self.metrics.skips.labels("no_handler").inc()
-                log.info("event recorded; no effect handler for this provider yet", **ids)
+                outcomes[envelope.event_id] = await self.handle_event(envelope)
                 continue
             payload = envelope.payload()
             message = payload.get("message") or {}
@@ -273,6 +281,25 @@ class Pipeline:
             for inbound in burst:
                 outcomes[inbound.event_id] = ok
         return outcomes
+
+    async def handle_event(self, envelope: Envelope) -> bool:
+        """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""
+        ids = {"provider": envelope.provider, "event_id": envelope.event_id}
+        if self.handler is None:
+            self.metrics.skips.labels("no_handler").inc()
+            log.info("event recorded; no ONCEONLY_EVENT_HANDLER configured", **ids)
+            return True
+        effects = Effects(envelope, self.ledger, lambda: datetime.fromtimestamp(self.clock(), UTC))
+        try:
+            await run_handler(self.handler, envelope, effects)
+        except Exception as exc:  # a handler's failure is this event's, not the worker's
+            reason = "effect_conflict" if isinstance(exc, EffectConflict) else "handler_failed"
+            log.error("event handler failed; dead-lettered", reason=reason, error=repr(exc), **ids)
+            await self._dead_letter(
+                {"reason": f"{reason}: {exc}", "envelopes": [envelope.to_json()]}
+            )
+            return False
+        return True
 
     async def _dead_letter_reply(
         self, record: ReplyRecord, reason: str, envelopes: Sequence[Envelope]
@@ -405,6 +432,11 @@ def build_app(
         dead_letters=dead_letters,
         deliveries=deliveries,
         metrics=WorkerMetrics(),
+        handler=(
+            load_callable(settings.event_handler, "ONCEONLY_EVENT_HANDLER")
+            if settings.event_handler
+            else None
+        ),
         clock=clock,
         sweep_every_s=max(1.0, settings.dedupe_retention.total_seconds() / 100),
     )
@@ -441,5 +473,6 @@ def build_app(
 
 def run_worker(settings: Any) -> None:
     """``onceonly worker``: one faust worker in the foreground."""
-    app, _ = build_app(settings)
+    offset = settings.clock_offset_s
+    app, _ = build_app(settings, clock=(lambda: time.time() + offset) if offset else time.time)
     faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from typing import Any
 
 from onceonly.errors import ConfigError
 from processors.reply import Inbound, ReplyWriter
@@ -25,19 +26,21 @@ def acknowledge(burst: Sequence[Inbound]) -> str:
     )
 
 
-def load_writer(spec: str) -> ReplyWriter:
+def load_callable(spec: str, variable: str) -> Any:
     """Import ``module:function``; a bad spec is a ConfigError naming the variable."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(
-            f"ONCEONLY_REPLY_WRITER={spec!r} is not 'module:function' "
-            "(e.g. processors.writer:acknowledge)"
+            f"{variable}={spec!r} is not 'module:function' (e.g. processors.writer:acknowledge)"
         )
     try:
-        module = importlib.import_module(module_name)
-        writer = getattr(module, attr)
+        found = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"ONCEONLY_REPLY_WRITER={spec!r} cannot be loaded: {exc}") from exc
-    if not callable(writer):
-        raise ConfigError(f"ONCEONLY_REPLY_WRITER={spec!r} is not callable")
-    return writer  # type: ignore[no-any-return]
+        raise ConfigError(f"{variable}={spec!r} cannot be loaded: {exc}") from exc
+    if not callable(found):
+        raise ConfigError(f"{variable}={spec!r} is not callable")
+    return found
+
+
+def load_writer(spec: str) -> ReplyWriter:
+    return load_callable(spec, "ONCEONLY_REPLY_WRITER")  # type: ignore[no-any-return]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
+from ingest import normalise
 from onceonly.kafka import AsyncProducer
 from onceonly.settings import Settings
 from processors.reply import reply_key
@@ -44,8 +46,9 @@ class Stack:
         self.tmp = tmp
         self.workers: list[WorkerProcess] = []
 
-    def worker(self, name: str = "w1", **env: str) -> WorkerProcess:
-        data = self.tmp / name
+    def worker(self, name: str = "w1", *, state_of: str | None = None, **env: str) -> WorkerProcess:
+        """Start a worker; ``state_of`` names an earlier worker whose data dir it takes over."""
+        data = self.tmp / (state_of or name)
         data.mkdir(parents=True, exist_ok=True)
         process = WorkerProcess(
             name,
@@ -325,3 +328,53 @@ async def test_two_workers_one_killed_mid_run_answer_every_message_once(
 
     answered = sorted(e.replied_to_message_id for e in stack.mail.outbox)
     assert answered == sorted(m for m, _ in messages)
+
+
+async def test_dedupe_entries_expire_in_the_store_and_the_changelog(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = stack.worker()
+    first = stack.seed("<e1@example.com>", "thr-exp", event_id="evt-exp-1")
+    await stack.deliver(first)
+    await stack.until_sent(1)
+    worker.stop()
+
+    eight_days = str(8 * 24 * 3600)
+    later = stack.worker("w-later", state_of="w1", ONCEONLY_CLOCK_OFFSET_S=eight_days)
+    # any record on the thread's partition runs the sweep with the moved clock
+    await stack.deliver(stack.seed("<e2@example.com>", "thr-exp", event_id="evt-exp-2"))
+    await stack.until_sent(2)
+    await _until(stack, lambda: "dedupe entries expired" in later.log(), "the sweep")
+
+    changelog = consume_all(
+        stack.settings.kafka_bootstrap, f"{stack.settings.app_id}-events-changelog"
+    )
+    tombstones = [r.key() for r in changelog if r.value() is None]
+    assert b"agentmail:evt-exp-1" in tombstones
+
+    await stack.deliver(first)  # dedupe forgot it; the reply ledger still remembers
+    await _until(stack, lambda: "reply skipped: already handled" in later.log(), "the ledger skip")
+    assert len(stack.mail.outbox) == 2
+
+
+async def test_a_stripe_event_reaches_the_handler_and_its_effect_happens_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    effect_log = stack.tmp / "effects.log"
+    worker = stack.worker(
+        ONCEONLY_EVENT_HANDLER="tests.integration.writers:count_receipts",
+        ONCEONLY_TEST_EFFECT_LOG=str(effect_log),
+    )
+    body = json.dumps(payloads.stripe_event(event_id="evt_paid_1"))
+    envelope = normalise.stripe(body, {}, datetime.now(UTC))
+
+    for _ in range(3):
+        await stack.producer.produce(
+            stack.settings.deliveries_topic, envelope.encode(), key=envelope.thread_key.encode()
+        )
+    await _until(stack, effect_log.exists, "the effect")
+    await _until(stack, lambda: worker.log().count("delivery skipped") >= 2, "the duplicates")
+
+    assert len(effect_log.read_text().splitlines()) == 1

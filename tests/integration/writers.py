@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from processors.reply import Inbound
 
@@ -17,3 +18,18 @@ def unique(burst: Sequence[Inbound]) -> str:
         with open(log, "a") as out:
             out.write(text + "\n")
     return text
+
+
+async def count_receipts(envelope: Any, effects: Any) -> None:
+    """An event handler: one 'receipt' per Stripe invoice.paid, counted in a file."""
+    event = envelope.payload()
+    if event.get("type") != "invoice.paid":
+        return
+    log = os.environ["ONCEONLY_TEST_EFFECT_LOG"]
+
+    def send(key: str) -> str:
+        with open(log, "a") as out:
+            out.write(key + "\n")
+        return "receipt-sent"
+
+    await effects.once("send_receipt", {"invoice": event["data"]["object"]["id"]}, send)

@@ -1,0 +1,110 @@
+"""The "instant mail server" of the processor benchmark: AgentMail's reply endpoint, nothing else.
+
+``python -m bench._instant_mail --port N``
+
+It answers ``POST /v0/inboxes/{inbox_id}/messages/{message_id}/reply`` at once with the
+``SendMessageResponse`` JSON the ``agentmail`` SDK parses (``{"message_id", "thread_id"}``),
+so the worker under test runs its real :class:`~processors.mail.AgentMailSender` and the
+mail API costs (almost) nothing. ``tests/fakes/agentmail_server.py`` speaks far more of
+the API, but it needs every message seeded first and keeps the whole mailbox; this is
+the cheaper of the two, which is what a throughput figure wants.
+
+It counts what it is sent and when, for the benchmark to read:
+
+``GET /_control/stats``
+    ``{"requests", "sent", "replayed", "first", "last"}``: reply requests, distinct
+    ``Idempotency-Key`` values among them (each key's first request is a send, a repeat
+    is answered as a replay, as AgentMail does), and the wall-clock times (epoch seconds)
+    of the first and the latest send.
+``GET /healthz``
+    200 once it serves.
+
+It stops on SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import time
+
+from aiohttp import web
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.keys: dict[str, str] = {}
+        self.replayed = 0
+        self.first = 0.0
+        self.last = 0.0
+
+    async def reply(self, request: web.Request) -> web.StreamResponse:
+        if not request.path.endswith("/reply"):
+            return web.json_response({"name": "NotFoundError", "message": "not served"}, status=404)
+        await request.read()
+        self.requests += 1
+        key = request.headers.get("Idempotency-Key") or f"no-key-{self.requests}"
+        sent_id = self.keys.get(key)
+        if sent_id is not None:
+            self.replayed += 1
+            return web.json_response(
+                {"message_id": sent_id, "thread_id": "thr_bench"},
+                headers={"Idempotent-Replayed": "true"},
+            )
+        sent_id = f"<sent-{len(self.keys)}@bench.instant>"
+        self.keys[key] = sent_id
+        now = time.time()
+        if not self.first:
+            self.first = now
+        self.last = now
+        return web.json_response({"message_id": sent_id, "thread_id": "thr_bench"})
+
+    async def stats(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(
+            {
+                "requests": self.requests,
+                "sent": len(self.keys),
+                "replayed": self.replayed,
+                "first": self.first,
+                "last": self.last,
+            }
+        )
+
+
+async def healthz(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"status": "ok"})
+
+
+async def serve(host: str, port: int) -> None:
+    outbox = Outbox()
+    app = web.Application()
+    app.router.add_post("/v0/{tail:.*}", outbox.reply)
+    app.router.add_get("/_control/stats", outbox.stats)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench._instant_mail")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The baseline of the processor benchmark: a plain faust agent that only counts events.
+
+``python -m bench._plain_faust --bootstrap B --topic T --app-id A --data-dir D \
+--partitions P --expect N --out result.json``
+
+The faust App is built as :func:`processors.worker.build_app` builds onceonly's (same
+broker, session and heartbeat settings, raw bytes codec, ``stream_wait_empty``), without
+what a counter has no use for: no tables (so the in-memory store instead of RocksDB) and
+no web server. One agent, concurrency 1, iterates ``stream.events()`` exactly as the
+worker's agent does and counts.
+
+It writes ``--out`` (JSON, replaced atomically) when the first event arrives and again
+when the ``--expect``-th does: ``{"started", "first", "last", "count"}``, wall-clock
+epoch seconds. It keeps running until it is stopped (SIGTERM), like a worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import faust
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def build(args: argparse.Namespace) -> faust.App:
+    started = time.time()
+    brokers = [f"kafka://{host.strip()}" for host in args.bootstrap.split(",")]
+    app = faust.App(
+        args.app_id,
+        broker=brokers,
+        store="memory://",
+        datadir=str(args.data_dir),
+        web_enabled=False,
+        topic_partitions=args.partitions,
+        autodiscover=False,
+        worker_redirect_stdouts=False,
+        broker_session_timeout=10,
+        broker_heartbeat_interval=1,
+        stream_wait_empty=True,
+    )
+    topic = app.topic(
+        args.topic,
+        partitions=args.partitions,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    out = Path(args.out)
+    expect = int(args.expect)
+
+    async def count(stream: Any) -> None:
+        seen = 0
+        first = 0.0
+        async for _event in stream.events():
+            seen += 1
+            if seen == 1:
+                first = time.time()
+                _write(out, {"started": started, "first": first, "last": 0.0, "count": 1})
+            if seen == expect:
+                last = time.time()
+                _write(out, {"started": started, "first": first, "last": last, "count": seen})
+
+    app.agent(topic, name="bench.count", concurrency=1)(count)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench._plain_faust")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--app-id", required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--expect", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--loglevel", default="warning")
+    args = parser.parse_args(argv)
+    app = build(args)
+    faust.Worker(app, loglevel=args.loglevel).execute_from_commandline()
+
+
+if __name__ == "__main__":
+    main()
