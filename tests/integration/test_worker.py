@@ -378,3 +378,38 @@ async def test_a_stripe_event_reaches_the_handler_and_its_effect_happens_once(
     await _until(stack, lambda: worker.log().count("delivery skipped") >= 2, "the duplicates")
 
     assert len(effect_log.read_text().splitlines()) == 1
+
+
+async def test_events_out_of_order_within_the_window_reach_the_writer_in_time_order(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=1500)
+    stack.worker(ONCEONLY_REPLY_WRITER="tests.integration.writers:echo")
+    arrivals = [("<c@x>", "10:00:03"), ("<a@x>", "10:00:01"), ("<b@x>", "10:00:02")]
+
+    for message_id, clock in arrivals:
+        payload = stack.seed(message_id, "thr-order", timestamp=f"2026-11-29T{clock}Z")
+        await stack.deliver(payload)
+    await stack.until_sent(1)
+
+    [email] = stack.mail.outbox
+    order = [part.split(":")[0] for part in (email.text or "").split(" | ")]
+    assert order == ["<a@x>", "<b@x>", "<c@x>"]
+
+
+async def test_an_event_without_its_body_is_fetched_before_the_writer_sees_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    stack.worker(ONCEONLY_REPLY_WRITER="tests.integration.writers:echo")
+    stack.mail.seed_message(
+        INBOX, message_id="<big@x>", thread_id="thr-big", text="the full body from the API"
+    )
+    payload = payloads.agentmail_received(
+        inbox_id=INBOX, thread_id="thr-big", message_id="<big@x>", text=None
+    )
+
+    await stack.deliver(payload)
+    await stack.until_sent(1)
+
+    assert stack.mail.outbox[0].text == "<big@x>: the full body from the API"

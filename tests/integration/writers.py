@@ -33,3 +33,8 @@ async def count_receipts(envelope: Any, effects: Any) -> None:
         return "receipt-sent"
 
     await effects.once("send_receipt", {"invoice": event["data"]["object"]["id"]}, send)
+
+
+def echo(burst: Sequence[Inbound]) -> str:
+    """Shows what the writer was given: each message's id and text, in the order given."""
+    return " | ".join(f"{m.message_id}: {m.text}" for m in burst)

@@ -1,0 +1,938 @@
+"""Processor benchmark: what dedupe, reorder and reply cost next to a faust agent that only counts.
+
+``python -m bench.processors`` measures, in one run, on one machine:
+
+(1) a plain faust agent (``bench._plain_faust``, concurrency 1, the App built as
+    onceonly's) that only counts events: events/s from its first event to its last;
+(2) ``onceonly worker`` (``python -m onceonly worker``, a real process) with
+    ``ONCEONLY_REORDER_WINDOW_MS=0`` and an instant mail server (``bench._instant_mail``,
+    AgentMail's reply endpoint answering at once): replies/s from the first reply the
+    mail server receives to the last. Every record is a distinct ``message.received``
+    event, so each one is deduped, recorded, replied to and recorded as sent;
+(3) the worker's RSS (its whole process group, from ``/proc``) once it holds
+    ``--dedupe-entries`` dedupe entries: that many distinct Stripe events, which the
+    worker dedupes and records without any effect (no handler for Stripe yet);
+(4) restart-to-first-event with that state: the worker is SIGKILLed (a crash), started
+    again on the same data directory and app id, one new AgentMail event is produced,
+    and the time from the new process's start to that event's reply is measured; then
+    the same after a SIGTERM (a clean stop), for comparison.
+
+Both (1) and (2) read the same ``--events`` records, produced before either starts.
+The broker is an :class:`~onceonly.broker.EmbeddedBroker` on a free port in a temporary
+run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``; the topics and app
+ids are fresh for every run (``onceonly-bench-<tag>.*``).
+
+Targets (the issue): (2)/(1) >= 0.5 and (2) >= 2,000 replies/s per worker; (3) < 300 MB.
+The figures are printed and written to ``bench/results/processors-<date>.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+from rich.console import Console
+
+from bench._load import agentmail_body
+from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, machine
+from bench.ingest import _loadavg, broker_pid, kafka
+
+TARGET_RATIO = 0.5
+TARGET_REPLIES_PER_S = 2000.0
+TARGET_RSS_MB = 300.0
+RESULTS_DIR = ROOT / "bench" / "results"
+#: How long without progress before a phase is declared stuck.
+STALL_S = 90.0
+
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+
+Record = tuple[bytes, bytes, list[tuple[str, bytes]]]  # key, value, headers
+
+
+# --------------------------------------------------------------------------- records
+
+
+def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
+    """What ingest produces for ``count`` distinct AgentMail ``message.received`` events
+    (~1.5 KB bodies, 1024 threads, every message and event id distinct)."""
+    from ingest import normalise
+
+    now = datetime.now(UTC)
+    for n in range(start, start + count):
+        envelope = normalise.agentmail(agentmail_body(n, now).decode(), {}, now)
+        yield envelope.thread_key.encode(), envelope.encode(), envelope.headers()
+
+
+def stripe_records(count: int, tag: str) -> Iterator[Record]:
+    """What ingest produces for ``count`` distinct Stripe ``invoice.paid`` events, one
+    invoice (so one thread key) each: deduped and recorded, no effect handler."""
+    from ingest import normalise
+
+    now = datetime.now(UTC)
+    created = int(now.timestamp())
+    for n in range(count):
+        body = json.dumps(
+            {
+                "id": f"evt_{tag}{n:010d}",
+                "object": "event",
+                "api_version": "2024-06-20",
+                "created": created,
+                "type": "invoice.paid",
+                "livemode": False,
+                "data": {
+                    "object": {
+                        "id": f"in_{tag}{n:010d}",
+                        "object": "invoice",
+                        "amount_paid": 4200,
+                        "currency": "eur",
+                        "customer": f"cus_{n % 5000:06d}",
+                    }
+                },
+            }
+        )
+        envelope = normalise.stripe(body, {}, now)
+        yield envelope.thread_key.encode(), envelope.encode(), envelope.headers()
+
+
+def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -> float:
+    """Produce every record with confluent-kafka in a tight loop (batched, acks=all);
+    return the seconds it took. Raises BenchError if any record is not stored."""
+    from confluent_kafka import Producer
+
+    from onceonly.kafka import producer_config
+
+    failures: list[str] = []
+
+    def on_error(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    producer = Producer(
+        producer_config(
+            bootstrap,
+            timeout_ms=120_000,
+            max_record_bytes=8 * 1024 * 1024,
+            **{
+                "linger.ms": 20,
+                "batch.num.messages": 10_000,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.messages": 500_000,
+                "queue.buffering.max.kbytes": 512 * 1024,
+                "delivery.report.only.error": True,
+                "on_delivery": on_error,
+                "log_level": 3,
+            },
+        )
+    )
+    started = time.perf_counter()
+    report = max(total // 10, 1)
+    for n, (key, value, headers) in enumerate(records, 1):
+        while True:
+            try:
+                producer.produce(topic, value, key=key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 1000 == 0:
+            producer.poll(0)
+        if total >= 100_000 and n % report == 0:
+            console.print(f"  produced {n:,} of {total:,} …")
+    left = producer.flush(120)
+    if left or failures:
+        raise BenchError(
+            f"{left} records were not acknowledged and {len(failures)} failed "
+            f"({failures[:3]}) producing to {topic}; see the broker log"
+        )
+    return time.perf_counter() - started
+
+
+def create_topics(bootstrap: str, partitions: int, tag: str) -> dict[str, str]:
+    """Fresh topics shaped as onceonly's; the variables the worker needs for them."""
+    from onceonly.kafka import Admin
+    from onceonly.settings import Settings
+    from onceonly.topics import topic_specs
+
+    prefix = f"onceonly-bench-{tag}"
+    names = {
+        "ONCEONLY_DELIVERIES_TOPIC": f"{prefix}.deliveries",
+        "ONCEONLY_LEDGER_TOPIC": f"{prefix}.replies",
+        "ONCEONLY_DEAD_LETTER_TOPIC": f"{prefix}.dead-letters",
+    }
+    settings = Settings(
+        kafka_bootstrap=bootstrap,
+        partitions=partitions,
+        deliveries_topic=names["ONCEONLY_DELIVERIES_TOPIC"],
+        ledger_topic=names["ONCEONLY_LEDGER_TOPIC"],
+        dead_letter_topic=names["ONCEONLY_DEAD_LETTER_TOPIC"],
+    )
+    Admin(bootstrap).ensure_topics(topic_specs(settings))
+    return names
+
+
+def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
+    """Distinct reply keys whose latest ledger record says ``sent``, read from the topic."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"onceonly-bench-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        }
+    )
+    latest: dict[bytes, str] = {}
+    try:
+        ends = {}
+        for p in range(partitions):
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
+        pending = {p for p, high in ends.items() if high > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, 0.5):
+                if msg.error():
+                    continue
+                if msg.value() is not None:
+                    latest[msg.key()] = json.loads(msg.value()).get("state", "")
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    pending.discard(msg.partition())
+    finally:
+        consumer.close()
+    return sum(1 for state in latest.values() if state == "sent")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def base_env(extra: dict[str, str]) -> dict[str, str]:
+    """The caller's environment without any ONCEONLY_* variable (nor an AgentMail key)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.upper().startswith("ONCEONLY_") and k.upper() != "AGENTMAIL_API_KEY"
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def get_json(url: str, timeout_s: float = 2.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return json.loads(response.read())
+
+
+def scrape(port: int) -> dict[str, float] | None:
+    """The worker's /metrics samples (name with labels -> value), None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return None
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                out[name] = float(value)
+    return out
+
+
+def group_rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MB summed over the process group led by ``pid`` (the worker and
+    any child it started)."""
+    rss = hwm = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(encoding="ascii")
+            pgrp = int(stat.rsplit(")", 1)[1].split()[2])
+            if pgrp != pid:
+                continue
+            for line in (entry / "status").read_text(encoding="ascii").splitlines():
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    hwm += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return rss / 1024, hwm / 1024
+
+
+def kill_hard(process: ServerProcess) -> None:
+    """SIGKILL the process group, as a crash would, and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.stop()  # reaps it: the group is already gone
+
+
+def check_alive(process: ServerProcess, what: str) -> None:
+    if not is_alive(process):
+        raise BenchError(f"{process.name} exited while {what}; its output:\n{process.log_tail()}")
+
+
+def is_alive(process: ServerProcess) -> bool:
+    try:
+        pid = process.pid
+    except BenchError:
+        return False
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == 0
+
+
+def wait_progress(
+    read: Callable[[], int],
+    target: int,
+    *,
+    what: str,
+    process: ServerProcess,
+    every_s: float,
+    on_sample: Callable[[int], None] | None = None,
+) -> None:
+    """Poll ``read()`` until it reaches ``target``; fail if it stops moving for STALL_S."""
+    last_value = -1
+    last_move = time.monotonic()
+    while True:
+        value = read()
+        if on_sample is not None:
+            on_sample(value)
+        if value >= target:
+            return
+        if value != last_value:
+            last_value, last_move = value, time.monotonic()
+        elif time.monotonic() - last_move > STALL_S:
+            raise BenchError(
+                f"{what}: stuck at {value:,} of {target:,} for {STALL_S:g} s; "
+                f"{process.name} output:\n{process.log_tail()}"
+            )
+        check_alive(process, what)
+        time.sleep(every_s)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass(slots=True)
+class Drain:
+    """A phase that drained ``count`` records."""
+
+    label: str
+    count: int
+    seconds: float  #: first event to last
+    startup_s: float  #: process start to its first event
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return (self.count - 1) / self.seconds if self.seconds > 0 else math.nan
+
+
+@dataclass(slots=True)
+class Memory:
+    entries: int
+    rss_mb: float
+    hwm_mb: float
+    drain: Drain | None = None
+    growth: list[tuple[int, float]] = field(default_factory=list)  #: (events, RSS MB)
+    after_restart_mb: float = math.nan
+
+
+@dataclass(slots=True)
+class Restart:
+    how: str
+    entries: int
+    first_s: float  #: process start to the new event's reply
+    web_s: float  #: process start to /metrics answering
+    all_partitions_s: float = math.nan  #: process start to a reply on every partition
+
+
+@dataclass(slots=True)
+class Results:
+    events: int
+    partitions: int
+    plain: Drain | None = None
+    worker: Drain | None = None
+    ledger_sent: int = 0
+    replies_metric: float = math.nan
+    replayed: int = 0
+    memory: Memory | None = None
+    restarts: list[Restart] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        if self.plain is None or self.worker is None or not self.plain.rate:
+            return math.nan
+        return self.worker.rate / self.plain.rate
+
+
+# --------------------------------------------------------------------------- the phases
+
+
+@dataclass
+class Bench:
+    work: Path
+    bootstrap: str
+    topics: dict[str, str]
+    tag: str
+    partitions: int
+    log_level: str
+    mail_port: int = 0
+    worker_port: int = 0
+    mail: ServerProcess | None = None
+    worker: ServerProcess | None = None
+    plain: ServerProcess | None = None
+    starts: int = 0
+
+    @property
+    def deliveries(self) -> str:
+        return self.topics["ONCEONLY_DELIVERIES_TOPIC"]
+
+    def cpu_pids(self, name: str, pid: int) -> dict[str, int | None]:
+        pids: dict[str, int | None] = {name: pid}
+        if self.mail is not None:
+            pids["mail"] = self.mail.pid
+        if (broker := broker_pid(self.work)) is not None:
+            pids["broker"] = broker
+        pids["bench"] = None
+        return pids
+
+    # -- (1) the plain agent ------------------------------------------------------------
+
+    def run_plain(self, count: int) -> Drain:
+        from onceonly.broker import free_port  # noqa: F401  (the same import path as others)
+
+        out = self.work / "plain.json"
+        self.plain = ServerProcess(
+            "plain faust agent",
+            [
+                sys.executable,
+                "-m",
+                "bench._plain_faust",
+                "--bootstrap",
+                self.bootstrap,
+                "--topic",
+                self.deliveries,
+                "--app-id",
+                f"onceonly-bench-{self.tag}-plain",
+                "--data-dir",
+                str(self.work / "plain-data"),
+                "--partitions",
+                str(self.partitions),
+                "--expect",
+                str(count),
+                "--out",
+                str(out),
+                "--loglevel",
+                self.log_level.lower(),
+            ],
+            base_env({}),
+            self.work / "plain.log",
+        )
+        started = time.time()
+        self.plain.start()
+        cpu: CpuWindow | None = None
+
+        def read() -> int:
+            nonlocal cpu
+            try:
+                data = json.loads(out.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return 0
+            if cpu is None:
+                assert self.plain is not None
+                cpu = CpuWindow(self.cpu_pids("agent", self.plain.pid))
+                cpu.begin()
+            return int(data["count"])
+
+        wait_progress(read, count, what="(1) draining", process=self.plain, every_s=0.02)
+        assert cpu is not None
+        cpu.end()
+        data = json.loads(out.read_text(encoding="utf-8"))
+        self.plain.stop()
+        self.plain = None
+        return Drain(
+            "(1) plain faust agent, counts only",
+            count,
+            data["last"] - data["first"],
+            data["first"] - started,
+            cpu.percent,
+        )
+
+    # -- the worker -----------------------------------------------------------------------
+
+    def worker_env(self) -> dict[str, str]:
+        return base_env(
+            {
+                "ONCEONLY_KAFKA_BOOTSTRAP": self.bootstrap,
+                "ONCEONLY_PARTITIONS": str(self.partitions),
+                "ONCEONLY_APP_ID": f"onceonly-bench-{self.tag}",
+                "ONCEONLY_DATA_DIR": str(self.work / "worker-data"),
+                "ONCEONLY_RUN_DIR": str(self.work / "worker-run"),
+                "ONCEONLY_REORDER_WINDOW_MS": "0",
+                "ONCEONLY_WORKER_HOST": "127.0.0.1",
+                "ONCEONLY_WORKER_PORT": str(self.worker_port),
+                "ONCEONLY_AGENTMAIL_BASE_URL": f"http://127.0.0.1:{self.mail_port}",
+                "AGENTMAIL_API_KEY": "bench-not-a-real-key",
+                "ONCEONLY_LOG_LEVEL": self.log_level,
+                **self.topics,
+            }
+        )
+
+    def start_worker(self) -> float:
+        """Start ``onceonly worker``; return the wall-clock time just before it was spawned."""
+        self.starts += 1
+        self.worker = ServerProcess(
+            "onceonly worker",
+            [sys.executable, "-m", "onceonly", "worker"],
+            self.worker_env(),
+            self.work / f"worker-{self.starts}.log",
+        )
+        started = time.time()
+        self.worker.start()
+        return started
+
+    def mail_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = get_json(f"http://127.0.0.1:{self.mail_port}/_control/stats")
+        return stats
+
+    def start_mail(self) -> None:
+        from onceonly.broker import free_port
+
+        self.mail_port = free_port()
+        self.worker_port = free_port()
+        self.mail = ServerProcess(
+            "instant mail server",
+            [sys.executable, "-m", "bench._instant_mail", "--port", str(self.mail_port)],
+            base_env({}),
+            self.work / "mail.log",
+        )
+        self.mail.start()
+        asyncio.run(self.mail.wait_ready(f"http://127.0.0.1:{self.mail_port}/healthz"))
+
+    # -- (2) replies ------------------------------------------------------------------------
+
+    def run_replies(self, count: int) -> Drain:
+        started = self.start_worker()
+        worker = self.worker
+        assert worker is not None
+        cpu: CpuWindow | None = None
+        sent = 0
+
+        def read() -> int:
+            nonlocal cpu, sent
+            sent = int(self.mail_stats()["sent"])
+            if sent and cpu is None:
+                cpu = CpuWindow(self.cpu_pids("worker", worker.pid))
+                cpu.begin()
+            return sent
+
+        wait_progress(read, count, what="(2) replying", process=worker, every_s=0.05)
+        assert cpu is not None
+        cpu.end()
+        stats = self.mail_stats()
+        return Drain(
+            "(2) onceonly worker: dedupe, reorder (window 0), reply",
+            count,
+            stats["last"] - stats["first"],
+            stats["first"] - started,
+            cpu.percent,
+        )
+
+    def worker_metric(self, name: str, timeout_s: float = 30.0, want: float | None = None) -> float:
+        """A sample of the worker's /metrics; waits for it to reach ``want`` if given."""
+        deadline = time.monotonic() + timeout_s
+        value = math.nan
+        while time.monotonic() < deadline:
+            samples = scrape(self.worker_port)
+            if samples is not None:
+                value = samples.get(name, 0.0)
+                if want is None or value >= want:
+                    return value
+            time.sleep(0.2)
+        return value
+
+    # -- (3) memory -------------------------------------------------------------------------
+
+    def run_memory(self, entries: int, total_entries: int) -> Memory:
+        worker = self.worker
+        assert worker is not None
+        console.print("(3) stopping the worker (SIGTERM) while the Stripe events are produced")
+        worker.stop(timeout_s=60)
+        console.print(f"(3) producing {entries:,} distinct Stripe events …")
+        seconds = produce(
+            self.bootstrap, self.deliveries, stripe_records(entries, self.tag), entries
+        )
+        console.print(f"(3) produced in {seconds:.1f} s ({entries / seconds:,.0f}/s)")
+        started = self.start_worker()
+        worker = self.worker
+        assert worker is not None
+        name = 'onceonly_skips_total{reason="no_handler"}'
+        growth: list[tuple[int, float]] = []
+        marks: dict[str, float] = {}
+        first: tuple[float, int] | None = None
+        cpu: CpuWindow | None = None
+        next_report = time.monotonic() + 15
+
+        def read() -> int:
+            nonlocal first, cpu, next_report
+            samples = scrape(self.worker_port)
+            done = int(samples.get(name, 0.0)) if samples else 0
+            now = time.time()
+            if done and first is None:
+                first = (now, done)
+                cpu = CpuWindow(self.cpu_pids("worker", worker.pid))
+                cpu.begin()
+            if time.monotonic() >= next_report:
+                rss, _ = group_rss_mb(worker.pid)
+                growth.append((done, rss))
+                console.print(f"  (3) {done:,} of {entries:,} events recorded, RSS {rss:.0f} MB")
+                next_report = time.monotonic() + 15
+            marks["last"] = now
+            return done
+
+        wait_progress(read, entries, what="(3) recording", process=worker, every_s=1.0)
+        assert first is not None and cpu is not None
+        cpu.end()
+        drain = Drain(
+            "(3) onceonly worker: dedupe + record only (Stripe, no effect handler)",
+            entries,
+            marks["last"] - first[0],
+            first[0] - started,
+            cpu.percent,
+        )
+        # rate over the events seen between the first sample and the last
+        drain.count = entries - first[1] + 1
+        time.sleep(3)  # let the last changelog batches and memtables settle
+        rss, hwm = group_rss_mb(worker.pid)
+        growth.append((entries, rss))
+        return Memory(total_entries, rss, hwm, drain, growth)
+
+    # -- (4) restart ------------------------------------------------------------------------
+
+    def run_restart(self, how: str, entries: int, next_n: int) -> Restart:
+        worker = self.worker
+        assert worker is not None
+        before = int(self.mail_stats()["sent"])
+        if how == "SIGKILL":
+            kill_hard(worker)
+        else:
+            worker.stop(timeout_s=60)
+        started = self.start_worker()
+        worker = self.worker
+        assert worker is not None
+        produce(self.bootstrap, self.deliveries, agentmail_records(1, start=next_n), 1)
+        web_s = math.nan
+
+        def read() -> int:
+            nonlocal web_s
+            if math.isnan(web_s) and scrape(self.worker_port) is not None:
+                web_s = time.time() - started
+            return int(self.mail_stats()["sent"]) - before
+
+        wait_progress(read, 1, what=f"(4) restart after {how}", process=worker, every_s=0.01)
+        first_s = float(self.mail_stats()["last"]) - started
+        restart = Restart(how, entries, first_s, web_s)
+        # then one new event on every partition: each partition's first record after a
+        # start also runs that partition's expiry sweep
+        produce_one_per_partition(
+            self.bootstrap, self.deliveries, self.partitions, next_n + 1, self.partitions
+        )
+        wait_progress(
+            lambda: int(self.mail_stats()["sent"]) - before - 1,
+            self.partitions,
+            what=f"(4) one event per partition after {how}",
+            process=worker,
+            every_s=0.05,
+        )
+        restart.all_partitions_s = float(self.mail_stats()["last"]) - started
+        return restart
+
+    def stop_all(self) -> None:
+        for process in (self.plain, self.worker, self.mail):
+            if process is not None:
+                with contextlib.suppress(Exception):
+                    process.stop(timeout_s=30)
+
+
+def produce_one_per_partition(
+    bootstrap: str, topic: str, partitions: int, start: int, count: int
+) -> None:
+    """``count`` new AgentMail events, the i-th on partition i (its key may hash elsewhere,
+    which the worker does not check)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
+    for i, (key, value, headers) in enumerate(agentmail_records(count, start=start)):
+        producer.produce(topic, value, key=key, headers=headers, partition=i % partitions)
+    if producer.flush(30):
+        raise BenchError(f"could not produce the per-partition events to {topic}")
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _cpu(cpu: dict[str, float]) -> str:
+    return " · ".join(f"{name} {value:.0f}" for name, value in cpu.items() if not math.isnan(value))
+
+
+def summary(r: Results) -> list[str]:
+    lines: list[str] = []
+    for drain in (r.plain, r.worker):
+        if drain is not None:
+            lines.append(
+                f"{drain.label}: {drain.rate:,.0f} events/s ({drain.count:,} in "
+                f"{drain.seconds:.2f} s; first event {drain.startup_s:.1f} s after start; "
+                f"CPU % of one core: {_cpu(drain.cpu)})"
+            )
+    if r.worker is not None:
+        lines.append(
+            f"ratio (2)/(1) = {r.ratio:.2f} (target >= {TARGET_RATIO}: "
+            f"{met(r.ratio >= TARGET_RATIO)})"
+        )
+        lines.append(
+            f"replies/s per worker = {r.worker.rate:,.0f} (target >= {TARGET_REPLIES_PER_S:,.0f}: "
+            f"{met(r.worker.rate >= TARGET_REPLIES_PER_S)})"
+        )
+        lines.append(
+            f"checks: {r.ledger_sent:,} replies recorded sent in the ledger topic, "
+            f"onceonly_replies_sent_total = {r.replies_metric:,.0f}, "
+            f"{r.replayed} replayed sends at the mail server"
+        )
+    m = r.memory
+    if m is not None:
+        if m.drain is not None:
+            d = m.drain
+            lines.append(
+                f"{d.label}: {d.rate:,.0f} events/s (CPU % of one core: {_cpu(d.cpu)})"
+            )
+        lines.append(
+            f"(3) worker RSS with {m.entries:,} dedupe entries = {m.rss_mb:.0f} MB, peak "
+            f"{m.hwm_mb:.0f} MB (target < {TARGET_RSS_MB:.0f} MB: "
+            f"{met(max(m.rss_mb, m.hwm_mb) < TARGET_RSS_MB)})"
+        )
+        if m.growth:
+            lines.append(
+                "(3) RSS while recording: "
+                + ", ".join(f"{n:,} → {mb:.0f} MB" for n, mb in m.growth)
+            )
+        if not math.isnan(m.after_restart_mb):
+            lines.append(
+                f"(3) RSS after the SIGKILL restart and its first events = "
+                f"{m.after_restart_mb:.0f} MB"
+            )
+    for s in r.restarts:
+        lines.append(
+            f"(4) restart after {s.how} with {s.entries:,} dedupe entries: first event answered "
+            f"{s.first_s:.2f} s after the new process started (its /metrics answered at "
+            f"{s.web_s:.2f} s); one event on each of the {r.partitions} partitions answered "
+            f"by {s.all_partitions_s:.2f} s"
+        )
+    return lines
+
+
+def print_report(r: Results) -> None:
+    console.print()
+    console.print("[bold]onceonly processor benchmark[/]")
+    for line in summary(r):
+        console.print(f"[red]{line}[/]" if "NOT met" in line else line)
+    for note in r.notes:
+        console.print(f"[yellow]{note}[/]")
+
+
+def markdown(r: Results, about: list[tuple[str, str]], log_level: str) -> str:
+    today = datetime.now(UTC).date().isoformat()
+    command = "python -m bench.processors" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    lines = [
+        f"# Processor benchmark, {today}",
+        "",
+        *(f"- {line}" for line in summary(r)),
+        *(f"- **{note}**" for note in r.notes),
+        "",
+        "## How",
+        "",
+        f"- command: `{command}` (from the repository root)",
+        f"- records: {r.events:,} distinct AgentMail `message.received` envelopes "
+        "(~1.5 KB bodies over 1024 threads), made by `ingest.normalise.agentmail` and "
+        f"produced before (1) and (2) start, on {r.partitions} partitions; (1) and (2) read "
+        "the same records, one after the other, each with a consumer group of its own",
+        "- (1) `bench._plain_faust`: faust App as onceonly's (session 10 s, heartbeat 1 s, "
+        "raw codec, `stream_wait_empty`), memory store, no web server, one agent "
+        "(concurrency 1) iterating `stream.events()` and counting; rate from its first "
+        "event to its last",
+        f"- (2) `python -m onceonly worker`, `ONCEONLY_REORDER_WINDOW_MS=0`, log level "
+        f"{log_level}, real `AgentMailSender` (SDK, httpx) against `bench._instant_mail`, which "
+        "answers the reply endpoint at once; rate from the first reply the mail server "
+        "received to the last (one reply per record)",
+        "- (3) the worker is stopped (SIGTERM), the Stripe `invoice.paid` events (one invoice "
+        "each) are produced, the worker is started again on the same data directory and "
+        "drains them; RSS (and peak, VmHWM) summed over the worker's process group from "
+        "`/proc/<pid>/status` a few seconds after the last event",
+        "- (4) SIGKILL (then SIGTERM) of the worker; a new process on the same data directory "
+        "and app id; one new AgentMail event produced right after the spawn; time from the "
+        "spawn to the mail server receiving its reply. Then one new event on each partition",
+        "- CPU: CPU time over the measured window of the process under test, the mail server, "
+        "the Kafka JVM (`broker`) and this process (`bench`), in % of one core",
+        "",
+        "## Machine",
+        "",
+        *(f"- {name}: {value}" for name, value in about),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(
+    events: int, dedupe_entries: int, skip_rss: bool, log_level: str, work: Path
+) -> Results:
+    from onceonly.settings import Settings
+
+    partitions = Settings.from_env().partitions
+    tag = secrets.token_hex(3)
+    r = Results(events, partitions)
+    with kafka(work) as (bootstrap, kafka_about):
+        r.notes.append(f"Kafka: {kafka_about}")
+        topics = create_topics(bootstrap, partitions, tag)
+        bench = Bench(work, bootstrap, topics, tag, partitions, log_level)
+        try:
+            console.print(f"producing {events:,} AgentMail events to {bench.deliveries} …")
+            seconds = produce(bootstrap, bench.deliveries, agentmail_records(events), events)
+            console.print(f"produced in {seconds:.1f} s")
+
+            console.print("(1) plain faust agent …")
+            r.plain = bench.run_plain(events)
+            console.print(f"(1) {r.plain.rate:,.0f} events/s")
+
+            bench.start_mail()
+            console.print("(2) onceonly worker, window 0, instant mail server …")
+            r.worker = bench.run_replies(events)
+            console.print(f"(2) {r.worker.rate:,.0f} replies/s")
+            r.replies_metric = bench.worker_metric("onceonly_replies_sent_total", want=events)
+            r.replayed = int(bench.mail_stats()["replayed"])
+            r.ledger_sent = ledger_sent(
+                bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], partitions
+            )
+            next_n = events
+            entries = events
+            if not skip_rss:
+                entries = events + dedupe_entries
+                r.memory = bench.run_memory(dedupe_entries, entries)
+                console.print(
+                    f"(3) RSS {r.memory.rss_mb:.0f} MB (peak {r.memory.hwm_mb:.0f} MB) "
+                    f"with {entries:,} entries"
+                )
+            for how in ("SIGKILL", "SIGTERM"):
+                console.print(f"(4) restart after {how} …")
+                restart = bench.run_restart(how, entries, next_n)
+                next_n += 1 + partitions
+                entries += 1 + partitions
+                r.restarts.append(restart)
+                console.print(
+                    f"(4) first event {restart.first_s:.2f} s, every partition "
+                    f"{restart.all_partitions_s:.2f} s after the start"
+                )
+                if how == "SIGKILL" and r.memory is not None and bench.worker is not None:
+                    r.memory.after_restart_mb = group_rss_mb(bench.worker.pid)[0]
+        except BaseException:
+            for process in (bench.plain, bench.worker):
+                if process is not None:
+                    console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+            raise
+        finally:
+            bench.stop_all()
+    return r
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--events",
+    type=click.IntRange(100, 1_000_000),
+    default=20_000,
+    show_default=True,
+    help="AgentMail events for the throughput phases (1) and (2).",
+)
+@click.option(
+    "--dedupe-entries",
+    type=click.IntRange(1, 10_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="Distinct events the worker records before its RSS is read (3).",
+)
+@click.option("--skip-rss", is_flag=True, help="Skip (3); (4) then restarts with less state.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the plain agent's.",
+)
+def main(events: int, dedupe_entries: int, skip_rss: bool, log_level: str) -> None:
+    """Events/s of a plain faust agent vs onceonly's worker, RSS with many dedupe entries,
+    and restart-to-first-event."""
+    from onceonly.errors import OnceOnlyError
+
+    load_before = _loadavg()
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    began = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="onceonly-bench-proc-") as tmp:
+            r = run(events, dedupe_entries, skip_rss, log_level.upper(), Path(tmp))
+    except KeyboardInterrupt:
+        console.print("[red]interrupted: every process and the broker are stopped[/]")
+        sys.exit(130)
+    except (BenchError, OnceOnlyError, subprocess.SubprocessError) as exc:
+        console.print(f"[red]bench: {exc}[/]")
+        sys.exit(1)
+    r.notes.append(f"the whole run took {time.monotonic() - began:.0f} s")
+    print_report(r)
+    kafka_note = next((n for n in r.notes if n.startswith("Kafka: ")), "Kafka: unknown")
+    r.notes.remove(kafka_note)
+    about = [
+        *machine(kafka_note.removeprefix("Kafka: ")),
+        ("load average (1, 5, 15 min)", f"{load_before} at the start, {_loadavg()} at the end"),
+    ]
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"processors-{datetime.now(UTC).date().isoformat()}.md"
+    out.write_text(markdown(r, about, log_level.upper()), encoding="utf-8")
+    console.print(f"written to {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
