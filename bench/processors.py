@@ -295,15 +295,12 @@ def check_alive(process: ServerProcess, what: str) -> None:
 
 
 def is_alive(process: ServerProcess) -> bool:
+    """Whether the process runs (read from /proc, so that it is not reaped here)."""
     try:
-        pid = process.pid
-    except BenchError:
+        stat = Path(f"/proc/{process.pid}/stat").read_text(encoding="ascii")
+    except (BenchError, OSError):
         return False
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == 0
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def wait_progress(
@@ -426,8 +423,6 @@ class Bench:
     # -- (1) the plain agent ------------------------------------------------------------
 
     def run_plain(self, count: int) -> Drain:
-        from onceonly.broker import free_port  # noqa: F401  (the same import path as others)
-
         out = self.work / "plain.json"
         self.plain = ServerProcess(
             "plain faust agent",
@@ -733,9 +728,7 @@ def summary(r: Results) -> list[str]:
     if m is not None:
         if m.drain is not None:
             d = m.drain
-            lines.append(
-                f"{d.label}: {d.rate:,.0f} events/s (CPU % of one core: {_cpu(d.cpu)})"
-            )
+            lines.append(f"{d.label}: {d.rate:,.0f} events/s (CPU % of one core: {_cpu(d.cpu)})")
         lines.append(
             f"(3) worker RSS with {m.entries:,} dedupe entries = {m.rss_mb:.0f} MB, peak "
             f"{m.hwm_mb:.0f} MB (target < {TARGET_RSS_MB:.0f} MB: "
@@ -815,13 +808,24 @@ def markdown(r: Results, about: list[tuple[str, str]], log_level: str) -> str:
 # --------------------------------------------------------------------------- main
 
 
+def processor_libraries() -> str:
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    names = ("faust-streaming", "mode-streaming", "aiokafka", "rocksdict", "agentmail", "httpx")
+    return ", ".join(f"{name} {version(name)}" for name in names)
+
+
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def run(
-    events: int, dedupe_entries: int, skip_rss: bool, log_level: str, work: Path
-) -> Results:
+def run(events: int, dedupe_entries: int, skip_rss: bool, log_level: str, work: Path) -> Results:
     from onceonly.settings import Settings
 
     partitions = Settings.from_env().partitions
@@ -846,9 +850,7 @@ def run(
             console.print(f"(2) {r.worker.rate:,.0f} replies/s")
             r.replies_metric = bench.worker_metric("onceonly_replies_sent_total", want=events)
             r.replayed = int(bench.mail_stats()["replayed"])
-            r.ledger_sent = ledger_sent(
-                bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], partitions
-            )
+            r.ledger_sent = ledger_sent(bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], partitions)
             next_n = events
             entries = events
             if not skip_rss:
@@ -926,6 +928,7 @@ def main(events: int, dedupe_entries: int, skip_rss: bool, log_level: str) -> No
     r.notes.remove(kafka_note)
     about = [
         *machine(kafka_note.removeprefix("Kafka: ")),
+        ("processor libraries", processor_libraries()),
         ("load average (1, 5, 15 min)", f"{load_before} at the start, {_loadavg()} at the end"),
     ]
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
