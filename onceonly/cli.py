@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Coroutine, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -90,6 +91,110 @@ def worker() -> None:
 
     settings = _settings()
     run_worker(settings)
+
+
+@main.command()
+@click.option("--from-offset", type=int, help="Replay from this offset of each partition.")
+@click.option(
+    "--from-time",
+    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
+    help="Replay from the first record at or after this ISO 8601 time (UTC if no zone).",
+)
+@click.option("--partition", type=int, help="Only this partition.")
+@click.option("--dry-run", is_flag=True, help="Show the plan, replay nothing.")
+def replay(
+    from_offset: int | None, from_time: datetime | None, partition: int | None, dry_run: bool
+) -> None:
+    """Reprocess a range of the deliveries topic: failed events retry, nothing is answered twice.
+
+    Records are produced again with the onceonly-replay header; running workers take them
+    in order. The worker group's offsets are not moved, so workers need not stop.
+    """
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from onceonly import replay as replays
+
+    settings = _settings()
+    if from_time is not None and from_time.tzinfo is None:
+        from_time = from_time.replace(tzinfo=UTC)
+    plans = replays.plan(
+        settings.kafka_bootstrap,
+        settings.deliveries_topic,
+        from_offset=from_offset,
+        from_time=from_time,
+        partition=partition,
+    )
+    table = Table(
+        "partition", "from", "to", "count", title=f"replay of {settings.deliveries_topic}"
+    )
+    for step in plans:
+        table.add_row(str(step.partition), str(step.start), str(step.end), str(step.count))
+    total = sum(p.count for p in plans)
+    table.add_row("all", "", "", str(total))
+    console = Console()
+    console.print(table)
+    if dry_run or total == 0:
+        console.print("dry run: nothing replayed" if dry_run else "nothing to replay")
+        return
+    with Progress(console=console) as progress:
+        task = progress.add_task("replaying", total=total)
+        sent = replays.replay(
+            settings.kafka_bootstrap,
+            settings.deliveries_topic,
+            plans,
+            advance=lambda n: progress.advance(task, n),
+        )
+    console.print(f"replayed {sent} records (ticks skipped); workers will process them in order")
+
+
+@main.group(name="dead-letters")
+def dead_letters() -> None:
+    """Inspect and retry what the worker could not do."""
+
+
+@dead_letters.command(name="list")
+def dead_letters_list() -> None:
+    """Show each dead letter: its id (offset), time, key, events and reason."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from onceonly.replay import dead_letters as read
+
+    settings = _settings()
+    table = Table("id", "at", "key", "events", "reason", title=settings.dead_letter_topic)
+    letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
+    for letter in letters:
+        events = ", ".join(e.event_id for e in letter.envelopes)
+        table.add_row(
+            str(letter.offset),
+            str(letter.letter.get("at", "")),
+            str(letter.letter.get("key", "")),
+            events,
+            str(letter.letter.get("reason", "")),
+        )
+    Console().print(table)
+    click.echo(f"{len(letters)} dead letter(s)")
+
+
+@dead_letters.command(name="retry")
+@click.argument("ids", nargs=-1, type=int)
+def dead_letters_retry(ids: tuple[int, ...]) -> None:
+    """Send dead letters (all, or these ids) through the same reply-once path again."""
+    from onceonly.replay import dead_letters as read
+    from onceonly.replay import retry_dead_letters
+
+    settings = _settings()
+    letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
+    chosen = [letter for letter in letters if not ids or letter.offset in ids]
+    missing = set(ids) - {letter.offset for letter in letters}
+    if missing:
+        raise click.ClickException(
+            f"no dead letter with id {sorted(missing)}; see dead-letters list"
+        )
+    sent = retry_dead_letters(settings.kafka_bootstrap, settings.deliveries_topic, chosen)
+    click.echo(f"re-sent {sent} event(s) from {len(chosen)} dead letter(s) as a replay")
 
 
 @main.command()

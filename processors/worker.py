@@ -42,13 +42,12 @@ from processors.reply import (
     skip_reason,
 )
 from processors.writer import load_callable, load_writer
-from schemas.envelope import Envelope
+from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
 from schemas.exceptions import SchemaError
 from schemas.ledger import EventEntry, ReplyRecord
 
 log = structlog.get_logger("onceonly.worker")
 
-TICK_HEADER = "onceonly-tick"
 Clock = Callable[[], float]  # epoch seconds
 
 
@@ -120,10 +119,13 @@ class Pipeline:
             self._ticking.discard(partition)
             await self.release_due(partition)
         else:
-            await self.on_delivery(event.value, partition, int(event.message.offset))
+            replay = REPLAY_HEADER in headers
+            await self.on_delivery(event.value, partition, int(event.message.offset), replay)
         await self.maybe_sweep(partition)
 
-    async def on_delivery(self, value: bytes, partition: int, offset: int) -> None:
+    async def on_delivery(
+        self, value: bytes, partition: int, offset: int, replay: bool = False
+    ) -> None:
         try:
             envelope = Envelope.decode(value)
         except SchemaError as exc:
@@ -144,7 +146,11 @@ class Pipeline:
             return
         position = (partition, offset)
         if self.window_ms == 0:
-            await self.process([(envelope, position)], late=set())
+            await self.process(
+                [(envelope, position)],
+                late=set(),
+                replayed={envelope.event_id} if replay else set(),
+            )
             return
         key = envelope.thread_key.encode()
         raw = self.holds.get(key)
@@ -156,7 +162,7 @@ class Pipeline:
         held = reorder.Held(
             (int(envelope.occurred_at.timestamp() * 1000), envelope.event_id),
             self.now_ms(),
-            {"envelope": envelope.to_json(), "position": list(position)},
+            {"envelope": envelope.to_json(), "position": list(position), "replay": replay},
         )
         self.holds[key] = json.dumps(reorder.hold(buffer, held).to_json()).encode()
 
@@ -174,7 +180,8 @@ class Pipeline:
                 for h in out.events
             ]
             late = {h.item["envelope"]["event_id"] for h in out.events if h.sort_key in out.late}
-            await self.process(batch, late=late)
+            replayed = {h.item["envelope"]["event_id"] for h in out.events if h.item.get("replay")}
+            await self.process(batch, late=late, replayed=replayed)
             # only now: a crash before this line leaves the buffer to be released again
             self.holds[key] = json.dumps(rest.to_json()).encode()
 
@@ -195,7 +202,11 @@ class Pipeline:
 
     # -- one thread's released events -----------------------------------------------
     async def process(
-        self, batch: Sequence[tuple[Envelope, tuple[int, int]]], *, late: set[str]
+        self,
+        batch: Sequence[tuple[Envelope, tuple[int, int]]],
+        *,
+        late: set[str],
+        replayed: set[str] = frozenset(),  # type: ignore[assignment]
     ) -> None:
         now_ms = self.now_ms()
         claimed: list[tuple[Envelope, tuple[int, int]]] = []
@@ -211,7 +222,9 @@ class Pipeline:
             key = envelope.dedupe_key.encode()
             raw = self.events.get(key)
             current = EventEntry.from_json(json.loads(raw)) if raw else None
-            decision = dedupe.decide(current, position=position, now_ms=now_ms)
+            decision = dedupe.decide(
+                current, position=position, now_ms=now_ms, replay=envelope.event_id in replayed
+            )
             if decision.skip:
                 self.metrics.duplicates.labels(decision.verdict.value).inc()
                 log.info("delivery skipped", verdict=decision.verdict.value, **ids)
@@ -221,14 +234,16 @@ class Pipeline:
             claimed.append((envelope, position))
         if not claimed:
             return
-        outcomes = await self.act(claimed)
+        outcomes = await self.act(claimed, replay=bool(replayed))
         for envelope, position in claimed:
             entry = dedupe.finished(
                 outcomes.get(envelope.event_id, True), position=position, now_ms=self.now_ms()
             )
             self.events[envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()
 
-    async def act(self, claimed: Sequence[tuple[Envelope, tuple[int, int]]]) -> dict[str, bool]:
+    async def act(
+        self, claimed: Sequence[tuple[Envelope, tuple[int, int]]], *, replay: bool = False
+    ) -> dict[str, bool]:
         """Reply once to the answerable messages; return event_id -> succeeded."""
         outcomes: dict[str, bool] = {}
         burst: list[Inbound] = []
@@ -274,6 +289,7 @@ class Pipeline:
                 ),
                 now=lambda: datetime.fromtimestamp(self.clock(), tz=UTC),
                 policy=SendPolicy(attempts=self.settings.send_attempts),
+                replay=replay,
             )
             if result.outcome is Outcome.SENT:
                 self.metrics.replies.inc()

@@ -18,6 +18,10 @@ ENVELOPE_VERSION = 1
 #: Kafka header naming the schema of a record's value.
 SCHEMA_HEADER = "onceonly-schema"
 SCHEMA_NAME = f"envelope/{ENVELOPE_VERSION}"
+#: Kafka header of the worker's own tick records (empty values that release held events).
+TICK_HEADER = "onceonly-tick"
+#: Kafka header of replayed records: failed events may run again, succeeded ones may not.
+REPLAY_HEADER = "onceonly-replay"
 
 
 @dataclass(frozen=True, slots=True)

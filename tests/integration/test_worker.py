@@ -4,115 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from ingest import normalise
-from onceonly.kafka import AsyncProducer
-from onceonly.settings import Settings
 from processors.reply import reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 from tests import payloads
 from tests.conftest import consume_all
-from tests.fakes.agentmail_server import FakeAgentMail
-from tests.integration.workers import WorkerProcess, produce_agentmail, wait_for, worker_env
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+)
+from tests.integration.workers import (
+    ledger_records as _ledger,
+)
+from tests.integration.workers import (
+    until as _until,
+)
+from tests.integration.workers import (
+    writer_calls as _writer_calls,
+)
+from tests.integration.workers import (
+    writer_env as _writer_env,
+)
 
 pytestmark = pytest.mark.integration
-
-INBOX = "support@agentmail.to"
-
-
-@pytest.fixture
-def mail() -> Iterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    fake.start_in_thread()
-    yield fake
-    fake.stop_in_thread()
-
-
-class Stack:
-    def __init__(
-        self, settings: Settings, producer: AsyncProducer, mail: FakeAgentMail, tmp: Path
-    ) -> None:
-        self.settings = settings
-        self.producer = producer
-        self.mail = mail
-        self.tmp = tmp
-        self.workers: list[WorkerProcess] = []
-
-    def worker(self, name: str = "w1", *, state_of: str | None = None, **env: str) -> WorkerProcess:
-        """Start a worker; ``state_of`` names an earlier worker whose data dir it takes over."""
-        data = self.tmp / (state_of or name)
-        data.mkdir(parents=True, exist_ok=True)
-        process = WorkerProcess(
-            name,
-            worker_env(self.settings, mail_url=self.mail.base_url, data_dir=data, **env),
-            self.tmp / f"{name}.log",
-        )
-        self.workers.append(process)
-        return process.start()
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {w.name}\n{w.log()[-2000:]}" for w in self.workers)
-
-    async def deliver(self, payload: dict[str, Any], times: int = 1) -> None:
-        await asyncio.gather(
-            *(produce_agentmail(self.producer, self.settings, payload) for _ in range(times))
-        )
-
-    def seed(self, message_id: str, thread: str, **kw: Any) -> dict[str, Any]:
-        self.mail.seed_message(INBOX, message_id=message_id, thread_id=thread)
-        return payloads.agentmail_received(
-            inbox_id=INBOX, thread_id=thread, message_id=message_id, **kw
-        )
-
-    def check_alive(self) -> bool:
-        dead = [w.name for w in self.workers if w.proc is not None and not w.alive and w.expected]
-        if dead:
-            raise AssertionError(f"worker(s) {dead} died:\n{self.logs()}")
-        return True
-
-    async def until_sent(self, count: int, timeout_s: float = 90) -> None:
-        await wait_for(
-            lambda: self.check_alive() and len(self.mail.outbox) >= count,
-            timeout_s=timeout_s,
-            what=f"{count} email(s)",
-            logs=self.logs,
-        )
-
-
-@pytest.fixture
-async def stack_factory(
-    settings_factory: Callable[..., Settings],
-    topics_factory: Callable[[Settings], Settings],
-    producer_factory: Callable[[Settings], AsyncProducer],
-    mail: FakeAgentMail,
-    tmp_path: Path,
-) -> AsyncIterator[Callable[..., Stack]]:
-    stacks: list[Stack] = []
-
-    def make(**overrides: Any) -> Stack:
-        values = {
-            "partitions": 4,
-            "reorder_window_ms": 1000,
-            "app_id": f"onceonly-{uuid.uuid4().hex[:6]}",
-        }
-        values.update(overrides)
-        settings = topics_factory(settings_factory(**values))
-        stack = Stack(settings, producer_factory(settings), mail, tmp_path)
-        stacks.append(stack)
-        return stack
-
-    yield make
-    for stack in stacks:
-        for worker in stack.workers:
-            worker.kill()
 
 
 async def test_one_message_delivered_five_times_gives_one_email(
@@ -128,31 +48,6 @@ async def test_one_message_delivered_five_times_gives_one_email(
     await asyncio.sleep(3)
 
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<m1@example.com>"]
-
-
-def _ledger(stack: Stack) -> dict[str, ReplyRecord]:
-    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.ledger_topic)
-    return {r.key().decode(): ReplyRecord.decode(r.value()) for r in records if r.value()}
-
-
-def _writer_env(stack: Stack) -> dict[str, str]:
-    return {
-        "ONCEONLY_REPLY_WRITER": "tests.integration.writers:unique",
-        "ONCEONLY_TEST_WRITER_LOG": str(stack.tmp / "writer.log"),
-    }
-
-
-def _writer_calls(stack: Stack) -> list[str]:
-    path = stack.tmp / "writer.log"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-async def _until(
-    stack: Stack, condition: Callable[[], bool], what: str, timeout_s: float = 90
-) -> None:
-    await wait_for(
-        lambda: stack.check_alive() and condition(), timeout_s=timeout_s, what=what, logs=stack.logs
-    )
 
 
 async def test_a_kill_between_the_ledger_write_and_the_send_sends_once_with_the_same_text(

@@ -20,6 +20,10 @@ from ingest import normalise
 from onceonly.broker import free_port
 from onceonly.kafka import AsyncProducer
 from onceonly.settings import Settings
+from schemas.ledger import ReplyRecord
+from tests import payloads
+from tests.conftest import consume_all
+from tests.fakes.agentmail_server import FakeAgentMail
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,3 +131,82 @@ async def wait_for(
                 f"timed out waiting for {what}; worker log tail:\n{logs()[-3000:]}"
             )
         await asyncio.sleep(0.2)
+
+
+INBOX = "support@agentmail.to"
+
+
+class Stack:
+    def __init__(
+        self, settings: Settings, producer: AsyncProducer, mail: FakeAgentMail, tmp: Path
+    ) -> None:
+        self.settings = settings
+        self.producer = producer
+        self.mail = mail
+        self.tmp = tmp
+        self.workers: list[WorkerProcess] = []
+
+    def worker(self, name: str = "w1", *, state_of: str | None = None, **env: str) -> WorkerProcess:
+        """Start a worker; ``state_of`` names an earlier worker whose data dir it takes over."""
+        data = self.tmp / (state_of or name)
+        data.mkdir(parents=True, exist_ok=True)
+        process = WorkerProcess(
+            name,
+            worker_env(self.settings, mail_url=self.mail.base_url, data_dir=data, **env),
+            self.tmp / f"{name}.log",
+        )
+        self.workers.append(process)
+        return process.start()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {w.name}\n{w.log()[-2000:]}" for w in self.workers)
+
+    async def deliver(self, payload: dict[str, Any], times: int = 1) -> None:
+        await asyncio.gather(
+            *(produce_agentmail(self.producer, self.settings, payload) for _ in range(times))
+        )
+
+    def seed(self, message_id: str, thread: str, **kw: Any) -> dict[str, Any]:
+        self.mail.seed_message(INBOX, message_id=message_id, thread_id=thread)
+        return payloads.agentmail_received(
+            inbox_id=INBOX, thread_id=thread, message_id=message_id, **kw
+        )
+
+    def check_alive(self) -> bool:
+        dead = [w.name for w in self.workers if w.proc is not None and not w.alive and w.expected]
+        if dead:
+            raise AssertionError(f"worker(s) {dead} died:\n{self.logs()}")
+        return True
+
+    async def until_sent(self, count: int, timeout_s: float = 90) -> None:
+        await wait_for(
+            lambda: self.check_alive() and len(self.mail.outbox) >= count,
+            timeout_s=timeout_s,
+            what=f"{count} email(s)",
+            logs=self.logs,
+        )
+
+
+def ledger_records(stack: Stack) -> dict[str, ReplyRecord]:
+    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.ledger_topic)
+    return {r.key().decode(): ReplyRecord.decode(r.value()) for r in records if r.value()}
+
+
+def writer_env(stack: Stack) -> dict[str, str]:
+    return {
+        "ONCEONLY_REPLY_WRITER": "tests.integration.writers:unique",
+        "ONCEONLY_TEST_WRITER_LOG": str(stack.tmp / "writer.log"),
+    }
+
+
+def writer_calls(stack: Stack) -> list[str]:
+    path = stack.tmp / "writer.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def until(
+    stack: Stack, condition: Callable[[], bool], what: str, timeout_s: float = 90
+) -> None:
+    await wait_for(
+        lambda: stack.check_alive() and condition(), timeout_s=timeout_s, what=what, logs=stack.logs
+    )

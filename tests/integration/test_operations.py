@@ -1,0 +1,132 @@
+"""Operations on a live stack: replay, dead letters. Real broker, workers and CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from processors.reply import reply_key
+from schemas.ledger import ReplyState
+from tests.integration.workers import INBOX, ROOT, Stack, ledger_records, until, worker_env
+
+pytestmark = pytest.mark.integration
+
+
+def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    env = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli")
+    return subprocess.run(
+        [sys.executable, "-m", "onceonly", *args],
+        env={**env, "COLUMNS": "200"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def _answer_all(stack: Stack, count: int) -> None:
+    for i in range(count):
+        await stack.deliver(stack.seed(f"<r{i}@example.com>", f"thr-r{i}"))
+    await stack.until_sent(count)
+
+
+async def test_replay_from_offset_zero_after_everything_was_answered_sends_nothing(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=200)
+    worker = stack.worker()
+    await _answer_all(stack, 6)
+
+    done = onceonly(stack, "replay", "--from-offset", "0")
+    assert done.returncode == 0, done.stderr
+    await until(stack, lambda: worker.log().count("delivery skipped") >= 6, "the replayed skips")
+    await asyncio.sleep(2)
+
+    assert len(stack.mail.outbox) == 6
+    assert "replayed 6 records" in done.stdout
+
+
+async def test_replay_dry_run_shows_the_plan_and_replays_nothing(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=200)
+    stack.worker()
+    await _answer_all(stack, 3)
+
+    done = onceonly(stack, "replay", "--from-offset", "0", "--dry-run")
+
+    assert done.returncode == 0, done.stderr
+    assert "dry run: nothing replayed" in done.stdout
+    assert "partition" in done.stdout and "count" in done.stdout
+
+
+async def test_a_dead_lettered_failure_is_answered_exactly_once_by_replay(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=200, send_attempts=2)
+    stack.worker()
+    await _answer_all(stack, 2)
+    key = reply_key(INBOX, "<down@example.com>")
+    stack.mail.fail_next(1000, status=503)  # the mail API is down
+
+    await stack.deliver(stack.seed("<down@example.com>", "thr-down"))
+    await until(
+        stack,
+        lambda: (
+            key in ledger_records(stack) and ledger_records(stack)[key].state is ReplyState.FAILED
+        ),
+        "the failed record",
+    )
+    listed = onceonly(stack, "dead-letters", "list")
+    assert "1 dead letter(s)" in listed.stdout, listed.stdout + listed.stderr
+
+    stack.mail.faults.fail_remaining = 0  # and up again
+    done = onceonly(stack, "replay", "--from-offset", "0")
+    assert done.returncode == 0, done.stderr
+    await until(stack, lambda: ledger_records(stack)[key].state is ReplyState.SENT, "the retry")
+    await asyncio.sleep(2)
+
+    answered = sorted(e.replied_to_message_id for e in stack.mail.outbox)
+    assert answered == ["<down@example.com>", "<r0@example.com>", "<r1@example.com>"]
+
+
+async def test_dead_letters_retry_sends_the_failed_reply_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
+    stack.worker()
+    key = reply_key(INBOX, "<dl@example.com>")
+    stack.mail.fail_next(1000, status=500)
+    await stack.deliver(stack.seed("<dl@example.com>", "thr-dl"))
+    await until(
+        stack,
+        lambda: (
+            key in ledger_records(stack) and ledger_records(stack)[key].state is ReplyState.FAILED
+        ),
+        "the failed record",
+    )
+    stack.mail.faults.fail_remaining = 0
+
+    done = onceonly(stack, "dead-letters", "retry")
+    assert done.returncode == 0, done.stderr
+    await stack.until_sent(1)
+    again = onceonly(stack, "dead-letters", "retry")
+    assert again.returncode == 0
+    await asyncio.sleep(3)
+
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<dl@example.com>"]
+
+
+def test_replay_refuses_a_partition_that_does_not_exist(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(partitions=2)
+
+    done = onceonly(stack, "replay", "--from-offset", "0", "--partition", "5")
+
+    assert done.returncode != 0
+    assert "has partitions 0..1, not 5" in done.stderr
