@@ -149,6 +149,26 @@ def replay(
     console.print(f"replayed {sent} records (ticks skipped); workers will process them in order")
 
 
+@main.command()
+def lag() -> None:
+    """Consumer lag of the worker group, per partition of the deliveries topic."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from onceonly.lag import consumer_lag
+
+    settings = _settings()
+    rows = consumer_lag(settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic)
+    table = Table(
+        "topic", "partition", "log end", "committed", "lag", title=f"group {settings.app_id}"
+    )
+    for row in rows:
+        committed = "-" if row.committed is None else str(row.committed)
+        table.add_row(row.topic, str(row.partition), str(row.end), committed, str(row.lag))
+    table.add_row("all", "", "", "", str(sum(r.lag for r in rows)))
+    Console().print(table)
+
+
 @main.group(name="dead-letters")
 def dead_letters() -> None:
     """Inspect and retry what the worker could not do."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 class WorkerMetrics:
@@ -24,6 +24,16 @@ class WorkerMetrics:
         )
         self.skips = Counter(
             "onceonly_skips", "Events not acted on, by reason.", ["reason"], registry=self.registry
+        )
+        self.send_retries = Counter(
+            "onceonly_send_retries",
+            "Send attempts after the first, with the same key.",
+            registry=self.registry,
+        )
+        self.webhook_enabled = Gauge(
+            "onceonly_webhook_enabled",
+            "1 while the AgentMail webhook (ONCEONLY_AGENTMAIL_WEBHOOK_ID) is enabled, else 0.",
+            registry=self.registry,
         )
         self.dead_letters = Counter(
             "onceonly_dead_letters",

@@ -196,6 +196,7 @@ async def reply_once(
     policy: SendPolicy = SendPolicy(),
     key_lifetime: timedelta = AGENTMAIL_KEY_LIFETIME,
     replay: bool = False,
+    on_retry: Callable[[], None] = lambda: None,
 ) -> BurstResult:
     """Answer a burst of one thread's messages with exactly one reply, to the latest."""
     target, covered = split_burst(burst)
@@ -244,6 +245,7 @@ async def reply_once(
             with attempt:
                 attempts += 1
                 if attempts > 1:
+                    on_retry()
                     log.warning("send retry with the same key", attempt=attempts, **ids)
                 sent_id = await sender.reply(record)
     except SendError as exc:

@@ -27,6 +27,7 @@ from typing import Any
 import faust
 import structlog
 
+from onceonly.lag import LagCollector
 from processors import dedupe, reorder
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
 from processors.exceptions import SendError
@@ -290,6 +291,7 @@ class Pipeline:
                 now=lambda: datetime.fromtimestamp(self.clock(), tz=UTC),
                 policy=SendPolicy(attempts=self.settings.send_attempts),
                 replay=replay,
+                on_retry=self.metrics.send_retries.inc,
             )
             if result.outcome is Outcome.SENT:
                 self.metrics.replies.inc()
@@ -336,6 +338,29 @@ class Pipeline:
         self.metrics.dead_letters.inc()
         fut = await self.dead_letters.send(value=json.dumps(letter).encode())
         await fut
+
+    # -- endpoint health ----------------------------------------------------------------
+    async def check_webhook(self) -> None:
+        """AgentMail disables a failing endpoint after ~5 days, silently: watch for it."""
+        webhook_id = self.settings.agentmail_webhook_id
+        client = getattr(self.sender, "client", None)
+        if not webhook_id or client is None:
+            return
+        try:
+            webhook = await client.webhooks.get(webhook_id)
+        except Exception as exc:  # the poll must never take the worker down
+            log.warning(
+                "could not read the AgentMail webhook", webhook_id=webhook_id, error=repr(exc)
+            )
+            return
+        enabled = bool(getattr(webhook, "enabled", False))
+        self.metrics.webhook_enabled.set(1 if enabled else 0)
+        if not enabled:
+            log.error(
+                "AGENTMAIL WEBHOOK IS DISABLED: deliveries have stopped and missed events "
+                "will not be redelivered; re-enable it, then run onceonly catch-up",
+                webhook_id=webhook_id,
+            )
 
     # -- expiry -----------------------------------------------------------------------
     async def maybe_sweep(self, partition: int) -> None:
@@ -474,6 +499,12 @@ def build_app(
     if settings.reorder_window_ms > 0:
         interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
         app.timer(interval, name="onceonly.tick")(pipeline.tick)
+
+    if settings.agentmail_webhook_id:
+        app.timer(settings.webhook_poll_s, name="onceonly.webhook")(pipeline.check_webhook)
+    pipeline.metrics.registry.register(
+        LagCollector(settings.kafka_bootstrap, settings.app_id, [settings.deliveries_topic])
+    )
 
     async def metrics_page(web: Any, request: Any) -> Any:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -130,3 +130,44 @@ def test_replay_refuses_a_partition_that_does_not_exist(
 
     assert done.returncode != 0
     assert "has partitions 0..1, not 5" in done.stderr
+
+
+async def test_lag_is_shown_per_partition_and_drains_to_zero(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(partitions=2, reorder_window_ms=0)
+    for i in range(4):
+        await stack.deliver(stack.seed(f"<l{i}@example.com>", f"thr-l{i}"))
+
+    before = onceonly(stack, "lag")
+    assert before.returncode == 0, before.stderr
+    assert "│ all" in before.stdout and "│ 4 " in before.stdout.replace("│ 4│", "│ 4 │")
+
+    worker = stack.worker()
+    await stack.until_sent(4)
+    await until(
+        stack,
+        lambda: (
+            'onceonly_consumer_lag{partition="0"' in worker.metrics()
+            and all(
+                line.endswith(" 0.0")
+                for line in worker.metrics().splitlines()
+                if line.startswith("onceonly_consumer_lag{")
+            )
+        ),
+        "the lag gauge to drain",
+    )
+
+
+async def test_a_disabled_webhook_sets_the_gauge_to_zero_and_logs_loudly(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    stack.mail.seed_webhook("wh_1", enabled=True)
+    worker = stack.worker(ONCEONLY_AGENTMAIL_WEBHOOK_ID="wh_1", ONCEONLY_WEBHOOK_POLL_S="0.5")
+    await until(stack, lambda: "onceonly_webhook_enabled 1.0" in worker.metrics(), "enabled=1")
+
+    stack.mail.set_webhook_enabled("wh_1", False)
+
+    await until(stack, lambda: "onceonly_webhook_enabled 0.0" in worker.metrics(), "enabled=0")
+    assert "AGENTMAIL WEBHOOK IS DISABLED" in worker.log()

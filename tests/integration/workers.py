@@ -100,8 +100,12 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
+        """The worker's /metrics text, or "" while its web server is not up yet."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                return str(r.read().decode())
+        except OSError:
+            return ""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
