@@ -121,7 +121,7 @@ class Ingest:
         self.producer = producer
         self.admin = admin
         self.providers = dict(providers_from_settings(settings) if providers is None else providers)
-        self.metrics = metrics or IngestMetrics()
+        self.metrics = metrics or IngestMetrics(providers=tuple(self.providers))
         self.clock = clock
         self.timeout_s = settings.produce_timeout_ms / 1000
 

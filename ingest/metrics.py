@@ -8,7 +8,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 class IngestMetrics:
     """Deliveries accepted, rejected by reason, and the time to the broker's ack."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, providers: tuple[str, ...] = ()
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         self.accepted = Counter(
             "onceonly_deliveries_accepted",
@@ -29,3 +31,7 @@ class IngestMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
+        # export the configured providers' series from the start (0, not "no data")
+        for provider in providers:
+            self.accepted.labels(provider)
+            self.ack_latency.labels(provider)
