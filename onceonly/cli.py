@@ -7,6 +7,7 @@ import contextlib
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -147,6 +148,97 @@ def replay(
             advance=lambda n: progress.advance(task, n),
         )
     console.print(f"replayed {sent} records (ticks skipped); workers will process them in order")
+
+
+@main.command(name="catch-up")
+@click.option("--inbox", "inbox_id", required=True, help="The AgentMail inbox to catch up.")
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
+    help="List messages after this time (default: the inbox's last recorded reply).",
+)
+@click.option("--wait-s", default=120.0, show_default=True, help="How long to wait for replies.")
+def catch_up(inbox_id: str, since: datetime | None, wait_s: float) -> None:
+    """List an inbox's messages after a time and answer the unanswered ones, once."""
+    from agentmail import AgentMailEnvironment, AsyncAgentMail
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from onceonly import catchup
+    from onceonly.kafka import AsyncProducer, producer_config
+
+    settings = _settings()
+    if settings.agentmail_api_key is None:
+        raise click.ClickException(
+            "catch-up lists messages through AgentMail: set AGENTMAIL_API_KEY"
+        )
+    ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
+    start = since or catchup.last_answered(ledger, inbox_id)
+    if start is None:
+        raise click.ClickException(
+            f"no reply is recorded for {inbox_id}: say where to start with --since"
+        )
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    base = settings.agentmail_base_url
+    env = (
+        AgentMailEnvironment(http=base, websockets=base.replace("http", "ws", 1))
+        if base
+        else AgentMailEnvironment.PROD
+    )
+    client = AsyncAgentMail(api_key=settings.agentmail_api_key.get_secret_value(), environment=env)
+    console = Console()
+
+    async def run() -> catchup.Summary:
+        producer = AsyncProducer(
+            producer_config(
+                settings.kafka_bootstrap,
+                timeout_ms=settings.produce_timeout_ms,
+                max_record_bytes=settings.record_max_bytes,
+            )
+        )
+
+        async def feed(envelope: Any) -> None:
+            await producer.produce(
+                settings.deliveries_topic,
+                envelope.encode(),
+                key=envelope.thread_key.encode(),
+                headers=envelope.headers(),
+            )
+
+        try:
+            with Progress(console=console) as progress:
+                task = progress.add_task(
+                    f"listing {inbox_id} after {start.isoformat()}", total=None
+                )
+                return await catchup.catch_up(
+                    client,
+                    inbox_id,
+                    start,
+                    ledger=ledger,
+                    feed=feed,
+                    progress=lambda: progress.advance(task),
+                )
+        finally:
+            producer.close()
+
+    summary = asyncio.run(run())
+    deadline = time.monotonic() + wait_s
+    answered = 0
+    with console.status("waiting for the worker to answer"):
+        while summary.fed:
+            current = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
+            answered = summary.answered(current)
+            if answered >= len(summary.fed) or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+    console.print(
+        f"found {summary.found}, answered {answered}, "
+        f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
+        f"({summary.skipped_sent_by_agent} sent by the agent, "
+        f"{summary.skipped_answered} already answered), "
+        f"pending {len(summary.fed) - answered}"
+    )
 
 
 @main.command()

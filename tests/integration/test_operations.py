@@ -171,3 +171,40 @@ async def test_a_disabled_webhook_sets_the_gauge_to_zero_and_logs_loudly(
 
     await until(stack, lambda: "onceonly_webhook_enabled 0.0" in worker.metrics(), "enabled=0")
     assert "AGENTMAIL WEBHOOK IS DISABLED" in worker.log()
+
+
+async def test_catch_up_answers_exactly_the_unanswered_messages(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    stack.worker()
+    await stack.deliver(stack.seed("<answered@example.com>", "thr-c1"))
+    await stack.until_sent(1)  # the fake also files the agent's reply as a sent message
+    for message_id, thread in [
+        ("<missed1@example.com>", "thr-c2"),
+        ("<missed2@example.com>", "thr-c3"),
+    ]:
+        stack.mail.seed_message(INBOX, message_id=message_id, thread_id=thread)
+    stack.mail.seed_message(
+        INBOX, message_id="<agent@example.com>", thread_id="thr-c4", labels=("sent",), from_=INBOX
+    )
+
+    done = onceonly(stack, "catch-up", "--inbox", INBOX, "--since", "2000-01-01T00:00:00")
+
+    assert done.returncode == 0, done.stderr + done.stdout
+    answered = sorted(e.replied_to_message_id for e in stack.mail.outbox)
+    assert answered == ["<answered@example.com>", "<missed1@example.com>", "<missed2@example.com>"]
+    assert "found 5, answered 2, skipped 3 (2 sent by the agent, 1 already answered)" in done.stdout
+
+
+async def test_a_second_catch_up_sends_nothing(stack_factory: Callable[..., Stack]) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    stack.worker()
+    stack.mail.seed_message(INBOX, message_id="<late@example.com>", thread_id="thr-c5")
+
+    first = onceonly(stack, "catch-up", "--inbox", INBOX, "--since", "2000-01-01")
+    second = onceonly(stack, "catch-up", "--inbox", INBOX)  # starts at the last reply
+
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    await asyncio.sleep(2)
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<late@example.com>"]
