@@ -88,3 +88,14 @@ def release(buffer: ThreadBuffer, *, now_ms: int, window_ms: int) -> tuple[Relea
     return Release(ordered, late), ThreadBuffer(
         held=(), released_up_to=top, partition=buffer.partition, updated_ms=now_ms
     )
+
+
+def ticks_due(
+    due: set[int], ticking: dict[int, float], *, now: float, retick_s: float
+) -> list[int]:
+    """Partitions to send a tick to: due ones without a recent unseen tick.
+
+    A tick can be lost to a rebalance (another worker reads it), so a tick unseen for
+    ``retick_s`` is sent again; extra ticks only find nothing due.
+    """
+    return sorted(p for p in due if now - ticking.get(p, float("-inf")) >= retick_s)

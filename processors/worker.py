@@ -103,7 +103,10 @@ class Pipeline:
     clock: Clock = time.time
     sweep_every_s: float = 600.0
     _last_sweep: dict[int, float] = field(default_factory=dict)
-    _ticking: set[int] = field(default_factory=set)
+    #: partition -> when its last tick was sent and not yet seen; a tick can be lost to a
+    #: rebalance (another worker reads it), so one older than ``retick_s`` is sent again
+    _ticking: dict[int, float] = field(default_factory=dict)
+    retick_s: float = 2.0
 
     @property
     def window_ms(self) -> int:
@@ -117,7 +120,7 @@ class Pipeline:
         headers = dict(event.message.headers or ())
         partition = int(event.message.partition)
         if TICK_HEADER in headers:
-            self._ticking.discard(partition)
+            self._ticking.pop(partition, None)
             await self.release_due(partition)
         else:
             replay = REPLAY_HEADER in headers
@@ -197,8 +200,10 @@ class Pipeline:
         return due
 
     async def tick(self) -> None:
-        for partition in self.due_partitions() - self._ticking:
-            self._ticking.add(partition)
+        now = self.clock()
+        due = self.due_partitions()
+        for partition in reorder.ticks_due(due, self._ticking, now=now, retick_s=self.retick_s):
+            self._ticking[partition] = now
             await self.deliveries.send(value=b"", partition=partition, headers={TICK_HEADER: b"1"})
 
     # -- one thread's released events -----------------------------------------------
@@ -480,6 +485,7 @@ def build_app(
         ),
         clock=clock,
         sweep_every_s=max(1.0, settings.dedupe_retention.total_seconds() / 100),
+        retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
     )
 
     async def process(stream: Any) -> None:

@@ -208,3 +208,36 @@ async def test_a_second_catch_up_sends_nothing(stack_factory: Callable[..., Stac
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     await asyncio.sleep(2)
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<late@example.com>"]
+
+
+async def test_two_then_three_workers_share_eight_partitions_through_a_kill_and_restart(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(partitions=8, reorder_window_ms=200)
+    stack.worker("w1", ONCEONLY_WORKER_ID="w1")
+    stack.worker("w2", ONCEONLY_WORKER_ID="w2")
+    messages = [(f"<p{i}@example.com>", f"thr-p{i}") for i in range(60)]
+
+    for message_id, thread in messages[:20]:
+        await stack.deliver(stack.seed(message_id, thread))
+    await stack.until_sent(10)
+    stack.worker("w3", ONCEONLY_WORKER_ID="w3")  # scale out mid-stream
+    for message_id, thread in messages[20:40]:
+        await stack.deliver(stack.seed(message_id, thread))
+    await stack.until_sent(25)
+    stack.workers[1].kill()  # a crash mid-stream...
+    for message_id, thread in messages[40:]:
+        await stack.deliver(stack.seed(message_id, thread))
+    stack.workers[1].start()  # ...and the same worker back, with its state
+    try:
+        await stack.until_sent(60, timeout_s=120)
+    except AssertionError:
+        sent = {e.replied_to_message_id for e in stack.mail.outbox}
+        missing = [m for m, _ in messages if m not in sent]
+        raise AssertionError(f"{len(sent)} answered; missing {missing}") from None
+    await asyncio.sleep(3)
+
+    answered = sorted(e.replied_to_message_id for e in stack.mail.outbox)
+    assert answered == sorted(m for m, _ in messages)
+    # every worker took part: each logged replies of its own
+    assert all("reply sent" in w.log() for w in stack.workers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.reorder import Held, ThreadBuffer, hold, release
+from processors.reorder import Held, ThreadBuffer, hold, release, ticks_due
 
 
 def _event(ts: int, event_id: str, arrived: int) -> Held:
@@ -58,3 +58,15 @@ def test_a_repeat_of_a_held_event_is_held_once() -> None:
     buffer = hold(hold(ThreadBuffer(), _event(1, "a", 0)), _event(1, "a", 5))
 
     assert len(buffer.held) == 1
+
+
+def test_a_due_partition_gets_a_tick() -> None:
+    assert ticks_due({1, 3}, {}, now=10.0, retick_s=2.0) == [1, 3]
+
+
+def test_a_partition_with_a_recent_unseen_tick_waits() -> None:
+    assert ticks_due({1}, {1: 9.0}, now=10.0, retick_s=2.0) == []
+
+
+def test_a_tick_unseen_for_too_long_is_sent_again() -> None:
+    assert ticks_due({1}, {1: 7.0}, now=10.0, retick_s=2.0) == [1]
