@@ -197,6 +197,7 @@ async def reply_once(
     key_lifetime: timedelta = AGENTMAIL_KEY_LIFETIME,
     replay: bool = False,
     on_retry: Callable[[], None] = lambda: None,
+    channel: str = "agentmail",
 ) -> BurstResult:
     """Answer a burst of one thread's messages with exactly one reply, to the latest."""
     target, covered = split_burst(burst)
@@ -206,7 +207,7 @@ async def reply_once(
 
     if step in (Plan.SKIP_SENT, Plan.SKIP_COVERED, Plan.SKIP_FAILED):
         log.info("reply skipped: already handled", reason=step.value, **ids)
-        await _cover(ledger, covered, target.key, now)
+        await _cover(ledger, covered, target.key, now, channel)
         return BurstResult(Outcome.ALREADY, target.key, record.sent_message_id if record else None)
 
     if record is None:
@@ -219,9 +220,10 @@ async def reply_once(
             state=ReplyState.PENDING,
             created_at=now(),
             reply_text=text,
+            channel=channel,
         )
         await ledger.put(record)  # acknowledged before anything is sent
-    await _cover(ledger, covered, target.key, now)
+    await _cover(ledger, covered, target.key, now, channel)
 
     if step is Plan.RECONCILE:
         found = await sender.find_reply(record)
@@ -266,7 +268,11 @@ async def reply_once(
 
 
 async def _cover(
-    ledger: Ledger, covered: Iterable[Inbound], by: str, now: Callable[[], datetime]
+    ledger: Ledger,
+    covered: Iterable[Inbound],
+    by: str,
+    now: Callable[[], datetime],
+    channel: str = "agentmail",
 ) -> None:
     """Record the burst's other messages as answered by ``by``, unless they have a record."""
     for message in covered:
@@ -281,6 +287,7 @@ async def _cover(
                 state=ReplyState.COVERED,
                 created_at=now(),
                 covered_by=by,
+                channel=channel,
             )
         )
         log.info("message covered by the burst's reply", key=message.key, covered_by=by)

@@ -29,19 +29,12 @@ import structlog
 
 from onceonly.lag import LagCollector
 from processors import dedupe, reorder
+from processors.channels import AgentMailChannel, Channel
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
 from processors.exceptions import SendError
 from processors.mail import AgentMailSender, DryRunOutbox
 from processors.metrics import WorkerMetrics
-from processors.reply import (
-    Inbound,
-    Outcome,
-    ReplyWriter,
-    SendPolicy,
-    inbound_from_agentmail,
-    reply_once,
-    skip_reason,
-)
+from processors.reply import Inbound, Outcome, ReplyWriter, SendPolicy, Skip, reply_once
 from processors.writer import load_callable, load_writer
 from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
 from schemas.exceptions import SchemaError
@@ -94,7 +87,7 @@ class Pipeline:
     events: Any  # faust Table: bytes -> bytes
     holds: Any
     ledger: TableLedger
-    sender: Any
+    channels: dict[str, Channel]
     writer: ReplyWriter
     dead_letters: Any  # faust Topic
     deliveries: Any  # faust Topic
@@ -250,53 +243,45 @@ class Pipeline:
     async def act(
         self, claimed: Sequence[tuple[Envelope, tuple[int, int]]], *, replay: bool = False
     ) -> dict[str, bool]:
-        """Reply once to the answerable messages; return event_id -> succeeded."""
+        """Reply once per channel to the answerable messages; return event_id -> succeeded."""
         outcomes: dict[str, bool] = {}
-        burst: list[Inbound] = []
+        bursts: dict[str, list[Inbound]] = {}
         for envelope, _ in claimed:
             ids = {"provider": envelope.provider, "event_id": envelope.event_id}
-            if envelope.provider != "agentmail":
+            channel = self.channels.get(envelope.provider)
+            if channel is None:
                 outcomes[envelope.event_id] = await self.handle_event(envelope)
                 continue
-            payload = envelope.payload()
-            message = payload.get("message") or {}
-            if envelope.truncated and envelope.event_type == "message.received":
-                try:
-                    message = await self.sender.fetch(
-                        envelope.account_id or "", envelope.message_id or ""
-                    )
-                except SendError as exc:
-                    log.error("could not fetch a truncated message", error=str(exc), **ids)
-                    outcomes[envelope.event_id] = False
-                    continue
-            inbound = inbound_from_agentmail(
-                message,
-                thread_key=envelope.thread_key,
-                event_id=envelope.event_id,
-                fallback_time=envelope.occurred_at,
-            )
-            reason = skip_reason(envelope.event_type, inbound)
-            if reason is not None:
-                self.metrics.skips.labels(reason.value).inc()
+            try:
+                found = await channel.inbound(envelope)
+            except SendError as exc:
+                log.error("could not fetch the message of a truncated event", error=str(exc), **ids)
+                outcomes[envelope.event_id] = False
+                continue
+            if isinstance(found, Skip):
+                self.metrics.skips.labels(found.value).inc()
                 log.info(
-                    "message skipped", reason=reason.value, message_id=inbound.message_id, **ids
+                    "message skipped", reason=found.value, message_id=envelope.message_id, **ids
                 )
                 continue
-            burst.append(inbound)
-        if burst:
-            envelopes = {e.event_id: e for e, _ in claimed}
+            bursts.setdefault(envelope.provider, []).append(found)
+        envelopes = {e.event_id: e for e, _ in claimed}
+        for provider, burst in bursts.items():
+            channel = self.channels[provider]
             result = await reply_once(
                 burst,
                 ledger=self.ledger,
-                sender=self.sender,
+                sender=channel.sender,
                 writer=self.writer,
-                dead_letter=lambda record, reason: self._dead_letter_reply(
+                dead_letter=lambda record, reason, burst=burst: self._dead_letter_reply(  # type: ignore[misc]
                     record, reason, [envelopes[m.event_id] for m in burst]
                 ),
                 now=lambda: datetime.fromtimestamp(self.clock(), tz=UTC),
                 policy=SendPolicy(attempts=self.settings.send_attempts),
+                key_lifetime=channel.key_lifetime,
                 replay=replay,
                 on_retry=self.metrics.send_retries.inc,
+                channel=channel.name,
             )
             if result.outcome is Outcome.SENT:
                 self.metrics.replies.inc()
@@ -348,7 +333,8 @@ class Pipeline:
     async def check_webhook(self) -> None:
         """AgentMail disables a failing endpoint after ~5 days, silently: watch for it."""
         webhook_id = self.settings.agentmail_webhook_id
-        client = getattr(self.sender, "client", None)
+        agentmail = self.channels.get("agentmail")
+        client = getattr(agentmail.sender, "client", None) if agentmail else None
         if not webhook_id or client is None:
             return
         try:
@@ -473,7 +459,7 @@ def build_app(
         events=events,
         holds=holds,
         ledger=TableLedger(replies),  # type: ignore[arg-type]
-        sender=sender,
+        channels={"agentmail": AgentMailChannel(sender)},
         writer=writer or load_writer(settings.reply_writer),
         dead_letters=dead_letters,
         deliveries=deliveries,
