@@ -99,3 +99,12 @@ def ticks_due(
     ``retick_s`` is sent again; extra ticks only find nothing due.
     """
     return sorted(p for p in due if now - ticking.get(p, float("-inf")) >= retick_s)
+
+
+def idle(buffer: ThreadBuffer, *, partition: int, now_ms: int, retention_ms: int) -> bool:
+    """A thread of this partition with nothing held and no change within the retention."""
+    return (
+        buffer.partition == partition
+        and not buffer.held
+        and buffer.updated_ms < now_ms - retention_ms
+    )

@@ -374,6 +374,19 @@ class Pipeline:
             del self.events[key]
         if old:
             log.info("dedupe entries expired", partition=partition, count=len(old))
+        # threads idle for as long keep only a release watermark: let those go too
+        idle = [
+            key
+            for key, raw in self.holds.items()
+            if reorder.idle(
+                reorder.ThreadBuffer.from_json(json.loads(raw)),
+                partition=partition,
+                now_ms=self.now_ms(),
+                retention_ms=retention_ms,
+            )
+        ]
+        for key in idle:
+            del self.holds[key]
         return len(old)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.reorder import Held, ThreadBuffer, hold, release, ticks_due
+from processors.reorder import Held, ThreadBuffer, hold, idle, release, ticks_due
 
 
 def _event(ts: int, event_id: str, arrived: int) -> Held:
@@ -70,3 +70,17 @@ def test_a_partition_with_a_recent_unseen_tick_waits() -> None:
 
 def test_a_tick_unseen_for_too_long_is_sent_again() -> None:
     assert ticks_due({1}, {1: 7.0}, now=10.0, retick_s=2.0) == [1]
+
+
+def test_an_idle_threads_watermark_expires_after_the_retention() -> None:
+    _, emptied = release(hold(ThreadBuffer(partition=2), _event(5, "a", 0)), now_ms=10, window_ms=0)
+
+    assert idle(emptied, partition=2, now_ms=10 + 1001, retention_ms=1000)
+    assert not idle(emptied, partition=2, now_ms=10 + 999, retention_ms=1000)
+    assert not idle(emptied, partition=3, now_ms=10 + 1001, retention_ms=1000)
+
+
+def test_a_buffer_still_holding_events_never_expires() -> None:
+    buffer = hold(ThreadBuffer(partition=2), _event(5, "a", 0))
+
+    assert not idle(buffer, partition=2, now_ms=10**9, retention_ms=1000)
