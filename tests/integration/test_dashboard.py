@@ -77,17 +77,22 @@ def substitute(expr: str) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, expr)
 
 
-def dashboard_queries(dashboard: dict[str, Any]) -> list[Query]:
-    """Every target with an expression, in every panel, rows' nested panels included."""
+def panels_of(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, the ones nested in (collapsed) rows included."""
 
     def walk(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         for panel in panels:
             yield panel
             yield from walk(panel.get("panels", []))
 
+    return walk(dashboard["panels"])
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[Query]:
+    """Every target with an expression, in every panel."""
     return [
         Query(panel.get("title", f"id {panel.get('id')}"), target.get("refId", "?"), target["expr"])
-        for panel in walk(dashboard["panels"])
+        for panel in panels_of(dashboard)
         for target in panel.get("targets", [])
         if target.get("expr")
     ]
@@ -133,16 +138,15 @@ def _install_debian_prometheus() -> None:
     finally:
         if own_policy:
             policy.unlink()
-    stop = (
-        ["systemctl", "stop", "prometheus.service"]
-        if Path("/run/systemd/system").exists()
-        else ["/etc/init.d/prometheus", "stop"]
-        if Path("/etc/init.d/prometheus").exists()
-        else None
-    )
-    command = _as_root(stop) if stop else None
-    if command:
-        subprocess.run(command, capture_output=True, timeout=60, check=False)
+    # a service that started anyway (no policy-rc.d could be written) is stopped
+    if Path("/run/systemd/system").exists():
+        stop = _as_root(["systemctl", "stop", "prometheus.service"])
+    elif Path("/etc/init.d/prometheus").exists():
+        stop = _as_root(["/etc/init.d/prometheus", "stop"])
+    else:
+        stop = None
+    if stop is not None:
+        subprocess.run(stop, capture_output=True, timeout=60, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -246,36 +250,52 @@ class Prometheus:
         )
 
 
-def has_data(data: dict[str, Any]) -> bool:
-    """A result with at least one sample that is a number (not NaN)."""
+#: ``sum by (a, b) (...)``, or inside ``histogram_quantile(q, sum by (le, a) (...))``
+OUTER_GROUPING = re.compile(r"^\s*(?:histogram_quantile\([^,]+,\s*)?\w+\s+by\s*\(([^)]*)\)")
+
+
+def what_is_missing(query: Query, data: dict[str, Any]) -> str:
+    """What is wrong with a query's result, or an empty string when nothing is.
+
+    Right is: at least one sample that is a number (not NaN), and every label that the
+    outermost aggregation groups by (``le`` aside) on some series.
+    """
     if data["resultType"] == "scalar":
-        samples = [data["result"]]
+        series: list[dict[str, Any]] = [{"metric": {}, "value": data["result"]}]
     else:
-        samples = [series["value"] for series in data["result"] if "value" in series]
-        samples += [v for series in data["result"] for v in series.get("values", [])]
-    return any(not math.isnan(float(value)) for _, value in samples)
+        series = data["result"]
+    samples = [s["value"] for s in series if "value" in s]
+    samples += [v for s in series for v in s.get("values", [])]
+    if not any(not math.isnan(float(value)) for _, value in samples):
+        return "no data: " + json.dumps(data)[:300]
+    outer = OUTER_GROUPING.match(query.expr)
+    grouped = (
+        {label.strip() for label in outer.group(1).split(",")} - {"", "le"} if outer else set()
+    )
+    absent = sorted(g for g in grouped if not any(g in s.get("metric", {}) for s in series))
+    if absent:
+        return f"no series carries the label(s) {absent}: " + json.dumps(data)[:300]
+    return ""
 
 
 # -- the tests ---------------------------------------------------------------------------------
 
 
-def test_the_dashboard_is_provisionable_and_every_target_has_a_query() -> None:
+def test_the_dashboard_is_provisionable_and_every_panel_has_a_query() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
-    queries = dashboard_queries(dashboard)
+    panels = [p for p in panels_of(dashboard) if p["type"] != "row"]
 
     assert dashboard["uid"] and dashboard["schemaVersion"] >= 36
     assert "__inputs" not in dashboard, "a provisioned dashboard cannot have import inputs"
     assert "${DS_" not in DASHBOARD.read_text()
-    assert len(queries) >= 10
-    for query in queries:
-        substitute(query.expr)  # no Grafana variable unknown to the live test
-    uids = {
-        str(t.get("datasource", p.get("datasource", {})).get("uid"))
-        for p in dashboard["panels"]
-        if p["type"] != "row"
-        for t in p.get("targets", [])
-    }
-    assert uids == {"prometheus"}, "every query must use the provisioned data source uid"
+    ids = [p["id"] for p in panels_of(dashboard)]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for panel in panels:
+        assert any(t.get("expr") for t in panel.get("targets", [])), panel["title"]
+        for target in panel["targets"]:
+            substitute(target["expr"])  # no Grafana variable unknown to the live test
+            uid = target.get("datasource", panel.get("datasource", {})).get("uid")
+            assert uid == "prometheus", f"{panel['title']}: data source {uid!r}"
     provisioned = (ROOT / "ops/grafana/provisioning/datasources/prometheus.yml").read_text()
     assert re.search(r"^\s*uid:\s*prometheus\s*$", provisioned, re.M)
 
@@ -386,7 +406,7 @@ async def test_every_dashboard_query_returns_data_from_a_live_stack(
 async def _until_every_query_has_data(
     prometheus: Prometheus, http: aiohttp.ClientSession, queries: list[Query], timeout_s: float
 ) -> dict[Query, str]:
-    """Query until each returns data; what the ones that never did returned, else ""."""
+    """Query until each returns data; for each query, what is wrong with it, else ""."""
     outcome = dict.fromkeys(queries, "not run")
     deadline = time.monotonic() + timeout_s
     while True:
@@ -396,7 +416,7 @@ async def _until_every_query_has_data(
             except AssertionError as exc:  # Prometheus refused the query: say which
                 outcome[query] = f"error: {exc}"
                 continue
-            outcome[query] = "" if has_data(data) else json.dumps(data)[:300]
+            outcome[query] = what_is_missing(query, data)
         if not any(outcome.values()) or time.monotonic() > deadline:
             return outcome
         await asyncio.sleep(1)
