@@ -29,6 +29,8 @@ class Settings(BaseSettings):
         frozen=True,
         extra="ignore",
         case_sensitive=False,
+        # VAR= (as compose's ${VAR:-} gives) means unset, not an empty secret
+        env_ignore_empty=True,
     )
 
     # --- Kafka -----------------------------------------------------------

@@ -6,7 +6,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 class WorkerMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, watch_webhook: bool = False
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         self.duplicates = Counter(
             "onceonly_duplicates_skipped",
@@ -30,10 +32,11 @@ class WorkerMetrics:
             "Send attempts after the first, with the same key.",
             registry=self.registry,
         )
+        # exported only when a webhook is watched, so "not watched" never reads as disabled
         self.webhook_enabled = Gauge(
             "onceonly_webhook_enabled",
             "1 while the AgentMail webhook (ONCEONLY_AGENTMAIL_WEBHOOK_ID) is enabled, else 0.",
-            registry=self.registry,
+            registry=self.registry if watch_webhook else None,
         )
         self.dead_letters = Counter(
             "onceonly_dead_letters",

@@ -161,7 +161,19 @@ class Pipeline:
             self.now_ms(),
             {"envelope": envelope.to_json(), "position": list(position), "replay": replay},
         )
-        self.holds[key] = json.dumps(reorder.hold(buffer, held).to_json()).encode()
+        updated = reorder.hold(buffer, held)
+        if updated is buffer:  # the same event is already held: a repeat delivery
+            self.metrics.duplicates.labels("duplicate").inc()
+            log.info(
+                "delivery skipped",
+                verdict="duplicate",
+                provider=envelope.provider,
+                event_id=envelope.event_id,
+                thread_key=envelope.thread_key,
+                held=True,
+            )
+            return
+        self.holds[key] = json.dumps(updated.to_json()).encode()
 
     async def release_due(self, partition: int) -> None:
         now = self.now_ms()
@@ -476,7 +488,7 @@ def build_app(
         writer=writer or load_writer(settings.reply_writer),
         dead_letters=dead_letters,
         deliveries=deliveries,
-        metrics=WorkerMetrics(),
+        metrics=WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id)),
         handler=(
             load_callable(settings.event_handler, "ONCEONLY_EVENT_HANDLER")
             if settings.event_handler
@@ -506,6 +518,7 @@ def build_app(
         app.timer(interval, name="onceonly.tick")(pipeline.tick)
 
     if settings.agentmail_webhook_id:
+        app.task(pipeline.check_webhook)  # once at start-up: timers first wait an interval
         app.timer(settings.webhook_poll_s, name="onceonly.webhook")(pipeline.check_webhook)
     pipeline.metrics.registry.register(
         LagCollector(settings.kafka_bootstrap, settings.app_id, [settings.deliveries_topic])
