@@ -131,3 +131,71 @@ def read_ledger(bootstrap: str, topic: str) -> dict[str, ReplyRecord]:
         except SchemaError:
             continue
     return out
+
+
+# -- Nylas ---------------------------------------------------------------------------
+
+#: bodies above this are left out of a catch-up envelope, which is then marked
+#: ``message.created.truncated`` so the worker fetches the message, as Nylas does > 1 MB
+NYLAS_INLINE_BODY_BYTES = 256 * 1024
+
+
+def nylas_envelope_for(message: Mapping[str, Any], received_at: datetime) -> Envelope:
+    """The envelope ingest would have made from this message's message.created webhook."""
+    grant_id = str(message["grant_id"])
+    obj = {**message, "object": "message"}
+    event_type = "message.created"
+    if len(str(obj.get("body") or "").encode()) > NYLAS_INLINE_BODY_BYTES:
+        obj.pop("body", None)
+        event_type = "message.created.truncated"
+    payload = {
+        "specversion": "1.0",
+        "type": event_type,
+        "source": "/onceonly/catch-up",
+        "id": catch_up_event_id(grant_id, str(message["id"])),
+        "time": int(message.get("date") or received_at.timestamp()),
+        "data": {"object": obj},
+    }
+    return normalise.nylas(json.dumps(payload, default=str), {}, received_at)
+
+
+async def catch_up_nylas(
+    sender: Any,
+    grant_id: str,
+    since: datetime,
+    *,
+    ledger: Mapping[str, ReplyRecord],
+    feed: Callable[[Envelope], Any],
+    progress: Callable[[], None] = lambda: None,
+) -> Summary:
+    """Nylas: feed each unanswered message the grant received after ``since``, oldest first.
+
+    ``sender`` is a :class:`processors.nylas.NylasSender` (``messages_after``,
+    ``grant_address``). The grant's own mail (from its address, or in SENT) is counted
+    as sent by the agent and not fed.
+    """
+    from processors.nylas import own_message
+    from processors.reply import reply_key
+
+    own = await sender.grant_address(grant_id)
+    messages: list[dict[str, Any]] = []
+    async for message in sender.messages_after(grant_id, since):
+        messages.append(message)
+        progress()
+    messages.sort(key=lambda m: (int(m.get("date") or 0), str(m.get("id"))))
+    summary = Summary(found=len(messages))
+    now = datetime.now(UTC)
+    for message in messages:
+        if own_message(message, own):
+            summary.skipped_sent_by_agent += 1
+            continue
+        key = reply_key(grant_id, str(message["id"]))
+        record = ledger.get(key)
+        if record is not None and record.state in (ReplyState.SENT, ReplyState.COVERED):
+            summary.skipped_answered += 1  # fed all the same: the ledger skips it
+        else:
+            summary.fed.append(key)
+        result = feed(nylas_envelope_for({**message, "grant_id": grant_id}, now))
+        if hasattr(result, "__await__"):
+            await result
+    return summary

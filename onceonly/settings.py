@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     agentmail_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("AGENTMAIL_API_KEY", "agentmail_api_key")
     )
+    nylas_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("NYLAS_API_KEY", "nylas_api_key")
+    )
+    #: the US region by default; the EU region or a local server for tests
+    nylas_api_uri: str = "https://api.us.nylas.com"
+    #: the grant's own address (its outbound mail is never answered); unset: read the grant
+    nylas_grant_email: str | None = None
     #: shifts the worker's clock; for drills and tests that move time (e.g. expiry)
     clock_offset_s: float = 0.0
     rocksdb_block_cache_bytes: int = Field(default=8 * 1024 * 1024, ge=1024 * 1024)

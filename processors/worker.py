@@ -34,6 +34,7 @@ from processors.effects import EffectConflict, Effects, EventHandler, run_handle
 from processors.exceptions import SendError
 from processors.mail import AgentMailSender, DryRunOutbox
 from processors.metrics import WorkerMetrics
+from processors.nylas import nylas_channel
 from processors.reply import Inbound, Outcome, ReplyWriter, SendPolicy, Skip, reply_once
 from processors.writer import load_callable, load_writer
 from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
@@ -498,6 +499,13 @@ def build_app(
         sweep_every_s=max(1.0, settings.dedupe_retention.total_seconds() / 100),
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
     )
+    nylas = nylas_channel(
+        settings,
+        outbox=sender if isinstance(sender, DryRunOutbox) else None,
+        registry=pipeline.metrics.registry,
+    )
+    if nylas is not None:
+        pipeline.channels["nylas"] = nylas
 
     async def process(stream: Any) -> None:
         async for event in stream.events():
