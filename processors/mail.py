@@ -143,7 +143,7 @@ class DryRunOutbox:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as out:
                 out.write(json.dumps(entry) + "\n")
-        log.info("dry run: reply not sent (no AGENTMAIL_API_KEY)", key=record.key)
+        log.info("dry run: reply not sent (no API key for this channel)", key=record.key)
         return str(entry["sent_message_id"])
 
     async def find_reply(self, record: ReplyRecord) -> str | None:

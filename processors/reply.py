@@ -225,13 +225,9 @@ async def reply_once(
         await ledger.put(record)  # acknowledged before anything is sent
     await _cover(ledger, covered, target.key, now, channel)
 
-    if step is Plan.RECONCILE:
-        found = await sender.find_reply(record)
-        if found is not None:
-            log.info("reply found in the thread; recorded as sent", sent=found, **ids)
-            await ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
-            return BurstResult(Outcome.ALREADY, target.key, found)
-
+    # a stale record reads the thread first; that read follows the same retry policy
+    reconciled = step is not Plan.RECONCILE
+    found: str | None = None
     attempts = 0
     try:
         async for attempt in AsyncRetrying(
@@ -249,7 +245,11 @@ async def reply_once(
                 if attempts > 1:
                     on_retry()
                     log.warning("send retry with the same key", attempt=attempts, **ids)
-                sent_id = await sender.reply(record)
+                if not reconciled:
+                    found = await sender.find_reply(record)
+                    reconciled = True
+                if found is None:
+                    sent_id = await sender.reply(record)
     except SendError as exc:
         reason = (
             f"{exc.failure.value} after {attempts} attempt(s): {exc}"
@@ -262,6 +262,10 @@ async def reply_once(
         log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
         return BurstResult(Outcome.FAILED, target.key)
 
+    if found is not None:
+        log.info("reply found in the thread; recorded as sent", sent=found, **ids)
+        await ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
+        return BurstResult(Outcome.ALREADY, target.key, found)
     await ledger.put(record.with_state(ReplyState.SENT, sent_message_id=sent_id, attempts=attempts))
     log.info("reply sent", sent=sent_id, attempts=attempts, covered=len(covered), **ids)
     return BurstResult(Outcome.SENT, target.key, sent_id)

@@ -268,7 +268,7 @@ class Pipeline:
             try:
                 found = await channel.inbound(envelope)
             except SendError as exc:
-                log.error("could not fetch the message of a truncated event", error=str(exc), **ids)
+                log.error("could not read the message from the mail API", error=str(exc), **ids)
                 outcomes[envelope.event_id] = False
                 continue
             if isinstance(found, Skip):

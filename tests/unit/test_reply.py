@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from processors.exceptions import SendError, SendFailure
 from processors.mail import AgentMailSender
 from processors.reply import (
     BurstResult,
@@ -305,3 +306,48 @@ async def test_a_message_id_with_a_slash_reaches_the_right_url(mail: FakeAgentMa
 
     assert result.outcome is Outcome.SENT
     assert mail.outbox[0].replied_to_message_id == "<CAJ+ab/cd==@mail.gmail.com>"
+
+
+class FlakyThreadReader:
+    """A sender whose thread read fails once (retryable) before it finds the reply."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.sends = 0
+
+    async def reply(self, record: ReplyRecord) -> str:
+        self.sends += 1
+        return "<new@x>"
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        self.reads += 1
+        if self.reads == 1:
+            raise SendError(SendFailure.RETRY, "thread read timed out")
+        return "<r1@x>"
+
+
+async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<m1@x>")
+    stale = ReplyRecord(
+        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "t"
+    )
+    await ledger.put(stale)
+    sender = FlakyThreadReader()
+
+    async def dead_letter(record: ReplyRecord, reason: str) -> None:
+        raise AssertionError(reason)
+
+    result = await reply_once(
+        [message],
+        ledger=ledger,
+        sender=sender,
+        writer=CountingWriter(),
+        dead_letter=dead_letter,
+        now=lambda: T0 + timedelta(hours=25),
+        policy=SendPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02),
+    )
+
+    assert result.outcome is Outcome.ALREADY
+    assert (sender.reads, sender.sends) == (2, 0)
+    assert ledger.records[message.key].sent_message_id == "<r1@x>"
