@@ -31,6 +31,7 @@ from ingest.exceptions import IngestError, PayloadError, VerificationError
 from ingest.metrics import IngestMetrics
 from onceonly.kafka import Admin, AsyncProducer, ProduceFailed
 from onceonly.settings import Settings
+from schemas.envelope import Envelope
 
 log = structlog.get_logger("onceonly.ingest")
 
@@ -49,6 +50,12 @@ class Provider:
 
 class BodyTooLarge(IngestError):
     check = "body_too_large"
+
+
+class BodyUnreadable(IngestError):
+    """The body cannot be read as sent (a Content-Encoding it does not have, a broken stream)."""
+
+    check = "body_unreadable"
 
 
 def providers_from_settings(settings: Settings) -> dict[str, Provider]:
@@ -176,20 +183,23 @@ class Ingest:
             body = await self._read_body(request)
             provider.verify(body, request.headers)
             envelope = provider.normalise(body.decode("utf-8"), request.headers, self.clock())
+            record = _record(envelope)
         except VerificationError as exc:
             return self._reject(name, 401, exc.check, str(exc), request)
         except PayloadError as exc:
             return self._reject(name, 400, exc.check, str(exc), request)
         except BodyTooLarge as exc:
             return self._reject(name, 413, exc.check, str(exc), request)
+        except BodyUnreadable as exc:
+            return self._reject(name, 400, exc.check, str(exc), request)
 
         try:
             async with asyncio.timeout(self.timeout_s):
                 delivered = await self.producer.produce(
                     self.settings.deliveries_topic,
-                    envelope.encode(),
-                    key=envelope.thread_key.encode(),
-                    headers=envelope.headers(),
+                    record.value,
+                    key=record.key,
+                    headers=record.headers,
                 )
         except (ProduceFailed, TimeoutError) as exc:
             self.metrics.rejected.labels(name, "broker_unavailable").inc()
@@ -224,11 +234,16 @@ class Ingest:
             raise BodyTooLarge(f"body of {request.content_length} bytes is above {limit}")
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(f"body is above the limit of {limit} bytes")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(f"body is above the limit of {limit} bytes")
+                chunks.append(chunk)
+        except web.RequestPayloadError as exc:
+            raise BodyUnreadable(
+                f"the body cannot be read as sent ({exc}); send it as the provider does"
+            ) from exc
         return b"".join(chunks)
 
     def _reject(
@@ -237,6 +252,23 @@ class Ingest:
         self.metrics.rejected.labels(name, check).inc()
         log.info("delivery rejected", provider=name, status=status, reason=check, detail=message)
         return _error(status, check, message)
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    value: bytes
+    key: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def _record(envelope: Envelope) -> _Record:
+    """The Kafka record, built before producing: text that cannot be encoded is a 400."""
+    try:
+        return _Record(envelope.encode(), envelope.thread_key.encode(), envelope.headers())
+    except UnicodeEncodeError as exc:
+        raise PayloadError(
+            "bad_shape", f"an id, type or header holds text that is not valid Unicode: {exc.reason}"
+        ) from exc
 
 
 def _error(

@@ -33,8 +33,8 @@ AGENTMAIL_RECEIVED_PREFIX = "message.received"
 def _parse(body: str) -> dict[str, Any]:
     try:
         data = json.loads(body)
-    except ValueError as exc:
-        raise PayloadError("not_json", f"verified body is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError("not_json", f"verified body is not JSON: {exc!s:.200}") from exc
     if not isinstance(data, dict):
         raise PayloadError("bad_shape", "verified body is JSON but not an object")
     return data
@@ -61,8 +61,8 @@ def _epoch(value: Any) -> datetime | None:
     """Seconds or milliseconds since the epoch (Nylas sends both in the wild)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    seconds = value / 1000 if value > 100_000_000_000 else value
     try:
+        seconds = value / 1000 if value > 100_000_000_000 else value
         return datetime.fromtimestamp(seconds, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return None

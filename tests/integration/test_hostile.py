@@ -55,7 +55,7 @@ import stripe
 import structlog
 import svix.webhooks
 from aiohttp import web
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
@@ -169,7 +169,8 @@ class LiveIngest:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        self.session = aiohttp.ClientSession()
+        # a connection per request: no race with a server closing a kept-alive one
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
         return int(self.runner.addresses[0][1])
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float = 30.0) -> T:
@@ -385,7 +386,8 @@ SIGNATURE_HEADERS = {
 # -- strategies ---------------------------------------------------------------------------
 
 TCHAR = string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~"
-#: Headers that change the framing, the route or the connection: tried with raw bytes only.
+#: Headers that change the framing, the route or the connection, and those aiohttp's parser
+#: refuses twice (its SINGLETON_HEADERS): tried with raw bytes only.
 FRAMING = {
     "content-length",
     "transfer-encoding",
@@ -398,6 +400,13 @@ FRAMING = {
     "trailer",
     "keep-alive",
     "proxy-connection",
+    "content-location",
+    "content-range",
+    "content-type",
+    "etag",
+    "max-forwards",
+    "server",
+    "user-agent",
 }
 
 
@@ -459,7 +468,17 @@ def garbage_for(header: str, *, latin1: bool) -> st.SearchStrategy[str]:
         shaped = prefixed | st.builds(lambda h: h.upper(), _hex(32))
     else:
         shaped = text
+    if latin1:  # what http.client can send; the UTF-8 transport sends any of them
+        shaped = shaped.filter(_latin1)
     return shaped | text
+
+
+def _latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 #: JSON texts that have broken parsers and normalisers before.
@@ -624,7 +643,7 @@ def bodies(draw: st.DrawFn, provider: str) -> bytes:
     return b"\xef\xbb\xbf" + base  # UTF-8 with a BOM: valid UTF-8, not JSON
 
 
-@dataclass
+@dataclass(repr=False)
 class Hostile:
     """One request of the property test, and what is known about it before sending it."""
 
@@ -865,14 +884,17 @@ def _judge(request: Hostile, answer: Answer | None, tally: Tally) -> None:
         assert request.encoding in ("identity", "gzip")
         tally.accepted[request.label] += 1
         return
+    garbled = request.encoding in ("gzip-garbage", "deflate-garbage")
+    if garbled and (answer.status, answer.content_type) == (400, "text/plain"):
+        return  # the decoder failed inside aiohttp's parser: refused before any route
     check = answer.error()["check"]
     tally.rejected[(request.label, check)] += 1
     if request.target == "unconfigured":
         assert (answer.status, check) == (404, "not_configured")
         return
     assert answer.status != 404
-    if request.encoding in ("gzip-garbage", "deflate-garbage"):
-        assert answer.status in (400, 401)
+    if garbled:
+        assert answer.status in (400, 401, 413)
         return
     if request.decoded_size > MAX_BODY:
         assert (answer.status, check) == (413, "body_too_large") or (
@@ -919,7 +941,7 @@ def test_hostile_requests_are_answered_as_documented_and_only_verified_ones_reac
     tally = Tally()
 
     @settings(
-        max_examples=400,
+        max_examples=300,
         deadline=None,
         database=None,
         suppress_health_check=[
@@ -931,7 +953,10 @@ def test_hostile_requests_are_answered_as_documented_and_only_verified_ones_reac
     )
     @given(request=hostile_requests())
     def one(request: Hostile) -> None:
-        _judge(request, _send(live, request), tally)
+        note(repr(request))
+        answer = _send(live, request)
+        note(repr(answer))
+        _judge(request, answer, tally)
 
     one()
 
@@ -1033,6 +1058,15 @@ RAW_NASTY: dict[str, tuple[Callable[[], bytes], set[int]]] = {
     "header line of 64 KiB": (
         lambda: http_request(
             "POST", "/webhooks/nylas", [("X-Nylas-Signature", b"a" * 65536)], b"{}"
+        ),
+        {400},
+    ),
+    "two Content-Types": (
+        lambda: http_request(
+            "POST",
+            "/webhooks/nylas",
+            [("Content-Type", "application/json"), ("content-type", "text/plain")],
+            b"{}",
         ),
         {400},
     ),
@@ -1151,6 +1185,7 @@ def test_openapi_description_holds_against_a_live_ingest(
 
     live = live_ingest()
     schema = schemathesis.openapi.from_path(OPENAPI)
+    schema.validate()  # against the OpenAPI 3.0 meta-schema
     operations = [result.ok() for result in schema.get_all_operations()]
     labels = {f"{op.method.upper()} {op.path}" for op in operations}
     assert labels == {
@@ -1165,6 +1200,7 @@ def test_openapi_description_holds_against_a_live_ingest(
         "GET /metrics",
     }
     statuses: Counter[tuple[str, int]] = Counter()
+    rejections: list[str] = []
     session = requests.Session()
 
     def exercise(operation: Any, mode: Any) -> None:
@@ -1181,6 +1217,12 @@ def test_openapi_description_holds_against_a_live_ingest(
             response = case.call(base_url=live.url, session=session, timeout=10)
             statuses[(label, response.status_code)] += 1
             assert response.status_code < 500, (label, response.status_code, response.text)
+            if label.startswith("POST") and response.status_code >= 300:
+                content_type = (response.headers.get("content-type") or [""])[0]
+                if content_type.startswith("application/json"):
+                    rejections.append(response.json()["check"])
+                else:  # aiohttp's own answer: no route matched (e.g. an empty source)
+                    assert response.status_code == 404, (label, response.text)
             for secret in SECRETS:
                 assert secret not in response.text
             case.validate_response(response, checks=[not_a_server_error, status_code_conformance])
@@ -1194,6 +1236,10 @@ def test_openapi_description_holds_against_a_live_ingest(
     session.close()
 
     assert live.records() == [], "an unsigned request reached Kafka"
+    accepted, rejected = live.counters()
+    assert accepted == Counter()
+    assert sum(rejected.values()) == len(rejections), "rejections the counters missed"
+    assert Counter(reason for _, reason in rejected.elements()) == Counter(rejections)
     assert statuses[("POST /webhooks/agentmail", 401)] > 0, statuses
     assert statuses[("POST /webhooks/standard/{source}", 404)] > 0, statuses
     assert statuses[("GET /webhooks/nylas", 200)] > 0, statuses
@@ -1357,6 +1403,10 @@ def test_secrets_and_signatures_never_appear_in_logs_or_answers(
     malformed = {**signing.svix_headers(b"{}"), "svix-signature": "v1" + "A" * 43}
     assert post("/webhooks/agentmail", b"{}", malformed).status == 401
     assert post("/webhooks/nylas", b"hello", signing.nylas_headers(b"hello")).status == 400
+    # the paths of the bugs below, whatever they answer: no secret in a traceback either
+    gzip_header = {**signing.nylas_headers(b"{}"), "Content-Encoding": "gzip"}
+    post("/webhooks/nylas", b"{}", gzip_header)
+    post("/webhooks/stripe", b'{"id":"\\ud800"}', signing.stripe_headers(b'{"id":"\\ud800"}'))
     answers.append(live.get("/metrics"))
     answers.append(live.get("/webhooks/nylas?challenge=abc"))
 
