@@ -34,3 +34,13 @@ bench: $(STAMP) jars
 
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: chaos chaos-ci
+
+# Chaos: real broker, ingest, 2 workers and a faulty AgentMail; exactly one email per message.
+chaos: $(STAMP) jars
+	$(BIN)/python -m chaos.run
+
+# The CI size of the chaos run: 500 messages, 1 worker kill, 1 broker restart, a replay.
+chaos-ci: $(STAMP) jars
+	$(BIN)/python -m chaos.run --messages 500 --threads 50 --kills 1 --rate 20
