@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -163,39 +164,70 @@ def catch_up(
     inbox_id: str | None, nylas_grant: str | None, since: datetime | None, wait_s: float
 ) -> None:
     """List an inbox's messages after a time and answer the unanswered ones, once."""
+    from onceonly import catchup
+
     if (inbox_id is None) == (nylas_grant is None):
         raise click.UsageError("name one of --inbox (AgentMail) or --nylas-grant (Nylas)")
+    settings = _settings()
+    lister: Callable[..., Awaitable[catchup.Summary]]
     if nylas_grant is not None:
-        _catch_up_nylas(nylas_grant, since, wait_s)
-        return
-    assert inbox_id is not None
-    from agentmail import AgentMailEnvironment, AsyncAgentMail
+        from processors.nylas import NylasSender
+
+        if settings.nylas_api_key is None:
+            raise click.ClickException("catch-up lists messages through Nylas: set NYLAS_API_KEY")
+        sender = NylasSender(
+            settings.nylas_api_key.get_secret_value(),
+            api_uri=settings.nylas_api_uri,
+            timeout_s=settings.send_timeout_s,
+            own_address=settings.nylas_grant_email,
+        )
+        account, label = nylas_grant, f"grant {nylas_grant}"
+        lister = functools.partial(catchup.catch_up_nylas, sender, nylas_grant)
+    else:
+        from agentmail import AgentMailEnvironment, AsyncAgentMail
+
+        assert inbox_id is not None
+        if settings.agentmail_api_key is None:
+            raise click.ClickException(
+                "catch-up lists messages through AgentMail: set AGENTMAIL_API_KEY"
+            )
+        base = settings.agentmail_base_url
+        env = (
+            AgentMailEnvironment(http=base, websockets=base.replace("http", "ws", 1))
+            if base
+            else AgentMailEnvironment.PROD
+        )
+        client = AsyncAgentMail(
+            api_key=settings.agentmail_api_key.get_secret_value(), environment=env
+        )
+        account, label = inbox_id, inbox_id
+        lister = functools.partial(catchup.catch_up, client, inbox_id)
+    _run_catch_up(settings, account, label, since, wait_s, lister)
+
+
+def _run_catch_up(
+    settings: Settings,
+    account: str,
+    label: str,
+    since: datetime | None,
+    wait_s: float,
+    lister: Callable[..., Awaitable[Any]],
+) -> None:
+    """List, feed through the pipeline, wait for the worker, and print the summary."""
     from rich.console import Console
     from rich.progress import Progress
 
     from onceonly import catchup
     from onceonly.kafka import AsyncProducer, producer_config
 
-    settings = _settings()
-    if settings.agentmail_api_key is None:
-        raise click.ClickException(
-            "catch-up lists messages through AgentMail: set AGENTMAIL_API_KEY"
-        )
     ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
-    start = since or catchup.last_answered(ledger, inbox_id)
+    start = since or catchup.last_answered(ledger, account)
     if start is None:
         raise click.ClickException(
-            f"no reply is recorded for {inbox_id}: say where to start with --since"
+            f"no reply is recorded for {label}: say where to start with --since"
         )
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
-    base = settings.agentmail_base_url
-    env = (
-        AgentMailEnvironment(http=base, websockets=base.replace("http", "ws", 1))
-        if base
-        else AgentMailEnvironment.PROD
-    )
-    client = AsyncAgentMail(api_key=settings.agentmail_api_key.get_secret_value(), environment=env)
     console = Console()
 
     async def run() -> catchup.Summary:
@@ -217,104 +249,18 @@ def catch_up(
 
         try:
             with Progress(console=console) as progress:
-                task = progress.add_task(
-                    f"listing {inbox_id} after {start.isoformat()}", total=None
+                task = progress.add_task(f"listing {label} after {start.isoformat()}", total=None)
+                summary: catchup.Summary = await lister(
+                    start, ledger=ledger, feed=feed, progress=lambda: progress.advance(task)
                 )
-                return await catchup.catch_up(
-                    client,
-                    inbox_id,
-                    start,
-                    ledger=ledger,
-                    feed=feed,
-                    progress=lambda: progress.advance(task),
-                )
-        finally:
-            producer.close()
-
-    summary = asyncio.run(run())
-    deadline = time.monotonic() + wait_s
-    answered = 0
-    with console.status("waiting for the worker to answer"):
-        while summary.fed:
-            current = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
-            answered = summary.answered(current)
-            if answered >= len(summary.fed) or time.monotonic() > deadline:
-                break
-            time.sleep(1.0)
-    console.print(
-        f"found {summary.found}, answered {answered}, "
-        f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
-        f"({summary.skipped_sent_by_agent} sent by the agent, "
-        f"{summary.skipped_answered} already answered), "
-        f"pending {len(summary.fed) - answered}"
-    )
-
-
-def _catch_up_nylas(grant_id: str, since: datetime | None, wait_s: float) -> None:
-    """``catch-up --nylas-grant``: the grant's messages after a time, through the pipeline."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from onceonly import catchup
-    from onceonly.kafka import AsyncProducer, producer_config
-    from processors.nylas import NylasSender
-
-    settings = _settings()
-    if settings.nylas_api_key is None:
-        raise click.ClickException("catch-up lists messages through Nylas: set NYLAS_API_KEY")
-    ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
-    start = since or catchup.last_answered(ledger, grant_id)
-    if start is None:
-        raise click.ClickException(
-            f"no reply is recorded for grant {grant_id}: say where to start with --since"
-        )
-    if start.tzinfo is None:
-        start = start.replace(tzinfo=UTC)
-    sender = NylasSender(
-        settings.nylas_api_key.get_secret_value(),
-        api_uri=settings.nylas_api_uri,
-        timeout_s=settings.send_timeout_s,
-        own_address=settings.nylas_grant_email,
-    )
-    console = Console()
-
-    async def run() -> catchup.Summary:
-        producer = AsyncProducer(
-            producer_config(
-                settings.kafka_bootstrap,
-                timeout_ms=settings.produce_timeout_ms,
-                max_record_bytes=settings.record_max_bytes,
-            )
-        )
-
-        async def feed(envelope: Any) -> None:
-            await producer.produce(
-                settings.deliveries_topic,
-                envelope.encode(),
-                key=envelope.thread_key.encode(),
-                headers=envelope.headers(),
-            )
-
-        try:
-            with Progress(console=console) as progress:
-                task = progress.add_task(
-                    f"listing grant {grant_id} after {start.isoformat()}", total=None
-                )
-                return await catchup.catch_up_nylas(
-                    sender,
-                    grant_id,
-                    start,
-                    ledger=ledger,
-                    feed=feed,
-                    progress=lambda: progress.advance(task),
-                )
+                return summary
         finally:
             producer.close()
 
     try:
         summary = asyncio.run(run())
-    except OnceOnlyError as exc:  # SendError: Nylas refused or could not be reached
-        raise click.ClickException(f"could not list the grant's messages: {exc}") from exc
+    except OnceOnlyError as exc:  # the mail API refused or could not be reached
+        raise click.ClickException(f"could not list the messages of {label}: {exc}") from exc
     deadline = time.monotonic() + wait_s
     answered = 0
     with console.status("waiting for the worker to answer"):
