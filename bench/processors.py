@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -67,13 +67,24 @@ TARGET_RSS_MB = 300.0
 RESULTS_DIR = ROOT / "bench" / "results"
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0
+#: The same for a restart, which with a large table may take minutes.
+RESTART_STALL_S = 900.0
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
-Record = tuple[bytes, bytes, list[tuple[str, bytes]]]  # key, value, headers
+if TYPE_CHECKING:
+    from schemas.envelope import Envelope
+
+Record = tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]  # key, value, headers
 
 
 # --------------------------------------------------------------------------- records
+
+
+def as_record(envelope: Envelope) -> Record:
+    """The record ingest produces for an envelope: keyed by thread, with its headers."""
+    headers: list[tuple[str, str | bytes | None]] = [*envelope.headers()]
+    return envelope.thread_key.encode(), envelope.encode(), headers
 
 
 def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
@@ -84,7 +95,7 @@ def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
     now = datetime.now(UTC)
     for n in range(start, start + count):
         envelope = normalise.agentmail(agentmail_body(n, now).decode(), {}, now)
-        yield envelope.thread_key.encode(), envelope.encode(), envelope.headers()
+        yield as_record(envelope)
 
 
 def stripe_records(count: int, tag: str) -> Iterator[Record]:
@@ -115,7 +126,7 @@ def stripe_records(count: int, tag: str) -> Iterator[Record]:
             }
         )
         envelope = normalise.stripe(body, {}, now)
-        yield envelope.thread_key.encode(), envelope.encode(), envelope.headers()
+        yield as_record(envelope)
 
 
 def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -> float:
@@ -219,12 +230,14 @@ def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
         deadline = time.monotonic() + 60
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(10_000, 0.5):
-                if msg.error():
+                key, value = msg.key(), msg.value()
+                partition, offset = msg.partition(), msg.offset()
+                if msg.error() or partition is None or offset is None:
                     continue
-                if msg.value() is not None:
-                    latest[msg.key()] = json.loads(msg.value()).get("state", "")
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    pending.discard(msg.partition())
+                if key is not None and value is not None:
+                    latest[key] = json.loads(value).get("state", "")
+                if offset + 1 >= ends[partition]:
+                    pending.discard(partition)
     finally:
         consumer.close()
     return sum(1 for state in latest.values() if state == "sent")
@@ -317,8 +330,9 @@ def wait_progress(
     process: ServerProcess,
     every_s: float,
     on_sample: Callable[[int], None] | None = None,
+    stall_s: float = STALL_S,
 ) -> None:
-    """Poll ``read()`` until it reaches ``target``; fail if it stops moving for STALL_S."""
+    """Poll ``read()`` until it reaches ``target``; fail if it stops moving for ``stall_s``."""
     last_value = -1
     last_move = time.monotonic()
     while True:
@@ -329,9 +343,9 @@ def wait_progress(
             return
         if value != last_value:
             last_value, last_move = value, time.monotonic()
-        elif time.monotonic() - last_move > STALL_S:
+        elif time.monotonic() - last_move > stall_s:
             raise BenchError(
-                f"{what}: stuck at {value:,} of {target:,} for {STALL_S:g} s; "
+                f"{what}: stuck at {value:,} of {target:,} for {stall_s:g} s; "
                 f"{process.name} output:\n{process.log_tail()}"
             )
         check_alive(process, what)
@@ -472,7 +486,7 @@ def log_marks(log_path: Path, started: float) -> dict[str, float]:
 
 NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
 #: Stripe events produced at a time in (3): the next batch goes out once half is consumed.
-FILL_CHUNK = 50_000
+FILL_CHUNK = 20_000
 
 
 @dataclass
@@ -742,7 +756,15 @@ class Bench:
                 web_s = time.time() - started
             return int(self.mail_stats()["sent"]) - before
 
-        wait_progress(read, 1, what=f"(4) restart after {how}", process=worker, every_s=0.01)
+        # a restart with a large table may legitimately take minutes: allow for it
+        wait_progress(
+            read,
+            1,
+            what=f"(4) restart after {how}",
+            process=worker,
+            every_s=0.01,
+            stall_s=RESTART_STALL_S,
+        )
         first_s = float(self.mail_stats()["last"]) - started
         restart = Restart(how, entries, first_s, web_s, log_marks(worker.log_path, started))
         # then one new event on every partition: each partition's first record after a
@@ -756,6 +778,7 @@ class Bench:
             what=f"(4) one event per partition after {how}",
             process=worker,
             every_s=0.05,
+            stall_s=RESTART_STALL_S,
         )
         restart.all_partitions_s = float(self.mail_stats()["last"]) - started
         return restart
@@ -855,6 +878,14 @@ def figures(r: Results) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def thin(points: list[tuple[int, float]], most: int) -> list[tuple[int, float]]:
+    """At most ``most`` of ``points``, evenly spaced, the first and the last among them."""
+    if len(points) <= most:
+        return points
+    step = (len(points) - 1) / (most - 1)
+    return [points[round(i * step)] for i in range(most)]
+
+
 def summary(r: Results) -> list[str]:
     lines: list[str] = []
     for drain in (r.plain, r.worker):
@@ -880,7 +911,7 @@ def summary(r: Results) -> list[str]:
         if m.growth:
             lines.append(
                 "(3) RSS while recording (entries → MB): "
-                + ", ".join(f"{n:,} → {mb:.0f}" for n, mb in m.growth)
+                + ", ".join(f"{n:,} → {mb:.0f}" for n, mb in thin(m.growth, 12))
             )
         if not math.isnan(m.after_restart_mb):
             lines.append(
@@ -976,6 +1007,32 @@ def processor_libraries() -> str:
 
     names = ("faust-streaming", "mode-streaming", "aiokafka", "rocksdict", "agentmail", "httpx")
     return ", ".join(f"{name} {version(name)}" for name in names)
+
+
+def revision() -> str:
+    """The commit the code under test comes from, and whether it had local changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "processors", "onceonly", "schemas", "ingest"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    if dirty:
+        return f"{head}, with uncommitted changes under processors/ onceonly/ schemas/ ingest/"
+    return head
 
 
 #: CPU of other processes, in % of one core, above which a figure is reported as contended.
@@ -1109,6 +1166,7 @@ def main(
 
     opts = Options(events, dedupe_entries, skip_rss, rss_budget, log_level.upper())
     load_before = _loadavg()
+    code = revision()  # at the start: the processes run the code as it is now
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     began = time.monotonic()
     try:
@@ -1129,6 +1187,7 @@ def main(
     about = [
         *machine(kafka_note.removeprefix("Kafka: ")),
         ("processor libraries", processor_libraries()),
+        ("code", code),
         ("load average (1, 5, 15 min)", f"{load_before} at the start, {_loadavg()} at the end"),
     ]
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

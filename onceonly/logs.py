@@ -14,6 +14,8 @@ def configure_logging(level: str = "INFO", *, json: bool = False) -> None:
     if not isinstance(numeric, int):
         numeric = logging.INFO
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(message)s", force=True)
+    # httpx logs every request at INFO: one line per reply is noise, and costs CPU
+    logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING))
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if json

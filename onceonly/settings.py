@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".run/worker")
     worker_id: str | None = None
     dedupe_retention: timedelta = timedelta(days=7)
+    #: how often each partition sweeps expired entries (default: 1/100 of the retention)
+    dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
     send_attempts: int = Field(default=5, ge=1)
     send_timeout_s: float = Field(default=10.0, gt=0)

@@ -368,8 +368,10 @@ class Pipeline:
 
     # -- expiry -----------------------------------------------------------------------
     async def maybe_sweep(self, partition: int) -> None:
+        # a partition's first sweep waits a whole interval: a sweep reads the whole table,
+        # and right after a start or a rebalance every partition would pay it at once
         now = self.clock()
-        if now - self._last_sweep.get(partition, 0.0) < self.sweep_every_s:
+        if now - self._last_sweep.setdefault(partition, now) < self.sweep_every_s:
             return
         self._last_sweep[partition] = now
         self.sweep(partition)
@@ -496,7 +498,8 @@ def build_app(
             else None
         ),
         clock=clock,
-        sweep_every_s=max(1.0, settings.dedupe_retention.total_seconds() / 100),
+        sweep_every_s=settings.dedupe_sweep_s
+        or max(1.0, settings.dedupe_retention.total_seconds() / 100),
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
     )
     nylas = nylas_channel(

@@ -241,10 +241,15 @@ async def test_dedupe_entries_expire_in_the_store_and_the_changelog(
     worker.stop()
 
     eight_days = str(8 * 24 * 3600)
-    later = stack.worker("w-later", state_of="w1", ONCEONLY_CLOCK_OFFSET_S=eight_days)
-    # any record on the thread's partition runs the sweep with the moved clock
+    later = stack.worker(
+        "w-later", state_of="w1", ONCEONLY_CLOCK_OFFSET_S=eight_days, ONCEONLY_DEDUPE_SWEEP_S="1"
+    )
+    # records on the thread's partition, a sweep interval apart, run the sweep
     await stack.deliver(stack.seed("<e2@example.com>", "thr-exp", event_id="evt-exp-2"))
     await stack.until_sent(2)
+    await asyncio.sleep(1.5)
+    await stack.deliver(stack.seed("<e3@example.com>", "thr-exp", event_id="evt-exp-3"))
+    await stack.until_sent(3)
     await _until(stack, lambda: "dedupe entries expired" in later.log(), "the sweep")
 
     changelog = consume_all(
@@ -255,7 +260,7 @@ async def test_dedupe_entries_expire_in_the_store_and_the_changelog(
 
     await stack.deliver(first)  # dedupe forgot it; the reply ledger still remembers
     await _until(stack, lambda: "reply skipped: already handled" in later.log(), "the ledger skip")
-    assert len(stack.mail.outbox) == 2
+    assert len(stack.mail.outbox) == 3
 
 
 async def test_a_stripe_event_reaches_the_handler_and_its_effect_happens_once(
