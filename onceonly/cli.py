@@ -184,21 +184,17 @@ def catch_up(
         account, label = nylas_grant, f"grant {nylas_grant}"
         lister = functools.partial(catchup.catch_up_nylas, sender, nylas_grant)
     else:
-        from agentmail import AgentMailEnvironment, AsyncAgentMail
+        from processors.mail import agentmail_client
 
         assert inbox_id is not None
         if settings.agentmail_api_key is None:
             raise click.ClickException(
                 "catch-up lists messages through AgentMail: set AGENTMAIL_API_KEY"
             )
-        base = settings.agentmail_base_url
-        env = (
-            AgentMailEnvironment(http=base, websockets=base.replace("http", "ws", 1))
-            if base
-            else AgentMailEnvironment.PROD
-        )
-        client = AsyncAgentMail(
-            api_key=settings.agentmail_api_key.get_secret_value(), environment=env
+        client = agentmail_client(
+            settings.agentmail_api_key.get_secret_value(),
+            base_url=settings.agentmail_base_url,
+            timeout_s=settings.send_timeout_s,
         )
         account, label = inbox_id, inbox_id
         lister = functools.partial(catchup.catch_up, client, inbox_id)

@@ -18,6 +18,7 @@ from agentmail.core.api_error import ApiError
 
 from processors.exceptions import SendError, SendFailure
 from processors.reply import find_sent_reply
+from processors.transport import AiohttpTransport
 from schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.mail")
@@ -55,6 +56,27 @@ def classify(exc: Exception) -> SendError:
     raise exc
 
 
+def agentmail_client(
+    api_key: str,
+    *,
+    base_url: str | None = None,
+    timeout_s: float = 10.0,
+    http: httpx.AsyncClient | None = None,
+) -> AsyncAgentMail:
+    """The SDK's client for the API at ``base_url`` (production if None), over aiohttp."""
+    env = (
+        AgentMailEnvironment(http=base_url, websockets=base_url.replace("http", "ws", 1))
+        if base_url
+        else AgentMailEnvironment.PROD
+    )
+    return AsyncAgentMail(
+        api_key=api_key,
+        environment=env,
+        timeout=timeout_s,
+        httpx_client=http or httpx.AsyncClient(transport=AiohttpTransport(), timeout=timeout_s),
+    )
+
+
 class AgentMailSender:
     """Replies through ``inboxes.messages.reply`` with our key and the SDK's retries off."""
 
@@ -66,15 +88,19 @@ class AgentMailSender:
         timeout_s: float = 10.0,
         client: AsyncAgentMail | None = None,
     ) -> None:
+        self._http: httpx.AsyncClient | None = None
         if client is None:
-            env = (
-                AgentMailEnvironment(http=base_url, websockets=base_url.replace("http", "ws", 1))
-                if base_url
-                else AgentMailEnvironment.PROD
+            self._http = httpx.AsyncClient(transport=AiohttpTransport(), timeout=timeout_s)
+            client = agentmail_client(
+                api_key, base_url=base_url, timeout_s=timeout_s, http=self._http
             )
-            client = AsyncAgentMail(api_key=api_key, environment=env, timeout=timeout_s)
         self.client = client
         self.timeout_s = timeout_s
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections this sender opened (not those of a client given to it)."""
+        if self._http is not None:
+            await self._http.aclose()
 
     @property
     def _options(self) -> Any:

@@ -1,0 +1,126 @@
+"""The aiohttp transport under the agentmail SDK: same answers, httpx's errors."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from aiohttp import web
+
+from onceonly.broker import free_port
+from processors.exceptions import SendError, SendFailure
+from processors.mail import AgentMailSender, agentmail_client
+from processors.transport import AiohttpTransport
+from schemas.ledger import ReplyRecord, ReplyState
+from tests.fakes.agentmail_server import FakeAgentMail
+
+INBOX = "agent@agentmail.to"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAgentMail]:
+    server = FakeAgentMail()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def _record(message_id: str, text: str = "Thanks!") -> ReplyRecord:
+    return ReplyRecord(
+        key="reply-" + "a" * 64,
+        inbox_id=INBOX,
+        message_id=message_id,
+        thread_key="agentmail:thr_1",
+        state=ReplyState.PENDING,
+        created_at=datetime.now(UTC),
+        reply_text=text,
+    )
+
+
+async def test_a_reply_goes_out_with_its_idempotency_key(fake: FakeAgentMail) -> None:
+    fake.seed_message(INBOX, message_id="<m1@x>", thread_id="thr_1")
+    sender = AgentMailSender("test-key", base_url=fake.base_url, timeout_s=5)
+
+    sent = await sender.reply(_record("<m1@x>"))
+    await sender.aclose()
+
+    assert [(e.idempotency_key, e.text) for e in fake.outbox] == [("reply-" + "a" * 64, "Thanks!")]
+    assert sent == fake.outbox[0].sent_message_id
+
+
+async def test_the_sdk_reads_an_api_error_through_it(fake: FakeAgentMail) -> None:
+    sender = AgentMailSender("test-key", base_url=fake.base_url, timeout_s=5)
+
+    with pytest.raises(SendError) as caught:
+        await sender.reply(_record("<never-seeded@x>"))
+    await sender.aclose()
+
+    assert caught.value.failure is SendFailure.REJECTED
+    assert "404" in str(caught.value)
+
+
+async def test_a_slow_answer_is_an_httpx_timeout_and_a_retry(fake: FakeAgentMail) -> None:
+    fake.seed_message(INBOX, message_id="<m1@x>", thread_id="thr_1")
+    fake.set_latency(1.0)
+    sender = AgentMailSender("test-key", base_url=fake.base_url, timeout_s=0.2)
+
+    with pytest.raises(SendError) as caught:
+        await sender.reply(_record("<m1@x>"))
+    await sender.aclose()
+
+    assert caught.value.failure is SendFailure.RETRY
+    assert isinstance(caught.value.__cause__, httpx.TimeoutException)
+
+
+async def test_a_refused_connection_is_an_httpx_connect_error() -> None:
+    client = agentmail_client("k", base_url=f"http://127.0.0.1:{free_port()}", timeout_s=2)
+
+    with pytest.raises(httpx.ConnectError):
+        await client.inboxes.messages.get(INBOX, "m1", request_options={"max_retries": 0})
+
+
+async def test_a_compressed_answer_is_decoded_once() -> None:
+    payload = {"hello": "world"}
+
+    async def gzipped(request: web.Request) -> web.Response:
+        return web.Response(
+            body=gzip.compress(json.dumps(payload).encode()),
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+
+    app = web.Application()
+    app.router.add_get("/", gzipped)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with httpx.AsyncClient(transport=AiohttpTransport()) as http:
+            answer = await http.get(f"http://127.0.0.1:{port}/")
+    finally:
+        await runner.cleanup()
+
+    assert answer.json() == payload
+
+
+def test_a_client_used_from_two_event_loops_works_in_both(fake_in_thread: str) -> None:
+    transport = AiohttpTransport()
+
+    async def ping() -> int:
+        async with httpx.AsyncClient(transport=transport) as http:
+            return (await http.get(f"{fake_in_thread}/_control/health")).status_code
+
+    assert [asyncio.run(ping()), asyncio.run(ping())] == [200, 200]
+
+
+@pytest.fixture
+def fake_in_thread() -> Iterator[str]:
+    server = FakeAgentMail()
+    base = server.start_in_thread()
+    yield base
+    server.stop_in_thread()
