@@ -29,8 +29,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Ingest (with Debian's PostgreSQL as a baseline, installed if missing) and processor
+# benchmarks in one run: one report, bench/results/bench-<date>.md and .png.
+# Smaller: make bench BENCH_ARGS='--duration 2 --events 300 --dedupe-entries 2000'
 bench: $(STAMP) jars
-	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache

@@ -1,24 +1,33 @@
-"""Server subprocesses of the ingest benchmark, their CPU time, and the machine they run on."""
+"""The benchmarks' processes: the broker, servers under test, their CPU time, the machine."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
 
 import aiohttp
+from rich.console import Console
 
 #: The repository root: servers run from here so that ``-m bench._servers`` resolves.
 ROOT = Path(__file__).resolve().parent.parent
 _TICKS = os.sysconf("SC_CLK_TCK")
+
+# Wide enough for the tables when the output is a pipe or a file (make bench | tee).
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
 
 class BenchError(Exception):
@@ -129,6 +138,28 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of ``pid`` and of every live descendant (PostgreSQL's backends
+    are children of its postmaster); NaN if ``pid`` cannot be read."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text(encoding="ascii")
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, grown = {pid}, True
+    while grown:
+        more = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grown = bool(more)
+    total = cpu_seconds(pid)
+    for member in tree - {pid}:
+        value = cpu_seconds(member)
+        if not math.isnan(value):  # a backend that exited meanwhile
+            total += value
+    return total
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds the whole machine has spent busy (all CPUs; /proc/stat), NaN if unknown."""
     try:
@@ -145,8 +176,10 @@ class CpuWindow:
     and ``other``: what the rest of the machine used meanwhile (other processes, and
     kernel work not charged to ours), which shows whether the figures had the CPUs alone."""
 
-    def __init__(self, pids: dict[str, int | None]) -> None:
+    def __init__(self, pids: dict[str, int | None], trees: frozenset[str] = frozenset()) -> None:
         self.pids = pids
+        #: names whose process counts with all its descendants
+        self.trees = trees
         self.percent: dict[str, float] = {}
         self._start: dict[str, float] = {}
         self._busy = 0.0
@@ -155,12 +188,17 @@ class CpuWindow:
     def begin(self) -> None:
         self._t0 = time.perf_counter()
         self._busy = machine_busy_seconds()
-        self._start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._start = {name: self._seconds(name, pid) for name, pid in self.pids.items()}
+
+    def _seconds(self, name: str, pid: int | None) -> float:
+        if name in self.trees and pid is not None:
+            return tree_cpu_seconds(pid)
+        return cpu_seconds(pid)
 
     def end(self) -> None:
         elapsed = time.perf_counter() - self._t0
         self.percent = {
-            name: 100 * (cpu_seconds(pid) - self._start[name]) / elapsed
+            name: 100 * (self._seconds(name, pid) - self._start[name]) / elapsed
             for name, pid in self.pids.items()
         }
         busy = 100 * (machine_busy_seconds() - self._busy) / elapsed
@@ -223,7 +261,121 @@ def machine(kafka: str) -> list[tuple[str, str]]:
         (
             "libraries",
             f"aiohttp {_version('aiohttp')}, svix {_version('svix')}, "
-            f"confluent-kafka {_version('confluent-kafka')} (librdkafka {librdkafka})",
+            f"confluent-kafka {_version('confluent-kafka')} (librdkafka {librdkafka}), "
+            f"asyncpg {_version('asyncpg')}",
+        ),
+        (
+            "processor libraries",
+            ", ".join(
+                f"{name} {_version(name)}"
+                for name in (
+                    "faust-streaming",
+                    "mode-streaming",
+                    "aiokafka",
+                    "rocksdict",
+                    "agentmail",
+                    "httpx",
+                )
+            ),
         ),
         ("Kafka", kafka),
     ]
+
+
+def loadavg() -> str:
+    """The machine's load average over 1, 5 and 15 minutes."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def revision() -> str:
+    """The commit the code under test comes from, and whether it had local changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "processors", "onceonly", "schemas", "ingest"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    if dirty:
+        return f"{head}, with uncommitted changes under processors/ onceonly/ schemas/ ingest/"
+    return head
+
+
+# --------------------------------------------------------------------------- the broker
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """The Kafka the benchmarks produce to."""
+
+    bootstrap: str
+    about: str  #: its version and kind, for the report
+    pid: int | None  #: the JVM's, for CPU figures; None for an external cluster
+
+
+@contextlib.contextmanager
+def kafka(run_dir: Path) -> Iterator[Broker]:
+    """A broker for the run. An :class:`~onceonly.broker.EmbeddedBroker` on a free port in
+    ``run_dir``, stopped on exit; or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``."""
+    external = os.environ.get("ONCEONLY_KAFKA_BOOTSTRAP")
+    if external:
+        yield Broker(external, f"external cluster at {external} (ONCEONLY_KAFKA_BOOTSTRAP)", None)
+        return
+    from onceonly.broker import EmbeddedBroker, free_port, kafka_classpath
+    from onceonly.settings import Settings
+
+    # Resolve the jars once into the project's run directory (as `make jars` does) and
+    # reuse that classpath, so that the temporary run directory does not run Maven again.
+    cached_dir = (ROOT / Settings.from_env().run_dir).resolve()
+    classpath = kafka_classpath(cached_dir)
+    shutil.copyfile(cached_dir / "kafka.classpath", run_dir / "kafka.classpath")
+    broker = EmbeddedBroker(run_dir, port=free_port())
+    version = kafka_version(classpath)
+    console.print(f"starting Kafka {version} (embedded) at {broker.bootstrap} …")
+    broker.start()
+    try:
+        pid: int | None = None
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((run_dir / "broker" / "broker.pid").read_text(encoding="ascii").strip())
+        yield Broker(broker.bootstrap, f"{version}, embedded single-node KRaft broker", pid)
+    finally:
+        console.print("stopping Kafka …")
+        broker.stop()
+
+
+def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str]:
+    """Topics shaped as onceonly's, named ``<prefix>.*``; the variables that point
+    ingest or a worker at them."""
+    from onceonly.kafka import Admin
+    from onceonly.settings import Settings
+    from onceonly.topics import topic_specs
+
+    names = {
+        "ONCEONLY_DELIVERIES_TOPIC": f"{prefix}.deliveries",
+        "ONCEONLY_LEDGER_TOPIC": f"{prefix}.replies",
+        "ONCEONLY_DEAD_LETTER_TOPIC": f"{prefix}.dead-letters",
+    }
+    settings = Settings(
+        kafka_bootstrap=bootstrap,
+        partitions=partitions,
+        deliveries_topic=names["ONCEONLY_DELIVERIES_TOPIC"],
+        ledger_topic=names["ONCEONLY_LEDGER_TOPIC"],
+        dead_letter_topic=names["ONCEONLY_DEAD_LETTER_TOPIC"],
+    )
+    Admin(bootstrap).ensure_topics(topic_specs(settings))
+    return names

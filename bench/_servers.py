@@ -6,8 +6,14 @@
     (b) the same handler plus Svix verification of the raw body and headers
     (:func:`ingest.verify.verify_svix`, which wraps ``svix.webhooks.Webhook``);
     the secret comes from ``ONCEONLY_AGENTMAIL_WEBHOOK_SECRET``, as for ingest.
+``python -m bench._servers postgres --port N --dsn DSN [--pool-size P]``
+    (d) the reference design of AgentMail's webhook article: (b), then
+    ``INSERT INTO deliveries (event_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING``
+    into PostgreSQL through an asyncpg pool of ``P`` connections, awaited before the
+    204 (the event id is the body's ``event_id``, the body stored as jsonb). It creates
+    the table at start-up if it is missing (:data:`bench._postgres.SCHEMA`).
 
-Both are set up as ingest sets up its site (``AppRunner`` without access log, one
+All are set up as ingest sets up its site (``AppRunner`` without access log, one
 ``TCPSite`` on loopback, the default asyncio loop) and answer ``GET /healthz``.
 They stop on SIGINT or SIGTERM.
 """
@@ -17,9 +23,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -52,12 +60,62 @@ def svix_only(secret: str) -> Handler:
     return handler
 
 
+#: The asyncpg pool of (d), set up by :func:`pg_pool` on the application.
+POOL: web.AppKey[Any] = web.AppKey("pool", object)
+
+
+def postgres_insert(secret: str) -> Handler:
+    """(d) Read the body, verify it with Svix, INSERT ... ON CONFLICT DO NOTHING, answer 204
+    (401 if it does not verify, 400 if it has no event id)."""
+    from bench._postgres import INSERT
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        try:
+            verify_svix(body, request.headers, secret)
+        except VerificationError:
+            return web.Response(status=401)
+        try:
+            event_id = json.loads(body)["event_id"]
+        except (ValueError, KeyError, TypeError):
+            return web.Response(status=400)
+        await request.app[POOL].execute(INSERT, str(event_id), body.decode())
+        return web.Response(status=204)
+
+    return handler
+
+
+def pg_pool(dsn: str, size: int) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context: the pool of (d), and the table, for the application's lifetime."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        import asyncpg
+
+        from bench._postgres import SCHEMA
+
+        pool = await asyncpg.create_pool(dsn, min_size=size, max_size=size)
+        await pool.execute(SCHEMA)
+        app[POOL] = pool
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    return context
+
+
 async def healthz(request: web.Request) -> web.StreamResponse:
     return web.json_response({"status": "ok"})
 
 
-async def serve(handler: Handler, host: str, port: int) -> None:
+async def serve(
+    handler: Handler,
+    host: str,
+    port: int,
+    contexts: tuple[Callable[[web.Application], AsyncIterator[None]], ...] = (),
+) -> None:
     app = web.Application()
+    app.cleanup_ctx.extend(contexts)
     app.router.add_post(ROUTE, handler)
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -76,19 +134,28 @@ async def serve(handler: Handler, host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench._servers")
-    parser.add_argument("kind", choices=("bare", "svix"))
+    parser.add_argument("kind", choices=("bare", "svix", "postgres"))
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--dsn", help="PostgreSQL to insert into (postgres only)")
+    parser.add_argument("--pool-size", type=int, default=16, help="asyncpg connections")
     args = parser.parse_args(argv)
+    contexts: tuple[Callable[[web.Application], AsyncIterator[None]], ...] = ()
     if args.kind == "bare":
         handler: Handler = bare
     else:
         secret = os.environ.get(SECRET_VARIABLE)
         if not secret:
             parser.error(f"{SECRET_VARIABLE} must hold the whsec_ secret the load is signed with")
-        handler = svix_only(secret)
+        if args.kind == "svix":
+            handler = svix_only(secret)
+        else:
+            if not args.dsn:
+                parser.error("postgres needs --dsn")
+            handler = postgres_insert(secret)
+            contexts = (pg_pool(args.dsn, args.pool_size),)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(handler, args.host, args.port))
+        asyncio.run(serve(handler, args.host, args.port, contexts))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """Ingest benchmark: what verifying and storing a delivery costs next to answering it bare.
 
-``python -m bench.ingest`` (``make bench``) measures, in one run, on one machine, under
-one load generator:
+``python -m bench.ingest`` measures, in one run, on one machine, under one load generator
+(``python -m bench``, which ``make bench`` runs, measures this and the processors):
 
 (a) a bare aiohttp POST handler that reads the body and answers 204;
 (b) the same handler with Svix verification only (``ingest.verify.verify_svix``);
-(c) onceonly ingest (``onceonly ingest``) producing to a real broker with acks=all.
+(c) onceonly ingest (``onceonly ingest``) producing to a real broker with acks=all;
+(d) the reference design of AgentMail's webhook article: (b), then
+    ``INSERT ... ON CONFLICT DO NOTHING`` into PostgreSQL (Debian's package, started by
+    the benchmark in a data directory of its own, :mod:`bench._postgres`) through asyncpg.
 
 Each server is its own process, so the load generator never shares its CPU or GIL.
 The broker is an :class:`~onceonly.broker.EmbeddedBroker` on a free port in a temporary
@@ -18,44 +21,70 @@ p50/p99 at the peak. Then (c) gets an open loop at half its peak rate, arrivals
 scheduled by the clock and latency counted from the scheduled time. Targets (the
 issue): c/b >= 0.8, and p99 < 20 ms at half of c's peak.
 
-The figures are printed and written to ``bench/results/ingest-<date>.md``. Any answer
-other than 204 makes the run invalid: it says so, and exits 1.
+The figures are printed and written to ``bench/results/ingest-<date>.md`` (and ``.png``).
+Any answer other than 204 makes the run invalid: it says so, and exits 1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import math
 import os
 import secrets
-import shutil
-import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from bench._load import Sample, closed_loop, open_loop, percentile, sign_pool
-from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, kafka_version, machine
+from bench._procs import (
+    Broker,
+    CpuWindow,
+    ServerProcess,
+    console,
+    create_topics,
+    kafka,
+    loadavg,
+    revision,
+)
+from bench._report import (
+    CONTENDED_PERCENT,
+    Comparison,
+    Figure,
+    IngestOptions,
+    Section,
+    about,
+    command_line,
+    execute,
+    fmt_cpu,
+    fmt_ms,
+    fmt_ratio,
+    ingest_options,
+    met,
+    ratio,
+    results_dir_option,
+    write_report,
+)
 from bench._servers import ROUTE
 
 TARGET_C_OVER_B = 0.8
 TARGET_P99_MS = 20.0
 BENCH_TOPIC_PREFIX = "onceonly-bench"
-RESULTS_DIR = ROOT / "bench" / "results"
+#: CPU figures that count a process with all its children: PostgreSQL and its backends.
+TREES = frozenset({"postgres"})
 
-# Wide enough for the table when the output is a pipe or a file (make bench | tee).
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+#: What each server is, in the report.
+LABELS = {
+    "a": "(a) bare aiohttp",
+    "b": "(b) + svix verify",
+    "c": "(c) onceonly ingest",
+    "d": "(d) + svix + PostgreSQL INSERT",
+}
 
 
 @dataclass(slots=True)
@@ -70,71 +99,27 @@ class Run:
     half_rate: float = 0.0
     half_cpu: dict[str, float] = field(default_factory=dict)
 
+    def figure(self) -> Figure:
+        return Figure(
+            self.key,
+            self.label,
+            self.peak.rate,
+            self.peak.percentile_ms(0.5),
+            self.peak.percentile_ms(0.99),
+        )
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    duration_s: float
-    warmup_s: float
-    concurrency: int
-    pool: int
-    broker_warmup_s: float
+
+@dataclass(slots=True)
+class Results:
+    """What one run of the ingest benchmark measured, and on what."""
+
+    opts: IngestOptions
     partitions: int
+    runs: list[Run]
+    postgres: str = "not started"  #: the database of (d), for the report
 
 
 # --------------------------------------------------------------------------- the broker
-
-
-@contextlib.contextmanager
-def kafka(run_dir: Path) -> Iterator[tuple[str, str]]:
-    """A broker for the run: (bootstrap, description). Stopped on exit if we started it."""
-    external = os.environ.get("ONCEONLY_KAFKA_BOOTSTRAP")
-    if external:
-        yield external, f"external cluster at {external} (ONCEONLY_KAFKA_BOOTSTRAP)"
-        return
-    from onceonly.broker import EmbeddedBroker, free_port, kafka_classpath
-    from onceonly.settings import Settings
-
-    # Resolve the jars once into the project's run directory (as `make jars` does) and
-    # reuse that classpath, so that the temporary run directory does not run Maven again.
-    cached_dir = Settings.from_env().run_dir.resolve()
-    classpath = kafka_classpath(cached_dir)
-    shutil.copyfile(cached_dir / "kafka.classpath", run_dir / "kafka.classpath")
-    broker = EmbeddedBroker(run_dir, port=free_port())
-    console.print(f"starting Kafka {kafka_version(classpath)} (embedded) at {broker.bootstrap} …")
-    broker.start()
-    try:
-        yield broker.bootstrap, f"{kafka_version(classpath)}, embedded single-node KRaft broker"
-    finally:
-        console.print("stopping Kafka …")
-        broker.stop()
-
-
-def broker_pid(run_dir: Path) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        return int((run_dir / "broker" / "broker.pid").read_text(encoding="ascii").strip())
-    return None
-
-
-def create_topics(bootstrap: str, partitions: int) -> dict[str, str]:
-    """The benchmark's own topics, shaped as onceonly's; the variables ingest needs for them."""
-    from onceonly.kafka import Admin
-    from onceonly.settings import Settings
-    from onceonly.topics import topic_specs
-
-    names = {
-        "ONCEONLY_DELIVERIES_TOPIC": f"{BENCH_TOPIC_PREFIX}.deliveries",
-        "ONCEONLY_LEDGER_TOPIC": f"{BENCH_TOPIC_PREFIX}.replies",
-        "ONCEONLY_DEAD_LETTER_TOPIC": f"{BENCH_TOPIC_PREFIX}.dead-letters",
-    }
-    settings = Settings(
-        kafka_bootstrap=bootstrap,
-        partitions=partitions,
-        deliveries_topic=names["ONCEONLY_DELIVERIES_TOPIC"],
-        ledger_topic=names["ONCEONLY_LEDGER_TOPIC"],
-        dead_letter_topic=names["ONCEONLY_DEAD_LETTER_TOPIC"],
-    )
-    Admin(bootstrap).ensure_topics(topic_specs(settings))
-    return names
 
 
 def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
@@ -185,7 +170,7 @@ async def measure(
     server: ServerProcess,
     base: str,
     secret: str,
-    opts: Options,
+    opts: IngestOptions,
     *,
     others: dict[str, int | None],
     half_of_peak: bool = False,
@@ -195,7 +180,7 @@ async def measure(
         url = base + ROUTE
         console.print(f"{label}: signing {opts.pool} deliveries, then {opts.warmup_s:g} s warm-up")
         pool = sign_pool(secret, opts.pool)
-        cpu = CpuWindow({"server": server.pid, "load": None, **others})
+        cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
         window = asyncio.create_task(cpu.measure(opts.warmup_s, opts.duration_s))
         peak = await closed_loop(
             url,
@@ -215,7 +200,7 @@ async def measure(
             total = math.ceil(run.half_rate * opts.duration_s)
             console.print(f"{label}: open loop at {run.half_rate:,.0f}/s for {opts.duration_s:g} s")
             pool = sign_pool(secret, total)  # every open-loop delivery distinct
-            cpu = CpuWindow({"server": server.pid, "load": None, **others})
+            cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
             window = asyncio.create_task(cpu.measure(0.05, opts.duration_s))
             run.half = await open_loop(
                 url,
@@ -238,49 +223,57 @@ def _failed_note(sample: Sample) -> str:
     return f"  [bold red]NOT 204: {sample.failures()}[/]" if sample.failed else ""
 
 
-async def run_all(opts: Options, work: Path, bootstrap: str, topics: dict[str, str]) -> list[Run]:
+async def _describe_postgres(dsn: str, version: str) -> str:
+    import asyncpg
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        names = ("fsync", "synchronous_commit", "shared_buffers", "wal_level")
+        settings = [f"{n} {await connection.fetchval(f'SHOW {n}')}" for n in names]
+        full = await connection.fetchval("SHOW server_version")
+    finally:
+        await connection.close()
+    return f"PostgreSQL {full} (Debian's package, major {version}): " + ", ".join(settings)
+
+
+async def run_all(
+    opts: IngestOptions, work: Path, broker: Broker, topics: dict[str, str], partitions: int
+) -> Results:
+    from bench._postgres import postgres
     from onceonly.broker import free_port
 
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     python = sys.executable
-    partitions = opts.partitions
-    jvm = {"broker": broker_pid(work)} if broker_pid(work) else {}
-    runs: list[Run] = []
+    jvm: dict[str, int | None] = {"broker": broker.pid} if broker.pid else {}
+    results = Results(opts, partitions, [])
 
-    port = free_port()
-    bare = ServerProcess(
-        "(a) bare aiohttp",
-        [python, "-m", "bench._servers", "bare", "--port", str(port)],
-        server_env(secret, {}),
-        work / "a-bare.log",
-    )
-    runs.append(
-        await measure(
-            "a", "(a) bare aiohttp", bare, f"http://127.0.0.1:{port}", secret, opts, others=jvm
+    async def baseline(
+        key: str, kind: str, extra_args: list[str], others: dict[str, int | None]
+    ) -> None:
+        port = free_port()
+        server = ServerProcess(
+            LABELS[key],
+            [python, "-m", "bench._servers", kind, "--port", str(port), *extra_args],
+            server_env(secret, {}),
+            work / f"{key}-{kind}.log",
         )
-    )
+        results.runs.append(
+            await measure(
+                key, LABELS[key], server, f"http://127.0.0.1:{port}", secret, opts, others=others
+            )
+        )
 
-    port = free_port()
-    svix = ServerProcess(
-        "(b) aiohttp + svix verify",
-        [python, "-m", "bench._servers", "svix", "--port", str(port)],
-        server_env(secret, {}),
-        work / "b-svix.log",
-    )
-    runs.append(
-        await measure(
-            "b", "(b) + svix verify", svix, f"http://127.0.0.1:{port}", secret, opts, others=jvm
-        )
-    )
+    await baseline("a", "bare", [], jvm)
+    await baseline("b", "svix", [], jvm)
 
     port = free_port()
     ingest = ServerProcess(
-        "(c) onceonly ingest",
+        LABELS["c"],
         [python, "-m", "onceonly", "ingest"],
         server_env(
             secret,
             {
-                "ONCEONLY_KAFKA_BOOTSTRAP": bootstrap,
+                "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
                 "ONCEONLY_PARTITIONS": str(partitions),
                 "ONCEONLY_INGEST_HOST": "127.0.0.1",
                 "ONCEONLY_INGEST_PORT": str(port),
@@ -291,10 +284,10 @@ async def run_all(opts: Options, work: Path, bootstrap: str, topics: dict[str, s
         ),
         work / "c-ingest.log",
     )
-    runs.append(
+    results.runs.append(
         await measure(
             "c",
-            "(c) onceonly ingest",
+            LABELS["c"],
             ingest,
             f"http://127.0.0.1:{port}",
             secret,
@@ -303,24 +296,26 @@ async def run_all(opts: Options, work: Path, bootstrap: str, topics: dict[str, s
             half_of_peak=True,
         )
     )
-    return runs
+
+    with postgres() as db:
+        results.postgres = await _describe_postgres(db.dsn, db.version)
+        await baseline(
+            "d",
+            "postgres",
+            ["--dsn", db.dsn, "--pool-size", str(opts.pg_pool)],
+            {"postgres": db.pid, **jvm},
+        )
+    return results
 
 
 # --------------------------------------------------------------------------- the report
-
-
-def _ms(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.2f}"
-
-
-def _cpu(cpu: dict[str, float]) -> str:
-    return " · ".join(f"{name} {value:.0f}" for name, value in cpu.items() if not math.isnan(value))
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     c_over_a: float
     c_over_b: float
+    c_over_d: float
     half_p99_ms: float
     half_rate: float
     half_lag_p99_ms: float
@@ -338,11 +333,16 @@ class Verdict:
 def verdict(runs: list[Run]) -> Verdict:
     by = {run.key: run for run in runs}
     c = by["c"]
+
+    def over(key: str) -> float:
+        return ratio(c.peak.rate, by[key].peak.rate) if key in by else math.nan
+
     half_p99 = c.half.percentile_ms(0.99) if c.half is not None else math.nan
     failed = sum(run.peak.failed + (run.half.failed if run.half else 0) for run in runs)
     return Verdict(
-        c_over_a=c.peak.rate / by["a"].peak.rate if by["a"].peak.rate else math.nan,
-        c_over_b=c.peak.rate / by["b"].peak.rate if by["b"].peak.rate else math.nan,
+        c_over_a=over("a"),
+        c_over_b=over("b"),
+        c_over_d=over("d"),
         half_p99_ms=half_p99,
         half_rate=c.half_rate,
         half_lag_p99_ms=percentile(c.half.send_lag, 0.99) * 1000 if c.half else math.nan,
@@ -362,20 +362,16 @@ def rows(runs: list[Run]) -> list[tuple[str, str, str, str, str, str]]:
                 (
                     name,
                     f"{sample.rate:,.0f}",
-                    _ms(sample.percentile_ms(0.5)),
-                    _ms(sample.percentile_ms(0.99)),
+                    fmt_ms(sample.percentile_ms(0.5)),
+                    fmt_ms(sample.percentile_ms(0.99)),
                     str(sample.failed),
-                    _cpu(cpu),
+                    fmt_cpu(cpu),
                 )
             )
     return out
 
 
 HEADERS = ("server", "deliveries/s", "p50 ms", "p99 ms", "not 204", "CPU, % of one core")
-
-
-#: CPU of other processes, in % of one core, above which a run is reported as contended.
-CONTENDED_PERCENT = 20.0
 
 
 def contention(runs: list[Run]) -> str | None:
@@ -407,16 +403,14 @@ def generator_bound(runs: list[Run]) -> str | None:
 
 
 def summary_lines(v: Verdict) -> list[str]:
-    def met(ok: bool) -> str:
-        return "met" if ok else "NOT met"
-
     return [
-        f"c/a = {v.c_over_a:.2f}",
-        f"c/b = {v.c_over_b:.2f} (target >= {TARGET_C_OVER_B}: {met(v.ratio_met)})",
-        f"p99 at half of c's peak ({v.half_rate:,.0f}/s) = {_ms(v.half_p99_ms)} ms "
+        f"c/a = {fmt_ratio(v.c_over_a)}",
+        f"c/b = {fmt_ratio(v.c_over_b)} (target >= {TARGET_C_OVER_B}: {met(v.ratio_met)})",
+        f"c/d = {fmt_ratio(v.c_over_d)}",
+        f"p99 at half of c's peak ({v.half_rate:,.0f}/s) = {fmt_ms(v.half_p99_ms)} ms "
         f"(target < {TARGET_P99_MS:g} ms: {met(v.latency_met)}); the load generator sent "
-        f"those requests up to {_ms(v.half_lag_p99_ms)} ms after their scheduled time (p99), "
-        "which the latency includes",
+        f"those requests up to {fmt_ms(v.half_lag_p99_ms)} ms after their scheduled time "
+        "(p99), which the latency includes",
     ]
 
 
@@ -429,8 +423,7 @@ def print_report(runs: list[Run], v: Verdict) -> None:
     console.print()
     console.print(table)
     for line in summary_lines(v):
-        style = "red" if "NOT met" in line else ""
-        console.print(f"[{style}]{line}[/]" if style else line)
+        console.print(f"[red]{line}[/]" if "NOT met" in line else line)
     for note in (generator_bound(runs), contention(runs)):
         if note:
             console.print(f"[yellow]{note}[/]")
@@ -441,18 +434,25 @@ def print_report(runs: list[Run], v: Verdict) -> None:
         )
 
 
-def markdown(
-    runs: list[Run], v: Verdict, opts: Options, about: list[tuple[str, str]], pool_note: str
-) -> str:
-    today = datetime.now(UTC).date().isoformat()
-    command = "python -m bench.ingest" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
-    lines = [f"# Ingest benchmark, {today}", ""]
-    if v.failed:
-        lines += [
-            f"**INVALID RUN: {v.failed} requests were not answered 204.**",
-            "",
-        ]
-    lines += [
+def section(r: Results) -> Section:
+    """The ingest benchmark's part of the report: c as ratios to a, b and d."""
+    runs, opts = r.runs, r.opts
+    v = verdict(runs)
+    by = {run.key: run.figure() for run in runs}
+    comparison = Comparison(
+        "deliveries/s",
+        by["c"],
+        tuple(by[key] for key in ("a", "b", "d") if key in by),
+        {"b": TARGET_C_OVER_B},
+    )
+    wrapped = [run.label for run in runs if run.peak.pool_wrapped]
+    pool_note = (
+        f" (the {opts.pool} of a closed loop were reused in turn by {', '.join(wrapped)}; "
+        "(d) answers a reused one with ON CONFLICT DO NOTHING)"
+        if wrapped
+        else ""
+    )
+    body = [
         "| " + " | ".join(HEADERS) + " |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
         *("| " + " | ".join(row) + " |" for row in rows(runs)),
@@ -460,133 +460,81 @@ def markdown(
         *(f"- {line}" for line in summary_lines(v)),
         *([f"- {note}"] if (note := generator_bound(runs)) else []),
         *([f"- **{note}**"] if (note := contention(runs)) else []),
-        "",
-        "## How",
-        "",
-        f"- command: `{command}` (from the repository root; `make bench` runs the same)",
-        f"- load: one asyncio + aiohttp client process, {opts.concurrency} keep-alive "
+    ]
+    how = [
+        f"load: one asyncio + aiohttp client process, {opts.concurrency} keep-alive "
         f"connections; closed loop for {opts.warmup_s:g} s warm-up + {opts.duration_s:g} s "
         f"measured per server; then (c) open loop at half its peak for {opts.duration_s:g} s, "
         "latency from each request's scheduled send time",
-        "- deliveries: AgentMail `message.received` events (~1.4 KB) over 1024 threads, "
+        "deliveries: AgentMail `message.received` events (~1.4 KB) over 1024 threads, "
         "every body distinct, signed up front with `svix.webhooks.Webhook.sign`" + pool_note,
-        f"- broker: warmed up for {opts.broker_warmup_s:g} s of produce load before any "
+        f"broker: warmed up for {opts.broker_warmup_s:g} s of produce load before any "
         "measurement (JIT); (c) produces to `onceonly-bench.deliveries`, "
-        f"{opts.partitions} partitions",
-        "- servers, each its own process: (a) aiohttp handler reading the body, 204; "
+        f"{r.partitions} partitions",
+        "servers, each its own process: (a) aiohttp handler reading the body, 204; "
         "(b) the same + `ingest.verify.verify_svix`; (c) `onceonly ingest` "
-        "(log level WARNING), acks=all, idempotent producer",
-        "- CPU column: CPU time over the measured window of the server, the load generator "
-        "(`load`), the Kafka JVM (`broker`) and everything else on the machine (`other`: "
-        "other processes, kernel work not charged to ours), in % of one core; `other` well "
-        "above zero means the figures did not have the CPUs to themselves",
-        "",
-        "## Machine",
-        "",
-        *(f"- {name}: {value}" for name, value in about),
-        "",
+        "(log level WARNING), acks=all, idempotent producer; (d) (b) + `INSERT INTO "
+        "deliveries (event_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING` (event_id the "
+        f"primary key, body jsonb) through an asyncpg pool of {opts.pg_pool} connections, "
+        "awaited before the 204",
+        f"database of (d): {r.postgres}; started by the benchmark in its own data directory "
+        "under .run/, stopped and removed after (d)",
+        "CPU column: CPU time over the measured window of the server, the load generator "
+        "(`load`), the Kafka JVM (`broker`), PostgreSQL with its backends (`postgres`) and "
+        "everything else on the machine (`other`: other processes, kernel work not charged "
+        "to ours), in % of one core; `other` well above zero means the figures did not have "
+        "the CPUs to themselves",
     ]
-    return "\n".join(lines)
+    invalid = (
+        f"{v.failed} requests were not answered 204; the figures do not measure successful "
+        "deliveries"
+        if v.failed
+        else None
+    )
+    return Section("Ingest", comparison, body, how, invalid)
 
 
 # --------------------------------------------------------------------------- main
 
 
-def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
-    except OSError:
-        return "unknown"
+def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
+    """Run the ingest benchmark against ``broker``; print its figures."""
+    from onceonly.settings import Settings
 
-
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+    partitions = Settings.from_env().partitions
+    topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)
+    if opts.broker_warmup_s > 0:
+        console.print(f"warming the broker up for {opts.broker_warmup_s:g} s …")
+        warm_broker(broker.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], opts.broker_warmup_s)
+    results = asyncio.run(run_all(opts, work, broker, topics, partitions))
+    print_report(results.runs, verdict(results.runs))
+    return results
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--duration",
-    type=click.FloatRange(1, 60),
-    default=10.0,
-    show_default=True,
-    help="Measured seconds per closed loop, and of the open loop.",
-)
-@click.option(
-    "--warmup",
-    type=click.FloatRange(0, 30),
-    default=2.0,
-    show_default=True,
-    help="Unmeasured seconds before each closed loop.",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 256),
-    default=64,
-    show_default=True,
-    help="Keep-alive connections (and workers) of the load generator.",
-)
-@click.option(
-    "--pool",
-    type=click.IntRange(100, 200_000),
-    default=30_000,
-    show_default=True,
-    help="Distinct signed deliveries per closed loop (reused in turn if the loop sends more).",
-)
-@click.option(
-    "--broker-warmup",
-    type=click.FloatRange(0, 60),
-    default=8.0,
-    show_default=True,
-    help="Seconds of produce load on the broker before any server is measured (JIT warm-up).",
-)
-def main(duration: float, warmup: float, concurrency: int, pool: int, broker_warmup: float) -> None:
-    """Deliveries/s and p50/p99 of (a) bare aiohttp, (b) + svix verify, (c) onceonly ingest."""
-    from onceonly.errors import OnceOnlyError
-    from onceonly.settings import Settings
+@ingest_options
+@results_dir_option
+def main(ingest: IngestOptions, results_dir: Path) -> None:
+    """Deliveries/s and p50/p99 of (a) bare aiohttp, (b) + svix verify, (c) onceonly ingest,
+    (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING."""
+    load_before = loadavg()
+    code = revision()
 
-    load_before = _loadavg()
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    try:
-        opts = Options(
-            duration_s=duration,
-            warmup_s=warmup,
-            concurrency=concurrency,
-            pool=pool,
-            broker_warmup_s=broker_warmup,
-            partitions=Settings.from_env().partitions,
-        )
-        with tempfile.TemporaryDirectory(prefix="onceonly-bench-") as tmp:
-            work = Path(tmp)
-            with kafka(work) as (bootstrap, kafka_about):
-                topics = create_topics(bootstrap, opts.partitions)
-                if broker_warmup > 0:
-                    console.print(f"warming the broker up for {broker_warmup:g} s …")
-                    warm_broker(bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], broker_warmup)
-                runs = asyncio.run(run_all(opts, work, bootstrap, topics))
-    except KeyboardInterrupt:
-        console.print("[red]interrupted: every server and the broker are stopped[/]")
-        sys.exit(130)
-    except (BenchError, OnceOnlyError) as exc:
-        console.print(f"[red]bench: {exc}[/]")
-        sys.exit(1)
+    def body() -> tuple[Results, str]:
+        with tempfile.TemporaryDirectory(prefix="onceonly-bench-") as tmp, kafka(Path(tmp)) as b:
+            return collect(ingest, b, Path(tmp)), b.about
 
-    v = verdict(runs)
-    print_report(runs, v)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"ingest-{datetime.now(UTC).date().isoformat()}.md"
-    about = [
-        *machine(kafka_about),
-        ("load average (1, 5, 15 min)", f"{load_before} at the start, {_loadavg()} at the end"),
-    ]
-    wrapped = [run.label for run in runs if run.peak.pool_wrapped]
-    pool_note = (
-        f" (the {opts.pool} of a closed loop were reused in turn by {', '.join(wrapped)})"
-        if wrapped
-        else ""
+    results, kafka_about = execute(body)
+    md, png = write_report(
+        "ingest",
+        "Ingest benchmark",
+        [section(results)],
+        about(kafka_about, load_before, code),
+        command_line("bench.ingest"),
+        results_dir,
     )
-    out.write_text(markdown(runs, v, opts, about, pool_note), encoding="utf-8")
-    console.print(f"written to {out.relative_to(ROOT)}")
-    if v.failed:
+    console.print(f"written to {md} and {png.name}")
+    if verdict(results.runs).failed:
         sys.exit(1)
 
 

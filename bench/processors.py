@@ -26,7 +26,9 @@ run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``; the topics 
 ids are fresh for every run (``onceonly-bench-<tag>.*``).
 
 Targets (the issue): (2)/(1) >= 0.5 and (2) >= 2,000 replies/s per worker; (3) < 300 MB.
-The figures are printed and written to ``bench/results/processors-<date>.md``.
+The figures are printed and written to ``bench/results/processors-<date>.md`` (and
+``.png``); ``python -m bench`` (``make bench``) runs this after the ingest benchmark and
+writes one report of both.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ import os
 import re
 import secrets
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,27 +51,46 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from bench._load import agentmail_body
-from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, machine
-from bench.ingest import _loadavg, broker_pid, kafka
+from bench._procs import (
+    BenchError,
+    Broker,
+    CpuWindow,
+    ServerProcess,
+    console,
+    create_topics,
+    kafka,
+    loadavg,
+    revision,
+)
+from bench._report import (
+    CONTENDED_PERCENT,
+    Comparison,
+    Figure,
+    ProcessorOptions,
+    Section,
+    about,
+    command_line,
+    execute,
+    met,
+    processor_options,
+    results_dir_option,
+    write_report,
+)
+from bench._report import fmt_cpu as _cpu
 
 TARGET_RATIO = 0.5
 TARGET_REPLIES_PER_S = 2000.0
 TARGET_RSS_MB = 300.0
-RESULTS_DIR = ROOT / "bench" / "results"
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0
 #: The same for a restart, which with a large table may take minutes.
 RESTART_STALL_S = 900.0
-
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
 if TYPE_CHECKING:
     from schemas.envelope import Envelope
@@ -179,29 +199,6 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
             f"({failures[:3]}) producing to {topic}; see the broker log"
         )
     return time.perf_counter() - started
-
-
-def create_topics(bootstrap: str, partitions: int, tag: str) -> dict[str, str]:
-    """Fresh topics shaped as onceonly's; the variables the worker needs for them."""
-    from onceonly.kafka import Admin
-    from onceonly.settings import Settings
-    from onceonly.topics import topic_specs
-
-    prefix = f"onceonly-bench-{tag}"
-    names = {
-        "ONCEONLY_DELIVERIES_TOPIC": f"{prefix}.deliveries",
-        "ONCEONLY_LEDGER_TOPIC": f"{prefix}.replies",
-        "ONCEONLY_DEAD_LETTER_TOPIC": f"{prefix}.dead-letters",
-    }
-    settings = Settings(
-        kafka_bootstrap=bootstrap,
-        partitions=partitions,
-        deliveries_topic=names["ONCEONLY_DELIVERIES_TOPIC"],
-        ledger_topic=names["ONCEONLY_LEDGER_TOPIC"],
-        dead_letter_topic=names["ONCEONLY_DEAD_LETTER_TOPIC"],
-    )
-    Admin(bootstrap).ensure_topics(topic_specs(settings))
-    return names
 
 
 def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
@@ -443,6 +440,7 @@ class Results:
     memory: Memory | None = None
     restarts: list[Restart] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    log_level: str = "INFO"
 
     @property
     def ratio(self) -> float:
@@ -497,6 +495,7 @@ class Bench:
     tag: str
     partitions: int
     log_level: str
+    broker_pid: int | None = None
     mail_port: int = 0
     worker_port: int = 0
     mail: ServerProcess | None = None
@@ -512,8 +511,8 @@ class Bench:
         pids: dict[str, int | None] = {name: pid}
         if self.mail is not None:
             pids["mail"] = self.mail.pid
-        if (broker := broker_pid(self.work)) is not None:
-            pids["broker"] = broker
+        if self.broker_pid is not None:
+            pids["broker"] = self.broker_pid
         pids["bench"] = None
         return pids
 
@@ -807,14 +806,6 @@ def produce_one_per_partition(
 # --------------------------------------------------------------------------- the report
 
 
-def met(ok: bool) -> str:
-    return "met" if ok else "NOT met"
-
-
-def _cpu(cpu: dict[str, float]) -> str:
-    return " · ".join(f"{name} {value:.0f}" for name, value in cpu.items() if not math.isnan(value))
-
-
 def figures(r: Results) -> list[tuple[str, str, str, str]]:
     """(figure, measured, target, verdict) rows."""
     rows: list[tuple[str, str, str, str]] = []
@@ -944,99 +935,54 @@ def print_report(r: Results) -> None:
         console.print(f"[yellow]{note}[/]")
 
 
-def markdown(r: Results, about: list[tuple[str, str]], log_level: str) -> str:
-    today = datetime.now(UTC).date().isoformat()
-    command = "python -m bench.processors" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
-    lines = [
-        f"# Processor benchmark, {today}",
-        "",
+def section(r: Results) -> Section:
+    """The processor benchmark's part of the report: the worker as a ratio to the agent."""
+    comparison = None
+    if r.plain is not None and r.worker is not None:
+        comparison = Comparison(
+            "events/s",
+            Figure("worker", "onceonly worker (replies)", r.worker.rate),
+            (Figure("plain", "plain faust agent (counts)", r.plain.rate),),
+            {"plain": TARGET_RATIO},
+        )
+    body = [
         "| figure | measured | target | |",
         "| --- | ---: | ---: | --- |",
         *("| " + " | ".join(row) + " |" for row in figures(r)),
         "",
         *(f"- **{line}**" if "NOT THE FULL" in line else f"- {line}" for line in summary(r)),
         *(f"- **{note}**" for note in r.notes),
-        "",
-        "## How",
-        "",
-        f"- command: `{command}` (from the repository root)",
-        f"- records: {r.events:,} distinct AgentMail `message.received` envelopes "
+    ]
+    how = [
+        f"records: {r.events:,} distinct AgentMail `message.received` envelopes "
         "(~1.5 KB bodies over 1024 threads), made by `ingest.normalise.agentmail` and "
         f"produced before (1) and (2) start, on {r.partitions} partitions; (1) and (2) read "
         "the same records, one after the other, each with a consumer group of its own",
-        "- (1) `bench._plain_faust`: faust App as onceonly's (session 10 s, heartbeat 1 s, "
+        "(1) `bench._plain_faust`: faust App as onceonly's (session 10 s, heartbeat 1 s, "
         "raw codec, `stream_wait_empty`), memory store, no web server, one agent "
         "(concurrency 1) iterating `stream.events()` and counting; rate from its first "
         "event to its last",
-        f"- (2) `python -m onceonly worker`, `ONCEONLY_REORDER_WINDOW_MS=0`, log level "
-        f"{log_level}, real `AgentMailSender` (SDK, httpx) against `bench._instant_mail`, which "
+        f"(2) `python -m onceonly worker`, `ONCEONLY_REORDER_WINDOW_MS=0`, log level "
+        f"{r.log_level}, real `AgentMailSender` (SDK, httpx) against `bench._instant_mail`, which "
         "answers the reply endpoint at once; rate from the first reply the mail server "
         "received to the last (one reply per record)",
-        "- (3) the same worker, still running: distinct Stripe `invoice.paid` events (one "
+        "(3) the same worker, still running: distinct Stripe `invoice.paid` events (one "
         f"invoice each) produced in batches of {FILL_CHUNK:,} (the next once half the last is "
         "recorded) until the wanted number or the time budget; RSS and peak (VmRSS, VmHWM) "
         "summed over the worker's process group from `/proc/<pid>/status` 3 s after the last "
         'event; progress from `onceonly_skips_total{reason="no_handler"}`',
-        "- (4) SIGKILL (then SIGTERM) of the worker; a new process on the same data directory "
+        "(4) SIGKILL (then SIGTERM) of the worker; a new process on the same data directory "
         "and app id; one new AgentMail event produced right after the spawn; time from the "
         "spawn to the mail server receiving its reply; the steps from the worker's own log "
         "lines. Then one new event on each partition",
-        "- CPU: CPU time over the measured window of the process under test, the mail server, "
+        "CPU: CPU time over the measured window of the process under test, the mail server, "
         "the Kafka JVM (`broker`), this process (`bench`) and everything else on the machine "
         "(`other`), in % of one core; ms of CPU per event = the process's CPU over the events",
-        "",
-        "## Machine",
-        "",
-        *(f"- {name}: {value}" for name, value in about),
-        "",
     ]
-    return "\n".join(lines)
+    return Section("Processors", comparison, body, how)
 
 
 # --------------------------------------------------------------------------- main
-
-
-def processor_libraries() -> str:
-    from importlib import metadata
-
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    names = ("faust-streaming", "mode-streaming", "aiokafka", "rocksdict", "agentmail", "httpx")
-    return ", ".join(f"{name} {version(name)}" for name in names)
-
-
-def revision() -> str:
-    """The commit the code under test comes from, and whether it had local changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "processors", "onceonly", "schemas", "ingest"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (not a git checkout)"
-    if dirty:
-        return f"{head}, with uncommitted changes under processors/ onceonly/ schemas/ ingest/"
-    return head
-
-
-#: CPU of other processes, in % of one core, above which a figure is reported as contended.
-CONTENDED_PERCENT = 20.0
 
 
 def contention(r: Results) -> str | None:
@@ -1051,149 +997,97 @@ def contention(r: Results) -> str | None:
     )
 
 
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
-def run(opts: Options, work: Path) -> Results:
+def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
+    """Run the processor benchmark against ``broker``, in ``work``; print its figures."""
     from onceonly.settings import Settings
 
+    began = time.monotonic()
     partitions = Settings.from_env().partitions
     tag = secrets.token_hex(3)
-    r = Results(opts.events, partitions)
-    with kafka(work) as (bootstrap, kafka_about):
-        r.notes.append(f"Kafka: {kafka_about}")
-        topics = create_topics(bootstrap, partitions, tag)
-        bench = Bench(work, bootstrap, topics, tag, partitions, opts.log_level)
-        try:
-            console.print(f"producing {opts.events:,} AgentMail events to {bench.deliveries} …")
-            seconds = produce(
-                bootstrap, bench.deliveries, agentmail_records(opts.events), opts.events
+    r = Results(opts.events, partitions, log_level=opts.log_level)
+    bootstrap = broker.bootstrap
+    topics = create_topics(bootstrap, partitions, f"onceonly-bench-{tag}")
+    bench = Bench(work, bootstrap, topics, tag, partitions, opts.log_level, broker_pid=broker.pid)
+    try:
+        console.print(f"producing {opts.events:,} AgentMail events to {bench.deliveries} …")
+        seconds = produce(bootstrap, bench.deliveries, agentmail_records(opts.events), opts.events)
+        console.print(f"produced in {seconds:.1f} s")
+
+        console.print("(1) plain faust agent …")
+        r.plain = bench.run_plain(opts.events)
+        console.print(f"(1) {r.plain.rate:,.0f} events/s")
+
+        bench.start_mail()
+        console.print("(2) onceonly worker, window 0, instant mail server …")
+        r.worker = bench.run_replies(opts.events)
+        console.print(f"(2) {r.worker.rate:,.0f} replies/s")
+        r.replies_metric = bench.worker_metric("onceonly_replies_sent_total", want=opts.events)
+        r.replayed = int(bench.mail_stats()["replayed"])
+        r.ledger_sent = ledger_sent(bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], partitions)
+        next_n = entries = opts.events
+        if not opts.skip_rss:
+            console.print(
+                f"(3) {opts.dedupe_entries:,} distinct Stripe events, within "
+                f"{opts.rss_budget_s:g} s …"
             )
-            console.print(f"produced in {seconds:.1f} s")
-
-            console.print("(1) plain faust agent …")
-            r.plain = bench.run_plain(opts.events)
-            console.print(f"(1) {r.plain.rate:,.0f} events/s")
-
-            bench.start_mail()
-            console.print("(2) onceonly worker, window 0, instant mail server …")
-            r.worker = bench.run_replies(opts.events)
-            console.print(f"(2) {r.worker.rate:,.0f} replies/s")
-            r.replies_metric = bench.worker_metric("onceonly_replies_sent_total", want=opts.events)
-            r.replayed = int(bench.mail_stats()["replayed"])
-            r.ledger_sent = ledger_sent(bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], partitions)
-            next_n = entries = opts.events
-            if not opts.skip_rss:
-                console.print(
-                    f"(3) {opts.dedupe_entries:,} distinct Stripe events, within "
-                    f"{opts.rss_budget_s:g} s …"
-                )
-                r.memory = bench.run_memory(opts.dedupe_entries, entries, opts.rss_budget_s)
-                entries = r.memory.entries
-                console.print(
-                    f"(3) RSS {r.memory.rss_mb:.0f} MB (peak {r.memory.hwm_mb:.0f} MB) "
-                    f"with {entries:,} entries"
-                )
-            for how in ("SIGKILL", "SIGTERM"):
-                console.print(f"(4) restart after {how} …")
-                restart = bench.run_restart(how, entries, next_n)
-                next_n += 1 + partitions
-                entries += 1 + partitions
-                r.restarts.append(restart)
-                console.print(
-                    f"(4) first event {restart.first_s:.2f} s, every partition "
-                    f"{restart.all_partitions_s:.2f} s after the start"
-                )
-                if how == "SIGKILL" and r.memory is not None and bench.worker is not None:
-                    r.memory.after_restart_mb = group_rss_mb(bench.worker.pid)[0]
-        except BaseException:
-            for process in (bench.plain, bench.worker):
-                if process is not None:
-                    console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
-            raise
-        finally:
-            bench.stop_all()
+            r.memory = bench.run_memory(opts.dedupe_entries, entries, opts.rss_budget_s)
+            entries = r.memory.entries
+            console.print(
+                f"(3) RSS {r.memory.rss_mb:.0f} MB (peak {r.memory.hwm_mb:.0f} MB) "
+                f"with {entries:,} entries"
+            )
+        for how in ("SIGKILL", "SIGTERM"):
+            console.print(f"(4) restart after {how} …")
+            restart = bench.run_restart(how, entries, next_n)
+            next_n += 1 + partitions
+            entries += 1 + partitions
+            r.restarts.append(restart)
+            console.print(
+                f"(4) first event {restart.first_s:.2f} s, every partition "
+                f"{restart.all_partitions_s:.2f} s after the start"
+            )
+            if how == "SIGKILL" and r.memory is not None and bench.worker is not None:
+                r.memory.after_restart_mb = group_rss_mb(bench.worker.pid)[0]
+    except BaseException:
+        for process in (bench.plain, bench.worker):
+            if process is not None:
+                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+        raise
+    finally:
+        bench.stop_all()
+    if (note := contention(r)) is not None:
+        r.notes.append(note)
+    r.notes.append(f"the processor benchmark took {time.monotonic() - began:.0f} s")
+    print_report(r)
     return r
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    events: int
-    dedupe_entries: int
-    skip_rss: bool
-    rss_budget_s: float
-    log_level: str
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--events",
-    type=click.IntRange(100, 1_000_000),
-    default=20_000,
-    show_default=True,
-    help="AgentMail events for the throughput phases (1) and (2).",
-)
-@click.option(
-    "--dedupe-entries",
-    type=click.IntRange(1, 10_000_000),
-    default=1_000_000,
-    show_default=True,
-    help="Distinct events the worker records before its RSS is read (3).",
-)
-@click.option(
-    "--rss-budget",
-    type=click.FloatRange(10, 7200),
-    default=480.0,
-    show_default=True,
-    help="Seconds (3) may take; if the worker has not recorded --dedupe-entries by then, "
-    "the RSS is read at what it has and extrapolated, and the report says so.",
-)
-@click.option("--skip-rss", is_flag=True, help="Skip (3); (4) then restarts with less state.")
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default="INFO",
-    show_default=True,
-    help="ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the plain agent's.",
-)
-def main(
-    events: int, dedupe_entries: int, rss_budget: float, skip_rss: bool, log_level: str
-) -> None:
+@processor_options
+@results_dir_option
+def main(processors: ProcessorOptions, results_dir: Path) -> None:
     """Events/s of a plain faust agent vs onceonly's worker, RSS with many dedupe entries,
     and restart-to-first-event."""
-    from onceonly.errors import OnceOnlyError
-
-    opts = Options(events, dedupe_entries, skip_rss, rss_budget, log_level.upper())
-    load_before = _loadavg()
+    load_before = loadavg()
     code = revision()  # at the start: the processes run the code as it is now
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    began = time.monotonic()
-    try:
-        with tempfile.TemporaryDirectory(prefix="onceonly-bench-proc-") as tmp:
-            r = run(opts, Path(tmp))
-    except KeyboardInterrupt:
-        console.print("[red]interrupted: every process and the broker are stopped[/]")
-        sys.exit(130)
-    except (BenchError, OnceOnlyError, subprocess.SubprocessError) as exc:
-        console.print(f"[red]bench: {exc}[/]")
-        sys.exit(1)
-    kafka_note = next((n for n in r.notes if n.startswith("Kafka: ")), "Kafka: unknown")
-    r.notes.remove(kafka_note)
-    if (note := contention(r)) is not None:
-        r.notes.append(note)
-    r.notes.append(f"the whole run took {time.monotonic() - began:.0f} s")
-    print_report(r)
-    about = [
-        *machine(kafka_note.removeprefix("Kafka: ")),
-        ("processor libraries", processor_libraries()),
-        ("code", code),
-        ("load average (1, 5, 15 min)", f"{load_before} at the start, {_loadavg()} at the end"),
-    ]
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"processors-{datetime.now(UTC).date().isoformat()}.md"
-    out.write_text(markdown(r, about, opts.log_level), encoding="utf-8")
-    console.print(f"written to {out.relative_to(ROOT)}")
+
+    def body() -> tuple[Results, str]:
+        with (
+            tempfile.TemporaryDirectory(prefix="onceonly-bench-proc-") as tmp,
+            kafka(Path(tmp)) as broker,
+        ):
+            return collect(processors, broker, Path(tmp)), broker.about
+
+    results, kafka_about = execute(body)
+    md, png = write_report(
+        "processors",
+        "Processor benchmark",
+        [section(results)],
+        about(kafka_about, load_before, code),
+        command_line("bench.processors"),
+        results_dir,
+    )
+    console.print(f"written to {md} and {png.name}")
 
 
 if __name__ == "__main__":

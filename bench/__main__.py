@@ -1,0 +1,82 @@
+"""``python -m bench`` (``make bench``): the ingest and the processor benchmark in one run,
+one report.
+
+Both run against one Kafka broker (embedded, or ``ONCEONLY_KAFKA_BOOTSTRAP``): first
+the ingest benchmark (:mod:`bench.ingest`: (a) bare aiohttp, (b) + svix verification,
+(c) onceonly ingest, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING), then the
+processor benchmark (:mod:`bench.processors`: a plain faust agent vs onceonly's worker,
+RSS with many dedupe entries, restart-to-first-event). It writes
+``bench/results/bench-<date>.md`` and ``bench/results/bench-<date>.png``: the machine,
+a table per benchmark with every baseline and onceonly's figures as ratios to each, and
+a chart of throughput and latency.
+
+A smoke run, in about two minutes::
+
+    python -m bench --duration 2 --warmup 0.5 --pool 2000 --broker-warmup 2 \\
+        --events 300 --dedupe-entries 2000 --rss-budget 30
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from bench import ingest as ingest_mod
+from bench import processors as processors_mod
+from bench._procs import console, kafka, loadavg, revision
+from bench._report import (
+    IngestOptions,
+    ProcessorOptions,
+    about,
+    command_line,
+    execute,
+    ingest_options,
+    processor_options,
+    results_dir_option,
+    write_report,
+)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@ingest_options
+@processor_options
+@results_dir_option
+def main(ingest: IngestOptions, processors: ProcessorOptions, results_dir: Path) -> None:
+    """Run the ingest and the processor benchmarks; write one report with a chart."""
+    load_before = loadavg()
+    code = revision()  # at the start: the processes run the code as it is now
+    began = time.monotonic()
+
+    def body() -> tuple[ingest_mod.Results, processors_mod.Results, str]:
+        with tempfile.TemporaryDirectory(prefix="onceonly-bench-") as tmp:
+            work = Path(tmp)
+            with kafka(work) as broker:
+                (work / "ingest").mkdir()
+                (work / "processors").mkdir()
+                console.rule("ingest benchmark")
+                ingest_results = ingest_mod.collect(ingest, broker, work / "ingest")
+                console.rule("processor benchmark")
+                processor_results = processors_mod.collect(processors, broker, work / "processors")
+                return ingest_results, processor_results, broker.about
+
+    ingest_results, processor_results, kafka_about = execute(body)
+    took = time.monotonic() - began
+    md, png = write_report(
+        "bench",
+        "onceonly benchmark",
+        [ingest_mod.section(ingest_results), processors_mod.section(processor_results)],
+        about(kafka_about, load_before, code, [("whole run", f"{took:.0f} s")]),
+        command_line("bench"),
+        results_dir,
+    )
+    console.print(f"written to {md} and {png.name} ({took:.0f} s in all)")
+    if ingest_mod.verdict(ingest_results.runs).failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

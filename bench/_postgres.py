@@ -1,0 +1,209 @@
+"""The database of the ingest benchmark's baseline (d): Debian's PostgreSQL, started for the run.
+
+:func:`postgres` initialises a data directory of its own under the project's run directory
+(``.run/bench-pg-*``), starts the server with ``pg_ctl`` on a free port on 127.0.0.1, and
+stops it and removes the directory on exit, whatever happens. The binaries are those of
+Debian's ``postgresql`` package (``/usr/lib/postgresql/<major>/bin``); as root, the
+package is installed with ``apt-get`` when they are missing. PostgreSQL refuses to run as
+root, so as root every command runs as the package's ``postgres`` user (``runuser``).
+
+The server keeps PostgreSQL's defaults (``fsync`` and ``synchronous_commit`` on: a
+commit is on disk before the INSERT returns), as the reference design would run it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench._procs import ROOT, BenchError, console
+
+#: The user PostgreSQL runs as when the benchmark runs as root (Debian's package creates it).
+SERVICE_USER = "postgres"
+#: The database role the benchmark connects as (trust authentication, loopback only).
+ROLE = "bench"
+
+#: The table of the reference design: one row per event, the event id its primary key.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    event_id text PRIMARY KEY,
+    body jsonb NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+INSERT = "INSERT INTO deliveries (event_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+
+
+@dataclass(frozen=True, slots=True)
+class Postgres:
+    dsn: str
+    pid: int  #: the postmaster's; its backends are its children
+    version: str  #: the major version of the binaries, e.g. "15"
+    log_path: Path
+
+
+def _major(path: Path) -> tuple[int, ...]:
+    found = re.search(r"/postgresql/([\d.]+)/bin", str(path))
+    return tuple(int(part) for part in found.group(1).split(".")) if found else (0,)
+
+
+def _installed() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=_major)
+    return found[-1].parent if found else None
+
+
+def binaries() -> Path:
+    """The directory of Debian's PostgreSQL binaries; installs the package if missing."""
+    found = _installed()
+    if found is not None:
+        return found
+    if os.geteuid() != 0:
+        raise BenchError(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres) and this is "
+            "not root: install Debian's package first, `sudo apt-get install postgresql`"
+        )
+    console.print("installing Debian's postgresql package (apt-get) …")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]
+    if subprocess.run(install, env=env, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
+        subprocess.run(install, env=env, check=False)
+    found = _installed()
+    if found is None:
+        raise BenchError("apt-get could not install postgresql; see its output above")
+    return found
+
+
+def _as_user() -> list[str]:
+    """The prefix that runs a command as the user PostgreSQL accepts to run as."""
+    if os.geteuid() != 0:
+        return []
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        raise BenchError("running as root needs runuser (util-linux) to start PostgreSQL")
+    return [runuser, "-u", SERVICE_USER, "--"]
+
+
+def _base_dir() -> Path:
+    """A new directory for the data directory, under the project's run directory when
+    the service user can reach it there, else under the system's temporary directory."""
+    from onceonly.settings import Settings
+
+    run_dir = (ROOT / Settings.from_env().run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    parent = run_dir
+    if os.geteuid() == 0:
+        probe = subprocess.run([*_as_user(), "test", "-x", str(run_dir)], check=False)
+        if probe.returncode != 0:
+            parent = Path(tempfile.gettempdir())
+    base = Path(tempfile.mkdtemp(prefix="bench-pg-", dir=parent))
+    if os.geteuid() == 0:
+        shutil.chown(base, SERVICE_USER, SERVICE_USER)
+    return base
+
+
+def _run(argv: list[str], what: str, log: Path | None = None) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0:
+        tail = ""
+        if log is not None and log.exists():
+            tail = "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        raise BenchError(
+            f"{what} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}{tail}"
+        )
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (an orphaned postmaster's zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+@contextlib.contextmanager
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL server for the run, on 127.0.0.1 on a free port; stopped on exit."""
+    from onceonly.broker import free_port
+
+    bindir = binaries()
+    user = _as_user()
+    base = _base_dir()
+    data = base / "data"
+    log = base / "postgres.log"
+    port = free_port()
+    pid: int | None = None
+    try:
+        _run(
+            [
+                *user,
+                str(bindir / "initdb"),
+                "--pgdata",
+                str(data),
+                "--username",
+                ROLE,
+                "--auth",
+                "trust",
+                "--encoding",
+                "UTF8",
+                "--locale",
+                "C",
+                "--no-sync",
+            ],
+            "initdb",
+        )
+        console.print(f"starting PostgreSQL {_major(bindir)[0]} at 127.0.0.1:{port} …")
+        _run(
+            [
+                *user,
+                str(bindir / "pg_ctl"),
+                "--pgdata",
+                str(data),
+                "--log",
+                str(log),
+                "--wait",
+                "--timeout",
+                "60",
+                "-o",
+                f"-h 127.0.0.1 -p {port} -k {data}",
+                "start",
+            ],
+            "pg_ctl start",
+            log,
+        )
+        pid = int((data / "postmaster.pid").read_text(encoding="ascii").splitlines()[0])
+        yield Postgres(
+            f"postgresql://{ROLE}@127.0.0.1:{port}/postgres",
+            pid,
+            ".".join(str(n) for n in _major(bindir)),
+            log,
+        )
+    finally:
+        if pid is None:  # interrupted while it started: it may run all the same
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int((data / "postmaster.pid").read_text(encoding="ascii").splitlines()[0])
+        if pid is not None:
+            console.print("stopping PostgreSQL …")
+            subprocess.run(
+                [*user, str(bindir / "pg_ctl"), "--pgdata", str(data), "-m", "fast", "-w", "stop"],
+                capture_output=True,
+                check=False,
+                timeout=120,
+            )
+            deadline = time.monotonic() + 10
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)

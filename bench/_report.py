@@ -1,0 +1,462 @@
+"""What the benchmarks share: their options, onceonly's figures as ratios to the baselines,
+the markdown report with its chart, and how a benchmark command starts and fails.
+
+The report is built by pure functions, from figures to text (:func:`ratios`,
+:func:`ratio_table`, :func:`render`), so that it can be tested without running anything;
+:func:`chart` draws the PNG with matplotlib (Agg backend) and :func:`write_report`
+writes both, ``<name>-<date>.md`` and ``<name>-<date>.png``, under ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+import click
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+#: CPU of other processes, in % of one core, above which a figure is reported as contended.
+CONTENDED_PERCENT = 20.0
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One variant's throughput (per second) and, for servers, its latency at that rate."""
+
+    key: str
+    label: str
+    rate: float
+    p50_ms: float = math.nan
+    p99_ms: float = math.nan
+
+    @property
+    def has_latency(self) -> bool:
+        return not (math.isnan(self.p50_ms) and math.isnan(self.p99_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """onceonly's figure (``subject``) next to each baseline measured in the same run;
+    ``targets``: the least ``subject / baseline`` throughput ratio asked for, by key."""
+
+    unit: str
+    subject: Figure
+    baselines: tuple[Figure, ...]
+    targets: dict[str, float] = field(default_factory=dict)
+
+
+def ratio(value: float, base: float) -> float:
+    """``value / base``; NaN when either is missing (NaN) or the base is not positive."""
+    if math.isnan(value) or math.isnan(base) or base <= 0:
+        return math.nan
+    return value / base
+
+
+def ratios(comparison: Comparison) -> dict[str, float]:
+    """The subject's throughput as a ratio to each baseline's, by baseline key."""
+    return {b.key: ratio(comparison.subject.rate, b.rate) for b in comparison.baselines}
+
+
+def fmt_ratio(value: float) -> str:
+    """Three significant digits (0.51, 0.0136, 1.23); "n/a" for NaN."""
+    return "n/a" if math.isnan(value) else f"{value:.3g}"
+
+
+def fmt_rate(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:,.0f}"
+
+
+def fmt_ms(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.2f}"
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def fmt_cpu(cpu: dict[str, float]) -> str:
+    """CPU shares as ``name value · …`` (% of one core), NaNs left out."""
+    return " · ".join(f"{name} {value:.0f}" for name, value in cpu.items() if not math.isnan(value))
+
+
+def ratio_table(comparison: Comparison) -> list[str]:
+    """A markdown table, one row per baseline: its figures, the subject's, and the
+    subject's as ratios to it (throughput; p50 and p99 too when both have latencies)."""
+    s = comparison.subject
+    latency = s.has_latency and any(b.has_latency for b in comparison.baselines)
+    header = [
+        "baseline",
+        comparison.unit,
+        f"{s.label}, {comparison.unit}",
+        f"{s.key} / baseline, {comparison.unit}",
+    ]
+    align = ["---", "---:", "---:", "---:"]
+    if latency:
+        header += ["baseline p99 ms", f"{s.key} / baseline, p50", f"{s.key} / baseline, p99"]
+        align += ["---:", "---:", "---:"]
+    header.append("target")
+    align.append("---")
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    by_key = ratios(comparison)
+    for b in comparison.baselines:
+        r = by_key[b.key]
+        row = [b.label, fmt_rate(b.rate), fmt_rate(s.rate), fmt_ratio(r)]
+        if latency:
+            row += [
+                fmt_ms(b.p99_ms),
+                fmt_ratio(ratio(s.p50_ms, b.p50_ms)),
+                fmt_ratio(ratio(s.p99_ms, b.p99_ms)),
+            ]
+        target = comparison.targets.get(b.key)
+        row.append(
+            "" if target is None else f">= {target:g}: {met(not math.isnan(r) and r >= target)}"
+        )
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass(slots=True)
+class Section:
+    """One benchmark's part of the report."""
+
+    heading: str
+    comparison: Comparison | None
+    body: list[str]  #: markdown: the figures table and what it says
+    how: list[str]  #: bullets: how the figures were measured
+    invalid: str | None = None  #: why the figures do not stand, if they do not
+
+
+def render(
+    title: str,
+    date: str,
+    sections: Sequence[Section],
+    about: Sequence[tuple[str, str]],
+    command: str,
+    chart_file: str | None,
+) -> str:
+    """The whole markdown report."""
+    lines = [f"# {title}, {date}", ""]
+    for section in sections:
+        if section.invalid:
+            lines += [f"**INVALID {section.heading.upper()} FIGURES: {section.invalid}**", ""]
+    for section in sections:
+        lines += [f"## {section.heading}", ""]
+        if section.comparison is not None:
+            s = section.comparison.subject
+            lines += [
+                f"onceonly's figure, {s.label}, as a ratio to each baseline of the same run:",
+                "",
+                *ratio_table(section.comparison),
+                "",
+            ]
+            if s.has_latency:
+                lines += [
+                    f"Latency ratios are {s.key}'s p50 and p99 over the baseline's, each at its "
+                    "own peak: above 1 is slower.",
+                    "",
+                ]
+        lines += [*section.body, ""]
+    if chart_file is not None:
+        lines += ["## Chart", "", f"![throughput and latency of every variant]({chart_file})", ""]
+    lines += ["## How", "", f"- command: `{command}` (from the repository root)"]
+    for section in sections:
+        lines += [f"- {section.heading.lower()}:", *(f"  - {item}" for item in section.how)]
+    lines += ["", "## Machine", "", *(f"- {name}: {value}" for name, value in about), ""]
+    return "\n".join(lines)
+
+
+def chart(comparisons: Sequence[Comparison], path: Path, title: str) -> None:
+    """A PNG: for each comparison, a bar per variant of its throughput, and for those
+    with latencies, p50 and p99 bars next to it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: list[tuple[Comparison, str]] = []
+    for c in comparisons:
+        panels.append((c, "rate"))
+        if c.subject.has_latency:
+            panels.append((c, "latency"))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.2 * max(len(panels), 1), 4.6))
+    axes_list = list(axes.flat) if hasattr(axes, "flat") else [axes]
+    for ax, (c, kind) in zip(axes_list, panels, strict=False):
+        figures = [*c.baselines, c.subject]
+        names = [f.label for f in figures]
+        colours = ["#9aa5b1"] * len(c.baselines) + ["#d9480f"]
+        positions = list(range(len(figures)))
+        if kind == "rate":
+            values = [0.0 if math.isnan(f.rate) else f.rate for f in figures]
+            bars = ax.bar(positions, values, color=colours)
+            ax.bar_label(bars, labels=[fmt_rate(f.rate) for f in figures], fontsize=8)
+            ax.set_ylabel(c.unit)
+            ax.set_title(f"throughput, {c.unit}", fontsize=10)
+            positive = [v for v in values if v > 0]
+            if positive and max(positive) / min(positive) > 30:
+                ax.set_yscale("log")
+        else:
+            width = 0.38
+            p50 = [0.0 if math.isnan(f.p50_ms) else f.p50_ms for f in figures]
+            p99 = [0.0 if math.isnan(f.p99_ms) else f.p99_ms for f in figures]
+            b50 = ax.bar(
+                [x - width / 2 for x in positions], p50, width, label="p50", color="#4c6ef5"
+            )
+            b99 = ax.bar(
+                [x + width / 2 for x in positions], p99, width, label="p99", color="#e8590c"
+            )
+            ax.bar_label(b50, labels=[fmt_ms(f.p50_ms) for f in figures], fontsize=7)
+            ax.bar_label(b99, labels=[fmt_ms(f.p99_ms) for f in figures], fontsize=7)
+            ax.set_ylabel("ms")
+            ax.set_title("latency at peak, ms", fontsize=10)
+            ax.legend(fontsize=8)
+        ax.set_xticks(positions)
+        ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def about(
+    kafka: str, load_before: str, code: str, extra: Sequence[tuple[str, str]] = ()
+) -> list[tuple[str, str]]:
+    """The machine's description for the report: cores, RAM, CPU, Python, libraries,
+    Kafka, the code under test, and the load average at the start and at the end."""
+    from bench._procs import loadavg, machine
+
+    return [
+        *machine(kafka),
+        *extra,
+        ("code", code),
+        ("load average (1, 5, 15 min)", f"{load_before} at the start, {loadavg()} at the end"),
+    ]
+
+
+def command_line(module: str) -> str:
+    args = sys.argv[1:]
+    return f"python -m {module}" + (" " + " ".join(args) if args else "")
+
+
+def write_report(
+    name: str,
+    title: str,
+    sections: Sequence[Section],
+    about_items: Sequence[tuple[str, str]],
+    command: str,
+    results_dir: Path = RESULTS_DIR,
+) -> tuple[Path, Path]:
+    """``<name>-<date>.md`` and ``.png`` under ``results_dir``; returns their paths."""
+    date = datetime.now(UTC).date().isoformat()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    md = results_dir / f"{name}-{date}.md"
+    png = md.with_suffix(".png")
+    comparisons = [s.comparison for s in sections if s.comparison is not None]
+    chart(comparisons, png, f"{title}, {date}")
+    md.write_text(render(title, date, sections, about_items, command, png.name), encoding="utf-8")
+    return md, png
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOptions:
+    duration_s: float
+    warmup_s: float
+    concurrency: int
+    pool: int
+    broker_warmup_s: float
+    pg_pool: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorOptions:
+    events: int
+    dedupe_entries: int
+    skip_rss: bool
+    rss_budget_s: float
+    log_level: str
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_INGEST_OPTIONS = (
+    click.option(
+        "--duration",
+        type=click.FloatRange(1, 60),
+        default=10.0,
+        show_default=True,
+        help="Ingest: measured seconds per closed loop, and of the open loop.",
+    ),
+    click.option(
+        "--warmup",
+        type=click.FloatRange(0, 30),
+        default=2.0,
+        show_default=True,
+        help="Ingest: unmeasured seconds before each closed loop.",
+    ),
+    click.option(
+        "--concurrency",
+        type=click.IntRange(1, 256),
+        default=64,
+        show_default=True,
+        help="Ingest: keep-alive connections (and workers) of the load generator.",
+    ),
+    click.option(
+        "--pool",
+        type=click.IntRange(100, 200_000),
+        default=30_000,
+        show_default=True,
+        help="Ingest: distinct signed deliveries per closed loop (reused in turn if the "
+        "loop sends more).",
+    ),
+    click.option(
+        "--broker-warmup",
+        type=click.FloatRange(0, 60),
+        default=8.0,
+        show_default=True,
+        help="Ingest: seconds of produce load on the broker before any server is measured "
+        "(JIT warm-up).",
+    ),
+    click.option(
+        "--pg-pool",
+        type=click.IntRange(1, 100),
+        default=16,
+        show_default=True,
+        help="Ingest: asyncpg connections of the PostgreSQL baseline (d).",
+    ),
+)
+
+_PROCESSOR_OPTIONS = (
+    click.option(
+        "--events",
+        type=click.IntRange(100, 1_000_000),
+        default=20_000,
+        show_default=True,
+        help="Processors: AgentMail events for the throughput phases (1) and (2).",
+    ),
+    click.option(
+        "--dedupe-entries",
+        type=click.IntRange(1, 10_000_000),
+        default=1_000_000,
+        show_default=True,
+        help="Processors: distinct events the worker records before its RSS is read (3).",
+    ),
+    click.option(
+        "--rss-budget",
+        type=click.FloatRange(10, 7200),
+        default=3600.0,
+        show_default=True,
+        help="Processors: seconds (3) may take; if the worker has not recorded "
+        "--dedupe-entries by then, the RSS is read at what it has and extrapolated, and the "
+        "report says so.",
+    ),
+    click.option(
+        "--skip-rss", is_flag=True, help="Processors: skip (3); (4) then restarts with less state."
+    ),
+    click.option(
+        "--log-level",
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        default="INFO",
+        show_default=True,
+        help="Processors: ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the "
+        "plain agent's.",
+    ),
+)
+
+
+def _apply(options: Sequence[Callable[[F], F]], f: F) -> F:
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def ingest_options(f: F) -> F:
+    """The ingest benchmark's options, handed to ``f`` as ``ingest=IngestOptions(...)``."""
+
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any,
+        duration: float,
+        warmup: float,
+        concurrency: int,
+        pool: int,
+        broker_warmup: float,
+        pg_pool: int,
+        **kwargs: Any,
+    ) -> Any:
+        opts = IngestOptions(duration, warmup, concurrency, pool, broker_warmup, pg_pool)
+        return f(*args, ingest=opts, **kwargs)
+
+    return _apply(_INGEST_OPTIONS, wrapper)  # type: ignore[return-value]
+
+
+def processor_options(f: F) -> F:
+    """The processor benchmark's options, handed to ``f`` as ``processors=ProcessorOptions``."""
+
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any,
+        events: int,
+        dedupe_entries: int,
+        rss_budget: float,
+        skip_rss: bool,
+        log_level: str,
+        **kwargs: Any,
+    ) -> Any:
+        opts = ProcessorOptions(events, dedupe_entries, skip_rss, rss_budget, log_level.upper())
+        return f(*args, processors=opts, **kwargs)
+
+    return _apply(_PROCESSOR_OPTIONS, wrapper)  # type: ignore[return-value]
+
+
+def results_dir_option(f: F) -> F:
+    return click.option(
+        "--results-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=RESULTS_DIR,
+        show_default=True,
+        help="Where the report (markdown and PNG) is written.",
+    )(f)
+
+
+# --------------------------------------------------------------------------- running
+
+T = TypeVar("T")
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def execute(body: Callable[[], T]) -> T:
+    """Run a benchmark: SIGTERM stops it as Ctrl-C does (every process it started is
+    stopped on the way out), exit 130 then; exit 1 with the message when it cannot run."""
+    from bench._procs import BenchError, console
+    from onceonly.errors import OnceOnlyError
+
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        return body()
+    except KeyboardInterrupt:
+        console.print("[red]interrupted: every process, the broker and the database are stopped[/]")
+        sys.exit(130)
+    except (BenchError, OnceOnlyError, subprocess.SubprocessError) as exc:
+        console.print(f"[red]bench: {exc}[/]")
+        sys.exit(1)
