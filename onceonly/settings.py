@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
     send_attempts: int = Field(default=5, ge=1)
+    #: records the worker takes from its stream at once; their partitions run concurrently
+    batch_max: int = Field(default=256, ge=1)
+    #: how long the worker waits to fill a batch before it processes what it has
+    batch_wait_ms: int = Field(default=5, ge=1)
     send_timeout_s: float = Field(default=10.0, gt=0)
     reply_writer: str = "processors.writer:acknowledge"
     event_handler: str | None = None

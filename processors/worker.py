@@ -1,8 +1,13 @@
 """The faust worker: a thin loop around dedupe, reorder and reply-once.
 
-One agent (concurrency 1, so each partition keeps its order) reads the deliveries
-topic. Three changelog-backed RocksDB tables, all written from inside the agent so
-each write lands in the changelog partition of the thread it belongs to:
+One agent (concurrency 1) reads the deliveries topic in batches
+(``ONCEONLY_BATCH_MAX`` records, waiting at most ``ONCEONLY_BATCH_WAIT_MS``). A batch is
+split by partition: each partition's records run in order, one after the other, and the
+partitions run concurrently, so one partition's broker acks and mail calls overlap
+another's. faust acks a batch's records only once the whole batch is done.
+
+Three changelog-backed RocksDB tables, all written with the record's own event current,
+so each write lands in the store and changelog partition of the thread it belongs to:
 
 * ``events``: dedupe entries keyed ``provider:event_id``;
 * ``holds``: each thread's reorder buffer, so held events survive a crash (an event's
@@ -16,16 +21,19 @@ the tick in order, in that partition's context, and releases what is due.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import faust
 import structlog
+from faust.streams import _current_event
 
 from onceonly.lag import LagCollector
 from processors import dedupe, reorder
@@ -80,6 +88,14 @@ class TableLedger:
         await self.table.last_changelog_fut
 
 
+def by_partition(events: Iterable[Any]) -> list[list[Any]]:
+    """A batch's records split by partition, each partition's in the order they came."""
+    split: dict[int, list[Any]] = {}
+    for event in events:
+        split.setdefault(int(event.message.partition), []).append(event)
+    return list(split.values())
+
+
 @dataclass
 class Pipeline:
     """What the agent does with each record; faust only feeds it."""
@@ -110,6 +126,17 @@ class Pipeline:
         return int(self.clock() * 1000)
 
     # -- the agent's two kinds of record -------------------------------------------
+    async def on_batch(self, events: Sequence[Any]) -> None:
+        """Every record of a batch: partitions concurrently, each partition in order."""
+        await asyncio.gather(*(self._in_order(part) for part in by_partition(events)))
+
+    async def _in_order(self, events: Sequence[Any]) -> None:
+        for event in events:
+            # faust's tables write to the store and changelog partition of the *current*
+            # event; each partition runs in a task of its own, so this is per partition
+            _current_event.set(weakref.ref(event))
+            await self.on_record(event)
+
     async def on_record(self, event: Any) -> None:
         headers = dict(event.message.headers or ())
         partition = int(event.message.partition)
@@ -511,18 +538,27 @@ def build_app(
         pipeline.channels["nylas"] = nylas
 
     async def process(stream: Any) -> None:
-        async for event in stream.events():
+        within = settings.batch_wait_ms / 1000
+        async for events in stream.take_events(settings.batch_max, within=within):
             try:
-                await pipeline.on_record(event)
-            except Exception:  # an escaping exception would make faust ack the event
+                await pipeline.on_batch(events)
+            except Exception:  # an escaping exception would make faust ack the batch
                 log.exception(
-                    "unexpected failure; exiting so the record is redelivered",
-                    partition=event.message.partition,
-                    offset=event.message.offset,
+                    "unexpected failure; exiting so the batch is redelivered",
+                    first=[(e.message.partition, e.message.offset) for e in events[:1]],
+                    records=len(events),
                 )
                 os._exit(70)
 
     app.agent(deliveries, name="onceonly.process", concurrency=1)(process)
+
+    async def close_senders(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        for channel in pipeline.channels.values():
+            close = getattr(channel.sender, "aclose", None)
+            if close is not None:
+                await close()
+
+    app.on_before_shutdown.connect(close_senders)
 
     if settings.reorder_window_ms > 0:
         interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
