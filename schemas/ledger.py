@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -42,9 +42,22 @@ class ReplyRecord:
         return replace(self, state=state, **changes)
 
     def encode(self) -> bytes:
-        data = asdict(self)
-        data["state"] = self.state.value
-        data["created_at"] = self.created_at.isoformat()
+        # by hand, not dataclasses.asdict (which deep-copies): this runs twice per reply
+        data = {
+            "key": self.key,
+            "inbox_id": self.inbox_id,
+            "message_id": self.message_id,
+            "thread_key": self.thread_key,
+            "state": self.state.value,
+            "created_at": self.created_at.isoformat(),
+            "reply_text": self.reply_text,
+            "sent_message_id": self.sent_message_id,
+            "covered_by": self.covered_by,
+            "attempts": self.attempts,
+            "error": self.error,
+            "channel": self.channel,
+            "v": self.v,
+        }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
     @classmethod

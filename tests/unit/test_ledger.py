@@ -1,0 +1,43 @@
+"""The reply ledger's record on the wire."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from datetime import UTC, datetime
+
+import pytest
+
+from schemas.exceptions import SchemaError
+from schemas.ledger import ReplyRecord, ReplyState
+
+FULL = ReplyRecord(
+    key="reply-abc",
+    inbox_id="agent@agentmail.to",
+    message_id="<m1@x>",
+    thread_key="agentmail:thr_1",
+    state=ReplyState.FAILED,
+    created_at=datetime(2026, 11, 30, 1, 2, 3, 456789, tzinfo=UTC),
+    reply_text="Merci — on regarde \u00e7a",
+    sent_message_id="<s1@x>",
+    covered_by="reply-def",
+    attempts=4,
+    error="mail API answered 503",
+    channel="nylas",
+)
+
+
+def test_a_record_survives_encoding_unchanged() -> None:
+    assert ReplyRecord.decode(FULL.encode()) == FULL
+
+
+def test_every_field_is_written() -> None:
+    assert set(json.loads(FULL.encode())) == {f.name for f in fields(ReplyRecord)}
+
+
+def test_a_record_of_an_unknown_version_is_refused() -> None:
+    data = json.loads(FULL.encode())
+    data["v"] = 99
+
+    with pytest.raises(SchemaError, match="version 99"):
+        ReplyRecord.decode(json.dumps(data))
