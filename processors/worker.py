@@ -26,7 +26,7 @@ import json
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +34,8 @@ from typing import Any
 import faust
 import structlog
 from faust.streams import _current_event
+from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+from faust.types import TP
 
 from onceonly.lag import LagCollector
 from processors import dedupe, reorder
@@ -52,6 +54,48 @@ from schemas.ledger import EventEntry, ReplyRecord
 log = structlog.get_logger("onceonly.worker")
 
 Clock = Callable[[], float]  # epoch seconds
+
+
+class RewindingConsumer(AIOKafkaConsumer):
+    """faust's Kafka consumer, with a post-rebalance seek that brings back every dropped record.
+
+    While tables recover, faust pauses the stream partitions in its own bookkeeping only:
+    aiokafka goes on fetching them. When recovery pauses the changelog partitions again,
+    the set of active partitions that faust hands to the consumer thread can be empty for
+    a moment, and aiokafka, given no partition, returns the records of all of them: faust
+    drops the stream partitions' records (not active) once aiokafka has moved past them.
+    faust counts on the seek to the committed offsets that follows to read them again, and
+    then clears the agents' queues. Two holes, each losing records with no error:
+
+    * aiokafka's ``seek_to_committed`` leaves alone a partition with no committed offset
+      (or one at 0): a partition whose last owner died before its first commit (commits
+      come every few seconds) goes on past the dropped records, and later acks commit
+      past them;
+    * a record fetched after the seek, before the queues are cleared, is dropped too.
+
+    So the flow stops before the seek (faust resumes it right after clearing the queues),
+    and a stream partition with no committed offset goes where ``auto_offset_reset`` says.
+    Records read again are duplicates, which the dedupe table and the ledger skip.
+    """
+
+    async def perform_seek(self) -> None:
+        self.stop_flow()  # no record reaches a queue between the seek and the clear
+        await super().perform_seek()
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        committed = await super().seek_to_committed()
+        fresh = [
+            TP(tp.topic, tp.partition)
+            for tp, offset in committed.items()
+            if (offset is None or offset <= 0) and self.app.topics.acks_enabled_for(tp.topic)
+        ]
+        reset = self.app.conf.consumer_auto_offset_reset
+        if fresh and reset in ("earliest", "latest"):
+            ends = await (
+                self.earliest_offsets(*fresh) if reset == "earliest" else self.highwaters(*fresh)
+            )
+            await self.seek_wait({tp: o for tp, o in ends.items() if o is not None})
+        return committed
 
 
 class AckedTable(faust.Table[Any, Any]):
@@ -471,6 +515,7 @@ def build_app(
         producer_acks=-1,
         stream_wait_empty=True,
     )
+    app.transport.Consumer = RewindingConsumer  # type: ignore[misc]
     types: dict[str, Any] = {"key_type": bytes, "value_type": bytes}  # bytes: raw codec
     raw: dict[str, Any] = {**types, "key_serializer": "raw", "value_serializer": "raw"}
     deliveries = app.topic(settings.deliveries_topic, partitions=settings.partitions, **raw)

@@ -210,15 +210,6 @@ async def test_a_second_catch_up_sends_nothing(stack_factory: Callable[..., Stac
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<late@example.com>"]
 
 
-@pytest.mark.xfail(
-    reason=(
-        "known liveness bug: after the rebalance that a third worker and a restarted worker "
-        "cause together, a surviving worker sometimes logs 'Worker ready' for its new "
-        "partitions and then processes nothing more (seen 3 times in 5 runs); under "
-        "investigation, see the operations issue"
-    ),
-    strict=False,
-)
 async def test_two_then_three_workers_share_eight_partitions_through_a_kill_and_restart(
     stack_factory: Callable[..., Stack],
 ) -> None:
