@@ -963,7 +963,8 @@ def section(r: Results) -> Section:
         "(concurrency 1) iterating `stream.events()` and counting; rate from its first "
         "event to its last",
         f"(2) `python -m onceonly worker`, `ONCEONLY_REORDER_WINDOW_MS=0`, log level "
-        f"{r.log_level}, real `AgentMailSender` (SDK, httpx) against `bench._instant_mail`, which "
+        f"{r.log_level}, real `AgentMailSender` (the SDK, its httpx client over "
+        "`processors.transport.AiohttpTransport`) against `bench._instant_mail`, which "
         "answers the reply endpoint at once; rate from the first reply the mail server "
         "received to the last (one reply per record)",
         "(3) the same worker, still running: distinct Stripe `invoice.paid` events (one "
