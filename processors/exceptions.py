@@ -24,3 +24,14 @@ class SendError(ProcessorError):
         super().__init__(message)
         self.failure = failure
         self.status = status
+
+
+class Rebalancing(ProcessorError):
+    """A rebalance began while a reply was being retried: the worker must let it go.
+
+    Retrying on would hold up the rebalance (faust waits for every record in flight)
+    past the group's rebalance timeout, and the partition's next owner would answer the
+    same record while this worker still writes to its ledger. The worker exits instead,
+    without acknowledging the record, and the next owner resumes the reply from the
+    ledger with the same key.
+    """

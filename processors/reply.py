@@ -29,7 +29,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from processors.exceptions import SendError, SendFailure
+from processors.exceptions import Rebalancing, SendError, SendFailure
 from schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
@@ -198,6 +198,7 @@ async def reply_once(
     replay: bool = False,
     on_retry: Callable[[], None] = lambda: None,
     channel: str = "agentmail",
+    may_retry: Callable[[], bool] = lambda: True,
 ) -> BurstResult:
     """Answer a burst of one thread's messages with exactly one reply, to the latest."""
     target, covered = split_burst(burst)
@@ -243,6 +244,11 @@ async def reply_once(
             with attempt:
                 attempts += 1
                 if attempts > 1:
+                    if not may_retry():
+                        raise Rebalancing(
+                            f"a rebalance began while reply {target.key} was being retried "
+                            f"(attempt {attempts}); its next owner resumes it with the same key"
+                        )
                     on_retry()
                     log.warning("send retry with the same key", attempt=attempts, **ids)
                 if not reconciled:

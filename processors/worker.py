@@ -41,7 +41,7 @@ from onceonly.lag import LagCollector
 from processors import dedupe, reorder
 from processors.channels import AgentMailChannel, Channel
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
-from processors.exceptions import SendError
+from processors.exceptions import Rebalancing, SendError
 from processors.mail import AgentMailSender, DryRunOutbox
 from processors.metrics import WorkerMetrics
 from processors.nylas import nylas_channel
@@ -161,6 +161,8 @@ class Pipeline:
     #: rebalance (another worker reads it), so one older than ``retick_s`` is sent again
     _ticking: dict[int, float] = field(default_factory=dict)
     retick_s: float = 2.0
+    #: False while a rebalance is under way (faust has stopped the flow of records)
+    flowing: Callable[[], bool] = lambda: True
 
     @property
     def window_ms(self) -> int:
@@ -365,6 +367,7 @@ class Pipeline:
                 key_lifetime=channel.key_lifetime,
                 replay=replay,
                 on_retry=self.metrics.send_retries.inc,
+                may_retry=self.flowing,
                 channel=channel.name,
             )
             if result.outcome is Outcome.SENT:
@@ -574,6 +577,7 @@ def build_app(
         or max(1.0, settings.dedupe_retention.total_seconds() / 100),
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
     )
+    pipeline.flowing = app.flow_control.is_active
     nylas = nylas_channel(
         settings,
         outbox=sender if isinstance(sender, DryRunOutbox) else None,
@@ -587,6 +591,9 @@ def build_app(
         async for events in stream.take_events(settings.batch_max, within=within):
             try:
                 await pipeline.on_batch(events)
+            except Rebalancing as exc:  # no ack: the partition's next owner resumes it
+                log.warning("exiting so the batch is redelivered", reason=str(exc))
+                os._exit(70)
             except Exception:  # an escaping exception would make faust ack the batch
                 log.exception(
                     "unexpected failure; exiting so the batch is redelivered",

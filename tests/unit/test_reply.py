@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from processors.exceptions import SendError, SendFailure
+from processors.exceptions import Rebalancing, SendError, SendFailure
 from processors.mail import AgentMailSender
 from processors.reply import (
     BurstResult,
@@ -165,7 +165,9 @@ class Harness:
     async def dead_letter(self, record: ReplyRecord, reason: str) -> None:
         self.dead.append((record, reason))
 
-    async def run(self, burst: Sequence[Inbound], attempts: int = 3) -> BurstResult:
+    async def run(
+        self, burst: Sequence[Inbound], attempts: int = 3, may_retry: bool = True
+    ) -> BurstResult:
         return await reply_once(
             burst,
             ledger=self.ledger,
@@ -174,6 +176,7 @@ class Harness:
             dead_letter=self.dead_letter,
             now=lambda: self.now,
             policy=SendPolicy(attempts=attempts, backoff_initial_s=0.01, backoff_max_s=0.05),
+            may_retry=lambda: may_retry,
         )
 
 
@@ -351,3 +354,28 @@ async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() 
     assert result.outcome is Outcome.ALREADY
     assert (sender.reads, sender.sends) == (2, 0)
     assert ledger.records[message.key].sent_message_id == "<r1@x>"
+
+
+async def test_a_rebalance_stops_the_retries_and_leaves_the_reply_pending(
+    mail: FakeAgentMail,
+) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+    mail.fail_next(1, status=503)
+
+    with pytest.raises(Rebalancing, match="rebalance"):
+        await harness.run([message], may_retry=False)
+
+    assert [w.state for w in harness.ledger.writes] == [ReplyState.PENDING]
+    assert harness.dead == []
+    assert mail.outbox == []
+
+
+async def test_a_rebalance_does_not_stop_a_first_attempt(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+
+    result = await harness.run([message], may_retry=False)
+
+    assert result.outcome is Outcome.SENT
+    assert len(mail.outbox) == 1
