@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from schemas.ledger import EventEntry, EventState
 
@@ -64,9 +65,12 @@ def finished(succeeded: bool, *, position: tuple[int, int], now_ms: int) -> Even
     return EventEntry(state, now_ms, position)
 
 
+K = TypeVar("K")  #: a table key: str in tests, bytes in the worker's store
+
+
 def expired(
-    entries: Iterable[tuple[str, EventEntry]], *, now_ms: int, retention_ms: int
-) -> Iterator[str]:
+    entries: Iterable[tuple[K, EventEntry]], *, now_ms: int, retention_ms: int
+) -> Iterator[K]:
     """Keys whose last change is older than the retention: delete them (tombstones)."""
     cutoff = now_ms - retention_ms
     for key, entry in entries:

@@ -157,6 +157,9 @@ class Pipeline:
     clock: Clock = time.time
     sweep_every_s: float = 600.0
     _last_sweep: dict[int, float] = field(default_factory=dict)
+    #: partition -> the last key a sweep pass has read (None: from the start)
+    _sweep_from: dict[int, bytes | None] = field(default_factory=dict)
+    sweep_slice: int = 5000
     #: partition -> when its last tick was sent and not yet seen; a tick can be lost to a
     #: rebalance (another worker reads it), so one older than ``retick_s`` is sent again
     _ticking: dict[int, float] = field(default_factory=dict)
@@ -442,28 +445,54 @@ class Pipeline:
 
     # -- expiry -----------------------------------------------------------------------
     async def maybe_sweep(self, partition: int) -> None:
-        # a partition's first sweep waits a whole interval: a sweep reads the whole table,
-        # and right after a start or a rebalance every partition would pay it at once
-        now = self.clock()
-        if now - self._last_sweep.setdefault(partition, now) < self.sweep_every_s:
-            return
-        self._last_sweep[partition] = now
-        self.sweep(partition)
+        """Sweep this partition's expired dedupe entries, a slice per record.
 
-    def sweep(self, partition: int) -> int:
-        """Delete this partition's dedupe entries older than the retention (tombstones)."""
+        A pass starts every ``sweep_every_s`` (the first one a whole interval after a
+        start or a rebalance) and reads the partition's own store ``sweep_slice`` entries
+        at a time, one slice per record the partition receives, so a store of a million
+        entries never blocks the event loop for more than a few milliseconds.
+        """
+        now = self.clock()
+        if partition not in self._sweep_from:
+            if now - self._last_sweep.setdefault(partition, now) < self.sweep_every_s:
+                return
+            self._last_sweep[partition] = now
+            self._sweep_from[partition] = None
+        after = self._sweep_from.pop(partition)
+        last = self.sweep(partition, after=after)
+        if last is not None:
+            self._sweep_from[partition] = last
+
+    def _own_entries(self, partition: int, after: bytes | None) -> list[tuple[bytes, bytes]]:
+        """Up to ``sweep_slice`` entries of this partition's own store, after ``after``."""
+        store = self.events.data
+        db = store._db_for_partition(partition)
+        bookkeeping = getattr(store, "offset_key", None)  # faust keeps its offset in the DB
+        out: list[tuple[bytes, bytes]] = []
+        for key, raw in db.items(from_key=after):
+            if (after is not None and key == after) or key == bookkeeping:
+                continue
+            out.append((bytes(key), bytes(raw)))
+            if len(out) >= self.sweep_slice:
+                break
+        return out
+
+    def sweep(self, partition: int, after: bytes | None = None) -> bytes | None:
+        """Delete expired dedupe entries of one slice of this partition (with tombstones).
+
+        Returns the last key read, to go on from, or None once the partition is done.
+        """
         retention_ms = int(self.settings.dedupe_retention.total_seconds() * 1000)
-        mine = []
-        for key, raw in self.events.items():
-            entry = EventEntry.from_json(json.loads(raw))
-            if entry.owner[0] == partition:
-                mine.append((key, entry))
+        entries = self._own_entries(partition, after)
+        mine = [(key, EventEntry.from_json(json.loads(raw))) for key, raw in entries]
         old = list(dedupe.expired(mine, now_ms=self.now_ms(), retention_ms=retention_ms))
         for key in old:
             del self.events[key]
         if old:
             log.info("dedupe entries expired", partition=partition, count=len(old))
-        # threads idle for as long keep only a release watermark: let those go too
+        if len(entries) >= self.sweep_slice:
+            return entries[-1][0]
+        # the pass is over: threads idle for as long keep only a release watermark
         idle = [
             key
             for key, raw in self.holds.items()
@@ -476,7 +505,7 @@ class Pipeline:
         ]
         for key in idle:
             del self.holds[key]
-        return len(old)
+        return None
 
 
 def _rocks(settings: Any, scale: float = 1.0) -> dict[str, int]:
