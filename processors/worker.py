@@ -164,6 +164,8 @@ class Pipeline:
     #: rebalance (another worker reads it), so one older than ``retick_s`` is sent again
     _ticking: dict[int, float] = field(default_factory=dict)
     retick_s: float = 2.0
+    #: thread key -> partition of the buffers holding events; None: read the table again
+    _held: dict[bytes, int] | None = None
     #: False while a rebalance is under way (faust has stopped the flow of records)
     flowing: Callable[[], bool] = lambda: True
 
@@ -251,12 +253,35 @@ class Pipeline:
             )
             return
         self.holds[key] = json.dumps(updated.to_json()).encode()
+        self.held()[key] = partition
+
+    def held(self) -> dict[bytes, int]:
+        """Thread key -> partition of every buffer that holds events, kept in memory.
+
+        A ``holds`` entry outlives its events (it keeps the thread's release watermark
+        for as long as the dedupe retention), so ticks look only at these keys instead of
+        decoding the whole table. Read from the table after each rebalance's recovery.
+        """
+        if self._held is None:
+            self._held = {}
+            for key, raw in self.holds.items():
+                buffer = reorder.ThreadBuffer.from_json(json.loads(raw))
+                if buffer.held:
+                    self._held[bytes(key)] = buffer.partition
+        return self._held
+
+    def forget_held(self) -> None:
+        """The partitions changed: read the held buffers from the table again."""
+        self._held = None
 
     async def release_due(self, partition: int) -> None:
         now = self.now_ms()
-        for key, raw in list(self.holds.items()):
-            buffer = reorder.ThreadBuffer.from_json(json.loads(raw))
-            if buffer.partition != partition or not buffer.held:
+        held = self.held()
+        for key in [k for k, p in held.items() if p == partition]:
+            raw = self.holds.get(key)
+            buffer = reorder.ThreadBuffer.from_json(json.loads(raw)) if raw else None
+            if buffer is None or not buffer.held:
+                held.pop(key, None)
                 continue
             out, rest = reorder.release(buffer, now_ms=now, window_ms=self.window_ms)
             if not out.events:
@@ -270,12 +295,19 @@ class Pipeline:
             await self.process(batch, late=late, replayed=replayed)
             # only now: a crash before this line leaves the buffer to be released again
             self.holds[key] = json.dumps(rest.to_json()).encode()
+            if not rest.held:
+                held.pop(key, None)
 
     def due_partitions(self) -> set[int]:
         """Partitions (of this worker) holding a buffer whose window has passed."""
         now = self.now_ms()
         due: set[int] = set()
-        for _, raw in self.holds.items():
+        for key, partition in list(self.held().items()):
+            if partition in due:
+                continue
+            raw = self.holds.get(key)
+            if raw is None:
+                continue
             buffer = reorder.ThreadBuffer.from_json(json.loads(raw))
             if reorder.due(buffer, now_ms=now, window_ms=self.window_ms):
                 due.add(buffer.partition)
@@ -640,6 +672,11 @@ def build_app(
                 await close()
 
     app.on_before_shutdown.connect(close_senders)
+
+    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        pipeline.forget_held()  # the tables of this worker's partitions are recovered now
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
 
     if settings.reorder_window_ms > 0:
         interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)

@@ -1,0 +1,71 @@
+"""The worker's in-memory index of thread buffers that hold events (for ticks)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from processors import reorder
+from processors.worker import Pipeline
+
+NOW_MS = 1_000_000
+WINDOW_MS = 2000
+
+
+def _buffer(partition: int, *, arrived_ms: int | None, watermark: bool = False) -> bytes:
+    buffer = reorder.ThreadBuffer(partition=partition)
+    if watermark:
+        buffer = reorder.ThreadBuffer(partition=partition, released_up_to=(1, "evt-0"))
+    if arrived_ms is not None:
+        buffer = reorder.hold(buffer, reorder.Held((2, "evt-1"), arrived_ms, {}))
+    return json.dumps(buffer.to_json()).encode()
+
+
+def _pipeline(holds: dict[bytes, bytes]) -> Pipeline:
+    none: Any = None
+    return Pipeline(
+        settings=SimpleNamespace(reorder_window_ms=WINDOW_MS),
+        events={},
+        holds=holds,
+        ledger=none,
+        channels={},
+        writer=none,
+        dead_letters=none,
+        deliveries=none,
+        metrics=none,
+        clock=lambda: NOW_MS / 1000,
+    )
+
+
+def test_only_buffers_holding_events_are_indexed() -> None:
+    holds = {
+        b"t-due": _buffer(2, arrived_ms=NOW_MS - 5000),
+        b"t-waiting": _buffer(1, arrived_ms=NOW_MS - 10),
+        b"t-watermark": _buffer(5, arrived_ms=None, watermark=True),
+    }
+
+    assert _pipeline(holds).held() == {b"t-due": 2, b"t-waiting": 1}
+
+
+def test_only_partitions_past_their_window_are_due() -> None:
+    holds = {
+        b"t-due": _buffer(2, arrived_ms=NOW_MS - 5000),
+        b"t-waiting": _buffer(1, arrived_ms=NOW_MS - 10),
+    }
+
+    assert _pipeline(holds).due_partitions() == {2}
+
+
+def test_a_rebalance_makes_the_index_read_the_table_again() -> None:
+    holds = {b"t-a": _buffer(2, arrived_ms=NOW_MS - 5000)}
+    pipeline = _pipeline(holds)
+    pipeline.held()
+    holds[b"t-recovered"] = _buffer(7, arrived_ms=NOW_MS - 5000)  # a changelog recovered it
+
+    before = dict(pipeline.held())
+    pipeline.forget_held()
+
+    assert before == {b"t-a": 2}
+    assert pipeline.held() == {b"t-a": 2, b"t-recovered": 7}
+    assert pipeline.due_partitions() == {2, 7}
