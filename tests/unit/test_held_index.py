@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
-from typing import Any
 
 from processors import reorder
 from processors.worker import Pipeline
+from tests.unit._pipeline import bare_pipeline
 
 NOW_MS = 1_000_000
 WINDOW_MS = 2000
@@ -23,19 +23,8 @@ def _buffer(partition: int, *, arrived_ms: int | None, watermark: bool = False) 
 
 
 def _pipeline(holds: dict[bytes, bytes]) -> Pipeline:
-    none: Any = None
-    return Pipeline(
-        settings=SimpleNamespace(reorder_window_ms=WINDOW_MS),
-        events={},
-        holds=holds,
-        ledger=none,
-        channels={},
-        writer=none,
-        dead_letters=none,
-        deliveries=none,
-        metrics=none,
-        clock=lambda: NOW_MS / 1000,
-    )
+    settings = SimpleNamespace(reorder_window_ms=WINDOW_MS)
+    return bare_pipeline(settings, holds=holds, clock=lambda: NOW_MS / 1000)
 
 
 def test_only_buffers_holding_events_are_indexed() -> None:

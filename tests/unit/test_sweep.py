@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from rocksdict import Options, Rdict
 
 from processors.worker import Pipeline
 from schemas.ledger import EventEntry, EventState
+from tests.unit._pipeline import bare_pipeline
 
 DAY_MS = 24 * 3600 * 1000
 NOW_MS = 100 * DAY_MS
@@ -43,19 +43,8 @@ def db(tmp_path: Path) -> Iterator[Rdict]:
 
 def _pipeline(events: _Table, slice_size: int) -> Pipeline:
     settings = SimpleNamespace(dedupe_retention=timedelta(days=7), reorder_window_ms=0)
-    none: Any = None
-    return Pipeline(
-        settings=settings,
-        events=events,
-        holds={},
-        ledger=none,
-        channels={},
-        writer=none,
-        dead_letters=none,
-        deliveries=none,
-        metrics=none,
-        clock=lambda: NOW_MS / 1000,
-        sweep_slice=slice_size,
+    return bare_pipeline(
+        settings, events=events, clock=lambda: NOW_MS / 1000, sweep_slice=slice_size
     )
 
 
