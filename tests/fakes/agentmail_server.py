@@ -65,6 +65,8 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from tests.fakes._server import FakeServer
+
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeAgentMail", "Faults", "OutboxEntry", "main"]
 
 DEFAULT_KEY_TTL_S = 24 * 60 * 60.0
@@ -252,12 +254,14 @@ class _BadRequest(Exception):
     pass
 
 
-class FakeAgentMail:
+class FakeAgentMail(FakeServer):
     """In-memory AgentMail v0 API over aiohttp, with fault injection and a control API.
 
     ``clock`` returns epoch seconds; it drives message timestamps and key expiry.
     :meth:`advance_clock` (and ``POST /_control/clock``) adds an offset on top of it.
     """
+
+    name = "fake AgentMail"
 
     def __init__(
         self,
@@ -265,6 +269,7 @@ class FakeAgentMail:
         clock: Clock | None = None,
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
     ) -> None:
+        super().__init__()
         self._base_clock: Clock = clock if clock is not None else time.time
         self._clock_offset_s = 0.0
         self.key_ttl_s = key_ttl_s
@@ -276,83 +281,6 @@ class FakeAgentMail:
         self._seq = 0
         self.faults = Faults()
         self.request_counts: Counter[str] = Counter()
-        self._runner: web.AppRunner | None = None
-        self._base_url: str | None = None
-        self._thread: threading.Thread | None = None
-        self._thread_loop: asyncio.AbstractEventLoop | None = None
-
-    # ----------------------------------------------------------------- lifecycle
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve on ``host:port`` (0 picks a free port) and return the base URL."""
-        if self._runner is not None:
-            raise RuntimeError("FakeAgentMail is already running; call stop() first")
-        runner = web.AppRunner(self.make_app(), handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        addresses = runner.addresses
-        if not addresses:
-            await runner.cleanup()
-            raise RuntimeError(f"could not bind {host}:{port}")
-        bound_port = int(addresses[0][1])
-        self._runner = runner
-        self._base_url = f"http://{host}:{bound_port}"
-        return self._base_url
-
-    async def stop(self) -> None:
-        """Stop serving (state is kept)."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    def start_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve from a daemon thread with its own loop (for the blocking sync SDK client)."""
-        if self._thread is not None:
-            raise RuntimeError("FakeAgentMail is already running in a thread")
-        loop = asyncio.new_event_loop()
-        outcome: list[str | BaseException] = []
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                outcome.append(loop.run_until_complete(self.start(host, port)))
-            except Exception as exc:
-                outcome.append(exc)
-                loop.close()
-                return
-            finally:
-                ready.set()
-            loop.run_forever()
-            loop.close()
-
-        thread = threading.Thread(target=run, name="fake-agentmail", daemon=True)
-        thread.start()
-        if not ready.wait(10) or not outcome:
-            raise RuntimeError("fake AgentMail thread did not start within 10 s")
-        result = outcome[0]
-        if isinstance(result, BaseException):
-            raise RuntimeError(f"fake AgentMail could not start: {result!r}") from result
-        self._thread, self._thread_loop = thread, loop
-        return result
-
-    def stop_in_thread(self) -> None:
-        """Stop a server started with :meth:`start_in_thread` and join its thread."""
-        loop, thread = self._thread_loop, self._thread
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        self._thread = None
-        self._thread_loop = None
-
-    @property
-    def base_url(self) -> str:
-        if self._base_url is None:
-            raise RuntimeError("FakeAgentMail is not started")
-        return self._base_url
 
     @property
     def ws_url(self) -> str:

@@ -63,6 +63,8 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from tests.fakes._server import FakeServer
+
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeNylas", "NylasFaults", "NylasOutboxEntry", "main"]
 
 DEFAULT_KEY_TTL_S = 60 * 60.0
@@ -194,12 +196,14 @@ class _KeyRecord:
     body: Json | None = None
 
 
-class FakeNylas:
+class FakeNylas(FakeServer):
     """In-memory Nylas v3 API over aiohttp, with fault injection.
 
     ``clock`` returns epoch seconds; it drives message dates and key expiry.
     :meth:`advance_clock` moves it on.
     """
+
+    name = "fake Nylas"
 
     def __init__(
         self,
@@ -208,6 +212,7 @@ class FakeNylas:
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         cache_errors: bool = True,
     ) -> None:
+        super().__init__()
         self._base_clock: Clock = clock if clock is not None else time.time
         self._clock_offset_s = 0.0
         self.key_ttl_s = key_ttl_s
@@ -222,77 +227,6 @@ class FakeNylas:
         self.request_counts: Counter[str] = Counter()
         #: every Idempotency-Key header seen on a send, in arrival order
         self.send_keys: list[str | None] = []
-        self._runner: web.AppRunner | None = None
-        self._base_url: str | None = None
-        self._thread: threading.Thread | None = None
-        self._thread_loop: asyncio.AbstractEventLoop | None = None
-
-    # ----------------------------------------------------------------- lifecycle
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        if self._runner is not None:
-            raise RuntimeError("FakeNylas is already running; call stop() first")
-        runner = web.AppRunner(self.make_app(), handle_signals=False)
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        if not runner.addresses:
-            await runner.cleanup()
-            raise RuntimeError(f"could not bind {host}:{port}")
-        self._runner = runner
-        self._base_url = f"http://{host}:{int(runner.addresses[0][1])}"
-        return self._base_url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    def start_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve from a daemon thread with its own loop."""
-        if self._thread is not None:
-            raise RuntimeError("FakeNylas is already running in a thread")
-        loop = asyncio.new_event_loop()
-        outcome: list[str | BaseException] = []
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                outcome.append(loop.run_until_complete(self.start(host, port)))
-            except Exception as exc:
-                outcome.append(exc)
-                loop.close()
-                return
-            finally:
-                ready.set()
-            loop.run_forever()
-            loop.close()
-
-        thread = threading.Thread(target=run, name="fake-nylas", daemon=True)
-        thread.start()
-        if not ready.wait(10) or not outcome:
-            raise RuntimeError("fake Nylas thread did not start within 10 s")
-        result = outcome[0]
-        if isinstance(result, BaseException):
-            raise RuntimeError(f"fake Nylas could not start: {result!r}") from result
-        self._thread, self._thread_loop = thread, loop
-        return result
-
-    def stop_in_thread(self) -> None:
-        loop, thread = self._thread_loop, self._thread
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        self._thread = None
-        self._thread_loop = None
-
-    @property
-    def base_url(self) -> str:
-        if self._base_url is None:
-            raise RuntimeError("FakeNylas is not started")
-        return self._base_url
 
     # ----------------------------------------------------------------- clock
 
