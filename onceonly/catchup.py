@@ -78,6 +78,24 @@ class Summary:
     skipped_sent_by_agent: int = 0
     skipped_answered: int = 0
 
+    async def feed(
+        self,
+        key: str,
+        envelope: Envelope,
+        *,
+        ledger: Mapping[str, ReplyRecord],
+        feed: Callable[[Envelope], Any],
+    ) -> None:
+        """Feed one answerable message, counted as already answered or as fed."""
+        record = ledger.get(key)
+        if record is not None and record.state in (ReplyState.SENT, ReplyState.COVERED):
+            self.skipped_answered += 1  # fed all the same: the ledger skips it
+        else:
+            self.fed.append(key)
+        result = feed(envelope)
+        if hasattr(result, "__await__"):
+            await result
+
     def answered(self, ledger: Mapping[str, ReplyRecord]) -> int:
         done = {ReplyState.SENT, ReplyState.COVERED}
         return sum(1 for key in self.fed if key in ledger and ledger[key].state in done)
@@ -104,14 +122,7 @@ async def catch_up(
             summary.skipped_sent_by_agent += 1
             continue
         key = reply_key(inbox_id, str(message["message_id"]))
-        record = ledger.get(key)
-        if record is not None and record.state in (ReplyState.SENT, ReplyState.COVERED):
-            summary.skipped_answered += 1  # fed all the same: the ledger skips it
-        else:
-            summary.fed.append(key)
-        result = feed(envelope_for(message, now))
-        if hasattr(result, "__await__"):
-            await result
+        await summary.feed(key, envelope_for(message, now), ledger=ledger, feed=feed)
     return summary
 
 
@@ -190,12 +201,6 @@ async def catch_up_nylas(
             summary.skipped_sent_by_agent += 1
             continue
         key = reply_key(grant_id, str(message["id"]))
-        record = ledger.get(key)
-        if record is not None and record.state in (ReplyState.SENT, ReplyState.COVERED):
-            summary.skipped_answered += 1  # fed all the same: the ledger skips it
-        else:
-            summary.fed.append(key)
-        result = feed(nylas_envelope_for({**message, "grant_id": grant_id}, now))
-        if hasattr(result, "__await__"):
-            await result
+        envelope = nylas_envelope_for({**message, "grant_id": grant_id}, now)
+        await summary.feed(key, envelope, ledger=ledger, feed=feed)
     return summary

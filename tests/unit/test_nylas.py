@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from processors.reply import (
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord, ReplyState
 from tests import payloads
+from tests.fakes.ledger import MemoryLedger
 from tests.fakes.nylas_server import FakeNylas
 
 GRANT = "grant-1"
@@ -295,19 +295,6 @@ async def nylas() -> AsyncIterator[FakeNylas]:
     fake.seed_grant(GRANT, AGENT)
     yield fake
     await fake.stop()
-
-
-@dataclass
-class MemoryLedger:
-    records: dict[str, ReplyRecord] = field(default_factory=dict)
-    writes: list[ReplyRecord] = field(default_factory=list)
-
-    def get(self, key: str) -> ReplyRecord | None:
-        return self.records.get(key)
-
-    async def put(self, record: ReplyRecord) -> None:
-        self.records[record.key] = record
-        self.writes.append(record)
 
 
 class Harness:

@@ -27,6 +27,7 @@ from processors.reply import (
 )
 from schemas.ledger import ReplyRecord, ReplyState
 from tests.fakes.agentmail_server import FakeAgentMail
+from tests.fakes.ledger import MemoryLedger
 
 INBOX = "support@agentmail.to"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -117,19 +118,6 @@ def test_a_sent_reply_is_found_by_its_in_reply_to() -> None:
 
 
 # -- reply_once against the local AgentMail server ---------------------------------------
-
-
-@dataclass
-class MemoryLedger:
-    records: dict[str, ReplyRecord] = field(default_factory=dict)
-    writes: list[ReplyRecord] = field(default_factory=list)
-
-    def get(self, key: str) -> ReplyRecord | None:
-        return self.records.get(key)
-
-    async def put(self, record: ReplyRecord) -> None:
-        self.records[record.key] = record
-        self.writes.append(record)
 
 
 @dataclass
