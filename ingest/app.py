@@ -286,6 +286,7 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
             settings.kafka_bootstrap,
             timeout_ms=settings.produce_timeout_ms,
             max_record_bytes=settings.record_max_bytes,
+            linger_ms=settings.produce_linger_ms,
         )
     )
     ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap))

@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     ledger_topic: str = "onceonly.replies"
     dead_letter_topic: str = "onceonly.dead-letters"
     produce_timeout_ms: int = Field(default=5000, ge=100)
+    produce_linger_ms: int = Field(default=5, ge=0, le=1000)
 
     # --- local files -------------------------------------------------------
     run_dir: Path = Path(".run")

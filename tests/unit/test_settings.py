@@ -1,0 +1,38 @@
+"""The settings object: every variable it reads is documented in the README."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onceonly.kafka import producer_config
+from onceonly.settings import Settings
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _variable(name: str) -> str:
+    """The variable a field is read from: its alias's first choice, else ONCEONLY_<NAME>."""
+    alias = Settings.model_fields[name].validation_alias
+    choices = getattr(alias, "choices", None)
+    if choices:
+        return str(choices[0])
+    return f"ONCEONLY_{name.upper()}"
+
+
+@pytest.mark.parametrize("name", sorted(Settings.model_fields))
+def test_every_setting_is_documented_in_the_readme(name: str) -> None:
+    assert f"`{_variable(name)}`" in README.read_text(encoding="utf-8")
+
+
+def test_the_linger_setting_reaches_the_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONCEONLY_PRODUCE_LINGER_MS", "12")
+    settings = Settings.from_env()
+    config = producer_config(
+        settings.kafka_bootstrap,
+        timeout_ms=settings.produce_timeout_ms,
+        max_record_bytes=settings.record_max_bytes,
+        linger_ms=settings.produce_linger_ms,
+    )
+    assert config["linger.ms"] == 12
