@@ -18,7 +18,7 @@ from agentmail.core.api_error import ApiError
 
 from processors.exceptions import SendError, SendFailure
 from processors.reply import find_sent_reply
-from processors.transport import AiohttpTransport
+from processors.transport import ApiClient
 from schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.mail")
@@ -73,7 +73,7 @@ def agentmail_client(
         api_key=api_key,
         environment=env,
         timeout=timeout_s,
-        httpx_client=http or httpx.AsyncClient(transport=AiohttpTransport(), timeout=timeout_s),
+        httpx_client=http or ApiClient(timeout_s=timeout_s),
     )
 
 
@@ -90,7 +90,7 @@ class AgentMailSender:
     ) -> None:
         self._http: httpx.AsyncClient | None = None
         if client is None:
-            self._http = httpx.AsyncClient(transport=AiohttpTransport(), timeout=timeout_s)
+            self._http = ApiClient(timeout_s=timeout_s)
             client = agentmail_client(
                 api_key, base_url=base_url, timeout_s=timeout_s, http=self._http
             )

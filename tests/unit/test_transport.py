@@ -15,7 +15,7 @@ from aiohttp import web
 from onceonly.broker import free_port
 from processors.exceptions import SendError, SendFailure
 from processors.mail import AgentMailSender, agentmail_client
-from processors.transport import AiohttpTransport
+from processors.transport import AiohttpTransport, ApiClient
 from schemas.ledger import ReplyRecord, ReplyState
 from tests.fakes.agentmail_server import FakeAgentMail
 
@@ -106,6 +106,33 @@ async def test_a_compressed_answer_is_decoded_once() -> None:
         await runner.cleanup()
 
     assert answer.json() == payload
+
+
+async def test_the_api_client_keeps_no_cookie_and_sends_none_back() -> None:
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.headers.get("Cookie"))
+        answer = web.json_response({"ok": True})
+        answer.set_cookie("session", "abc")
+        return answer
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with ApiClient(timeout_s=5) as http:
+            first = await http.get(f"http://127.0.0.1:{port}/")
+            await http.get(f"http://127.0.0.1:{port}/")
+            kept = dict(http.cookies)
+    finally:
+        await runner.cleanup()
+
+    assert "session=abc" in first.headers["set-cookie"]
+    assert (seen, kept) == ([None, None], {})
 
 
 def test_a_client_used_from_two_event_loops_works_in_both(fake_in_thread: str) -> None:
