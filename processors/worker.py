@@ -2,9 +2,13 @@
 
 One agent (concurrency 1) reads the deliveries topic in batches
 (``ONCEONLY_BATCH_MAX`` records, waiting at most ``ONCEONLY_BATCH_WAIT_MS``). A batch is
-split by partition: each partition's records run in order, one after the other, and the
-partitions run concurrently, so one partition's broker acks and mail calls overlap
-another's. faust acks a batch's records only once the whole batch is done.
+split by partition, and each partition's records by thread (the record's key, which
+ingest sets to the thread key): each thread's records run in order, one after the other,
+and the threads run concurrently, so one conversation's broker acks and mail calls
+overlap another's. Order is kept where it matters, within a conversation; a tick (which
+releases held events of the whole partition) runs alone, after the records before it and
+before the records after it. faust acks a batch's records only once the whole batch is
+done.
 
 Three changelog-backed RocksDB tables, all written with the record's own event current,
 so each write lands in the store and changelog partition of the thread it belongs to:
@@ -140,6 +144,28 @@ def by_partition(events: Iterable[Any]) -> list[list[Any]]:
     return list(split.values())
 
 
+def by_thread(events: Iterable[Any]) -> list[list[list[Any]]]:
+    """One partition's records as stages that run one after the other; a stage is a list
+    of per-thread sequences (by record key) that may run concurrently, each in order.
+
+    A tick record is a stage of its own: it releases held events of any thread of the
+    partition, so nothing else of the partition may run beside it.
+    """
+    stages: list[list[list[Any]]] = []
+    threads: dict[Any, list[Any]] = {}
+    for event in events:
+        if TICK_HEADER in dict(event.message.headers or ()):
+            if threads:
+                stages.append(list(threads.values()))
+                threads = {}
+            stages.append([[event]])
+            continue
+        threads.setdefault(event.message.key, []).append(event)
+    if threads:
+        stages.append(list(threads.values()))
+    return stages
+
+
 @dataclass
 class Pipeline:
     """What the agent does with each record; faust only feeds it."""
@@ -178,13 +204,20 @@ class Pipeline:
 
     # -- the agent's two kinds of record -------------------------------------------
     async def on_batch(self, events: Sequence[Any]) -> None:
-        """Every record of a batch: partitions concurrently, each partition in order."""
-        await asyncio.gather(*(self._in_order(part) for part in by_partition(events)))
+        """Every record of a batch: partitions and threads concurrently, each in order."""
+        await asyncio.gather(*(self._partition(part) for part in by_partition(events)))
+
+    async def _partition(self, events: Sequence[Any]) -> None:
+        for stage in by_thread(events):
+            if len(stage) == 1:
+                await self._in_order(stage[0])
+            else:
+                await asyncio.gather(*(self._in_order(thread) for thread in stage))
 
     async def _in_order(self, events: Sequence[Any]) -> None:
         for event in events:
             # faust's tables write to the store and changelog partition of the *current*
-            # event; each partition runs in a task of its own, so this is per partition
+            # event; each thread runs in a task of its own, so this is per thread
             _current_event.set(weakref.ref(event))
             await self.on_record(event)
 
@@ -577,6 +610,7 @@ def build_app(
         broker_heartbeat_interval=1,
         producer_max_request_size=settings.record_max_bytes,
         producer_acks=-1,
+        producer_linger=settings.produce_linger_ms / 1000,
         stream_wait_empty=True,
     )
     app.transport.Consumer = RewindingConsumer  # type: ignore[misc]
