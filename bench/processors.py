@@ -89,6 +89,8 @@ TARGET_REPLIES_PER_S = 2000.0
 TARGET_RSS_MB = 300.0
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0
+#: calls of the SDK alone, (5)
+SDK_CALLS = 2000
 #: The same for a restart, which with a large table may take minutes.
 RESTART_STALL_S = 900.0
 
@@ -167,8 +169,8 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
             bootstrap,
             timeout_ms=120_000,
             max_record_bytes=8 * 1024 * 1024,
+            linger_ms=20,
             **{
-                "linger.ms": 20,
                 "batch.num.messages": 10_000,
                 "batch.size": 1_000_000,
                 "queue.buffering.max.messages": 500_000,
@@ -441,6 +443,7 @@ class Results:
     restarts: list[Restart] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     log_level: str = "INFO"
+    sdk_ms: float = math.nan  #: (5) ms of CPU per reply of the SDK call alone
 
     @property
     def ratio(self) -> float:
@@ -806,6 +809,40 @@ def produce_one_per_partition(
 # --------------------------------------------------------------------------- the report
 
 
+def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
+    """(5) ms of CPU per reply of the SDK call alone: ``AgentMailSender.reply`` (the worker's
+    sender: the SDK over ``processors.transport.ApiClient``), ``calls`` times one after the
+    other in this process, against the instant mail server. 1000 / this is the most replies
+    one Python process could send per second if it did nothing else."""
+    from processors.mail import AgentMailSender
+    from schemas.ledger import ReplyRecord, ReplyState
+
+    def record(n: int) -> ReplyRecord:
+        return ReplyRecord(
+            key=f"reply-sdk-{n}",
+            inbox_id="agent@bench.agentmail.to",
+            message_id=f"<sdk-{n}@bench>",
+            thread_key=f"agentmail:thr_{n % 1024:04d}",
+            state=ReplyState.PENDING,
+            created_at=datetime.now(UTC),
+            reply_text="Thanks for your message; we will get back to you shortly.",
+        )
+
+    async def run() -> float:
+        sender = AgentMailSender("bench", base_url=base_url, timeout_s=10.0)
+        try:
+            for n in range(50):  # connections and caches warm
+                await sender.reply(record(-1 - n))
+            began = time.process_time()
+            for n in range(calls):
+                await sender.reply(record(n))
+            return (time.process_time() - began) / calls * 1000
+        finally:
+            await sender.aclose()
+
+    return asyncio.run(run())
+
+
 def figures(r: Results) -> list[tuple[str, str, str, str]]:
     """(figure, measured, target, verdict) rows."""
     rows: list[tuple[str, str, str, str]] = []
@@ -864,6 +901,16 @@ def figures(r: Results) -> list[tuple[str, str, str, str]]:
                 f"{s.first_s:.2f} s",
                 "",
                 "",
+            )
+        )
+    if not math.isnan(r.sdk_ms):
+        rows.append(("(5) the SDK call alone, ms of CPU per reply", f"{r.sdk_ms:.2f}", "", ""))
+        rows.append(
+            (
+                "(5) one process's ceiling from the SDK alone, replies/s",
+                f"{1000 / r.sdk_ms:,.0f}",
+                f">= {TARGET_REPLIES_PER_S:,.0f}",
+                met(1000 / r.sdk_ms >= TARGET_REPLIES_PER_S),
             )
         )
     return rows
@@ -963,8 +1010,8 @@ def section(r: Results) -> Section:
         "(concurrency 1) iterating `stream.events()` and counting; rate from its first "
         "event to its last",
         f"(2) `python -m onceonly worker`, `ONCEONLY_REORDER_WINDOW_MS=0`, log level "
-        f"{r.log_level}, real `AgentMailSender` (the SDK, its httpx client over "
-        "`processors.transport.AiohttpTransport`) against `bench._instant_mail`, which "
+        f"{r.log_level}, real `AgentMailSender` (the SDK, its httpx client "
+        "`processors.transport.ApiClient` over aiohttp) against `bench._instant_mail`, which "
         "answers the reply endpoint at once; rate from the first reply the mail server "
         "received to the last (one reply per record)",
         "(3) the same worker, still running: distinct Stripe `invoice.paid` events (one "
@@ -976,6 +1023,9 @@ def section(r: Results) -> Section:
         "and app id; one new AgentMail event produced right after the spawn; time from the "
         "spawn to the mail server receiving its reply; the steps from the worker's own log "
         "lines. Then one new event on each partition",
+        f"(5) `AgentMailSender.reply` {SDK_CALLS:,} times one after the other in the benchmark's "
+        "own process (after 50 unmeasured), against the same instant mail server: the "
+        "process's CPU time over the calls; no Kafka, no faust",
         "CPU: CPU time over the measured window of the process under test, the mail server, "
         "the Kafka JVM (`broker`), this process (`bench`) and everything else on the machine "
         "(`other`), in % of one core; ms of CPU per event = the process's CPU over the events",
@@ -1025,6 +1075,9 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
         r.replies_metric = bench.worker_metric("onceonly_replies_sent_total", want=opts.events)
         r.replayed = int(bench.mail_stats()["replayed"])
         r.ledger_sent = ledger_sent(bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], partitions)
+        console.print(f"(5) the SDK call alone, {SDK_CALLS:,} replies …")
+        r.sdk_ms = sdk_cost_ms(f"http://127.0.0.1:{bench.mail_port}")
+        console.print(f"(5) {r.sdk_ms:.2f} ms of CPU per reply")
         next_n = entries = opts.events
         if not opts.skip_rss:
             console.print(
