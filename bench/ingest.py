@@ -402,6 +402,36 @@ def generator_bound(runs: list[Run]) -> str | None:
     )
 
 
+def cpu_budget(runs: list[Run]) -> str | None:
+    """What c/b at the target would take in CPU, from this run's CPU per delivery.
+
+    Ingest's and the broker's CPU per delivery come from (c), the load generator's from (b)
+    (its lowest): the CPU that c at ``TARGET_C_OVER_B`` times b's rate would need, set
+    against the machine's cores and the one event loop ingest runs on.
+    """
+    by = {run.key: run for run in runs}
+    if "b" not in by or "c" not in by or by["b"].peak.rate <= 0 or by["c"].peak.rate <= 0:
+        return None
+    b, c = by["b"], by["c"]
+
+    def micros(run: Run, process: str) -> float:
+        return run.cpu.get(process, math.nan) / 100 / run.peak.rate * 1e6
+
+    server, broker, load = micros(c, "server"), micros(c, "broker"), micros(b, "load")
+    if any(math.isnan(x) for x in (server, broker, load)):
+        return None
+    wanted = TARGET_C_OVER_B * b.peak.rate
+    need = wanted * (server + broker + load) / 1e4
+    cores = os.cpu_count() or 1
+    return (
+        f"c/b >= {TARGET_C_OVER_B} means c >= {wanted:,.0f} deliveries/s. At this run's CPU per "
+        f"delivery (ingest {server:.0f} µs and the broker {broker:.0f} µs during c, the load "
+        f"generator {load:.0f} µs during b) that rate needs {need:.0f}% of one core in all, "
+        f"on a machine of {cores * 100}%, and {wanted * server / 1e4:.0f}% of ingest's one "
+        "event loop (at most 100%)"
+    )
+
+
 def summary_lines(v: Verdict) -> list[str]:
     return [
         f"c/a = {fmt_ratio(v.c_over_a)}",
@@ -424,7 +454,7 @@ def print_report(runs: list[Run], v: Verdict) -> None:
     console.print(table)
     for line in summary_lines(v):
         console.print(f"[red]{line}[/]" if "NOT met" in line else line)
-    for note in (generator_bound(runs), contention(runs)):
+    for note in (generator_bound(runs), cpu_budget(runs), contention(runs)):
         if note:
             console.print(f"[yellow]{note}[/]")
     if v.failed:
@@ -459,6 +489,7 @@ def section(r: Results) -> Section:
         "",
         *(f"- {line}" for line in summary_lines(v)),
         *([f"- {note}"] if (note := generator_bound(runs)) else []),
+        *([f"- {note}"] if (note := cpu_budget(runs)) else []),
         *([f"- **{note}**"] if (note := contention(runs)) else []),
     ]
     how = [

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench._load import Sample
 from bench._report import (
     Comparison,
     Figure,
@@ -18,6 +19,7 @@ from bench._report import (
     ratios,
     render,
 )
+from bench.ingest import Run, cpu_budget
 
 A = Figure("a", "(a) bare aiohttp", 4000.0, 10.0, 20.0)
 B = Figure("b", "(b) + svix verify", 2000.0, 12.0, 25.0)
@@ -124,3 +126,31 @@ def test_the_chart_is_a_png(tmp_path: Path) -> None:
     path = tmp_path / "chart.png"
     chart([INGEST, PROCESSORS], path, "onceonly benchmark, 2026-12-01")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _run(key: str, rate: float, cpu: dict[str, float]) -> Run:
+    sample = Sample(duration_s=1.0)
+    sample.statuses["204"] = int(rate)
+    return Run(key, key, sample, cpu)
+
+
+def test_the_cpu_budget_is_what_the_target_rate_would_take_at_the_measured_cost() -> None:
+    # b: 10,000/s with the generator at 90 % (90 µs each); c: 2,500/s with ingest at 75 %
+    # (300 µs) and the broker at 25 % (100 µs). 0.8 b = 8,000/s * 490 µs = 392 % of a core.
+    runs = [
+        _run("b", 10_000, {"server": 90.0, "load": 90.0}),
+        _run("c", 2_500, {"server": 75.0, "broker": 25.0, "load": 40.0}),
+    ]
+
+    note = cpu_budget(runs)
+
+    assert note is not None
+    assert "c >= 8,000 deliveries/s" in note
+    assert "needs 392% of one core in all" in note
+    assert "240% of ingest's one event loop" in note
+
+
+def test_no_cpu_budget_without_the_broker_s_cpu() -> None:
+    runs = [_run("b", 10_000, {"load": 90.0}), _run("c", 2_500, {"server": 75.0, "load": 40.0})]
+
+    assert cpu_budget(runs) is None
