@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 
 import httpx
@@ -20,6 +21,8 @@ from schemas.ledger import ReplyRecord, ReplyState
 from tests.fakes.agentmail_server import FakeAgentMail
 
 INBOX = "agent@agentmail.to"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @pytest.fixture
@@ -84,26 +87,32 @@ async def test_a_refused_connection_is_an_httpx_connect_error() -> None:
         await client.inboxes.messages.get(INBOX, "m1", request_options={"max_retries": 0})
 
 
-async def test_a_compressed_answer_is_decoded_once() -> None:
-    payload = {"hello": "world"}
-
-    async def gzipped(request: web.Request) -> web.Response:
-        return web.Response(
-            body=gzip.compress(json.dumps(payload).encode()),
-            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
-        )
-
+@contextlib.asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[str]:
+    """``handler`` answering GET / on a free local port; yields the URL."""
     app = web.Application()
-    app.router.add_get("/", gzipped)
+    app.router.add_get("/", handler)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        async with httpx.AsyncClient(transport=AiohttpTransport()) as http:
-            answer = await http.get(f"http://127.0.0.1:{port}/")
+        yield f"http://127.0.0.1:{port}/"
     finally:
         await runner.cleanup()
+
+
+async def test_a_compressed_answer_is_decoded_once() -> None:
+    payload = {"hello": "world"}
+
+    async def gzipped(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=gzip.compress(json.dumps(payload).encode()),
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+
+    async with serving(gzipped) as url, httpx.AsyncClient(transport=AiohttpTransport()) as http:
+        answer = await http.get(url)
 
     assert answer.json() == payload
 
@@ -117,19 +126,10 @@ async def test_the_api_client_keeps_no_cookie_and_sends_none_back() -> None:
         answer.set_cookie("session", "abc")
         return answer
 
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        async with ApiClient(timeout_s=5) as http:
-            first = await http.get(f"http://127.0.0.1:{port}/")
-            await http.get(f"http://127.0.0.1:{port}/")
-            kept = dict(http.cookies)
-    finally:
-        await runner.cleanup()
+    async with serving(handler) as url, ApiClient(timeout_s=5) as http:
+        first = await http.get(url)
+        await http.get(url)
+        kept = dict(http.cookies)
 
     assert "session=abc" in first.headers["set-cookie"]
     assert (seen, kept) == ([None, None], {})
