@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -95,6 +96,33 @@ async def test_a_kill_between_the_send_and_the_sent_record_sends_nothing_more(
 
     assert len(stack.mail.outbox) == 1
     assert len(_writer_calls(stack)) == 1
+
+
+async def test_kills_mid_stream_leave_the_ledger_topic_saying_sent_for_every_email(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the topic, which catch-up and any other worker read, not only the killed store. A
+    # long producer linger holds each write in the worker for 200 ms, so kills land there
+    stack = stack_factory()
+    worker = stack.worker(ONCEONLY_PRODUCE_LINGER_MS="200")
+    count = 400
+    messages = [f"<s{i}@example.com>" for i in range(count)]
+    await asyncio.gather(
+        *(stack.deliver(stack.seed(m, f"thr-s{i}")) for i, m in enumerate(messages))
+    )
+
+    for sent in (100, 250):  # SIGKILL while replies are going out, then start it again
+        await stack.until_sent(sent)
+        worker.kill()
+        worker.start()
+    await stack.until_sent(count, timeout_s=180)
+
+    def states() -> Counter[str]:
+        return Counter(r.state.value for r in _ledger(stack).values())
+
+    await _until(stack, lambda: states()["sent"] >= count, "every reply recorded sent", 60)
+    assert states() == Counter({"sent": count})
+    assert sorted(e.replied_to_message_id for e in stack.mail.outbox) == sorted(messages)
 
 
 async def test_a_burst_of_three_in_one_thread_gets_one_reply_to_the_latest(
