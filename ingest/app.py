@@ -279,16 +279,9 @@ def _error(
 
 async def serve(settings: Settings, *, ready: Callable[[str], None] | None = None) -> None:
     """Run ingest until cancelled: one producer, one admin client, one aiohttp site."""
-    from onceonly.kafka import producer_config
+    from onceonly.kafka import producer_config_from
 
-    producer = AsyncProducer(
-        producer_config(
-            settings.kafka_bootstrap,
-            timeout_ms=settings.produce_timeout_ms,
-            max_record_bytes=settings.record_max_bytes,
-            linger_ms=settings.produce_linger_ms,
-        )
-    )
+    producer = AsyncProducer(producer_config_from(settings))
     ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap))
     for name in ("agentmail", "nylas", "stripe", "github"):
         if name not in ingest.providers:

@@ -214,7 +214,7 @@ def _run_catch_up(
     from rich.progress import Progress
 
     from onceonly import catchup
-    from onceonly.kafka import AsyncProducer, producer_config
+    from onceonly.kafka import AsyncProducer, producer_config_from
 
     ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
     start = since or catchup.last_answered(ledger, account)
@@ -227,13 +227,7 @@ def _run_catch_up(
     console = Console()
 
     async def run() -> catchup.Summary:
-        producer = AsyncProducer(
-            producer_config(
-                settings.kafka_bootstrap,
-                timeout_ms=settings.produce_timeout_ms,
-                max_record_bytes=settings.record_max_bytes,
-            )
-        )
+        producer = AsyncProducer(producer_config_from(settings))
 
         async def feed(envelope: Any) -> None:
             await producer.produce(

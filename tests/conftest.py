@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from onceonly.kafka import Admin, AsyncProducer, producer_config
+from onceonly.kafka import Admin, AsyncProducer, producer_config_from
 from onceonly.settings import Settings
 from onceonly.topics import topic_specs
 
@@ -92,13 +92,7 @@ async def producer_factory() -> AsyncIterator[Callable[[Settings], AsyncProducer
     made: list[AsyncProducer] = []
 
     def make(settings: Settings) -> AsyncProducer:
-        producer = AsyncProducer(
-            producer_config(
-                settings.kafka_bootstrap,
-                timeout_ms=settings.produce_timeout_ms,
-                max_record_bytes=settings.record_max_bytes,
-            )
-        )
+        producer = AsyncProducer(producer_config_from(settings))
         made.append(producer)
         return producer
 

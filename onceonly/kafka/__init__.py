@@ -1,7 +1,13 @@
 """confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
 
 from onceonly.kafka._admin import Admin, TopicSpec, TopicStatus
-from onceonly.kafka._producer import PARTITIONER, AsyncProducer, Delivered, producer_config
+from onceonly.kafka._producer import (
+    PARTITIONER,
+    AsyncProducer,
+    Delivered,
+    producer_config,
+    producer_config_from,
+)
 from onceonly.kafka.exceptions import (
     BrokerUnavailable,
     KafkaAdapterError,
@@ -21,4 +27,5 @@ __all__ = [
     "TopicSpec",
     "TopicStatus",
     "producer_config",
+    "producer_config_from",
 ]

@@ -7,7 +7,7 @@ import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _ConfluentProducer
@@ -51,6 +51,30 @@ def producer_config(
     }
     config.update(extra)
     return config
+
+
+class ProducerSettings(Protocol):
+    """What :func:`producer_config_from` reads (``onceonly.settings.Settings`` has it)."""
+
+    @property
+    def kafka_bootstrap(self) -> str: ...
+    @property
+    def produce_timeout_ms(self) -> int: ...
+    @property
+    def produce_linger_ms(self) -> int: ...
+    @property
+    def record_max_bytes(self) -> int: ...
+
+
+def producer_config_from(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
+    """:func:`producer_config` with the broker, timeout, linger and record size of ``settings``."""
+    return producer_config(
+        settings.kafka_bootstrap,
+        timeout_ms=settings.produce_timeout_ms,
+        max_record_bytes=settings.record_max_bytes,
+        linger_ms=settings.produce_linger_ms,
+        **extra,
+    )
 
 
 class AsyncProducer:

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from ingest.app import Ingest
 from onceonly.broker import EmbeddedBroker, free_port
-from onceonly.kafka import Admin, AsyncProducer, producer_config
+from onceonly.kafka import Admin, AsyncProducer, producer_config_from
 from onceonly.settings import Settings
 from onceonly.topics import topic_specs
 from schemas.envelope import Envelope
@@ -34,13 +34,7 @@ async def test_outage_gives_503_then_204_with_no_accepted_delivery_missing(
         nylas_webhook_secret=SecretStr(signing.NYLAS_SECRET),
     )
     Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings))
-    producer = AsyncProducer(
-        producer_config(
-            settings.kafka_bootstrap,
-            timeout_ms=settings.produce_timeout_ms,
-            max_record_bytes=settings.record_max_bytes,
-        )
-    )
+    producer = AsyncProducer(producer_config_from(settings))
     client = TestClient(TestServer(Ingest(settings, producer, Admin(broker.bootstrap)).app()))
     await client.start_server()
     accepted: list[str] = []

@@ -64,7 +64,7 @@ from pydantic import SecretStr
 import ingest.app
 from ingest import verify
 from ingest.app import Ingest
-from onceonly.kafka import Admin, AsyncProducer, producer_config
+from onceonly.kafka import Admin, AsyncProducer, producer_config_from
 from onceonly.logs import configure_logging
 from onceonly.settings import Settings
 from tests import payloads, signing
@@ -152,13 +152,7 @@ class LiveIngest:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="ingest", daemon=True)
         self.thread.start()
-        self.producer = AsyncProducer(
-            producer_config(
-                settings.kafka_bootstrap,
-                timeout_ms=settings.produce_timeout_ms,
-                max_record_bytes=settings.record_max_bytes,
-            )
-        )
+        self.producer = AsyncProducer(producer_config_from(settings))
         self.ingest = Ingest(settings, self.producer, Admin(settings.kafka_bootstrap))
         # as ingest.app.serve runs it: no access log
         self.runner = web.AppRunner(self.ingest.app(), access_log=None, handle_signals=False)

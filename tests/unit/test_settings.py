@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from onceonly.kafka import producer_config
+from onceonly.kafka import producer_config_from
 from onceonly.settings import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -26,13 +26,9 @@ def test_every_setting_is_documented_in_the_readme(name: str) -> None:
     assert f"`{_variable(name)}`" in README.read_text(encoding="utf-8")
 
 
-def test_the_linger_setting_reaches_the_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_linger_variable_reaches_the_producer_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ONCEONLY_PRODUCE_LINGER_MS", "12")
-    settings = Settings.from_env()
-    config = producer_config(
-        settings.kafka_bootstrap,
-        timeout_ms=settings.produce_timeout_ms,
-        max_record_bytes=settings.record_max_bytes,
-        linger_ms=settings.produce_linger_ms,
-    )
+
+    config = producer_config_from(Settings.from_env())
+
     assert config["linger.ms"] == 12
