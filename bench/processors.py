@@ -89,10 +89,10 @@ TARGET_REPLIES_PER_S = 2000.0
 TARGET_RSS_MB = 300.0
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0
-#: calls of the SDK alone, (5)
-SDK_CALLS = 2000
 #: The same for a restart, which with a large table may take minutes.
 RESTART_STALL_S = 900.0
+#: Calls of the SDK alone, (5).
+SDK_CALLS = 2000
 
 if TYPE_CHECKING:
     from schemas.envelope import Envelope
@@ -904,13 +904,14 @@ def figures(r: Results) -> list[tuple[str, str, str, str]]:
             )
         )
     if not math.isnan(r.sdk_ms):
+        ceiling = 1000 / r.sdk_ms
         rows.append(("(5) the SDK call alone, ms of CPU per reply", f"{r.sdk_ms:.2f}", "", ""))
         rows.append(
             (
                 "(5) one process's ceiling from the SDK alone, replies/s",
-                f"{1000 / r.sdk_ms:,.0f}",
+                f"{ceiling:,.0f}",
                 f">= {TARGET_REPLIES_PER_S:,.0f}",
-                met(1000 / r.sdk_ms >= TARGET_REPLIES_PER_S),
+                met(ceiling >= TARGET_REPLIES_PER_S),
             )
         )
     return rows

@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
     send_attempts: int = Field(default=5, ge=1)
-    #: records the worker takes from its stream at once; their partitions run concurrently
+    #: records the worker takes from its stream at once; their threads run concurrently
     batch_max: int = Field(default=256, ge=1)
     #: how long the worker waits to fill a batch before it processes what it has
     batch_wait_ms: int = Field(default=5, ge=1)

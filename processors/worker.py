@@ -667,8 +667,8 @@ def build_app(
         sweep_every_s=settings.dedupe_sweep_s
         or max(1.0, settings.dedupe_retention.total_seconds() / 100),
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
+        flowing=app.flow_control.is_active,
     )
-    pipeline.flowing = app.flow_control.is_active
     nylas = nylas_channel(
         settings,
         outbox=sender if isinstance(sender, DryRunOutbox) else None,
