@@ -71,10 +71,24 @@ class Settings(BaseSettings):
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
     send_attempts: int = Field(default=5, ge=1)
-    #: records the worker takes from its stream at once; their threads run concurrently
+    #: records the agent loop takes from its stream at once (it only routes them)
     batch_max: int = Field(default=256, ge=1)
-    #: how long the worker waits to fill a batch before it processes what it has
+    #: how long the agent loop waits to fill a batch before it routes what it has
     batch_wait_ms: int = Field(default=5, ge=1)
+    #: records taken and not yet finished, at most; the worker stops reading past it
+    max_pending: int = Field(default=4096, ge=1)
+    #: reply writer (model) calls in flight per worker: the knob for a model's rate limit
+    writer_concurrency: int = Field(default=64, ge=1)
+    #: one writer call past this is a failure (retried); a sync writer's thread runs on
+    writer_timeout_s: float = Field(default=120.0, gt=0)
+    #: writer calls per reply before the burst is dead-lettered (writer_failed)
+    writer_attempts: int = Field(default=3, ge=1)
+    #: first backoff between writer attempts (random exponential, at most 30 s)
+    writer_backoff_s: float = Field(default=1.0, ge=0)
+    #: rewrites when newer messages of the thread arrive while a reply is being written
+    supersede_max: int = Field(default=2, ge=0)
+    #: on a rebalance or shutdown, how long running work may finish before it is dropped
+    drain_grace_s: float = Field(default=10.0, ge=0)
     send_timeout_s: float = Field(default=10.0, gt=0)
     reply_writer: str = "processors.writer:acknowledge"
     event_handler: str | None = None

@@ -23,6 +23,7 @@ Example handler::
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import json
@@ -81,9 +82,14 @@ class EffectRecord:
             raise SchemaError(f"effect record cannot be decoded: {exc!r}") from exc
 
 
-def effect_key(envelope: Envelope, action: str) -> str:
-    """``effect-<sha256(provider, event id, action)>``: stable, and safe as any API's key."""
-    digest = hashlib.sha256(f"{envelope.dedupe_key}\n{action}".encode()).hexdigest()
+def effect_key(subject: Envelope | str, action: str) -> str:
+    """``effect-<sha256(subject, action)>``: stable, and safe as any API's key.
+
+    The subject is an event (its ``provider:event_id``) for event handlers, and the
+    answered message's reply key for reply writers.
+    """
+    basis = subject.dedupe_key if isinstance(subject, Envelope) else subject
+    digest = hashlib.sha256(f"{basis}\n{action}".encode()).hexdigest()
     return f"effect-{digest}"
 
 
@@ -117,23 +123,50 @@ EventHandler = Callable[[Envelope, "Effects"], Awaitable[None] | None]
 
 
 class Effects:
-    """What a handler may do once per event: ``await effects.once(action, payload, perform)``."""
+    """What a handler may do once: ``await effects.once(action, payload, perform)``.
 
-    def __init__(self, envelope: Envelope, ledger: RawLedger, now: Callable[[], datetime]) -> None:
-        self.envelope = envelope
+    ``subject`` is the event (handlers) or the answered message's reply key (writers);
+    the effect key is that subject and the action.
+    """
+
+    def __init__(
+        self,
+        subject: Envelope | str,
+        ledger: RawLedger,
+        now: Callable[[], datetime],
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.subject = subject
         self.ledger = ledger
         self.now = now
+        self.loop = loop  #: the worker's event loop, for ``once_sync`` from a writer's thread
+
+    @property
+    def _name(self) -> str:
+        return (
+            f"event {self.subject.event_id}"
+            if isinstance(self.subject, Envelope)
+            else f"message {self.subject}"
+        )
+
+    def once_sync(self, action: str, payload: Mapping[str, Any], perform: Perform) -> Any:
+        """``once`` for a sync reply writer, which runs in a thread beside the event loop."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("once_sync() is for sync writers run by the worker")
+        return asyncio.run_coroutine_threadsafe(self.once(action, payload, perform), loop).result()
 
     async def once(self, action: str, payload: Mapping[str, Any], perform: Perform) -> Any:
-        key = effect_key(self.envelope, action)
+        key = effect_key(self.subject, action)
         digest = payload_hash(payload)
         raw = self.ledger.get_raw(key)
         record = EffectRecord.decode(raw) if raw is not None else None
-        ids = {"key": key, "action": action, "event_id": self.envelope.event_id}
+        ids = {"key": key, "action": action, "subject": self._name}
         match decide_effect(record, digest):
             case EffectPlan.CONFLICT:
                 raise EffectConflict(
-                    f"effect {action!r} of event {self.envelope.event_id} was recorded with "
+                    f"effect {action!r} of {self._name} was recorded with "
                     "another payload; refusing to perform it again: inspect the dead letter"
                 )
             case EffectPlan.DONE:

@@ -35,3 +35,12 @@ class Rebalancing(ProcessorError):
     without acknowledging the record, and the next owner resumes the reply from the
     ledger with the same key.
     """
+
+
+class WriterFailed(ProcessorError):
+    """The reply writer raised or timed out on every attempt; the burst is dead-lettered."""
+
+    def __init__(self, message: str, *, attempts: int, last_error: str) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.last_error = last_error

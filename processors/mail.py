@@ -136,6 +136,16 @@ class AgentMailSender:
         messages = [m.model_dump(by_alias=True) for m in thread.messages or []]
         return find_sent_reply(messages, record.message_id)
 
+    async def thread(self, inbox_id: str, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's messages (the agent's own replies included), oldest first."""
+        try:
+            thread = await self.client.inboxes.threads.get(
+                _path_id(inbox_id), _path_id(thread_id), request_options=self._options
+            )
+        except (ApiError, httpx.HTTPError) as exc:
+            raise classify(exc) from exc
+        return [m.model_dump(by_alias=True, mode="json") for m in thread.messages or []]
+
     async def fetch(self, inbox_id: str, message_id: str) -> dict[str, Any]:
         """The whole message, for events whose bodies were left out."""
         try:
@@ -180,3 +190,17 @@ class DryRunOutbox:
 
     async def fetch(self, inbox_id: str, message_id: str) -> dict[str, Any]:
         raise SendError(SendFailure.REJECTED, "dry run: cannot fetch a message without an API key")
+
+    async def thread(self, inbox_id: str, thread_id: str) -> list[dict[str, Any]]:
+        """Without an API key there is no thread to read: the replies sent to it, dry."""
+        return [
+            {
+                "message_id": e["sent_message_id"],
+                "from": e["inbox_id"],
+                "text": e["reply_text"],
+                "labels": ["sent"],
+                "timestamp": e["created_at"],
+            }
+            for e in self.sent
+            if e.get("thread_key", "").endswith(thread_id)
+        ]

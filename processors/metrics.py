@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class WorkerMetrics:
@@ -43,3 +43,34 @@ class WorkerMetrics:
             "Records written to the dead-letter topic.",
             registry=self.registry,
         )
+        self.superseded = Counter(
+            "onceonly_replies_superseded",
+            "Reply texts not recorded because a newer message of the thread arrived.",
+            registry=self.registry,
+        )
+        self.writer_calls = Counter(
+            "onceonly_writer_calls",
+            "Reply writer calls, by outcome (written, declined, error, timeout).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.writer_seconds = Histogram(
+            "onceonly_writer_seconds",
+            "How long each reply writer call took.",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=self.registry,
+        )
+        self.writer_in_flight = Gauge(
+            "onceonly_writer_in_flight",
+            "Reply writer calls running now (at most ONCEONLY_WRITER_CONCURRENCY).",
+            registry=self.registry,
+        )
+        self.pending_records = Gauge(
+            "onceonly_pending_records",
+            "Records taken from the deliveries topic and not yet finished.",
+            registry=self.registry,
+        )
+
+    def writer_call(self, outcome: str, seconds: float) -> None:
+        self.writer_calls.labels(outcome).inc()
+        self.writer_seconds.observe(seconds)

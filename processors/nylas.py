@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from processors.exceptions import SendError, SendFailure
+from processors.messages import ThreadMessage
 from processors.reply import Inbound, Skip
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord
@@ -365,6 +366,12 @@ class NylasSender:
                 return found
         return None
 
+    async def thread(self, grant_id: str, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's messages, oldest first (the newest ``RECONCILE_LOOKUPS`` of them)."""
+        thread = await self._read(self.client.threads.find, grant_id, thread_id)
+        ids = list(thread.data.message_ids or ())[-RECONCILE_LOOKUPS:]
+        return [await self.fetch(grant_id, message_id) for message_id in ids]
+
     async def messages_after(self, grant_id: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
         """Every message the grant received at or after ``since``, page by page."""
         token: str | None = None
@@ -416,6 +423,33 @@ class NylasChannel:
             event_id=envelope.event_id,
             fallback_time=envelope.occurred_at,
         )
+
+    async def history(self, message: Inbound) -> Sequence[ThreadMessage]:
+        thread = getattr(self.sender, "thread", None)
+        if thread is None or not message.thread_id:
+            return ()
+        lookup = getattr(self.sender, "grant_address", None)
+        own = self.own_address or (await lookup(message.inbox_id) if lookup else None)
+        out: list[ThreadMessage] = []
+        for m in await thread(message.inbox_id, message.thread_id):
+            if m.get("id") == message.message_id:
+                break
+            when = m.get("date")
+            out.append(
+                ThreadMessage(
+                    message_id=str(m.get("id", "")),
+                    sender=sender_of(m),
+                    text=m.get("body") or m.get("snippet"),
+                    timestamp=(
+                        datetime.fromtimestamp(when, UTC)
+                        if isinstance(when, int | float) and abs(when) < 1e11
+                        else None
+                    ),
+                    own=own_message(m, own),
+                    subject=m.get("subject"),
+                )
+            )
+        return out
 
 
 def nylas_channel(

@@ -90,6 +90,40 @@ def release(buffer: ThreadBuffer, *, now_ms: int, window_ms: int) -> tuple[Relea
     )
 
 
+def take(
+    buffer: ThreadBuffer, *, now_ms: int, window_ms: int, busy: frozenset[SortKey] = frozenset()
+) -> Release:
+    """What a release processes now, leaving the buffer as it is until :func:`settle`.
+
+    The events not ``busy`` (already being processed) come out whole, sorted, once the
+    oldest of them has waited ``window_ms`` (a window of 0: at once, which is how a reply
+    being written takes in whatever else of its thread has arrived).
+    """
+    waiting = [h for h in buffer.held if h.sort_key not in busy]
+    if not waiting or now_ms < min(h.arrived_ms for h in waiting) + window_ms:
+        return Release()
+    ordered = tuple(sorted(waiting, key=lambda h: h.sort_key))
+    watermark = buffer.released_up_to
+    late = frozenset(
+        h.sort_key for h in ordered if watermark is not None and h.sort_key < watermark
+    )
+    return Release(ordered, late)
+
+
+def settle(buffer: ThreadBuffer, done: frozenset[SortKey], *, now_ms: int) -> ThreadBuffer:
+    """The buffer without the ``done`` events, its watermark raised past them."""
+    gone = [h.sort_key for h in buffer.held if h.sort_key in done]
+    if not gone:
+        return buffer
+    marks = gone + ([buffer.released_up_to] if buffer.released_up_to else [])
+    return replace(
+        buffer,
+        held=tuple(h for h in buffer.held if h.sort_key not in done),
+        released_up_to=max(marks),
+        updated_ms=now_ms,
+    )
+
+
 def ticks_due(
     due: set[int], ticking: dict[int, float], *, now: float, retick_s: float
 ) -> list[int]:

@@ -12,7 +12,6 @@ instead of sending twice.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,10 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from processors.exceptions import Rebalancing, SendError, SendFailure
+from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
+from processors.messages import Decline
+from processors.messages import Inbound as Inbound
+from processors.messages import reply_key as reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
@@ -41,31 +43,6 @@ AGENTMAIL_KEY_LIFETIME = timedelta(hours=24)
 NOT_REAL_MAIL = frozenset(
     {"message.received.spam", "message.received.blocked", "message.received.unauthenticated"}
 )
-
-
-def reply_key(inbox_id: str, message_id: str) -> str:
-    """``reply-`` + sha256(inbox_id, newline, message_id): only ``A-Z a-z 0-9 - . _ ~``."""
-    return "reply-" + hashlib.sha256(f"{inbox_id}\n{message_id}".encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """One received message, as the reply writer and the sender see it."""
-
-    inbox_id: str
-    message_id: str
-    thread_key: str
-    thread_id: str
-    event_id: str
-    occurred_at: datetime
-    sender: str
-    subject: str | None
-    text: str | None
-    labels: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str:
-        return reply_key(self.inbox_id, self.message_id)
 
 
 class Skip(StrEnum):
@@ -93,6 +70,7 @@ class Plan(StrEnum):
     SKIP_SENT = "skip_sent"
     SKIP_COVERED = "skip_covered"
     SKIP_FAILED = "skip_failed"
+    SKIP_DECLINED = "skip_declined"
 
 
 def plan(
@@ -109,8 +87,12 @@ def plan(
             return Plan.SKIP_SENT
         case ReplyState.COVERED:
             return Plan.SKIP_COVERED
+        case ReplyState.DECLINED:
+            return Plan.SKIP_DECLINED  # the writer's decision stands, replay or not
         case ReplyState.FAILED if not replay:
             return Plan.SKIP_FAILED
+        case ReplyState.FAILED if record.reply_text is None:
+            return Plan.WRITE  # the writer failed: a replay asks it again
     if now - record.created_at > key_lifetime:
         return Plan.RECONCILE
     return Plan.SEND
@@ -152,17 +134,32 @@ class MailSender(Protocol):
         """Look in the thread for a reply already sent to ``record.message_id``."""
 
 
-ReplyWriter = Callable[[Sequence[Inbound]], str | Awaitable[str]]
-DeadLetter = Callable[[ReplyRecord, str], Awaitable[None]]
+ReplyWriter = Callable[[Sequence[Inbound]], Any]
+#: the writer step: the messages so far -> the text, or a Decline; raises WriterFailed
+Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline]]
+#: new messages of the thread that reached the worker meanwhile (claimed for this reply)
+Newer = Callable[[], Awaitable[Sequence[Inbound]]]
+DeadLetter = Callable[[ReplyRecord, str, Sequence[Inbound]], Awaitable[None]]
 
 
-async def write_reply(writer: ReplyWriter, burst: Sequence[Inbound]) -> str:
-    text = writer(burst)
-    if inspect.isawaitable(text):
-        text = await text
-    if not isinstance(text, str) or not text.strip():
-        raise TypeError(f"the reply writer returned {type(text).__name__}, not a non-empty str")
-    return text
+async def _nothing_newer() -> Sequence[Inbound]:
+    return ()
+
+
+def simple_write(writer: ReplyWriter) -> Write:
+    """A plain callable as the writer step, with no policy (unit tests, tools)."""
+
+    async def write(burst: Sequence[Inbound]) -> str | Decline:
+        text = writer(burst)
+        if inspect.isawaitable(text):
+            text = await text
+        if text is None or isinstance(text, Decline):
+            return text or Decline("the writer returned None")
+        if not isinstance(text, str) or not text.strip():
+            raise TypeError(f"the reply writer returned {type(text).__name__}, not a non-empty str")
+        return text
+
+    return write
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +173,7 @@ class Outcome(StrEnum):
     SENT = "sent"
     ALREADY = "already"  #: sent or covered before; nothing to do
     FAILED = "failed"  #: dead-lettered
+    DECLINED = "declined"  #: the writer chose not to answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +188,7 @@ async def reply_once(
     *,
     ledger: Ledger,
     sender: MailSender,
-    writer: ReplyWriter,
+    write: Write,
     dead_letter: DeadLetter,
     now: Callable[[], datetime],
     policy: SendPolicy = SendPolicy(),
@@ -199,35 +197,107 @@ async def reply_once(
     on_retry: Callable[[], None] = lambda: None,
     channel: str = "agentmail",
     may_retry: Callable[[], bool] = lambda: True,
+    newer: Newer = _nothing_newer,
+    supersede_max: int = 2,
+    on_superseded: Callable[[], None] = lambda: None,
 ) -> BurstResult:
-    """Answer a burst of one thread's messages with exactly one reply, to the latest."""
+    """Answer a burst of one thread's messages with exactly one reply, to the latest.
+
+    If ``newer`` finds messages of the thread that reached the worker while the writer
+    was composing, that text is not recorded: the writer is asked again with the whole
+    burst (at most ``supersede_max`` times), and the one reply goes to the latest.
+    """
     target, covered = split_burst(burst)
     record = ledger.get(target.key)
     step = plan(record, now=now(), key_lifetime=key_lifetime, replay=replay)
     ids = {"key": target.key, "inbox_id": target.inbox_id, "message_id": target.message_id}
 
-    if step in (Plan.SKIP_SENT, Plan.SKIP_COVERED, Plan.SKIP_FAILED):
+    if step in (Plan.SKIP_SENT, Plan.SKIP_COVERED, Plan.SKIP_FAILED, Plan.SKIP_DECLINED):
         log.info("reply skipped: already handled", reason=step.value, **ids)
         await _cover(ledger, covered, target.key, now, channel)
-        return BurstResult(Outcome.ALREADY, target.key, record.sent_message_id if record else None)
+        outcome = Outcome.DECLINED if step is Plan.SKIP_DECLINED else Outcome.ALREADY
+        return BurstResult(outcome, target.key, record.sent_message_id if record else None)
 
-    if record is None:
-        text = await write_reply(writer, burst)
-        record = ReplyRecord(
+    if step is Plan.WRITE:
+        messages = list(burst)
+        try:
+            written = await write(messages)
+            for _ in range(supersede_max):
+                more = [m for m in await newer() if ledger.get(m.key) is None]
+                if not more:
+                    break
+                messages.extend(more)
+                on_superseded()
+                log.info("reply superseded by newer messages; writing again", newer=len(more))
+                written = await write(messages)
+        except WriterFailed as exc:
+            target, covered = split_burst(messages)
+            failed = ReplyRecord(
+                key=target.key,
+                inbox_id=target.inbox_id,
+                message_id=target.message_id,
+                thread_key=target.thread_key,
+                state=ReplyState.FAILED,
+                created_at=now(),
+                attempts=exc.attempts,
+                error=exc.last_error,
+                channel=channel,
+            )
+            await ledger.put(failed)
+            reason = f"writer_failed after {exc.attempts} attempt(s): {exc.last_error}"
+            await dead_letter(failed, reason, messages)
+            log.error("reply dead-lettered", reason=reason, **{**ids, "key": target.key})
+            return BurstResult(Outcome.FAILED, target.key)
+        target, covered = split_burst(messages)
+        ids = {"key": target.key, "inbox_id": target.inbox_id, "message_id": target.message_id}
+        base = ReplyRecord(
             key=target.key,
             inbox_id=target.inbox_id,
             message_id=target.message_id,
             thread_key=target.thread_key,
             state=ReplyState.PENDING,
             created_at=now(),
-            reply_text=text,
             channel=channel,
         )
+        if isinstance(written, Decline):
+            await ledger.put(base.with_state(ReplyState.DECLINED, reason=written.reason))
+            await _cover(ledger, covered, target.key, now, channel)
+            log.info("reply declined by the writer", reason=written.reason, **ids)
+            return BurstResult(Outcome.DECLINED, target.key)
+        record = base.with_state(ReplyState.PENDING, reply_text=written)
         await ledger.put(record)  # acknowledged before anything is sent
+    assert record is not None
     await _cover(ledger, covered, target.key, now, channel)
+    return await _send(
+        record,
+        sender=sender,
+        ledger=ledger,
+        dead_letter=dead_letter,
+        policy=policy,
+        reconcile=step is Plan.RECONCILE,
+        on_retry=on_retry,
+        may_retry=may_retry,
+        burst=burst,
+        covered=len(covered),
+    )
 
-    # a stale record reads the thread first; that read follows the same retry policy
-    reconciled = step is not Plan.RECONCILE
+
+async def _send(
+    record: ReplyRecord,
+    *,
+    sender: MailSender,
+    ledger: Ledger,
+    dead_letter: DeadLetter,
+    policy: SendPolicy,
+    reconcile: bool,
+    on_retry: Callable[[], None],
+    may_retry: Callable[[], bool],
+    burst: Sequence[Inbound],
+    covered: int,
+) -> BurstResult:
+    """Send a recorded reply with its key, under the policy; a stale one reads the thread first."""
+    ids = {"key": record.key, "inbox_id": record.inbox_id, "message_id": record.message_id}
+    reconciled = not reconcile
     found: str | None = None
     attempts = 0
     try:
@@ -246,7 +316,7 @@ async def reply_once(
                 if attempts > 1:
                     if not may_retry():
                         raise Rebalancing(
-                            f"a rebalance began while reply {target.key} was being retried "
+                            f"a rebalance began while reply {record.key} was being retried "
                             f"(attempt {attempts}); its next owner resumes it with the same key"
                         )
                     on_retry()
@@ -264,17 +334,17 @@ async def reply_once(
         )
         failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
         await ledger.put(failed)
-        await dead_letter(failed, reason)
+        await dead_letter(failed, reason, burst)
         log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
-        return BurstResult(Outcome.FAILED, target.key)
+        return BurstResult(Outcome.FAILED, record.key)
 
     if found is not None:
         log.info("reply found in the thread; recorded as sent", sent=found, **ids)
         await ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
-        return BurstResult(Outcome.ALREADY, target.key, found)
+        return BurstResult(Outcome.ALREADY, record.key, found)
     await ledger.put(record.with_state(ReplyState.SENT, sent_message_id=sent_id, attempts=attempts))
-    log.info("reply sent", sent=sent_id, attempts=attempts, covered=len(covered), **ids)
-    return BurstResult(Outcome.SENT, target.key, sent_id)
+    log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
+    return BurstResult(Outcome.SENT, record.key, sent_id)
 
 
 async def _cover(

@@ -10,7 +10,9 @@ from typing import Any
 
 from schemas.exceptions import SchemaError
 
-LEDGER_VERSION = 1
+#: 2 added ``reason`` (why a reply was declined); version 1 records still decode
+LEDGER_VERSION = 2
+KNOWN_LEDGER_VERSIONS = frozenset({1, 2})
 
 
 class ReplyState(StrEnum):
@@ -18,6 +20,7 @@ class ReplyState(StrEnum):
     SENT = "sent"  #: the provider confirmed the send (sent_message_id)
     COVERED = "covered"  #: answered by the reply to a later message of the same burst
     FAILED = "failed"  #: dead-lettered; retried only by an explicit replay
+    DECLINED = "declined"  #: the writer chose not to answer; never asked again
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class ReplyRecord:
     attempts: int = 0
     error: str | None = None
     channel: str = "agentmail"
+    reason: str | None = None
     v: int = LEDGER_VERSION
 
     def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
@@ -56,6 +60,7 @@ class ReplyRecord:
             "attempts": self.attempts,
             "error": self.error,
             "channel": self.channel,
+            "reason": self.reason,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -64,10 +69,11 @@ class ReplyRecord:
     def decode(cls, value: bytes | str) -> ReplyRecord:
         try:
             data = json.loads(value)
-            if data.get("v") != LEDGER_VERSION:
+            if data.get("v") not in KNOWN_LEDGER_VERSIONS:
                 raise SchemaError(f"ledger record version {data.get('v')!r} is not known")
             data["state"] = ReplyState(data["state"])
             data["created_at"] = datetime.fromisoformat(data["created_at"])
+            data["v"] = LEDGER_VERSION
             return cls(**data)
         except SchemaError:
             raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.worker import Pipeline
+from processors.pipeline import Pipeline
 
 
 def bare_pipeline(settings: Any, **parts: Any) -> Pipeline:
@@ -12,13 +12,15 @@ def bare_pipeline(settings: Any, **parts: Any) -> Pipeline:
     absent: Any = None
     given: dict[str, Any] = {
         "events": {},
-        "holds": {},
+        "holds": absent,
         "ledger": absent,
         "channels": {},
         "writer": absent,
         "dead_letters": absent,
         "deliveries": absent,
         "metrics": absent,
+        "lanes": absent,
+        "sweeper": absent,
         **parts,
     }
     return Pipeline(settings=settings, **given)

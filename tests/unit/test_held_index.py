@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 from processors import reorder
-from processors.worker import Pipeline
-from tests.unit._pipeline import bare_pipeline
+from processors.holds import Holds
 
 NOW_MS = 1_000_000
 WINDOW_MS = 2000
@@ -22,9 +20,8 @@ def _buffer(partition: int, *, arrived_ms: int | None, watermark: bool = False) 
     return json.dumps(buffer.to_json()).encode()
 
 
-def _pipeline(holds: dict[bytes, bytes]) -> Pipeline:
-    settings = SimpleNamespace(reorder_window_ms=WINDOW_MS)
-    return bare_pipeline(settings, holds=holds, clock=lambda: NOW_MS / 1000)
+def _pipeline(holds: dict[bytes, bytes]) -> Holds:
+    return Holds(holds, WINDOW_MS)
 
 
 def test_only_buffers_holding_events_are_indexed() -> None:
@@ -34,7 +31,7 @@ def test_only_buffers_holding_events_are_indexed() -> None:
         b"t-watermark": _buffer(5, arrived_ms=None, watermark=True),
     }
 
-    assert _pipeline(holds).held() == {b"t-due": 2, b"t-waiting": 1}
+    assert _pipeline(holds).index() == {b"t-due": 2, b"t-waiting": 1}
 
 
 def test_only_partitions_past_their_window_are_due() -> None:
@@ -43,18 +40,18 @@ def test_only_partitions_past_their_window_are_due() -> None:
         b"t-waiting": _buffer(1, arrived_ms=NOW_MS - 10),
     }
 
-    assert _pipeline(holds).due_partitions() == {2}
+    assert _pipeline(holds).due_partitions(now_ms=NOW_MS) == {2}
 
 
 def test_a_rebalance_makes_the_index_read_the_table_again() -> None:
     holds = {b"t-a": _buffer(2, arrived_ms=NOW_MS - 5000)}
     pipeline = _pipeline(holds)
-    pipeline.held()
+    pipeline.index()
     holds[b"t-recovered"] = _buffer(7, arrived_ms=NOW_MS - 5000)  # a changelog recovered it
 
-    before = dict(pipeline.held())
-    pipeline.forget_held()
+    before = dict(pipeline.index())
+    pipeline.forget()
 
     assert before == {b"t-a": 2}
-    assert pipeline.held() == {b"t-a": 2, b"t-recovered": 7}
-    assert pipeline.due_partitions() == {2, 7}
+    assert pipeline.index() == {b"t-a": 2, b"t-recovered": 7}
+    assert pipeline.due_partitions(now_ms=NOW_MS) == {2, 7}

@@ -50,6 +50,7 @@ from processors.reply import (
     Skip,
     reply_key,
     reply_once,
+    simple_write,
 )
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord, ReplyState
@@ -317,7 +318,7 @@ class Harness:
         self.writes.append(len(burst))
         return f"Thanks for your {len(burst)} message(s)."
 
-    async def dead_letter(self, record: ReplyRecord, reason: str) -> None:
+    async def dead_letter(self, record: ReplyRecord, reason: str, burst: Any = ()) -> None:
         self.dead.append((record, reason))
 
     def seed(self, message_id: str, thread: str = "thread-1", **kw: Any) -> dict[str, Any]:
@@ -335,7 +336,7 @@ class Harness:
             burst,
             ledger=self.ledger,
             sender=self.sender,
-            writer=self.writer,
+            write=simple_write(self.writer),
             dead_letter=self.dead_letter,
             now=lambda: datetime.now(UTC),
             policy=SendPolicy(

@@ -6,6 +6,7 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from processors.reply import (
     plan,
     reply_key,
     reply_once,
+    simple_write,
     skip_reason,
     split_burst,
 )
@@ -150,7 +152,7 @@ class Harness:
         self.dead: list[tuple[ReplyRecord, str]] = []
         self.now = now
 
-    async def dead_letter(self, record: ReplyRecord, reason: str) -> None:
+    async def dead_letter(self, record: ReplyRecord, reason: str, burst: Any = ()) -> None:
         self.dead.append((record, reason))
 
     async def run(
@@ -160,7 +162,7 @@ class Harness:
             burst,
             ledger=self.ledger,
             sender=self.sender,
-            writer=self.writer,
+            write=simple_write(self.writer),
             dead_letter=self.dead_letter,
             now=lambda: self.now,
             policy=SendPolicy(attempts=attempts, backoff_initial_s=0.01, backoff_max_s=0.05),
@@ -326,14 +328,14 @@ async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() 
     await ledger.put(stale)
     sender = FlakyThreadReader()
 
-    async def dead_letter(record: ReplyRecord, reason: str) -> None:
+    async def dead_letter(record: ReplyRecord, reason: str, burst: Any = ()) -> None:
         raise AssertionError(reason)
 
     result = await reply_once(
         [message],
         ledger=ledger,
         sender=sender,
-        writer=CountingWriter(),
+        write=simple_write(CountingWriter()),
         dead_letter=dead_letter,
         now=lambda: T0 + timedelta(hours=25),
         policy=SendPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02),

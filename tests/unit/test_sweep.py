@@ -11,9 +11,8 @@ from types import SimpleNamespace
 import pytest
 from rocksdict import Options, Rdict
 
-from processors.worker import Pipeline
+from processors.sweep import Sweeper
 from schemas.ledger import EventEntry, EventState
-from tests.unit._pipeline import bare_pipeline
 
 DAY_MS = 24 * 3600 * 1000
 NOW_MS = 100 * DAY_MS
@@ -41,10 +40,10 @@ def db(tmp_path: Path) -> Iterator[Rdict]:
     store.close()
 
 
-def _pipeline(events: _Table, slice_size: int) -> Pipeline:
-    settings = SimpleNamespace(dedupe_retention=timedelta(days=7), reorder_window_ms=0)
-    return bare_pipeline(
-        settings, events=events, clock=lambda: NOW_MS / 1000, sweep_slice=slice_size
+def _pipeline(events: _Table, slice_size: int) -> Sweeper:
+    retention_ms = int(timedelta(days=7).total_seconds() * 1000)
+    return Sweeper(
+        events, {}, retention_ms=retention_ms, clock=lambda: NOW_MS / 1000, slice=slice_size
     )
 
 
@@ -82,20 +81,20 @@ def test_only_entries_past_the_retention_are_deleted(db: Rdict) -> None:
     assert [bytes(k) for k, _ in db.items()] == sorted(fresh)
 
 
-async def test_maybe_sweep_goes_on_slice_by_slice_then_waits_an_interval(db: Rdict) -> None:
+def test_maybe_sweep_goes_on_slice_by_slice_then_waits_an_interval(db: Rdict) -> None:
     for n in range(7):
         _put(db, n, age_days=8)
     events = _Table(db)
     pipeline = _pipeline(events, slice_size=3)
     now = [NOW_MS / 1000]
     pipeline.clock = lambda: now[0]
-    pipeline.sweep_every_s = 60
+    pipeline.every_s = 60
 
-    await pipeline.maybe_sweep(3)  # the first record only starts the clock
+    pipeline.maybe_sweep(3)  # the first record only starts the clock
     now[0] += 61
     swept = []
     for _ in range(4):
-        await pipeline.maybe_sweep(3)
+        pipeline.maybe_sweep(3)
         swept.append(len(events.deleted))
 
     assert swept == [3, 6, 7, 7]

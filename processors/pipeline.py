@@ -1,0 +1,393 @@
+"""What the worker does with each record: faust only feeds :meth:`Pipeline.admit`.
+
+A record is routed, not processed, by the agent loop: a delivery is held in its
+thread's reorder buffer (or, with a window of 0, queued on its thread's lane), a tick
+queues a release on each due thread's lane. Lanes (:mod:`processors.lanes`) run each
+thread's work in order and the threads concurrently, so the loop never waits for a
+model. A record's failure is that record's: whatever processing one raises is retried a
+bounded number of times, then dead-lettered with the error, and the worker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from faust.streams import _current_event
+
+from processors import dedupe, reorder
+from processors.agent import Writer
+from processors.channels import Channel
+from processors.dead_letters import DeadLetters
+from processors.effects import EffectConflict, Effects, EventHandler, run_handler
+from processors.exceptions import Rebalancing, SendError
+from processors.health import check_webhook
+from processors.holds import Delivery, Holds
+from processors.lanes import Dropped, Job, Lanes
+from processors.messages import Inbound
+from processors.metrics import WorkerMetrics
+from processors.reply import Outcome, SendPolicy, Skip, reply_once, split_burst
+from processors.sweep import Sweeper
+from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
+from schemas.exceptions import SchemaError
+from schemas.ledger import EventEntry
+
+log = structlog.get_logger("onceonly.worker")
+
+Clock = Callable[[], float]  # epoch seconds
+
+#: how often one record's processing is tried before it is dead-lettered
+RECORD_ATTEMPTS = 3
+
+
+def _ids(envelope: Envelope) -> dict[str, str]:
+    return {
+        "provider": envelope.provider,
+        "event_id": envelope.event_id,
+        "thread_key": envelope.thread_key,
+    }
+
+
+@dataclass
+class Pipeline:
+    """Dedupe, reorder and reply once, over the worker's tables and lanes."""
+
+    settings: Any
+    events: Any  #: faust Table ``events``: dedupe entries, bytes -> bytes
+    holds: Holds
+    ledger: Any  #: TableLedger
+    channels: dict[str, Channel]
+    writer: Writer
+    dead_letters: DeadLetters
+    deliveries: Any  #: faust Topic, for ticks
+    metrics: WorkerMetrics
+    lanes: Lanes
+    sweeper: Sweeper
+    handler: EventHandler | None = None
+    clock: Clock = time.time
+    #: partition -> when its last tick was sent and not yet seen; a tick can be lost to a
+    #: rebalance (another worker reads it), so one older than ``retick_s`` is sent again
+    _ticking: dict[int, float] = field(default_factory=dict)
+    retick_s: float = 2.0
+    #: thread keys with a release queued or running on their lane
+    _releasing: set[bytes] = field(default_factory=set)
+    #: False while a rebalance is under way (faust has stopped the flow of records)
+    flowing: Callable[[], bool] = lambda: True
+    retry_backoff_s: float = 0.5
+
+    @property
+    def window_ms(self) -> int:
+        return int(self.settings.reorder_window_ms)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), tz=UTC)
+
+    # -- the agent loop: route each record ------------------------------------------
+    async def admit(self, event: Any) -> None:
+        """Route one record; returns without waiting for any model or send."""
+        message = event.message
+        headers = dict(message.headers or ())
+        partition, offset = int(message.partition), int(message.offset)
+        _current_event.set(weakref.ref(event))
+        if TICK_HEADER in headers:
+            self._ticking.pop(partition, None)
+            await self.on_tick(partition, event)
+            await self.lanes.ack_now(event)
+            return
+        try:
+            envelope = Envelope.decode(event.value)
+        except SchemaError as exc:
+            log.error(
+                "record is not an envelope; dead-lettered",
+                partition=partition,
+                offset=offset,
+                error=str(exc),
+            )
+            await self.dead_letters.record_unreadable(event.value, partition, offset, str(exc))
+            await self.lanes.ack_now(event)
+            return
+        delivery = Delivery(envelope, (partition, offset), REPLAY_HEADER in headers)
+        key = envelope.thread_key.encode()
+        if self.window_ms == 0:
+            await self.lanes.submit(key, Job(self._deliver, [event], item=delivery))
+        else:
+            try:
+                held = self.holds.hold(delivery, now_ms=self.now_ms())
+            except Exception as exc:  # an odd envelope (a date out of range): dead-letter it
+                await self._dead_letter_deliveries([delivery], "record_failed", exc)
+                held = True
+            if not held:
+                self.metrics.duplicates.labels("duplicate").inc()
+                log.info("delivery skipped", verdict="duplicate", held=True, **_ids(envelope))
+            await self.lanes.ack_now(event)  # durable in the holds table (or dead-lettered)
+        self.sweeper.maybe_sweep(partition)
+
+    async def on_tick(self, partition: int, event: Any) -> None:
+        """Queue a release on the lane of each thread of ``partition`` that is due."""
+        for key in self.holds.due_keys(partition, now_ms=self.now_ms()):
+            if key in self._releasing:
+                continue
+            self._releasing.add(key)
+            await self.lanes.submit(key, Job(self._release, [], kind="release", item=(key, event)))
+
+    async def tick(self) -> None:
+        """The timer: a tick record to each partition that holds a due buffer."""
+        now = self.clock()
+        due = self.holds.due_partitions(now_ms=self.now_ms())
+        for partition in reorder.ticks_due(due, self._ticking, now=now, retick_s=self.retick_s):
+            self._ticking[partition] = now
+            await self.deliveries.send(value=b"", partition=partition, headers={TICK_HEADER: b"1"})
+
+    def forget_state(self) -> None:
+        """The partitions changed (or are changing): read the held buffers again."""
+        self.holds.forget()
+        self._releasing.clear()
+        self._ticking.clear()
+
+    async def check_webhook(self) -> None:
+        agentmail = self.channels.get("agentmail")
+        await check_webhook(
+            self.settings.agentmail_webhook_id,
+            agentmail.sender if agentmail else None,
+            self.metrics,
+        )
+
+    # -- a lane's jobs ----------------------------------------------------------------
+    async def _deliver(self, job: Job) -> None:
+        """Window 0: one delivery, as it came."""
+        _current_event.set(weakref.ref(job.records[0]))
+        await self.process(job, [job.item])
+
+    async def _release(self, job: Job) -> None:
+        """A due thread's held events, released together in payload order."""
+        key, tick = job.item
+        _current_event.set(weakref.ref(tick))
+        taken: list[Delivery] = []
+        try:
+            taken = self.holds.take(key, now_ms=self.now_ms())
+            if not taken:
+                return
+            done = await self.process(job, taken, key=key)
+            self.holds.settle(key, done, now_ms=self.now_ms())
+        except BaseException:
+            self.holds.release_busy(key, taken)
+            raise
+        finally:
+            self._releasing.discard(key)
+
+    # -- one thread's released events -----------------------------------------------
+    def claim(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """The deliveries to act on: new events claimed in progress, duplicates skipped."""
+        now_ms = self.now_ms()
+        claimed: list[Delivery] = []
+        for delivery in deliveries:
+            envelope = delivery.envelope
+            if delivery.late:
+                self.metrics.late.inc()
+                log.warning(
+                    "late event: processed after a later one of its thread", **_ids(envelope)
+                )
+            key = envelope.dedupe_key.encode()
+            raw = self.events.get(key)
+            current = EventEntry.from_json(json.loads(raw)) if raw else None
+            decision = dedupe.decide(
+                current, position=delivery.position, now_ms=now_ms, replay=delivery.replay
+            )
+            if decision.skip:
+                self.metrics.duplicates.labels(decision.verdict.value).inc()
+                log.info("delivery skipped", verdict=decision.verdict.value, **_ids(envelope))
+                continue
+            assert decision.entry is not None
+            self.events[key] = json.dumps(decision.entry.to_json()).encode()
+            claimed.append(delivery)
+        return claimed
+
+    def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
+        for delivery in claimed:
+            envelope = delivery.envelope
+            entry = dedupe.finished(
+                outcomes.get(envelope.event_id, True),
+                position=delivery.position,
+                now_ms=self.now_ms(),
+            )
+            self.events[envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()
+
+    async def process(
+        self, job: Job, deliveries: Sequence[Delivery], *, key: bytes | None = None
+    ) -> list[Delivery]:
+        """Dedupe, act, record the outcome. Returns every delivery it took care of."""
+        claimed = self.claim(deliveries)
+        taken = list(deliveries)
+        if not claimed:
+            return taken
+
+        async def newer() -> list[Inbound]:  # messages of the thread that came meanwhile
+            if key is not None:
+                fresh = self.holds.take(key, now_ms=self.now_ms(), window_ms=0)
+            else:
+                lane_key = claimed[0].envelope.thread_key.encode()
+                waiting = self.lanes.queued(lane_key)
+                self.lanes.absorb(lane_key, job, waiting)
+                fresh = [w.item for w in waiting]
+            taken.extend(fresh)
+            more = self.claim(fresh)
+            claimed.extend(more)
+            return await self._inbounds(more, outcomes)
+
+        outcomes: dict[str, bool] = {}
+        await self._guarded(claimed, outcomes, newer)
+        self.finish(claimed, outcomes)
+        return taken
+
+    async def _guarded(
+        self, claimed: list[Delivery], outcomes: dict[str, bool], newer: Any
+    ) -> None:
+        """``act``, retried a bounded number of times; then the records are dead-lettered."""
+        for attempt in range(1, RECORD_ATTEMPTS + 1):
+            try:
+                await self.act(claimed, outcomes, newer)
+                return
+            except (Dropped, asyncio.CancelledError):
+                raise
+            except Rebalancing as exc:
+                raise Dropped(str(exc)) from exc
+            except Exception as exc:
+                if not self.flowing():
+                    raise Dropped(f"a rebalance began after {exc!r}") from exc
+                if attempt < RECORD_ATTEMPTS:
+                    log.warning(
+                        "processing failed; trying again",
+                        attempt=attempt,
+                        error=repr(exc),
+                        **_ids(claimed[0].envelope),
+                    )
+                    await asyncio.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
+                    continue
+                log.exception("processing failed; dead-lettered", **_ids(claimed[0].envelope))
+                await self._dead_letter_deliveries(claimed, "record_failed", exc)
+                for delivery in claimed:
+                    outcomes[delivery.envelope.event_id] = False
+
+    async def _dead_letter_deliveries(
+        self, deliveries: Sequence[Delivery], check: str, exc: BaseException
+    ) -> None:
+        await self.dead_letters.record_failure(
+            [d.envelope for d in deliveries], check=check, error=repr(exc)
+        )
+
+    async def _inbounds(
+        self, claimed: Sequence[Delivery], outcomes: dict[str, bool]
+    ) -> list[Inbound]:
+        """The messages to answer among ``claimed`` (skips and fetch failures recorded)."""
+        found: list[Inbound] = []
+        for delivery in claimed:
+            envelope = delivery.envelope
+            ids = _ids(envelope)
+            channel = self.channels[envelope.provider]
+            try:
+                inbound = await channel.inbound(envelope)
+            except SendError as exc:
+                log.error("could not read the message from the mail API", error=str(exc), **ids)
+                await self.dead_letters.record_failure(
+                    [envelope], check="fetch_failed", error=str(exc)
+                )
+                outcomes[envelope.event_id] = False
+                continue
+            if isinstance(inbound, Skip):
+                self.metrics.skips.labels(inbound.value).inc()
+                log.info(
+                    "message skipped", reason=inbound.value, message_id=envelope.message_id, **ids
+                )
+                continue
+            found.append(inbound)
+        return found
+
+    async def act(
+        self, claimed: Sequence[Delivery], outcomes: dict[str, bool], newer: Any = None
+    ) -> None:
+        """Reply once to the answerable messages (one thread's); hand other events on."""
+        mail = [d for d in claimed if d.envelope.provider in self.channels]
+        for delivery in claimed:
+            if delivery.envelope.provider not in self.channels:
+                outcomes[delivery.envelope.event_id] = await self.handle_event(delivery.envelope)
+        if not mail:
+            return
+        provider = mail[0].envelope.provider
+        channel = self.channels[provider]
+        burst = await self._inbounds(mail, outcomes)
+        if not burst:
+            return
+        envelopes = {d.envelope.event_id: d.envelope for d in claimed}
+
+        async def newer_here() -> list[Inbound]:
+            more = await newer() if newer is not None else []
+            envelopes.update({d.envelope.event_id: d.envelope for d in claimed})
+            return [m for m in more if m.thread_key == burst[0].thread_key]
+
+        async def dead_letter(record: Any, reason: str, messages: Sequence[Inbound]) -> None:
+            await self.dead_letters.record_reply(
+                record, reason, [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
+            )
+
+        async def write(messages: Sequence[Inbound]) -> Any:
+            target, _ = split_burst(messages)
+            effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())
+            return await self.writer.write(
+                messages,
+                effects=effects,
+                history=lambda: channel.history(target),
+                ids={"key": target.key, "message_id": target.message_id},
+            )
+
+        result = await reply_once(
+            burst,
+            ledger=self.ledger,
+            sender=channel.sender,
+            write=write,
+            dead_letter=dead_letter,
+            now=self.now,
+            policy=SendPolicy(attempts=self.settings.send_attempts),
+            key_lifetime=channel.key_lifetime,
+            replay=any(d.replay for d in claimed),
+            on_retry=self.metrics.send_retries.inc,
+            may_retry=self.flowing,
+            channel=channel.name,
+            newer=newer_here,
+            supersede_max=self.settings.supersede_max,
+            on_superseded=self.metrics.superseded.inc,
+        )
+        if result.outcome is Outcome.SENT:
+            self.metrics.replies.inc()
+        elif result.outcome is Outcome.DECLINED:
+            self.metrics.skips.labels("declined").inc()
+        ok = result.outcome is not Outcome.FAILED
+        for delivery in claimed:
+            if delivery.envelope.provider == provider:
+                outcomes.setdefault(delivery.envelope.event_id, ok)
+
+    async def handle_event(self, envelope: Envelope) -> bool:
+        """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""
+        ids = {"provider": envelope.provider, "event_id": envelope.event_id}
+        if self.handler is None:
+            self.metrics.skips.labels("no_handler").inc()
+            log.info("event recorded; no ONCEONLY_EVENT_HANDLER configured", **ids)
+            return True
+        effects = Effects(envelope, self.ledger, self.now)
+        try:
+            await run_handler(self.handler, envelope, effects)
+        except Exception as exc:  # a handler's failure is this event's, not the worker's
+            check = "effect_conflict" if isinstance(exc, EffectConflict) else "handler_failed"
+            log.error("event handler failed; dead-lettered", reason=check, error=repr(exc), **ids)
+            await self.dead_letters.record_failure([envelope], check=check, error=str(exc))
+            return False
+        return True
