@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -38,3 +41,70 @@ async def count_receipts(envelope: Any, effects: Any) -> None:
 def echo(burst: Sequence[Inbound]) -> str:
     """Shows what the writer was given: each message's id and text, in the order given."""
     return " | ".join(f"{m.message_id}: {m.text}" for m in burst)
+
+
+def _log_call(event: str, burst: Sequence[Inbound]) -> None:
+    """One JSON line per call: what happened, when, and which messages the call saw."""
+    path = os.environ.get("ONCEONLY_TEST_WRITER_LOG")
+    if path:
+        line = {"event": event, "at": time.time(), "ids": [m.message_id for m in burst]}
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")
+
+
+def _calls_for(message_id: str) -> int:
+    path = os.environ.get("ONCEONLY_TEST_WRITER_LOG")
+    if not path or not os.path.exists(path):
+        return 0
+    with open(path) as lines:
+        return sum(
+            1
+            for line in lines
+            if (entry := json.loads(line))["event"] == "start" and entry["ids"][-1] == message_id
+        )
+
+
+async def model(burst: Any) -> Any:
+    """A model-like async writer, steered by the latest message's text.
+
+    ``ALWAYS-FAIL`` raises every time, ``FAIL-ONCE`` raises on the first call only,
+    ``HANG`` never returns, ``SLOW=<s>`` takes that long, ``DECLINE`` returns None,
+    ``EFFECT`` labels the message once through ``burst.effects``, ``HISTORY`` writes the
+    thread's earlier messages into the reply. Otherwise it takes
+    ``ONCEONLY_TEST_WRITER_DELAY_S`` (default 0.2 s).
+    """
+    latest = burst[-1]
+    text = latest.text or ""
+    _log_call("start", burst)
+    delay = float(os.environ.get("ONCEONLY_TEST_WRITER_DELAY_S", "0.2"))
+    if "SLOW=" in text:
+        delay = float(text.split("SLOW=", 1)[1].split()[0])
+    if "EFFECT" in text:
+        await burst.effects.once("label", {"message": latest.message_id}, _record_effect)
+    if "HANG" in text:
+        await asyncio.sleep(3600)
+    await asyncio.sleep(delay)
+    if "ALWAYS-FAIL" in text or ("FAIL-ONCE" in text and _calls_for(latest.message_id) <= 1):
+        _log_call("raise", burst)
+        raise RuntimeError("429 Too Many Requests (the model's rate limit)")
+    _log_call("end", burst)
+    if "DECLINE" in text:
+        return None
+    if "HISTORY" in text:
+        earlier = await burst.history()
+        return "history: " + " ".join(f"{m.message_id}{'(own)' if m.own else ''}" for m in earlier)
+    return f"reply to {latest.message_id} covering {len(burst)} message(s)"
+
+
+def _record_effect(key: str) -> str:
+    with open(os.environ["ONCEONLY_TEST_EFFECT_LOG"], "a") as out:
+        out.write(key + "\n")
+    return "labelled"
+
+
+def sync_model(burst: Any) -> str:
+    """A plain sync writer that blocks for ONCEONLY_TEST_WRITER_DELAY_S (time.sleep)."""
+    _log_call("start", burst)
+    time.sleep(float(os.environ.get("ONCEONLY_TEST_WRITER_DELAY_S", "2")))
+    _log_call("end", burst)
+    return f"reply to {burst[-1].message_id}"
