@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from processors import reorder
 from processors.reorder import Held, ThreadBuffer, hold, idle, release, ticks_due
 
 
@@ -84,3 +85,41 @@ def test_a_buffer_still_holding_events_never_expires() -> None:
     buffer = hold(ThreadBuffer(partition=2), _event(5, "a", 0))
 
     assert not idle(buffer, partition=2, now_ms=10**9, retention_ms=1000)
+
+
+def test_take_leaves_busy_events_and_the_buffer_alone() -> None:
+    buffer = reorder.ThreadBuffer()
+    for n, arrived in ((2, 0), (1, 10)):
+        buffer = reorder.hold(buffer, reorder.Held((n, f"e{n}"), arrived, n))
+
+    out = reorder.take(buffer, now_ms=2_100, window_ms=2_000, busy=frozenset({(2, "e2")}))
+
+    assert [h.sort_key for h in out.events] == [(1, "e1")]
+    assert len(buffer.held) == 2
+
+
+def test_take_waits_for_the_window_of_the_oldest_event_not_busy() -> None:
+    buffer = reorder.hold(reorder.ThreadBuffer(), reorder.Held((1, "e1"), 1_000, 1))
+
+    assert reorder.take(buffer, now_ms=2_999, window_ms=2_000).events == ()
+    assert len(reorder.take(buffer, now_ms=3_000, window_ms=2_000).events) == 1
+
+
+def test_settle_removes_the_done_events_and_raises_the_watermark() -> None:
+    buffer = reorder.ThreadBuffer(released_up_to=(1, "e1"))
+    for n in (3, 5):
+        buffer = reorder.hold(buffer, reorder.Held((n, f"e{n}"), 0, n))
+
+    settled = reorder.settle(buffer, frozenset({(3, "e3")}), now_ms=99)
+
+    assert [h.sort_key for h in settled.held] == [(5, "e5")]
+    assert settled.released_up_to == (3, "e3")
+    assert settled.updated_ms == 99
+
+
+def test_settle_never_lowers_the_watermark() -> None:
+    buffer = reorder.hold(
+        reorder.ThreadBuffer(released_up_to=(9, "e9")), reorder.Held((3, "e3"), 0, 3)
+    )
+
+    assert reorder.settle(buffer, frozenset({(3, "e3")}), now_ms=1).released_up_to == (9, "e9")

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from processors.exceptions import Rebalancing, SendError, SendFailure
+from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
 from processors.mail import AgentMailSender
+from processors.messages import Decline
 from processors.reply import (
     BurstResult,
     Inbound,
@@ -369,3 +370,155 @@ async def test_a_rebalance_does_not_stop_a_first_attempt(mail: FakeAgentMail) ->
 
     assert result.outcome is Outcome.SENT
     assert len(mail.outbox) == 1
+
+
+def test_a_message_labelled_sent_is_the_agents_own_whoever_it_is_from() -> None:
+    own = _inbound("<m1@x>", sender="Someone Else <else@example.com>", labels=("sent",))
+
+    assert skip_reason("message.received", own) is Skip.OWN_MESSAGE
+
+
+def test_a_declined_record_is_never_written_again_even_on_a_replay() -> None:
+    declined = ReplyRecord("k", INBOX, "<m@x>", "agentmail:t", ReplyState.DECLINED, T0)
+
+    assert plan(declined, now=T0, replay=True) is Plan.SKIP_DECLINED
+
+
+def test_a_replay_of_a_failed_writer_asks_the_writer_again() -> None:
+    failed = ReplyRecord("k", INBOX, "<m@x>", "agentmail:t", ReplyState.FAILED, T0)
+
+    assert plan(failed, now=T0, replay=True) is Plan.WRITE
+
+
+class _Ordered(MemoryLedger):
+    """A ledger and a sender that note, in one list, every write and every send."""
+
+    def __init__(self, sender: Any, log: list[str]) -> None:
+        super().__init__()
+        self.sender, self.log = sender, log
+
+    async def put(self, record: ReplyRecord) -> None:
+        self.log.append(f"ledger {record.state.value}")
+        await super().put(record)
+
+    async def reply(self, record: ReplyRecord) -> str:
+        self.log.append("send")
+        return str(await self.sender.reply(record))
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        return await self.sender.find_reply(record)  # type: ignore[no-any-return]
+
+
+async def test_the_pending_record_is_written_before_any_send_attempt(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    mail.fail_next(2, status=503)  # three send attempts
+    log: list[str] = []
+    ordered = _Ordered(harness.sender, log)
+    harness.ledger = ordered
+    harness.sender = ordered  # type: ignore[assignment]
+
+    await harness.run([_seed(mail, "<m1@x>")])
+
+    assert log == ["ledger pending", "send", "send", "send", "ledger sent"]
+
+
+async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
+    mail: FakeAgentMail,
+) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+
+    async def failing(burst: Sequence[Inbound]) -> str:
+        raise WriterFailed("the writer failed", attempts=3, last_error="RuntimeError('429')")
+
+    result = await reply_once(
+        [message],
+        ledger=harness.ledger,
+        sender=harness.sender,
+        write=failing,
+        dead_letter=harness.dead_letter,
+        now=lambda: T0,
+    )
+
+    assert result.outcome is Outcome.FAILED
+    assert harness.ledger.records[message.key].state is ReplyState.FAILED
+    assert harness.dead[0][1].startswith("writer_failed after 3 attempt(s)")
+    assert mail.outbox == []
+
+
+async def test_a_declined_reply_is_recorded_and_nothing_is_sent(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+
+    result = await reply_once(
+        [message],
+        ledger=harness.ledger,
+        sender=harness.sender,
+        write=simple_write(lambda burst: Decline("out of office")),
+        dead_letter=harness.dead_letter,
+        now=lambda: T0,
+    )
+
+    assert result.outcome is Outcome.DECLINED
+    record = harness.ledger.records[message.key]
+    assert (record.state, record.reason) == (ReplyState.DECLINED, "out of office")
+    assert mail.outbox == []
+
+
+async def test_newer_messages_supersede_the_text_and_get_the_one_reply(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    first, second = _seed(mail, "<a@x>"), _seed(mail, "<b@x>")
+    second = _inbound("<b@x>", minute=1)
+    seen: list[list[str]] = []
+    arrivals = [[second], []]
+
+    def writer(burst: Sequence[Inbound]) -> str:
+        seen.append([m.message_id for m in burst])
+        return f"reply covering {len(burst)}"
+
+    async def newer() -> list[Inbound]:
+        return arrivals.pop(0) if arrivals else []
+
+    result = await reply_once(
+        [first],
+        ledger=harness.ledger,
+        sender=harness.sender,
+        write=simple_write(writer),
+        dead_letter=harness.dead_letter,
+        now=lambda: T0,
+        newer=newer,
+    )
+
+    assert seen == [["<a@x>"], ["<a@x>", "<b@x>"]]
+    assert [e.replied_to_message_id for e in mail.outbox] == ["<b@x>"]
+    assert mail.outbox[0].text == "reply covering 2"
+    assert result.key == second.key
+    assert harness.ledger.records[first.key].state is ReplyState.COVERED
+
+
+async def test_no_more_rewrites_than_supersede_max(mail: FakeAgentMail) -> None:
+    harness = Harness(mail)
+    messages = [_seed(mail, f"<m{n}@x>") for n in range(5)]
+    messages = [_inbound(f"<m{n}@x>", minute=n) for n in range(5)]
+    calls: list[int] = []
+    arrivals = [[m] for m in messages[1:]]
+
+    def writer(burst: Sequence[Inbound]) -> str:
+        calls.append(len(burst))
+        return "ok"
+
+    async def newer() -> list[Inbound]:
+        return arrivals.pop(0) if arrivals else []
+
+    await reply_once(
+        [messages[0]],
+        ledger=harness.ledger,
+        sender=harness.sender,
+        write=simple_write(writer),
+        dead_letter=harness.dead_letter,
+        now=lambda: T0,
+        newer=newer,
+        supersede_max=2,
+    )
+
+    assert calls == [1, 2, 3]

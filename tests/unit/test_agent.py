@@ -1,0 +1,197 @@
+"""The writer step: bounded, timed out, retried, off the event loop; text, None or Decline."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from processors.agent import Burst, Writer, WriterPolicy, outcome_of
+from processors.exceptions import WriterFailed
+from processors.messages import Decline, Inbound, ThreadMessage
+
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+FAST = {"backoff_initial_s": 0.001, "backoff_max_s": 0.002}
+
+
+def _message(n: int = 1) -> Inbound:
+    return Inbound("inbox@x", f"<m{n}@x>", "agentmail:t", "t", f"evt-{n}", T0, "c@x", "Hi", "hi")
+
+
+def test_text_is_the_reply() -> None:
+    assert outcome_of("Thanks!") == "Thanks!"
+
+
+def test_none_is_a_decline() -> None:
+    assert isinstance(outcome_of(None), Decline)
+
+
+def test_a_decline_keeps_its_reason() -> None:
+    assert outcome_of(Decline("spam")) == Decline("spam")
+
+
+@pytest.mark.parametrize("value", ["", "   ", 42, b"bytes"])
+def test_anything_else_is_refused(value: Any) -> None:
+    with pytest.raises(Exception, match="return a non-empty str, None or Decline"):
+        outcome_of(value)
+
+
+async def test_a_writer_that_raises_once_is_called_again() -> None:
+    calls: list[int] = []
+
+    async def flaky(burst: Burst) -> str:
+        calls.append(burst.attempt)
+        if len(calls) == 1:
+            raise RuntimeError("429")
+        return "ok"
+
+    assert await Writer(flaky, WriterPolicy(attempts=3, **FAST)).write([_message()]) == "ok"
+    assert calls == [1, 2]
+
+
+async def test_a_writer_that_always_raises_fails_after_its_attempts() -> None:
+    calls: list[int] = []
+
+    async def broken(burst: Burst) -> str:
+        calls.append(1)
+        raise RuntimeError("503 from the model")
+
+    with pytest.raises(WriterFailed) as failed:
+        await Writer(broken, WriterPolicy(attempts=3, **FAST)).write([_message()])
+
+    assert len(calls) == 3
+    assert failed.value.attempts == 3
+    assert "503 from the model" in failed.value.last_error
+
+
+async def test_a_wrong_return_type_is_not_retried() -> None:
+    calls: list[int] = []
+
+    async def buggy(burst: Burst) -> Any:
+        calls.append(1)
+        return 42
+
+    with pytest.raises(WriterFailed):
+        await Writer(buggy, WriterPolicy(attempts=3, **FAST)).write([_message()])
+
+    assert calls == [1]
+
+
+async def test_a_call_past_the_timeout_is_a_failure() -> None:
+    async def hangs(burst: Burst) -> str:
+        await asyncio.sleep(60)
+        return "never"
+
+    with pytest.raises(WriterFailed, match="WriterTimeout"):
+        await Writer(hangs, WriterPolicy(timeout_s=0.05, attempts=2, **FAST)).write([_message()])
+
+
+async def test_no_more_calls_than_the_concurrency_run_at_once() -> None:
+    running, most = [0], [0]
+
+    async def model(burst: Burst) -> str:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await asyncio.sleep(0.02)
+        running[0] -= 1
+        return "ok"
+
+    writer = Writer(model, WriterPolicy(concurrency=3))
+    await asyncio.gather(*(writer.write([_message(n)]) for n in range(10)))
+
+    assert most[0] == 3
+
+
+async def test_a_sync_writer_runs_off_the_event_loop() -> None:
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def blocking(burst: Burst) -> str:
+        seen.append(threading.get_ident())
+        time.sleep(0.2)
+        return "ok"
+
+    ticks = 0
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    writer = Writer(blocking, WriterPolicy(concurrency=4))
+    await asyncio.gather(writer.write([_message()]), heartbeat())
+    writer.close()
+
+    assert seen and seen[0] != loop_thread
+    assert ticks == 10  # the loop went on while the writer blocked
+
+
+async def test_sync_writers_overlap_up_to_the_concurrency() -> None:
+    def blocking(burst: Burst) -> str:
+        time.sleep(0.2)
+        return "ok"
+
+    writer = Writer(blocking, WriterPolicy(concurrency=4))
+    started = time.monotonic()
+    await asyncio.gather(*(writer.write([_message(n)]) for n in range(4)))
+    writer.close()
+
+    assert time.monotonic() - started < 0.6  # 4 x 0.2 s one after another would be 0.8 s
+
+
+async def test_the_history_is_read_once_and_only_when_asked() -> None:
+    reads: list[int] = []
+    earlier = (ThreadMessage("<m0@x>", "c@x", "first", T0),)
+
+    async def history() -> tuple[ThreadMessage, ...]:
+        reads.append(1)
+        return earlier
+
+    async def uses_it(burst: Burst) -> str:
+        seen = await burst.history()
+        again = await burst.history()
+        return f"{len(seen)} {len(again)}"
+
+    async def ignores_it(burst: Burst) -> str:
+        return "ok"
+
+    await Writer(ignores_it).write([_message()], history=history)
+    assert reads == []
+    assert await Writer(uses_it).write([_message()], history=history) == "1 1"
+    assert reads == [1]
+
+
+def test_a_sync_writer_reads_the_history_through_the_loop() -> None:
+    earlier = (ThreadMessage("<m0@x>", "c@x", "first", T0),)
+
+    async def history() -> tuple[ThreadMessage, ...]:
+        return earlier
+
+    def sync_writer(burst: Burst) -> str:
+        return f"{len(burst.history_sync())} earlier"
+
+    async def run() -> Any:
+        writer = Writer(sync_writer)
+        try:
+            return await writer.write([_message()], history=history)
+        finally:
+            writer.close()
+
+    assert asyncio.run(run()) == "1 earlier"
+
+
+async def test_the_burst_is_the_messages_in_order() -> None:
+    given: list[list[str]] = []
+
+    def writer(burst: Burst) -> str:
+        given.append([m.message_id for m in burst])
+        return "ok"
+
+    await Writer(writer).write([_message(1), _message(2)])
+
+    assert given == [["<m1@x>", "<m2@x>"]]

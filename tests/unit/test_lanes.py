@@ -1,0 +1,133 @@
+"""Lanes: each thread's jobs in order, threads concurrently, records acked when done."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from processors.lanes import Dropped, Job, Lanes
+
+
+class _Acks:
+    def __init__(self) -> None:
+        self.acked: list[Any] = []
+        self.forgotten: list[Any] = []
+
+    def ack(self, record: Any) -> None:
+        self.acked.append(record)
+
+    def forget(self, records: Any) -> None:
+        self.forgotten.extend(records)
+
+
+def _lanes(acks: _Acks, **kw: Any) -> Lanes:
+    return Lanes(ack=acks.ack, forget=acks.forget, **kw)
+
+
+def _job(log: list[str], name: str, delay: float = 0.0, fail: BaseException | None = None) -> Job:
+    async def run(job: Job) -> None:
+        log.append(f"start {name}")
+        await asyncio.sleep(delay)
+        if fail is not None:
+            raise fail
+        log.append(f"end {name}")
+
+    return Job(run, [name])
+
+
+async def _idle(lanes: Lanes) -> None:
+    while lanes.active:
+        await asyncio.sleep(0.005)
+
+
+async def test_a_threads_jobs_run_in_order() -> None:
+    acks, log = _Acks(), []
+    lanes = _lanes(acks)
+    await lanes.submit(b"t", _job(log, "a", 0.02))
+    await lanes.submit(b"t", _job(log, "b"))
+    await _idle(lanes)
+
+    assert log == ["start a", "end a", "start b", "end b"]
+
+
+async def test_a_slow_thread_holds_up_no_other() -> None:
+    acks, log = _Acks(), []
+    lanes = _lanes(acks)
+    await lanes.submit(b"slow", _job(log, "slow", 0.2))
+    await lanes.submit(b"fast", _job(log, "fast"))
+    await asyncio.sleep(0.05)
+
+    assert acks.acked == ["fast"]  # acknowledged while the slow one still runs
+    await _idle(lanes)
+    assert acks.acked == ["fast", "slow"]
+
+
+async def test_a_dropped_job_is_not_acknowledged() -> None:
+    acks, log = _Acks(), []
+    lanes = _lanes(acks)
+    await lanes.submit(b"t", _job(log, "a", fail=Dropped("rebalance")))
+    await lanes.submit(b"t", _job(log, "b"))
+    await _idle(lanes)
+
+    assert acks.acked == ["b"]
+    assert acks.forgotten == ["a"]
+
+
+async def test_submit_waits_while_too_many_records_are_pending() -> None:
+    acks, log = _Acks(), []
+    lanes = _lanes(acks, max_pending=2)
+    await lanes.submit(b"t1", _job(log, "a", 0.05))
+    await lanes.submit(b"t2", _job(log, "b", 0.05))
+    third = asyncio.ensure_future(lanes.submit(b"t3", _job(log, "c")))
+    await asyncio.sleep(0.01)
+
+    assert not third.done()
+    await asyncio.wait_for(third, 1)
+    await _idle(lanes)
+    assert sorted(acks.acked) == ["a", "b", "c"]
+
+
+async def test_drain_lets_running_jobs_finish_within_the_grace() -> None:
+    acks, log = _Acks(), []
+    lanes = _lanes(acks)
+    await lanes.submit(b"t", _job(log, "running", 0.05))
+    await asyncio.sleep(0.01)
+
+    await lanes.drain(grace_s=1)
+
+    assert acks.acked == ["running"]
+
+
+async def test_drain_drops_what_runs_past_the_grace_and_what_never_started() -> None:
+    acks, log = _Acks(), []
+    lanes = _lanes(acks)
+    await lanes.submit(b"t", _job(log, "slow", 5))
+    await lanes.submit(b"t", _job(log, "queued"))
+    await asyncio.sleep(0.01)
+
+    dropped = await lanes.drain(grace_s=0.05)
+
+    assert acks.acked == []
+    assert sorted(acks.forgotten) == ["queued", "slow"]
+    assert dropped == 2
+    assert lanes.pending == 0
+
+
+async def test_a_running_job_absorbs_the_threads_waiting_deliveries() -> None:
+    acks, log = _Acks(), []
+    lanes = _lanes(acks)
+    seen: list[list[Any]] = []
+
+    async def first(job: Job) -> None:
+        await asyncio.sleep(0.02)
+        waiting = lanes.queued(b"t")
+        lanes.absorb(b"t", job, waiting)
+        seen.append([w.records[0] for w in waiting])
+
+    await lanes.submit(b"t", Job(first, ["a"]))
+    await lanes.submit(b"t", _job(log, "b"))
+    await _idle(lanes)
+
+    assert seen == [["b"]]
+    assert log == []  # b never ran on its own
+    assert acks.acked == ["a", "b"]

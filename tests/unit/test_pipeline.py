@@ -1,0 +1,126 @@
+"""The pipeline's decisions without faust: a burst gets one reply; a failure is the record's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ingest import normalise
+from processors.agent import Writer, WriterPolicy
+from processors.channels import AgentMailChannel
+from processors.holds import Delivery
+from processors.mail import AgentMailSender
+from processors.metrics import WorkerMetrics
+from processors.pipeline import Pipeline
+from tests import payloads
+from tests.fakes.agentmail_server import FakeAgentMail
+from tests.fakes.ledger import MemoryLedger
+from tests.unit._pipeline import bare_pipeline
+
+INBOX = "support@agentmail.to"
+
+
+class _DeadLetters:
+    def __init__(self) -> None:
+        self.letters: list[tuple[str, list[str]]] = []
+
+    async def record_failure(self, envelopes: Any, *, check: str, error: str) -> None:
+        self.letters.append((check, [e.event_id for e in envelopes]))
+
+    async def record_reply(self, record: Any, reason: str, envelopes: Any) -> None:
+        self.letters.append((reason.split()[0], [e.event_id for e in envelopes]))
+
+
+@pytest.fixture
+async def mail() -> AsyncIterator[FakeAgentMail]:
+    fake = FakeAgentMail()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+def _pipeline(mail: FakeAgentMail, writer: Any) -> Pipeline:
+    settings = SimpleNamespace(reorder_window_ms=0, send_attempts=2, supersede_max=2)
+    sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
+    return bare_pipeline(
+        settings,
+        ledger=MemoryLedger(),
+        channels={"agentmail": AgentMailChannel(sender)},
+        writer=Writer(writer, WriterPolicy(attempts=2, backoff_initial_s=0.001)),
+        dead_letters=_DeadLetters(),
+        metrics=WorkerMetrics(),
+        retry_backoff_s=0.001,
+    )
+
+
+def _delivery(mail: FakeAgentMail, n: int, minute: int) -> Delivery:
+    message_id = f"<m{n}@example.com>"
+    mail.seed_message(INBOX, message_id=message_id, thread_id="thr-burst")
+    payload = payloads.agentmail_received(
+        inbox_id=INBOX,
+        thread_id="thr-burst",
+        message_id=message_id,
+        timestamp=f"2026-11-29T10:{minute:02d}:00.000Z",
+    )
+    envelope = normalise.agentmail(json.dumps(payload), {}, datetime.now(UTC))
+    return Delivery(envelope, (0, n))
+
+
+async def test_a_burst_of_three_gets_one_reply_to_its_latest(mail: FakeAgentMail) -> None:
+    given: list[int] = []
+
+    def writer(burst: Any) -> str:
+        given.append(len(burst))
+        return "one answer to all three"
+
+    pipeline = _pipeline(mail, writer)
+    burst = [_delivery(mail, 1, 5), _delivery(mail, 2, 9), _delivery(mail, 3, 7)]
+    outcomes: dict[str, bool] = {}
+
+    await pipeline.act(burst, outcomes)
+
+    assert [e.replied_to_message_id for e in mail.outbox] == ["<m2@example.com>"]
+    assert given == [3]
+    assert all(outcomes[d.envelope.event_id] for d in burst)
+
+
+async def test_a_writer_that_always_fails_marks_its_events_failed(mail: FakeAgentMail) -> None:
+    def writer(burst: Any) -> str:
+        raise RuntimeError("503 from the model")
+
+    pipeline = _pipeline(mail, writer)
+    delivery = _delivery(mail, 1, 0)
+    outcomes: dict[str, bool] = {}
+
+    await pipeline.act([delivery], outcomes)
+
+    assert outcomes == {delivery.envelope.event_id: False}
+    assert pipeline.dead_letters.letters == [  # type: ignore[attr-defined]
+        ("writer_failed", [delivery.envelope.event_id])
+    ]
+    assert mail.outbox == []
+
+
+async def test_an_unexpected_error_is_the_records_dead_letter_not_the_workers(
+    mail: FakeAgentMail,
+) -> None:
+    pipeline = _pipeline(mail, lambda burst: "ok")
+    delivery = _delivery(mail, 1, 0)
+
+    async def broken_act(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("an odd record")
+
+    pipeline.act = broken_act  # type: ignore[method-assign]
+    outcomes: dict[str, bool] = {}
+
+    await pipeline._guarded([delivery], outcomes, None)
+
+    assert outcomes == {delivery.envelope.event_id: False}
+    assert pipeline.dead_letters.letters == [  # type: ignore[attr-defined]
+        ("record_failed", [delivery.envelope.event_id])
+    ]
