@@ -75,7 +75,13 @@ def _iso(value: Any) -> datetime | None:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)  # the envelope keeps UTC: the ends of the calendar
+    except OverflowError:  # with a zone (0001-01-01T00:00+14:00) have no UTC time
+        raise PayloadError(
+            "bad_shape", f"timestamp {value[:40]!r} is outside the calendar in UTC"
+        ) from None
 
 
 def _obj(value: Any) -> dict[str, Any]:

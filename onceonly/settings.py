@@ -31,6 +31,8 @@ class Settings(BaseSettings):
         case_sensitive=False,
         # VAR= (as compose's ${VAR:-} gives) means unset, not an empty secret
         env_ignore_empty=True,
+        # a bad value's error never quotes the value: it may be a secret
+        hide_input_in_errors=True,
     )
 
     # --- Kafka -----------------------------------------------------------

@@ -106,7 +106,7 @@ class Pipeline:
             return
         try:
             envelope = Envelope.decode(event.value)
-        except SchemaError as exc:
+        except (SchemaError, RecursionError) as exc:
             log.error(
                 "record is not an envelope; dead-lettered",
                 partition=partition,

@@ -72,7 +72,7 @@ class Envelope:
     def decode(cls, value: bytes | str) -> Envelope:
         try:
             data = json.loads(value)
-        except ValueError as exc:
+        except (ValueError, TypeError, RecursionError) as exc:  # TypeError: a null value
             raise SchemaError(f"envelope is not JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise SchemaError("envelope is not a JSON object")
@@ -99,7 +99,7 @@ class Envelope:
                 truncated=bool(data["truncated"]),
                 raw=str(data["raw"]),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise SchemaError(f"envelope is missing or has a bad field: {exc!r}") from exc
 
     def headers(self) -> list[tuple[str, bytes]]:

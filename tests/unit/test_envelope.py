@@ -7,8 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from ingest import normalise
+from ingest.exceptions import PayloadError
 from schemas.envelope import Envelope
 from schemas.exceptions import SchemaError
+from tests import payloads
 
 ENVELOPE = Envelope(
     provider="agentmail",
@@ -46,3 +49,22 @@ def test_a_missing_field_is_a_schema_error() -> None:
 
 def test_the_dedupe_key_is_scoped_by_provider() -> None:
     assert ENVELOPE.dedupe_key == "agentmail:evt_1"
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_a_timestamp_with_no_utc_time_is_a_payload_error(stamp: str) -> None:
+    body = json.dumps(payloads.agentmail_received(timestamp=stamp))
+
+    with pytest.raises(PayloadError) as error:
+        normalise.agentmail(body, {}, datetime.now(UTC))
+
+    assert error.value.check == "bad_shape"  # answered 400 by ingest
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, b"null", b"[]", b'{"v": 1, "occurred_at": 5}', b"[" * 100_000 + b"]" * 100_000],
+)
+def test_a_record_ingest_never_writes_is_a_schema_error(value: bytes | None) -> None:
+    with pytest.raises(SchemaError):
+        Envelope.decode(value)  # type: ignore[arg-type]

@@ -46,3 +46,15 @@ def test_secrets_do_not_appear_in_the_settings_repr() -> None:
     settings = Settings(nylas_webhook_secret=SecretStr("hunter2-secret"))
 
     assert "hunter2-secret" not in repr(settings)
+
+
+def test_a_malformed_secrets_variable_never_quotes_the_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ONCEONLY_STANDARD_WEBHOOK_SECRETS", "crm=whsec_TOPSECRETVALUE,x")
+
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env()
+
+    assert "TOPSECRETVALUE" not in str(error.value)
+    assert "whsec_" not in str(error.value)
