@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 JARS   := .run/kafka.classpath
 
-.PHONY: run test lint bench install jars clean
+.PHONY: run test lint bench bench-agent install jars clean
 
 install: $(STAMP)
 
@@ -34,6 +34,12 @@ lint: $(STAMP)
 # Smaller: make bench BENCH_ARGS='--duration 2 --events 300 --dedupe-entries 2000'
 bench: $(STAMP) jars
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The agent step: a model-like writer (async, 1 s ± 20 %), window 2,000 ms, a steady rate;
+# then 1 % of the writer calls hanging. Report: bench/results/agent-step-<date>.md.
+# Smaller: make bench-agent BENCH_AGENT_ARGS='--smoke'
+bench-agent: $(STAMP) jars
+	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
 
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache

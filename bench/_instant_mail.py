@@ -16,6 +16,10 @@ It counts what it is sent and when, for the benchmark to read:
     ``Idempotency-Key`` values among them (each key's first request is a send, a repeat
     is answered as a replay, as AgentMail does), and the wall-clock times (epoch seconds)
     of the first and the latest send.
+``GET /_control/received``
+    ``{message_id: epoch seconds}``: for every send (not a replay), the replied-to
+    Message-ID (from the request path, unescaped) and when its first request arrived,
+    so that a benchmark can compute each message's latency.
 ``GET /healthz``
     200 once it serves.
 
@@ -29,6 +33,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -40,6 +45,8 @@ class Outbox:
         self.replayed = 0
         self.first = 0.0
         self.last = 0.0
+        #: replied-to Message-ID -> when its first send arrived (epoch seconds)
+        self.received: dict[str, float] = {}
 
     async def reply(self, request: web.Request) -> web.StreamResponse:
         if not request.path.endswith("/reply"):
@@ -60,6 +67,9 @@ class Outbox:
         if not self.first:
             self.first = now
         self.last = now
+        # .../messages/{message_id}/reply, the id quoted by the sender
+        replied_to = unquote(request.raw_path.split("?", 1)[0].rsplit("/", 2)[-2])
+        self.received.setdefault(replied_to, now)
         return web.json_response({"message_id": sent_id, "thread_id": "thr_bench"})
 
     async def stats(self, request: web.Request) -> web.StreamResponse:
@@ -73,6 +83,9 @@ class Outbox:
             }
         )
 
+    async def received_at(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(self.received)
+
 
 async def healthz(request: web.Request) -> web.StreamResponse:
     return web.json_response({"status": "ok"})
@@ -83,6 +96,7 @@ async def serve(host: str, port: int) -> None:
     app = web.Application()
     app.router.add_post("/v0/{tail:.*}", outbox.reply)
     app.router.add_get("/_control/stats", outbox.stats)
+    app.router.add_get("/_control/received", outbox.received_at)
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

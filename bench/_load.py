@@ -50,23 +50,33 @@ class Delivery:
     headers: dict[str, str]
 
 
-def agentmail_body(n: int, now: datetime) -> bytes:
-    """An AgentMail ``message.received`` event (about 1.5 KB), distinct for every ``n``."""
+def agentmail_body(
+    n: int,
+    now: datetime,
+    *,
+    thread_id: str | None = None,
+    message_id: str | None = None,
+    text: str | None = None,
+) -> bytes:
+    """An AgentMail ``message.received`` event (about 1.5 KB), distinct for every ``n``.
+    ``thread_id``, ``message_id`` and ``text`` replace the defaults (a thread among
+    :data:`THREADS`, a random Message-ID, a fixed customer email) when given."""
     inbox = f"support-{n % 8}@agentmail.to"
-    thread = f"thr_{n % THREADS:04d}"
+    thread = thread_id or f"thr_{n % THREADS:04d}"
     stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    body = _TEXT if text is None else text
     message = {
         "inbox_id": inbox,
         "thread_id": thread,
-        "message_id": f"<{uuid.uuid4().hex}@mail.example.com>",
+        "message_id": message_id or f"<{uuid.uuid4().hex}@mail.example.com>",
         "labels": ["received", "unread"],
         "timestamp": stamp,
         "from": "Dana Customer <dana@example.com>",
         "to": [inbox],
         "subject": "Re: onboarding call and November invoice",
-        "preview": _TEXT[:120],
-        "text": _TEXT,
-        "html": _HTML,
+        "preview": body[:120],
+        "text": body,
+        "html": _HTML if text is None else f"<div><p>{body}</p></div>",
         "size": 4312,
         "created_at": stamp,
         "updated_at": stamp,

@@ -63,7 +63,7 @@ from pydantic import SecretStr
 
 import ingest.app
 from ingest import verify
-from ingest.app import Ingest
+from ingest.app import KNOWN_PROVIDERS, Ingest
 from onceonly.kafka import Admin, AsyncProducer, producer_config_from
 from onceonly.logs import configure_logging
 from onceonly.settings import Settings
@@ -882,10 +882,13 @@ def _judge(request: Hostile, answer: Answer | None, tally: Tally) -> None:
     if garbled and (answer.status, answer.content_type) == (400, "text/plain"):
         return  # the decoder failed inside aiohttp's parser: refused before any route
     check = answer.error()["check"]
-    tally.rejected[(request.label, check)] += 1
     if request.target == "unconfigured":
         assert (answer.status, check) == (404, "not_configured")
+        # a route no provider has is counted under one label, so a scan cannot grow /metrics
+        label = request.label if request.label in KNOWN_PROVIDERS else "unknown"
+        tally.rejected[(label, check)] += 1
         return
+    tally.rejected[(request.label, check)] += 1
     assert answer.status != 404
     if garbled:
         assert answer.status in (400, 401, 413)

@@ -1,0 +1,279 @@
+"""The agent-step benchmark's load, processes and figures (``bench.agent_step`` runs them).
+
+Each delivery is a distinct AgentMail ``message.received`` event in a thread of its own,
+signed with Svix's ``Webhook.sign``; the load generator records when ingest answered it
+204, the instant mail server (``bench._instant_mail``) when it received its reply, both
+on this machine's wall clock, so a message's latency is the difference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+import urllib.error
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import aiohttp
+import svix.webhooks
+
+from bench._load import Delivery, agentmail_body, percentile
+from bench._model import HANG
+from bench._procs import BenchError, ServerProcess
+from bench.processors import Bench, base_env, check_alive, get_json, scrape
+
+ROUTE = "/webhooks/agentmail"
+#: The text of a message whose writer call hangs until the timeout.
+HANG_TEXT = f"Hi,\n\nplease look into this ({HANG}).\n\nThanks,\nDana"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    message_id: str
+    hang: bool
+    delivery: Delivery
+
+
+def hangs(count: int, fraction: float) -> set[int]:
+    """Which of ``count`` messages hang: evenly spread, ``floor(count * fraction)`` of them."""
+    return {i for i in range(count) if math.floor((i + 1) * fraction) > math.floor(i * fraction)}
+
+
+def build_messages(secret: str, count: int, tag: str, hang_fraction: float) -> list[Message]:
+    """``count`` distinct deliveries, each in its own thread, signed now."""
+    webhook = svix.webhooks.Webhook(secret)
+    now = datetime.now(UTC)
+    stamp = str(int(now.timestamp()))
+    hanging = hangs(count, hang_fraction)
+    out: list[Message] = []
+    for n in range(count):
+        message_id = f"<{tag}-{n:06d}@mail.example.com>"
+        body = agentmail_body(
+            n,
+            now,
+            thread_id=f"thr_{tag}_{n:06d}",
+            message_id=message_id,
+            text=HANG_TEXT if n in hanging else None,
+        )
+        svix_id = f"msg_{tag}_{n:06d}"
+        headers = {
+            "svix-id": svix_id,
+            "svix-timestamp": stamp,
+            "svix-signature": webhook.sign(svix_id, now, body.decode()),
+            "content-type": "application/json",
+        }
+        out.append(Message(message_id, n in hanging, Delivery(body, headers)))
+    return out
+
+
+@dataclass(slots=True)
+class Offered:
+    """What the load generator saw: when each message was answered 204 (epoch seconds)."""
+
+    acked: dict[str, float] = field(default_factory=dict)
+    statuses: Counter[str] = field(default_factory=Counter)
+    max_send_lag_s: float = 0.0
+    seconds: float = 0.0
+
+
+async def offer(url: str, messages: list[Message], rate: float, concurrency: int = 32) -> Offered:
+    """Open loop: message ``i`` is sent at ``start + i / rate``, whatever the server does."""
+    result = Offered()
+    due = iter(enumerate(messages))
+    timeout = aiohttp.ClientTimeout(total=30)
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.perf_counter() + 0.05
+
+        async def worker() -> None:
+            for i, message in due:
+                scheduled = start + i / rate
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                result.max_send_lag_s = max(result.max_send_lag_s, time.perf_counter() - scheduled)
+                d = message.delivery
+                try:
+                    async with session.post(url, data=d.body, headers=d.headers) as response:
+                        await response.read()
+                        status = str(response.status)
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    status = type(exc).__name__
+                result.statuses[status] += 1
+                if status == "204":
+                    result.acked[message.message_id] = time.time()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        result.seconds = time.perf_counter() - start
+    return result
+
+
+@dataclass
+class AgentBench(Bench):
+    """:class:`bench.processors.Bench` (worker, mail server) with ingest in front and the
+    worker's settings overridden by ``extra``."""
+
+    extra: dict[str, str] = field(default_factory=dict)
+    secret: str = ""
+    ingest_port: int = 0
+    ingest: ServerProcess | None = None
+
+    def worker_env(self) -> dict[str, str]:
+        env = super().worker_env()
+        env.update(self.extra)
+        return env
+
+    def start_ingest(self) -> None:
+        from onceonly.broker import free_port
+
+        self.ingest_port = free_port()
+        env = base_env(
+            {
+                "ONCEONLY_KAFKA_BOOTSTRAP": self.bootstrap,
+                "ONCEONLY_PARTITIONS": str(self.partitions),
+                "ONCEONLY_INGEST_HOST": "127.0.0.1",
+                "ONCEONLY_INGEST_PORT": str(self.ingest_port),
+                "ONCEONLY_RUN_DIR": str(self.work / "ingest-run"),
+                "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": self.secret,
+                "ONCEONLY_LOG_LEVEL": "WARNING",
+                **self.topics,
+            }
+        )
+        self.ingest = ServerProcess(
+            "onceonly ingest",
+            [sys.executable, "-m", "onceonly", "ingest"],
+            env,
+            self.work / "ingest.log",
+        )
+        self.ingest.start()
+        asyncio.run(self.ingest.wait_ready(f"{self.url_base}/readyz"))
+
+    @property
+    def url_base(self) -> str:
+        return f"http://127.0.0.1:{self.ingest_port}"
+
+    def received(self) -> dict[str, float]:
+        """The mail server's replied-to Message-IDs and when each reply arrived."""
+        try:
+            data: dict[str, float] = get_json(
+                f"http://127.0.0.1:{self.mail_port}/_control/received", timeout_s=10
+            )
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise BenchError(f"the instant mail server did not answer: {exc}") from exc
+        return data
+
+    def wait_answered(self, ids: set[str], timeout_s: float, stall_s: float = 30.0) -> float:
+        """Wait until every one of ``ids`` has a reply, at most ``timeout_s`` (or ``stall_s``
+        without a new one); return the wall-clock time it ended."""
+        deadline = time.monotonic() + timeout_s
+        last, last_move = -1, time.monotonic()
+        while True:
+            got = len(ids & self.received().keys())
+            if got >= len(ids) or time.monotonic() > deadline:
+                return time.time()
+            if got != last:
+                last, last_move = got, time.monotonic()
+            elif time.monotonic() - last_move > stall_s:
+                return time.time()
+            for process in (self.worker, self.ingest):
+                if process is not None:
+                    check_alive(process, "the benchmark waited for replies")
+            time.sleep(0.25)
+
+    def stop_all(self) -> None:
+        if self.ingest is not None:
+            self.ingest.stop(timeout_s=30)
+        super().stop_all()
+
+
+def warm_up(bench: AgentBench, tag: str) -> None:
+    """A few messages answered before the measured load: the worker has joined its group."""
+    warm = build_messages(bench.secret, 2 * bench.partitions, f"{tag}w", 0.0)
+    pending, deadline = warm, time.monotonic() + 60
+    while pending:  # a broker just started may refuse the first produces (ingest's 503)
+        offered = asyncio.run(offer(bench.url_base + ROUTE, pending, rate=20.0))
+        pending = [m for m in pending if m.message_id not in offered.acked]
+        if pending and time.monotonic() > deadline:
+            raise BenchError(f"warm-up: ingest answered {dict(offered.statuses)}")
+        time.sleep(1.0 if pending else 0.0)
+    bench.wait_answered({m.message_id for m in warm}, timeout_s=120, stall_s=120)
+    missing = {m.message_id for m in warm} - bench.received().keys()
+    if missing:
+        raise BenchError(f"warm-up: {len(missing)} messages were never answered")
+
+
+def worker_counters(port: int) -> dict[str, float]:
+    """The worker's writer-call and dead-letter counters, from its /metrics."""
+    samples = scrape(port) or {}
+    keep = ("onceonly_writer_calls_total", "onceonly_dead_letters_total")
+    return {k: v for k, v in samples.items() if k.startswith(keep)}
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One run (A or B): what was offered and what the mail server received."""
+
+    label: str
+    rate: float
+    messages: list[Message]
+    offered: Offered
+    received: dict[str, float]
+    cpu: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: float = math.nan  #: the worker's CPU seconds over the window
+    settings: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def normal(self) -> list[Message]:
+        return [m for m in self.messages if not m.hang]
+
+    @property
+    def hanging(self) -> int:
+        return len(self.messages) - len(self.normal)
+
+    @property
+    def latencies(self) -> list[float]:
+        """Seconds from the 204 to the reply, of the answered messages that do not hang."""
+        acked, got = self.offered.acked, self.received
+        return [
+            got[m.message_id] - acked[m.message_id]
+            for m in self.normal
+            if m.message_id in acked and m.message_id in got
+        ]
+
+    @property
+    def answered(self) -> int:
+        return sum(1 for m in self.messages if m.message_id in self.received)
+
+    @property
+    def unanswered(self) -> int:
+        """Messages that do not hang, acknowledged 204, and never answered."""
+        acked, got = self.offered.acked, self.received
+        return sum(1 for m in self.normal if m.message_id in acked and m.message_id not in got)
+
+    @property
+    def hang_answered(self) -> int:
+        return sum(1 for m in self.messages if m.hang and m.message_id in self.received)
+
+    @property
+    def replies_per_s(self) -> float:
+        """Replies the mail server received, first to last (measured messages only)."""
+        times = sorted(
+            self.received[m.message_id] for m in self.messages if m.message_id in self.received
+        )
+        if len(times) < 2 or times[-1] <= times[0]:
+            return math.nan
+        return (len(times) - 1) / (times[-1] - times[0])
+
+    @property
+    def cpu_ms_per_reply(self) -> float:
+        return 1000 * self.cpu_seconds / self.answered if self.answered else math.nan
+
+    def p(self, q: float) -> float:
+        return percentile(self.latencies, q)

@@ -1,0 +1,388 @@
+"""Agent-step benchmark: a model-like writer behind the reorder window, at a steady rate.
+
+``python -m bench.agent_step`` (``make bench-agent``) runs, on one embedded broker (or the
+cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id:
+
+(A) ``onceonly ingest`` and one ``onceonly worker`` (real processes) with
+    ``ONCEONLY_REPLY_WRITER=bench._model:writer`` (async, 1 s ± 20 %), the reorder window
+    at ``--window-ms`` and ``ONCEONLY_WRITER_CONCURRENCY=--concurrency``; an open loop
+    POSTs svix-signed AgentMail deliveries to ingest at ``--rate`` for ``--duration`` s,
+    each a distinct message in a thread of its own; the instant mail server
+    (``bench._instant_mail``) records when each reply arrives. Figures: replies/s per
+    worker (the mail server's first reply to its last), p50/p99 from ingest's 204 to the
+    mail server receiving the reply, unanswered messages, the worker's CPU per reply;
+(B) the same with ``--hang-fraction`` of the messages (evenly spread) hanging in the
+    writer until ``ONCEONLY_WRITER_TIMEOUT_S``; the latencies are the other messages';
+(C) with ``--instant``: the worker's CPU per reply with the instant writer
+    (``processors.writer:acknowledge``) and window 0, over ``--instant-count`` records
+    produced straight to Kafka (``bench.processors`` (2), same code).
+
+Targets (the issue): replies/s >= 0.8 x concurrency / mean writer latency (1.0 s), p99 <=
+window + the writer's longest latency (1.2 s) + 1 s, and (B)'s p99 <= 1.1 x (A)'s.
+The report is written to ``<--out>/agent-step-<date>.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from bench import _agent_load as load
+from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
+from bench._model import LATENCY_S
+from bench._procs import Broker, CpuWindow, console, create_topics, kafka, loadavg, revision
+from bench._report import CONTENDED_PERCENT, RESULTS_DIR, about, command_line, execute, fmt_cpu, met
+from bench.processors import Bench, agentmail_records, produce
+
+MEAN_WRITER_S = sum(LATENCY_S) / 2
+#: Writer timeout and attempts in (A) and (B), so that a hanging call ends in seconds.
+TIMEOUT_S, ATTEMPTS = 5.0, 2
+#: Seconds (A) or (B) waits after its load for the last replies.
+TAIL_S = 90.0
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    rate: float
+    duration_s: float
+    hang_fraction: float
+    window_ms: int
+    concurrency: int
+    instant: bool
+    instant_count: int
+    partitions: int
+
+    @property
+    def replies_target(self) -> float:
+        return 0.8 * self.concurrency / MEAN_WRITER_S
+
+    @property
+    def p99_target_s(self) -> float:
+        return self.window_ms / 1000 + LATENCY_S[1] + 1.0
+
+    def worker_settings(self) -> dict[str, str]:
+        return {
+            "ONCEONLY_REPLY_WRITER": "bench._model:writer",
+            "ONCEONLY_REORDER_WINDOW_MS": str(self.window_ms),
+            "ONCEONLY_WRITER_CONCURRENCY": str(self.concurrency),
+            "ONCEONLY_WRITER_TIMEOUT_S": f"{TIMEOUT_S:g}",
+            "ONCEONLY_WRITER_ATTEMPTS": str(ATTEMPTS),
+        }
+
+
+@dataclass(slots=True)
+class Results:
+    a: RunResult | None = None
+    b: RunResult | None = None
+    instant_ms: float = math.nan
+    instant_rate: float = math.nan
+    instant_cpu: str = ""
+
+
+# --------------------------------------------------------------------------- the runs
+
+
+def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
+    tag = secrets.token_hex(3)
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-agent-{tag}")
+    (work / label).mkdir()
+    settings = opts.worker_settings()
+    bench = AgentBench(
+        work / label, broker.bootstrap, topics, tag, opts.partitions, "INFO", broker.pid
+    )
+    bench.extra, bench.secret = settings, secret
+    try:
+        bench.start_mail()
+        bench.start_ingest()
+        bench.start_worker()
+        assert bench.worker is not None and bench.ingest is not None
+        console.print(f"({label}) waiting for the worker (warm-up messages) …")
+        load.warm_up(bench, tag)
+        messages = build_messages(secret, int(opts.rate * opts.duration_s), tag, fraction)
+        pids = bench.cpu_pids("worker", bench.worker.pid) | {"ingest": bench.ingest.pid}
+        cpu = CpuWindow(pids)
+        console.print(
+            f"({label}) {len(messages):,} messages at {opts.rate:g}/s for {opts.duration_s:g} s,"
+            f" {sum(m.hang for m in messages)} of them hanging …"
+        )
+        began = time.perf_counter()
+        cpu.begin()
+        offered = asyncio.run(offer(bench.url_base + ROUTE, messages, opts.rate))
+        want = {m.message_id for m in messages if not m.hang and m.message_id in offered.acked}
+        bench.wait_answered(want, timeout_s=TAIL_S)
+        cpu.end()
+        elapsed = time.perf_counter() - began
+        ids = {m.message_id for m in messages}
+        received = {k: v for k, v in bench.received().items() if k in ids}
+        result = RunResult(label, opts.rate, messages, offered, received, cpu.percent)
+        result.cpu_seconds = cpu.percent["worker"] / 100 * elapsed
+        result.settings = settings
+        if result.hanging:  # the hanging calls' last attempts time out: dead-lettered
+            bench.worker_metric("onceonly_dead_letters_total", 4 * TIMEOUT_S, result.hanging)
+        result.metrics = load.worker_counters(bench.worker_port)
+    except BaseException:
+        for process in (bench.ingest, bench.worker):
+            if process is not None:
+                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+        raise
+    finally:
+        bench.stop_all()
+    console.print(
+        f"({label}) {result.replies_per_s:.1f} replies/s, p50 {result.p(0.5):.2f} s, "
+        f"p99 {result.p(0.99):.2f} s, {result.unanswered} unanswered, "
+        f"{result.cpu_ms_per_reply:.2f} ms of worker CPU per reply"
+    )
+    return result
+
+
+def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
+    """(C) the worker's CPU per reply with the instant writer, window 0 (bench.processors)."""
+    tag = secrets.token_hex(3)
+    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-agent-{tag}")
+    (work / "instant").mkdir()
+    bench = Bench(work / "instant", broker.bootstrap, topics, tag, opts.partitions, "INFO")
+    bench.broker_pid = broker.pid
+    count = opts.instant_count
+    try:
+        produce(broker.bootstrap, bench.deliveries, agentmail_records(count), count)
+        bench.start_mail()
+        console.print(f"(C) instant writer, window 0, {count:,} records produced to Kafka …")
+        drain = bench.run_replies(count)
+    finally:
+        bench.stop_all()
+    r.instant_ms, r.instant_rate, r.instant_cpu = drain.cpu_ms, drain.rate, fmt_cpu(drain.cpu)
+    console.print(f"(C) {drain.rate:,.0f} replies/s, {drain.cpu_ms:.2f} ms of CPU per reply")
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def _fmt(value: float, spec: str) -> str:
+    return "n/a" if math.isnan(value) else format(value, spec)
+
+
+def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
+    """(figure, A, B, target, verdict) rows."""
+    runs = [x for x in (r.a, r.b) if x is not None]
+
+    def both(get: Callable[[RunResult], str]) -> tuple[str, str]:
+        a = get(r.a) if r.a is not None else ""
+        b = get(r.b) if r.b is not None else ""
+        return a, b
+
+    def verdicts(ok: Callable[[RunResult], bool]) -> str:
+        return ", ".join(f"{x.label}: {met(ok(x))}" for x in runs)
+
+    out = [
+        (
+            "messages offered (hanging)",
+            *both(lambda x: f"{len(x.messages):,} ({x.hanging})"),
+            "",
+            "",
+        ),
+        ("204 from ingest", *both(lambda x: f"{len(x.offered.acked):,}"), "", ""),
+        (
+            "replies/s per worker",
+            *both(lambda x: _fmt(x.replies_per_s, ".1f")),
+            f">= {opts.replies_target:.1f}",
+            verdicts(lambda x: x.replies_per_s >= opts.replies_target),
+        ),
+        ("p50 204 → reply, s", *both(lambda x: _fmt(x.p(0.5), ".2f")), "", ""),
+        (
+            "p99 204 → reply, s",
+            *both(lambda x: _fmt(x.p(0.99), ".2f")),
+            f"<= {opts.p99_target_s:.1f}",
+            verdicts(lambda x: x.p(0.99) <= opts.p99_target_s),
+        ),
+    ]
+    if r.a is not None and r.b is not None:
+        ratio = r.b.p(0.99) / r.a.p(0.99)
+        out.append(("p99 B / A", "", _fmt(ratio, ".3f"), "<= 1.10", met(ratio <= 1.10)))
+    out += [
+        (
+            "unanswered (not hanging)",
+            *both(lambda x: str(x.unanswered)),
+            "0",
+            verdicts(lambda x: x.unanswered == 0),
+        ),
+        ("hanging messages answered", *both(lambda x: str(x.hang_answered)), "0", ""),
+        ("worker CPU per reply, ms", *both(lambda x: _fmt(x.cpu_ms_per_reply, ".2f")), "", ""),
+    ]
+    if not math.isnan(r.instant_ms):
+        out.append(
+            ("(C) instant writer, worker CPU per reply, ms", _fmt(r.instant_ms, ".2f"), "", "", "")
+        )
+    return out
+
+
+def notes(opts: Options, r: Results) -> list[str]:
+    lines = [
+        "settings of (A) and (B): "
+        + ", ".join(f"{k}={v}" for k, v in opts.worker_settings().items())
+        + f", {opts.partitions} partitions, worker log level INFO. The writer timeout and attempts "
+        f"are lowered from their defaults (120 s, 3) so that a hanging call is dead-lettered "
+        f"after {ATTEMPTS} calls of {TIMEOUT_S:g} s plus a backoff, and the run stays short",
+        f"load: open loop at {opts.rate:g}/s for {opts.duration_s:g} s, every delivery a "
+        "distinct message in its own thread, svix-signed, POSTed to ingest; latency from the "
+        "204 to the instant mail server receiving the reply (both on this machine's clock)",
+        f"target replies/s = 0.8 x {opts.concurrency} / {MEAN_WRITER_S:g} s; it can only be met "
+        "if the offered rate is above it",
+    ]
+    for x in (r.a, r.b):
+        if x is None:
+            continue
+        failures = {s: n for s, n in x.offered.statuses.items() if s != "204"}
+        counters = ", ".join(f"{k} = {v:g}" for k, v in sorted(x.metrics.items()))
+        lines.append(
+            f"({x.label}) CPU over the run, % of one core: {fmt_cpu(x.cpu)}; generator's worst "
+            f"send lag {x.offered.max_send_lag_s * 1000:.0f} ms; non-204 answers: "
+            f"{failures or 'none'}; worker counters: {counters or 'n/a'}"
+        )
+    worst = max((x.cpu.get("other", 0.0) for x in (r.a, r.b) if x is not None), default=0.0)
+    if worst >= CONTENDED_PERCENT:
+        lines.append(
+            f"other work on this machine took up to {worst:.0f}% of a core during (A) or (B) "
+            "(`other` in the CPU figures): latencies may be higher than on an idle machine"
+        )
+    if not math.isnan(r.instant_ms):
+        lines.append(
+            f"(C) `processors.writer:acknowledge`, window 0, {opts.instant_count:,} records "
+            f"produced straight to Kafka (as `bench.processors` (2)): {r.instant_rate:,.0f} "
+            f"replies/s; CPU, % of one core: {r.instant_cpu}"
+        )
+    return lines
+
+
+def print_table(opts: Options, r: Results) -> None:
+    table = Table(title="onceonly agent-step benchmark")
+    for i, header in enumerate(("figure", "A (no hangs)", "B (hangs)", "target", "")):
+        table.add_column(header, justify="left" if i in (0, 4) else "right")
+    for row in rows(opts, r):
+        table.add_row(*row, style="red" if "NOT met" in row[4] else None)
+    console.print()
+    console.print(table)
+    for line in notes(opts, r):
+        console.print(line)
+
+
+def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
+    date = datetime.now(UTC).date().isoformat()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"agent-step-{date}.md"
+    lines = [
+        f"# Agent-step benchmark, {date}",
+        "",
+        f"`{command_line('bench.agent_step')}`",
+        "",
+        "| figure | A (no hangs) | B (hangs) | target | |",
+        "| --- | ---: | ---: | ---: | --- |",
+        *("| " + " | ".join(row) + " |" for row in rows(opts, r)),
+        "",
+        *(f"- {line}" for line in notes(opts, r)),
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "| --- | --- |",
+        *(f"| {k} | {v} |" for k, v in items),
+        "",
+    ]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- main
+
+
+def collect(opts: Options, broker: Broker, work: Path) -> Results:
+    r = Results()
+    r.a = run_agent(opts, broker, work, "A", 0.0)
+    r.b = run_agent(opts, broker, work, "B", opts.hang_fraction)
+    if opts.instant:
+        run_instant(opts, broker, work, r)
+    print_table(opts, r)
+    return r
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--rate",
+    type=click.FloatRange(1, 1000),
+    default=None,
+    help="Offered deliveries/s [55; smoke 20].",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(1, 600),
+    default=None,
+    help="Seconds of load per run [60; smoke 15].",
+)
+@click.option("--hang-fraction", type=click.FloatRange(0, 0.5), default=0.01, show_default=True)
+@click.option("--window-ms", type=click.IntRange(0, 60_000), default=2000, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
+@click.option("--instant/--no-instant", default=True, show_default=True, help="Run (C).")
+@click.option(
+    "--instant-count",
+    type=click.IntRange(100, 100_000),
+    default=None,
+    help="(C) records [2000; smoke 500].",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=RESULTS_DIR,
+    show_default=True,
+)
+@click.option("--smoke", is_flag=True, help="A small quick run (rate 20/s, 15 s, 500 records).")
+def main(
+    rate: float | None,
+    duration: float | None,
+    hang_fraction: float,
+    window_ms: int,
+    concurrency: int,
+    instant: bool,
+    instant_count: int | None,
+    out: Path,
+    smoke: bool,
+) -> None:
+    """Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls."""
+    from onceonly.settings import Settings
+
+    opts = Options(
+        rate if rate is not None else (20.0 if smoke else 55.0),
+        duration if duration is not None else (15.0 if smoke else 60.0),
+        hang_fraction,
+        window_ms,
+        concurrency,
+        instant,
+        instant_count if instant_count is not None else (500 if smoke else 2000),
+        Settings.from_env().partitions,
+    )
+    load_before, code = loadavg(), revision()
+
+    def body() -> tuple[Results, str]:
+        with (
+            tempfile.TemporaryDirectory(prefix="onceonly-bench-agent-") as tmp,
+            kafka(Path(tmp)) as broker,
+        ):
+            return collect(opts, broker, Path(tmp)), broker.about
+
+    results, kafka_about = execute(body)
+    path = write_markdown(opts, results, about(kafka_about, load_before, code), out)
+    console.print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
