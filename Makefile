@@ -34,6 +34,7 @@ lint: $(STAMP)
 # Smaller: make bench BENCH_ARGS='--duration 2 --events 300 --dedupe-entries 2000'
 bench: $(STAMP) jars
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
 
 # The agent step: a model-like writer (async, 1 s ± 20 %), window 2,000 ms, a steady rate;
 # then 1 % of the writer calls hanging. Report: bench/results/agent-step-<date>.md.
