@@ -19,6 +19,9 @@ COPY onceonly ./onceonly
 COPY ingest ./ingest
 COPY processors ./processors
 COPY schemas ./schemas
+COPY foundation ./foundation
+COPY operations ./operations
+COPY devstack ./devstack
 RUN pip install . \
     && useradd --system --uid 10001 --home-dir /var/lib/onceonly --create-home onceonly \
     && mkdir -p /var/lib/onceonly/run /var/lib/onceonly/worker \

@@ -127,7 +127,7 @@ class AgentBench(Bench):
         return env
 
     def start_ingest(self) -> None:
-        from onceonly.broker import free_port
+        from devstack.broker import free_port
 
         self.ingest_port = free_port()
         env = base_env(

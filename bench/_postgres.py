@@ -96,7 +96,7 @@ def _as_user() -> list[str]:
 def _base_dir() -> Path:
     """A new directory for the data directory, under the project's run directory when
     the service user can reach it there, else under the system's temporary directory."""
-    from onceonly.settings import Settings
+    from foundation.settings import Settings
 
     run_dir = (ROOT / Settings.from_env().run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ def _alive(pid: int) -> bool:
 @contextlib.contextmanager
 def postgres() -> Iterator[Postgres]:
     """A PostgreSQL server for the run, on 127.0.0.1 on a free port; stopped on exit."""
-    from onceonly.broker import free_port
+    from devstack.broker import free_port
 
     bindir = binaries()
     user = _as_user()

@@ -9,7 +9,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,10 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from types import TracebackType
 
-import aiohttp
 from rich.console import Console
+
+from testkit.processes import Supervised
 
 #: The repository root: servers run from here so that ``-m bench._servers`` resolves.
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,91 +33,17 @@ class BenchError(Exception):
     """The benchmark could not run; the message says what to do."""
 
 
-class ServerProcess:
+class ServerProcess(Supervised):
     """One server under test, in its own process group; stopped on exit, whatever happens."""
 
+    error = BenchError
+
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log_path = log_path
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        if self._process is None:
-            raise BenchError(f"{self.name} is not running")
-        return self._process.pid
-
-    def start(self) -> ServerProcess:
-        with self.log_path.open("wb") as log:
-            # Its own session: a Ctrl-C reaches the benchmark only, which stops the server.
-            self._process = subprocess.Popen(
-                self.argv,
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self
-
-    async def wait_ready(self, url: str, timeout_s: float = 30.0) -> None:
-        """Wait until ``GET url`` answers 200; fail with the server's log if it exits first."""
-        deadline = time.monotonic() + timeout_s
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            while True:
-                if self._process is None or self._process.poll() is not None:
-                    code = None if self._process is None else self._process.returncode
-                    raise BenchError(
-                        f"{self.name} exited during start-up (exit {code}); its output:\n"
-                        + self.log_tail()
-                    )
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-                    async with session.get(url) as response:
-                        if response.status == 200:
-                            return
-                if time.monotonic() > deadline:
-                    raise BenchError(
-                        f"{self.name} did not answer {url} within {timeout_s:g} s; its output:\n"
-                        + self.log_tail()
-                    )
-                await asyncio.sleep(0.1)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return "(no output)"
-        return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+        super().__init__(name, argv, env, log_path, append=False)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM the process group, SIGKILL it after ``timeout_s``. Idempotent."""
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self._process = None
-
-    def __enter__(self) -> ServerProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+        super().stop(timeout_s)
+        self.process = None
 
 
 # --------------------------------------------------------------------------- CPU time
@@ -330,14 +255,14 @@ class Broker:
 
 @contextlib.contextmanager
 def kafka(run_dir: Path) -> Iterator[Broker]:
-    """A broker for the run. An :class:`~onceonly.broker.EmbeddedBroker` on a free port in
+    """A broker for the run. An :class:`~devstack.broker.EmbeddedBroker` on a free port in
     ``run_dir``, stopped on exit; or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``."""
     external = os.environ.get("ONCEONLY_KAFKA_BOOTSTRAP")
     if external:
         yield Broker(external, f"external cluster at {external} (ONCEONLY_KAFKA_BOOTSTRAP)", None)
         return
-    from onceonly.broker import EmbeddedBroker, free_port, kafka_classpath
-    from onceonly.settings import Settings
+    from devstack.broker import EmbeddedBroker, free_port, kafka_classpath
+    from foundation.settings import Settings
 
     # Resolve the jars once into the project's run directory (as `make jars` does) and
     # reuse that classpath, so that the temporary run directory does not run Maven again.
@@ -361,9 +286,9 @@ def kafka(run_dir: Path) -> Iterator[Broker]:
 def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str]:
     """Topics shaped as onceonly's, named ``<prefix>.*``; the variables that point
     ingest or a worker at them."""
-    from onceonly.kafka import Admin
-    from onceonly.settings import Settings
-    from onceonly.topics import topic_specs
+    from foundation.kafka import Admin
+    from foundation.settings import Settings
+    from foundation.topics import topic_specs
 
     names = {
         "ONCEONLY_DELIVERIES_TOPIC": f"{prefix}.deliveries",

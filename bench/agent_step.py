@@ -358,7 +358,7 @@ def main(
     smoke: bool,
 ) -> None:
     """Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls."""
-    from onceonly.settings import Settings
+    from foundation.settings import Settings
 
     opts = Options(
         rate if rate is not None else (20.0 if smoke else 55.0),

@@ -11,7 +11,7 @@
     the benchmark in a data directory of its own, :mod:`bench._postgres`) through asyncpg.
 
 Each server is its own process, so the load generator never shares its CPU or GIL.
-The broker is an :class:`~onceonly.broker.EmbeddedBroker` on a free port in a temporary
+The broker is an :class:`~devstack.broker.EmbeddedBroker` on a free port in a temporary
 run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP`` when it is set (the
 benchmark then produces to topics of its own, ``onceonly-bench.*``).
 
@@ -129,7 +129,7 @@ def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
     Returns how many records it stored."""
     from confluent_kafka import Producer
 
-    from onceonly.kafka import producer_config
+    from foundation.kafka import producer_config
 
     producer = Producer(
         producer_config(
@@ -240,7 +240,7 @@ async def run_all(
     opts: IngestOptions, work: Path, broker: Broker, topics: dict[str, str], partitions: int
 ) -> Results:
     from bench._postgres import postgres
-    from onceonly.broker import free_port
+    from devstack.broker import free_port
 
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     python = sys.executable
@@ -530,7 +530,7 @@ def section(r: Results) -> Section:
 
 def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
     """Run the ingest benchmark against ``broker``; print its figures."""
-    from onceonly.settings import Settings
+    from foundation.settings import Settings
 
     partitions = Settings.from_env().partitions
     topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)

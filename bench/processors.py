@@ -21,7 +21,7 @@
     the same after a SIGTERM (a clean stop), for comparison.
 
 Both (1) and (2) read the same ``--events`` records, produced before either starts.
-The broker is an :class:`~onceonly.broker.EmbeddedBroker` on a free port in a temporary
+The broker is an :class:`~devstack.broker.EmbeddedBroker` on a free port in a temporary
 run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``; the topics and app
 ids are fresh for every run (``onceonly-bench-<tag>.*``).
 
@@ -156,7 +156,7 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
     return the seconds it took. Raises BenchError if any record is not stored."""
     from confluent_kafka import Producer
 
-    from onceonly.kafka import producer_config
+    from foundation.kafka import producer_config
 
     failures: list[str] = []
 
@@ -618,7 +618,7 @@ class Bench:
         return stats
 
     def start_mail(self) -> None:
-        from onceonly.broker import free_port
+        from devstack.broker import free_port
 
         self.mail_port = free_port()
         self.worker_port = free_port()
@@ -1051,7 +1051,7 @@ def contention(r: Results) -> str | None:
 
 def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     """Run the processor benchmark against ``broker``, in ``work``; print its figures."""
-    from onceonly.settings import Settings
+    from foundation.settings import Settings
 
     began = time.monotonic()
     partitions = Settings.from_env().partitions

@@ -9,14 +9,14 @@
 **Set-up**, every part a real process, in a fresh run directory (a temporary one unless
 ``--run-dir``): a Kafka broker (``onceonly broker``, the embedded single-node KRaft broker,
 on free ports), the topics (``onceonly topics``), the fake AgentMail server
-(``python -m tests.fakes.agentmail_server``) seeded over its control API with every message
+(``python -m testkit.fakes.agentmail_server``) seeded over its control API with every message
 of every inbox, ``onceonly ingest`` (a ``whsec_`` secret; ``ONCEONLY_PRODUCE_TIMEOUT_MS``
 3000, so a broker outage answers 503 within 3 s) and ``--workers`` ``onceonly worker``
 processes, each with its own data directory, web port and ``ONCEONLY_WORKER_ID``.
 
 **Load**: ``--messages`` distinct AgentMail ``message.received`` events over ``--threads``
 threads and ``--inboxes`` inboxes, POSTed to ingest as Svix would: signed at send time with
-the ``svix`` package's own ``Webhook.sign`` (``tests.signing.svix_headers``), and every
+the ``svix`` package's own ``Webhook.sign`` (``testkit.signing.svix_headers``), and every
 answer other than 2xx retried with backoff until ingest answers 204. New messages start at
 ``--rate`` per second, in a random interleaving of the threads; a thread's deliveries go
 one after the other (each waits for the 204 of the one before), so the order in which they
@@ -83,8 +83,9 @@ from typing import Any
 import aiohttp
 import click
 
-from onceonly.broker import free_port
-from tests import payloads, signing
+from devstack.broker import free_port
+from testkit import payloads, signing
+from testkit.processes import Supervised
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "chaos" / "results"
@@ -298,66 +299,15 @@ def build_plan(
 # --------------------------------------------------------------------------- processes
 
 
-class Proc:
+class Proc(Supervised):
     """One real process in its own session, output appended to a log file."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> Proc:
-        self.starts += 1
-        with self.log_path.open("ab") as log:
-            log.write(
-                f"\n===== chaos: start #{self.starts} of {self.name} at "
-                f"{datetime.now(UTC).isoformat()} =====\n".encode()
-            )
-            log.flush()
-            self.process = subprocess.Popen(
-                self.argv,
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self
+        super().__init__(name, argv, env, log_path, append=True)
 
     @property
-    def pid(self) -> int | None:
+    def pid(self) -> int | None:  # type: ignore[override]
         return self.process.pid if self.process is not None else None
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.poll() if self.process is not None else None
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group, as a crash would."""
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(30)
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout_s``. Idempotent."""
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
 
     def log_text(self) -> str:
         try:
@@ -689,8 +639,7 @@ class Chaos:
     async def _lag(self, *, trace: bool = False) -> int | None:
         """The worker group's total lag, or None when it cannot be read whole (the broker
         is down, or the answer does not cover every partition)."""
-        from onceonly.kafka import BrokerUnavailable
-        from onceonly.lag import consumer_lag
+        from foundation.kafka import BrokerUnavailable, consumer_lag
 
         if self.broker_busy:
             return None
@@ -728,7 +677,7 @@ class Chaos:
 
         self.mail = Proc(
             "agentmail",
-            [sys.executable, "-m", "tests.fakes.agentmail_server", "--port", str(self.mail_port)],
+            [sys.executable, "-m", "testkit.fakes.agentmail_server", "--port", str(self.mail_port)],
             self._clean_env(),
             self.run_dir / "agentmail.log",
         ).start()
@@ -1069,8 +1018,8 @@ class Chaos:
     # ---------------------------------------------------------------- the verdict
 
     async def verdict(self) -> Verdict:
-        from onceonly.catchup import read_ledger
-        from onceonly.replay import ReplayError, dead_letters
+        from operations.catchup import read_ledger
+        from operations.replay import ReplayError, dead_letters
         from processors.reply import reply_key
 
         assert self.plan is not None and self.load is not None

@@ -26,11 +26,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import SecretStr
 
+from foundation.kafka import Admin, AsyncProducer, ProduceFailed
+from foundation.settings import Settings
 from ingest import normalise, verify
 from ingest.exceptions import IngestError, PayloadError, VerificationError
 from ingest.metrics import IngestMetrics
-from onceonly.kafka import Admin, AsyncProducer, ProduceFailed
-from onceonly.settings import Settings
 from schemas.envelope import Envelope
 
 log = structlog.get_logger("onceonly.ingest")
@@ -283,7 +283,7 @@ def _error(
 
 async def serve(settings: Settings, *, ready: Callable[[str], None] | None = None) -> None:
     """Run ingest until cancelled: one producer, one admin client, one aiohttp site."""
-    from onceonly.kafka import producer_config_from
+    from foundation.kafka import producer_config_from
 
     producer = AsyncProducer(producer_config_from(settings))
     ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap))

@@ -7,7 +7,7 @@ failed and what to do, and never contains a secret or a signature.
 
 from typing import Literal
 
-from onceonly.errors import OnceOnlyError
+from foundation.errors import OnceOnlyError
 
 VerificationCheck = Literal[
     "missing_header",

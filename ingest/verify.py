@@ -10,7 +10,7 @@ message, nor are signatures.
 
 An unusable *secret* (empty, or not base64 for Svix / Standard Webhooks) is our
 misconfiguration, not the sender's fault, so it raises
-:class:`~onceonly.errors.ConfigError` instead.
+:class:`~foundation.errors.ConfigError` instead.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import stripe
 import svix.webhooks
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
+from foundation.errors import ConfigError
 from ingest.exceptions import VerificationCheck, VerificationError
-from onceonly.errors import ConfigError
 
 #: Every ``verify_*`` fits this shape (``verify_stripe``'s tolerance has a default).
 Verifier = Callable[[bytes, Mapping[str, str], str], None]

@@ -16,9 +16,9 @@ from typing import Any
 import click
 import structlog
 
-from onceonly.errors import OnceOnlyError
-from onceonly.logs import configure_logging
-from onceonly.settings import Settings
+from foundation.errors import OnceOnlyError
+from foundation.logs import configure_logging
+from foundation.settings import Settings
 
 log = structlog.get_logger("onceonly")
 
@@ -46,7 +46,7 @@ def main() -> None:
 @click.option("--fetch-only", is_flag=True, help="Fetch the Kafka jars with Maven, then exit.")
 def broker(fetch_only: bool) -> None:
     """Run a single-node Kafka (KRaft) broker in the foreground, from the official jars."""
-    from onceonly import broker as embedded
+    from devstack import broker as embedded
 
     settings = _settings()
     if fetch_only:
@@ -68,8 +68,8 @@ def broker(fetch_only: bool) -> None:
 @main.command()
 def topics() -> None:
     """Create the topics onceonly needs; fail on a topic with the wrong shape."""
-    from onceonly.kafka import Admin
-    from onceonly.topics import topic_specs
+    from foundation.kafka import Admin
+    from foundation.topics import topic_specs
 
     settings = _settings()
     for status in Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings)):
@@ -116,7 +116,7 @@ def replay(
     from rich.progress import Progress
     from rich.table import Table
 
-    from onceonly import replay as replays
+    from operations import replay as replays
 
     settings = _settings()
     if from_time is not None and from_time.tzinfo is None:
@@ -164,7 +164,7 @@ def catch_up(
     inbox_id: str | None, nylas_grant: str | None, since: datetime | None, wait_s: float
 ) -> None:
     """List an inbox's messages after a time and answer the unanswered ones, once."""
-    from onceonly import catchup
+    from operations import catchup
 
     if (inbox_id is None) == (nylas_grant is None):
         raise click.UsageError("name one of --inbox (AgentMail) or --nylas-grant (Nylas)")
@@ -213,8 +213,8 @@ def _run_catch_up(
     from rich.console import Console
     from rich.progress import Progress
 
-    from onceonly import catchup
-    from onceonly.kafka import AsyncProducer, producer_config_from
+    from foundation.kafka import AsyncProducer, producer_config_from
+    from operations import catchup
 
     ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
     start = since or catchup.last_answered(ledger, account)
@@ -275,7 +275,7 @@ def lag() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from onceonly.lag import consumer_lag
+    from foundation.kafka import consumer_lag
 
     settings = _settings()
     rows = consumer_lag(settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic)
@@ -300,7 +300,7 @@ def dead_letters_list() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from onceonly.replay import dead_letters as read
+    from operations.replay import dead_letters as read
 
     settings = _settings()
     table = Table("id", "at", "key", "events", "reason", title=settings.dead_letter_topic)
@@ -322,8 +322,8 @@ def dead_letters_list() -> None:
 @click.argument("ids", nargs=-1, type=int)
 def dead_letters_retry(ids: tuple[int, ...]) -> None:
     """Send dead letters (all, or these ids) through the same reply-once path again."""
-    from onceonly.replay import dead_letters as read
-    from onceonly.replay import retry_dead_letters
+    from operations.replay import dead_letters as read
+    from operations.replay import retry_dead_letters
 
     settings = _settings()
     letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
@@ -340,9 +340,9 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
 @main.command()
 def up() -> None:
     """Everything for a local stack: broker (if local), topics, worker, ingest. Ctrl-C stops all."""
+    from foundation.kafka import Admin
+    from foundation.topics import topic_specs
     from ingest.app import serve
-    from onceonly.kafka import Admin
-    from onceonly.topics import topic_specs
 
     settings = _settings()
     with contextlib.ExitStack() as stack:
@@ -375,7 +375,7 @@ def up() -> None:
 
 @contextlib.contextmanager
 def _local_broker(settings: Settings) -> Iterator[None]:
-    from onceonly.broker import EmbeddedBroker
+    from devstack.broker import EmbeddedBroker
 
     broker = EmbeddedBroker(
         settings.run_dir.resolve(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from onceonly.errors import OnceOnlyError
+from foundation.errors import OnceOnlyError
 
 
 class ProcessorError(OnceOnlyError):

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from foundation.kafka import BrokerUnavailable, consumer_lag
+
+log = structlog.get_logger("onceonly.worker")
 
 
 class WorkerMetrics:
@@ -74,3 +83,26 @@ class WorkerMetrics:
     def writer_call(self, outcome: str, seconds: float) -> None:
         self.writer_calls.labels(outcome).inc()
         self.writer_seconds.observe(seconds)
+
+
+class LagCollector(Collector):
+    """``onceonly_consumer_lag{topic, partition}``, read from the broker at scrape time."""
+
+    def __init__(self, bootstrap: str, group: str, topics: Iterable[str]) -> None:
+        self.bootstrap = bootstrap
+        self.group = group
+        self.topics = list(topics)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily(
+            "onceonly_consumer_lag",
+            "Log-end offset minus the worker group's committed offset.",
+            labels=["topic", "partition"],
+        )
+        for topic in self.topics:
+            try:
+                for row in consumer_lag(self.bootstrap, self.group, topic, timeout_s=2.0):
+                    gauge.add_metric([row.topic, str(row.partition)], row.lag)
+            except BrokerUnavailable as exc:
+                log.warning("consumer lag not available", error=str(exc))
+        yield gauge

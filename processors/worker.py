@@ -30,7 +30,6 @@ from typing import Any
 import faust
 import structlog
 
-from onceonly.lag import LagCollector
 from processors.agent import Writer, WriterPolicy
 from processors.channels import AgentMailChannel
 from processors.consumer import draining_consumer
@@ -38,7 +37,7 @@ from processors.dead_letters import DeadLetters
 from processors.holds import Holds
 from processors.lanes import Lanes
 from processors.mail import AgentMailSender, DryRunOutbox
-from processors.metrics import WorkerMetrics
+from processors.metrics import LagCollector, WorkerMetrics
 from processors.nylas import nylas_channel
 from processors.pipeline import Pipeline
 from processors.reply import ReplyWriter

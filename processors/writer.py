@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from onceonly.errors import ConfigError
+from foundation.errors import ConfigError
 from processors.reply import Inbound, ReplyWriter
 
 

@@ -1,6 +1,12 @@
-"""Errors of the record schemas."""
+"""Errors of the record schemas, and the root of onceonly's exception hierarchy.
 
-from onceonly.errors import OnceOnlyError
+The root lives here, in the bottom layer, so every layer above derives from it without
+importing upwards; ``foundation.errors`` re-exports it.
+"""
+
+
+class OnceOnlyError(Exception):
+    """Base class of every error onceonly raises on purpose."""
 
 
 class SchemaError(OnceOnlyError):

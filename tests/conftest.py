@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from onceonly.kafka import Admin, AsyncProducer, producer_config_from
-from onceonly.settings import Settings
-from onceonly.topics import topic_specs
+from foundation.kafka import Admin, AsyncProducer, producer_config_from
+from foundation.settings import Settings
+from foundation.topics import topic_specs
 
 
 def _docker_answers() -> bool:
@@ -45,7 +45,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
-    from onceonly.broker import EmbeddedBroker, free_port
+    from devstack.broker import EmbeddedBroker, free_port
 
     broker = EmbeddedBroker(tmp_path_factory.mktemp("kafka"), port=free_port(), heap_mb=512)
     broker.start()

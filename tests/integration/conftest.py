@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from onceonly.kafka import AsyncProducer
-from onceonly.settings import Settings
-from tests.fakes.agentmail_server import FakeAgentMail
+from foundation.kafka import AsyncProducer
+from foundation.settings import Settings
+from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.integration.workers import Stack
 
 

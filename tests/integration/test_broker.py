@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from onceonly.broker import BrokerError, EmbeddedBroker, free_port, kafka_classpath
+from devstack.broker import BrokerError, EmbeddedBroker, free_port, kafka_classpath
 
 pytestmark = pytest.mark.integration
 

@@ -10,13 +10,13 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
+from devstack.broker import EmbeddedBroker, free_port
+from foundation.kafka import Admin, AsyncProducer, producer_config_from
+from foundation.settings import Settings
+from foundation.topics import topic_specs
 from ingest.app import Ingest
-from onceonly.broker import EmbeddedBroker, free_port
-from onceonly.kafka import Admin, AsyncProducer, producer_config_from
-from onceonly.settings import Settings
-from onceonly.topics import topic_specs
 from schemas.envelope import Envelope
-from tests import payloads, signing
+from testkit import payloads, signing
 from tests.conftest import consume_all
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -26,10 +25,11 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
+from devstack.broker import free_port
+from foundation.kafka import Admin
 from ingest.app import Ingest
-from onceonly.broker import free_port
-from onceonly.kafka import Admin
-from tests import payloads, signing
+from testkit import payloads, signing
+from testkit.processes import Supervised
 from tests.integration.workers import ROOT, Stack, until
 
 pytestmark = pytest.mark.integration
@@ -192,33 +192,27 @@ class Prometheus:
             )
         )
         self.log_path = home / "prometheus.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.server = Supervised(
+            "prometheus",
+            [
+                str(self.binary),
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.home / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+                "--log.level=warn",
+            ],
+            dict(os.environ),
+            self.log_path,
+            append=True,
+        )
 
     def start(self) -> Prometheus:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(self.binary),
-                    f"--config.file={self.config}",
-                    f"--storage.tsdb.path={self.home / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--storage.tsdb.retention.time=1h",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.server.start()
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        self.server.stop(15)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
@@ -233,9 +227,7 @@ class Prometheus:
         deadline = time.monotonic() + timeout_s
         targets: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            assert self.proc is not None and self.proc.poll() is None, (
-                f"prometheus exited:\n{self.log()}"
-            )
+            assert self.server.alive, f"prometheus exited:\n{self.log()}"
             try:
                 targets = (await self.api(http, "targets", state="active"))["activeTargets"]
             except aiohttp.ClientError:

@@ -62,12 +62,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 import ingest.app
+from foundation.kafka import Admin, AsyncProducer, producer_config_from
+from foundation.logs import configure_logging
+from foundation.settings import Settings
 from ingest import verify
 from ingest.app import KNOWN_PROVIDERS, Ingest
-from onceonly.kafka import Admin, AsyncProducer, producer_config_from
-from onceonly.logs import configure_logging
-from onceonly.settings import Settings
-from tests import payloads, signing
+from testkit import payloads, signing
 from tests.conftest import consume_all
 
 pytestmark = pytest.mark.integration

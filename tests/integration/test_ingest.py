@@ -12,11 +12,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import SecretStr
 
+from foundation.kafka import Admin
+from foundation.settings import Settings
 from ingest.app import Ingest
-from onceonly.kafka import Admin
-from onceonly.settings import Settings
 from schemas.envelope import Envelope
-from tests import payloads, signing
+from testkit import payloads, signing
 from tests.conftest import consume_all
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 Deliveries are produced as ingest makes them (``ingest.normalise.nylas`` on a Nylas
 notification); the workers run ``onceonly worker`` with ``NYLAS_API_KEY`` and
-``ONCEONLY_NYLAS_API_URI`` pointing at ``tests/fakes/nylas_server.py``, and reply
+``ONCEONLY_NYLAS_API_URI`` pointing at ``testkit/fakes/nylas_server.py``, and reply
 through the real ``nylas`` SDK.
 """
 
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from foundation.kafka import AsyncProducer
+from foundation.settings import Settings
 from ingest import normalise
-from onceonly.kafka import AsyncProducer
-from onceonly.settings import Settings
 from processors.reply import reply_key
 from schemas.ledger import ReplyState
-from tests import payloads
-from tests.fakes.nylas_server import FakeNylas
+from testkit import payloads
+from testkit.fakes.nylas_server import FakeNylas
 from tests.integration.workers import (
     ROOT,
     Stack,

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from onceonly.kafka import Admin, AsyncProducer, TopicMismatch, TopicSpec
-from onceonly.settings import Settings
-from onceonly.topics import topic_specs
+from foundation.kafka import Admin, AsyncProducer, TopicMismatch, TopicSpec
+from foundation.settings import Settings
+from foundation.topics import topic_specs
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from onceonly.broker import free_port
-from tests import payloads, signing
+from devstack.broker import free_port
+from testkit import payloads, signing
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from ingest import normalise
 from processors.reply import reply_key
 from schemas.ledger import ReplyRecord, ReplyState
-from tests import payloads
+from testkit import payloads
 from tests.conftest import consume_all
 from tests.integration.workers import (
     INBOX,

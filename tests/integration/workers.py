@@ -5,25 +5,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devstack.broker import free_port
+from foundation.kafka import AsyncProducer
+from foundation.settings import Settings
 from ingest import normalise
-from onceonly.broker import free_port
-from onceonly.kafka import AsyncProducer
-from onceonly.settings import Settings
 from schemas.ledger import ReplyRecord
-from tests import payloads
+from testkit import payloads
+from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.processes import Supervised
 from tests.conftest import consume_all
-from tests.fakes.agentmail_server import FakeAgentMail
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,50 +53,37 @@ def worker_env(
     return env
 
 
-@dataclass
-class WorkerProcess:
+class WorkerProcess(Supervised):
     """``onceonly worker`` as a real process: start, SIGKILL, restart with the same state."""
 
-    name: str
-    env: dict[str, str]
-    log_path: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    #: False once the test stopped or killed it on purpose
-    expected: bool = True
+    def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
+        self.port = free_port()
+        super().__init__(
+            name,
+            [sys.executable, "-m", "onceonly", "worker"],
+            {**env, "ONCEONLY_WORKER_PORT": str(self.port)},
+            log_path,
+            append=True,
+        )
+        #: False once the test stopped or killed it on purpose
+        self.expected = True
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.process
 
     def start(self) -> WorkerProcess:
         self.expected = True
-        env = {**self.env, "ONCEONLY_WORKER_PORT": str(self.port)}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "onceonly", "worker"],
-            env=env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        super().start()
         return self
 
     def kill(self) -> None:
         self.expected = False
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        super().kill()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
         self.expected = False
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        super().stop(timeout_s)
 
     def metrics(self) -> str:
         """The worker's /metrics text, or "" while its web server is not up yet."""
@@ -106,9 +92,6 @@ class WorkerProcess:
                 return str(r.read().decode())
         except OSError:
             return ""
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 async def produce_agentmail(

@@ -23,7 +23,7 @@ from agentmail.core.api_error import ApiError
 from agentmail.core.request_options import RequestOptions
 from agentmail.errors import ConflictError, NotFoundError
 
-from tests.fakes.agentmail_server import DEFAULT_KEY_TTL_S, FakeAgentMail
+from testkit.fakes.agentmail_server import DEFAULT_KEY_TTL_S, FakeAgentMail
 
 INBOX = "agent@agentmail.to"
 NO_RETRY: RequestOptions = {"max_retries": 0}
@@ -455,7 +455,7 @@ def test_sync_client_against_fake_in_a_thread(threaded_fake: FakeAgentMail) -> N
 
 def test_runs_as_a_separate_process_and_prints_its_base_url() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.agentmail_server", "--port", "0"],
+        [sys.executable, "-m", "testkit.fakes.agentmail_server", "--port", "0"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -18,7 +18,7 @@ from processors.effects import (
     effect_key,
     payload_hash,
 )
-from tests import payloads
+from testkit import payloads
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 

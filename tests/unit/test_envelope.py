@@ -11,7 +11,7 @@ from ingest import normalise
 from ingest.exceptions import PayloadError
 from schemas.envelope import Envelope
 from schemas.exceptions import SchemaError
-from tests import payloads
+from testkit import payloads
 
 ENVELOPE = Envelope(
     provider="agentmail",

@@ -12,11 +12,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
+from devstack.broker import free_port
+from foundation.kafka import Admin, AsyncProducer, producer_config_from
+from foundation.settings import Settings
 from ingest.app import Ingest
-from onceonly.broker import free_port
-from onceonly.kafka import Admin, AsyncProducer, producer_config_from
-from onceonly.settings import Settings
-from tests import payloads, signing
+from testkit import payloads, signing
 
 
 @pytest.fixture

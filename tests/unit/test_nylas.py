@@ -1,7 +1,7 @@
 """The Nylas channel: which notifications are answered, and sends through the real SDK.
 
 The pure decisions first; then :class:`NylasSender` and ``reply_once`` against the local
-Nylas server (``tests/fakes/nylas_server.py``) through the ``nylas`` SDK itself.
+Nylas server (``testkit/fakes/nylas_server.py``) through the ``nylas`` SDK itself.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from requests.structures import CaseInsensitiveDict
 
+from foundation.settings import Settings
 from ingest import normalise
-from onceonly import catchup
-from onceonly.settings import Settings
+from operations import catchup
 from processors.exceptions import SendError, SendFailure
 from processors.mail import DryRunOutbox
 from processors.nylas import (
@@ -54,9 +54,9 @@ from processors.reply import (
 )
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord, ReplyState
-from tests import payloads
-from tests.fakes.ledger import MemoryLedger
-from tests.fakes.nylas_server import FakeNylas
+from testkit import payloads
+from testkit.fakes.ledger import MemoryLedger
+from testkit.fakes.nylas_server import FakeNylas
 
 GRANT = "grant-1"
 AGENT = "agent@acme.example"

@@ -12,7 +12,7 @@ from openai import AsyncOpenAI, RateLimitError
 from processors.agent import Writer, WriterPolicy
 from processors.messages import Decline, Inbound, ThreadMessage
 from processors.openai_writer import OpenAIWriter
-from tests.fakes.openai_server import FakeChatModel
+from testkit.fakes.openai_server import FakeChatModel
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 MESSAGE = Inbound("s@x", "<m1@x>", "agentmail:t", "t", "e1", T0, "c@x", "Move", "Friday?")

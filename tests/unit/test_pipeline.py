@@ -17,9 +17,9 @@ from processors.holds import Delivery
 from processors.mail import AgentMailSender
 from processors.metrics import WorkerMetrics
 from processors.pipeline import Pipeline
-from tests import payloads
-from tests.fakes.agentmail_server import FakeAgentMail
-from tests.fakes.ledger import MemoryLedger
+from testkit import payloads
+from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.fakes.ledger import MemoryLedger
 from tests.unit._pipeline import bare_pipeline
 
 INBOX = "support@agentmail.to"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
+from foundation.errors import ConfigError
+from foundation.settings import Settings
 from ingest.app import providers_from_settings
-from onceonly.errors import ConfigError
-from onceonly.settings import Settings
-from tests import signing
+from testkit import signing
 
 
 def test_only_providers_with_a_secret_get_a_route() -> None:

@@ -29,8 +29,8 @@ from processors.reply import (
     split_burst,
 )
 from schemas.ledger import ReplyRecord, ReplyState
-from tests.fakes.agentmail_server import FakeAgentMail
-from tests.fakes.ledger import MemoryLedger
+from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.fakes.ledger import MemoryLedger
 
 INBOX = "support@agentmail.to"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from onceonly.kafka import producer_config_from
-from onceonly.settings import Settings
+from foundation.kafka import producer_config_from
+from foundation.settings import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

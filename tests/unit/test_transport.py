@@ -13,12 +13,12 @@ import httpx
 import pytest
 from aiohttp import web
 
-from onceonly.broker import free_port
+from devstack.broker import free_port
 from processors.exceptions import SendError, SendFailure
 from processors.mail import AgentMailSender, agentmail_client
 from processors.transport import AiohttpTransport, ApiClient
 from schemas.ledger import ReplyRecord, ReplyState
-from tests.fakes.agentmail_server import FakeAgentMail
+from testkit.fakes.agentmail_server import FakeAgentMail
 
 INBOX = "agent@agentmail.to"
 

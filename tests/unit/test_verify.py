@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from foundation.errors import ConfigError
 from ingest.exceptions import VerificationError
 from ingest.verify import (
     VERIFIERS,
@@ -37,7 +38,6 @@ from ingest.verify import (
     verify_stripe,
     verify_svix,
 )
-from onceonly.errors import ConfigError
 
 BODY = '{"type":"message.received","event_id":"evt_1","text":"h\u00e9llo \u2603"}'.encode()
 NOT_UTF8 = b'{"text":"\xff\xfe"}'

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _ConfluentProducer
 
-from onceonly.kafka.exceptions import ProduceFailed
+from foundation.kafka.exceptions import ProduceFailed
 
 #: The partitioner every producer in onceonly uses: murmur2 like the Java client and
 #: aiokafka (faust), so a thread key lands on the same partition whoever produces it.
@@ -54,7 +54,7 @@ def producer_config(
 
 
 class ProducerSettings(Protocol):
-    """What :func:`producer_config_from` reads (``onceonly.settings.Settings`` has it)."""
+    """What :func:`producer_config_from` reads (``foundation.settings.Settings`` has it)."""
 
     @property
     def kafka_bootstrap(self) -> str: ...

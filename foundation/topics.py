@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from onceonly.kafka import TopicSpec
-from onceonly.settings import Settings
+from foundation.kafka import TopicSpec
+from foundation.settings import Settings
 
 WEEK_MS = 7 * 24 * 3600 * 1000
 

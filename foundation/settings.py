@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from onceonly.errors import ConfigError
+from foundation.errors import ConfigError
 
 #: Nylas sends bodies above ~1 MB as ``message.created.truncated``; Svix/AgentMail,
 #: Stripe and Standard Webhooks payloads are far smaller. 2 MiB leaves headroom.

@@ -18,8 +18,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from onceonly.errors import OnceOnlyError
-from onceonly.kafka import PARTITIONER, Admin
+from foundation.errors import OnceOnlyError
+from foundation.kafka import PARTITIONER, Admin
 from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes._server import FakeServer
+from testkit.fakes._server import FakeServer
 
 Json = dict[str, Any]
 

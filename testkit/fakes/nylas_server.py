@@ -4,7 +4,7 @@ A test double for integration tests. It runs in-process (:class:`FakeNylas`, on 
 test's event loop, or on a thread of its own with :meth:`FakeNylas.start_in_thread` for
 worker processes) or as a process of its own::
 
-    python -m tests.fakes.nylas_server --port 8026
+    python -m testkit.fakes.nylas_server --port 8026
 
 Point the real SDK at it with ``nylas.Client(api_key, api_uri=fake.base_url)`` (the
 worker: ``ONCEONLY_NYLAS_API_URI``).
@@ -63,7 +63,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from tests.fakes._server import FakeServer
+from testkit.fakes._server import FakeServer
 
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeNylas", "NylasFaults", "NylasOutboxEntry", "main"]
 
@@ -670,7 +670,7 @@ async def _serve(host: str, port: int, key_ttl_s: float, grants: Sequence[str]) 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.fakes.nylas_server",
+        prog="python -m testkit.fakes.nylas_server",
         description="Fake Nylas v3 API for tests; prints its base URL on stdout.",
     )
     parser.add_argument("--host", default="127.0.0.1")

@@ -37,7 +37,7 @@ from typing import IO
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from onceonly.errors import OnceOnlyError
+from foundation.errors import OnceOnlyError
 
 __all__ = [
     "DEFAULT_POM",

@@ -1,22 +1,16 @@
 """Consumer lag: a partition's log-end offset minus the group's committed offset.
 
-Read with the admin client (faust's own sensors have no lag metric), for ``onceonly lag``
-and for the worker's ``onceonly_consumer_lag`` gauge.
+Read with a consumer that carries the group id (faust's own sensors have no lag metric),
+for ``onceonly lag`` and for the worker's ``onceonly_consumer_lag`` gauge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import structlog
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from onceonly.kafka import BrokerUnavailable
-
-log = structlog.get_logger("onceonly.lag")
+from foundation.kafka.exceptions import BrokerUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,26 +55,3 @@ def consumer_lag(
     finally:
         consumer.close()
     return [PartitionLag(topic, p, int(ends[p]), committed.get(p)) for p in partitions]
-
-
-class LagCollector(Collector):
-    """``onceonly_consumer_lag{topic, partition}``, read from the broker at scrape time."""
-
-    def __init__(self, bootstrap: str, group: str, topics: Iterable[str]) -> None:
-        self.bootstrap = bootstrap
-        self.group = group
-        self.topics = list(topics)
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        gauge = GaugeMetricFamily(
-            "onceonly_consumer_lag",
-            "Log-end offset minus the worker group's committed offset.",
-            labels=["topic", "partition"],
-        )
-        for topic in self.topics:
-            try:
-                for row in consumer_lag(self.bootstrap, self.group, topic, timeout_s=2.0):
-                    gauge.add_metric([row.topic, str(row.partition)], row.lag)
-            except BrokerUnavailable as exc:
-                log.warning("consumer lag not available", error=str(exc))
-        yield gauge

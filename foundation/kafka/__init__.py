@@ -1,14 +1,15 @@
 """confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
 
-from onceonly.kafka._admin import Admin, TopicSpec, TopicStatus
-from onceonly.kafka._producer import (
+from foundation.kafka._admin import Admin, TopicSpec, TopicStatus
+from foundation.kafka._lag import PartitionLag, consumer_lag
+from foundation.kafka._producer import (
     PARTITIONER,
     AsyncProducer,
     Delivered,
     producer_config,
     producer_config_from,
 )
-from onceonly.kafka.exceptions import (
+from foundation.kafka.exceptions import (
     BrokerUnavailable,
     KafkaAdapterError,
     ProduceFailed,
@@ -22,10 +23,12 @@ __all__ = [
     "BrokerUnavailable",
     "Delivered",
     "KafkaAdapterError",
+    "PartitionLag",
     "ProduceFailed",
     "TopicMismatch",
     "TopicSpec",
     "TopicStatus",
+    "consumer_lag",
     "producer_config",
     "producer_config_from",
 ]

@@ -128,7 +128,7 @@ async def catch_up(
 
 def read_ledger(bootstrap: str, topic: str) -> dict[str, ReplyRecord]:
     """The compacted reply ledger as a dict (the latest record per key; effects left out)."""
-    from onceonly.replay import plan, records
+    from operations.replay import plan, records
     from schemas.exceptions import SchemaError
 
     out: dict[str, ReplyRecord] = {}

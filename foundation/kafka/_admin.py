@@ -15,7 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from onceonly.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMismatch
+from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMismatch
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ It is a test double for integration tests and chaos runs. It runs in-process
 (:class:`FakeAgentMail`, on the test's event loop or on a background thread for the
 sync SDK client) or as a separate process::
 
-    python -m tests.fakes.agentmail_server --port 8025
+    python -m testkit.fakes.agentmail_server --port 8025
 
 Point the real SDK at it with ``environment=fake.environment`` (an
 ``agentmail.AgentMailEnvironment(http=base_url, websockets=ws_url)``).
@@ -65,7 +65,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from tests.fakes._server import FakeServer
+from testkit.fakes._server import FakeServer
 
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeAgentMail", "Faults", "OutboxEntry", "main"]
 
@@ -978,7 +978,7 @@ async def _serve(host: str, port: int, key_ttl_s: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.fakes.agentmail_server",
+        prog="python -m testkit.fakes.agentmail_server",
         description="Fake AgentMail API for tests; prints its base URL on stdout.",
     )
     parser.add_argument("--host", default="127.0.0.1")

@@ -1,6 +1,6 @@
 """Errors of the Kafka adapter. confluent-kafka's own errors are mapped to these here."""
 
-from onceonly.errors import OnceOnlyError
+from foundation.errors import OnceOnlyError
 
 
 class KafkaAdapterError(OnceOnlyError):

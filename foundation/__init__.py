@@ -1,0 +1,1 @@
+"""The foundation: errors, settings, logging and the Kafka seam. Imports only schemas."""

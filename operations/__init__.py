@@ -1,0 +1,1 @@
+"""Operations on a running system: replay, catch-up, dead letters, lag."""
