@@ -205,40 +205,13 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
 
 def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
     """Distinct reply keys whose latest ledger record says ``sent``, read from the topic."""
-    import uuid
+    from foundation.kafka import read_to_end
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"onceonly-bench-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "log_level": 3,
-        }
-    )
     latest: dict[bytes, str] = {}
-    try:
-        ends = {}
-        for p in range(partitions):
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = high
-        pending = {p for p, high in ends.items() if high > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        deadline = time.monotonic() + 60
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, 0.5):
-                key, value = msg.key(), msg.value()
-                partition, offset = msg.partition(), msg.offset()
-                if msg.error() or partition is None or offset is None:
-                    continue
-                if key is not None and value is not None:
-                    latest[key] = json.loads(value).get("state", "")
-                if offset + 1 >= ends[partition]:
-                    pending.discard(partition)
-    finally:
-        consumer.close()
+    for msg in read_to_end(bootstrap, topic, timeout_s=60):
+        key, value = msg.key(), msg.value()
+        if key is not None and value is not None:
+            latest[key] = json.loads(value).get("state", "")
     return sum(1 for state in latest.values() if state == "sent")
 
 

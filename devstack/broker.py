@@ -34,10 +34,8 @@ from string import Template
 from types import TracebackType
 from typing import IO
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
-
 from foundation.errors import OnceOnlyError
+from foundation.kafka import Admin, BrokerUnavailable
 
 __all__ = [
     "DEFAULT_POM",
@@ -511,18 +509,17 @@ class EmbeddedBroker:
             time.sleep(0.2)
 
     def _answers_metadata(self, timeout_s: float) -> bool:
-        admin = AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap,
+        admin = Admin(
+            self.bootstrap,
+            **{
                 "socket.connection.setup.timeout.ms": 2000,
                 "log_level": 2,  # only critical librdkafka messages while the broker boots
-            }
+            },
         )
         try:
-            metadata = admin.list_topics(timeout=max(timeout_s, 0.5))
-        except KafkaException:
+            return _NODE_ID in admin.broker_ids(max(timeout_s, 0.5))
+        except BrokerUnavailable:
             return False
-        return _NODE_ID in metadata.brokers
 
     def _early_exit_message(self, code: int) -> str:
         output = "\n".join(self._stderr_tail) or _tail(self.log_path)

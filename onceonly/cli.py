@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import click
 import structlog
 
-from foundation.errors import OnceOnlyError
+from foundation.errors import ConfigError, OnceOnlyError
 from foundation.logs import configure_logging
 from foundation.settings import Settings
 
@@ -27,10 +20,6 @@ def _settings() -> Settings:
     settings = Settings.from_env()
     configure_logging(settings.log_level, json=settings.log_json)
     return settings
-
-
-def _port_of(bootstrap: str) -> int:
-    return int(bootstrap.split(",")[0].rsplit(":", 1)[1])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,6 +36,7 @@ def main() -> None:
 def broker(fetch_only: bool) -> None:
     """Run a single-node Kafka (KRaft) broker in the foreground, from the official jars."""
     from devstack import broker as embedded
+    from devstack.up import port_of
 
     settings = _settings()
     if fetch_only:
@@ -60,7 +50,7 @@ def broker(fetch_only: bool) -> None:
         )
     sys.exit(
         embedded.run_foreground(
-            settings.run_dir.resolve(), _port_of(settings.kafka_bootstrap), settings.broker_heap_mb
+            settings.run_dir.resolve(), port_of(settings.kafka_bootstrap), settings.broker_heap_mb
         )
     )
 
@@ -80,10 +70,11 @@ def topics() -> None:
 @main.command()
 def ingest() -> None:
     """Run the webhook ingest service (aiohttp) in the foreground."""
+    from devstack.up import run_until_signal
     from ingest.app import serve
 
     settings = _settings()
-    _run_until_signal(serve(settings))
+    run_until_signal(serve(settings))
 
 
 @main.command()
@@ -169,52 +160,12 @@ def catch_up(
     if (inbox_id is None) == (nylas_grant is None):
         raise click.UsageError("name one of --inbox (AgentMail) or --nylas-grant (Nylas)")
     settings = _settings()
-    lister: Callable[..., Awaitable[catchup.Summary]]
-    if nylas_grant is not None:
-        from processors.nylas import NylasSender
-
-        if settings.nylas_api_key is None:
-            raise click.ClickException("catch-up lists messages through Nylas: set NYLAS_API_KEY")
-        sender = NylasSender(
-            settings.nylas_api_key.get_secret_value(),
-            api_uri=settings.nylas_api_uri,
-            timeout_s=settings.send_timeout_s,
-            own_address=settings.nylas_grant_email,
-        )
-        account, label = nylas_grant, f"grant {nylas_grant}"
-        lister = functools.partial(catchup.catch_up_nylas, sender, nylas_grant)
-    else:
-        from processors.mail import agentmail_client
-
-        assert inbox_id is not None
-        if settings.agentmail_api_key is None:
-            raise click.ClickException(
-                "catch-up lists messages through AgentMail: set AGENTMAIL_API_KEY"
-            )
-        client = agentmail_client(
-            settings.agentmail_api_key.get_secret_value(),
-            base_url=settings.agentmail_base_url,
-            timeout_s=settings.send_timeout_s,
-        )
-        account, label = inbox_id, inbox_id
-        lister = functools.partial(catchup.catch_up, client, inbox_id)
-    _run_catch_up(settings, account, label, since, wait_s, lister)
-
-
-def _run_catch_up(
-    settings: Settings,
-    account: str,
-    label: str,
-    since: datetime | None,
-    wait_s: float,
-    lister: Callable[..., Awaitable[Any]],
-) -> None:
-    """List, feed through the pipeline, wait for the worker, and print the summary."""
+    try:
+        account, label, lister = catchup.lister_for(settings, inbox_id, nylas_grant)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
     from rich.console import Console
     from rich.progress import Progress
-
-    from foundation.kafka import AsyncProducer, producer_config_from
-    from operations import catchup
 
     ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
     start = since or catchup.last_answered(ledger, account)
@@ -222,44 +173,20 @@ def _run_catch_up(
         raise click.ClickException(
             f"no reply is recorded for {label}: say where to start with --since"
         )
-    if start.tzinfo is None:
-        start = start.replace(tzinfo=UTC)
+    start = start if start.tzinfo else start.replace(tzinfo=UTC)
     console = Console()
-
-    async def run() -> catchup.Summary:
-        producer = AsyncProducer(producer_config_from(settings))
-
-        async def feed(envelope: Any) -> None:
-            await producer.produce(
-                settings.deliveries_topic,
-                envelope.encode(),
-                key=envelope.thread_key.encode(),
-                headers=envelope.headers(),
-            )
-
-        try:
-            with Progress(console=console) as progress:
-                task = progress.add_task(f"listing {label} after {start.isoformat()}", total=None)
-                summary: catchup.Summary = await lister(
-                    start, ledger=ledger, feed=feed, progress=lambda: progress.advance(task)
-                )
-                return summary
-        finally:
-            producer.close()
-
     try:
-        summary = asyncio.run(run())
+        with Progress(console=console) as progress:
+            task = progress.add_task(f"listing {label} after {start.isoformat()}", total=None)
+            summary = asyncio.run(
+                catchup.feed_unanswered(
+                    settings, lister, start, ledger, progress=lambda: progress.advance(task)
+                )
+            )
     except OnceOnlyError as exc:  # the mail API refused or could not be reached
         raise click.ClickException(f"could not list the messages of {label}: {exc}") from exc
-    deadline = time.monotonic() + wait_s
-    answered = 0
     with console.status("waiting for the worker to answer"):
-        while summary.fed:
-            current = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
-            answered = summary.answered(current)
-            if answered >= len(summary.fed) or time.monotonic() > deadline:
-                break
-            time.sleep(1.0)
+        answered = catchup.wait_for_answers(settings, summary, wait_s)
     console.print(
         f"found {summary.found}, answered {answered}, "
         f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
@@ -340,18 +267,11 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
 @main.command()
 def up() -> None:
     """Everything for a local stack: broker (if local), topics, worker, ingest. Ctrl-C stops all."""
-    from foundation.kafka import Admin
-    from foundation.topics import topic_specs
+    from devstack.up import local_stack, run_until_signal
     from ingest.app import serve
 
     settings = _settings()
-    with contextlib.ExitStack() as stack:
-        admin = Admin(settings.kafka_bootstrap)
-        if settings.is_local_broker and not admin.ping(2.0):
-            stack.enter_context(_local_broker(settings))
-        for status in admin.ensure_topics(topic_specs(settings)):
-            click.echo(f"topic {status.name}: {status.partitions} partitions")
-        stack.enter_context(_worker_process())
+    with local_stack(settings, click.echo):
 
         def announce(url: str) -> None:
             click.echo("")
@@ -370,55 +290,7 @@ def up() -> None:
             click.echo(f"health     {url}/healthz  {url}/readyz")
             click.echo("Ctrl-C stops everything.")
 
-        _run_until_signal(serve(settings, ready=announce))
-
-
-@contextlib.contextmanager
-def _local_broker(settings: Settings) -> Iterator[None]:
-    from devstack.broker import EmbeddedBroker
-
-    broker = EmbeddedBroker(
-        settings.run_dir.resolve(),
-        port=_port_of(settings.kafka_bootstrap),
-        heap_mb=settings.broker_heap_mb,
-    )
-    click.echo(f"starting kafka at {broker.bootstrap} (data in {settings.run_dir}/broker)")
-    broker.start()
-    try:
-        yield
-    finally:
-        click.echo("stopping kafka")
-        broker.stop()
-
-
-@contextlib.contextmanager
-def _worker_process() -> Iterator[None]:
-    """``onceonly worker`` beside ingest, with the same environment; stopped on exit."""
-    worker = subprocess.Popen([sys.executable, "-m", "onceonly", "worker"])
-    click.echo(f"worker started (pid {worker.pid})")
-    try:
-        yield
-    finally:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-
-
-def _run_until_signal(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a coroutine until SIGINT or SIGTERM, then cancel it and let it clean up."""
-
-    async def runner() -> None:
-        task = asyncio.ensure_future(coro)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run(runner())
+        run_until_signal(serve(settings, ready=announce))
 
 
 def run() -> None:

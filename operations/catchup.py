@@ -9,9 +9,11 @@ and message id) skips those already answered.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parseaddr
@@ -19,6 +21,8 @@ from typing import Any
 
 from agentmail import AsyncAgentMail
 
+from foundation.errors import ConfigError
+from foundation.settings import Settings
 from ingest import normalise
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord, ReplyState
@@ -128,11 +132,11 @@ async def catch_up(
 
 def read_ledger(bootstrap: str, topic: str) -> dict[str, ReplyRecord]:
     """The compacted reply ledger as a dict (the latest record per key; effects left out)."""
-    from operations.replay import plan, records
+    from foundation.kafka import read_to_end
     from schemas.exceptions import SchemaError
 
     out: dict[str, ReplyRecord] = {}
-    for msg in records(bootstrap, topic, plan(bootstrap, topic, from_offset=0)):
+    for msg in read_to_end(bootstrap, topic):
         key = (msg.key() or b"").decode()
         if msg.value() is None:
             out.pop(key, None)
@@ -204,3 +208,83 @@ async def catch_up_nylas(
         envelope = nylas_envelope_for({**message, "grant_id": grant_id}, now)
         await summary.feed(key, envelope, ledger=ledger, feed=feed)
     return summary
+
+
+# -- what ``onceonly catch-up`` runs -------------------------------------------------
+
+Lister = Callable[..., Awaitable["Summary"]]
+
+
+def lister_for(
+    settings: Settings, inbox_id: str | None, nylas_grant: str | None
+) -> tuple[str, str, Lister]:
+    """(account, label, lister) for an AgentMail inbox or a Nylas grant; ConfigError if the
+    channel's API key is missing."""
+    if nylas_grant is not None:
+        from processors.nylas import NylasSender
+
+        if settings.nylas_api_key is None:
+            raise ConfigError("catch-up lists messages through Nylas: set NYLAS_API_KEY")
+        sender = NylasSender(
+            settings.nylas_api_key.get_secret_value(),
+            api_uri=settings.nylas_api_uri,
+            timeout_s=settings.send_timeout_s,
+            own_address=settings.nylas_grant_email,
+        )
+        return (
+            nylas_grant,
+            f"grant {nylas_grant}",
+            functools.partial(catch_up_nylas, sender, nylas_grant),
+        )
+    from processors.mail import agentmail_client
+
+    if inbox_id is None:
+        raise ConfigError("name an AgentMail inbox (--inbox) or a Nylas grant (--nylas-grant)")
+    if settings.agentmail_api_key is None:
+        raise ConfigError("catch-up lists messages through AgentMail: set AGENTMAIL_API_KEY")
+    client = agentmail_client(
+        settings.agentmail_api_key.get_secret_value(),
+        base_url=settings.agentmail_base_url,
+        timeout_s=settings.send_timeout_s,
+    )
+    return inbox_id, inbox_id, functools.partial(catch_up, client, inbox_id)
+
+
+async def feed_unanswered(
+    settings: Settings,
+    lister: Lister,
+    start: datetime,
+    ledger: Mapping[str, ReplyRecord],
+    *,
+    progress: Callable[[], None] = lambda: None,
+) -> Summary:
+    """List the account's mail after ``start`` and feed the unanswered through the pipeline."""
+    from foundation.kafka import AsyncProducer, producer_config_from
+
+    producer = AsyncProducer(producer_config_from(settings))
+
+    async def feed(envelope: Envelope) -> None:
+        await producer.produce(
+            settings.deliveries_topic,
+            envelope.encode(),
+            key=envelope.thread_key.encode(),
+            headers=envelope.headers(),
+        )
+
+    try:
+        return await lister(start, ledger=ledger, feed=feed, progress=progress)
+    finally:
+        producer.close()
+
+
+def wait_for_answers(settings: Settings, summary: Summary, wait_s: float) -> int:
+    """Poll the ledger until the worker has answered what was fed, or ``wait_s`` passes."""
+    deadline = time.monotonic() + wait_s
+    answered = 0
+    while summary.fed:
+        current = read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
+        answered = summary.answered(current)
+        if answered >= len(summary.fed) or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    return answered

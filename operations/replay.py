@@ -16,10 +16,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-
 from foundation.errors import OnceOnlyError
-from foundation.kafka import PARTITIONER, Admin
+from foundation.kafka import (
+    KafkaAdapterError,
+    TopicMissing,
+    TopicRange,
+    producer_config,
+    ranges,
+    read,
+    sync_producer,
+)
 from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
 
 
@@ -27,27 +33,8 @@ class ReplayError(OnceOnlyError):
     """A replay cannot be planned or run; the message says why and what to do."""
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionPlan:
-    partition: int
-    start: int  #: first offset replayed
-    end: int  #: one past the last offset replayed
-
-    @property
-    def count(self) -> int:
-        return max(0, self.end - self.start)
-
-
-def _consumer(bootstrap: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"onceonly-replay-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
+#: a partition's range to replay: the seam's TopicRange
+PartitionPlan = TopicRange
 
 
 def plan(
@@ -61,70 +48,26 @@ def plan(
     """Per partition: from where (the offset, or the first record at or after the time)."""
     if (from_offset is None) == (from_time is None):
         raise ReplayError("give exactly one of --from-offset and --from-time")
-    partitions = Admin(bootstrap).topic_partitions().get(topic)
-    if partitions is None:
-        raise ReplayError(f"topic {topic} does not exist; check ONCEONLY_DELIVERIES_TOPIC")
-    chosen = range(partitions) if partition is None else [partition]
-    if partition is not None and not 0 <= partition < partitions:
-        raise ReplayError(f"{topic} has partitions 0..{partitions - 1}, not {partition}")
-    consumer = _consumer(bootstrap)
     try:
-        plans = []
-        for p in chosen:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if from_offset is not None:
-                start = max(low, from_offset)
-            else:
-                assert from_time is not None
-                wanted = TopicPartition(topic, p, int(from_time.timestamp() * 1000))
-                [found] = consumer.offsets_for_times([wanted], timeout=10)
-                start = high if found.offset < 0 else max(low, found.offset)
-            plans.append(PartitionPlan(p, min(start, high), high))
-        return plans
-    except KafkaException as exc:
-        raise ReplayError(f"could not read offsets of {topic}: {exc}") from exc
-    finally:
-        consumer.close()
+        return ranges(
+            bootstrap, topic, from_offset=from_offset, from_time=from_time, partition=partition
+        )
+    except TopicMissing as exc:
+        raise ReplayError(f"{exc} (ONCEONLY_DELIVERIES_TOPIC, --partition)") from exc
+    except KafkaAdapterError as exc:
+        raise ReplayError(str(exc)) from exc
 
 
 def records(bootstrap: str, topic: str, plans: list[PartitionPlan]) -> Iterator[Any]:
     """The records of the planned ranges, partition by partition (confluent Messages)."""
-    consumer = _consumer(bootstrap)
     try:
-        for step in (p for p in plans if p.count):
-            consumer.assign([TopicPartition(topic, step.partition, step.start)])
-            while True:
-                msg = consumer.poll(5.0)
-                if msg is None:
-                    raise ReplayError(
-                        f"no record arrived from {topic}[{step.partition}] within 5 s; "
-                        "is the broker up?"
-                    )
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise ReplayError(f"reading {topic}[{step.partition}]: {error}")
-                offset = int(msg.offset() or 0)
-                if offset >= step.end:
-                    break
-                yield msg
-                if offset + 1 >= step.end:
-                    break
-    finally:
-        consumer.close()
+        yield from read(bootstrap, topic, plans)
+    except KafkaAdapterError as exc:
+        raise ReplayError(str(exc)) from exc
 
 
-def _producer(bootstrap: str) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "partitioner": PARTITIONER,
-            "linger.ms": 5,
-        }
-    )
+def _producer(bootstrap: str) -> Any:
+    return sync_producer(producer_config(bootstrap, timeout_ms=30_000, max_record_bytes=8 << 20))
 
 
 def replay(

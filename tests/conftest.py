@@ -8,16 +8,20 @@ embedded broker (official Apache Kafka jars fetched with Maven) on a free port.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from foundation.kafka import Admin, AsyncProducer, producer_config_from
+from foundation.kafka import (
+    Admin,
+    AsyncProducer,
+    TopicMissing,
+    producer_config_from,
+    read_to_end,
+)
 from foundation.settings import Settings
 from foundation.topics import topic_specs
 
@@ -102,50 +106,9 @@ async def producer_factory() -> AsyncIterator[Callable[[Settings], AsyncProducer
 
 
 def consume_all(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
-    """Every record of ``topic`` from the beginning to its current end (confluent Messages)."""
-    admin = Admin(bootstrap)
-    partitions = admin.topic_partitions().get(topic, 0)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-        }
-    )
+    """Every record of ``topic`` from the beginning to its current end (confluent Messages);
+    none for a topic that does not exist yet."""
     try:
-        ends = {p: _high_watermark(consumer, topic, p, timeout_s) for p in range(partitions)}
-        pending = {p for p, high in ends.items() if high > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        records: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                continue
-            records.append(msg)
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                pending.discard(msg.partition())
-        if pending:
-            raise AssertionError(f"could not read {topic} partitions {sorted(pending)} to the end")
-        return records
-    finally:
-        consumer.close()
-
-
-def _high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int:
-    """A new topic's partitions answer NOT_LEADER for a moment after creation: retry."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s
-            )
-            return int(high)
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+        return read_to_end(bootstrap, topic, timeout_s=timeout_s)
+    except TopicMissing:
+        return []

@@ -1,6 +1,7 @@
 """confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
 
 from foundation.kafka._admin import Admin, TopicSpec, TopicStatus
+from foundation.kafka._errors import adapter_error
 from foundation.kafka._lag import PartitionLag, consumer_lag
 from foundation.kafka._producer import (
     PARTITIONER,
@@ -8,12 +9,15 @@ from foundation.kafka._producer import (
     Delivered,
     producer_config,
     producer_config_from,
+    sync_producer,
 )
+from foundation.kafka._reader import TopicRange, ranges, read, read_to_end
 from foundation.kafka.exceptions import (
     BrokerUnavailable,
     KafkaAdapterError,
     ProduceFailed,
     TopicMismatch,
+    TopicMissing,
 )
 
 __all__ = [
@@ -26,9 +30,16 @@ __all__ = [
     "PartitionLag",
     "ProduceFailed",
     "TopicMismatch",
+    "TopicMissing",
+    "TopicRange",
     "TopicSpec",
     "TopicStatus",
+    "adapter_error",
     "consumer_lag",
     "producer_config",
     "producer_config_from",
+    "ranges",
+    "read",
+    "read_to_end",
+    "sync_producer",
 ]

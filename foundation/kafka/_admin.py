@@ -65,6 +65,16 @@ class Admin:
             and (not led_only or all(p.leader >= 0 and not p.error for p in t.partitions.values()))
         }
 
+    def broker_ids(self, timeout_s: float | None = None) -> set[int]:
+        """The node ids of the brokers that answer a metadata request; raises BrokerUnavailable."""
+        try:
+            metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
+        except KafkaException as exc:
+            raise BrokerUnavailable(
+                f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}"
+            ) from exc
+        return {int(node) for node in metadata.brokers}
+
     def ping(self, timeout_s: float = 2.0) -> bool:
         try:
             self.topic_partitions(timeout_s)

@@ -77,6 +77,12 @@ def producer_config_from(settings: ProducerSettings, **extra: Any) -> dict[str, 
     )
 
 
+def sync_producer(config: dict[str, Any]) -> Any:
+    """A plain confluent-kafka Producer for bulk copies (replay, dead-letter retry, loads),
+    built from :func:`producer_config`; the caller flushes it."""
+    return _ConfluentProducer(config)
+
+
 class AsyncProducer:
     """Produces records and awaits their acknowledgement without blocking the event loop.
 

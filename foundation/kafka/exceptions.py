@@ -17,3 +17,7 @@ class ProduceFailed(KafkaAdapterError):
 
 class TopicMismatch(KafkaAdapterError):
     """An existing topic differs from what onceonly needs; onceonly will not run on it."""
+
+
+class TopicMissing(KafkaAdapterError):
+    """A topic or partition does not exist; run ``onceonly topics`` or check its name."""

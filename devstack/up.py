@@ -1,0 +1,81 @@
+"""``onceonly up``: the local stack around ingest (a broker if local, the topics, a worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+from devstack.broker import EmbeddedBroker
+from foundation.kafka import Admin
+from foundation.settings import Settings
+from foundation.topics import topic_specs
+
+Echo = Callable[[str], Any]
+
+
+def port_of(bootstrap: str) -> int:
+    return int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+
+
+@contextlib.contextmanager
+def local_stack(settings: Settings, echo: Echo) -> Iterator[None]:
+    """A broker (if the bootstrap is local and nothing answers), the topics, one worker."""
+    with contextlib.ExitStack() as stack:
+        admin = Admin(settings.kafka_bootstrap)
+        if settings.is_local_broker and not admin.ping(2.0):
+            stack.enter_context(local_broker(settings, echo))
+        for status in admin.ensure_topics(topic_specs(settings)):
+            echo(f"topic {status.name}: {status.partitions} partitions")
+        stack.enter_context(worker_process(echo))
+        yield
+
+
+@contextlib.contextmanager
+def local_broker(settings: Settings, echo: Echo) -> Iterator[None]:
+    broker = EmbeddedBroker(
+        settings.run_dir.resolve(),
+        port=port_of(settings.kafka_bootstrap),
+        heap_mb=settings.broker_heap_mb,
+    )
+    echo(f"starting kafka at {broker.bootstrap} (data in {settings.run_dir}/broker)")
+    broker.start()
+    try:
+        yield
+    finally:
+        echo("stopping kafka")
+        broker.stop()
+
+
+@contextlib.contextmanager
+def worker_process(echo: Echo) -> Iterator[None]:
+    """``onceonly worker`` beside ingest, with the same environment; stopped on exit."""
+    worker = subprocess.Popen([sys.executable, "-m", "onceonly", "worker"])
+    echo(f"worker started (pid {worker.pid})")
+    try:
+        yield
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+
+
+def run_until_signal(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a coroutine until SIGINT or SIGTERM, then cancel it and let it clean up."""
+
+    async def runner() -> None:
+        task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(runner())

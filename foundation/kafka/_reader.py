@@ -1,0 +1,132 @@
+"""The one topic reader: a range of each partition, or everything up to the current end."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from foundation.kafka._admin import Admin
+from foundation.kafka._errors import adapter_error
+from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMissing
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRange:
+    partition: int
+    start: int  #: first offset read
+    end: int  #: one past the last offset read
+
+    @property
+    def count(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    """A reader that belongs to no group's offsets (a fresh group id, no commits)."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"onceonly-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+
+
+def _watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int]:
+    """A new topic's partitions answer NOT_LEADER for a moment after creation: retry."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise adapter_error(exc, f"read the offsets of {topic}[{partition}]") from exc
+            time.sleep(0.2)
+
+
+def ranges(
+    bootstrap: str,
+    topic: str,
+    *,
+    from_offset: int | None = None,
+    from_time: datetime | None = None,
+    partition: int | None = None,
+    timeout_s: float = 10.0,
+) -> list[TopicRange]:
+    """Per partition: from the offset (or the first record at or after the time) to the end."""
+    if (from_offset is None) == (from_time is None):
+        raise KafkaAdapterError("give exactly one of a start offset and a start time")
+    partitions = Admin(bootstrap).topic_partitions().get(topic)
+    if partitions is None:
+        raise TopicMissing(f"topic {topic} does not exist; check its name or run onceonly topics")
+    if partition is not None and not 0 <= partition < partitions:
+        raise TopicMissing(f"{topic} has partitions 0..{partitions - 1}, not {partition}")
+    chosen = range(partitions) if partition is None else [partition]
+    consumer = _consumer(bootstrap)
+    try:
+        out = []
+        for p in chosen:
+            low, high = _watermarks(consumer, topic, p, timeout_s)
+            if from_offset is not None:
+                start = max(low, from_offset)
+            else:
+                assert from_time is not None
+                wanted = TopicPartition(topic, p, int(from_time.timestamp() * 1000))
+                [found] = consumer.offsets_for_times([wanted], timeout=timeout_s)
+                start = high if found.offset < 0 else max(low, found.offset)
+            out.append(TopicRange(p, min(start, high), high))
+        return out
+    except KafkaException as exc:
+        raise adapter_error(exc, f"read the offsets of {topic}") from exc
+    finally:
+        consumer.close()
+
+
+def read(
+    bootstrap: str, topic: str, wanted: list[TopicRange], *, poll_timeout_s: float = 5.0
+) -> Iterator[Any]:
+    """The records of the ranges, partition by partition (confluent Messages)."""
+    consumer = _consumer(bootstrap)
+    try:
+        for step in (r for r in wanted if r.count):
+            consumer.assign([TopicPartition(topic, step.partition, step.start)])
+            while True:
+                msg = consumer.poll(poll_timeout_s)
+                if msg is None:
+                    raise BrokerUnavailable(
+                        f"no record arrived from {topic}[{step.partition}] within "
+                        f"{poll_timeout_s:g} s; is the broker up?"
+                    )
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise adapter_error(error, f"read {topic}[{step.partition}]")
+                offset = int(msg.offset() or 0)
+                if offset >= step.end:
+                    break
+                yield msg
+                if offset + 1 >= step.end:
+                    break
+    finally:
+        consumer.close()
+
+
+def read_to_end(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
+    """Every record of ``topic`` from the beginning to its current end."""
+    return list(
+        read(bootstrap, topic, ranges(bootstrap, topic, from_offset=0, timeout_s=timeout_s))
+    )
