@@ -4,7 +4,7 @@
 
 It answers ``POST /v0/inboxes/{inbox_id}/messages/{message_id}/reply`` at once with the
 ``SendMessageResponse`` JSON the ``agentmail`` SDK parses (``{"message_id", "thread_id"}``),
-so the worker under test runs its real :class:`~processors.mail.AgentMailSender` and the
+so the worker under test runs its real :class:`~processors.agentmail.sender.AgentMailSender` and the
 mail API costs (almost) nothing. ``testkit/fakes/agentmail_server.py`` speaks far more of
 the API, but it needs every message seeded first and keeps the whole mailbox; this is
 the cheaper of the two, which is what a throughput figure wants.

@@ -84,6 +84,7 @@ import aiohttp
 import click
 
 from devstack.broker import free_port
+from foundation.settings import DEFAULT_TOPICS
 from testkit import payloads, signing
 from testkit.processes import Supervised
 
@@ -91,9 +92,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "chaos" / "results"
 APP_ID = "onceonly-chaos"
 PARTITIONS = 8
-DELIVERIES_TOPIC = "onceonly.deliveries"
-LEDGER_TOPIC = "onceonly.replies"
-DEAD_LETTER_TOPIC = "onceonly.dead-letters"
+DELIVERIES_TOPIC = DEFAULT_TOPICS["deliveries"]
+LEDGER_TOPIC = DEFAULT_TOPICS["ledger"]
+DEAD_LETTER_TOPIC = DEFAULT_TOPICS["dead_letters"]
 PRODUCE_TIMEOUT_MS = 3000
 SEND_ATTEMPTS = 12
 
@@ -1020,7 +1021,7 @@ class Chaos:
     async def verdict(self) -> Verdict:
         from operations.catchup import read_ledger
         from operations.replay import ReplayError, dead_letters
-        from processors.reply import reply_key
+        from processors.messages import reply_key
 
         assert self.plan is not None and self.load is not None
         outbox = (await self._mail("GET", "/_control/outbox"))["outbox"]

@@ -36,6 +36,7 @@ from typing import IO
 
 from foundation.errors import OnceOnlyError
 from foundation.kafka import Admin, BrokerUnavailable
+from foundation.settings import DEFAULT_BROKER_HEAP_MB, DEFAULT_KAFKA_PORT
 
 __all__ = [
     "DEFAULT_POM",
@@ -225,9 +226,9 @@ class EmbeddedBroker:
         self,
         run_dir: Path,
         *,
-        port: int = 9092,
+        port: int = DEFAULT_KAFKA_PORT,
         controller_port: int | None = None,
-        heap_mb: int = 512,
+        heap_mb: int = DEFAULT_BROKER_HEAP_MB,
         startup_timeout_s: float = 90.0,
     ) -> None:
         if not MIN_HEAP_MB <= heap_mb <= MAX_HEAP_MB:

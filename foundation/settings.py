@@ -19,6 +19,15 @@ from foundation.errors import ConfigError
 #: Nylas sends bodies above ~1 MB as ``message.created.truncated``; Svix/AgentMail,
 #: Stripe and Standard Webhooks payloads are far smaller. 2 MiB leaves headroom.
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+#: the defaults other modules share (the local broker, the Nylas region, the topics)
+DEFAULT_KAFKA_PORT = 9092
+DEFAULT_BROKER_HEAP_MB = 512
+NYLAS_US_API_URI = "https://api.us.nylas.com"
+DEFAULT_TOPICS = {
+    "deliveries": "onceonly.deliveries",
+    "ledger": "onceonly.replies",
+    "dead_letters": "onceonly.dead-letters",
+}
 
 
 class Settings(BaseSettings):
@@ -36,18 +45,18 @@ class Settings(BaseSettings):
     )
 
     # --- Kafka -----------------------------------------------------------
-    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_bootstrap: str = f"127.0.0.1:{DEFAULT_KAFKA_PORT}"
     partitions: int = Field(default=8, ge=1)
     replication_factor: int = Field(default=1, ge=1)
-    deliveries_topic: str = "onceonly.deliveries"
-    ledger_topic: str = "onceonly.replies"
-    dead_letter_topic: str = "onceonly.dead-letters"
+    deliveries_topic: str = DEFAULT_TOPICS["deliveries"]
+    ledger_topic: str = DEFAULT_TOPICS["ledger"]
+    dead_letter_topic: str = DEFAULT_TOPICS["dead_letters"]
     produce_timeout_ms: int = Field(default=5000, ge=100)
     produce_linger_ms: int = Field(default=5, ge=0, le=1000)
 
     # --- local files -------------------------------------------------------
     run_dir: Path = Path(".run")
-    broker_heap_mb: int = Field(default=512, ge=128, le=512)
+    broker_heap_mb: int = Field(default=DEFAULT_BROKER_HEAP_MB, ge=128, le=512)
 
     # --- ingest ----------------------------------------------------------
     ingest_host: str = "127.0.0.1"
@@ -104,7 +113,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("NYLAS_API_KEY", "nylas_api_key")
     )
     #: the US region by default; the EU region or a local server for tests
-    nylas_api_uri: str = "https://api.us.nylas.com"
+    nylas_api_uri: str = NYLAS_US_API_URI
     #: the grant's own address (its outbound mail is never answered); unset: read the grant
     nylas_grant_email: str | None = None
     #: shifts the worker's clock; for drills and tests that move time (e.g. expiry)

@@ -13,10 +13,9 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import parseaddr
 from typing import Any
 
 from agentmail import AsyncAgentMail
@@ -24,21 +23,14 @@ from agentmail import AsyncAgentMail
 from foundation.errors import ConfigError
 from foundation.settings import Settings
 from ingest import normalise
+from processors.agentmail.listing import is_answerable, list_messages
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord, ReplyState
-
-PAGE = 100
 
 
 def catch_up_event_id(inbox_id: str, message_id: str) -> str:
     """The same message always gets the same id, so repeated catch-ups dedupe."""
     return "catchup-" + hashlib.sha256(f"{inbox_id}\n{message_id}".encode()).hexdigest()[:32]
-
-
-def is_answerable(message: Mapping[str, Any], inbox_id: str) -> bool:
-    labels = message.get("labels") or ()
-    sender = parseaddr(str(message.get("from") or message.get("from_") or ""))[1].lower()
-    return "received" in labels and "sent" not in labels and sender != inbox_id.lower()
 
 
 def envelope_for(message: Mapping[str, Any], received_at: datetime) -> Envelope:
@@ -57,22 +49,6 @@ def last_answered(ledger: Mapping[str, ReplyRecord], inbox_id: str) -> datetime 
     """When this inbox's latest reply was recorded: where a catch-up without --since starts."""
     times = [r.created_at for r in ledger.values() if r.inbox_id == inbox_id]
     return max(times, default=None)
-
-
-async def list_messages(
-    client: AsyncAgentMail, inbox_id: str, since: datetime
-) -> AsyncIterator[dict[str, Any]]:
-    """Every message after ``since``, oldest first, through all pages."""
-    token: str | None = None
-    while True:
-        page = await client.inboxes.messages.list(
-            inbox_id, after=since, ascending=True, limit=PAGE, page_token=token
-        )
-        for item in page.messages or []:
-            yield item.model_dump(by_alias=True, mode="json")
-        token = page.next_page_token
-        if not token:
-            return
 
 
 @dataclass
@@ -115,7 +91,7 @@ async def catch_up(
     progress: Callable[[], None] = lambda: None,
 ) -> Summary:
     """Feed each unanswered received message through the pipeline; count what was found."""
-    from processors.reply import reply_key
+    from processors.messages import reply_key
 
     summary = Summary()
     now = datetime.now(UTC)
@@ -189,8 +165,8 @@ async def catch_up_nylas(
     ``grant_address``). The grant's own mail (from its address, or in SENT) is counted
     as sent by the agent and not fed.
     """
-    from processors.nylas import own_message
-    from processors.reply import reply_key
+    from processors.messages import reply_key
+    from processors.nylas.messages import own_message
 
     own = await sender.grant_address(grant_id)
     messages: list[dict[str, Any]] = []
@@ -221,7 +197,7 @@ def lister_for(
     """(account, label, lister) for an AgentMail inbox or a Nylas grant; ConfigError if the
     channel's API key is missing."""
     if nylas_grant is not None:
-        from processors.nylas import NylasSender
+        from processors.nylas.sender import NylasSender
 
         if settings.nylas_api_key is None:
             raise ConfigError("catch-up lists messages through Nylas: set NYLAS_API_KEY")
@@ -236,7 +212,7 @@ def lister_for(
             f"grant {nylas_grant}",
             functools.partial(catch_up_nylas, sender, nylas_grant),
         )
-    from processors.mail import agentmail_client
+    from processors.agentmail.sender import agentmail_client
 
     if inbox_id is None:
         raise ConfigError("name an AgentMail inbox (--inbox) or a Nylas grant (--nylas-grant)")

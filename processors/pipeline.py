@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 from faust.streams import _current_event
 
+from foundation.settings import Settings
 from processors import dedupe, reorder
 from processors.agent import Writer
 from processors.channels import Channel
@@ -59,7 +60,7 @@ def _ids(envelope: Envelope) -> dict[str, str]:
 class Pipeline:
     """Dedupe, reorder and reply once, over the worker's tables and lanes."""
 
-    settings: Any
+    settings: Settings
     events: Any  #: faust Table ``events``: dedupe entries, bytes -> bytes
     holds: Holds
     ledger: Any  #: TableLedger

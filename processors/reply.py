@@ -13,10 +13,9 @@ instead of sending twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from email.utils import parseaddr
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -36,31 +35,14 @@ from schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
 
-#: AgentMail keeps an idempotency key for 24 h after the send completes.
-AGENTMAIL_KEY_LIFETIME = timedelta(hours=24)
-
-#: AgentMail event types that are mail but not mail to answer.
-NOT_REAL_MAIL = frozenset(
-    {"message.received.spam", "message.received.blocked", "message.received.unauthenticated"}
-)
+#: how long a mail API keeps an idempotency key unless its channel says otherwise
+KEY_LIFETIME = timedelta(hours=24)
 
 
 class Skip(StrEnum):
     NOT_RECEIVED = "not_received"  #: an event type that is not an inbound message
     NOT_REAL_MAIL = "not_real_mail"  #: spam, blocked, unauthenticated
     OWN_MESSAGE = "own_message"  #: the agent's own outbound mail
-
-
-def skip_reason(event_type: str, message: Inbound) -> Skip | None:
-    """Why a message.received event must not be answered, or None to answer it."""
-    if event_type in NOT_REAL_MAIL:
-        return Skip.NOT_REAL_MAIL
-    if event_type != "message.received":
-        return Skip.NOT_RECEIVED
-    sender = parseaddr(message.sender)[1].lower()
-    if "sent" in message.labels or (sender and sender == message.inbox_id.lower()):
-        return Skip.OWN_MESSAGE
-    return None
 
 
 class Plan(StrEnum):
@@ -77,7 +59,7 @@ def plan(
     record: ReplyRecord | None,
     *,
     now: datetime,
-    key_lifetime: timedelta = AGENTMAIL_KEY_LIFETIME,
+    key_lifetime: timedelta = KEY_LIFETIME,
     replay: bool = False,
 ) -> Plan:
     if record is None:
@@ -102,15 +84,6 @@ def split_burst(burst: Sequence[Inbound]) -> tuple[Inbound, tuple[Inbound, ...]]
     """The message to answer (the latest) and the ones its reply covers."""
     ordered = sorted(burst, key=lambda m: (m.occurred_at, m.event_id))
     return ordered[-1], tuple(ordered[:-1])
-
-
-def find_sent_reply(thread_messages: Iterable[Mapping[str, Any]], message_id: str) -> str | None:
-    """The id of a message labelled sent that replies to ``message_id``, if the thread has one."""
-    for message in thread_messages:
-        labels = message.get("labels") or ()
-        if "sent" in labels and message.get("in_reply_to") == message_id:
-            return str(message.get("message_id"))
-    return None
 
 
 # -- the moving parts --------------------------------------------------------------
@@ -192,7 +165,7 @@ async def reply_once(
     dead_letter: DeadLetter,
     now: Callable[[], datetime],
     policy: SendPolicy = SendPolicy(),
-    key_lifetime: timedelta = AGENTMAIL_KEY_LIFETIME,
+    key_lifetime: timedelta = KEY_LIFETIME,
     replay: bool = False,
     on_retry: Callable[[], None] = lambda: None,
     channel: str = "agentmail",
@@ -371,29 +344,3 @@ async def _cover(
             )
         )
         log.info("message covered by the burst's reply", key=message.key, covered_by=by)
-
-
-def inbound_from_agentmail(
-    message: Mapping[str, Any], *, thread_key: str, event_id: str, fallback_time: datetime
-) -> Inbound:
-    """An AgentMail ``message`` object (from an event or from ``messages.get``) as an Inbound."""
-    occurred = message.get("timestamp")
-    when = fallback_time
-    if isinstance(occurred, str):
-        try:
-            when = datetime.fromisoformat(occurred.replace("Z", "+00:00"))
-        except ValueError:
-            when = fallback_time
-    text = message.get("text") or message.get("extracted_text")
-    return Inbound(
-        inbox_id=str(message.get("inbox_id", "")),
-        message_id=str(message.get("message_id", "")),
-        thread_key=thread_key,
-        thread_id=str(message.get("thread_id", "")),
-        event_id=event_id,
-        occurred_at=when,
-        sender=str(message.get("from") or message.get("from_") or ""),
-        subject=message.get("subject"),
-        text=str(text) if text is not None else None,
-        labels=tuple(message.get("labels") or ()),
-    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from foundation.settings import Settings
 from schemas.ledger import ReplyRecord
 
 
@@ -39,7 +40,7 @@ class TableLedger:
         self.table.data[raw] = value  # the store alone: the topic has the record already
 
 
-def rocks_options(settings: Any, scale: float = 1.0) -> dict[str, int]:
+def rocks_options(settings: Settings, scale: float = 1.0) -> dict[str, int]:
     return {
         "block_cache_size": max(1 << 20, int(settings.rocksdb_block_cache_bytes * scale)),
         "write_buffer_size": max(1 << 20, int(settings.rocksdb_write_buffer_bytes * scale)),

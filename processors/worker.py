@@ -30,15 +30,17 @@ from typing import Any
 import faust
 import structlog
 
+from foundation.settings import Settings
 from processors.agent import Writer, WriterPolicy
-from processors.channels import AgentMailChannel
+from processors.agentmail.channel import AgentMailChannel
+from processors.agentmail.sender import AgentMailSender
 from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
 from processors.holds import Holds
 from processors.lanes import Lanes
-from processors.mail import AgentMailSender, DryRunOutbox
 from processors.metrics import LagCollector, WorkerMetrics
-from processors.nylas import nylas_channel
+from processors.nylas.channel import nylas_channel
+from processors.outbox import DryRunOutbox
 from processors.pipeline import Pipeline
 from processors.reply import ReplyWriter
 from processors.sweep import Sweeper
@@ -59,7 +61,7 @@ def _fatal(exc: BaseException) -> None:
     os._exit(EXIT_REDELIVER)
 
 
-def writer_policy(settings: Any) -> WriterPolicy:
+def writer_policy(settings: Settings) -> WriterPolicy:
     return WriterPolicy(
         concurrency=settings.writer_concurrency,
         timeout_s=settings.writer_timeout_s,
@@ -68,7 +70,7 @@ def writer_policy(settings: Any) -> WriterPolicy:
     )
 
 
-def _mail_sender(settings: Any) -> Any:
+def _mail_sender(settings: Settings) -> Any:
     key = settings.agentmail_api_key
     if key is None:
         return DryRunOutbox(settings.run_dir / "dry-run-outbox.jsonl")
@@ -80,7 +82,7 @@ def _mail_sender(settings: Any) -> Any:
 
 
 def build_app(
-    settings: Any,
+    settings: Settings,
     *,
     sender: Any = None,
     writer: ReplyWriter | None = None,
@@ -203,7 +205,7 @@ def build_app(
 
 
 def _wire_lifecycle(
-    app: faust.App, pipeline: Pipeline, settings: Any, tick_interval_s: float | None
+    app: faust.App, pipeline: Pipeline, settings: Settings, tick_interval_s: float | None
 ) -> None:
     """Timers, signals and the web page around the pipeline."""
 
@@ -244,7 +246,7 @@ def _wire_lifecycle(
     app.page("/metrics")(metrics_page)
 
 
-def run_worker(settings: Any) -> None:
+def run_worker(settings: Settings) -> None:
     """``onceonly worker``: one faust worker in the foreground."""
     offset = settings.clock_offset_s
     app, _ = build_app(settings, clock=(lambda: time.time() + offset) if offset else time.time)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from foundation.errors import ConfigError
-from processors.reply import Inbound, ReplyWriter
+from processors.messages import Inbound
+from processors.reply import ReplyWriter
 
 
 def acknowledge(burst: Sequence[Inbound]) -> str:

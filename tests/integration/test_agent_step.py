@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from processors.reply import reply_key
+from processors.messages import reply_key
 from schemas.ledger import ReplyState
 from tests.conftest import consume_all
 from tests.integration.workers import INBOX, Stack, ledger_records, until

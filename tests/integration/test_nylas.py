@@ -23,7 +23,7 @@ import pytest
 from foundation.kafka import AsyncProducer
 from foundation.settings import Settings
 from ingest import normalise
-from processors.reply import reply_key
+from processors.messages import reply_key
 from schemas.ledger import ReplyState
 from testkit import payloads
 from testkit.fakes.nylas_server import FakeNylas

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from processors.reply import reply_key
+from processors.messages import reply_key
 from schemas.ledger import ReplyState
 from tests.integration.workers import INBOX, ROOT, Stack, ledger_records, until, worker_env
 

@@ -12,7 +12,7 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from ingest import normalise
-from processors.reply import reply_key
+from processors.messages import reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from tests.conftest import consume_all

@@ -28,30 +28,20 @@ from foundation.settings import Settings
 from ingest import normalise
 from operations import catchup
 from processors.exceptions import SendError, SendFailure
-from processors.mail import DryRunOutbox
-from processors.nylas import (
+from processors.messages import Inbound, reply_key
+from processors.nylas.channel import NylasChannel, nylas_channel
+from processors.nylas.errors import classify
+from processors.nylas.messages import (
     NYLAS_KEY_LIFETIME,
-    NylasChannel,
-    NylasSender,
-    classify,
     find_nylas_reply,
     inbound_from_nylas,
     is_replay,
-    nylas_channel,
     own_message,
-    replay_counter,
     reply_subject,
 )
-from processors.reply import (
-    BurstResult,
-    Inbound,
-    Outcome,
-    SendPolicy,
-    Skip,
-    reply_key,
-    reply_once,
-    simple_write,
-)
+from processors.nylas.sender import NylasSender, replay_counter
+from processors.outbox import DryRunOutbox
+from processors.reply import BurstResult, Outcome, SendPolicy, Skip, reply_once, simple_write
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads

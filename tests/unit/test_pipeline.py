@@ -12,9 +12,9 @@ import pytest
 
 from ingest import normalise
 from processors.agent import Writer, WriterPolicy
-from processors.channels import AgentMailChannel
+from processors.agentmail.channel import AgentMailChannel
+from processors.agentmail.sender import AgentMailSender
 from processors.holds import Delivery
-from processors.mail import AgentMailSender
 from processors.metrics import WorkerMetrics
 from processors.pipeline import Pipeline
 from testkit import payloads

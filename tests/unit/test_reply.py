@@ -10,22 +10,19 @@ from typing import Any
 
 import pytest
 
+from processors.agentmail.messages import find_sent_reply, skip_reason
+from processors.agentmail.sender import AgentMailSender
 from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
-from processors.mail import AgentMailSender
-from processors.messages import Decline
+from processors.messages import Decline, Inbound, reply_key
 from processors.reply import (
     BurstResult,
-    Inbound,
     Outcome,
     Plan,
     SendPolicy,
     Skip,
-    find_sent_reply,
     plan,
-    reply_key,
     reply_once,
     simple_write,
-    skip_reason,
     split_burst,
 )
 from schemas.ledger import ReplyRecord, ReplyState

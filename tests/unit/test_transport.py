@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 
 from devstack.broker import free_port
+from processors.agentmail.sender import AgentMailSender, agentmail_client
+from processors.agentmail.transport import AiohttpTransport, ApiClient
 from processors.exceptions import SendError, SendFailure
-from processors.mail import AgentMailSender, agentmail_client
-from processors.transport import AiohttpTransport, ApiClient
 from schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 

@@ -1,13 +1,8 @@
-"""Mail senders: AgentMail through its SDK, and a dry-run outbox when there is no API key.
-
-The SDK's errors are mapped to :class:`SendError` here and nowhere else.
-"""
+"""AgentMail's sender through its SDK: replies with our key; the SDK's errors are mapped
+to ours here and nowhere else."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -16,9 +11,9 @@ import structlog
 from agentmail import AgentMailEnvironment, AsyncAgentMail
 from agentmail.core.api_error import ApiError
 
+from processors.agentmail.messages import find_sent_reply
+from processors.agentmail.transport import ApiClient
 from processors.exceptions import SendError, SendFailure
-from processors.reply import find_sent_reply
-from processors.transport import ApiClient
 from schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.mail")
@@ -155,52 +150,3 @@ class AgentMailSender:
         except (ApiError, httpx.HTTPError) as exc:
             raise classify(exc) from exc
         return dict(message.model_dump(by_alias=True, mode="json"))
-
-
-@dataclass
-class DryRunOutbox:
-    """What would have been sent, kept in memory and appended to a JSON-lines file."""
-
-    path: Path | None = None
-    sent: list[dict[str, Any]] = field(default_factory=list)
-
-    async def reply(self, record: ReplyRecord) -> str:
-        for entry in self.sent:
-            if entry["key"] == record.key:  # idempotent like the real API
-                return str(entry["sent_message_id"])
-        entry = {
-            **asdict(record),
-            "state": record.state.value,
-            "created_at": str(record.created_at),
-        }
-        entry["sent_message_id"] = f"<dry-run-{record.key}@onceonly>"
-        self.sent.append(entry)
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as out:
-                out.write(json.dumps(entry) + "\n")
-        log.info("dry run: reply not sent (no API key for this channel)", key=record.key)
-        return str(entry["sent_message_id"])
-
-    async def find_reply(self, record: ReplyRecord) -> str | None:
-        for entry in self.sent:
-            if entry["key"] == record.key:
-                return str(entry["sent_message_id"])
-        return None
-
-    async def fetch(self, inbox_id: str, message_id: str) -> dict[str, Any]:
-        raise SendError(SendFailure.REJECTED, "dry run: cannot fetch a message without an API key")
-
-    async def thread(self, inbox_id: str, thread_id: str) -> list[dict[str, Any]]:
-        """Without an API key there is no thread to read: the replies sent to it, dry."""
-        return [
-            {
-                "message_id": e["sent_message_id"],
-                "from": e["inbox_id"],
-                "text": e["reply_text"],
-                "labels": ["sent"],
-                "timestamp": e["created_at"],
-            }
-            for e in self.sent
-            if e.get("thread_key", "").endswith(thread_id)
-        ]
