@@ -52,6 +52,10 @@ class WorkerMetrics:
             "Records written to the dead-letter topic.",
             registry=self.registry,
         )
+        self._writer_metrics()
+
+    def _writer_metrics(self) -> None:
+        """The agent step's: writer calls, their time, what is in flight, what is pending."""
         self.superseded = Counter(
             "onceonly_replies_superseded",
             "Reply texts not recorded because a newer message of the thread arrived.",

@@ -11,6 +11,7 @@ bounded number of times, then dead-lettered with the error, and the worker goes 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import weakref
@@ -340,21 +341,11 @@ class Pipeline:
                 record, reason, [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
             )
 
-        async def write(messages: Sequence[Inbound]) -> Any:
-            target, _ = split_burst(messages)
-            effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())
-            return await self.writer.write(
-                messages,
-                effects=effects,
-                history=lambda: channel.history(target),
-                ids={"key": target.key, "message_id": target.message_id},
-            )
-
         result = await reply_once(
             burst,
             ledger=self.ledger,
             sender=channel.sender,
-            write=write,
+            write=functools.partial(self.write, channel),
             dead_letter=dead_letter,
             now=self.now,
             policy=SendPolicy(attempts=self.settings.send_attempts),
@@ -375,6 +366,17 @@ class Pipeline:
         for delivery in claimed:
             if delivery.envelope.provider == provider:
                 outcomes.setdefault(delivery.envelope.event_id, ok)
+
+    async def write(self, channel: Channel, messages: Sequence[Inbound]) -> Any:
+        """The writer step for a burst: its effects and history are the latest message's."""
+        target, _ = split_burst(messages)
+        effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())
+        return await self.writer.write(
+            messages,
+            effects=effects,
+            history=lambda: channel.history(target),
+            ids={"key": target.key, "message_id": target.message_id},
+        )
 
     async def handle_event(self, envelope: Envelope) -> bool:
         """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""

@@ -192,53 +192,12 @@ async def reply_once(
         return BurstResult(outcome, target.key, record.sent_message_id if record else None)
 
     if step is Plan.WRITE:
-        messages = list(burst)
-        try:
-            written = await write(messages)
-            for _ in range(supersede_max):
-                more = [m for m in await newer() if ledger.get(m.key) is None]
-                if not more:
-                    break
-                messages.extend(more)
-                on_superseded()
-                log.info("reply superseded by newer messages; writing again", newer=len(more))
-                written = await write(messages)
-        except WriterFailed as exc:
-            target, covered = split_burst(messages)
-            failed = ReplyRecord(
-                key=target.key,
-                inbox_id=target.inbox_id,
-                message_id=target.message_id,
-                thread_key=target.thread_key,
-                state=ReplyState.FAILED,
-                created_at=now(),
-                attempts=exc.attempts,
-                error=exc.last_error,
-                channel=channel,
-            )
-            await ledger.put(failed)
-            reason = f"writer_failed after {exc.attempts} attempt(s): {exc.last_error}"
-            await dead_letter(failed, reason, messages)
-            log.error("reply dead-lettered", reason=reason, **{**ids, "key": target.key})
-            return BurstResult(Outcome.FAILED, target.key)
-        target, covered = split_burst(messages)
-        ids = {"key": target.key, "inbox_id": target.inbox_id, "message_id": target.message_id}
-        base = ReplyRecord(
-            key=target.key,
-            inbox_id=target.inbox_id,
-            message_id=target.message_id,
-            thread_key=target.thread_key,
-            state=ReplyState.PENDING,
-            created_at=now(),
-            channel=channel,
+        written = await _compose(
+            burst, ledger, write, newer, supersede_max, on_superseded, now, channel, dead_letter
         )
-        if isinstance(written, Decline):
-            await ledger.put(base.with_state(ReplyState.DECLINED, reason=written.reason))
-            await _cover(ledger, covered, target.key, now, channel)
-            log.info("reply declined by the writer", reason=written.reason, **ids)
-            return BurstResult(Outcome.DECLINED, target.key)
-        record = base.with_state(ReplyState.PENDING, reply_text=written)
-        await ledger.put(record)  # acknowledged before anything is sent
+        if isinstance(written, BurstResult):
+            return written
+        record, covered = written
     assert record is not None
     await _cover(ledger, covered, target.key, now, channel)
     return await _send(
@@ -252,6 +211,78 @@ async def reply_once(
         may_retry=may_retry,
         burst=burst,
         covered=len(covered),
+    )
+
+
+def _record_for(target: Inbound, state: ReplyState, now: datetime, channel: str) -> ReplyRecord:
+    return ReplyRecord(
+        key=target.key,
+        inbox_id=target.inbox_id,
+        message_id=target.message_id,
+        thread_key=target.thread_key,
+        state=state,
+        created_at=now,
+        channel=channel,
+    )
+
+
+async def _compose(
+    burst: Sequence[Inbound],
+    ledger: Ledger,
+    write: Write,
+    newer: Newer,
+    supersede_max: int,
+    on_superseded: Callable[[], None],
+    now: Callable[[], datetime],
+    channel: str,
+    dead_letter: DeadLetter,
+) -> BurstResult | tuple[ReplyRecord, tuple[Inbound, ...]]:
+    """Ask the writer (again, while newer messages arrive); record what it decided.
+
+    Returns the acknowledged *pending* record and the messages it covers, or the result
+    when there is nothing to send (declined, or the writer failed and was dead-lettered).
+    """
+    messages = list(burst)
+    try:
+        written = await write(messages)
+        for _ in range(supersede_max):
+            more = [m for m in await newer() if ledger.get(m.key) is None]
+            if not more:
+                break
+            messages.extend(more)
+            on_superseded()
+            log.info("reply superseded by newer messages; writing again", newer=len(more))
+            written = await write(messages)
+    except WriterFailed as exc:
+        target, _ = split_burst(messages)
+        failed = _record_for(target, ReplyState.FAILED, now(), channel)
+        failed = failed.with_state(ReplyState.FAILED, attempts=exc.attempts, error=exc.last_error)
+        await ledger.put(failed)
+        reason = f"writer_failed after {exc.attempts} attempt(s): {exc.last_error}"
+        await dead_letter(failed, reason, messages)
+        log.error("reply dead-lettered", reason=reason, key=target.key)
+        return BurstResult(Outcome.FAILED, target.key)
+    target, covered = split_burst(messages)
+    base = _record_for(target, ReplyState.PENDING, now(), channel)
+    if isinstance(written, Decline):
+        await ledger.put(base.with_state(ReplyState.DECLINED, reason=written.reason))
+        await _cover(ledger, covered, target.key, now, channel)
+        log.info("reply declined by the writer", reason=written.reason, key=target.key)
+        return BurstResult(Outcome.DECLINED, target.key)
+    record = base.with_state(ReplyState.PENDING, reply_text=written)
+    await ledger.put(record)  # acknowledged before anything is sent
+    return record, covered
+
+
+def _retrying(policy: SendPolicy) -> AsyncRetrying:
+    """Retry what the send policy calls retryable, with random exponential backoff."""
+    return AsyncRetrying(
+        stop=stop_after_attempt(policy.attempts),
+        wait=wait_random_exponential(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s),
+        retry=retry_if_exception(
+            lambda e: isinstance(e, SendError) and e.failure is SendFailure.RETRY
+        ),
+        reraise=True,
     )
 
 
@@ -274,16 +305,7 @@ async def _send(
     found: str | None = None
     attempts = 0
     try:
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(policy.attempts),
-            wait=wait_random_exponential(
-                multiplier=policy.backoff_initial_s, max=policy.backoff_max_s
-            ),
-            retry=retry_if_exception(
-                lambda e: isinstance(e, SendError) and e.failure is SendFailure.RETRY
-            ),
-            reraise=True,
-        ):
+        async for attempt in _retrying(policy):
             with attempt:
                 attempts += 1
                 if attempts > 1:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import faust
@@ -81,19 +82,11 @@ def _mail_sender(settings: Settings) -> Any:
     )
 
 
-def build_app(
-    settings: Settings,
-    *,
-    sender: Any = None,
-    writer: ReplyWriter | None = None,
-    clock: Clock = time.time,
-    tick_interval_s: float | None = None,
-) -> tuple[faust.App, Pipeline]:
-    """A worker app for these settings. Nothing runs until a faust Worker starts it."""
-    brokers = [f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")]
-    app = faust.App(
+def faust_app(settings: Settings) -> faust.App:
+    """The faust App: RocksDB tables, static membership if ONCEONLY_WORKER_ID is set."""
+    return faust.App(
         settings.app_id,
-        broker=brokers,
+        broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
         store="rocksdb://",
         datadir=str(settings.data_dir),
         web_enabled=True,
@@ -111,30 +104,41 @@ def build_app(
         producer_linger=settings.produce_linger_ms / 1000,
         stream_wait_empty=True,
     )
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The worker's topics and tables (raw bytes everywhere)."""
+
+    deliveries: Any
+    dead_letters: Any
+    events: Any
+    holds: Any
+    replies: Any
+
+
+def topology(app: faust.App, settings: Settings) -> Topology:
     types: dict[str, Any] = {"key_type": bytes, "value_type": bytes}  # bytes: raw codec
     raw: dict[str, Any] = {**types, "key_serializer": "raw", "value_serializer": "raw"}
-    deliveries = app.topic(settings.deliveries_topic, partitions=settings.partitions, **raw)
-    dead_letter_topic = app.topic(settings.dead_letter_topic, partitions=1, **raw)
     partitions = settings.partitions
-    events = app.Table(
-        "events", default=None, partitions=partitions, options=rocks_options(settings), **types
-    )
-    holds = app.Table(
-        "holds", default=None, partitions=partitions, options=rocks_options(settings, 0.25), **types
-    )
-    replies = app.Table(
-        "replies",
-        default=None,
-        partitions=partitions,
-        changelog_topic=app.topic(
-            settings.ledger_topic, partitions=partitions, compacting=True, **raw
-        ),
-        options=rocks_options(settings, 0.5),
-        **types,
-    )
-    sender = sender if sender is not None else _mail_sender(settings)
-    metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
 
+    def table(name: str, scale: float, **extra: Any) -> Any:
+        options = rocks_options(settings, scale)
+        return app.Table(
+            name, default=None, partitions=partitions, options=options, **types, **extra
+        )
+
+    ledger = app.topic(settings.ledger_topic, partitions=partitions, compacting=True, **raw)
+    return Topology(
+        deliveries=app.topic(settings.deliveries_topic, partitions=partitions, **raw),
+        dead_letters=app.topic(settings.dead_letter_topic, partitions=1, **raw),
+        events=table("events", 1.0),
+        holds=table("holds", 0.25),
+        replies=table("replies", 0.5, changelog_topic=ledger),
+    )
+
+
+def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics) -> Lanes:
     def forget(records: Iterable[Any]) -> None:  # dropped: faust must not wait for them
         unacked = app.consumer.unacked
         for record in records:
@@ -145,45 +149,68 @@ def build_app(
         metrics.pending_records.set(lanes.pending)
 
     lanes = Lanes(ack=ack, forget=forget, on_fatal=_fatal, max_pending=settings.max_pending)
+    return lanes
+
+
+def _pipeline(
+    app: faust.App,
+    settings: Settings,
+    parts: Topology,
+    sender: Any,
+    writer: ReplyWriter | None,
+    clock: Clock,
+) -> Pipeline:
+    metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
     retention_ms = int(settings.dedupe_retention.total_seconds() * 1000)
+    handler = settings.event_handler
     pipeline = Pipeline(
         settings=settings,
-        events=events,
-        holds=Holds(holds, settings.reorder_window_ms),
-        ledger=TableLedger(replies),
+        events=parts.events,
+        holds=Holds(parts.holds, settings.reorder_window_ms),
+        ledger=TableLedger(parts.replies),
         channels={"agentmail": AgentMailChannel(sender)},
         writer=Writer(
             writer or load_writer(settings.reply_writer),
             writer_policy(settings),
             on_call=metrics.writer_call,
         ),
-        dead_letters=DeadLetters(dead_letter_topic, metrics, clock, settings.record_max_bytes),
-        deliveries=deliveries,
+        dead_letters=DeadLetters(parts.dead_letters, metrics, clock, settings.record_max_bytes),
+        deliveries=parts.deliveries,
         metrics=metrics,
-        lanes=lanes,
+        lanes=_lanes(app, settings, metrics),
         sweeper=Sweeper(
-            events,
-            holds,
+            parts.events,
+            parts.holds,
             retention_ms=retention_ms,
             clock=clock,
             every_s=settings.dedupe_sweep_s or max(1.0, retention_ms / 100_000),
         ),
-        handler=(
-            load_callable(settings.event_handler, "ONCEONLY_EVENT_HANDLER")
-            if settings.event_handler
-            else None
-        ),
+        handler=load_callable(handler, "ONCEONLY_EVENT_HANDLER") if handler else None,
         clock=clock,
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
         flowing=app.flow_control.is_active,
     )
-    nylas = nylas_channel(
-        settings,
-        outbox=sender if isinstance(sender, DryRunOutbox) else None,
-        registry=metrics.registry,
-    )
+    outbox = sender if isinstance(sender, DryRunOutbox) else None
+    nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
     if nylas is not None:
         pipeline.channels["nylas"] = nylas
+    return pipeline
+
+
+def build_app(
+    settings: Settings,
+    *,
+    sender: Any = None,
+    writer: ReplyWriter | None = None,
+    clock: Clock = time.time,
+    tick_interval_s: float | None = None,
+) -> tuple[faust.App, Pipeline]:
+    """A worker app for these settings. Nothing runs until a faust Worker starts it."""
+    app = faust_app(settings)
+    parts = topology(app, settings)
+    sender = sender if sender is not None else _mail_sender(settings)
+    pipeline = _pipeline(app, settings, parts, sender, writer, clock)
+    lanes = pipeline.lanes
 
     async def drain() -> None:
         await lanes.drain(settings.drain_grace_s)
@@ -197,9 +224,9 @@ def build_app(
         async for records in stream.noack().take_events(settings.batch_max, within=within):
             for record in records:
                 await pipeline.admit(record)
-            metrics.pending_records.set(lanes.pending)
+            pipeline.metrics.pending_records.set(lanes.pending)
 
-    app.agent(deliveries, name="onceonly.process", concurrency=1)(process)
+    app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)
     _wire_lifecycle(app, pipeline, settings, tick_interval_s)
     return app, pipeline
 
