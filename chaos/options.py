@@ -1,0 +1,49 @@
+"""The options of a chaos run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class Options:
+    messages: int
+    threads: int
+    inboxes: int
+    workers: int
+    kills: int
+    broker_restarts: int
+    duplicates: float
+    out_of_order: float
+    rate: float
+    late_duplicate_delay_s: float
+    window_ms: int
+    fail_rate: float
+    lose_rate: float
+    latency_ms: float
+    latency_spikes: int
+    send_timeout_s: float
+    broker_down_s: float
+    concurrency: int
+    delivery_timeout_s: float
+    drain_timeout_s: float
+    seed: int
+    run_dir: Path | None
+    keep: bool
+    record: bool
+
+    @property
+    def size(self) -> str:
+        return "full" if self.messages >= 10_000 else f"{self.messages}-messages"
+
+    def command(self) -> str:
+        return (
+            f"python -m chaos.run --messages {self.messages} --threads {self.threads} "
+            f"--inboxes {self.inboxes} --workers {self.workers} --kills {self.kills} "
+            f"--broker-restarts {self.broker_restarts} --rate {self.rate:g} "
+            f"--late-duplicate-delay-s {self.late_duplicate_delay_s:g} "
+            f"--window-ms {self.window_ms} --seed {self.seed}"
+        )

@@ -1,0 +1,190 @@
+"""The plan of a chaos run: which messages, when, how often, in what order."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from chaos.common import iso
+from testkit import payloads
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    n: int
+    thread: int
+    k: int  #: its place in the thread, in payload time
+    inbox_id: str
+    thread_id: str
+    message_id: str
+    event_id: str
+    timestamp: str
+    sender: str
+    text: str
+
+    @property
+    def svix_id(self) -> str:
+        return f"msg_chaos_{self.n:06d}"
+
+    @property
+    def body(self) -> bytes:
+        return payloads.dumps(
+            payloads.agentmail_received(
+                event_id=self.event_id,
+                inbox_id=self.inbox_id,
+                thread_id=self.thread_id,
+                message_id=self.message_id,
+                timestamp=self.timestamp,
+                sender=self.sender,
+                text=self.text,
+            )
+        )
+
+    def seed(self) -> dict[str, Any]:
+        """The same message as the fake AgentMail server holds it (for replies, catch-up)."""
+        return {
+            "inbox_id": self.inbox_id,
+            "message_id": self.message_id,
+            "thread_id": self.thread_id,
+            "from": self.sender,
+            "to": [self.inbox_id],
+            "subject": "Meeting",
+            "text": self.text,
+            "timestamp": self.timestamp,
+            "labels": ["received"],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    message: Message
+    due_s: float  #: seconds after the load starts
+    copies: int = 1  #: 2: a concurrent duplicate
+    late: bool = False  #: a duplicate re-sent later, outside the thread's order
+
+
+@dataclass
+class Plan:
+    messages: list[Message]
+    arrivals: list[Arrival]  #: first deliveries (and concurrent copies), in start order
+    late: list[Arrival]  #: late duplicates, by due time
+    out_of_order: set[int]  #: message numbers that arrive after a later one of their thread
+    concurrent: set[int]
+    late_dups: set[int]
+    since: datetime  #: every message's payload time is at or after this
+
+    @property
+    def deliveries(self) -> int:
+        return sum(a.copies for a in self.arrivals) + len(self.late)
+
+    @property
+    def load_s(self) -> float:
+        last = [a.due_s for a in self.arrivals] + [a.due_s for a in self.late]
+        return max(last, default=0.0)
+
+
+def build_plan(
+    *,
+    messages: int,
+    threads: int,
+    inboxes: int,
+    duplicates: float,
+    out_of_order: float,
+    rate: float,
+    late_delay_s: float,
+    rng: random.Random,
+    base: datetime,
+) -> Plan:
+    threads = max(1, min(threads, messages))
+    inboxes = max(1, min(inboxes, threads))
+    sizes = [messages // threads + (1 if t < messages % threads else 0) for t in range(threads)]
+    by_thread: list[list[Message]] = []
+    flat: list[Message] = []
+    for t, size in enumerate(sizes):
+        row = []
+        for k in range(size):
+            at = base + timedelta(seconds=k, milliseconds=t % 1000)
+            message = Message(
+                n=len(flat),
+                thread=t,
+                k=k,
+                inbox_id=f"chaos-{t % inboxes}@agentmail.to",
+                thread_id=f"thr-chaos-{t:04d}",
+                message_id=f"<chaos-t{t:04d}-m{k:03d}@example.com>",
+                event_id=f"evt_chaos_{len(flat):06d}",
+                timestamp=iso(at),
+                sender=f"customer-{t:04d}@example.com",
+                text=f"Message {k + 1} of thread {t}: can we meet on day {k + 1}?",
+            )
+            row.append(message)
+            flat.append(message)
+        by_thread.append(row)
+
+    # Out of order: non-overlapping blocks k..k+j of one thread arrive as k+1..k+j, k, so
+    # exactly message k of each block arrives after a later message of its thread.
+    wanted = round(out_of_order * messages)
+    candidates = [
+        (t, k, j)
+        for t, size in enumerate(sizes)
+        for k in range(size)
+        for j in (1, 2, 3)
+        if k + j < size
+    ]
+    rng.shuffle(candidates)
+    taken: set[tuple[int, int]] = set()
+    orders = [list(range(size)) for size in sizes]
+    moved = 0
+    for t, k, j in candidates:
+        if moved >= wanted:
+            break
+        cells = {(t, p) for p in range(k, k + j + 1)}
+        if cells & taken:
+            continue
+        taken |= cells
+        orders[t][k : k + j + 1] = [*range(k + 1, k + j + 1), k]
+        moved += 1
+    late_arrivals: set[int] = set()
+    for t, order in enumerate(orders):
+        highest = -1
+        for k in order:
+            if k < highest:
+                late_arrivals.add(by_thread[t][k].n)
+            highest = max(highest, k)
+
+    dup_count = round(duplicates * messages)
+    chosen = rng.sample(range(messages), dup_count)
+    concurrent = set(chosen[: dup_count // 2])
+    late_dups = set(chosen[dup_count // 2 :])
+
+    # A random interleaving of the threads that keeps each thread's arrival order.
+    tokens = [t for t, size in enumerate(sizes) for _ in range(size)]
+    rng.shuffle(tokens)
+    cursor = [0] * threads
+    arrivals: list[Arrival] = []
+    due_of: dict[int, float] = {}
+    for i, t in enumerate(tokens):
+        message = by_thread[t][orders[t][cursor[t]]]
+        cursor[t] += 1
+        due = i / rate
+        due_of[message.n] = due
+        arrivals.append(Arrival(message, due, copies=2 if message.n in concurrent else 1))
+    late = sorted(
+        (
+            Arrival(flat[n], due_of[n] + late_delay_s * rng.uniform(1.0, 1.5), late=True)
+            for n in late_dups
+        ),
+        key=lambda a: a.due_s,
+    )
+    return Plan(
+        messages=flat,
+        arrivals=arrivals,
+        late=late,
+        out_of_order=late_arrivals,
+        concurrent=concurrent,
+        late_dups=late_dups,
+        since=base - timedelta(seconds=1),
+    )

@@ -1,0 +1,340 @@
+"""The stack of a chaos run: broker, mail server, ingest and workers, started and watched."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import click
+
+from chaos.common import (
+    APP_ID,
+    DEAD_LETTER_TOPIC,
+    DELIVERIES_TOPIC,
+    LEDGER_TOPIC,
+    PARTITIONS,
+    PRODUCE_TIMEOUT_MS,
+    ROOT,
+    SEND_ATTEMPTS,
+    ChaosError,
+    now,
+)
+from chaos.load import Load
+from chaos.options import Options
+from chaos.plan import Plan
+from chaos.processes import BrokerProc, Proc
+from devstack.broker import free_port
+from testkit import signing
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Snapshot:
+    phase: str
+    at_s: float
+    emails: int
+    quiet: bool
+
+
+class Stack:
+    """The processes of a chaos run, their environment, and the calls the run makes."""
+
+    def __init__(self, opts: Options, run_dir: Path) -> None:
+        self.opts = opts
+        self.run_dir = run_dir
+        self.rng = random.Random(opts.seed)
+        self.started_wall = datetime.now(UTC)
+        self.t_start = now()
+        self.events_log = run_dir / "events.log"
+        self.broker_port = free_port()
+        self.ingest_port = free_port()
+        self.mail_port = free_port()
+        self.mail_url = f"http://127.0.0.1:{self.mail_port}"
+        self.broker = BrokerProc(
+            run_dir, self.broker_port, self._broker_env(), run_dir / "broker.log"
+        )
+        self.mail: Proc | None = None
+        self.ingest: Proc | None = None
+        self.workers: list[Proc] = []
+        self.plan: Plan | None = None
+        self.load: Load | None = None
+        self.kills: list[str] = []
+        self.crashes: list[str] = []
+        self.broker_restarts: list[str] = []
+        self.broker_busy = False
+        self.injected = Counter[str]()
+        self.snapshots: list[Snapshot] = []
+        self.phases: list[tuple[str, float]] = []
+        self.replayed: str = ""
+        self.catch_ups: list[list[int]] = []  #: per inbox: found ... pending
+        self._stop = asyncio.Event()
+        self._session: aiohttp.ClientSession | None = None
+
+    # ---------------------------------------------------------------- helpers
+
+    def elapsed(self) -> float:
+        return now() - self.t_start
+
+    def event(self, text: str, *, echo: bool = True) -> None:
+        line = f"[{self.elapsed():7.1f}s] {text}"
+        with self.events_log.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+        if echo:
+            click.echo(line)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def _clean_env(self) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("ONCEONLY_") and k != "AGENTMAIL_API_KEY"
+        }
+        env.update({"PYTHONUNBUFFERED": "1", "COLUMNS": "200", "NO_COLOR": "1"})
+        return env
+
+    def _broker_env(self) -> dict[str, str]:
+        env = self._clean_env()
+        env.update(
+            {
+                "ONCEONLY_RUN_DIR": str(self.run_dir),
+                "ONCEONLY_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.broker_port}",
+                "ONCEONLY_BROKER_HEAP_MB": "512",
+            }
+        )
+        return env
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = self._clean_env()
+        env.update(
+            {
+                "ONCEONLY_KAFKA_BOOTSTRAP": self.bootstrap,
+                "ONCEONLY_PARTITIONS": str(PARTITIONS),
+                "ONCEONLY_APP_ID": APP_ID,
+                "ONCEONLY_DELIVERIES_TOPIC": DELIVERIES_TOPIC,
+                "ONCEONLY_LEDGER_TOPIC": LEDGER_TOPIC,
+                "ONCEONLY_DEAD_LETTER_TOPIC": DEAD_LETTER_TOPIC,
+                "ONCEONLY_RUN_DIR": str(self.run_dir / "cli"),
+                "ONCEONLY_REORDER_WINDOW_MS": str(self.opts.window_ms),
+                "ONCEONLY_AGENTMAIL_BASE_URL": self.mail_url,
+                "AGENTMAIL_API_KEY": "chaos-api-key",
+                "ONCEONLY_LOG_LEVEL": "INFO",
+            }
+        )
+        env.update(extra)
+        return env
+
+    async def _mail(self, method: str, path: str, body: Any = None) -> Any:
+        assert self._session is not None
+        async with self._session.request(
+            method, self.mail_url + path, json=body, timeout=aiohttp.ClientTimeout(total=120)
+        ) as response:
+            if response.status != 200:
+                raise ChaosError(f"{method} {path} answered {response.status}")
+            return await response.json()
+
+    async def _cli(self, name: str, *args: str, timeout_s: float = 600.0) -> tuple[int, str]:
+        """``onceonly <args>`` as a process; its output goes to ``<name>.log`` and is returned."""
+        log_path = self.run_dir / f"{name}.log"
+        with log_path.open("ab") as log:
+            log.write(f"\n===== chaos: onceonly {' '.join(args)} =====\n".encode())
+            log.flush()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "onceonly",
+                *args,
+                cwd=ROOT,
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                code = await asyncio.wait_for(process.wait(), timeout_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+                code = -9
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+        return code, text.rsplit("===== chaos:", 1)[-1]
+
+    async def _lag(self, *, trace: bool = False) -> int | None:
+        """The worker group's total lag, or None when it cannot be read whole (the broker
+        is down, or the answer does not cover every partition)."""
+        from foundation.kafka import BrokerUnavailable, consumer_lag
+
+        if self.broker_busy:
+            return None
+        try:
+            rows = await asyncio.to_thread(
+                consumer_lag, self.bootstrap, APP_ID, DELIVERIES_TOPIC, timeout_s=5.0
+            )
+        except BrokerUnavailable as exc:
+            if trace:
+                self.event(f"lag: not readable: {exc}", echo=False)
+            return None
+        if trace:
+            detail = " ".join(f"{r.partition}:{r.committed}/{r.end}" for r in rows)
+            self.event(f"lag {sum(r.lag for r in rows)} (committed/end {detail})", echo=False)
+        if len(rows) != PARTITIONS or any(r.end < 0 or r.lag < 0 for r in rows):
+            return None
+        return sum(r.lag for r in rows)
+
+    async def _stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = await self._mail("GET", "/_control/stats")
+        return stats
+
+    # ---------------------------------------------------------------- set-up
+
+    async def setup(self) -> None:
+        classpath = ROOT / ".run" / "kafka.classpath"
+        if classpath.is_file():  # saves a Maven run: the jars are in the Maven cache
+            shutil.copy2(classpath, self.run_dir / "kafka.classpath")
+        self.event(f"run directory {self.run_dir}")
+        self.event(f"starting the broker on {self.bootstrap}")
+        await asyncio.to_thread(self.broker.start_and_wait)
+        code, out = await self._cli("topics", "topics", timeout_s=120)
+        if code != 0:
+            raise ChaosError(f"onceonly topics failed (exit {code}):\n{out}")
+
+        self.mail = Proc(
+            "agentmail",
+            [sys.executable, "-m", "testkit.fakes.agentmail_server", "--port", str(self.mail_port)],
+            self._clean_env(),
+            self.run_dir / "agentmail.log",
+        ).start()
+        await self._wait_http(self.mail, self.mail_url + "/_control/health")
+
+        assert self.plan is not None
+        seeds = [m.seed() for m in self.plan.messages]
+        for i in range(0, len(seeds), 1000):
+            await self._mail("POST", "/_control/seed", {"messages": seeds[i : i + 1000]})
+        self.event(f"fake AgentMail at {self.mail_url}, seeded with {len(seeds)} messages")
+
+        self.ingest = Proc(
+            "ingest",
+            [sys.executable, "-m", "onceonly", "ingest"],
+            self.env(
+                ONCEONLY_INGEST_PORT=str(self.ingest_port),
+                ONCEONLY_AGENTMAIL_WEBHOOK_SECRET=signing.SVIX_SECRET,
+                ONCEONLY_PRODUCE_TIMEOUT_MS=str(PRODUCE_TIMEOUT_MS),
+            ),
+            self.run_dir / "ingest.log",
+        ).start()
+        await self._wait_http(self.ingest, f"http://127.0.0.1:{self.ingest_port}/readyz")
+        self.event(f"ingest at http://127.0.0.1:{self.ingest_port}/webhooks/agentmail")
+
+        for i in range(1, self.opts.workers + 1):
+            data = self.run_dir / "workers" / f"w{i}"
+            data.mkdir(parents=True, exist_ok=True)
+            worker = Proc(
+                f"w{i}",
+                [sys.executable, "-m", "onceonly", "worker"],
+                self.env(
+                    ONCEONLY_DATA_DIR=str(data),
+                    ONCEONLY_RUN_DIR=str(data / "run"),
+                    ONCEONLY_WORKER_PORT=str(free_port()),
+                    ONCEONLY_WORKER_ID=f"chaos-w{i}",
+                    ONCEONLY_SEND_ATTEMPTS=str(SEND_ATTEMPTS),
+                    ONCEONLY_SEND_TIMEOUT_S=f"{self.opts.send_timeout_s:g}",
+                ),
+                self.run_dir / f"worker-w{i}.log",
+            )
+            self.workers.append(worker.start())
+        await self._wait_workers_ready()
+        self.event(
+            f"{len(self.workers)} workers ready "
+            f"(window {self.opts.window_ms} ms, send timeout {self.opts.send_timeout_s:g} s, "
+            f"{SEND_ATTEMPTS} send attempts)"
+        )
+
+    async def _wait_http(self, proc: Proc, url: str, timeout_s: float = 60.0) -> None:
+        assert self._session is not None
+        deadline = now() + timeout_s
+        while True:
+            if not proc.alive:
+                raise ChaosError(f"{proc.name} exited during start-up:\n{proc.log_tail()}")
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+                async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            if now() > deadline:
+                raise ChaosError(f"{proc.name} did not answer {url} within {timeout_s:g} s")
+            await asyncio.sleep(0.2)
+
+    async def _wait_workers_ready(self, timeout_s: float = 120.0) -> None:
+        deadline = now() + timeout_s
+        while True:
+            ready = [w for w in self.workers if "Ready" in w.log_text()]
+            for w in self.workers:
+                if not w.alive:
+                    raise ChaosError(f"worker {w.name} exited during start-up:\n{w.log_tail()}")
+            if len(ready) == len(self.workers):
+                return
+            if now() > deadline:
+                raise ChaosError(f"workers not ready within {timeout_s:g} s")
+            await asyncio.sleep(0.5)
+
+    # ---------------------------------------------------------------- background work
+
+    async def supervise(self) -> None:
+        """A supervisor: restart a worker that exited on its own; stop on a fatal death."""
+        while not self._stop.is_set():
+            for worker in self.workers:
+                if worker.process is not None and not worker.alive:
+                    code = worker.returncode
+                    self.crashes.append(f"{worker.name} exit {code} at {self.elapsed():.0f}s")
+                    self.event(
+                        f"worker {worker.name} (pid {worker.pid}) exited on its own "
+                        f"(exit {code}); restarting it. Its last lines:\n"
+                        + indent(worker.log_tail(8))
+                    )
+                    worker.start()
+            for proc in (self.mail, self.ingest):
+                if proc is not None and not proc.alive:
+                    raise ChaosError(
+                        f"{proc.name} died (exit {proc.returncode}):\n" + proc.log_tail()
+                    )
+            if not self.broker_busy and not self.broker.alive:
+                raise ChaosError(f"the broker died on its own:\n{self.broker.log_tail()}")
+            await asyncio.sleep(0.5)
+
+
+def indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+async def first_of(main: Awaitable[Any], background: Iterable[asyncio.Task[Any]]) -> Any:
+    """Await ``main``; if a background task fails first (a fatal death), raise its error."""
+    task = asyncio.ensure_future(main)
+    watched = [task, *background]
+    while True:
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        for finished in done:
+            if finished is not task and finished.exception() is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                raise finished.exception()  # type: ignore[misc]
+        if task in done:
+            return task.result()
+        watched = [t for t in watched if t not in done]
