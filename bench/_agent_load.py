@@ -22,8 +22,9 @@ import svix.webhooks
 
 from bench._load import Delivery, agentmail_body, percentile
 from bench._model import HANG
+from bench._proc_phases import Bench
+from bench._proc_stack import base_env, check_alive, get_json, scrape
 from bench._procs import BenchError, ServerProcess
-from bench.processors import Bench, base_env, check_alive, get_json, scrape
 
 ROUTE = "/webhooks/agentmail"
 #: The text of a message whose writer call hangs until the timeout.

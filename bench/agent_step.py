@@ -41,9 +41,10 @@ from rich.table import Table
 from bench import _agent_load as load
 from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
 from bench._model import LATENCY_S
+from bench._proc_phases import Bench
+from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, CpuWindow, console, create_topics, kafka, loadavg, revision
 from bench._report import CONTENDED_PERCENT, RESULTS_DIR, about, command_line, execute, fmt_cpu, met
-from bench.processors import Bench, agentmail_records, produce
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
 #: Writer timeout and attempts in (A) and (B), so that a hanging call ends in seconds.

@@ -1,0 +1,359 @@
+"""The processor benchmark's phases, run one after the other on one broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench._proc_records import agentmail_records, produce, stripe_records
+from bench._proc_results import Drain, Memory, Restart, log_marks
+from bench._proc_stack import (
+    STALL_S,
+    base_env,
+    check_alive,
+    get_json,
+    group_rss_mb,
+    kill_hard,
+    scrape,
+    wait_progress,
+)
+from bench._procs import (
+    BenchError,
+    CpuWindow,
+    ServerProcess,
+    console,
+)
+
+#: The same for a restart, which with a large table may take minutes.
+RESTART_STALL_S = 900.0
+
+
+# --------------------------------------------------------------------------- the phases
+
+NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
+#: Stripe events produced at a time in (3): the next batch goes out once half is consumed.
+FILL_CHUNK = 20_000
+
+
+@dataclass
+class Bench:
+    work: Path
+    bootstrap: str
+    topics: dict[str, str]
+    tag: str
+    partitions: int
+    log_level: str
+    broker_pid: int | None = None
+    mail_port: int = 0
+    worker_port: int = 0
+    mail: ServerProcess | None = None
+    worker: ServerProcess | None = None
+    plain: ServerProcess | None = None
+    starts: int = 0
+
+    @property
+    def deliveries(self) -> str:
+        return self.topics["ONCEONLY_DELIVERIES_TOPIC"]
+
+    def cpu_pids(self, name: str, pid: int) -> dict[str, int | None]:
+        pids: dict[str, int | None] = {name: pid}
+        if self.mail is not None:
+            pids["mail"] = self.mail.pid
+        if self.broker_pid is not None:
+            pids["broker"] = self.broker_pid
+        pids["bench"] = None
+        return pids
+
+    # -- (1) the plain agent ------------------------------------------------------------
+
+    def run_plain(self, count: int) -> Drain:
+        out = self.work / "plain.json"
+        self.plain = ServerProcess(
+            "plain faust agent",
+            [
+                sys.executable,
+                "-m",
+                "bench._plain_faust",
+                "--bootstrap",
+                self.bootstrap,
+                "--topic",
+                self.deliveries,
+                "--app-id",
+                f"onceonly-bench-{self.tag}-plain",
+                "--data-dir",
+                str(self.work / "plain-data"),
+                "--partitions",
+                str(self.partitions),
+                "--expect",
+                str(count),
+                "--out",
+                str(out),
+                "--loglevel",
+                self.log_level.lower(),
+            ],
+            base_env({}),
+            self.work / "plain.log",
+        )
+        started = time.time()
+        self.plain.start()
+        cpu: CpuWindow | None = None
+
+        def read() -> int:
+            nonlocal cpu
+            try:
+                data = json.loads(out.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return 0
+            if cpu is None:
+                assert self.plain is not None
+                cpu = CpuWindow(self.cpu_pids("agent", self.plain.pid))
+                cpu.begin()
+            return int(data["count"])
+
+        wait_progress(read, count, what="(1) draining", process=self.plain, every_s=0.02)
+        assert cpu is not None
+        cpu.end()
+        data = json.loads(out.read_text(encoding="utf-8"))
+        self.plain.stop()
+        self.plain = None
+        return Drain(
+            "(1) plain faust agent, counts only",
+            count,
+            data["last"] - data["first"],
+            data["first"] - started,
+            cpu.percent,
+            process="agent",
+        )
+
+    # -- the worker and the mail server ------------------------------------------------------
+
+    def worker_env(self) -> dict[str, str]:
+        return base_env(
+            {
+                "ONCEONLY_KAFKA_BOOTSTRAP": self.bootstrap,
+                "ONCEONLY_PARTITIONS": str(self.partitions),
+                "ONCEONLY_APP_ID": f"onceonly-bench-{self.tag}",
+                "ONCEONLY_DATA_DIR": str(self.work / "worker-data"),
+                "ONCEONLY_RUN_DIR": str(self.work / "worker-run"),
+                "ONCEONLY_REORDER_WINDOW_MS": "0",
+                "ONCEONLY_WORKER_HOST": "127.0.0.1",
+                "ONCEONLY_WORKER_PORT": str(self.worker_port),
+                "ONCEONLY_AGENTMAIL_BASE_URL": f"http://127.0.0.1:{self.mail_port}",
+                "AGENTMAIL_API_KEY": "bench-not-a-real-key",
+                "ONCEONLY_LOG_LEVEL": self.log_level,
+                **self.topics,
+            }
+        )
+
+    def start_worker(self) -> float:
+        """Start ``onceonly worker``; return the wall-clock time just before it was spawned."""
+        self.starts += 1
+        self.worker = ServerProcess(
+            "onceonly worker",
+            [sys.executable, "-m", "onceonly", "worker"],
+            self.worker_env(),
+            self.work / f"worker-{self.starts}.log",
+        )
+        started = time.time()
+        self.worker.start()
+        return started
+
+    def mail_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = get_json(f"http://127.0.0.1:{self.mail_port}/_control/stats")
+        return stats
+
+    def start_mail(self) -> None:
+        from devstack.broker import free_port
+
+        self.mail_port = free_port()
+        self.worker_port = free_port()
+        self.mail = ServerProcess(
+            "instant mail server",
+            [sys.executable, "-m", "bench._instant_mail", "--port", str(self.mail_port)],
+            base_env({}),
+            self.work / "mail.log",
+        )
+        self.mail.start()
+        asyncio.run(self.mail.wait_ready(f"http://127.0.0.1:{self.mail_port}/healthz"))
+
+    def worker_metric(self, name: str, timeout_s: float = 30.0, want: float | None = None) -> float:
+        """A sample of the worker's /metrics; waits for it to reach ``want`` if given."""
+        deadline = time.monotonic() + timeout_s
+        value = math.nan
+        while time.monotonic() < deadline:
+            samples = scrape(self.worker_port)
+            if samples is not None:
+                value = samples.get(name, 0.0)
+                if want is None or value >= want:
+                    return value
+            time.sleep(0.2)
+        return value
+
+    # -- (2) replies ------------------------------------------------------------------------
+
+    def run_replies(self, count: int) -> Drain:
+        started = self.start_worker()
+        worker = self.worker
+        assert worker is not None
+        cpu: CpuWindow | None = None
+
+        def read() -> int:
+            nonlocal cpu
+            sent = int(self.mail_stats()["sent"])
+            if sent and cpu is None:
+                cpu = CpuWindow(self.cpu_pids("worker", worker.pid))
+                cpu.begin()
+            return sent
+
+        wait_progress(read, count, what="(2) replying", process=worker, every_s=0.05)
+        assert cpu is not None
+        cpu.end()
+        stats = self.mail_stats()
+        return Drain(
+            "(2) onceonly worker: dedupe, reorder (window 0), reply",
+            count,
+            stats["last"] - stats["first"],
+            stats["first"] - started,
+            cpu.percent,
+        )
+
+    # -- (3) memory -------------------------------------------------------------------------
+
+    def run_memory(self, target: int, held: int, budget_s: float) -> Memory:
+        """Produce ``target`` distinct Stripe events in batches while the running worker
+        records them, within ``budget_s``; then read its RSS. ``held``: entries it had."""
+        worker = self.worker
+        assert worker is not None
+        records = stripe_records(target, self.tag)
+        chunk = min(FILL_CHUNK, target)
+        produced = done = 0
+        growth: list[tuple[int, float]] = []
+        first: tuple[float, int] | None = None
+        cpu: CpuWindow | None = None
+        began = time.monotonic()
+        next_sample = began + 15
+        last_move, last_done = began, -1
+        while True:
+            samples = scrape(self.worker_port)
+            if samples is not None:
+                done = int(samples.get(NO_HANDLER, 0.0))
+            now = time.time()
+            if done and first is None:
+                first = (now, done)
+                cpu = CpuWindow(self.cpu_pids("worker", worker.pid))
+                cpu.begin()
+            out_of_time = time.monotonic() - began > budget_s
+            if produced < target and not out_of_time and done >= produced - chunk // 2:
+                n = min(chunk, target - produced)
+                produce(self.bootstrap, self.deliveries, itertools.islice(records, n), n)
+                produced += n
+                continue
+            if done >= produced and (produced >= target or out_of_time):
+                break
+            if time.monotonic() >= next_sample:
+                rss, _ = group_rss_mb(worker.pid)
+                growth.append((held + done, rss))
+                console.print(
+                    f"  (3) {done:,} recorded of {produced:,} produced ({target:,} wanted), "
+                    f"RSS {rss:.0f} MB, {time.monotonic() - began:.0f} s"
+                )
+                next_sample = time.monotonic() + 15
+            if done != last_done:
+                last_move, last_done = time.monotonic(), done
+            elif time.monotonic() - last_move > STALL_S:
+                raise BenchError(
+                    f"(3) recording: stuck at {done:,} of {produced:,} for {STALL_S:g} s "
+                    f"(/metrics on port {self.worker_port}); worker output:\n{worker.log_tail()}"
+                )
+            check_alive(worker, "(3) recording")
+            time.sleep(1.0)
+        assert first is not None and cpu is not None
+        cpu.end()
+        drain = Drain(
+            "(3) onceonly worker: dedupe + record only (Stripe, no effect handler)",
+            done - first[1] + 1,  # the events between the first sample and the last
+            now - first[0],
+            math.nan,
+            cpu.percent,
+        )
+        time.sleep(3)  # let the last changelog batches and memtables settle
+        rss, hwm = group_rss_mb(worker.pid)
+        growth.append((held + done, rss))
+        return Memory(held + target, held + done, rss, hwm, drain, growth, budget_s)
+
+    # -- (4) restart ------------------------------------------------------------------------
+
+    def run_restart(self, how: str, entries: int, next_n: int) -> Restart:
+        worker = self.worker
+        assert worker is not None
+        before = int(self.mail_stats()["sent"])
+        if how == "SIGKILL":
+            kill_hard(worker)
+        else:
+            worker.stop(timeout_s=60)
+        started = self.start_worker()
+        worker = self.worker
+        assert worker is not None
+        produce(self.bootstrap, self.deliveries, agentmail_records(1, start=next_n), 1)
+        web_s = math.nan
+
+        def read() -> int:
+            nonlocal web_s
+            if math.isnan(web_s) and scrape(self.worker_port) is not None:
+                web_s = time.time() - started
+            return int(self.mail_stats()["sent"]) - before
+
+        # a restart with a large table may legitimately take minutes: allow for it
+        wait_progress(
+            read,
+            1,
+            what=f"(4) restart after {how}",
+            process=worker,
+            every_s=0.01,
+            stall_s=RESTART_STALL_S,
+        )
+        first_s = float(self.mail_stats()["last"]) - started
+        restart = Restart(how, entries, first_s, web_s, log_marks(worker.log_path, started))
+        # then one new event on every partition: each partition's first record after a
+        # start also runs that partition's dedupe expiry sweep
+        produce_one_per_partition(
+            self.bootstrap, self.deliveries, self.partitions, next_n + 1, self.partitions
+        )
+        wait_progress(
+            lambda: int(self.mail_stats()["sent"]) - before - 1,
+            self.partitions,
+            what=f"(4) one event per partition after {how}",
+            process=worker,
+            every_s=0.05,
+            stall_s=RESTART_STALL_S,
+        )
+        restart.all_partitions_s = float(self.mail_stats()["last"]) - started
+        return restart
+
+    def stop_all(self) -> None:
+        for process in (self.plain, self.worker, self.mail):
+            if process is not None:
+                with contextlib.suppress(Exception):
+                    process.stop(timeout_s=30)
+
+
+def produce_one_per_partition(
+    bootstrap: str, topic: str, partitions: int, start: int, count: int
+) -> None:
+    """``count`` new AgentMail events, the i-th on partition i (its key may hash elsewhere,
+    which the worker does not check)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
+    for i, (key, value, headers) in enumerate(agentmail_records(count, start=start)):
+        producer.produce(topic, value, key=key, headers=headers, partition=i % partitions)
+    if producer.flush(30):
+        raise BenchError(f"could not produce the per-partition events to {topic}")

@@ -1,0 +1,136 @@
+"""The processor benchmark's records: AgentMail and Stripe envelopes produced in bulk, and
+the ledger read back."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from bench._load import agentmail_body
+from bench._procs import (
+    BenchError,
+    console,
+)
+
+if TYPE_CHECKING:
+    from schemas.envelope import Envelope
+
+Record = tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]  # key, value, headers
+
+
+# --------------------------------------------------------------------------- records
+
+
+def as_record(envelope: Envelope) -> Record:
+    """The record ingest produces for an envelope: keyed by thread, with its headers."""
+    headers: list[tuple[str, str | bytes | None]] = [*envelope.headers()]
+    return envelope.thread_key.encode(), envelope.encode(), headers
+
+
+def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
+    """What ingest produces for ``count`` distinct AgentMail ``message.received`` events
+    (~1.5 KB bodies, 1024 threads, every message and event id distinct)."""
+    from ingest import normalise
+
+    now = datetime.now(UTC)
+    for n in range(start, start + count):
+        envelope = normalise.agentmail(agentmail_body(n, now).decode(), {}, now)
+        yield as_record(envelope)
+
+
+def stripe_records(count: int, tag: str) -> Iterator[Record]:
+    """What ingest produces for ``count`` distinct Stripe ``invoice.paid`` events, one
+    invoice (so one thread key) each: deduped and recorded, no effect handler."""
+    from ingest import normalise
+
+    now = datetime.now(UTC)
+    created = int(now.timestamp())
+    for n in range(count):
+        body = json.dumps(
+            {
+                "id": f"evt_{tag}{n:010d}",
+                "object": "event",
+                "api_version": "2024-06-20",
+                "created": created,
+                "type": "invoice.paid",
+                "livemode": False,
+                "data": {
+                    "object": {
+                        "id": f"in_{tag}{n:010d}",
+                        "object": "invoice",
+                        "amount_paid": 4200,
+                        "currency": "eur",
+                        "customer": f"cus_{n % 5000:06d}",
+                    }
+                },
+            }
+        )
+        envelope = normalise.stripe(body, {}, now)
+        yield as_record(envelope)
+
+
+def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -> float:
+    """Produce every record with confluent-kafka in a tight loop (batched, acks=all);
+    return the seconds it took. Raises BenchError if any record is not stored."""
+    from confluent_kafka import Producer
+
+    from foundation.kafka import producer_config
+
+    failures: list[str] = []
+
+    def on_error(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    producer = Producer(
+        producer_config(
+            bootstrap,
+            timeout_ms=120_000,
+            max_record_bytes=8 * 1024 * 1024,
+            linger_ms=20,
+            **{
+                "batch.num.messages": 10_000,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.messages": 500_000,
+                "queue.buffering.max.kbytes": 512 * 1024,
+                "delivery.report.only.error": True,
+                "on_delivery": on_error,
+                "log_level": 3,
+            },
+        )
+    )
+    started = time.perf_counter()
+    report = max(total // 10, 1)
+    for n, (key, value, headers) in enumerate(records, 1):
+        while True:
+            try:
+                producer.produce(topic, value, key=key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 1000 == 0:
+            producer.poll(0)
+        if total >= 100_000 and n % report == 0:
+            console.print(f"  produced {n:,} of {total:,} …")
+    left = producer.flush(120)
+    if left or failures:
+        raise BenchError(
+            f"{left} records were not acknowledged and {len(failures)} failed "
+            f"({failures[:3]}) producing to {topic}; see the broker log"
+        )
+    return time.perf_counter() - started
+
+
+def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
+    """Distinct reply keys whose latest ledger record says ``sent``, read from the topic."""
+    from foundation.kafka import read_to_end
+
+    latest: dict[bytes, str] = {}
+    for msg in read_to_end(bootstrap, topic, timeout_s=60):
+        key, value = msg.key(), msg.value()
+        if key is not None and value is not None:
+            latest[key] = json.loads(value).get("state", "")
+    return sum(1 for state in latest.values() if state == "sent")
