@@ -36,7 +36,7 @@ from chaos.load import Load
 from chaos.options import Options
 from chaos.plan import Plan
 from chaos.processes import BrokerProc, Proc
-from devstack.broker import free_port
+from devstack.ports import free_port
 from testkit import signing
 
 # --------------------------------------------------------------------------- the run

@@ -7,7 +7,9 @@ import contextlib
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 from devstack.broker import EmbeddedBroker
@@ -79,3 +81,35 @@ def run_until_signal(coro: Coroutine[Any, Any, None]) -> None:
             await task
 
     asyncio.run(runner())
+
+
+def run_foreground(run_dir: Path, port: int, heap_mb: int) -> int:
+    """``onceonly broker``: run a broker until SIGINT or SIGTERM, then stop it cleanly.
+
+    Returns 0 after a requested stop, 1 if the broker died on its own."""
+    stop_requested = threading.Event()
+
+    def _request_stop(signum: int, frame: object) -> None:
+        stop_requested.set()
+
+    previous = {
+        signum: signal.signal(signum, _request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
+    broker = EmbeddedBroker(run_dir, port=port, heap_mb=heap_mb)
+    try:
+        bootstrap = broker.start()
+        print(f"kafka broker ready at {bootstrap}", flush=True)
+        while not stop_requested.wait(timeout=1.0):
+            if not broker.is_running():
+                print(
+                    f"kafka broker at {bootstrap} exited on its own; see {broker.log_path}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+        print("stopping kafka broker...", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        broker.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -35,12 +35,12 @@ def main() -> None:
 @click.option("--fetch-only", is_flag=True, help="Fetch the Kafka jars with Maven, then exit.")
 def broker(fetch_only: bool) -> None:
     """Run a single-node Kafka (KRaft) broker in the foreground, from the official jars."""
-    from devstack import broker as embedded
-    from devstack.up import port_of
+    from devstack.jars import kafka_classpath
+    from devstack.up import port_of, run_foreground
 
     settings = _settings()
     if fetch_only:
-        classpath = embedded.kafka_classpath(settings.run_dir.resolve())
+        classpath = kafka_classpath(settings.run_dir.resolve())
         click.echo(f"kafka jars ready ({classpath.count(':') + 1} on the classpath)")
         return
     if not settings.is_local_broker:
@@ -49,7 +49,7 @@ def broker(fetch_only: bool) -> None:
             "nothing local is started"
         )
     sys.exit(
-        embedded.run_foreground(
+        run_foreground(
             settings.run_dir.resolve(), port_of(settings.kafka_bootstrap), settings.broker_heap_mb
         )
     )

@@ -49,7 +49,8 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
-    from devstack.broker import EmbeddedBroker, free_port
+    from devstack.broker import EmbeddedBroker
+    from devstack.ports import free_port
 
     broker = EmbeddedBroker(tmp_path_factory.mktemp("kafka"), port=free_port(), heap_mb=512)
     broker.start()

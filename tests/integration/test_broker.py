@@ -18,7 +18,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from devstack.broker import BrokerError, EmbeddedBroker, free_port, kafka_classpath
+from devstack.broker import EmbeddedBroker
+from devstack.exceptions import BrokerError
+from devstack.jars import kafka_classpath
+from devstack.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
-from devstack.broker import EmbeddedBroker, free_port
+from devstack.broker import EmbeddedBroker
+from devstack.ports import free_port
 from foundation.kafka import Admin, AsyncProducer, producer_config_from
 from foundation.settings import Settings
 from foundation.topics import topic_specs

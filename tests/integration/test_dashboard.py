@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from devstack.broker import free_port
+from devstack.ports import free_port
 from foundation.kafka import Admin
 from ingest.app import Ingest
 from testkit import payloads, signing

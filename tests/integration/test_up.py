@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.broker import free_port
+from devstack.ports import free_port
 from testkit import payloads, signing
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from devstack.broker import free_port
+from devstack.ports import free_port
 from foundation.kafka import AsyncProducer
 from foundation.settings import Settings
 from ingest import normalise

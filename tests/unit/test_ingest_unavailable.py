@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
-from devstack.broker import free_port
+from devstack.ports import free_port
 from foundation.kafka import Admin, AsyncProducer, producer_config_from
 from foundation.settings import Settings
 from ingest.app import Ingest

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from devstack.broker import free_port
+from devstack.ports import free_port
 from processors.agentmail.sender import AgentMailSender, agentmail_client
 from processors.agentmail.transport import AiohttpTransport, ApiClient
 from processors.exceptions import SendError, SendFailure

@@ -1,0 +1,10 @@
+"""Errors of the development stack."""
+
+from foundation.errors import OnceOnlyError
+
+#: lines of a tool's own output an error quotes
+OUTPUT_TAIL_LINES = 25
+
+
+class BrokerError(OnceOnlyError):
+    """The embedded Kafka broker could not be set up, started or stopped."""
