@@ -27,18 +27,15 @@ import click
 
 from bench import ingest as ingest_mod
 from bench import processors as processors_mod
-from bench._procs import console, kafka, loadavg, revision
-from bench._report import (
+from bench._options import (
     IngestOptions,
     ProcessorOptions,
-    about,
-    command_line,
-    execute,
     ingest_options,
     processor_options,
     results_dir_option,
-    write_report,
 )
+from bench._procs import console, kafka, loadavg, revision
+from bench._report import about, command_line, execute, write_report
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

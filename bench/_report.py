@@ -9,7 +9,6 @@ writes both, ``<name>-<date>.md`` and ``<name>-<date>.png``, under ``bench/resul
 
 from __future__ import annotations
 
-import functools
 import math
 import signal
 import subprocess
@@ -19,9 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
-
-import click
+from typing import TypeVar
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -270,170 +267,6 @@ def write_report(
     chart(comparisons, png, f"{title}, {date}")
     md.write_text(render(title, date, sections, about_items, command, png.name), encoding="utf-8")
     return md, png
-
-
-# --------------------------------------------------------------------------- options
-
-
-@dataclass(frozen=True, slots=True)
-class IngestOptions:
-    duration_s: float
-    warmup_s: float
-    concurrency: int
-    pool: int
-    broker_warmup_s: float
-    pg_pool: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessorOptions:
-    events: int
-    dedupe_entries: int
-    skip_rss: bool
-    rss_budget_s: float
-    log_level: str
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_INGEST_OPTIONS = (
-    click.option(
-        "--duration",
-        type=click.FloatRange(1, 60),
-        default=10.0,
-        show_default=True,
-        help="Ingest: measured seconds per closed loop, and of the open loop.",
-    ),
-    click.option(
-        "--warmup",
-        type=click.FloatRange(0, 30),
-        default=2.0,
-        show_default=True,
-        help="Ingest: unmeasured seconds before each closed loop.",
-    ),
-    click.option(
-        "--concurrency",
-        type=click.IntRange(1, 256),
-        default=64,
-        show_default=True,
-        help="Ingest: keep-alive connections (and workers) of the load generator.",
-    ),
-    click.option(
-        "--pool",
-        type=click.IntRange(100, 200_000),
-        default=30_000,
-        show_default=True,
-        help="Ingest: distinct signed deliveries per closed loop (reused in turn if the "
-        "loop sends more).",
-    ),
-    click.option(
-        "--broker-warmup",
-        type=click.FloatRange(0, 60),
-        default=8.0,
-        show_default=True,
-        help="Ingest: seconds of produce load on the broker before any server is measured "
-        "(JIT warm-up).",
-    ),
-    click.option(
-        "--pg-pool",
-        type=click.IntRange(1, 100),
-        default=16,
-        show_default=True,
-        help="Ingest: asyncpg connections of the PostgreSQL baseline (d).",
-    ),
-)
-
-_PROCESSOR_OPTIONS = (
-    click.option(
-        "--events",
-        type=click.IntRange(100, 1_000_000),
-        default=20_000,
-        show_default=True,
-        help="Processors: AgentMail events for the throughput phases (1) and (2).",
-    ),
-    click.option(
-        "--dedupe-entries",
-        type=click.IntRange(1, 10_000_000),
-        default=1_000_000,
-        show_default=True,
-        help="Processors: distinct events the worker records before its RSS is read (3).",
-    ),
-    click.option(
-        "--rss-budget",
-        type=click.FloatRange(10, 7200),
-        default=3600.0,
-        show_default=True,
-        help="Processors: seconds (3) may take; if the worker has not recorded "
-        "--dedupe-entries by then, the RSS is read at what it has and extrapolated, and the "
-        "report says so.",
-    ),
-    click.option(
-        "--skip-rss", is_flag=True, help="Processors: skip (3); (4) then restarts with less state."
-    ),
-    click.option(
-        "--log-level",
-        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-        default="INFO",
-        show_default=True,
-        help="Processors: ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the "
-        "plain agent's.",
-    ),
-)
-
-
-def _apply(options: Sequence[Callable[[F], F]], f: F) -> F:
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def ingest_options(f: F) -> F:
-    """The ingest benchmark's options, handed to ``f`` as ``ingest=IngestOptions(...)``."""
-
-    @functools.wraps(f)
-    def wrapper(
-        *args: Any,
-        duration: float,
-        warmup: float,
-        concurrency: int,
-        pool: int,
-        broker_warmup: float,
-        pg_pool: int,
-        **kwargs: Any,
-    ) -> Any:
-        opts = IngestOptions(duration, warmup, concurrency, pool, broker_warmup, pg_pool)
-        return f(*args, ingest=opts, **kwargs)
-
-    return _apply(_INGEST_OPTIONS, wrapper)  # type: ignore[return-value]
-
-
-def processor_options(f: F) -> F:
-    """The processor benchmark's options, handed to ``f`` as ``processors=ProcessorOptions``."""
-
-    @functools.wraps(f)
-    def wrapper(
-        *args: Any,
-        events: int,
-        dedupe_entries: int,
-        rss_budget: float,
-        skip_rss: bool,
-        log_level: str,
-        **kwargs: Any,
-    ) -> Any:
-        opts = ProcessorOptions(events, dedupe_entries, skip_rss, rss_budget, log_level.upper())
-        return f(*args, processors=opts, **kwargs)
-
-    return _apply(_PROCESSOR_OPTIONS, wrapper)  # type: ignore[return-value]
-
-
-def results_dir_option(f: F) -> F:
-    return click.option(
-        "--results-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=RESULTS_DIR,
-        show_default=True,
-        help="Where the report (markdown and PNG) is written.",
-    )(f)
 
 
 # --------------------------------------------------------------------------- running

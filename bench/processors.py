@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bench._options import ProcessorOptions, processor_options, results_dir_option
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
@@ -54,16 +55,7 @@ from bench._procs import (
     loadavg,
     revision,
 )
-from bench._report import (
-    CONTENDED_PERCENT,
-    ProcessorOptions,
-    about,
-    command_line,
-    execute,
-    processor_options,
-    results_dir_option,
-    write_report,
-)
+from bench._report import CONTENDED_PERCENT, about, command_line, execute, write_report
 
 if TYPE_CHECKING:
     pass

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bench._ingest_report import cpu_budget
+from bench._ingest_results import Run
 from bench._load import Sample
 from bench._report import (
     Comparison,
@@ -19,7 +21,6 @@ from bench._report import (
     ratios,
     render,
 )
-from bench.ingest import Run, cpu_budget
 
 A = Figure("a", "(a) bare aiohttp", 4000.0, 10.0, 20.0)
 B = Figure("b", "(b) + svix verify", 2000.0, 12.0, 25.0)
