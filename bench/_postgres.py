@@ -131,10 +131,41 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def _start(bindir: Path, user: list[str], data: Path, log: Path, port: int) -> None:
+    """initdb (trust, UTF8, no fsync at init) and pg_ctl start on 127.0.0.1:``port``."""
+    init = ["--username", ROLE, "--auth", "trust", "--encoding", "UTF8", "--locale", "C"]
+    _run([*user, str(bindir / "initdb"), "--pgdata", str(data), *init, "--no-sync"], "initdb")
+    console.print(f"starting PostgreSQL {_major(bindir)[0]} at 127.0.0.1:{port} …")
+    wait = ["--wait", "--timeout", "60", "-o", f"-h 127.0.0.1 -p {port} -k {data}"]
+    ctl = [*user, str(bindir / "pg_ctl"), "--pgdata", str(data), "--log", str(log), *wait]
+    _run([*ctl, "start"], "pg_ctl start", log)
+
+
+def _postmaster_pid(data: Path) -> int:
+    return int((data / "postmaster.pid").read_text(encoding="ascii").splitlines()[0])
+
+
+def _stop(bindir: Path, user: list[str], data: Path, pid: int) -> None:
+    """pg_ctl stop -m fast, then SIGKILL after 10 s if it is still there."""
+    console.print("stopping PostgreSQL …")
+    subprocess.run(
+        [*user, str(bindir / "pg_ctl"), "--pgdata", str(data), "-m", "fast", "-w", "stop"],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def postgres() -> Iterator[Postgres]:
     """A PostgreSQL server for the run, on 127.0.0.1 on a free port; stopped on exit."""
-    from devstack.broker import free_port
+    from devstack.ports import free_port
 
     bindir = binaries()
     user = _as_user()
@@ -144,66 +175,14 @@ def postgres() -> Iterator[Postgres]:
     port = free_port()
     pid: int | None = None
     try:
-        _run(
-            [
-                *user,
-                str(bindir / "initdb"),
-                "--pgdata",
-                str(data),
-                "--username",
-                ROLE,
-                "--auth",
-                "trust",
-                "--encoding",
-                "UTF8",
-                "--locale",
-                "C",
-                "--no-sync",
-            ],
-            "initdb",
-        )
-        console.print(f"starting PostgreSQL {_major(bindir)[0]} at 127.0.0.1:{port} …")
-        _run(
-            [
-                *user,
-                str(bindir / "pg_ctl"),
-                "--pgdata",
-                str(data),
-                "--log",
-                str(log),
-                "--wait",
-                "--timeout",
-                "60",
-                "-o",
-                f"-h 127.0.0.1 -p {port} -k {data}",
-                "start",
-            ],
-            "pg_ctl start",
-            log,
-        )
-        pid = int((data / "postmaster.pid").read_text(encoding="ascii").splitlines()[0])
-        yield Postgres(
-            f"postgresql://{ROLE}@127.0.0.1:{port}/postgres",
-            pid,
-            ".".join(str(n) for n in _major(bindir)),
-            log,
-        )
+        _start(bindir, user, data, log, port)
+        pid = _postmaster_pid(data)
+        version = ".".join(str(n) for n in _major(bindir))
+        yield Postgres(f"postgresql://{ROLE}@127.0.0.1:{port}/postgres", pid, version, log)
     finally:
         if pid is None:  # interrupted while it started: it may run all the same
             with contextlib.suppress(OSError, ValueError, IndexError):
-                pid = int((data / "postmaster.pid").read_text(encoding="ascii").splitlines()[0])
+                pid = _postmaster_pid(data)
         if pid is not None:
-            console.print("stopping PostgreSQL …")
-            subprocess.run(
-                [*user, str(bindir / "pg_ctl"), "--pgdata", str(data), "-m", "fast", "-w", "stop"],
-                capture_output=True,
-                check=False,
-                timeout=120,
-            )
-            deadline = time.monotonic() + 10
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _alive(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+            _stop(bindir, user, data, pid)
         shutil.rmtree(base, ignore_errors=True)

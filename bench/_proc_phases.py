@@ -259,12 +259,8 @@ class Bench:
             if done >= produced and (produced >= target or out_of_time):
                 break
             if time.monotonic() >= next_sample:
-                rss, _ = group_rss_mb(worker.pid)
-                growth.append((held + done, rss))
-                console.print(
-                    f"  (3) {done:,} recorded of {produced:,} produced ({target:,} wanted), "
-                    f"RSS {rss:.0f} MB, {time.monotonic() - began:.0f} s"
-                )
+                growth.append((held + done, group_rss_mb(worker.pid)[0]))
+                _progress(done, produced, target, growth[-1][1], time.monotonic() - began)
                 next_sample = time.monotonic() + 15
             if done != last_done:
                 last_move, last_done = time.monotonic(), done
@@ -357,3 +353,10 @@ def produce_one_per_partition(
         producer.produce(topic, value, key=key, headers=headers, partition=i % partitions)
     if producer.flush(30):
         raise BenchError(f"could not produce the per-partition events to {topic}")
+
+
+def _progress(done: int, produced: int, target: int, rss_mb: float, seconds: float) -> None:
+    console.print(
+        f"  (3) {done:,} recorded of {produced:,} produced ({target:,} wanted), "
+        f"RSS {rss_mb:.0f} MB, {seconds:.0f} s"
+    )

@@ -65,76 +65,66 @@ def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
     return asyncio.run(run())
 
 
-def figures(r: Results) -> list[tuple[str, str, str, str]]:
-    """(figure, measured, target, verdict) rows."""
-    rows: list[tuple[str, str, str, str]] = []
+Row = tuple[str, str, str, str]
+#: the instant-writer targets measured a path no user runs; the agent-step benchmark
+#: (``bench.agent_step``) replaced them
+RETIRED = "retired: see the agent-step benchmark"
+
+
+def _drain_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
     if r.plain is not None:
         rows.append(("(1) plain faust agent, events/s", f"{r.plain.rate:,.0f}", "", ""))
     if r.worker is not None:
         rows.append(("(2) onceonly worker, replies/s", f"{r.worker.rate:,.0f}", "", ""))
-        rows.append(
-            (
-                "(2)/(1)",
-                f"{r.ratio:.3f}",
-                f">= {TARGET_RATIO}",
-                met(r.ratio >= TARGET_RATIO),
-            )
-        )
+        rows.append(("(2)/(1)", f"{r.ratio:.3f}", f">= {TARGET_RATIO} ({RETIRED})", ""))
         rows.append(
             (
                 "replies/s per worker",
                 f"{r.worker.rate:,.0f}",
-                f">= {TARGET_REPLIES_PER_S:,.0f}",
-                met(r.worker.rate >= TARGET_REPLIES_PER_S),
+                f">= {TARGET_REPLIES_PER_S:,.0f} ({RETIRED})",
+                "",
             )
         )
+    return rows
+
+
+def _memory_rows(r: Results) -> list[Row]:
     m = r.memory
-    if m is not None:
-        if m.complete:
-            rows.append(
-                (
-                    f"(3) worker RSS with {m.entries:,} dedupe entries (peak)",
-                    f"{m.rss_mb:.0f} MB ({m.hwm_mb:.0f} MB)",
-                    f"< {TARGET_RSS_MB:.0f} MB",
-                    met(max(m.rss_mb, m.hwm_mb) < TARGET_RSS_MB),
-                )
-            )
-        else:
-            rows.append(
-                (
-                    f"(3) worker RSS with {m.entries:,} dedupe entries, MEASURED (peak)",
-                    f"{m.rss_mb:.0f} MB ({m.hwm_mb:.0f} MB)",
-                    "",
-                    "",
-                )
-            )
-            rows.append(
-                (
-                    f"(3) worker RSS with {m.target:,} entries, EXTRAPOLATED",
-                    f"{m.extrapolated_mb:.0f} MB",
-                    f"< {TARGET_RSS_MB:.0f} MB",
-                    met(m.extrapolated_mb < TARGET_RSS_MB) + " (extrapolated)",
-                )
-            )
-    for s in r.restarts:
-        rows.append(
+    if m is None:
+        return []
+    measured = f"{m.rss_mb:.0f} MB ({m.hwm_mb:.0f} MB)"
+    if m.complete:
+        return [
             (
-                f"(4) restart-to-first-event after {s.how}, {s.entries:,} entries",
-                f"{s.first_s:.2f} s",
-                "",
-                "",
+                f"(3) worker RSS with {m.entries:,} dedupe entries (peak)",
+                measured,
+                f"< {TARGET_RSS_MB:.0f} MB",
+                met(max(m.rss_mb, m.hwm_mb) < TARGET_RSS_MB),
             )
-        )
+        ]
+    return [
+        (f"(3) worker RSS with {m.entries:,} dedupe entries, MEASURED (peak)", measured, "", ""),
+        (
+            f"(3) worker RSS with {m.target:,} entries, EXTRAPOLATED",
+            f"{m.extrapolated_mb:.0f} MB",
+            f"< {TARGET_RSS_MB:.0f} MB",
+            met(m.extrapolated_mb < TARGET_RSS_MB) + " (extrapolated)",
+        ),
+    ]
+
+
+def figures(r: Results) -> list[Row]:
+    """(figure, measured, target, verdict) rows."""
+    rows = _drain_rows(r) + _memory_rows(r)
+    for s in r.restarts:
+        what = f"(4) restart-to-first-event after {s.how}, {s.entries:,} entries"
+        rows.append((what, f"{s.first_s:.2f} s", "", ""))
     if not math.isnan(r.sdk_ms):
         ceiling = 1000 / r.sdk_ms
         rows.append(("(5) the SDK call alone, ms of CPU per reply", f"{r.sdk_ms:.2f}", "", ""))
         rows.append(
-            (
-                "(5) one process's ceiling from the SDK alone, replies/s",
-                f"{ceiling:,.0f}",
-                f">= {TARGET_REPLIES_PER_S:,.0f}",
-                met(ceiling >= TARGET_REPLIES_PER_S),
-            )
+            ("(5) one process's ceiling from the SDK alone, replies/s", f"{ceiling:,.0f}", "", "")
         )
     return rows
 

@@ -186,14 +186,34 @@ async def _describe_postgres(dsn: str, version: str) -> str:
     return f"PostgreSQL {full} (Debian's package, major {version}): " + ", ".join(settings)
 
 
+def _ingest_server(
+    secret: str, broker: Broker, topics: dict[str, str], partitions: int, work: Path, port: int
+) -> ServerProcess:
+    """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics."""
+    env = {
+        "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
+        "ONCEONLY_PARTITIONS": str(partitions),
+        "ONCEONLY_INGEST_HOST": "127.0.0.1",
+        "ONCEONLY_INGEST_PORT": str(port),
+        "ONCEONLY_RUN_DIR": str(work),
+        "ONCEONLY_LOG_LEVEL": "WARNING",
+        **topics,
+    }
+    return ServerProcess(
+        LABELS["c"],
+        [sys.executable, "-m", "onceonly", "ingest"],
+        server_env(secret, env),
+        work / "c-ingest.log",
+    )
+
+
 async def run_all(
     opts: IngestOptions, work: Path, broker: Broker, topics: dict[str, str], partitions: int
 ) -> Results:
     from bench._postgres import postgres
-    from devstack.broker import free_port
+    from devstack.ports import free_port
 
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-    python = sys.executable
     jvm: dict[str, int | None] = {"broker": broker.pid} if broker.pid else {}
     results = Results(opts, partitions, [])
 
@@ -203,58 +223,27 @@ async def run_all(
         port = free_port()
         server = ServerProcess(
             LABELS[key],
-            [python, "-m", "bench._servers", kind, "--port", str(port), *extra_args],
+            [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *extra_args],
             server_env(secret, {}),
             work / f"{key}-{kind}.log",
         )
+        url = f"http://127.0.0.1:{port}"
         results.runs.append(
-            await measure(
-                key, LABELS[key], server, f"http://127.0.0.1:{port}", secret, opts, others=others
-            )
+            await measure(key, LABELS[key], server, url, secret, opts, others=others)
         )
 
     await baseline("a", "bare", [], jvm)
     await baseline("b", "svix", [], jvm)
-
     port = free_port()
-    ingest = ServerProcess(
-        LABELS["c"],
-        [python, "-m", "onceonly", "ingest"],
-        server_env(
-            secret,
-            {
-                "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
-                "ONCEONLY_PARTITIONS": str(partitions),
-                "ONCEONLY_INGEST_HOST": "127.0.0.1",
-                "ONCEONLY_INGEST_PORT": str(port),
-                "ONCEONLY_RUN_DIR": str(work),
-                "ONCEONLY_LOG_LEVEL": "WARNING",
-                **topics,
-            },
-        ),
-        work / "c-ingest.log",
-    )
+    ingest = _ingest_server(secret, broker, topics, partitions, work, port)
+    url = f"http://127.0.0.1:{port}"
     results.runs.append(
-        await measure(
-            "c",
-            LABELS["c"],
-            ingest,
-            f"http://127.0.0.1:{port}",
-            secret,
-            opts,
-            others=jvm,
-            half_of_peak=True,
-        )
+        await measure("c", LABELS["c"], ingest, url, secret, opts, others=jvm, half_of_peak=True)
     )
-
     with postgres() as db:
         results.postgres = await _describe_postgres(db.dsn, db.version)
-        await baseline(
-            "d",
-            "postgres",
-            ["--dsn", db.dsn, "--pool-size", str(opts.pg_pool)],
-            {"postgres": db.pid, **jvm},
-        )
+        pool = ["--dsn", db.dsn, "--pool-size", str(opts.pg_pool)]
+        await baseline("d", "postgres", pool, {"postgres": db.pid, **jvm})
     return results
 
 

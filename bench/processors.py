@@ -76,6 +76,33 @@ def contention(r: Results) -> str | None:
     )
 
 
+def _memory_and_restarts(bench: Bench, opts: ProcessorOptions, r: Results, partitions: int) -> None:
+    """(3) the RSS with the dedupe entries, then (4) restarts after SIGKILL and SIGTERM."""
+    next_n = entries = opts.events
+    if not opts.skip_rss:
+        console.print(
+            f"(3) {opts.dedupe_entries:,} distinct Stripe events, within {opts.rss_budget_s:g} s …"
+        )
+        r.memory = bench.run_memory(opts.dedupe_entries, entries, opts.rss_budget_s)
+        entries = r.memory.entries
+        console.print(
+            f"(3) RSS {r.memory.rss_mb:.0f} MB (peak {r.memory.hwm_mb:.0f} MB) "
+            f"with {entries:,} entries"
+        )
+    for how in ("SIGKILL", "SIGTERM"):
+        console.print(f"(4) restart after {how} …")
+        restart = bench.run_restart(how, entries, next_n)
+        next_n += 1 + partitions
+        entries += 1 + partitions
+        r.restarts.append(restart)
+        console.print(
+            f"(4) first event {restart.first_s:.2f} s, every partition "
+            f"{restart.all_partitions_s:.2f} s after the start"
+        )
+        if how == "SIGKILL" and r.memory is not None and bench.worker is not None:
+            r.memory.after_restart_mb = group_rss_mb(bench.worker.pid)[0]
+
+
 def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     """Run the processor benchmark against ``broker``, in ``work``; print its figures."""
     from foundation.settings import Settings
@@ -106,30 +133,7 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
         console.print(f"(5) the SDK call alone, {SDK_CALLS:,} replies …")
         r.sdk_ms = sdk_cost_ms(f"http://127.0.0.1:{bench.mail_port}")
         console.print(f"(5) {r.sdk_ms:.2f} ms of CPU per reply")
-        next_n = entries = opts.events
-        if not opts.skip_rss:
-            console.print(
-                f"(3) {opts.dedupe_entries:,} distinct Stripe events, within "
-                f"{opts.rss_budget_s:g} s …"
-            )
-            r.memory = bench.run_memory(opts.dedupe_entries, entries, opts.rss_budget_s)
-            entries = r.memory.entries
-            console.print(
-                f"(3) RSS {r.memory.rss_mb:.0f} MB (peak {r.memory.hwm_mb:.0f} MB) "
-                f"with {entries:,} entries"
-            )
-        for how in ("SIGKILL", "SIGTERM"):
-            console.print(f"(4) restart after {how} …")
-            restart = bench.run_restart(how, entries, next_n)
-            next_n += 1 + partitions
-            entries += 1 + partitions
-            r.restarts.append(restart)
-            console.print(
-                f"(4) first event {restart.first_s:.2f} s, every partition "
-                f"{restart.all_partitions_s:.2f} s after the start"
-            )
-            if how == "SIGKILL" and r.memory is not None and bench.worker is not None:
-                r.memory.after_restart_mb = group_rss_mb(bench.worker.pid)[0]
+        _memory_and_restarts(bench, opts, r, partitions)
     except BaseException:
         for process in (bench.plain, bench.worker):
             if process is not None:

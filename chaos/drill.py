@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 
@@ -16,13 +17,16 @@ from chaos.common import (
 )
 from chaos.judge import Judge
 from chaos.load import Load
-from chaos.plan import build_plan
+from chaos.plan import Plan, build_plan
 from chaos.stack import Snapshot, first_of
 from chaos.verdict import Verdict
 
 
 class Chaos(Judge):
     """One chaos run: the stack, the load, the faults, and the verdict."""
+
+    #: when (s into the load) the kills, broker restarts and latency spikes happen
+    _times: tuple[list[float], list[float], list[float]] = ([], [], [])
 
     async def inject_faults(self, spikes: list[float], t0: float) -> None:
         """Every second: random latency, and 5xx / lost responses for a share of the reply
@@ -144,109 +148,113 @@ class Chaos(Judge):
         self.event(f"{phase}: quiet={quiet}, emails {snapshot.emails}")
         return snapshot
 
-    async def run(self) -> Verdict:
+    def _make_plan(self) -> Plan:
         opts = self.opts
+        plan = build_plan(
+            messages=opts.messages,
+            threads=opts.threads,
+            inboxes=opts.inboxes,
+            duplicates=opts.duplicates,
+            out_of_order=opts.out_of_order,
+            rate=opts.rate,
+            late_delay_s=opts.late_duplicate_delay_s,
+            rng=self.rng,
+            base=datetime.now(UTC).replace(microsecond=0),
+        )
+        self.event(
+            f"plan: {len(plan.messages)} messages, {plan.deliveries} deliveries "
+            f"({len(plan.concurrent)} concurrent and {len(plan.late_dups)} late duplicates), "
+            f"{len(plan.out_of_order)} out of order, load over {plan.load_s:.0f} s, seed "
+            f"{opts.seed}"
+        )
+        return plan
+
+    def _fault_times(self, window: float) -> tuple[list[float], list[float], list[float]]:
+        """When (s into the load) the kills, broker restarts and latency spikes happen."""
+        opts = self.opts
+        kills = [self.rng.uniform(0.05, 0.95) * window for _ in range(opts.kills)]
+        restarts = [self.rng.uniform(0.25, 0.75) * window for _ in range(opts.broker_restarts)]
+        spikes = [self.rng.uniform(0.05, 0.95) * window for _ in range(opts.latency_spikes)]
+        self.event(
+            "faults planned at (s into the load): kills "
+            + ", ".join(f"{t:.0f}" for t in sorted(kills))
+            + "; broker restarts "
+            + ", ".join(f"{t:.0f}" for t in sorted(restarts))
+            + "; latency spikes "
+            + ", ".join(f"{t:.0f}" for t in sorted(spikes))
+        )
+        return kills, restarts, spikes
+
+    async def _replay_phase(self, background: list[asyncio.Task[Any]]) -> None:
+        code, out = await self._cli("replay", "replay", "--from-offset", "0")
+        found = re.search(r"replayed (\d+) records", out)
+        self.replayed = found.group(1) if found else f"exit {code}"
+        self.event(f"onceonly replay --from-offset 0: exit {code}, {self.replayed} records")
+        if code != 0:
+            raise ChaosError(f"onceonly replay failed (exit {code}):\n{out[-3000:]}")
+        await first_of(self.wait_quiet("after the replay"), background)
+
+    async def _catch_up_phase(self, plan: Plan, background: list[asyncio.Task[Any]]) -> None:
+        since = plan.since.strftime("%Y-%m-%dT%H:%M:%S%z")
+        for inbox in sorted({m.inbox_id for m in plan.messages}):
+            code, out = await self._cli(
+                "catch-up", "catch-up", "--inbox", inbox, "--since", since, "--wait-s", "120"
+            )
+            found = CATCH_UP_LINE.search(out)
+            line = found.group(0).strip() if found else f"exit {code}"
+            if found:
+                self.catch_ups.append([int(g) for g in found.groups()])
+            self.event(f"onceonly catch-up --inbox {inbox} --since {since}: {line}")
+            if code != 0:
+                raise ChaosError(f"onceonly catch-up failed (exit {code}):\n{out[-3000:]}")
+        await first_of(self.wait_quiet("after the catch-up"), background)
+
+    async def _phases(self, plan: Plan, background: list[asyncio.Task[Any]], t0: float) -> None:
+        """The load with its faults, the drain, the replay and the catch-up, each timed."""
+        assert self.load is not None
+        kills, restarts, _ = self._times
+        phase_t = t0
+        chaos = asyncio.gather(
+            self.load.run(t0), self.kill_workers(kills, t0), self.restart_broker(restarts, t0)
+        )
+        await first_of(chaos, background)
+        stats = self.load.stats
+        self.event(
+            f"load done: {stats.accepted} deliveries accepted, "
+            f"{stats.attempts} POSTs, {dict(stats.statuses)}"
+        )
+        self.phases.append(("load and faults", now() - phase_t))
+        for name, step in (
+            ("drain", lambda: first_of(self.wait_quiet("after the load"), background)),
+            ("replay", lambda: self._replay_phase(background)),
+            ("catch-up", lambda: self._catch_up_phase(plan, background)),
+        ):
+            phase_t = now()
+            await step()
+            self.phases.append((name, now() - phase_t))
+
+    async def run(self) -> Verdict:
         self._session = aiohttp.ClientSession()
         try:
-            base = datetime.now(UTC).replace(microsecond=0)
-            self.plan = build_plan(
-                messages=opts.messages,
-                threads=opts.threads,
-                inboxes=opts.inboxes,
-                duplicates=opts.duplicates,
-                out_of_order=opts.out_of_order,
-                rate=opts.rate,
-                late_delay_s=opts.late_duplicate_delay_s,
-                rng=self.rng,
-                base=base,
-            )
-            plan = self.plan
-            self.event(
-                f"plan: {len(plan.messages)} messages, {plan.deliveries} deliveries "
-                f"({len(plan.concurrent)} concurrent and {len(plan.late_dups)} late duplicates), "
-                f"{len(plan.out_of_order)} out of order, load over {plan.load_s:.0f} s, seed "
-                f"{opts.seed}"
-            )
+            self.plan = plan = self._make_plan()
             phase_t = now()
             await self.setup()
             self.phases.append(("set-up", now() - phase_t))
-
-            # the load, with the faults at random moments of it
-            window = plan.load_s
-            kill_times = [self.rng.uniform(0.05, 0.95) * window for _ in range(opts.kills)]
-            broker_times = [
-                self.rng.uniform(0.25, 0.75) * window for _ in range(opts.broker_restarts)
-            ]
-            spike_times = [
-                self.rng.uniform(0.05, 0.95) * window for _ in range(opts.latency_spikes)
-            ]
-            self.event(
-                "faults planned at (s into the load): kills "
-                + ", ".join(f"{t:.0f}" for t in sorted(kill_times))
-                + "; broker restarts "
-                + ", ".join(f"{t:.0f}" for t in sorted(broker_times))
-                + "; latency spikes "
-                + ", ".join(f"{t:.0f}" for t in sorted(spike_times))
-            )
+            self._times = self._fault_times(plan.load_s)
             self.load = Load(
-                f"http://127.0.0.1:{self.ingest_port}/webhooks/agentmail", plan, opts, self.rng
+                f"http://127.0.0.1:{self.ingest_port}/webhooks/agentmail",
+                plan,
+                self.opts,
+                self.rng,
             )
             t0 = now()
-            phase_t = t0
             background = [
                 asyncio.create_task(self.supervise()),
-                asyncio.create_task(self.inject_faults(spike_times, t0)),
+                asyncio.create_task(self.inject_faults(self._times[2], t0)),
                 asyncio.create_task(self.report_progress()),
             ]
             try:
-                chaos = asyncio.gather(
-                    self.load.run(t0),
-                    self.kill_workers(kill_times, t0),
-                    self.restart_broker(broker_times, t0),
-                )
-                await first_of(chaos, background)
-                self.event(
-                    f"load done: {self.load.stats.accepted} deliveries accepted, "
-                    f"{self.load.stats.attempts} POSTs, {dict(self.load.stats.statuses)}"
-                )
-                self.phases.append(("load and faults", now() - phase_t))
-
-                phase_t = now()
-                await first_of(self.wait_quiet("after the load"), background)
-                self.phases.append(("drain", now() - phase_t))
-
-                phase_t = now()
-                code, out = await self._cli("replay", "replay", "--from-offset", "0")
-                found = re.search(r"replayed (\d+) records", out)
-                self.replayed = found.group(1) if found else f"exit {code}"
-                self.event(f"onceonly replay --from-offset 0: exit {code}, {self.replayed} records")
-                if code != 0:
-                    raise ChaosError(f"onceonly replay failed (exit {code}):\n{out[-3000:]}")
-                await first_of(self.wait_quiet("after the replay"), background)
-                self.phases.append(("replay", now() - phase_t))
-
-                phase_t = now()
-                since = plan.since.strftime("%Y-%m-%dT%H:%M:%S%z")
-                for inbox in sorted({m.inbox_id for m in plan.messages}):
-                    code, out = await self._cli(
-                        "catch-up",
-                        "catch-up",
-                        "--inbox",
-                        inbox,
-                        "--since",
-                        since,
-                        "--wait-s",
-                        "120",
-                    )
-                    found = CATCH_UP_LINE.search(out)
-                    line = found.group(0).strip() if found else f"exit {code}"
-                    if found:
-                        self.catch_ups.append([int(g) for g in found.groups()])
-                    self.event(f"onceonly catch-up --inbox {inbox} --since {since}: {line}")
-                    if code != 0:
-                        raise ChaosError(f"onceonly catch-up failed (exit {code}):\n{out[-3000:]}")
-                await first_of(self.wait_quiet("after the catch-up"), background)
-                self.phases.append(("catch-up", now() - phase_t))
+                await self._phases(plan, background, t0)
             finally:
                 self._stop.set()
                 for task in background:

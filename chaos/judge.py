@@ -33,29 +33,12 @@ class Judge(Stack):
         per = Counter((e["inbox_id"], e["replied_to_message_id"]) for e in outbox)
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
         by_key = {reply_key(i, mid): (i, mid) for i, mid in expected}
-        covered: set[tuple[str, str]] = set()
-        for pair in expected:
-            record = ledger.get(reply_key(*pair))
-            if per[pair] == 0 and record is not None and record.state.value == "covered":
-                coverer = by_key.get(record.covered_by or "")
-                if coverer is not None and per[coverer] == 1:
-                    covered.add(pair)
+        covered = _covered(expected, per, ledger, by_key, reply_key)
         missing = sorted(p for p in expected if per[p] == 0 and p not in covered)
         doubled = {p: c for p, c in per.items() if p in expected and c > 1}
         unexpected = {p: c for p, c in per.items() if p not in expected}
         states = Counter(r.state.value for r in ledger.values())
-        logs = Counter[str]()
-        for worker in self.workers:
-            text = worker.log_text()
-            for label, needle in (
-                ("reply sent", "reply sent"),
-                ("duplicate deliveries skipped", "delivery skipped"),
-                ("replies skipped (already handled)", "reply skipped: already handled"),
-                ("send retries (same key)", "send retry with the same key"),
-                ("replies dead-lettered", "reply dead-lettered"),
-                ("worker exits on an unexpected failure", "unexpected failure; exiting"),
-            ):
-                logs[label] += text.count(needle)
+        logs = self._worker_log_counts()
         verdict = Verdict(
             opts=self.opts,
             messages=len(expected),
@@ -94,6 +77,21 @@ class Judge(Stack):
         ]
         return verdict
 
+    def _worker_log_counts(self) -> Counter[str]:
+        logs = Counter[str]()
+        for worker in self.workers:
+            text = worker.log_text()
+            for label, needle in (
+                ("reply sent", "reply sent"),
+                ("duplicate deliveries skipped", "delivery skipped"),
+                ("replies skipped (already handled)", "reply skipped: already handled"),
+                ("send retries (same key)", "send retry with the same key"),
+                ("replies dead-lettered", "reply dead-lettered"),
+                ("worker exits on a failure of its own", "worker failure; exiting"),
+            ):
+                logs[label] += text.count(needle)
+        return logs
+
     def findings(self, verdict: Verdict, ledger: dict[str, Any], key_of: Any) -> list[str]:
         """For each missing or doubled email: its ledger record and the log lines naming it."""
         out: list[str] = []
@@ -116,3 +114,17 @@ class Judge(Stack):
 
 
 # --------------------------------------------------------------------------- CLI
+
+
+def _covered(
+    expected: Any, per: Counter[Any], ledger: dict[str, Any], by_key: dict[str, Any], key_of: Any
+) -> set[tuple[str, str]]:
+    """Messages with no email of their own whose ledger says a burst's one email covered them."""
+    covered: set[tuple[str, str]] = set()
+    for pair in expected:
+        record = ledger.get(key_of(*pair))
+        if per[pair] == 0 and record is not None and record.state.value == "covered":
+            coverer = by_key.get(record.covered_by or "")
+            if coverer is not None and per[coverer] == 1:
+                covered.add(pair)
+    return covered

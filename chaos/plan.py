@@ -87,21 +87,10 @@ class Plan:
         return max(last, default=0.0)
 
 
-def build_plan(
-    *,
-    messages: int,
-    threads: int,
-    inboxes: int,
-    duplicates: float,
-    out_of_order: float,
-    rate: float,
-    late_delay_s: float,
-    rng: random.Random,
-    base: datetime,
-) -> Plan:
-    threads = max(1, min(threads, messages))
-    inboxes = max(1, min(inboxes, threads))
-    sizes = [messages // threads + (1 if t < messages % threads else 0) for t in range(threads)]
+def _messages(
+    sizes: list[int], inboxes: int, base: datetime
+) -> tuple[list[list[Message]], list[Message]]:
+    """Every thread's messages (one second apart in payload time), and all of them."""
     by_thread: list[list[Message]] = []
     flat: list[Message] = []
     for t, size in enumerate(sizes):
@@ -123,10 +112,13 @@ def build_plan(
             row.append(message)
             flat.append(message)
         by_thread.append(row)
+    return by_thread, flat
 
-    # Out of order: non-overlapping blocks k..k+j of one thread arrive as k+1..k+j, k, so
-    # exactly message k of each block arrives after a later message of its thread.
-    wanted = round(out_of_order * messages)
+
+def _orders(sizes: list[int], wanted: int, rng: random.Random) -> list[list[int]]:
+    """Each thread's arrival order. Out of order: non-overlapping blocks k..k+j of one
+    thread arrive as k+1..k+j, k, so exactly message k of each block arrives after a later
+    message of its thread; ``wanted`` blocks at most."""
     candidates = [
         (t, k, j)
         for t, size in enumerate(sizes)
@@ -147,13 +139,38 @@ def build_plan(
         taken |= cells
         orders[t][k : k + j + 1] = [*range(k + 1, k + j + 1), k]
         moved += 1
-    late_arrivals: set[int] = set()
+    return orders
+
+
+def _late_arrivals(orders: list[list[int]], by_thread: list[list[Message]]) -> set[int]:
+    late: set[int] = set()
     for t, order in enumerate(orders):
         highest = -1
         for k in order:
             if k < highest:
-                late_arrivals.add(by_thread[t][k].n)
+                late.add(by_thread[t][k].n)
             highest = max(highest, k)
+    return late
+
+
+def build_plan(
+    *,
+    messages: int,
+    threads: int,
+    inboxes: int,
+    duplicates: float,
+    out_of_order: float,
+    rate: float,
+    late_delay_s: float,
+    rng: random.Random,
+    base: datetime,
+) -> Plan:
+    threads = max(1, min(threads, messages))
+    inboxes = max(1, min(inboxes, threads))
+    sizes = [messages // threads + (1 if t < messages % threads else 0) for t in range(threads)]
+    by_thread, flat = _messages(sizes, inboxes, base)
+    orders = _orders(sizes, round(out_of_order * messages), rng)
+    late_arrivals = _late_arrivals(orders, by_thread)
 
     dup_count = round(duplicates * messages)
     chosen = rng.sample(range(messages), dup_count)

@@ -243,28 +243,30 @@ class Stack:
         await self._wait_http(self.ingest, f"http://127.0.0.1:{self.ingest_port}/readyz")
         self.event(f"ingest at http://127.0.0.1:{self.ingest_port}/webhooks/agentmail")
 
-        for i in range(1, self.opts.workers + 1):
-            data = self.run_dir / "workers" / f"w{i}"
-            data.mkdir(parents=True, exist_ok=True)
-            worker = Proc(
-                f"w{i}",
-                [sys.executable, "-m", "onceonly", "worker"],
-                self.env(
-                    ONCEONLY_DATA_DIR=str(data),
-                    ONCEONLY_RUN_DIR=str(data / "run"),
-                    ONCEONLY_WORKER_PORT=str(free_port()),
-                    ONCEONLY_WORKER_ID=f"chaos-w{i}",
-                    ONCEONLY_SEND_ATTEMPTS=str(SEND_ATTEMPTS),
-                    ONCEONLY_SEND_TIMEOUT_S=f"{self.opts.send_timeout_s:g}",
-                ),
-                self.run_dir / f"worker-w{i}.log",
-            )
-            self.workers.append(worker.start())
+        self.workers = [self._worker(i).start() for i in range(1, self.opts.workers + 1)]
         await self._wait_workers_ready()
         self.event(
             f"{len(self.workers)} workers ready "
             f"(window {self.opts.window_ms} ms, send timeout {self.opts.send_timeout_s:g} s, "
             f"{SEND_ATTEMPTS} send attempts)"
+        )
+
+    def _worker(self, i: int) -> Proc:
+        """Worker ``w<i>``: its own data dir, port and static member id."""
+        data = self.run_dir / "workers" / f"w{i}"
+        data.mkdir(parents=True, exist_ok=True)
+        return Proc(
+            f"w{i}",
+            [sys.executable, "-m", "onceonly", "worker"],
+            self.env(
+                ONCEONLY_DATA_DIR=str(data),
+                ONCEONLY_RUN_DIR=str(data / "run"),
+                ONCEONLY_WORKER_PORT=str(free_port()),
+                ONCEONLY_WORKER_ID=f"chaos-w{i}",
+                ONCEONLY_SEND_ATTEMPTS=str(SEND_ATTEMPTS),
+                ONCEONLY_SEND_TIMEOUT_S=f"{self.opts.send_timeout_s:g}",
+            ),
+            self.run_dir / f"worker-w{i}.log",
         )
 
     async def _wait_http(self, proc: Proc, url: str, timeout_s: float = 60.0) -> None:

@@ -64,10 +64,10 @@ class Verdict:
         """The workers went idle after the last phase (nothing was still moving)."""
         return bool(self.snapshots) and self.snapshots[-1].quiet
 
-    def lines(self) -> list[str]:
+    def _load_rows(self) -> list[tuple[str, str]]:
         o = self.opts
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(self.load.statuses.items()))
-        rows = [
+        return [
             ("result", "PASS" if self.passed else "FAIL"),
             ("messages", f"{self.messages:,}"),
             (
@@ -83,13 +83,11 @@ class Verdict:
                 "deliveries needed a retry",
             ),
             ("deliveries never accepted", f"{len(self.load.never_accepted):,}"),
-            ("settled at the end", "yes" if self.settled else "NO: lag or sends still moving"),
-            ("emails", f"{self.emails:,}"),
-            ("distinct answered", f"{self.answered:,}"),
-            ("covered by a burst reply", f"{self.covered:,}"),
-            ("missing", f"{len(self.missing):,}"),
-            ("doubled", f"{len(self.doubled):,} messages with more than one email"),
-            ("emails to unknown messages", f"{len(self.unexpected):,}"),
+        ]
+
+    def _fault_rows(self) -> list[tuple[str, str]]:
+        o = self.opts
+        return [
             ("worker kills (SIGKILL)", f"{len(self.kills)}: {', '.join(self.kills) or '-'}"),
             ("worker exits on their own", f"{len(self.crashes)}: {', '.join(self.crashes) or '-'}"),
             (
@@ -103,6 +101,21 @@ class Verdict:
                 f"{self.injected.get('spikes', 0)} latency spikes over the send timeout, "
                 f"latency 0-{o.latency_ms:g} ms; {self.reply_calls:,} reply calls",
             ),
+        ]
+
+    def lines(self) -> list[str]:
+        o = self.opts
+        rows = [
+            ("result", "PASS" if self.passed else "FAIL"),
+            *self._load_rows()[1:],
+            ("settled at the end", "yes" if self.settled else "NO: lag or sends still moving"),
+            ("emails", f"{self.emails:,}"),
+            ("distinct answered", f"{self.answered:,}"),
+            ("covered by a burst reply", f"{self.covered:,}"),
+            ("missing", f"{len(self.missing):,}"),
+            ("doubled", f"{len(self.doubled):,} messages with more than one email"),
+            ("emails to unknown messages", f"{len(self.unexpected):,}"),
+            *self._fault_rows(),
             (
                 "emails after each phase",
                 "; ".join(

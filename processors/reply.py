@@ -199,7 +199,8 @@ async def reply_once(
             return written
         record, covered = written
     assert record is not None
-    await _cover(ledger, covered, target.key, now, channel)
+    # the record's key, not the first target's: a rewrite answers the latest message
+    await _cover(ledger, covered, record.key, now, channel)
     return await _send(
         record,
         sender=sender,

@@ -31,6 +31,7 @@ from typing import Any
 import faust
 import structlog
 
+from foundation.kafka import Admin
 from foundation.settings import Settings
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
@@ -273,8 +274,21 @@ def _wire_lifecycle(
     app.page("/metrics")(metrics_page)
 
 
+def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:
+    """Block until the broker answers: faust exits at once if it cannot bootstrap, so a
+    worker started during a broker outage would only crash-loop under its supervisor."""
+    admin = Admin(settings.kafka_bootstrap, **{"log_level": 2})
+    next_log = 0.0
+    while not admin.ping(2.0):
+        if time.monotonic() >= next_log:
+            log.warning("waiting for the broker", bootstrap=settings.kafka_bootstrap)
+            next_log = time.monotonic() + log_every_s
+        time.sleep(1.0)
+
+
 def run_worker(settings: Settings) -> None:
-    """``onceonly worker``: one faust worker in the foreground."""
+    """``onceonly worker``: one faust worker in the foreground, once the broker answers."""
+    wait_for_broker(settings)
     offset = settings.clock_offset_s
     app, _ = build_app(settings, clock=(lambda: time.time() + offset) if offset else time.time)
     faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()

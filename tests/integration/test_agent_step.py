@@ -206,7 +206,9 @@ async def test_a_message_that_arrives_while_the_reply_is_written_gets_the_one_re
 
     assert _sent_to(stack) == Counter({"<b@example.com>": 1})
     assert _calls(stack)[-1]["ids"] == ["<a@example.com>", "<b@example.com>"]
-    assert ledger_records(stack)[reply_key(INBOX, "<a@example.com>")].state is ReplyState.COVERED
+    covered = ledger_records(stack)[reply_key(INBOX, "<a@example.com>")]
+    assert covered.state is ReplyState.COVERED
+    assert covered.covered_by == reply_key(INBOX, "<b@example.com>")
 
 
 async def test_a_declined_message_is_recorded_and_never_written_again(

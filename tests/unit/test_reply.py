@@ -490,7 +490,8 @@ async def test_newer_messages_supersede_the_text_and_get_the_one_reply(mail: Fak
     assert [e.replied_to_message_id for e in mail.outbox] == ["<b@x>"]
     assert mail.outbox[0].text == "reply covering 2"
     assert result.key == second.key
-    assert harness.ledger.records[first.key].state is ReplyState.COVERED
+    covered = harness.ledger.records[first.key]
+    assert (covered.state, covered.covered_by) == (ReplyState.COVERED, second.key)
 
 
 async def test_no_more_rewrites_than_supersede_max(mail: FakeAgentMail) -> None:
