@@ -91,6 +91,12 @@ def faust_app(settings: Settings) -> faust.App:
         store="rocksdb://",
         datadir=str(settings.data_dir),
         web_enabled=True,
+        # faust's own views can show table contents (email text): serve only /metrics
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
         web_host=settings.worker_host,
         web_port=settings.worker_port,
         topic_partitions=settings.partitions,
