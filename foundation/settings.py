@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     ingest_host: str = "127.0.0.1"
     ingest_port: int = Field(default=8000, ge=0, le=65535)
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    #: an idle connection is closed after this; aiohttp's timer also runs from the connection's
+    #: start, so it is the time a client has to send its (first) request's headers too
+    ingest_keepalive_s: float = Field(default=75.0, gt=0)
+    #: time allowed to receive a whole body once its headers arrived; 408 past it
+    ingest_read_timeout_s: float = Field(default=10.0, gt=0)
+    #: open connections at most; connections past it are answered 503 and closed at once
+    ingest_max_connections: int = Field(default=1024, ge=1)
     stripe_tolerance_s: int = Field(default=300, ge=1)
     agentmail_webhook_secret: SecretStr | None = None
     nylas_webhook_secret: SecretStr | None = None

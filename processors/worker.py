@@ -22,6 +22,7 @@ in that partition's order and queues a release on each due thread's lane.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -269,15 +270,23 @@ def _wire_lifecycle(
     )
 
     async def metrics_page(web: Any, request: Any) -> Any:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST
 
         pipeline.metrics.writer_in_flight.set(pipeline.writer.in_flight)
         return web.bytes(
-            generate_latest(pipeline.metrics.registry),
+            await render_metrics(pipeline.metrics.registry),
             content_type=CONTENT_TYPE_LATEST.split(";")[0],
         )
 
     app.page("/metrics")(metrics_page)
+
+
+async def render_metrics(registry: Any) -> bytes:
+    """The Prometheus page, rendered in a thread: the lag gauge asks the broker (blocking
+    calls of up to seconds), which must never stall the event loop the lanes run on."""
+    from prometheus_client import generate_latest
+
+    return await asyncio.to_thread(generate_latest, registry)
 
 
 def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:

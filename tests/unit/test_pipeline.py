@@ -124,3 +124,37 @@ async def test_an_unexpected_error_is_the_records_dead_letter_not_the_workers(
     assert pipeline.dead_letters.letters == [  # type: ignore[attr-defined]
         ("record_failed", [delivery.envelope.event_id])
     ]
+
+
+async def test_the_metrics_page_never_blocks_the_event_loop() -> None:
+    import asyncio
+    import time
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
+
+    from processors.worker import render_metrics
+
+    class SlowLag:  # a broker that takes its time to answer the lag query
+        def collect(self) -> Any:
+            time.sleep(0.3)
+            yield GaugeMetricFamily("onceonly_consumer_lag", "lag", value=0)
+
+    registry = CollectorRegistry()
+    registry.register(SlowLag())  # type: ignore[arg-type]
+    gaps: list[float] = []
+
+    async def heartbeat() -> None:
+        last = time.monotonic()
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            gaps.append(time.monotonic() - last)
+            last = time.monotonic()
+
+    beat = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.03)  # the heartbeat is going
+    page = await render_metrics(registry)
+    await beat
+
+    assert b"onceonly_consumer_lag" in page
+    assert max(gaps) < 0.2  # rendered on the loop, one gap would be the collector's 0.3 s
