@@ -10,12 +10,14 @@ Thread key per provider (the Kafka key, so one consumer owns each conversation):
 * Nylas: ``data.object.thread_id``; objects without a thread use ``data.object.id``.
 * Stripe: ``data.object.invoice`` when the object belongs to an invoice (charges,
   payment intents), so an invoice's events stay in order; else ``data.object.id``.
-* GitHub: ``<repository>#<issue or PR number>``; else the repository; else the event id.
+* GitHub: ``<repository>#<issue or PR number>``; else the repository; else the event id
+  (the SHA-256 of the body: ``X-GitHub-Delivery`` is not signed).
 * Standard Webhooks: ``data.thread_id``, else ``data.id``, else the event id.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -158,9 +160,15 @@ def stripe(body: str, headers: Mapping[str, str], received_at: datetime) -> Enve
 
 
 def github(body: str, headers: Mapping[str, str], received_at: datetime) -> Envelope:
-    """GitHub: the delivery id and event name are headers; the body is the event's object."""
+    """GitHub: the event id is the SHA-256 of the signed body; the event name is a header.
+
+    ``X-GitHub-Delivery`` is outside the signature: an id taken from it would let anyone
+    holding one captured delivery replay it under a fresh id, past dedupe. The body is
+    signed, so a replay, with any delivery id, gets the same event id. (ingest logs the
+    delivery id, to match GitHub's "Recent Deliveries".)
+    """
     data = _parse(body)
-    event_id = _require_id(headers.get("X-GitHub-Delivery"), "X-GitHub-Delivery header")
+    event_id = github_event_id(body)
     event = _text(headers.get("X-GitHub-Event")) or "unknown"
     action = _text(data.get("action"))
     repo = _text(_obj(data.get("repository")).get("full_name"))
@@ -180,6 +188,11 @@ def github(body: str, headers: Mapping[str, str], received_at: datetime) -> Enve
         truncated=False,
         raw=body,
     )
+
+
+def github_event_id(body: str) -> str:
+    """``sha256:<hex>`` of the body as received (verified UTF-8, so it encodes back exactly)."""
+    return "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
 def standard(source: str) -> Normaliser:

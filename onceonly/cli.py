@@ -230,7 +230,7 @@ def dead_letters_list() -> None:
     from operations.replay import dead_letters as read
 
     settings = _settings()
-    table = Table("id", "at", "key", "events", "reason", title=settings.dead_letter_topic)
+    table = Table("id", "at", "key", "events", "reason", "state", title=settings.dead_letter_topic)
     letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
     for letter in letters:
         events = ", ".join(e.event_id for e in letter.envelopes)
@@ -240,27 +240,34 @@ def dead_letters_list() -> None:
             str(letter.letter.get("key", "")),
             events,
             str(letter.letter.get("reason", "")),
+            "open" if letter.open else f"retried {letter.retried_at}",
         )
     Console().print(table)
-    click.echo(f"{len(letters)} dead letter(s)")
+    click.echo(f"{len(letters)} dead letter(s), {sum(1 for x in letters if x.open)} open")
 
 
 @dead_letters.command(name="retry")
 @click.argument("ids", nargs=-1, type=int)
 def dead_letters_retry(ids: tuple[int, ...]) -> None:
-    """Send dead letters (all, or these ids) through the same reply-once path again."""
+    """Send the open dead letters (or these ids) through the same reply-once path again."""
     from operations.replay import dead_letters as read
     from operations.replay import retry_dead_letters
 
     settings = _settings()
     letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
-    chosen = [letter for letter in letters if not ids or letter.offset in ids]
+    # no ids: the open letters; ids: those, retried before or not
+    chosen = [letter for letter in letters if (letter.offset in ids if ids else letter.open)]
     missing = set(ids) - {letter.offset for letter in letters}
     if missing:
         raise click.ClickException(
             f"no dead letter with id {sorted(missing)}; see dead-letters list"
         )
-    sent = retry_dead_letters(settings.kafka_bootstrap, settings.deliveries_topic, chosen)
+    sent = retry_dead_letters(
+        settings.kafka_bootstrap,
+        settings.deliveries_topic,
+        chosen,
+        dead_letter_topic=settings.dead_letter_topic,
+    )
     click.echo(f"re-sent {sent} event(s) from {len(chosen)} dead letter(s) as a replay")
 
 

@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from foundation.errors import OnceOnlyError
@@ -113,26 +113,56 @@ def replay(
 # -- dead letters -------------------------------------------------------------------------
 
 
+#: a record of the dead-letter topic that says which letters a retry sent again
+RETRIED_KIND = "retried"
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     offset: int
     letter: dict[str, Any]
+    #: when ``dead-letters retry`` last sent it again (None: open)
+    retried_at: str | None = None
 
     @property
     def envelopes(self) -> list[Envelope]:
         return [Envelope.from_json(e) for e in self.letter.get("envelopes", [])]
 
+    @property
+    def open(self) -> bool:
+        return self.retried_at is None
 
-def dead_letters(bootstrap: str, topic: str) -> list[DeadLetter]:
-    plans = plan(bootstrap, topic, from_offset=0)
+
+def letters_with_outcomes(records: list[tuple[int, dict[str, Any]]]) -> list[DeadLetter]:
+    """The letters among a dead-letter topic's records, each with its latest retry (pure)."""
+    retried: dict[int, str] = {}
+    for _, value in records:
+        if value.get("kind") == RETRIED_KIND:
+            for offset in value.get("letters", []):
+                retried[int(offset)] = str(value.get("at", ""))
     return [
-        DeadLetter(int(msg.offset()), json.loads(msg.value()))
-        for msg in records(bootstrap, topic, plans)
+        DeadLetter(offset, value, retried.get(offset))
+        for offset, value in records
+        if value.get("kind") != RETRIED_KIND
     ]
 
 
-def retry_dead_letters(bootstrap: str, deliveries_topic: str, letters: list[DeadLetter]) -> int:
-    """Send the dead letters' envelopes through the pipeline again, as a replay."""
+def dead_letters(bootstrap: str, topic: str) -> list[DeadLetter]:
+    """Every letter of the dead-letter topic, with its latest retry."""
+    found = records(bootstrap, topic, plan(bootstrap, topic, from_offset=0))
+    return letters_with_outcomes([(int(msg.offset()), json.loads(msg.value())) for msg in found])
+
+
+def retry_dead_letters(
+    bootstrap: str,
+    deliveries_topic: str,
+    letters: list[DeadLetter],
+    *,
+    dead_letter_topic: str | None = None,
+) -> int:
+    """Send the dead letters' envelopes through the pipeline again, as a replay; then note
+    on the dead-letter topic which letters were sent, so a later retry of all takes only
+    the open ones."""
     producer = _producer(bootstrap)
     replay_id = uuid.uuid4().hex.encode()
     sent = 0
@@ -147,4 +177,14 @@ def retry_dead_letters(bootstrap: str, deliveries_topic: str, letters: list[Dead
             sent += 1
     if producer.flush(30):
         raise ReplayError("dead letters were not all re-sent; run the retry again")
+    if dead_letter_topic is not None and letters:
+        note = {
+            "kind": RETRIED_KIND,
+            "letters": [letter.offset for letter in letters],
+            "replay_id": replay_id.decode(),
+            "at": datetime.now(UTC).isoformat(),
+        }
+        producer.produce(dead_letter_topic, json.dumps(note).encode())
+        if producer.flush(30):
+            raise ReplayError("the retry was sent but not noted; a retry of all may send it again")
     return sent

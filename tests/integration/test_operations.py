@@ -116,9 +116,12 @@ async def test_dead_letters_retry_sends_the_failed_reply_once(
     await stack.until_sent(1)
     again = onceonly(stack, "dead-letters", "retry")
     assert again.returncode == 0
+    listed = onceonly(stack, "dead-letters", "list")
     await asyncio.sleep(3)
 
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<dl@example.com>"]
+    assert "from 0 dead letter(s)" in again.stdout  # retry of all: only the open ones
+    assert "retried" in listed.stdout and "0 open" in listed.stdout
 
 
 def test_replay_refuses_a_partition_that_does_not_exist(
