@@ -46,8 +46,11 @@ def envelope_for(message: Mapping[str, Any], received_at: datetime) -> Envelope:
 
 
 def last_answered(ledger: Mapping[str, ReplyRecord], inbox_id: str) -> datetime | None:
-    """When this inbox's latest reply was recorded: where a catch-up without --since starts."""
-    times = [r.created_at for r in ledger.values() if r.inbox_id == inbox_id]
+    """Where a catch-up without --since starts: the latest time of a message the ledger
+    answered (its own time, not when its reply was written: a reply written late must not
+    move the start past mail whose webhooks were lost). Records from before the ledger
+    kept message times fall back to when they were written."""
+    times = [r.message_at or r.created_at for r in ledger.values() if r.inbox_id == inbox_id]
     return max(times, default=None)
 
 

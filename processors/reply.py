@@ -224,6 +224,7 @@ def _record_for(target: Inbound, state: ReplyState, now: datetime, channel: str)
         state=state,
         created_at=now,
         channel=channel,
+        message_at=target.occurred_at,
     )
 
 
@@ -364,6 +365,7 @@ async def _cover(
                 created_at=now(),
                 covered_by=by,
                 channel=channel,
+                message_at=message.occurred_at,
             )
         )
         log.info("message covered by the burst's reply", key=message.key, covered_by=by)

@@ -10,7 +10,8 @@ from typing import Any
 
 from schemas.exceptions import SchemaError
 
-#: 2 added ``reason`` (why a reply was declined); version 1 records still decode
+#: 2 added ``reason`` (why a reply was declined) and ``message_at`` (the answered
+#: message's own time); version 1 records still decode
 LEDGER_VERSION = 2
 KNOWN_LEDGER_VERSIONS = frozenset({1, 2})
 
@@ -40,6 +41,8 @@ class ReplyRecord:
     error: str | None = None
     channel: str = "agentmail"
     reason: str | None = None
+    #: the answered message's own time (its payload's), where catch-up starts from
+    message_at: datetime | None = None
     v: int = LEDGER_VERSION
 
     def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
@@ -61,6 +64,7 @@ class ReplyRecord:
             "error": self.error,
             "channel": self.channel,
             "reason": self.reason,
+            "message_at": self.message_at.isoformat() if self.message_at else None,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -73,6 +77,8 @@ class ReplyRecord:
                 raise SchemaError(f"ledger record version {data.get('v')!r} is not known")
             data["state"] = ReplyState(data["state"])
             data["created_at"] = datetime.fromisoformat(data["created_at"])
+            if data.get("message_at"):
+                data["message_at"] = datetime.fromisoformat(data["message_at"])
             data["v"] = LEDGER_VERSION
             return cls(**data)
         except SchemaError:

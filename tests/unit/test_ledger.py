@@ -41,3 +41,14 @@ def test_a_record_of_an_unknown_version_is_refused() -> None:
 
     with pytest.raises(SchemaError, match="version 99"):
         ReplyRecord.decode(json.dumps(data))
+
+
+def test_the_messages_own_time_survives_a_round_trip() -> None:
+    from datetime import UTC, datetime
+
+    from schemas.ledger import ReplyRecord, ReplyState
+
+    at = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    record = ReplyRecord("k", "i", "<m@x>", "agentmail:t", ReplyState.SENT, at, message_at=at)
+
+    assert ReplyRecord.decode(record.encode()).message_at == at
