@@ -13,9 +13,16 @@ from __future__ import annotations
 import json
 from collections.abc import MutableMapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from processors import reorder
 from schemas.envelope import Envelope
+
+
+class Verdict(StrEnum):
+    HELD = "held"
+    REPEAT = "repeat"  #: that event is held already
+    FULL = "full"  #: the buffer is at its size limit: process the delivery at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +51,13 @@ def _encode(buffer: reorder.ThreadBuffer) -> bytes:
 class Holds:
     """The reorder buffers of this worker's threads, over a table of bytes to bytes."""
 
-    def __init__(self, table: MutableMapping[bytes, bytes], window_ms: int) -> None:
+    def __init__(
+        self, table: MutableMapping[bytes, bytes], window_ms: int, max_bytes: int = 1 << 20
+    ) -> None:
         self.table = table
         self.window_ms = window_ms
+        #: a buffer's record past this would be refused by the broker: hold no more in it
+        self.max_bytes = max_bytes
         #: thread key -> partition of the buffers holding events; None: read the table
         self._index: dict[bytes, int] | None = None
         #: thread key -> sort keys of its events being processed now
@@ -56,8 +67,9 @@ class Holds:
         raw = self.table.get(key)
         return _decode(raw) if raw else None
 
-    def hold(self, delivery: Delivery, *, now_ms: int) -> bool:
-        """Hold a delivery in its thread's buffer; False if that event is held already."""
+    def hold(self, delivery: Delivery, *, now_ms: int) -> Verdict:
+        """Hold a delivery in its thread's buffer, unless it is held already (a repeat) or
+        the buffer's record would pass ``max_bytes`` (then it is processed at once)."""
         envelope = delivery.envelope
         key = envelope.thread_key.encode()
         partition = delivery.position[0]
@@ -69,10 +81,13 @@ class Holds:
         }
         updated = reorder.hold(buffer, reorder.Held(delivery.sort_key, now_ms, item))
         if updated is buffer:
-            return False
-        self.table[key] = _encode(updated)
+            return Verdict.REPEAT
+        value = _encode(updated)
+        if len(value) > self.max_bytes:
+            return Verdict.FULL
+        self.table[key] = value
         self.index()[key] = partition
-        return True
+        return Verdict.HELD
 
     # -- the index of buffers that hold events ------------------------------------
     def index(self) -> dict[bytes, int]:

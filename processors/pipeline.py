@@ -30,8 +30,7 @@ from processors.channels import Channel
 from processors.dead_letters import DeadLetters
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
 from processors.exceptions import Rebalancing, SendError
-from processors.health import check_webhook
-from processors.holds import Delivery, Holds
+from processors.holds import Delivery, Holds, Verdict
 from processors.lanes import Dropped, Job, Lanes
 from processors.messages import Inbound
 from processors.metrics import WorkerMetrics
@@ -123,16 +122,24 @@ class Pipeline:
         if self.window_ms == 0:
             await self.lanes.submit(key, Job(self._deliver, [event], item=delivery))
         else:
-            try:
-                held = self.holds.hold(delivery, now_ms=self.now_ms())
-            except Exception as exc:  # an odd envelope (a date out of range): dead-letter it
-                await self._dead_letter_deliveries([delivery], "record_failed", exc)
-                held = True
-            if not held:
-                self.metrics.duplicates.labels("duplicate").inc()
-                log.info("delivery skipped", verdict="duplicate", held=True, **_ids(envelope))
-            await self.lanes.ack_now(event)  # durable in the holds table (or dead-lettered)
+            await self._hold(event, key, delivery)
         self.sweeper.maybe_sweep(partition)
+
+    async def _hold(self, event: Any, key: bytes, delivery: Delivery) -> None:
+        envelope = delivery.envelope
+        try:
+            verdict = self.holds.hold(delivery, now_ms=self.now_ms())
+        except Exception as exc:  # an odd envelope (a date out of range): dead-letter it
+            await self._dead_letter_deliveries([delivery], "record_failed", exc)
+            verdict = Verdict.HELD
+        if verdict is Verdict.FULL:  # too large to hold: processed now, not reordered
+            log.warning("thread buffer full; delivery processed at once", **_ids(envelope))
+            await self.lanes.submit(key, Job(self._deliver, [event], item=delivery))
+            return
+        if verdict is Verdict.REPEAT:
+            self.metrics.duplicates.labels("duplicate").inc()
+            log.info("delivery skipped", verdict="duplicate", held=True, **_ids(envelope))
+        await self.lanes.ack_now(event)  # durable in the holds table (or dead-lettered)
 
     async def on_tick(self, partition: int, event: Any) -> None:
         """Queue a release on the lane of each thread of ``partition`` that is due."""
@@ -155,14 +162,6 @@ class Pipeline:
         self.holds.forget()
         self._releasing.clear()
         self._ticking.clear()
-
-    async def check_webhook(self) -> None:
-        agentmail = self.channels.get("agentmail")
-        await check_webhook(
-            self.settings.agentmail_webhook_id,
-            agentmail.sender if agentmail else None,
-            self.metrics,
-        )
 
     # -- a lane's jobs ----------------------------------------------------------------
     async def _deliver(self, job: Job) -> None:

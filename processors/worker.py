@@ -39,6 +39,7 @@ from processors.agentmail.channel import AgentMailChannel
 from processors.agentmail.sender import AgentMailSender
 from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
+from processors.health import check_webhook
 from processors.holds import Holds
 from processors.lanes import Lanes
 from processors.metrics import LagCollector, WorkerMetrics
@@ -174,7 +175,7 @@ def _pipeline(
     pipeline = Pipeline(
         settings=settings,
         events=parts.events,
-        holds=Holds(parts.holds, settings.reorder_window_ms),
+        holds=Holds(parts.holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
         ledger=TableLedger(parts.replies),
         channels={"agentmail": AgentMailChannel(sender)},
         writer=Writer(
@@ -263,8 +264,13 @@ def _wire_lifecycle(
         app.timer(interval, name="onceonly.tick")(pipeline.tick)
 
     if settings.agentmail_webhook_id:
-        app.task(pipeline.check_webhook)  # once at start-up: timers first wait an interval
-        app.timer(settings.webhook_poll_s, name="onceonly.webhook")(pipeline.check_webhook)
+        agentmail = pipeline.channels["agentmail"]
+
+        async def webhook_health() -> None:
+            await check_webhook(settings.agentmail_webhook_id, agentmail.sender, pipeline.metrics)
+
+        app.task(webhook_health)  # once at start-up: timers first wait an interval
+        app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
     pipeline.metrics.registry.register(
         LagCollector(settings.kafka_bootstrap, settings.app_id, [settings.deliveries_topic])
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from processors import reorder
-from processors.holds import Holds
+from processors.holds import Delivery, Holds, Verdict
 
 NOW_MS = 1_000_000
 WINDOW_MS = 2000
@@ -55,3 +55,38 @@ def test_a_rebalance_makes_the_index_read_the_table_again() -> None:
     assert before == {b"t-a": 2}
     assert pipeline.index() == {b"t-a": 2, b"t-recovered": 7}
     assert pipeline.due_partitions(now_ms=NOW_MS) == {2, 7}
+
+
+def _delivery(n: int, text: str) -> Delivery:
+    import json as _json
+    from datetime import UTC, datetime
+
+    from ingest import normalise
+    from testkit import payloads
+
+    payload = payloads.agentmail_received(thread_id="t-big", event_id=f"evt-{n}", text=text)
+    envelope = normalise.agentmail(_json.dumps(payload), {}, datetime.now(UTC))
+    return Delivery(envelope, (2, n))
+
+
+def test_a_buffer_is_never_grown_past_its_size_limit() -> None:
+    holds: dict[bytes, bytes] = {}
+    store = Holds(holds, WINDOW_MS)
+    assert store.hold(_delivery(1, "x" * 2000), now_ms=NOW_MS) is Verdict.HELD
+    one = len(holds[b"agentmail:t-big"])
+    store.max_bytes = int(2.5 * one)  # room for two such events, not three
+
+    second = store.hold(_delivery(2, "y" * 2000), now_ms=NOW_MS)
+    third = store.hold(_delivery(3, "z" * 2000), now_ms=NOW_MS)
+
+    assert (second, third) == (Verdict.HELD, Verdict.FULL)
+    assert len(holds[b"agentmail:t-big"]) <= store.max_bytes
+    released = store.take(b"agentmail:t-big", now_ms=NOW_MS + WINDOW_MS)
+    assert [d.envelope.event_id for d in released] == ["evt-1", "evt-2"]
+
+
+def test_a_repeat_of_a_held_event_is_held_once() -> None:
+    store = Holds({}, WINDOW_MS)
+
+    assert store.hold(_delivery(1, "hi"), now_ms=NOW_MS) is Verdict.HELD
+    assert store.hold(_delivery(1, "hi"), now_ms=NOW_MS) is Verdict.REPEAT
