@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     dead_letter_topic: str = DEFAULT_TOPICS["dead_letters"]
     produce_timeout_ms: int = Field(default=5000, ge=100)
     produce_linger_ms: int = Field(default=5, ge=0, le=1000)
+    #: with it set, every envelope written carries its HMAC and the worker dead-letters
+    #: a record without a valid one (a forged or corrupted record never reaches a writer)
+    envelope_secret: SecretStr | None = None
 
     # --- local files -------------------------------------------------------
     run_dir: Path = Path(".run")

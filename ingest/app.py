@@ -7,8 +7,10 @@ status     when
 401        any verification failure (headers, signature, tolerance, not UTF-8)
 400        a verified body that is not what the provider sends
 404        a provider whose secret is not configured
+408        the body did not arrive within ``ingest_read_timeout_s`` of its headers
 413        a body above ``max_body_bytes``, refused before it is read whole
-503        the broker did not acknowledge within ``produce_timeout_ms``
+503        the broker did not acknowledge within ``produce_timeout_ms``; or the
+           connection is one past ``ingest_max_connections`` (``ingest.limits``)
 =========  ===================================================================
 """
 
@@ -28,8 +30,9 @@ from pydantic import SecretStr
 
 from foundation.kafka import Admin, AsyncProducer, ProduceFailed
 from foundation.settings import Settings
-from ingest import normalise, verify
-from ingest.exceptions import IngestError, PayloadError, VerificationError
+from ingest import limits, normalise, verify
+from ingest.exceptions import PayloadError, VerificationError
+from ingest.limits import BodyTimeout, BodyTooLarge, BodyUnreadable, ClientDisconnected
 from ingest.metrics import IngestMetrics
 from schemas.envelope import Envelope
 
@@ -46,16 +49,6 @@ class Provider:
     name: str
     verify: VerifyFn
     normalise: normalise.Normaliser
-
-
-class BodyTooLarge(IngestError):
-    check = "body_too_large"
-
-
-class BodyUnreadable(IngestError):
-    """The body cannot be read as sent (a Content-Encoding it does not have, a broken stream)."""
-
-    check = "body_unreadable"
 
 
 def providers_from_settings(settings: Settings) -> dict[str, Provider]:
@@ -133,6 +126,8 @@ class Ingest:
         self.metrics = metrics or IngestMetrics(providers=tuple(self.providers))
         self.clock = clock
         self.timeout_s = settings.produce_timeout_ms / 1000
+        secret = settings.envelope_secret
+        self.mac_key = secret.get_secret_value().encode() if secret is not None else None
 
     # -- routes -------------------------------------------------------------
     def app(self) -> web.Application:
@@ -184,10 +179,14 @@ class Ingest:
             self.metrics.rejected.labels(label, "not_configured").inc()
             return _error(404, "not_configured", f"no webhook secret is configured for {name!r}")
         try:
-            body = await self._read_body(request)
+            body = await limits.read_body(
+                request,
+                limit=self.settings.max_body_bytes,
+                timeout_s=self.settings.ingest_read_timeout_s,
+            )
             provider.verify(body, request.headers)
             envelope = provider.normalise(body.decode("utf-8"), request.headers, self.clock())
-            record = _record(envelope)
+            record = _record(envelope, self.mac_key)
         except VerificationError as exc:
             return self._reject(name, 401, exc.check, str(exc), request)
         except PayloadError as exc:
@@ -196,7 +195,16 @@ class Ingest:
             return self._reject(name, 413, exc.check, str(exc), request)
         except BodyUnreadable as exc:
             return self._reject(name, 400, exc.check, str(exc), request)
+        except BodyTimeout as exc:
+            return self._reject(name, 408, exc.check, str(exc), request)
+        except ClientDisconnected as exc:
+            return self._abandoned(name, exc, request)
+        return await self._store(name, envelope, record, request, started)
 
+    async def _store(
+        self, name: str, envelope: Envelope, record: _Record, request: web.Request, started: float
+    ) -> web.StreamResponse:
+        """Produce the record; 204 once the broker acknowledged it, 503 if it did not in time."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 delivered = await self.producer.produce(
@@ -212,6 +220,7 @@ class Ingest:
                 provider=name,
                 event_id=envelope.event_id,
                 error=str(exc) or "no broker acknowledgement within the timeout",
+                **_delivery_header(name, request),
             )
             return _error(
                 503,
@@ -228,34 +237,39 @@ class Ingest:
             event_type=envelope.event_type,
             partition=delivered.partition,
             offset=delivered.offset,
+            **_delivery_header(name, request),
         )
         return web.Response(status=204)
-
-    async def _read_body(self, request: web.Request) -> bytes:
-        """Read at most ``max_body_bytes``; refuse larger bodies before reading them whole."""
-        limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise BodyTooLarge(f"body of {request.content_length} bytes is above {limit}")
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in request.content.iter_chunked(64 * 1024):
-                size += len(chunk)
-                if size > limit:
-                    raise BodyTooLarge(f"body is above the limit of {limit} bytes")
-                chunks.append(chunk)
-        except web.RequestPayloadError as exc:
-            raise BodyUnreadable(
-                f"the body cannot be read as sent ({exc}); send it as the provider does"
-            ) from exc
-        return b"".join(chunks)
 
     def _reject(
         self, name: str, status: int, check: str, message: str, request: web.Request
     ) -> web.Response:
         self.metrics.rejected.labels(name, check).inc()
-        log.info("delivery rejected", provider=name, status=status, reason=check, detail=message)
+        log.info(
+            "delivery rejected",
+            provider=name,
+            status=status,
+            reason=check,
+            detail=message,
+            **_delivery_header(name, request),
+        )
         return _error(status, check, message)
+
+    def _abandoned(self, name: str, exc: ClientDisconnected, request: web.Request) -> web.Response:
+        """Counted and logged in one line; aiohttp drops the answer, nobody is there to read it."""
+        self.metrics.rejected.labels(name, exc.check).inc()
+        log.info(
+            "delivery abandoned: the client disconnected mid-body",
+            provider=name,
+            reason=exc.check,
+            detail=str(exc),
+            **_delivery_header(name, request),
+        )
+        return _error(400, exc.check, str(exc))
+
+    def refused(self) -> None:
+        """A connection past ``ingest_max_connections``: counted before any route is known."""
+        self.metrics.rejected.labels("unknown", "too_many_connections").inc()
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,14 +279,29 @@ class _Record:
     headers: list[tuple[str, bytes]]
 
 
-def _record(envelope: Envelope) -> _Record:
-    """The Kafka record, built before producing: text that cannot be encoded is a 400."""
+def _record(envelope: Envelope, mac_key: bytes | None = None) -> _Record:
+    """The Kafka record, built before producing: text that cannot be encoded is a 400.
+    With ``mac_key`` (ONCEONLY_ENVELOPE_SECRET) its headers carry the value's MAC."""
     try:
-        return _Record(envelope.encode(), envelope.thread_key.encode(), envelope.headers())
+        value = envelope.encode()
+        return _Record(value, envelope.thread_key.encode(), envelope.headers(mac_key, value))
     except UnicodeEncodeError as exc:
         raise PayloadError(
             "bad_shape", f"an id, type or header holds text that is not valid Unicode: {exc.reason}"
         ) from exc
+
+
+def _delivery_header(name: str, request: web.Request) -> dict[str, str]:
+    """GitHub's delivery id, for the log only (it is not signed: never the event id).
+
+    Escaped and cut short: a client can put anything there.
+    """
+    if name != "github":
+        return {}
+    value = request.headers.get("X-GitHub-Delivery")
+    if value is None:
+        return {}
+    return {"github_delivery": value[:64].encode("ascii", "backslashreplace").decode("ascii")}
 
 
 def _error(
@@ -294,16 +323,23 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
                 provider=name,
                 variable=f"ONCEONLY_{name.upper()}_WEBHOOK_SECRET",
             )
-    runner = web.AppRunner(ingest.app(), access_log=None, handle_signals=False)
+    runner = limits.app_runner(ingest.app(), settings)
     await runner.setup()
-    site = web.TCPSite(runner, settings.ingest_host, settings.ingest_port)
-    await site.start()
-    url = f"http://{settings.ingest_host}:{settings.ingest_port}"
+    listener = await limits.listen(
+        runner,
+        settings.ingest_host,
+        settings.ingest_port,
+        max_connections=settings.ingest_max_connections,
+        on_refused=ingest.refused,
+    )
+    port = listener.sockets[0].getsockname()[1]  # the one bound, when the setting is 0
+    url = f"http://{settings.ingest_host}:{port}"
     log.info("ingest listening", url=url, providers=sorted(ingest.providers))
     if ready is not None:
         ready(url)
     try:
         await asyncio.Event().wait()
     finally:
+        listener.close()
         await runner.cleanup()
         await asyncio.get_running_loop().run_in_executor(None, producer.close)

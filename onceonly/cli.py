@@ -267,6 +267,11 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
         settings.deliveries_topic,
         chosen,
         dead_letter_topic=settings.dead_letter_topic,
+        mac_key=(
+            settings.envelope_secret.get_secret_value().encode()
+            if settings.envelope_secret is not None
+            else None
+        ),
     )
     click.echo(f"re-sent {sent} event(s) from {len(chosen)} dead letter(s) as a replay")
 

@@ -242,12 +242,16 @@ async def feed_unanswered(
 
     producer = AsyncProducer(producer_config_from(settings))
 
+    secret = settings.envelope_secret
+    mac_key = secret.get_secret_value().encode() if secret is not None else None
+
     async def feed(envelope: Envelope) -> None:
+        value = envelope.encode()
         await producer.produce(
             settings.deliveries_topic,
-            envelope.encode(),
+            value,
             key=envelope.thread_key.encode(),
-            headers=envelope.headers(),
+            headers=envelope.headers(mac_key, value),
         )
 
     try:

@@ -159,6 +159,7 @@ def retry_dead_letters(
     letters: list[DeadLetter],
     *,
     dead_letter_topic: str | None = None,
+    mac_key: bytes | None = None,
 ) -> int:
     """Send the dead letters' envelopes through the pipeline again, as a replay; then note
     on the dead-letter topic which letters were sent, so a later retry of all takes only
@@ -168,11 +169,12 @@ def retry_dead_letters(
     sent = 0
     for letter in letters:
         for envelope in letter.envelopes:
+            value = envelope.encode()
             producer.produce(
                 deliveries_topic,
-                envelope.encode(),
+                value,
                 key=envelope.thread_key.encode(),
-                headers=[*envelope.headers(), (REPLAY_HEADER, replay_id)],
+                headers=[*envelope.headers(mac_key, value), (REPLAY_HEADER, replay_id)],
             )
             sent += 1
     if producer.flush(30):

@@ -2,7 +2,7 @@
 
 A letter is JSON with ``reason`` (what failed, for a person), ``check`` (a short name:
 ``writer_failed``, ``send_failed``, ``record_failed``, ``not_an_envelope``,
-``fetch_failed``, ``handler_failed``, ``effect_conflict``), ``at``, and the
+``fetch_failed``, ``handler_failed``, ``effect_conflict``, ``bad_mac``), ``at``, and the
 ``envelopes`` that ``onceonly dead-letters retry`` sends through the pipeline again.
 """
 
@@ -42,12 +42,17 @@ class DeadLetters:
         await fut  # acknowledged: only then is the record's offset committed
 
     async def record_unreadable(
-        self, value: bytes | None, partition: int, offset: int, error: str
+        self,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        error: str,
+        check: str = "not_an_envelope",
     ) -> None:
         await self._write(
             {
                 "reason": error,
-                "check": "not_an_envelope",
+                "check": check,
                 "partition": partition,
                 "offset": offset,
                 "value": (value or b"").decode("utf-8", "replace")[:65536],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -24,9 +23,10 @@ import structlog
 from faust.streams import _current_event
 
 from foundation.settings import Settings
-from processors import dedupe, reorder
+from processors import reorder
 from processors.agent import Writer
 from processors.channels import Channel
+from processors.claims import claim, finish
 from processors.dead_letters import DeadLetters
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
 from processors.exceptions import Rebalancing, SendError
@@ -36,9 +36,8 @@ from processors.messages import Inbound
 from processors.metrics import WorkerMetrics
 from processors.reply import Outcome, SendPolicy, Skip, reply_once, split_burst
 from processors.sweep import Sweeper
-from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
+from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope, has_valid_mac
 from schemas.exceptions import SchemaError
-from schemas.ledger import EventEntry
 
 log = structlog.get_logger("onceonly.worker")
 
@@ -46,6 +45,10 @@ Clock = Callable[[], float]  # epoch seconds
 
 #: how often one record's processing is tried before it is dead-lettered
 RECORD_ATTEMPTS = 3
+BAD_MAC = (
+    "the record has no valid onceonly-mac: forged, corrupted, or written without "
+    "ONCEONLY_ENVELOPE_SECRET; it was not processed"
+)
 
 
 def _ids(envelope: Envelope) -> dict[str, str]:
@@ -82,6 +85,8 @@ class Pipeline:
     #: False while a rebalance is under way (faust has stopped the flow of records)
     flowing: Callable[[], bool] = lambda: True
     retry_backoff_s: float = 0.5
+    #: ONCEONLY_ENVELOPE_SECRET: records without a valid MAC are dead-lettered, never processed
+    mac_key: bytes | None = None
 
     @property
     def window_ms(self) -> int:
@@ -103,6 +108,17 @@ class Pipeline:
         if TICK_HEADER in headers:
             self._ticking.pop(partition, None)
             await self.on_tick(partition, event)
+            await self.lanes.ack_now(event)
+            return
+        if self.mac_key is not None and not has_valid_mac(
+            event.value, message.headers or (), self.mac_key
+        ):
+            log.error(
+                "record without a valid MAC; dead-lettered", partition=partition, offset=offset
+            )
+            await self.dead_letters.record_unreadable(
+                event.value, partition, offset, BAD_MAC, "bad_mac"
+            )
             await self.lanes.ack_now(event)
             return
         try:
@@ -189,39 +205,10 @@ class Pipeline:
     # -- one thread's released events -----------------------------------------------
     def claim(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """The deliveries to act on: new events claimed in progress, duplicates skipped."""
-        now_ms = self.now_ms()
-        claimed: list[Delivery] = []
-        for delivery in deliveries:
-            envelope = delivery.envelope
-            if delivery.late:
-                self.metrics.late.inc()
-                log.warning(
-                    "late event: processed after a later one of its thread", **_ids(envelope)
-                )
-            key = envelope.dedupe_key.encode()
-            raw = self.events.get(key)
-            current = EventEntry.from_json(json.loads(raw)) if raw else None
-            decision = dedupe.decide(
-                current, position=delivery.position, now_ms=now_ms, replay=delivery.replay
-            )
-            if decision.skip:
-                self.metrics.duplicates.labels(decision.verdict.value).inc()
-                log.info("delivery skipped", verdict=decision.verdict.value, **_ids(envelope))
-                continue
-            assert decision.entry is not None
-            self.events[key] = json.dumps(decision.entry.to_json()).encode()
-            claimed.append(delivery)
-        return claimed
+        return claim(self.events, deliveries, now_ms=self.now_ms(), metrics=self.metrics)
 
     def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
-        for delivery in claimed:
-            envelope = delivery.envelope
-            entry = dedupe.finished(
-                outcomes.get(envelope.event_id, True),
-                position=delivery.position,
-                now_ms=self.now_ms(),
-            )
-            self.events[envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()
+        finish(self.events, claimed, outcomes, now_ms=self.now_ms())
 
     async def process(
         self, job: Job, deliveries: Sequence[Delivery], *, key: bytes | None = None

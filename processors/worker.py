@@ -23,10 +23,13 @@ in that partition's order and queues a release on each due thread's lane.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -65,6 +68,11 @@ def _fatal(exc: BaseException) -> None:
     os._exit(EXIT_REDELIVER)
 
 
+def mac_key(settings: Settings) -> bytes | None:
+    secret = settings.envelope_secret
+    return secret.get_secret_value().encode() if secret is not None else None
+
+
 def writer_policy(settings: Settings) -> WriterPolicy:
     return WriterPolicy(
         concurrency=settings.writer_concurrency,
@@ -83,6 +91,17 @@ def _mail_sender(settings: Settings) -> Any:
         base_url=settings.agentmail_base_url,
         timeout_s=settings.send_timeout_s,
     )
+
+
+def worker_id(settings: Settings, host: str | None = None) -> str:
+    """The worker's static group membership id: ``ONCEONLY_WORKER_ID``, or one made of the
+    host name and the data directory, so a restarted worker (same host, same state) takes
+    its partitions back at once instead of waiting out a rebalance."""
+    if settings.worker_id:
+        return settings.worker_id
+    where = str(Path(settings.data_dir).resolve())
+    digest = hashlib.sha256(where.encode()).hexdigest()[:10]
+    return f"{host or socket.gethostname()}-{digest}"
 
 
 def faust_app(settings: Settings) -> faust.App:
@@ -105,7 +124,7 @@ def faust_app(settings: Settings) -> faust.App:
         topic_replication_factor=settings.replication_factor,
         autodiscover=False,
         worker_redirect_stdouts=False,
-        consumer_group_instance_id=settings.worker_id,
+        consumer_group_instance_id=worker_id(settings),
         broker_session_timeout=10,
         broker_heartbeat_interval=1,
         producer_max_request_size=settings.record_max_bytes,
@@ -198,6 +217,7 @@ def _pipeline(
         clock=clock,
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
         flowing=app.flow_control.is_active,
+        mac_key=mac_key(settings),
     )
     outbox = sender if isinstance(sender, DryRunOutbox) else None
     nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)

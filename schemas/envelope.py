@@ -7,7 +7,10 @@ as text, byte for byte, in ``raw``.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +25,24 @@ SCHEMA_NAME = f"envelope/{ENVELOPE_VERSION}"
 TICK_HEADER = "onceonly-tick"
 #: Kafka header of replayed records: failed events may run again, succeeded ones may not.
 REPLAY_HEADER = "onceonly-replay"
+#: the record's HMAC-SHA256 (hex) under ONCEONLY_ENVELOPE_SECRET, set by whoever writes
+#: an envelope; with the secret set, the worker dead-letters a record without a valid one
+MAC_HEADER = "onceonly-mac"
+
+
+def mac_of(value: bytes, key: bytes) -> bytes:
+    """The MAC of a record's value: hex HMAC-SHA256."""
+    return hmac.new(key, value, hashlib.sha256).hexdigest().encode()
+
+
+def has_valid_mac(
+    value: bytes | None, headers: Iterable[tuple[str, bytes | None]], key: bytes
+) -> bool:
+    """True when the record carries the MAC of its value under ``key`` (constant time)."""
+    given = [v for k, v in headers if k == MAC_HEADER]
+    if value is None or len(given) != 1 or given[0] is None:
+        return False
+    return hmac.compare_digest(bytes(given[0]), mac_of(value, key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +123,19 @@ class Envelope:
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise SchemaError(f"envelope is missing or has a bad field: {exc!r}") from exc
 
-    def headers(self) -> list[tuple[str, bytes]]:
-        """Kafka headers that let tools route a record without decoding it."""
-        return [
+    def headers(
+        self, mac_key: bytes | None = None, value: bytes | None = None
+    ) -> list[tuple[str, bytes]]:
+        """Kafka headers that let tools route a record without decoding it; with
+        ``mac_key``, the MAC of ``value`` (the encoded envelope, computed if not given)."""
+        out = [
             (SCHEMA_HEADER, SCHEMA_NAME.encode()),
             ("provider", self.provider.encode()),
             ("event-id", self.event_id.encode()),
         ]
+        if mac_key is not None:
+            out.append((MAC_HEADER, mac_of(value if value is not None else self.encode(), mac_key)))
+        return out
 
 
 def _iso(moment: datetime) -> str:

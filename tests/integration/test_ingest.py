@@ -192,15 +192,6 @@ BAD_INPUTS: dict[str, tuple[str, Callable[[], tuple[bytes, dict[str, str]]], int
         400,
         "no_event_id",
     ),
-    "github delivery without X-GitHub-Delivery": (
-        "/webhooks/github",
-        lambda: (
-            GOOD,
-            {k: v for k, v in signing.github_headers(GOOD).items() if k != "X-GitHub-Delivery"},
-        ),
-        400,
-        "no_event_id",
-    ),
     "unknown standard source": (
         "/webhooks/standard/other",
         lambda: (GOOD, signing.standard_headers(GOOD)),
@@ -305,3 +296,18 @@ async def test_envelope_carries_the_payload_timestamp_and_ids(
     assert envelope.account_id == "support@agentmail.to"
     assert envelope.occurred_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert json.loads(envelope.raw) == payload
+
+
+async def test_with_an_envelope_secret_every_record_carries_its_mac(
+    ingest_factory: Callable[..., Awaitable[tuple[Client, Settings]]],
+) -> None:
+    from schemas.envelope import has_valid_mac
+
+    client, settings = await ingest_factory(envelope_secret=SecretStr("shared-secret"))
+    body, headers = _agentmail(GOOD)
+
+    response = await client.post("/webhooks/agentmail", data=body, headers=headers)
+
+    assert response.status == 204
+    [record] = _deliveries(settings)
+    assert has_valid_mac(record.value(), record.headers() or [], b"shared-secret")

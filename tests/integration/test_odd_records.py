@@ -63,3 +63,37 @@ async def test_records_ingest_never_writes_are_dead_lettered_and_the_worker_goes
     ]
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<fine@example.com>"]
     stack.check_alive()
+
+
+async def test_with_an_envelope_secret_a_record_without_its_mac_is_dead_lettered(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    stack.worker(ONCEONLY_ENVELOPE_SECRET="the-shared-secret")
+    topic = stack.settings.deliveries_topic
+    signed = normalise.agentmail(
+        json.dumps(stack.seed("<signed@example.com>", "t-signed")), {}, datetime.now(UTC)
+    )
+    forged = normalise.agentmail(
+        json.dumps(stack.seed("<forged@example.com>", "t-forged")), {}, datetime.now(UTC)
+    )
+    value = signed.encode()
+    await stack.producer.produce(
+        topic, value, key=b"t-signed", headers=signed.headers(b"the-shared-secret", value)
+    )
+    await stack.producer.produce(topic, forged.encode(), key=b"t-forged", headers=forged.headers())
+
+    await stack.until_sent(1)
+    await until(
+        stack,
+        lambda: bool(consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)),
+        "the dead letter",
+    )
+    await asyncio.sleep(1)
+
+    [letter] = [
+        json.loads(r.value())
+        for r in consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
+    ]
+    assert letter["check"] == "bad_mac"
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<signed@example.com>"]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from ingest import normalise
 from ingest.exceptions import PayloadError
-from schemas.envelope import Envelope
+from schemas.envelope import MAC_HEADER, Envelope, has_valid_mac
 from schemas.exceptions import SchemaError
 from testkit import payloads
 
@@ -68,3 +69,37 @@ def test_a_timestamp_with_no_utc_time_is_a_payload_error(stamp: str) -> None:
 def test_a_record_ingest_never_writes_is_a_schema_error(value: bytes | None) -> None:
     with pytest.raises(SchemaError):
         Envelope.decode(value)  # type: ignore[arg-type]
+
+
+def _signed_record(key: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
+    envelope = normalise.agentmail(json.dumps(payloads.agentmail_received()), {}, datetime.now(UTC))
+    value = envelope.encode()
+    return value, envelope.headers(key, value)
+
+
+def test_a_record_with_its_mac_is_valid() -> None:
+    value, headers = _signed_record(b"secret")
+
+    assert has_valid_mac(value, headers, b"secret")
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda v, h: (v.replace(b"meeting", b"MEETING"), h),  # the value changed
+        lambda v, h: (v, [x for x in h if x[0] != MAC_HEADER]),  # no MAC
+        lambda v, h: (v, [*h, (MAC_HEADER, b"0" * 64)]),  # two MACs
+        lambda v, h: (None, h),  # no value
+    ],
+    ids=["changed", "missing", "doubled", "null"],
+)
+def test_a_forged_or_corrupted_record_is_not_valid(tamper: Any) -> None:
+    value, headers = tamper(*_signed_record(b"secret"))
+
+    assert not has_valid_mac(value, headers, b"secret")
+
+
+def test_a_mac_under_another_key_is_not_valid() -> None:
+    value, headers = _signed_record(b"secret")
+
+    assert not has_valid_mac(value, headers, b"another secret")

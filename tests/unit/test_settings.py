@@ -32,3 +32,18 @@ def test_the_linger_variable_reaches_the_producer_config(monkeypatch: pytest.Mon
     config = producer_config_from(Settings.from_env())
 
     assert config["linger.ms"] == 12
+
+
+def test_a_worker_is_a_static_member_named_after_its_host_and_state() -> None:
+    from pathlib import Path
+
+    from processors.worker import worker_id
+
+    here = Settings(data_dir=Path("/var/lib/onceonly/a"))
+
+    assert worker_id(here, host="h1") == worker_id(here, host="h1")
+    assert worker_id(here, host="h1") != worker_id(here, host="h2")
+    assert worker_id(here, host="h1") != worker_id(
+        Settings(data_dir=Path("/var/lib/onceonly/b")), host="h1"
+    )
+    assert worker_id(Settings(worker_id="w-7"), host="h1") == "w-7"

@@ -1,0 +1,73 @@
+"""The ``events`` table: claiming deliveries before acting, recording how they ended.
+
+The decisions are :mod:`processors.dedupe`'s; this holds only the table's side of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping, Sequence
+from typing import Any
+
+import structlog
+
+from processors import dedupe
+from processors.holds import Delivery
+from schemas.ledger import EventEntry
+
+log = structlog.get_logger("onceonly.worker")
+
+
+def _ids(delivery: Delivery) -> dict[str, str]:
+    envelope = delivery.envelope
+    return {
+        "provider": envelope.provider,
+        "event_id": envelope.event_id,
+        "thread_key": envelope.thread_key,
+    }
+
+
+def claim(
+    events: MutableMapping[bytes, bytes],
+    deliveries: Sequence[Delivery],
+    *,
+    now_ms: int,
+    metrics: Any,
+) -> list[Delivery]:
+    """The deliveries to act on: new events claimed in progress, duplicates skipped (logged
+    and counted with their ids); a late event is counted and logged, never dropped."""
+    claimed: list[Delivery] = []
+    for delivery in deliveries:
+        if delivery.late:
+            metrics.late.inc()
+            log.warning("late event: processed after a later one of its thread", **_ids(delivery))
+        key = delivery.envelope.dedupe_key.encode()
+        raw = events.get(key)
+        current = EventEntry.from_json(json.loads(raw)) if raw else None
+        decision = dedupe.decide(
+            current, position=delivery.position, now_ms=now_ms, replay=delivery.replay
+        )
+        if decision.skip:
+            metrics.duplicates.labels(decision.verdict.value).inc()
+            log.info("delivery skipped", verdict=decision.verdict.value, **_ids(delivery))
+            continue
+        assert decision.entry is not None
+        events[key] = json.dumps(decision.entry.to_json()).encode()
+        claimed.append(delivery)
+    return claimed
+
+
+def finish(
+    events: MutableMapping[bytes, bytes],
+    claimed: Sequence[Delivery],
+    outcomes: dict[str, bool],
+    *,
+    now_ms: int,
+) -> None:
+    """Each claimed event ends succeeded, or failed where its outcome says so."""
+    for delivery in claimed:
+        envelope = delivery.envelope
+        entry = dedupe.finished(
+            outcomes.get(envelope.event_id, True), position=delivery.position, now_ms=now_ms
+        )
+        events[envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()

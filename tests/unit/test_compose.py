@@ -1,0 +1,128 @@
+"""docker-compose.yml publishes nothing beyond this machine and ships no default password.
+
+Kafka's listeners are plaintext without authentication, Prometheus and Grafana are not
+meant for the internet: every published port is bound to 127.0.0.1 (a variable may move
+it, but its default must be 127.0.0.1). A password, secret, token or key is passed
+through from the environment, or required (``${VAR:?...}``), never given a default.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+LOOPBACK = "127.0.0.1"
+#: ``${NAME:-default}`` / ``${NAME-default}``: the default; other forms have none
+DEFAULTED = re.compile(r"\$\{(?P<name>\w+)(?::?-)(?P<default>[^}]*)\}")
+SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|PRIVATE_KEY", re.IGNORECASE)
+
+
+def _host(value: str) -> str | None:
+    """The host address of a port entry, with a variable's default put in; None if none."""
+    value = DEFAULTED.sub(lambda m: m["default"], value)
+    if "/" in value:  # 9094:9094/tcp
+        value = value.rsplit("/", 1)[0]
+    parts = value.rsplit(":", 2)
+    return parts[0] if len(parts) == 3 else None
+
+
+def published_without_loopback(compose: dict[str, Any]) -> list[str]:
+    """``service: entry`` for every published port whose host is not 127.0.0.1."""
+    found = []
+    for name, service in (compose.get("services") or {}).items():
+        for entry in service.get("ports") or []:
+            if isinstance(entry, dict):  # the long syntax
+                host = entry.get("host_ip")
+                host = DEFAULTED.sub(lambda m: m["default"], host) if host else None
+            else:
+                host = _host(str(entry))
+            if host != LOOPBACK:
+                found.append(f"{name}: {entry!r}")
+    return found
+
+
+def _environment(service: dict[str, Any]) -> dict[str, Any]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # - NAME=value / - NAME
+        pairs = (item.partition("=") for item in env)
+        return {k: (v if sep else None) for k, sep, v in pairs}
+    return dict(env)
+
+
+def default_secrets(compose: dict[str, Any]) -> list[str]:
+    """``service: NAME`` for every secret-like variable given a value or a default."""
+    found = []
+    for name, service in (compose.get("services") or {}).items():
+        for variable, value in _environment(service).items():
+            if not SECRET_NAME.search(variable) or value is None:
+                continue
+            text = str(value)
+            defaults = [m["default"] for m in DEFAULTED.finditer(text)]
+            literal = DEFAULTED.sub("", re.sub(r"\$\{\w+(?::?\?[^}]*)?\}", "", text))
+            if any(defaults) or literal.strip():
+                found.append(f"{name}: {variable}={text}")
+    return found
+
+
+def _load(text: str) -> dict[str, Any]:
+    data = yaml.safe_load(text)  # resolves the file's anchors and << merges
+    assert isinstance(data, dict)
+    return data
+
+
+def test_every_published_port_is_bound_to_loopback() -> None:
+    assert published_without_loopback(_load(COMPOSE.read_text(encoding="utf-8"))) == []
+
+
+def test_no_password_or_secret_has_a_default() -> None:
+    assert default_secrets(_load(COMPOSE.read_text(encoding="utf-8"))) == []
+
+
+def test_the_grafana_admin_password_is_required() -> None:
+    grafana = _load(COMPOSE.read_text(encoding="utf-8"))["services"]["grafana"]
+    assert re.fullmatch(
+        r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", _environment(grafana)["GF_SECURITY_ADMIN_PASSWORD"]
+    )
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["9094:9094", "0.0.0.0:9090:9090", "3000", "${ADDR:-0.0.0.0}:8000:8000", "${ADDR}:80:80"],
+)
+def test_the_port_check_catches_a_port_open_beyond_loopback(entry: str) -> None:
+    compose = {"services": {"s": {"ports": [entry]}}}
+    assert published_without_loopback(compose) == [f"s: {entry!r}"]
+
+
+@pytest.mark.parametrize(
+    "entry", ["127.0.0.1:9094:9094", "${ADDR:-127.0.0.1}:8000:8000", "127.0.0.1:53:53/udp"]
+)
+def test_the_port_check_lets_loopback_pass(entry: str) -> None:
+    assert published_without_loopback({"services": {"s": {"ports": [entry]}}}) == []
+
+
+def test_the_port_check_reads_the_long_syntax() -> None:
+    open_port = {"target": 80, "published": 80}
+    loopback = {"target": 81, "published": 81, "host_ip": "127.0.0.1"}
+    compose = {"services": {"s": {"ports": [open_port, loopback]}}}
+    assert published_without_loopback(compose) == [f"s: {open_port!r}"]
+
+
+@pytest.mark.parametrize(
+    "value", ["admin", "${GRAFANA_ADMIN_PASSWORD:-admin}", "${PW-changeme}", "x${PW}"]
+)
+def test_the_secret_check_catches_a_default(value: str) -> None:
+    compose = {"services": {"s": {"environment": {"DB_PASSWORD": value}}}}
+    assert default_secrets(compose) == [f"s: DB_PASSWORD={value}"]
+    listed = {"services": {"s": {"environment": [f"DB_PASSWORD={value}"]}}}
+    assert default_secrets(listed) == [f"s: DB_PASSWORD={value}"]
+
+
+@pytest.mark.parametrize("value", [None, "${PW}", "${PW:?set PW}", "${PW?}", "${PW:-}"])
+def test_the_secret_check_lets_pass_through_and_required_values_pass(value: str | None) -> None:
+    assert default_secrets({"services": {"s": {"environment": {"API_KEY": value}}}}) == []
