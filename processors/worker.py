@@ -95,11 +95,13 @@ def _mail_sender(settings: Settings) -> Any:
 
 def worker_id(settings: Settings, host: str | None = None) -> str:
     """The worker's static group membership id: ``ONCEONLY_WORKER_ID``, or one made of the
-    host name and the data directory, so a restarted worker (same host, same state) takes
-    its partitions back at once instead of waiting out a rebalance."""
+    host name, the data directory and the web port, so a restarted worker (same host, same
+    state, same address) takes its partitions back at once instead of waiting out a
+    rebalance. The port is part of it: faust's assignor refuses a static member's old
+    assignment when the member's web address has changed."""
     if settings.worker_id:
         return settings.worker_id
-    where = str(Path(settings.data_dir).resolve())
+    where = f"{Path(settings.data_dir).resolve()}\n{settings.worker_port}"
     digest = hashlib.sha256(where.encode()).hexdigest()[:10]
     return f"{host or socket.gethostname()}-{digest}"
 

@@ -46,4 +46,7 @@ def test_a_worker_is_a_static_member_named_after_its_host_and_state() -> None:
     assert worker_id(here, host="h1") != worker_id(
         Settings(data_dir=Path("/var/lib/onceonly/b")), host="h1"
     )
+    assert worker_id(here, host="h1") != worker_id(
+        Settings(data_dir=Path("/var/lib/onceonly/a"), worker_port=6067), host="h1"
+    )
     assert worker_id(Settings(worker_id="w-7"), host="h1") == "w-7"
