@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,7 @@ class DryRunOutbox:
         for entry in self.sent:
             if entry["key"] == record.key:  # idempotent like the real API
                 return str(entry["sent_message_id"])
-        entry = {
-            **asdict(record),
-            "state": record.state.value,
-            "created_at": str(record.created_at),
-        }
+        entry = json.loads(record.encode())  # the ledger's own JSON: every field serialised
         entry["sent_message_id"] = f"<dry-run-{record.key}@onceonly>"
         self.sent.append(entry)
         if self.path is not None:

@@ -317,10 +317,14 @@ class Pipeline:
             return
         envelopes = {d.envelope.event_id: d.envelope for d in claimed}
 
+        answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
+
         async def newer_here() -> list[Inbound]:
             more = await newer() if newer is not None else []
             envelopes.update({d.envelope.event_id: d.envelope for d in claimed})
-            return [m for m in more if m.thread_key == burst[0].thread_key]
+            mine = [m for m in more if m.thread_key == burst[0].thread_key]
+            answering.update(m.event_id for m in mine)
+            return mine
 
         async def dead_letter(record: Any, reason: str, messages: Sequence[Inbound]) -> None:
             await self.dead_letters.record_reply(
@@ -349,9 +353,10 @@ class Pipeline:
         elif result.outcome is Outcome.DECLINED:
             self.metrics.skips.labels("declined").inc()
         ok = result.outcome is not Outcome.FAILED
-        for delivery in claimed:
+        for delivery in claimed:  # a skipped message succeeded, whatever the reply did
+            event_id = delivery.envelope.event_id
             if delivery.envelope.provider == provider:
-                outcomes.setdefault(delivery.envelope.event_id, ok)
+                outcomes.setdefault(event_id, ok or event_id not in answering)
 
     async def write(self, channel: Channel, messages: Sequence[Inbound]) -> Any:
         """The writer step for a burst: its effects and history are the latest message's."""

@@ -197,7 +197,7 @@ async def reply_once(
         )
         if isinstance(written, BurstResult):
             return written
-        record, covered = written
+        record, covered, burst = written
     assert record is not None
     # the record's key, not the first target's: a rewrite answers the latest message
     await _cover(ledger, covered, record.key, now, channel)
@@ -238,11 +238,12 @@ async def _compose(
     now: Callable[[], datetime],
     channel: str,
     dead_letter: DeadLetter,
-) -> BurstResult | tuple[ReplyRecord, tuple[Inbound, ...]]:
+) -> BurstResult | tuple[ReplyRecord, tuple[Inbound, ...], list[Inbound]]:
     """Ask the writer (again, while newer messages arrive); record what it decided.
 
-    Returns the acknowledged *pending* record and the messages it covers, or the result
-    when there is nothing to send (declined, or the writer failed and was dead-lettered).
+    Returns the acknowledged *pending* record, the messages it covers and all the messages
+    it answers (the burst and what superseded it), or the result when there is nothing to
+    send (declined, or the writer failed and was dead-lettered).
     """
     messages = list(burst)
     try:
@@ -273,7 +274,7 @@ async def _compose(
         return BurstResult(Outcome.DECLINED, target.key)
     record = base.with_state(ReplyState.PENDING, reply_text=written)
     await ledger.put(record)  # acknowledged before anything is sent
-    return record, covered
+    return record, covered, messages
 
 
 def _retrying(policy: SendPolicy) -> AsyncRetrying:

@@ -68,7 +68,13 @@ def test_up_runs_broker_topics_worker_and_ingest_and_stops_on_ctrl_c(tmp_path: P
             assert response.status == 204
 
         outbox = tmp_path / "run" / "dry-run-outbox.jsonl"
-        _wait_for(outbox.exists, 90, "the dry-run reply", log)
+        # the outbox file exists from its open() on: wait for its whole line
+        _wait_for(
+            lambda: outbox.exists() and outbox.read_text().endswith("\n"),
+            90,
+            "the dry-run reply",
+            log,
+        )
         [reply] = [json.loads(line) for line in outbox.read_text().splitlines()]
         assert reply["message_id"] == "<up@example.com>"
 

@@ -158,3 +158,22 @@ async def test_the_metrics_page_never_blocks_the_event_loop() -> None:
 
     assert b"onceonly_consumer_lag" in page
     assert max(gaps) < 0.2  # rendered on the loop, one gap would be the collector's 0.3 s
+
+
+async def test_a_skipped_message_succeeds_even_when_its_bursts_reply_fails(
+    mail: FakeAgentMail,
+) -> None:
+    pipeline = _pipeline(mail, lambda burst: "a reply the API will refuse")
+    answerable = _delivery(mail, 1, 0)
+    mail.reset()  # the API no longer knows the message: its reply is refused (404)
+    skipped_payload = payloads.agentmail_received(
+        inbox_id=INBOX, thread_id="thr-burst", event_type="message.sent"
+    )
+    skipped = Delivery(
+        normalise.agentmail(json.dumps(skipped_payload), {}, datetime.now(UTC)), (0, 9)
+    )
+    outcomes: dict[str, bool] = {}
+
+    await pipeline.act([answerable, skipped], outcomes)
+
+    assert outcomes == {answerable.envelope.event_id: False, skipped.envelope.event_id: True}

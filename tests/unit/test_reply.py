@@ -520,3 +520,33 @@ async def test_no_more_rewrites_than_supersede_max(mail: FakeAgentMail) -> None:
     )
 
     assert calls == [1, 2, 3]
+
+
+async def test_a_failed_send_dead_letters_the_messages_that_superseded_the_first_too(
+    mail: FakeAgentMail,
+) -> None:
+    harness = Harness(mail)
+    first = _seed(mail, "<a@x>")
+    second = _inbound("<not-in-the-mailbox@x>", minute=1)  # the API answers its reply 404
+    arrivals = [[second], []]
+    letters: list[list[str]] = []
+
+    async def newer() -> list[Inbound]:
+        return arrivals.pop(0) if arrivals else []
+
+    async def dead_letter(record: ReplyRecord, reason: str, burst: Any = ()) -> None:
+        letters.append([m.message_id for m in burst])
+
+    result = await reply_once(
+        [first],
+        ledger=harness.ledger,
+        sender=harness.sender,
+        write=simple_write(lambda burst: "one reply"),
+        dead_letter=dead_letter,
+        now=lambda: T0,
+        newer=newer,
+        policy=SendPolicy(attempts=1),
+    )
+
+    assert result.outcome is Outcome.FAILED
+    assert letters == [["<a@x>", "<not-in-the-mailbox@x>"]]
