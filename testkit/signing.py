@@ -78,3 +78,16 @@ def github_headers(
         "X-GitHub-Event": event,
         "content-type": "application/json",
     }
+
+
+def provider_secrets() -> dict[str, object]:
+    """Settings overrides that configure all five providers with the secrets above."""
+    from pydantic import SecretStr
+
+    return {
+        "agentmail_webhook_secret": SecretStr(SVIX_SECRET),
+        "nylas_webhook_secret": SecretStr(NYLAS_SECRET),
+        "stripe_webhook_secret": SecretStr(STRIPE_SECRET),
+        "github_webhook_secret": SecretStr(GITHUB_SECRET),
+        "standard_webhook_secrets": {"crm": SecretStr(STANDARD_SECRET)},
+    }

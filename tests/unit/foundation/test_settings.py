@@ -9,7 +9,7 @@ import pytest
 from foundation.kafka import producer_config_from
 from foundation.settings import Settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def _variable(name: str) -> str:

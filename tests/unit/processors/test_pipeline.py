@@ -20,7 +20,7 @@ from processors.pipeline import Pipeline
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
-from tests.unit._pipeline import bare_pipeline
+from tests.unit.processors._pipeline import bare_pipeline
 
 INBOX = "support@agentmail.to"
 

@@ -28,7 +28,7 @@ from testkit.fakes.agentmail_server import DEFAULT_KEY_TTL_S, FakeAgentMail
 INBOX = "agent@agentmail.to"
 NO_RETRY: RequestOptions = {"max_retries": 0}
 T0 = 1_700_000_000.0
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class ManualClock:

@@ -18,7 +18,7 @@ from testkit import payloads, signing
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _wait_for(predicate: object, timeout_s: float, what: str, log: Path) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import SecretStr
 
 import ingest.app
 from foundation.settings import Settings
@@ -35,13 +34,7 @@ MARGIN_S = 3.0
 
 
 def _secrets() -> dict[str, Any]:
-    return {
-        "agentmail_webhook_secret": SecretStr(signing.SVIX_SECRET),
-        "nylas_webhook_secret": SecretStr(signing.NYLAS_SECRET),
-        "stripe_webhook_secret": SecretStr(signing.STRIPE_SECRET),
-        "github_webhook_secret": SecretStr(signing.GITHUB_SECRET),
-        "standard_webhook_secrets": {"crm": SecretStr(signing.STANDARD_SECRET)},
-    }
+    return signing.provider_secrets()
 
 
 @dataclass

@@ -25,13 +25,7 @@ Client = TestClient  # type: ignore[type-arg]
 
 
 def _secrets() -> dict[str, Any]:
-    return {
-        "agentmail_webhook_secret": SecretStr(signing.SVIX_SECRET),
-        "nylas_webhook_secret": SecretStr(signing.NYLAS_SECRET),
-        "stripe_webhook_secret": SecretStr(signing.STRIPE_SECRET),
-        "github_webhook_secret": SecretStr(signing.GITHUB_SECRET),
-        "standard_webhook_secrets": {"crm": SecretStr(signing.STANDARD_SECRET)},
-    }
+    return signing.provider_secrets()
 
 
 @pytest.fixture
