@@ -66,6 +66,7 @@ LABELS = {
     "b": "(b) + svix verify",
     "c": "(c) onceonly ingest",
     "d": "(d) + svix + PostgreSQL INSERT",
+    "m": "(c) with ONCEONLY_ENVELOPE_SECRET (each record's MAC)",
 }
 
 
@@ -187,9 +188,17 @@ async def _describe_postgres(dsn: str, version: str) -> str:
 
 
 def _ingest_server(
-    secret: str, broker: Broker, topics: dict[str, str], partitions: int, work: Path, port: int
+    secret: str,
+    broker: Broker,
+    topics: dict[str, str],
+    partitions: int,
+    work: Path,
+    port: int,
+    key: str = "c",
 ) -> ServerProcess:
-    """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics."""
+    """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics;
+    (m): the same with ONCEONLY_ENVELOPE_SECRET set, so each record carries its MAC."""
+    mac = {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"} if key == "m" else {}
     env = {
         "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
         "ONCEONLY_PARTITIONS": str(partitions),
@@ -198,12 +207,13 @@ def _ingest_server(
         "ONCEONLY_RUN_DIR": str(work),
         "ONCEONLY_LOG_LEVEL": "WARNING",
         **topics,
+        **mac,
     }
     return ServerProcess(
-        LABELS["c"],
+        LABELS[key],
         [sys.executable, "-m", "onceonly", "ingest"],
         server_env(secret, env),
-        work / "c-ingest.log",
+        work / f"{key}-ingest.log",
     )
 
 
@@ -240,6 +250,10 @@ async def run_all(
     results.runs.append(
         await measure("c", LABELS["c"], ingest, url, secret, opts, others=jvm, half_of_peak=True)
     )
+    port = free_port()
+    signed = _ingest_server(secret, broker, topics, partitions, work, port, key="m")
+    url = f"http://127.0.0.1:{port}"
+    results.runs.append(await measure("m", LABELS["m"], signed, url, secret, opts, others=jvm))
     with postgres() as db:
         results.postgres = await _describe_postgres(db.dsn, db.version)
         pool = ["--dsn", db.dsn, "--pool-size", str(opts.pg_pool)]

@@ -15,6 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from foundation.kafka._errors import adapter_error
 from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMismatch
 
 
@@ -119,7 +120,7 @@ class Admin:
                     fut.result()
                 except KafkaException as exc:
                     if exc.args[0].code() != _TOPIC_ALREADY_EXISTS:  # a racing creator is fine
-                        raise KafkaAdapterError(f"could not create topic {name}: {exc}") from exc
+                        raise adapter_error(exc, f"create topic {name}") from exc
             existing = self._await_topics([s.name for s in missing])
 
         problems: list[str] = []
@@ -167,7 +168,7 @@ def _result(fut: Any, what: str) -> Any:
     try:
         return fut.result()
     except KafkaException as exc:
-        raise KafkaAdapterError(f"could not {what}: {exc}") from exc
+        raise adapter_error(exc, what) from exc
 
 
 _TOPIC_ALREADY_EXISTS = 36  # KafkaError.TOPIC_ALREADY_EXISTS

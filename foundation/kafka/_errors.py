@@ -1,4 +1,9 @@
-"""The one table that maps confluent-kafka's errors to ours, as httpx maps httpcore's."""
+"""The one table that maps confluent-kafka's errors to ours, as httpx maps httpcore's.
+
+The admin client, the topic reader and the lag reader raise through it. The producer is
+the one exception by contract: whatever stops a record from being acknowledged is a
+:class:`ProduceFailed` (ingest answers 503 to exactly that), whatever librdkafka's code.
+"""
 
 from __future__ import annotations
 
