@@ -14,6 +14,8 @@ WORKDIR /app
 
 # Every dependency has a manylinux wheel for CPython 3.11 (confluent-kafka and rocksdict
 # bundle librdkafka and RocksDB), so no compiler is needed.
+COPY ops/docker/requirements.lock ./requirements.lock
+RUN pip install -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY onceonly ./onceonly
 COPY ingest ./ingest
@@ -22,7 +24,8 @@ COPY schemas ./schemas
 COPY foundation ./foundation
 COPY operations ./operations
 COPY devstack ./devstack
-RUN pip install . \
+# the pinned versions above are what runs: onceonly itself adds nothing
+RUN pip install --no-deps . \
     && useradd --system --uid 10001 --home-dir /var/lib/onceonly --create-home onceonly \
     && mkdir -p /var/lib/onceonly/run /var/lib/onceonly/worker \
     && chown -R onceonly:onceonly /var/lib/onceonly
