@@ -171,6 +171,12 @@ class Settings(BaseSettings):
         return 2 * self.max_body_bytes + 64 * 1024
 
     @property
+    def envelope_mac_key(self) -> bytes | None:
+        """ONCEONLY_ENVELOPE_SECRET as the key of every envelope's MAC (None: unset)."""
+        secret = self.envelope_secret
+        return secret.get_secret_value().encode() if secret is not None else None
+
+    @property
     def is_local_broker(self) -> bool:
         """True when the bootstrap names this machine, so ``make run`` may start a broker."""
         host = self.kafka_bootstrap.split(",")[0].rsplit(":", 1)[0]

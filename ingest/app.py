@@ -126,8 +126,7 @@ class Ingest:
         self.metrics = metrics or IngestMetrics(providers=tuple(self.providers))
         self.clock = clock
         self.timeout_s = settings.produce_timeout_ms / 1000
-        secret = settings.envelope_secret
-        self.mac_key = secret.get_secret_value().encode() if secret is not None else None
+        self.mac_key = settings.envelope_mac_key
 
     # -- routes -------------------------------------------------------------
     def app(self) -> web.Application:

@@ -267,11 +267,7 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
         settings.deliveries_topic,
         chosen,
         dead_letter_topic=settings.dead_letter_topic,
-        mac_key=(
-            settings.envelope_secret.get_secret_value().encode()
-            if settings.envelope_secret is not None
-            else None
-        ),
+        mac_key=settings.envelope_mac_key,
     )
     click.echo(f"re-sent {sent} event(s) from {len(chosen)} dead letter(s) as a replay")
 

@@ -242,8 +242,7 @@ async def feed_unanswered(
 
     producer = AsyncProducer(producer_config_from(settings))
 
-    secret = settings.envelope_secret
-    mac_key = secret.get_secret_value().encode() if secret is not None else None
+    mac_key = settings.envelope_mac_key
 
     async def feed(envelope: Envelope) -> None:
         value = envelope.encode()

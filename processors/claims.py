@@ -12,19 +12,10 @@ from typing import Any
 import structlog
 
 from processors import dedupe
-from processors.holds import Delivery
+from processors.holds import Delivery, log_ids
 from schemas.ledger import EventEntry
 
 log = structlog.get_logger("onceonly.worker")
-
-
-def _ids(delivery: Delivery) -> dict[str, str]:
-    envelope = delivery.envelope
-    return {
-        "provider": envelope.provider,
-        "event_id": envelope.event_id,
-        "thread_key": envelope.thread_key,
-    }
 
 
 def claim(
@@ -38,9 +29,13 @@ def claim(
     and counted with their ids); a late event is counted and logged, never dropped."""
     claimed: list[Delivery] = []
     for delivery in deliveries:
+        ids = log_ids(delivery.envelope)
         if delivery.late:
             metrics.late.inc()
-            log.warning("late event: processed after a later one of its thread", **_ids(delivery))
+            log.warning(
+                "late event: processed after a later one of its thread",
+                **ids,
+            )
         key = delivery.envelope.dedupe_key.encode()
         raw = events.get(key)
         current = EventEntry.from_json(json.loads(raw)) if raw else None
@@ -49,7 +44,7 @@ def claim(
         )
         if decision.skip:
             metrics.duplicates.labels(decision.verdict.value).inc()
-            log.info("delivery skipped", verdict=decision.verdict.value, **_ids(delivery))
+            log.info("delivery skipped", verdict=decision.verdict.value, **ids)
             continue
         assert decision.entry is not None
         events[key] = json.dumps(decision.entry.to_json()).encode()

@@ -40,6 +40,15 @@ class Delivery:
         return (int(self.envelope.occurred_at.timestamp() * 1000), self.envelope.event_id)
 
 
+def log_ids(envelope: Envelope) -> dict[str, str]:
+    """The ids every log line about an envelope carries."""
+    return {
+        "provider": envelope.provider,
+        "event_id": envelope.event_id,
+        "thread_key": envelope.thread_key,
+    }
+
+
 def _decode(raw: bytes) -> reorder.ThreadBuffer:
     return reorder.ThreadBuffer.from_json(json.loads(raw))
 
@@ -166,11 +175,7 @@ class Holds:
     def settle(self, key: bytes, done: list[Delivery], *, now_ms: int) -> None:
         """Processed: out of the buffer (read again now, it may have grown meanwhile)."""
         keys = frozenset(d.sort_key for d in done)
-        busy = self._busy.get(key)
-        if busy is not None:
-            busy.difference_update(keys)
-            if not busy:
-                del self._busy[key]
+        self.release_busy(key, done)
         buffer = self.buffer(key)
         if buffer is None:
             return
@@ -181,7 +186,7 @@ class Holds:
             self.index().pop(key, None)
 
     def release_busy(self, key: bytes, taken: list[Delivery]) -> None:
-        """A dropped job: its events are no longer busy (they will be released again)."""
+        """These events are no longer busy: processed, or dropped (released again later)."""
         busy = self._busy.get(key)
         if busy is not None:
             busy.difference_update(d.sort_key for d in taken)

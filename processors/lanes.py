@@ -67,7 +67,6 @@ class Lanes:
         self.max_pending = max_pending
         self._queues: dict[bytes, deque[Job]] = {}
         self._tasks: dict[bytes, asyncio.Task[None]] = {}
-        self._running: dict[bytes, Job] = {}
         self._pending = 0  #: records taken and not yet finished or dropped
         self._room = asyncio.Event()
         self._room.set()
@@ -105,9 +104,6 @@ class Lanes:
                 queue.remove(job)
                 into.records.extend(job.records)
 
-    def running(self, key: bytes) -> bool:
-        return key in self._running or bool(self._queues.get(key))
-
     @property
     def pending(self) -> int:
         return self._pending
@@ -137,7 +133,6 @@ class Lanes:
                 task.cancel()
             if late:
                 await asyncio.wait(late, timeout=5)
-        self._running.clear()
         self._tasks.clear()
         self._queues.clear()
         lost = self._pending
@@ -157,7 +152,6 @@ class Lanes:
         try:
             while queue and self._open:
                 job = queue.popleft()
-                self._running[key] = job
                 try:
                     await job.run(job)
                 except Dropped as exc:
@@ -173,8 +167,6 @@ class Lanes:
                     if self._on_fatal is not None:
                         self._on_fatal(exc)
                     raise
-                finally:
-                    self._running.pop(key, None)
                 for record in job.records:
                     await self.ack_now(record)
                 self._settle(job)

@@ -31,6 +31,7 @@ from processors.dead_letters import DeadLetters
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
 from processors.exceptions import Rebalancing, SendError
 from processors.holds import Delivery, Holds, Verdict
+from processors.holds import log_ids as _ids
 from processors.lanes import Dropped, Job, Lanes
 from processors.messages import Inbound
 from processors.metrics import WorkerMetrics
@@ -49,14 +50,6 @@ BAD_MAC = (
     "the record has no valid onceonly-mac: forged, corrupted, or written without "
     "ONCEONLY_ENVELOPE_SECRET; it was not processed"
 )
-
-
-def _ids(envelope: Envelope) -> dict[str, str]:
-    return {
-        "provider": envelope.provider,
-        "event_id": envelope.event_id,
-        "thread_key": envelope.thread_key,
-    }
 
 
 @dataclass

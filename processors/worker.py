@@ -68,11 +68,6 @@ def _fatal(exc: BaseException) -> None:
     os._exit(EXIT_REDELIVER)
 
 
-def mac_key(settings: Settings) -> bytes | None:
-    secret = settings.envelope_secret
-    return secret.get_secret_value().encode() if secret is not None else None
-
-
 def writer_policy(settings: Settings) -> WriterPolicy:
     return WriterPolicy(
         concurrency=settings.writer_concurrency,
@@ -219,7 +214,7 @@ def _pipeline(
         clock=clock,
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
         flowing=app.flow_control.is_active,
-        mac_key=mac_key(settings),
+        mac_key=settings.envelope_mac_key,
     )
     outbox = sender if isinstance(sender, DryRunOutbox) else None
     nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
