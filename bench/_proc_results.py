@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench._report import fmt_cpu as _cpu
+from processors.progress import JOINED, JOINING, READY, STARTING
 
 # --------------------------------------------------------------------------- figures
 
@@ -111,14 +112,14 @@ class Results:
         return self.worker.rate / self.plain.rate
 
 
-#: faust log lines that mark the steps of a worker's start, and what to call them.
+#: the worker's progress lines (processors.progress) that mark the steps of its start
 LOG_MARKS = {
-    "[^Worker]: Starting": "faust starting (imports done)",
-    "(Re-)joining group": "joining the consumer group",
-    "Joined group": "joined",
-    "[^Worker]: Ready": "ready (tables recovered)",
+    STARTING: "worker starting (imports done)",
+    JOINING: "joining the consumer group",
+    JOINED: "joined",
+    READY: "ready (tables recovered)",
 }
-_LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[\d+\] \[\w+\] (.*)$")
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) \[\w+\s*\] (.*)$")
 
 
 def log_marks(log_path: Path, started: float) -> dict[str, float]:
@@ -134,8 +135,7 @@ def log_marks(log_path: Path, started: float) -> dict[str, float]:
             continue
         for needle, name in LOG_MARKS.items():
             if name not in marks and needle in found.group(2):
-                # faust logs local time, as time.localtime gives it on this machine
-                stamp = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                stamp = datetime.fromisoformat(found.group(1)).timestamp()  # UTC, ISO 8601
                 marks[name] = stamp - started
         if len(marks) == len(LOG_MARKS):
             break

@@ -286,7 +286,7 @@ class Stack:
     async def _wait_workers_ready(self, timeout_s: float = 120.0) -> None:
         deadline = now() + timeout_s
         while True:
-            ready = [w for w in self.workers if "Ready" in w.log_text()]
+            ready = [w for w in self.workers if "worker ready" in w.log_text()]
             for w in self.workers:
                 if not w.alive:
                     raise ChaosError(f"worker {w.name} exited during start-up:\n{w.log_tail()}")

@@ -12,6 +12,7 @@ import structlog
 from foundation.errors import ConfigError, OnceOnlyError
 from foundation.logs import configure_logging
 from foundation.settings import Settings
+from onceonly.send import send
 
 log = structlog.get_logger("onceonly")
 
@@ -275,15 +276,32 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
 @main.command()
 def up() -> None:
     """Everything for a local stack: broker (if local), topics, worker, ingest. Ctrl-C stops all."""
+    from devstack.dev_secret import (
+        FILE_NAME,
+        VARIABLE,
+        ensure_dev_secret,
+        has_any_secret,
+        with_dev_secret,
+    )
     from devstack.up import local_stack, run_until_signal
     from ingest.app import serve
 
     settings = _settings()
+    dev_secret = None
+    if not has_any_secret(settings):  # a first run: make a secret so a first event works
+        dev_secret = ensure_dev_secret(settings.run_dir)
+        settings = with_dev_secret(settings, dev_secret)
     with local_stack(settings, click.echo):
 
         def announce(url: str) -> None:
             click.echo("")
             click.echo(f"kafka      {settings.kafka_bootstrap}")
+            if dev_secret is not None:
+                click.echo(
+                    f"secret     {VARIABLE}={dev_secret} (a development secret, kept in "
+                    f"{settings.run_dir / FILE_NAME}; set a secret of your own to replace it)"
+                )
+                click.echo("try        onceonly send   (signs and posts a sample AgentMail event)")
             for route in ("agentmail", "nylas", "stripe", "github", "standard/<source>"):
                 click.echo(f"webhook    POST {url}/webhooks/{route}")
             click.echo(f"metrics    {url}/metrics (ingest)")
@@ -299,6 +317,9 @@ def up() -> None:
             click.echo("Ctrl-C stops everything.")
 
         run_until_signal(serve(settings, ready=announce))
+
+
+main.add_command(send)
 
 
 def run() -> None:

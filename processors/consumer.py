@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
@@ -29,6 +30,9 @@ class RewindingConsumer(AIOKafkaConsumer):
     and a stream partition with no committed offset goes where ``auto_offset_reset`` says.
     Records read again are duplicates, which the dedupe table and the ledger skip.
     """
+
+    #: log with faust's consumer (kept at WARNING by foundation.logs), not as our own module
+    logger = logging.getLogger("faust.transport.consumer")
 
     async def perform_seek(self) -> None:
         self.stop_flow()  # no record reaches a queue between the seek and the clear

@@ -49,6 +49,7 @@ from processors.metrics import LagCollector, WorkerMetrics
 from processors.nylas.channel import nylas_channel
 from processors.outbox import DryRunOutbox
 from processors.pipeline import Pipeline
+from processors.progress import Worker, log_recovery, wire_progress
 from processors.reply import ReplyWriter
 from processors.sweep import Sweeper
 from processors.tables import TableLedger, rocks_options
@@ -273,8 +274,10 @@ def _wire_lifecycle(
 
     async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         pipeline.forget_state()  # the tables of this worker's partitions are recovered now
+        log_recovery(app.tables.recovery)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
+    wire_progress(app)
 
     if settings.reorder_window_ms > 0:
         interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
@@ -329,4 +332,5 @@ def run_worker(settings: Settings) -> None:
     wait_for_broker(settings)
     offset = settings.clock_offset_s
     app, _ = build_app(settings, clock=(lambda: time.time() + offset) if offset else time.time)
-    faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
+    # our logging (foundation.logs), not mode's: one format for ingest and the worker
+    Worker(app, override_logging=False, quiet=True).execute_from_commandline()

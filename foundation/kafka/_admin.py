@@ -15,6 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from foundation.kafka._config import client_config
 from foundation.kafka._errors import adapter_error
 from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMismatch
 
@@ -43,7 +44,7 @@ class Admin:
     def __init__(self, bootstrap: str, *, timeout_s: float = 10.0, **extra: Any) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
-        self._client = AdminClient({"bootstrap.servers": bootstrap, **extra})
+        self._client = AdminClient(client_config(bootstrap, **extra))
 
     def topic_partitions(
         self, timeout_s: float | None = None, *, led_only: bool = False
@@ -55,6 +56,7 @@ class Admin:
         try:
             metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
         except KafkaException as exc:
+            self._client.poll(0)  # serve librdkafka's log: "waiting for the broker"
             raise BrokerUnavailable(
                 f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}; "
                 "start it with `onceonly broker` or fix ONCEONLY_KAFKA_BOOTSTRAP"
@@ -71,6 +73,7 @@ class Admin:
         try:
             metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
         except KafkaException as exc:
+            self._client.poll(0)  # serve librdkafka's log: "waiting for the broker"
             raise BrokerUnavailable(
                 f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}"
             ) from exc

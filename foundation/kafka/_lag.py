@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from foundation.kafka._config import client_config
 from foundation.kafka.exceptions import BrokerUnavailable
 
 
@@ -35,7 +36,7 @@ def consumer_lag(
     the broker has not seen yet (confluent-kafka-python #1982).
     """
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False})
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)

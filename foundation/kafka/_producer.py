@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _ConfluentProducer
 
+from foundation.kafka._config import client_config
 from foundation.kafka.exceptions import ProduceFailed
 
 #: The partitioner every producer in onceonly uses: murmur2 like the Java client and
@@ -36,8 +37,8 @@ def producer_config(
     ``linger_ms`` trades a few ms of latency for batches: at 1 ms a loaded broker spends
     about twice the CPU per record that it spends at 5 ms (``make bench``, ingest (c)).
     """
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+    config: dict[str, Any] = client_config(bootstrap)
+    config |= {
         "acks": "all",
         "enable.idempotence": True,
         "partitioner": PARTITIONER,

@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from foundation.kafka._admin import Admin
+from foundation.kafka._config import client_config
 from foundation.kafka._errors import adapter_error
 from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMissing
 
@@ -30,13 +31,15 @@ class TopicRange:
 def _consumer(bootstrap: str) -> Consumer:
     """A reader that belongs to no group's offsets (a fresh group id, no commits)."""
     return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"onceonly-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
+        client_config(
+            bootstrap,
+            **{
+                "group.id": f"onceonly-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            },
+        )
     )
 
 

@@ -1,0 +1,115 @@
+"""What `onceonly send` says of each delivery, from ingest's answers and the ledger."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from operations.outcomes import Sent, outcomes, wait_for_replies, waiting_for
+from schemas.ledger import ReplyRecord, ReplyState
+
+AT = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _record(message_id: str, state: ReplyState, **changes: object) -> ReplyRecord:
+    return ReplyRecord(
+        key=f"reply-{message_id}",
+        inbox_id="in@agentmail.to",
+        message_id=message_id,
+        thread_key="agentmail:t",
+        state=state,
+        created_at=AT,
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def _sent(label: str, event: str, message: str | None, status: int = 204) -> Sent:
+    return Sent(label, status, "", event, message)
+
+
+def test_a_sent_reply_is_reported_with_its_text() -> None:
+    record = _record("m1", ReplyState.SENT, reply_text="Hello", sent_message_id="<s1>")
+
+    [outcome] = outcomes([_sent("A", "e1", "m1")], {"m1": record}, dry_run=True)
+
+    assert outcome.verdict == "answered in the dry-run outbox (<s1>)"
+    assert outcome.reply_text == "Hello"
+
+
+def test_a_later_delivery_of_the_same_event_is_a_duplicate_of_the_first() -> None:
+    record = _record("m1", ReplyState.SENT, reply_text="Hello")
+    sent = [_sent("A, delivery 1", "e1", "m1"), _sent("A, delivery 2", "e1", "m1")]
+
+    second = outcomes(sent, {"m1": record}, dry_run=False)[1]
+
+    assert second.verdict == "skipped as a duplicate of A, delivery 1 (event e1)"
+    assert second.reply_text is None
+
+
+def test_a_refused_delivery_is_not_the_first_of_its_event() -> None:
+    sent = [_sent("A1", "e1", "m1", status=503), _sent("A2", "e1", "m1")]
+
+    verdicts = [o.verdict for o in outcomes(sent, {}, dry_run=False)]
+
+    assert verdicts[0].startswith("refused by ingest: HTTP 503")
+    assert not verdicts[1].startswith("skipped as a duplicate")
+
+
+def test_a_covered_message_names_the_delivery_whose_reply_covers_it() -> None:
+    replies = {
+        "mB": _record("mB", ReplyState.SENT, reply_text="Hi"),
+        "mA": _record("mA", ReplyState.COVERED, covered_by="reply-mB"),
+    }
+    sent = [_sent("message B", "eB", "mB"), _sent("message A", "eA", "mA")]
+
+    verdict = outcomes(sent, replies, dry_run=False)[1].verdict
+
+    assert verdict == "answered by the reply to message B"
+
+
+def test_a_declined_message_says_the_writer_declined_and_why() -> None:
+    record = _record("m1", ReplyState.DECLINED, reason="spam")
+
+    [outcome] = outcomes([_sent("A", "e1", "m1")], {"m1": record}, dry_run=False)
+
+    assert outcome.verdict == "not answered: the writer declined (spam)"
+
+
+def test_an_event_that_is_no_message_is_reported_delivered() -> None:
+    [outcome] = outcomes([_sent("stripe", "evt_1", None)], {}, dry_run=False)
+
+    assert outcome.verdict == "delivered (event evt_1); not a message"
+
+
+def test_a_pending_record_is_still_waited_for() -> None:
+    replies = {"m1": _record("m1", ReplyState.PENDING)}
+
+    assert waiting_for([_sent("A", "e1", "m1")], replies) == {"m1"}
+
+
+def test_a_refused_delivery_is_not_waited_for() -> None:
+    assert waiting_for([_sent("A", "e1", "m1", status=401)], {}) == set()
+
+
+def test_waiting_reads_the_ledger_until_the_message_settles() -> None:
+    reads = [{}, {"r": _record("m1", ReplyState.PENDING)}, {"r": _record("m1", ReplyState.SENT)}]
+    calls: list[int] = []
+
+    def read() -> dict[str, ReplyRecord]:
+        calls.append(1)
+        return reads[len(calls) - 1]
+
+    replies = wait_for_replies(
+        [_sent("A", "e1", "m1")], read, wait_s=60, clock=lambda: 0.0, sleep=lambda s: None
+    )
+
+    assert (len(calls), replies["m1"].state) == (3, ReplyState.SENT)
+
+
+def test_waiting_stops_at_the_deadline() -> None:
+    now = iter([0.0, 5.0, 11.0])
+
+    replies = wait_for_replies(
+        [_sent("A", "e1", "m1")], dict, wait_s=10, clock=lambda: next(now), sleep=lambda s: None
+    )
+
+    assert replies == {}
