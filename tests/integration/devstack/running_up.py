@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,12 +69,23 @@ def running_up(tmp: Path, env: dict[str, str]) -> Iterator[Up]:
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its worker and broker can be stopped as one group
         )
     up = Up(process, env, log, tmp / "run", f"http://127.0.0.1:{env['ONCEONLY_INGEST_PORT']}")
     try:
         wait_for(lambda: "Ctrl-C stops everything" in up.output(), 120, "the stack", log)
         yield up
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, as a user stops it (it stops its worker and broker); the group's SIGKILL
+    if that does not end it within a minute."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(60)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
