@@ -7,6 +7,7 @@ variable is documented in the README's "Configuration" table.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,15 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from foundation.errors import ConfigError
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), as ``auto`` counts them."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
 
 #: Nylas sends bodies above ~1 MB as ``message.created.truncated``; Svix/AgentMail,
 #: Stripe and Standard Webhooks payloads are far smaller. 2 MiB leaves headroom.
@@ -72,6 +82,8 @@ class Settings(BaseSettings):
     ingest_read_timeout_s: float = Field(default=10.0, gt=0)
     #: open connections at most; connections past it are answered 503 and closed at once
     ingest_max_connections: int = Field(default=1024, ge=1)
+    #: ingest processes on the one port (SO_REUSEPORT) under one parent; "auto": the usable cores
+    ingest_processes: int = Field(default=1, ge=1, le=256)
     stripe_tolerance_s: int = Field(default=300, ge=1)
     agentmail_webhook_secret: SecretStr | None = None
     nylas_webhook_secret: SecretStr | None = None
@@ -151,6 +163,11 @@ class Settings(BaseSettings):
                 )
             pairs[source.strip()] = secret.strip()
         return pairs
+
+    @field_validator("ingest_processes", mode="before")
+    @classmethod
+    def _auto_processes(cls, value: object) -> object:
+        return usable_cores() if str(value).strip().lower() == "auto" else value
 
     @field_validator("log_level")
     @classmethod

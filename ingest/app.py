@@ -17,15 +17,17 @@ status     when
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 
 import structlog
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import SecretStr
 
 from foundation.kafka import Admin, AsyncProducer, ProduceFailed
@@ -34,6 +36,7 @@ from ingest import limits, normalise, verify
 from ingest.exceptions import PayloadError, VerificationError
 from ingest.limits import BodyTimeout, BodyTooLarge, BodyUnreadable, ClientDisconnected
 from ingest.metrics import IngestMetrics
+from ingest.processes import mark_ready
 from schemas.envelope import Envelope
 
 log = structlog.get_logger("onceonly.ingest")
@@ -118,6 +121,7 @@ class Ingest:
         providers: Mapping[str, Provider] | None = None,
         metrics: IngestMetrics | None = None,
         clock: Clock = lambda: datetime.now(UTC),
+        shared_metrics: Path | None = None,
     ) -> None:
         self.settings = settings
         self.producer = producer
@@ -127,6 +131,8 @@ class Ingest:
         self.clock = clock
         self.timeout_s = settings.produce_timeout_ms / 1000
         self.mac_key = settings.envelope_mac_key
+        #: prometheus_client's multiprocess files of all ingest processes, summed by /metrics
+        self.shared_metrics = shared_metrics
 
     # -- routes -------------------------------------------------------------
     def app(self) -> web.Application:
@@ -155,7 +161,8 @@ class Ingest:
         return web.Response(text=challenge, content_type="text/plain")
 
     async def healthz(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response({"status": "ok"})
+        # the pid: which of several ingest processes answered (ONCEONLY_INGEST_PROCESSES)
+        return web.json_response({"status": "ok", "process": os.getpid()})
 
     async def readyz(self, request: web.Request) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
@@ -165,7 +172,13 @@ class Ingest:
         return web.json_response({"status": "ready"})
 
     async def prometheus(self, request: web.Request) -> web.StreamResponse:
-        body = generate_latest(self.metrics.registry)
+        registry = self.metrics.registry
+        if self.shared_metrics is not None:
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=str(self.shared_metrics))  # type: ignore[no-untyped-call]
+        body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     # -- the delivery path ------------------------------------------------------
@@ -309,12 +322,21 @@ def _error(
     return web.json_response({"error": message, "check": check}, status=status, headers=headers)
 
 
-async def serve(settings: Settings, *, ready: Callable[[str], None] | None = None) -> None:
-    """Run ingest until cancelled: one producer, one admin client, one aiohttp site."""
+async def serve(
+    settings: Settings,
+    *,
+    ready: Callable[[str], None] | None = None,
+    one_of: Path | None = None,
+) -> None:
+    """Run ingest until cancelled: one producer, one admin client, one aiohttp site.
+
+    ``one_of``: this process is one of ``ONCEONLY_INGEST_PROCESSES`` (ingest.processes),
+    whose parent keeps its state there: it shares the port and the metrics."""
     from foundation.kafka import producer_config_from
 
     producer = AsyncProducer(producer_config_from(settings))
-    ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap))
+    shared = one_of / "metrics" if one_of is not None else None
+    ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap), shared_metrics=shared)
     for name in ("agentmail", "nylas", "stripe", "github"):
         if name not in ingest.providers:
             log.warning(
@@ -330,10 +352,13 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
         settings.ingest_port,
         max_connections=settings.ingest_max_connections,
         on_refused=ingest.refused,
+        reuse_port=one_of is not None,
     )
     port = listener.sockets[0].getsockname()[1]  # the one bound, when the setting is 0
     url = f"http://{settings.ingest_host}:{port}"
-    log.info("ingest listening", url=url, providers=sorted(ingest.providers))
+    log.info("ingest listening", url=url, providers=sorted(ingest.providers), pid=os.getpid())
+    if one_of is not None:
+        mark_ready(one_of)
     if ready is not None:
         ready(url)
     try:

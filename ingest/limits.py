@@ -187,15 +187,19 @@ async def listen(
     *,
     max_connections: int,
     on_refused: Callable[[], None],
+    reuse_port: bool = False,
 ) -> asyncio.Server:
     """Listen on ``host:port`` for ``runner``'s app, capped (``runner.setup()`` first).
 
     In place of ``web.TCPSite``, which hands the runner's server itself to
     ``loop.create_server``: the same, with the cap in front. Close the returned server
-    before ``runner.cleanup()``, as a site is stopped first.
+    before ``runner.cleanup()``, as a site is stopped first. ``reuse_port``: one of several
+    processes on the port (``ONCEONLY_INGEST_PROCESSES``).
     """
     server = runner.server
     if server is None:
         raise RuntimeError("call runner.setup() before listen()")
     cap = ConnectionCap(server, max_connections, on_refused)
-    return await asyncio.get_running_loop().create_server(cap, host, port)
+    return await asyncio.get_running_loop().create_server(
+        cap, host, port, reuse_port=reuse_port or None
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import click
 import structlog
@@ -69,13 +70,25 @@ def topics() -> None:
 
 
 @main.command()
-def ingest() -> None:
-    """Run the webhook ingest service (aiohttp) in the foreground."""
+@click.option(
+    "--one-of",
+    type=click.Path(file_okay=False, path_type=Path),
+    hidden=True,
+    help="Internal: one of ONCEONLY_INGEST_PROCESSES, started by their parent.",
+)
+def ingest(one_of: Path | None) -> None:
+    """Run the webhook ingest service (aiohttp) in the foreground.
+
+    With ONCEONLY_INGEST_PROCESSES > 1: that many processes on the one port, under this one.
+    """
     from devstack.up import run_until_signal
     from ingest.app import serve
+    from ingest.processes import run_processes
 
     settings = _settings()
-    run_until_signal(serve(settings))
+    if one_of is None and settings.ingest_processes > 1:
+        sys.exit(run_processes(settings))
+    run_until_signal(serve(settings, one_of=one_of))
 
 
 @main.command()
@@ -316,7 +329,12 @@ def up() -> None:
             click.echo(f"health     {url}/healthz  {url}/readyz")
             click.echo("Ctrl-C stops everything.")
 
-        run_until_signal(serve(settings, ready=announce))
+        if settings.ingest_processes > 1:
+            from ingest.processes import run_processes
+
+            run_processes(settings, ready=announce)
+        else:
+            run_until_signal(serve(settings, ready=announce))
 
 
 main.add_command(send)
