@@ -30,7 +30,8 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 <h1>onceonly operator page</h1>
 <p>consumer group <code>{{ v.app_id }}</code>.
 {% if v.writable %}Retries need the operator token.
-{% else %}Read-only: set ONCEONLY_OPS_TOKEN on the worker to allow retries.{% endif %}
+{% else %}Read-only: set ONCEONLY_OPS_TOKEN on the worker to allow retries.
+{% endif %}
 <a href="/ops">reload</a></p>
 {% if v.refusal %}<p class="refusal" role="alert">{{ v.refusal.message }}</p>{% endif %}
 {% if v.notice %}<p class="notice" role="status">{{ v.notice }}</p>{% endif %}
@@ -50,7 +51,7 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 <td>{{ row.id }}</td><td>{{ row.at }}</td><td>{{ row.check }}</td><td>{{ row.reason }}</td>
 <td>{% if row.key %}<a href="/ops?trace={{ row.key|urlencode }}">{{ row.key }}</a>{% endif %}</td>
 <td>{% for m in row.messages %}<a href="/ops?trace={{ m|urlencode }}">{{ m }}</a><br>
-{% endfor %}</td>
+{% endfor %}{{ row.record }}</td>
 <td>{% if row.retried_at %}retried {{ row.retried_at }}
 {% elif v.writable %}open
 <form method="post" action="/ops/dead-letters/{{ row.id }}/retry">

@@ -39,6 +39,7 @@ class LetterRow:
     reason: str
     key: str
     messages: tuple[str, ...]  #: each envelope's message id, else its event id
+    record: str  #: where a record that was not an envelope lies ("" for the others)
     retried_at: str | None  #: None: open
 
 
@@ -82,10 +83,10 @@ class OpsView:
 
 def letter_row(letter: DeadLetter) -> LetterRow:
     body = letter.letter
-    envelopes = [e for e in body.get("envelopes", []) + body.get("envelopes_omitted", [])]
+    envelopes = [*body.get("envelopes", []), *body.get("envelopes_omitted", [])]
     messages = tuple(str(e.get("message_id") or e.get("event_id", "")) for e in envelopes)
-    if not messages and "offset" in body:  # a record that was not an envelope
-        messages = (f"partition {body.get('partition')} offset {body.get('offset')}",)
+    where = body.get("offset")  # a record that was not an envelope: where it lies
+    record = "" if where is None else f"partition {body.get('partition')} offset {where}"
     return LetterRow(
         id=letter.offset,
         at=str(body.get("at", "")),
@@ -93,6 +94,7 @@ def letter_row(letter: DeadLetter) -> LetterRow:
         reason=str(body.get("reason", "")),
         key=str(body.get("key", "")),
         messages=messages,
+        record=record,
         retried_at=letter.retried_at,
     )
 

@@ -24,6 +24,7 @@ def _view(**changes: Any) -> OpsView:
         reason=f"send_failed: 500 {HOSTILE}",
         key="reply-abc",
         messages=("<m1@example.com>",),
+        record="",
         retried_at=None,
     )
     view = OpsView(
@@ -68,7 +69,7 @@ def test_an_open_letter_has_a_retry_form_with_a_token_field_when_writable() -> N
 def test_read_only_has_no_retry_form_and_says_how_to_allow_retries() -> None:
     html = render(_view(writable=False))
 
-    assert "<form method=\"post\"" not in html
+    assert '<form method="post"' not in html
     assert "Read-only: set ONCEONLY_OPS_TOKEN on the worker" in _text(html)
 
 

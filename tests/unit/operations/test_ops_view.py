@@ -84,7 +84,8 @@ def test_letters_are_shown_newest_first_with_their_reason_key_and_messages() -> 
     assert [r.id for r in rows] == [4, 1]
     assert rows[1].reason == "send_failed: 500 on letter 1" and rows[1].key == "reply-abc"
     assert rows[1].messages == ("<m1@example.com>", "evt_2")
-    assert rows[0].messages == ("partition 2 offset 17",)
+    assert rows[0].messages == () and rows[0].record == "partition 2 offset 17"
+    assert rows[1].record == ""
 
 
 def test_the_notice_after_a_retry_reflects_the_topic_not_the_request() -> None:
