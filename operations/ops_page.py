@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -165,7 +165,7 @@ class OpsPage:
         return OpsView(
             app_id=settings.app_id,
             writable=settings.ops_token is not None,
-            webhook=webhook_health(self.health, datetime.now().timestamp()),
+            webhook=webhook_health(self.health, time.time()),
             letters=await letters,
             lag=await lag,
             skips=None if skips is None else await skips,
