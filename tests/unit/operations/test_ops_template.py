@@ -9,7 +9,7 @@ from typing import Any
 
 from foundation.kafka import PartitionLag
 from foundation.settings import Settings
-from operations.ops_page import OpsSources, lookup
+from operations.ops_page import OpsSources, attempt, lookup
 from operations.ops_template import render
 from operations.ops_view import Health, LetterRow, OpsView, Read, Table, TraceView
 
@@ -135,3 +135,14 @@ def test_the_trace_lookup_uses_the_injected_source() -> None:
 
     assert found == TraceView("<m1@example.com>", "trace of <m1@example.com>")
     assert unknown == TraceView("evt_unknown", None)
+
+
+def test_a_source_that_raises_becomes_its_sections_error() -> None:
+    def down() -> list[str]:
+        raise ConnectionError("broker at 127.0.0.1:9092 is down")
+
+    read = attempt("the dead-letter topic", down)
+
+    assert read == Read(
+        error="could not read the dead-letter topic: broker at 127.0.0.1:9092 is down"
+    )
