@@ -127,6 +127,8 @@ class Settings(BaseSettings):
     event_handler: str | None = None
     agentmail_base_url: str | None = None
     agentmail_webhook_id: str | None = None
+    #: the operator page's token: with it unset, /ops is read-only (no retries)
+    ops_token: SecretStr | None = None
     webhook_poll_s: float = Field(default=60.0, gt=0)
     agentmail_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("AGENTMAIL_API_KEY", "agentmail_api_key")

@@ -93,11 +93,12 @@ def ingest(one_of: Path | None) -> None:
 
 @main.command()
 def worker() -> None:
-    """Run one processing worker (faust): dedupe, reorder, reply once."""
+    """Run one processing worker (faust): dedupe, reorder, reply once; /ops on its web port."""
+    from operations.ops_page import ops_pages
     from processors.worker import run_worker
 
     settings = _settings()
-    run_worker(settings)
+    run_worker(settings, pages=ops_pages())
 
 
 @main.command()
@@ -318,9 +319,10 @@ def up() -> None:
             for route in ("agentmail", "nylas", "stripe", "github", "standard/<source>"):
                 click.echo(f"webhook    POST {url}/webhooks/{route}")
             click.echo(f"metrics    {url}/metrics (ingest)")
-            click.echo(
-                f"metrics    http://{settings.worker_host}:{settings.worker_port}/metrics (worker)"
-            )
+            worker_url = f"http://{settings.worker_host}:{settings.worker_port}"
+            click.echo(f"metrics    {worker_url}/metrics (worker)")
+            writable = "" if settings.ops_token else ", read-only: no ONCEONLY_OPS_TOKEN"
+            click.echo(f"operator   {worker_url}/ops (worker{writable})")
             if settings.agentmail_api_key is None:
                 click.echo(
                     "mail       dry run: no AGENTMAIL_API_KEY, replies are recorded in "

@@ -28,12 +28,13 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import faust
 import structlog
+from aiohttp import web
 
 from foundation.kafka import Admin
 from foundation.settings import Settings
@@ -42,7 +43,7 @@ from processors.agentmail.channel import AgentMailChannel
 from processors.agentmail.sender import AgentMailSender
 from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
-from processors.health import check_webhook
+from processors.health import WebhookHealth, check_webhook
 from processors.holds import Holds
 from processors.lanes import Lanes
 from processors.metrics import LagCollector, WorkerMetrics
@@ -61,6 +62,19 @@ Clock = Callable[[], float]  # epoch seconds
 
 #: exit code of a worker that must stop without acknowledging what it took
 EXIT_REDELIVER = 70
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """What pages mounted from the layers above may read of a running worker."""
+
+    settings: Settings
+    webhook: WebhookHealth = field(default_factory=lambda: WebhookHealth(None))
+
+
+#: pages from the layers above (the operator page, ``operations.ops_page``): given the
+#: worker's view, the aiohttp routes to serve on the worker's web port
+Pages = Callable[[WorkerView], Iterable[web.AbstractRouteDef]]
 
 
 def _fatal(exc: BaseException) -> None:
@@ -111,6 +125,7 @@ def faust_app(settings: Settings) -> faust.App:
         datadir=str(settings.data_dir),
         web_enabled=True,
         # faust's own views can show table contents (email text): serve only /metrics
+        # and the pages given to build_app (the operator page)
         web_router_enabled=False,
         web_tables_enabled=False,
         web_graph_enabled=False,
@@ -231,8 +246,11 @@ def build_app(
     writer: ReplyWriter | None = None,
     clock: Clock = time.time,
     tick_interval_s: float | None = None,
+    pages: Pages | None = None,
 ) -> tuple[faust.App, Pipeline]:
-    """A worker app for these settings. Nothing runs until a faust Worker starts it."""
+    """A worker app for these settings. Nothing runs until a faust Worker starts it.
+
+    ``pages`` adds routes to the worker's web port beside ``/metrics``."""
     app = faust_app(settings)
     parts = topology(app, settings)
     sender = sender if sender is not None else _mail_sender(settings)
@@ -254,12 +272,20 @@ def build_app(
             pipeline.metrics.pending_records.set(lanes.pending)
 
     app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)
-    _wire_lifecycle(app, pipeline, settings, tick_interval_s)
+    view = WorkerView(settings, WebhookHealth(settings.agentmail_webhook_id))
+    _wire_lifecycle(app, pipeline, settings, tick_interval_s, view.webhook)
+    if pages is not None:  # faust's default web driver is aiohttp; its Application serves them
+        application: web.Application = app.web.web_app  # type: ignore[attr-defined]
+        application.add_routes(list(pages(view)))
     return app, pipeline
 
 
 def _wire_lifecycle(
-    app: faust.App, pipeline: Pipeline, settings: Settings, tick_interval_s: float | None
+    app: faust.App,
+    pipeline: Pipeline,
+    settings: Settings,
+    tick_interval_s: float | None,
+    health: WebhookHealth,
 ) -> None:
     """Timers, signals and the web page around the pipeline."""
 
@@ -287,7 +313,9 @@ def _wire_lifecycle(
         agentmail = pipeline.channels["agentmail"]
 
         async def webhook_health() -> None:
-            await check_webhook(settings.agentmail_webhook_id, agentmail.sender, pipeline.metrics)
+            await check_webhook(
+                settings.agentmail_webhook_id, agentmail.sender, pipeline.metrics, health
+            )
 
         app.task(webhook_health)  # once at start-up: timers first wait an interval
         app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
@@ -327,10 +355,12 @@ def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:
         time.sleep(1.0)
 
 
-def run_worker(settings: Settings) -> None:
-    """``onceonly worker``: one faust worker in the foreground, once the broker answers."""
+def run_worker(settings: Settings, pages: Pages | None = None) -> None:
+    """``onceonly worker``: one faust worker in the foreground, once the broker answers;
+    ``pages`` are served on its web port (the command passes the operator page)."""
     wait_for_broker(settings)
     offset = settings.clock_offset_s
-    app, _ = build_app(settings, clock=(lambda: time.time() + offset) if offset else time.time)
+    clock = (lambda: time.time() + offset) if offset else time.time
+    app, _ = build_app(settings, clock=clock, pages=pages)
     # our logging (foundation.logs), not mode's: one format for ingest and the worker
     Worker(app, override_logging=False, quiet=True).execute_from_commandline()

@@ -38,6 +38,11 @@ def test_up_runs_broker_topics_worker_and_ingest_and_stops_on_ctrl_c(tmp_path: P
         )
         [reply] = [json.loads(line) for line in outbox.read_text().splitlines()]
         assert reply["message_id"] == "<up@example.com>"
+        # the worker it started serves the operator page it printed
+        ops = f"http://127.0.0.1:{up.env['ONCEONLY_WORKER_PORT']}/ops"
+        assert f"operator   {ops} (worker, read-only" in up.output()
+        with urllib.request.urlopen(ops, timeout=30) as page:
+            assert "onceonly operator page" in page.read().decode()
 
         up.process.send_signal(signal.SIGINT)
         assert up.process.wait(60) == 0

@@ -2,7 +2,8 @@
 
 Every query of ``ops/grafana/dashboards/onceonly.json`` goes through Prometheus' HTTP API
 and must return data, so a renamed metric, label or scrape job breaks the build. The
-Prometheus is Debian's ``prometheus`` package, installed here where it is missing.
+Prometheus is Debian's ``prometheus`` package, installed where it is missing
+(:mod:`tests.integration.debian`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from foundation.kafka import Admin
 from ingest.app import Ingest
 from testkit import payloads, signing
 from testkit.processes import Supervised
+from tests.integration.debian import install_debian_packages
 from tests.integration.workers import ROOT, Stack, until
 
 pytestmark = pytest.mark.integration
@@ -101,60 +103,12 @@ def dashboard_queries(dashboard: dict[str, Any]) -> list[Query]:
 # -- Prometheus: Debian's package, our own process ------------------------------------------
 
 
-def _as_root(command: list[str]) -> list[str] | None:
-    if os.geteuid() == 0:
-        return command
-    if shutil.which("sudo"):
-        return ["sudo", "-n", *command]
-    return None
-
-
-def _install_debian_prometheus() -> None:
-    """``apt-get install prometheus`` without letting the package start its service.
-
-    Our Prometheus runs with its own config, data dir and port; a system service would only
-    be in the way, so a policy-rc.d denies service starts during the install (docker-style
-    images already have one), and whatever started anyway is stopped afterwards.
-    """
-    if shutil.which("apt-get") is None:
-        pytest.skip("prometheus is not installed and apt-get is unavailable to install it")
-    update = _as_root(["apt-get", "update", "-qq"])
-    install = _as_root(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"])
-    if update is None or install is None:
-        pytest.skip("prometheus is not installed and installing it needs root or sudo")
-    policy = Path("/usr/sbin/policy-rc.d")
-    own_policy = os.geteuid() == 0 and not policy.exists()
-    if own_policy:
-        policy.write_text(
-            "#!/bin/sh\n# onceonly tests: no service starts during install\nexit 101\n"
-        )
-        policy.chmod(0o755)
-    try:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (update, install):
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
-    finally:
-        if own_policy:
-            policy.unlink()
-    # a service that started anyway (no policy-rc.d could be written) is stopped
-    if Path("/run/systemd/system").exists():
-        stop = _as_root(["systemctl", "stop", "prometheus.service"])
-    elif Path("/etc/init.d/prometheus").exists():
-        stop = _as_root(["/etc/init.d/prometheus", "stop"])
-    else:
-        stop = None
-    if stop is not None:
-        subprocess.run(stop, capture_output=True, timeout=60, check=False)
-
-
 @pytest.fixture(scope="session")
 def prometheus_bin() -> Path:
     """The prometheus binary: on PATH, else Debian's package, installed now."""
     found = shutil.which("prometheus")
     if found is None:
-        _install_debian_prometheus()
+        install_debian_packages("prometheus", service="prometheus")
         found = shutil.which("prometheus") or "/usr/bin/prometheus"
     assert Path(found).exists(), f"no prometheus binary at {found} after installing the package"
     return Path(found)

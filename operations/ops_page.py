@@ -1,0 +1,221 @@
+"""The operator page: ``/ops`` on the worker's web port.
+
+It shows the dead letters with their reason (and a retry button), the recent skips, a
+trace lookup, the consumer lag per partition and the watched webhook's health. It reads
+the topics; a retry goes through :func:`operations.replay.retry_dead_letters`, the path
+of ``onceonly dead-letters retry``, and needs ``ONCEONLY_OPS_TOKEN`` (a form field
+``token`` or an ``Authorization: Bearer`` header). With the token unset the page is
+read-only.
+
+The trace lookup and the recent skips come from injected sources (:class:`OpsSources`);
+without one, its section says "not available". The reading functions block on the broker
+and run in threads; what each section says is decided in :mod:`operations.ops_view`;
+the aiohttp handlers only parse, authorize and render (:mod:`operations.ops_template`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import structlog
+from aiohttp import web
+
+from foundation.errors import OnceOnlyError
+from foundation.kafka import consumer_lag
+from foundation.settings import Settings
+from operations.ops_template import render
+from operations.ops_view import (
+    OpsView,
+    Read,
+    Refusal,
+    TraceView,
+    authorize,
+    choose_letter,
+    given_token,
+    int_param,
+    letter_rows,
+    retried_notice,
+    skip_table,
+    trace_ident,
+    webhook_health,
+)
+from operations.replay import DeadLetter, dead_letters, retry_dead_letters
+from processors.health import WebhookHealth
+from processors.worker import WorkerView
+
+log = structlog.get_logger("onceonly.ops")
+
+T = TypeVar("T")
+
+#: the longest id the trace lookup takes (reply keys are 70 characters)
+MAX_IDENT = 512
+SKIPS_LIMIT = 50
+#: the page shows ids, reasons and (in a trace) reply texts: never cached, never framed
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+class TraceSource(Protocol):
+    """Finds what happened to a message id, an event id or a reply key (None: nothing
+    names it), and renders it as text. A module with these two functions is one."""
+
+    def find(self, settings: Settings, ident: str, /) -> object | None: ...
+
+    def render_text(self, trace: Any, /) -> str: ...
+
+
+class RecentSkips(Protocol):
+    """The latest skips, newest first, each with its reason and ids (dataclasses)."""
+
+    def __call__(self, settings: Settings, limit: int, /) -> Sequence[object]: ...
+
+
+@dataclass(frozen=True)
+class OpsSources:
+    """What the page shows that other modules read; None: the section is not available."""
+
+    trace: TraceSource | None = None
+    skips: RecentSkips | None = None
+
+
+# -- reading (blocking: run in threads) -------------------------------------------------
+
+
+def attempt(what: str, read: Callable[[], T]) -> Read[T]:
+    """Read one section; a failure becomes the section's error, never the page's."""
+    try:
+        return Read(read())
+    except Exception as exc:  # a source may fail any way: the rest of the page still shows
+        log.warning("operator page: a section could not be read", section=what, error=repr(exc))
+        return Read(error=f"could not read {what}: {exc}")
+
+
+def lookup(settings: Settings, source: TraceSource, ident: str) -> TraceView:
+    if len(ident) > MAX_IDENT:
+        raise ValueError(f"an id is at most {MAX_IDENT} characters")
+    found = source.find(settings, ident)
+    return TraceView(ident, None if found is None else source.render_text(found))
+
+
+def read_letters(settings: Settings) -> list[DeadLetter]:
+    return dead_letters(settings.kafka_bootstrap, settings.dead_letter_topic)
+
+
+def retry_letter(settings: Settings, letter_id: int) -> int | Refusal:
+    """Retry one open dead letter: the events it sent again, or why it was not retried."""
+    chosen = choose_letter(read_letters(settings), letter_id)
+    if isinstance(chosen, Refusal):
+        return chosen
+    return retry_dead_letters(
+        settings.kafka_bootstrap,
+        settings.deliveries_topic,
+        [chosen],
+        dead_letter_topic=settings.dead_letter_topic,
+        mac_key=settings.envelope_mac_key,
+    )
+
+
+# -- the aiohttp handlers ----------------------------------------------------------------
+
+
+class OpsPage:
+    def __init__(self, settings: Settings, health: WebhookHealth, sources: OpsSources) -> None:
+        self.settings = settings
+        self.health = health
+        self.sources = sources
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/ops", self.show),
+            web.post(r"/ops/dead-letters/{id:\d+}/retry", self.retry),
+        ]
+
+    async def gather(self, ident: str | None, **extra: Any) -> OpsView:
+        """Every section, read side by side in threads."""
+        settings, sources = self.settings, self.sources
+
+        def section(what: str, read: Callable[[], T]) -> asyncio.Future[Read[T]]:
+            return asyncio.ensure_future(asyncio.to_thread(attempt, what, read))
+
+        letters = section("the dead-letter topic", lambda: letter_rows(read_letters(settings)))
+        lag = section(
+            "the consumer lag",
+            lambda: consumer_lag(
+                settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic
+            ),
+        )
+        skips = trace = None
+        if sources.skips is not None:
+            recent = sources.skips
+            skips = section("the recent skips", lambda: skip_table(recent(settings, SKIPS_LIMIT)))
+        if sources.trace is not None and ident is not None:
+            found = sources.trace
+            trace = section(f"the trace of {ident[:80]}", lambda: lookup(settings, found, ident))
+        return OpsView(
+            app_id=settings.app_id,
+            writable=settings.ops_token is not None,
+            webhook=webhook_health(self.health, time.time()),
+            letters=await letters,
+            lag=await lag,
+            skips=None if skips is None else await skips,
+            trace_available=sources.trace is not None,
+            trace=None if trace is None else await trace,
+            **extra,
+        )
+
+    @staticmethod
+    def html(view: OpsView, status: int = 200) -> web.Response:
+        return web.Response(
+            text=render(view), status=status, content_type="text/html", headers=HEADERS
+        )
+
+    async def show(self, request: web.Request) -> web.Response:
+        view = await self.gather(trace_ident(request.query))
+        retried = int_param(request.query, "retried")
+        if retried is not None and view.letters.value is not None:
+            view = dataclasses.replace(view, notice=retried_notice(view.letters.value, retried))
+        return self.html(view)
+
+    async def retry(self, request: web.Request) -> web.Response:
+        """Retry one dead letter, then show the page again (303); or refuse and say why."""
+        letter_id = int(request.match_info["id"])
+        form = await request.post()
+        token = given_token(form.get("token"), request.headers.get("Authorization"))
+        refusal = authorize(self.settings.ops_token, token)
+        if refusal is None:
+            try:
+                outcome = await asyncio.to_thread(retry_letter, self.settings, letter_id)
+            except (OnceOnlyError, ValueError) as exc:  # the broker, most likely
+                outcome = Refusal(503, f"the retry of dead letter {letter_id} failed: {exc}")
+            if not isinstance(outcome, Refusal):
+                log.info("operator page: dead letter retried", letter=letter_id, events=outcome)
+                raise web.HTTPSeeOther(f"/ops?retried={letter_id}#dead-letters")
+            refusal = outcome
+        log.warning(
+            "operator page: retry refused",
+            letter=letter_id,
+            status=refusal.status,
+            reason=refusal.message,
+        )
+        return self.html(await self.gather(None, refusal=refusal), status=refusal.status)
+
+
+def ops_pages(sources: OpsSources | None = None) -> Callable[[WorkerView], list[web.RouteDef]]:
+    """The operator page's routes for the worker: ``run_worker(settings, pages=...)``."""
+    chosen = sources or OpsSources()
+
+    def pages(view: WorkerView) -> list[web.RouteDef]:
+        return OpsPage(view.settings, view.webhook, chosen).routes()
+
+    return pages
