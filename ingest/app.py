@@ -17,6 +17,7 @@ status     when
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -129,8 +130,8 @@ class Ingest:
         self.providers = dict(providers_from_settings(settings) if providers is None else providers)
         self.metrics = metrics or IngestMetrics(providers=tuple(self.providers))
         self.clock = clock
-        self.timeout_s = settings.produce_timeout_ms / 1000
         self.mac_key = settings.envelope_mac_key
+        self.log_stored = log.is_enabled_for(logging.DEBUG)
         #: prometheus_client's multiprocess files of all ingest processes, summed by /metrics
         self.shared_metrics = shared_metrics
 
@@ -217,15 +218,11 @@ class Ingest:
         self, name: str, envelope: Envelope, record: _Record, request: web.Request, started: float
     ) -> web.StreamResponse:
         """Produce the record; 204 once the broker acknowledged it, 503 if it did not in time."""
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                delivered = await self.producer.produce(
-                    self.settings.deliveries_topic,
-                    record.value,
-                    key=record.key,
-                    headers=record.headers,
-                )
-        except (ProduceFailed, TimeoutError) as exc:
+        try:  # the producer fails a record not acknowledged within its timeout
+            delivered = await self.producer.produce(
+                self.settings.deliveries_topic, record.value, key=record.key, headers=record.headers
+            )
+        except ProduceFailed as exc:
             self.metrics.rejected.labels(name, "broker_unavailable").inc()
             log.warning(
                 "delivery not stored; answering 503 so the sender retries",
@@ -240,17 +237,17 @@ class Ingest:
                 "the delivery could not be stored; retry later",
                 headers={"Retry-After": "5"},
             )
-        self.metrics.accepted.labels(name).inc()
-        self.metrics.ack_latency.labels(name).observe(time.perf_counter() - started)
-        log.debug(
-            "delivery stored",
-            provider=name,
-            event_id=envelope.event_id,
-            event_type=envelope.event_type,
-            partition=delivered.partition,
-            offset=delivered.offset,
-            **_delivery_header(name, request),
-        )
+        self.metrics.stored(name, time.perf_counter() - started)
+        if self.log_stored:  # its fields cost more than the line saves, unless it is shown
+            log.debug(
+                "delivery stored",
+                provider=name,
+                event_id=envelope.event_id,
+                event_type=envelope.event_type,
+                partition=delivered.partition,
+                offset=delivered.offset,
+                **_delivery_header(name, request),
+            )
         return web.Response(status=204)
 
     def _reject(

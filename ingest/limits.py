@@ -66,6 +66,12 @@ async def read_body(request: web.Request, *, limit: int, timeout_s: float) -> by
     chunks: list[bytes] = []
     size = 0
     try:
+        if request.content.is_eof():  # the whole body came with its headers: no wait, no timer
+            chunks.append(request.content.read_nowait())
+            size = len(chunks[0])
+            if size > limit:
+                raise BodyTooLarge(f"body is above the limit of {limit} bytes")
+            return chunks[0]
         async with asyncio.timeout(timeout_s):
             async for chunk in request.content.iter_chunked(64 * 1024):
                 size += len(chunk)

@@ -18,12 +18,12 @@ Thread key per provider (the Kafka key, so one consumer owns each conversation):
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ingest.exceptions import PayloadError
+from schemas.codec import loads
 from schemas.envelope import Envelope
 
 Normaliser = Callable[[str, Mapping[str, str], datetime], Envelope]
@@ -34,7 +34,7 @@ AGENTMAIL_RECEIVED_PREFIX = "message.received"
 
 def _parse(body: str) -> dict[str, Any]:
     try:
-        data = json.loads(body)
+        data = loads(body)
     except (ValueError, RecursionError) as exc:
         raise PayloadError("not_json", f"verified body is not JSON: {exc!s:.200}") from exc
     if not isinstance(data, dict):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas import codec
 from schemas.exceptions import SchemaError
 
 ENVELOPE_VERSION = 1
@@ -68,7 +68,7 @@ class Envelope:
 
     def payload(self) -> Any:
         """The verified body, parsed."""
-        return json.loads(self.raw)
+        return codec.loads(self.raw)
 
     def to_json(self) -> dict[str, Any]:
         # built by hand: dataclasses.asdict deep-copies every field, on the hot path
@@ -87,12 +87,12 @@ class Envelope:
         }
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":")).encode()
+        return codec.dumps_compact(self.to_json())
 
     @classmethod
     def decode(cls, value: bytes | str) -> Envelope:
         try:
-            data = json.loads(value)
+            data = codec.loads(value)
         except (ValueError, TypeError, RecursionError) as exc:  # TypeError: a null value
             raise SchemaError(f"envelope is not JSON: {exc}") from exc
         if not isinstance(data, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 from collections.abc import Sequence
@@ -96,8 +97,19 @@ class AsyncProducer:
     _FAST_S = 0.0005
     _SLOW_S = 0.05
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], *, timeout_s: float | None = None) -> None:
         self._producer = _ConfluentProducer(config)
+        #: a record not acknowledged by then fails with ProduceFailed (librdkafka's own
+        #: message.timeout.ms fails it too, but only at its next scan, up to a second later)
+        self.timeout_s = (
+            timeout_s if timeout_s is not None else config.get("message.timeout.ms", 30_000) / 1000
+        )
+        #: (deadline, future) in the order produced: the deadlines only grow, so the timer
+        #: that serves delivery reports fails the expired ones from the front, with no
+        #: timer of their own
+        self._deadlines: collections.deque[tuple[float, asyncio.Future[Delivered]]] = (
+            collections.deque()
+        )
         self._outstanding = 0
         self._timer: asyncio.TimerHandle | None = None
         self._interval = self._FAST_S
@@ -142,6 +154,7 @@ class AsyncProducer:
         except (BufferError, KafkaException) as exc:
             raise ProduceFailed(f"could not queue a record for {topic}: {exc}") from exc
         self._outstanding += 1
+        self._deadlines.append((loop.time() + self.timeout_s, future))
         if self._timer is None:
             self._interval = self._FAST_S
             self._timer = loop.call_later(self._interval, self._serve, loop)
@@ -150,9 +163,23 @@ class AsyncProducer:
     def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
         served = self._producer.poll(0)
+        self._expire(loop.time())
         if self._outstanding > 0:
             self._interval = self._FAST_S if served else min(self._interval * 2, self._SLOW_S)
             self._timer = loop.call_later(self._interval, self._serve, loop)
+
+    def _expire(self, now: float) -> None:
+        """Drop settled futures from the front; fail those past their deadline."""
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
+            _, future = deadlines.popleft()
+            _settle(
+                future,
+                ProduceFailed(
+                    f"no acknowledgement from the broker within {self.timeout_s:g} s; "
+                    "check that the broker is up (onceonly broker) and retry"
+                ),
+            )
 
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait for outstanding records; return how many are still undelivered."""

@@ -1,0 +1,54 @@
+"""AsyncProducer fails a record the broker does not acknowledge in time, with no timer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+from devstack.ports import free_port
+from foundation.kafka import AsyncProducer, ProduceFailed, producer_config
+
+
+def _nowhere(timeout_ms: int = 10_000) -> dict[str, object]:
+    """A producer config pointed at a port where no broker listens."""
+    return producer_config(
+        f"127.0.0.1:{free_port()}", timeout_ms=timeout_ms, max_record_bytes=1_000_000
+    )
+
+
+def _close(producer: AsyncProducer) -> None:
+    """Nothing was delivered, and close says so: expected here."""
+    with contextlib.suppress(ProduceFailed):
+        producer.close(timeout_s=0)
+
+
+async def test_a_record_not_acknowledged_within_the_timeout_fails() -> None:
+    producer = AsyncProducer(_nowhere(), timeout_s=0.3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ProduceFailed, match=r"within 0\.3 s"):
+            await producer.produce("t", b"v")
+    finally:
+        _close(producer)
+    assert time.monotonic() - started < 2.0  # librdkafka alone would take the 10 s
+
+
+async def test_the_timeout_defaults_to_librdkafkas_message_timeout() -> None:
+    assert AsyncProducer(_nowhere(timeout_ms=2500)).timeout_s == 2.5
+
+
+async def test_every_record_in_flight_fails_at_its_own_deadline() -> None:
+    producer = AsyncProducer(_nowhere(), timeout_s=0.3)
+    try:
+        first = asyncio.ensure_future(producer.produce("t", b"1"))
+        await asyncio.sleep(0.2)
+        second = asyncio.ensure_future(producer.produce("t", b"2"))
+        done, _ = await asyncio.wait([first, second], timeout=0.2)
+        assert done == {first}  # the second's deadline is 0.2 s later
+        with pytest.raises(ProduceFailed):
+            await second
+    finally:
+        _close(producer)
