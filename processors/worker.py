@@ -42,6 +42,7 @@ from processors.agentmail.channel import AgentMailChannel
 from processors.agentmail.sender import AgentMailSender
 from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
+from processors.decisions import Decisions
 from processors.health import check_webhook
 from processors.holds import Holds
 from processors.lanes import Lanes
@@ -137,6 +138,7 @@ class Topology:
 
     deliveries: Any
     dead_letters: Any
+    decisions: Any
     events: Any
     holds: Any
     replies: Any
@@ -157,6 +159,7 @@ def topology(app: faust.App, settings: Settings) -> Topology:
     return Topology(
         deliveries=app.topic(settings.deliveries_topic, partitions=partitions, **raw),
         dead_letters=app.topic(settings.dead_letter_topic, partitions=1, **raw),
+        decisions=app.topic(settings.decisions_topic, partitions=partitions, **raw),
         events=table("events", 1.0),
         holds=table("holds", 0.25),
         replies=table("replies", 0.5, changelog_topic=ledger),
@@ -215,6 +218,7 @@ def _pipeline(
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
         flowing=app.flow_control.is_active,
         mac_key=settings.envelope_mac_key,
+        decisions=Decisions(parts.decisions, clock),
     )
     outbox = sender if isinstance(sender, DryRunOutbox) else None
     nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
