@@ -216,6 +216,37 @@ def lag() -> None:
     Console().print(table)
 
 
+@main.command()
+@click.argument("ident", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON, for scripts.")
+def trace(ident: str, as_json: bool) -> None:
+    """What happened to one message: ID is a message id, an event id or a reply key.
+
+    Every delivery of it (partition, offset, time, replayed or not), the dedupe verdicts,
+    when its thread's buffer released it, the ledger record and the dead letters that
+    name it. Reads the topics; needs no worker. Exits 1 if no topic names ID.
+    """
+    import json
+
+    from rich.console import Console
+
+    from operations import trace as traces
+
+    settings = _settings()
+    found = traces.find(settings, ident)
+    if found is None:
+        raise click.ClickException(
+            f"no delivery, ledger record or dead letter names {ident!r} (in "
+            f"{settings.deliveries_topic}, {settings.ledger_topic}, "
+            f"{settings.dead_letter_topic}); give a message id, an event id or a reply key. "
+            "Deliveries are kept 7 days"
+        )
+    if as_json:
+        click.echo(json.dumps(traces.to_json(found), ensure_ascii=False, indent=2))
+        return
+    Console().print(traces.render(found))
+
+
 @main.group(name="dead-letters")
 def dead_letters() -> None:
     """Inspect and retry what the worker could not do."""
