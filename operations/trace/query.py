@@ -103,7 +103,9 @@ def _by_reply_key(settings: Settings, key: str) -> tuple[list[Record], list[Reco
 def _by_id(settings: Settings, ident: str) -> tuple[list[Record], list[Record], set[int]]:
     """An event or message id: the deliveries that contain it, then its thread's ledger."""
     bootstrap = settings.kafka_bootstrap
-    deliveries = scan(bootstrap, settings.deliveries_topic, _contains(_needles([ident])))
+    # ``provider:event_id`` (a dedupe key, as the logs print it): the record has the id alone
+    bare = ident.split(":", 1)[1] if ":" in ident else ident
+    deliveries = scan(bootstrap, settings.deliveries_topic, _contains(_needles({ident, bare})))
     parts = {r.partition for r in deliveries}
     messages = [ident, *(d.envelope.message_id or "" for d in envelopes(deliveries))]
     # no delivery left (the topic keeps 7 days): the ledger may still have the message

@@ -53,7 +53,9 @@ def _t(moment: datetime | None, *, year: bool = True) -> str:
 
 
 def _deliveries(deliveries: tuple[DeliveryTrace, ...]) -> Table:
-    table = Table(title="deliveries (times: month-day, UTC)", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(
+        title="deliveries (times: month-day, UTC)", title_justify="left", box=box.SIMPLE_HEAD
+    )
     for name in ("p:offset", "written", "event", "type", "replay", "held", "released"):
         table.add_column(name, no_wrap=name in ("written", "held", "released"))
     table.add_column("dedupe")
