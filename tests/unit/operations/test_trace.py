@@ -228,3 +228,9 @@ def test_the_json_and_the_text_say_the_same_outcome() -> None:
     assert (data["outcome"], data["reply_text"]) == ("answered", "Sure, Friday.")
     assert data["deliveries"][0]["outcome"] == "processed"
     assert MESSAGE in text and "outcome: answered" in text and "Sure, Friday." in text
+
+
+def test_the_dedupe_key_finds_the_event_as_its_event_id_does() -> None:
+    trace = assemble("agentmail:evt-1", _answered())
+
+    assert trace is not None and trace.matched == "event_id" and len(trace.deliveries) == 1
