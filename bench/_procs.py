@@ -294,6 +294,7 @@ def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str
         "ONCEONLY_DELIVERIES_TOPIC": f"{prefix}.deliveries",
         "ONCEONLY_LEDGER_TOPIC": f"{prefix}.replies",
         "ONCEONLY_DEAD_LETTER_TOPIC": f"{prefix}.dead-letters",
+        "ONCEONLY_DECISIONS_TOPIC": f"{prefix}.decisions",
     }
     settings = Settings(
         kafka_bootstrap=bootstrap,
@@ -301,6 +302,7 @@ def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str
         deliveries_topic=names["ONCEONLY_DELIVERIES_TOPIC"],
         ledger_topic=names["ONCEONLY_LEDGER_TOPIC"],
         dead_letter_topic=names["ONCEONLY_DEAD_LETTER_TOPIC"],
+        decisions_topic=names["ONCEONLY_DECISIONS_TOPIC"],
     )
     Admin(bootstrap).ensure_topics(topic_specs(settings))
     return names

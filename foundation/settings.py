@@ -37,6 +37,7 @@ DEFAULT_TOPICS = {
     "deliveries": "onceonly.deliveries",
     "ledger": "onceonly.replies",
     "dead_letters": "onceonly.dead-letters",
+    "decisions": "onceonly.decisions",
 }
 
 
@@ -61,6 +62,9 @@ class Settings(BaseSettings):
     deliveries_topic: str = DEFAULT_TOPICS["deliveries"]
     ledger_topic: str = DEFAULT_TOPICS["ledger"]
     dead_letter_topic: str = DEFAULT_TOPICS["dead_letters"]
+    #: the worker's skips (duplicates, its own mail, ...), for onceonly trace and /ops
+    decisions_topic: str = DEFAULT_TOPICS["decisions"]
+    decisions_retention: timedelta = timedelta(days=7)
     produce_timeout_ms: int = Field(default=5000, ge=100)
     produce_linger_ms: int = Field(default=5, ge=0, le=1000)
     #: with it set, every envelope written carries its HMAC and the worker dead-letters

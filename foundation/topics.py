@@ -9,8 +9,10 @@ WEEK_MS = 7 * 24 * 3600 * 1000
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """Deliveries (keyed by thread), the compacted reply ledger, and the dead letters."""
+    """Deliveries (keyed by thread), the compacted reply ledger, the dead letters, and the
+    worker's decisions (its skips, on the partition of the delivery each one names)."""
     record_bytes = str(settings.record_max_bytes)
+    decisions_ms = str(int(settings.decisions_retention.total_seconds() * 1000))
     return [
         TopicSpec(
             settings.deliveries_topic,
@@ -30,5 +32,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             config={"cleanup.policy": "delete"},
             # dead letters wait for an operator: keep them until retried or purged
             create_only={"retention.ms": "-1", "max.message.bytes": record_bytes},
+        ),
+        TopicSpec(
+            settings.decisions_topic,
+            settings.partitions,
+            config={"cleanup.policy": "delete"},
+            create_only={"retention.ms": decisions_ms},
         ),
     ]

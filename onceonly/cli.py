@@ -94,11 +94,12 @@ def ingest(one_of: Path | None) -> None:
 @main.command()
 def worker() -> None:
     """Run one processing worker (faust): dedupe, reorder, reply once; /ops on its web port."""
-    from operations.ops_page import ops_pages
+    from operations import trace
+    from operations.ops_page import OpsSources, ops_pages
     from processors.worker import run_worker
 
     settings = _settings()
-    run_worker(settings, pages=ops_pages())
+    run_worker(settings, pages=ops_pages(OpsSources(trace=trace, skips=trace.recent_skips)))
 
 
 @main.command()
@@ -229,6 +230,37 @@ def lag() -> None:
         table.add_row(row.topic, str(row.partition), str(row.end), committed, str(row.lag))
     table.add_row("all", "", "", "", str(sum(r.lag for r in rows)))
     Console().print(table)
+
+
+@main.command()
+@click.argument("ident", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON, for scripts.")
+def trace(ident: str, as_json: bool) -> None:
+    """What happened to one message: ID is a message id, an event id or a reply key.
+
+    Every delivery of it (partition, offset, time, replayed or not), the dedupe verdicts,
+    when its thread's buffer released it, the ledger record and the dead letters that
+    name it. Reads the topics; needs no worker. Exits 1 if no topic names ID.
+    """
+    import json
+
+    from rich.console import Console
+
+    from operations import trace as traces
+
+    settings = _settings()
+    found = traces.find(settings, ident)
+    if found is None:
+        raise click.ClickException(
+            f"no delivery, ledger record or dead letter names {ident!r} (in "
+            f"{settings.deliveries_topic}, {settings.ledger_topic}, "
+            f"{settings.dead_letter_topic}); give a message id, an event id or a reply key. "
+            "Deliveries are kept 7 days"
+        )
+    if as_json:
+        click.echo(json.dumps(traces.to_json(found), ensure_ascii=False, indent=2))
+        return
+    Console().print(traces.render(found))
 
 
 @main.group(name="dead-letters")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import click
@@ -29,6 +30,16 @@ def signing_secrets(settings: Settings) -> dict[str, str]:
     if "agentmail" not in out and (dev := read_dev_secret(settings.run_dir)) is not None:
         out["agentmail"] = dev
     return out
+
+
+def _deliveries_of(settings: Settings, event_id: str) -> list[tuple[int, int, str]]:
+    """(partition, offset, outcome) of each delivery of ``event_id``, from its trace."""
+    from operations.trace import find
+
+    trace = find(settings, event_id)
+    if trace is None:
+        return []
+    return [(d.partition, d.offset, d.outcome) for d in trace.deliveries if d.event_id == event_id]
 
 
 @click.command()
@@ -59,7 +70,7 @@ def send(
     """
     from onceonly.cli import _settings
     from operations.catchup import read_ledger
-    from operations.outcomes import Sent, outcomes, wait_for_replies
+    from operations.outcomes import Sent, outcomes, wait_for_replies, wait_for_verdicts
     from testkit.samples import SampleError, post_all, samples, secret_for
 
     settings = _settings()
@@ -80,8 +91,9 @@ def send(
     replies = wait_for_replies(
         sent, lambda: read_ledger(settings.kafka_bootstrap, settings.ledger_topic), wait_s=wait_s
     )
+    seen = wait_for_verdicts(sent, partial(_deliveries_of, settings), wait_s=min(wait_s, 15.0))
     dry_run = settings.agentmail_api_key is None
-    for outcome in outcomes(sent, replies, dry_run=dry_run):
+    for outcome in outcomes(sent, replies, dry_run=dry_run, seen=seen):
         click.echo(f"{outcome.label}: {outcome.verdict}")
         if outcome.reply_text:
             click.echo(f"    reply: {outcome.reply_text.strip()[:300]}")

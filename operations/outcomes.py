@@ -8,6 +8,7 @@ accepted is a duplicate: the worker skips it), and the reply ledger for the mess
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,9 +64,55 @@ def _reply_verdict(
 
 
 def outcomes(
+    sent: Sequence[Sent],
+    replies: Mapping[str, ReplyRecord],
+    *,
+    dry_run: bool,
+    seen: Mapping[str, Sequence[str]] | None = None,
+) -> list[Outcome]:
+    """One outcome per delivery, in the order they were posted; ``seen`` (event id to what
+    the worker recorded of each of its deliveries, in topic order: :func:`worker_verdicts`)
+    adds the worker's own word to each accepted delivery."""
+    told = _outcomes(sent, replies, dry_run=dry_run)
+    if seen is None:
+        return told
+    with_worker = _with_worker_verdicts(sent, seen)
+    return [with_worker(n, o) for n, o in enumerate(told)]
+
+
+def _with_worker_verdicts(
+    sent: Sequence[Sent], seen: Mapping[str, Sequence[str]]
+) -> Callable[[int, Outcome], Outcome]:
+    """The i-th accepted delivery of an event is the i-th of its records in the topic: one
+    sender posting in turn, one key, one partition, so the topic keeps the order."""
+    index: dict[int, tuple[str, int]] = {}
+    counts: dict[str, int] = {}
+    for n, item in enumerate(sent):
+        if accepted(item.status):
+            index[n] = (item.event_id, counts.get(item.event_id, 0))
+            counts[item.event_id] = index[n][1] + 1
+
+    def add(n: int, outcome: Outcome) -> Outcome:
+        if n not in index:
+            return outcome
+        event, i = index[n]
+        words = seen.get(event, ())
+        said = words[i] if i < len(words) else "no record of it yet"
+        return Outcome(outcome.label, f"{outcome.verdict} [worker: {said}]", outcome.reply_text)
+
+    return add
+
+
+def worker_verdicts(
+    deliveries: Mapping[str, Sequence[tuple[int, int, str]]],
+) -> dict[str, list[str]]:
+    """Event id to its deliveries' outcomes in topic order, from (partition, offset, outcome)."""
+    return {event: [o for _, _, o in sorted(found)] for event, found in deliveries.items()}
+
+
+def _outcomes(
     sent: Sequence[Sent], replies: Mapping[str, ReplyRecord], *, dry_run: bool
 ) -> list[Outcome]:
-    """One outcome per delivery, in the order they were posted."""
     first_of: dict[str, str] = {}
     label_of_message = {item.message_id: item.label for item in reversed(sent) if item.message_id}
     #: reply key -> the label of the delivery whose message it answers
@@ -119,4 +166,33 @@ def wait_for_replies(
         replies = by_message(read())
         if not waiting_for(sent, replies) or clock() >= deadline:
             return replies
+        sleep(poll_s)
+
+
+Lookup = Callable[[str], Sequence[tuple[int, int, str]]]
+
+#: what a trace says of a delivery no worker has decided on yet
+UNDECIDED = "not processed yet"
+
+
+def wait_for_verdicts(
+    sent: Sequence[Sent],
+    lookup: Lookup,
+    *,
+    wait_s: float,
+    poll_s: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, list[str]]:
+    """What the worker recorded of every accepted delivery (``lookup``: an event id to its
+    deliveries' (partition, offset, outcome)), once each has a record or ``wait_s`` passed."""
+    want = Counter(item.event_id for item in sent if accepted(item.status))
+    deadline = clock() + wait_s
+    while True:
+        seen = worker_verdicts({event: lookup(event) for event in want})
+        decided = all(
+            len(seen[event]) >= n and UNDECIDED not in seen[event] for event, n in want.items()
+        )
+        if decided or clock() >= deadline:
+            return seen
         sleep(poll_s)

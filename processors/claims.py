@@ -6,7 +6,7 @@ The decisions are :mod:`processors.dedupe`'s; this holds only the table's side o
 from __future__ import annotations
 
 import json
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import structlog
@@ -24,9 +24,11 @@ def claim(
     *,
     now_ms: int,
     metrics: Any,
+    on_skip: Callable[[Delivery, str], None] = lambda delivery, verdict: None,
 ) -> list[Delivery]:
-    """The deliveries to act on: new events claimed in progress, duplicates skipped (logged
-    and counted with their ids); a late event is counted and logged, never dropped."""
+    """The deliveries to act on: new events claimed in progress, duplicates skipped (logged,
+    counted and passed to ``on_skip`` with their verdict); a late event is counted and
+    logged, never dropped."""
     claimed: list[Delivery] = []
     for delivery in deliveries:
         ids = log_ids(delivery.envelope)
@@ -45,6 +47,7 @@ def claim(
         if decision.skip:
             metrics.duplicates.labels(decision.verdict.value).inc()
             log.info("delivery skipped", verdict=decision.verdict.value, **ids)
+            on_skip(delivery, decision.verdict.value)
             continue
         assert decision.entry is not None
         events[key] = json.dumps(decision.entry.to_json()).encode()

@@ -28,6 +28,7 @@ from processors.agent import Writer
 from processors.channels import Channel
 from processors.claims import claim, finish
 from processors.dead_letters import DeadLetters
+from processors.decisions import Decisions
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
 from processors.exceptions import Rebalancing, SendError
 from processors.holds import Delivery, Holds, Verdict
@@ -37,6 +38,7 @@ from processors.messages import Inbound
 from processors.metrics import WorkerMetrics
 from processors.reply import Outcome, SendPolicy, Skip, reply_once, split_burst
 from processors.sweep import Sweeper
+from schemas.decision import Stage
 from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope, has_valid_mac
 from schemas.exceptions import SchemaError
 
@@ -80,6 +82,8 @@ class Pipeline:
     retry_backoff_s: float = 0.5
     #: ONCEONLY_ENVELOPE_SECRET: records without a valid MAC are dead-lettered, never processed
     mac_key: bytes | None = None
+    #: the decisions topic: each skip, written off the ack path (none: written nowhere)
+    decisions: Decisions = field(default_factory=Decisions)
 
     @property
     def window_ms(self) -> int:
@@ -148,6 +152,7 @@ class Pipeline:
         if verdict is Verdict.REPEAT:
             self.metrics.duplicates.labels("duplicate").inc()
             log.info("delivery skipped", verdict="duplicate", held=True, **_ids(envelope))
+            self.decisions.skipped(delivery, Stage.HOLD, "duplicate")
         await self.lanes.ack_now(event)  # durable in the holds table (or dead-lettered)
 
     async def on_tick(self, partition: int, event: Any) -> None:
@@ -198,7 +203,10 @@ class Pipeline:
     # -- one thread's released events -----------------------------------------------
     def claim(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """The deliveries to act on: new events claimed in progress, duplicates skipped."""
-        return claim(self.events, deliveries, now_ms=self.now_ms(), metrics=self.metrics)
+        skip = self.decisions.dedupe
+        return claim(
+            self.events, deliveries, now_ms=self.now_ms(), metrics=self.metrics, on_skip=skip
+        )
 
     def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
         finish(self.events, claimed, outcomes, now_ms=self.now_ms())
@@ -289,6 +297,7 @@ class Pipeline:
                 log.info(
                     "message skipped", reason=inbound.value, message_id=envelope.message_id, **ids
                 )
+                self.decisions.skipped(delivery, Stage.MESSAGE, inbound.value)
                 continue
             found.append(inbound)
         return found
@@ -300,7 +309,7 @@ class Pipeline:
         mail = [d for d in claimed if d.envelope.provider in self.channels]
         for delivery in claimed:
             if delivery.envelope.provider not in self.channels:
-                outcomes[delivery.envelope.event_id] = await self.handle_event(delivery.envelope)
+                outcomes[delivery.envelope.event_id] = await self.handle_event(delivery)
         if not mail:
             return
         provider = mail[0].envelope.provider
@@ -345,6 +354,9 @@ class Pipeline:
             self.metrics.replies.inc()
         elif result.outcome is Outcome.DECLINED:
             self.metrics.skips.labels("declined").inc()
+        if result.outcome in (Outcome.ALREADY, Outcome.DECLINED):
+            answered = [d for d in claimed if d.envelope.event_id in answering]
+            self.decisions.ledger_skip(self.ledger.get(result.key), result, answered)
         ok = result.outcome is not Outcome.FAILED
         for delivery in claimed:  # a skipped message succeeded, whatever the reply did
             event_id = delivery.envelope.event_id
@@ -362,12 +374,14 @@ class Pipeline:
             ids={"key": target.key, "message_id": target.message_id},
         )
 
-    async def handle_event(self, envelope: Envelope) -> bool:
+    async def handle_event(self, delivery: Delivery) -> bool:
         """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""
+        envelope = delivery.envelope
         ids = {"provider": envelope.provider, "event_id": envelope.event_id}
         if self.handler is None:
             self.metrics.skips.labels("no_handler").inc()
             log.info("event recorded; no ONCEONLY_EVENT_HANDLER configured", **ids)
+            self.decisions.skipped(delivery, Stage.HANDLER, "no_handler")
             return True
         effects = Effects(envelope, self.ledger, self.now)
         try:

@@ -43,6 +43,7 @@ from processors.agentmail.channel import AgentMailChannel
 from processors.agentmail.sender import AgentMailSender
 from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
+from processors.decisions import Decisions
 from processors.health import WebhookHealth, check_webhook
 from processors.holds import Holds
 from processors.lanes import Lanes
@@ -153,6 +154,7 @@ class Topology:
 
     deliveries: Any
     dead_letters: Any
+    decisions: Any
     events: Any
     holds: Any
     replies: Any
@@ -173,6 +175,7 @@ def topology(app: faust.App, settings: Settings) -> Topology:
     return Topology(
         deliveries=app.topic(settings.deliveries_topic, partitions=partitions, **raw),
         dead_letters=app.topic(settings.dead_letter_topic, partitions=1, **raw),
+        decisions=app.topic(settings.decisions_topic, partitions=partitions, **raw),
         events=table("events", 1.0),
         holds=table("holds", 0.25),
         replies=table("replies", 0.5, changelog_topic=ledger),
@@ -231,6 +234,7 @@ def _pipeline(
         retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
         flowing=app.flow_control.is_active,
         mac_key=settings.envelope_mac_key,
+        decisions=Decisions(parts.decisions, clock),
     )
     outbox = sender if isinstance(sender, DryRunOutbox) else None
     nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)

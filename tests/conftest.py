@@ -71,6 +71,7 @@ def settings_factory(kafka_bootstrap: str, tmp_path: Path) -> Callable[..., Sett
             "deliveries_topic": f"deliveries-{suffix}",
             "ledger_topic": f"replies-{suffix}",
             "dead_letter_topic": f"dead-letters-{suffix}",
+            "decisions_topic": f"decisions-{suffix}",
             "run_dir": tmp_path / "run",
             "produce_timeout_ms": 5000,
         }

@@ -38,6 +38,7 @@ def worker_env(
             "ONCEONLY_DELIVERIES_TOPIC": settings.deliveries_topic,
             "ONCEONLY_LEDGER_TOPIC": settings.ledger_topic,
             "ONCEONLY_DEAD_LETTER_TOPIC": settings.dead_letter_topic,
+            "ONCEONLY_DECISIONS_TOPIC": settings.decisions_topic,
             "ONCEONLY_APP_ID": settings.app_id,
             "ONCEONLY_DATA_DIR": str(data_dir),
             "ONCEONLY_RUN_DIR": str(data_dir / "run"),

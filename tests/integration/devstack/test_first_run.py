@@ -76,6 +76,7 @@ def test_send_reports_one_reply_for_three_deliveries_and_a_newer_message(first_r
     assert report.count("answered by the reply to message B") == 1, report
     assert report.count("skipped as a duplicate of message A, delivery 1") == 2, report
     assert report.count("    reply: ") == 1, report
+    assert report.count("[worker: skipped: duplicate]") == 2, report  # from its decision records
 
 
 def test_the_console_shows_no_librdkafka_lines_and_no_faust_tables(first_run: Up) -> None:

@@ -27,8 +27,8 @@ def test_ensure_topics_creates_then_accepts_what_it_created(
     first = admin.ensure_topics(topic_specs(settings))
     second = admin.ensure_topics(topic_specs(settings))
 
-    assert [s.created for s in first] == [True, True, True]
-    assert [s.created for s in second] == [False, False, False]
+    assert [s.created for s in first] == [True, True, True, True]
+    assert [s.created for s in second] == [False, False, False, False]
     assert (
         admin.topic_configs([settings.ledger_topic])[settings.ledger_topic]["cleanup.policy"]
         == "compact"
@@ -67,6 +67,7 @@ def test_the_topics_command_exits_non_zero_on_a_mismatch(
         "ONCEONLY_DELIVERIES_TOPIC": settings.deliveries_topic,
         "ONCEONLY_LEDGER_TOPIC": settings.ledger_topic,
         "ONCEONLY_DEAD_LETTER_TOPIC": settings.dead_letter_topic,
+        "ONCEONLY_DECISIONS_TOPIC": settings.decisions_topic,
         "ONCEONLY_PARTITIONS": "3",
     }
 

@@ -159,3 +159,28 @@ async def test_without_ops_token_the_page_is_read_only_and_refuses_retries(
     assert buttons == 0
     assert status == 403 and "this page is read-only" in body
     assert [x.open for x in _letters(stack)] == [True]
+
+
+async def test_the_page_lists_a_duplicate_among_the_skips_and_traces_the_message(
+    stack_factory: Callable[..., Stack], chromium: Path, tmp_path: Path
+) -> None:
+    from operations.trace import recent_skips
+
+    stack = stack_factory()
+    worker = stack.worker()
+    payload = stack.seed("<traced@example.com>", "thr-traced")
+    await stack.deliver(payload)
+    await stack.until_sent(1)
+    await stack.deliver(payload)  # the same event again: a duplicate, skipped and recorded
+    await until(stack, lambda: bool(recent_skips(stack.settings, 10)), "the skip's record")
+
+    async with browser(chromium, tmp_path / "profile") as page:
+        await page.goto(f"http://127.0.0.1:{worker.port}/ops")
+        skips = await page.locator("#skips + *").inner_text()
+        await page.locator("input[name=trace]").fill("<traced@example.com>")
+        await _submit(page, lambda: page.locator("input[name=trace]").press("Enter"))
+        traced = await page.locator("pre").inner_text()
+        await page.screenshot(path=str(tmp_path / "ops-trace.png"), full_page=True)
+
+    assert payload["event_id"] in skips and "duplicate" in skips
+    assert "sent" in traced and "<traced@example.com>" in traced

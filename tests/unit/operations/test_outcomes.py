@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from operations.outcomes import Sent, outcomes, wait_for_replies, waiting_for
+from operations.outcomes import (
+    Sent,
+    outcomes,
+    wait_for_replies,
+    wait_for_verdicts,
+    waiting_for,
+    worker_verdicts,
+)
 from schemas.ledger import ReplyRecord, ReplyState
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
@@ -113,3 +120,44 @@ def test_waiting_stops_at_the_deadline() -> None:
     )
 
     assert replies == {}
+
+
+def test_the_worker_verdicts_of_an_event_are_in_topic_order() -> None:
+    found = {"e1": [(0, 9, "skipped: duplicate"), (0, 4, "processed")]}
+
+    assert worker_verdicts(found) == {"e1": ["processed", "skipped: duplicate"]}
+
+
+def test_each_accepted_delivery_gets_the_workers_word_for_its_own_record() -> None:
+    sent = [_sent("A1", "e1", "m1"), _sent("A2", "e1", "m1")]
+    seen = {"e1": ["processed", "skipped: duplicate"]}
+
+    second = outcomes(sent, {}, dry_run=False, seen=seen)[1]
+
+    assert second.verdict.endswith("[worker: skipped: duplicate]")
+
+
+def test_a_refused_delivery_takes_no_record_of_the_event() -> None:
+    sent = [_sent("A1", "e1", "m1", status=503), _sent("A2", "e1", "m1")]
+    seen = {"e1": ["processed"]}
+
+    verdicts = [o.verdict for o in outcomes(sent, {}, dry_run=False, seen=seen)]
+
+    assert "[worker:" not in verdicts[0] and verdicts[1].endswith("[worker: processed]")
+
+
+def test_verdicts_are_awaited_until_every_delivery_has_one() -> None:
+    answers = iter(
+        [
+            [(0, 1, "processed")],
+            [(0, 1, "processed"), (0, 2, "not processed yet")],
+            [(0, 1, "processed"), (0, 2, "skipped: duplicate")],
+        ]
+    )
+    sent = [_sent("A1", "e1", "m1"), _sent("A2", "e1", "m1")]
+
+    seen = wait_for_verdicts(
+        sent, lambda event: next(answers), wait_s=60, clock=lambda: 0.0, sleep=lambda s: None
+    )
+
+    assert seen == {"e1": ["processed", "skipped: duplicate"]}

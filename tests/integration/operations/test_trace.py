@@ -1,0 +1,187 @@
+"""``onceonly trace`` on a live stack: real broker, a real worker, the real topics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from operations.trace import Trace, find, recent_skips
+from processors.messages import reply_key
+from tests.integration.workers import INBOX, ROOT, Stack, until, worker_env
+
+pytestmark = pytest.mark.integration
+
+
+def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    env = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli")
+    return subprocess.run(
+        [sys.executable, "-m", "onceonly", *args],
+        env={**env, "COLUMNS": "200"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def _trace_until(
+    stack: Stack, ident: str, condition: Callable[[Trace], bool], what: str
+) -> Trace:
+    """Trace ``ident`` until ``condition`` holds (the worker writes its topics meanwhile)."""
+    latest: list[Trace | None] = [None]
+
+    def check() -> bool:
+        latest[0] = found = find(stack.settings, ident)
+        return found is not None and condition(found)
+
+    async def poll() -> None:
+        while not await asyncio.to_thread(check):
+            stack.check_alive()
+            await asyncio.sleep(0.5)
+
+    try:
+        await asyncio.wait_for(poll(), timeout=90)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}; last trace {latest[0]}") from None
+    assert latest[0] is not None
+    return latest[0]
+
+
+async def test_an_answered_message_is_traced_by_the_cli_with_its_release_and_reply(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=300)
+    stack.worker()
+    await stack.deliver(stack.seed("<a1@example.com>", "thr-a1", event_id="evt-a1"))
+    await stack.until_sent(1)
+    await _trace_until(stack, "<a1@example.com>", lambda t: t.answered, "the sent record")
+
+    done = onceonly(stack, "trace", "evt-a1", "--json")
+    text = onceonly(stack, "trace", reply_key(INBOX, "<a1@example.com>"))
+
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(done.stdout)
+    [delivery] = trace["deliveries"]
+    assert (trace["matched"], trace["outcome"]) == ("event_id", "answered")
+    assert trace["reply_text"] == stack.mail.outbox[0].text
+    assert delivery["verdict"] == "accepted" and delivery["replay"] is False
+    assert delivery["held_at"] <= delivery["released_at"]  # held, then released
+    assert trace["ledger"][0]["record"]["sent_message_id"] == stack.mail.outbox[0].sent_message_id
+    assert text.returncode == 0, text.stderr
+    assert "outcome: answered" in text.stdout and "evt-a1" in text.stdout
+
+
+async def test_a_second_delivery_of_an_answered_event_is_traced_as_a_duplicate(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=300)
+    stack.worker()
+    payload = stack.seed("<d1@example.com>", "thr-d1", event_id="evt-d1")
+    await stack.deliver(payload)
+    await stack.until_sent(1)
+    await stack.deliver(payload)
+
+    trace = await _trace_until(
+        stack,
+        "evt-d1",
+        lambda t: len(t.deliveries) == 2 and t.deliveries[1].verdict != "unseen",
+        "the duplicate's verdict",
+    )
+
+    assert [(d.verdict, d.verdict_stage) for d in trace.deliveries] == [
+        ("accepted", None),
+        ("duplicate", "dedupe"),
+    ]
+    assert trace.deliveries[1].outcome == "skipped: duplicate"
+    assert len(stack.mail.outbox) == 1
+
+
+async def test_the_agents_own_message_is_traced_as_skipped_with_its_reason(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=300)
+    stack.worker()
+    await stack.deliver(stack.seed("<own@example.com>", "thr-own", sender=INBOX))
+
+    trace = await _trace_until(
+        stack, "<own@example.com>", lambda t: t.outcome.startswith("skipped"), "the skip"
+    )
+
+    assert trace.outcome == "skipped: own_message"
+    assert trace.ledger == () and stack.mail.outbox == []
+
+
+async def test_recent_skips_name_the_skipped_message_and_its_reason(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = stack.worker()
+    await stack.deliver(stack.seed("<own2@example.com>", "thr-own2", sender=INBOX))
+    await until(stack, lambda: "message skipped" in worker.log(), "the skip")
+
+    skips: list[object] = []
+    for _ in range(40):
+        skips = list(await asyncio.to_thread(recent_skips, stack.settings, 10))
+        if skips:
+            break
+        await asyncio.sleep(0.5)
+
+    assert [(s.reason, s.message_id, s.stage.value) for s in skips] == [  # type: ignore[attr-defined]
+        ("own_message", "<own2@example.com>", "message")
+    ]
+
+
+async def test_a_dead_lettered_message_is_traced_with_its_dead_letter(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
+    stack.worker()
+    stack.mail.fail_next(1000, status=500)
+    await stack.deliver(stack.seed("<dl@example.com>", "thr-dl", event_id="evt-dl"))
+
+    trace = await _trace_until(
+        stack, "<dl@example.com>", lambda t: bool(t.dead_letters), "the dead letter"
+    )
+
+    assert trace.outcome == "dead-lettered"
+    [letter] = trace.dead_letters
+    assert (letter.check, letter.event_ids, letter.retried_at) == ("send_failed", ("evt-dl",), None)
+    assert trace.ledger[0].record.error is not None
+
+
+async def test_a_replayed_delivery_is_traced_as_a_replay_skipped_by_dedupe(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=300)
+    stack.worker()
+    await stack.deliver(stack.seed("<rp@example.com>", "thr-rp", event_id="evt-rp"))
+    await stack.until_sent(1)
+
+    done = onceonly(stack, "replay", "--from-offset", "0")
+    assert done.returncode == 0, done.stderr
+    trace = await _trace_until(
+        stack,
+        "<rp@example.com>",
+        lambda t: any(d.replay and d.verdict != "unseen" for d in t.deliveries),
+        "the replayed delivery's verdict",
+    )
+
+    assert [(d.replay, d.outcome) for d in trace.deliveries] == [
+        (False, "processed"),
+        (True, "skipped: duplicate"),
+    ]
+    assert trace.outcome == "answered" and len(stack.mail.outbox) == 1
+
+
+def test_an_unknown_id_exits_1_with_a_clear_message(stack_factory: Callable[..., Stack]) -> None:
+    stack = stack_factory()
+
+    done = onceonly(stack, "trace", "<nobody@example.com>")
+
+    assert done.returncode == 1
+    assert "no delivery, ledger record or dead letter names '<nobody@example.com>'" in done.stderr
