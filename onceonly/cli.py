@@ -33,14 +33,22 @@ def main() -> None:
 
 @main.command()
 @click.option("--fetch-only", is_flag=True, help="Fetch the Kafka jars with Maven, then exit.")
-def broker(fetch_only: bool) -> None:
-    """Run a single-node Kafka (KRaft) broker in the foreground, from the official jars."""
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 5),
+    default=1,
+    show_default=True,
+    help="Nodes (broker + controller, one JVM each) on the bootstrap port and the ports after it.",
+)
+def broker(fetch_only: bool, nodes: int) -> None:
+    """Run a local Kafka (KRaft) broker or cluster in the foreground, from the official jars."""
     from devstack.jars import kafka_classpath
-    from devstack.up import port_of, run_foreground
+    from devstack.up import port_of, run_foreground, single_broker
 
     settings = _settings()
+    run_dir = settings.run_dir.resolve()
     if fetch_only:
-        classpath = kafka_classpath(settings.run_dir.resolve())
+        classpath = kafka_classpath(run_dir)
         click.echo(f"kafka jars ready ({classpath.count(':') + 1} on the classpath)")
         return
     if not settings.is_local_broker:
@@ -48,11 +56,13 @@ def broker(fetch_only: bool) -> None:
             f"ONCEONLY_KAFKA_BOOTSTRAP={settings.kafka_bootstrap} names an external cluster; "
             "nothing local is started"
         )
-    sys.exit(
-        run_foreground(
-            settings.run_dir.resolve(), port_of(settings.kafka_bootstrap), settings.broker_heap_mb
-        )
-    )
+    port = port_of(settings.kafka_bootstrap)
+    if nodes == 1:
+        sys.exit(run_foreground(single_broker(run_dir, port, settings.broker_heap_mb)))
+    from devstack.cluster import CLUSTER_HEAP_MB, LocalCluster
+
+    heap_mb = min(settings.broker_heap_mb, CLUSTER_HEAP_MB)
+    sys.exit(run_foreground(LocalCluster(run_dir, port=port, nodes=nodes, heap_mb=heap_mb)))
 
 
 @main.command()
