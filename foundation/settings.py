@@ -47,7 +47,8 @@ class Settings(BaseSettings):
     # --- Kafka -----------------------------------------------------------
     kafka_bootstrap: str = f"127.0.0.1:{DEFAULT_KAFKA_PORT}"
     partitions: int = Field(default=8, ge=1)
-    replication_factor: int = Field(default=1, ge=1)
+    #: replicas of onceonly's topics and faust's changelogs; None: 3 on 3+ brokers, else 1
+    replication_factor: int | None = Field(default=None, ge=1)
     deliveries_topic: str = DEFAULT_TOPICS["deliveries"]
     ledger_topic: str = DEFAULT_TOPICS["ledger"]
     dead_letter_topic: str = DEFAULT_TOPICS["dead_letters"]

@@ -9,20 +9,25 @@ WEEK_MS = 7 * 24 * 3600 * 1000
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """Deliveries (keyed by thread), the compacted reply ledger, and the dead letters."""
+    """Deliveries (keyed by thread), the compacted reply ledger, and the dead letters,
+    each replicated ``ONCEONLY_REPLICATION_FACTOR`` times (unset: decided by
+    :meth:`Admin.ensure_topics` from the number of brokers)."""
     record_bytes = str(settings.record_max_bytes)
+    replication = settings.replication_factor
     return [
         TopicSpec(
             settings.deliveries_topic,
             settings.partitions,
             config={"cleanup.policy": "delete"},
             create_only={"retention.ms": str(WEEK_MS), "max.message.bytes": record_bytes},
+            replication=replication,
         ),
         TopicSpec(
             settings.ledger_topic,
             settings.partitions,
             config={"cleanup.policy": "compact"},
             create_only={"max.message.bytes": record_bytes},
+            replication=replication,
         ),
         TopicSpec(
             settings.dead_letter_topic,
@@ -30,5 +35,6 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             config={"cleanup.policy": "delete"},
             # dead letters wait for an operator: keep them until retried or purged
             create_only={"retention.ms": "-1", "max.message.bytes": record_bytes},
+            replication=replication,
         ),
     ]

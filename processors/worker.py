@@ -35,7 +35,7 @@ from typing import Any
 import faust
 import structlog
 
-from foundation.kafka import Admin
+from foundation.kafka import Admin, replicated_config
 from foundation.settings import Settings
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
@@ -101,8 +101,9 @@ def worker_id(settings: Settings, host: str | None = None) -> str:
     return f"{host or socket.gethostname()}-{digest}"
 
 
-def faust_app(settings: Settings) -> faust.App:
-    """The faust App: RocksDB tables, static membership if ONCEONLY_WORKER_ID is set."""
+def faust_app(settings: Settings, replication: int = 1) -> faust.App:
+    """The faust App: RocksDB tables, static membership, ``replication`` copies of the
+    topics faust creates (the changelogs, the assignor's)."""
     return faust.App(
         settings.app_id,
         broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
@@ -118,7 +119,7 @@ def faust_app(settings: Settings) -> faust.App:
         web_host=settings.worker_host,
         web_port=settings.worker_port,
         topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        topic_replication_factor=replication,
         autodiscover=False,
         worker_redirect_stdouts=False,
         consumer_group_instance_id=worker_id(settings),
@@ -142,7 +143,7 @@ class Topology:
     replies: Any
 
 
-def topology(app: faust.App, settings: Settings) -> Topology:
+def topology(app: faust.App, settings: Settings, replication: int = 1) -> Topology:
     types: dict[str, Any] = {"key_type": bytes, "value_type": bytes}  # bytes: raw codec
     raw: dict[str, Any] = {**types, "key_serializer": "raw", "value_serializer": "raw"}
     partitions = settings.partitions
@@ -150,7 +151,14 @@ def topology(app: faust.App, settings: Settings) -> Topology:
     def table(name: str, scale: float, **extra: Any) -> Any:
         options = rocks_options(settings, scale)
         return app.Table(
-            name, default=None, partitions=partitions, options=options, **types, **extra
+            name,
+            default=None,
+            partitions=partitions,
+            options=options,
+            # the changelog: min.insync.replicas=2 when replicated 3 times, as our topics
+            extra_topic_configs=replicated_config(replication),
+            **types,
+            **extra,
         )
 
     ledger = app.topic(settings.ledger_topic, partitions=partitions, compacting=True, **raw)
@@ -230,10 +238,17 @@ def build_app(
     writer: ReplyWriter | None = None,
     clock: Clock = time.time,
     tick_interval_s: float | None = None,
+    replication: int | None = None,
 ) -> tuple[faust.App, Pipeline]:
-    """A worker app for these settings. Nothing runs until a faust Worker starts it."""
-    app = faust_app(settings)
-    parts = topology(app, settings)
+    """A worker app for these settings. Nothing runs until a faust Worker starts it.
+
+    ``replication`` (default: ONCEONLY_REPLICATION_FACTOR, else decided from the number of
+    brokers, as for onceonly's own topics) applies to the changelogs faust creates."""
+    if replication is None:
+        admin = Admin(settings.kafka_bootstrap, **{"log_level": 2})
+        replication = admin.replication_for(settings.replication_factor)
+    app = faust_app(settings, replication)
+    parts = topology(app, settings, replication)
     sender = sender if sender is not None else _mail_sender(settings)
     pipeline = _pipeline(app, settings, parts, sender, writer, clock)
     lanes = pipeline.lanes

@@ -12,6 +12,7 @@ from foundation.kafka._producer import (
     sync_producer,
 )
 from foundation.kafka._reader import TopicRange, ranges, read, read_to_end
+from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
 from foundation.kafka.exceptions import (
     BrokerUnavailable,
     KafkaAdapterError,
@@ -41,5 +42,8 @@ __all__ = [
     "ranges",
     "read",
     "read_to_end",
+    "replicated_config",
+    "replication_factor",
     "sync_producer",
+    "topic_problems",
 ]

@@ -16,6 +16,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from foundation.kafka._errors import adapter_error
+from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
 from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMismatch
 
 
@@ -28,6 +29,8 @@ class TopicSpec:
     config: Mapping[str, str] = field(default_factory=dict)
     #: settings applied on creation only (retention, record size), not checked later
     create_only: Mapping[str, str] = field(default_factory=dict)
+    #: replicas per partition; None: 3 on a cluster of 3 brokers or more, else 1
+    replication: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,7 @@ class TopicStatus:
     name: str
     created: bool
     partitions: int
+    replicas: int = 1
 
 
 class Admin:
@@ -52,6 +56,12 @@ class Admin:
 
         With ``led_only``, list only topics whose every partition has a leader.
         """
+        return {name: count for name, (count, _) in self.topic_shapes(timeout_s, led_only).items()}
+
+    def topic_shapes(
+        self, timeout_s: float | None = None, led_only: bool = False
+    ) -> dict[str, tuple[int, int]]:
+        """Topic name to (partitions, fewest replicas of a partition); see topic_partitions."""
         try:
             metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
         except KafkaException as exc:
@@ -60,11 +70,20 @@ class Admin:
                 "start it with `onceonly broker` or fix ONCEONLY_KAFKA_BOOTSTRAP"
             ) from exc
         return {
-            name: len(t.partitions)
+            name: (
+                len(t.partitions),
+                min((len(p.replicas) for p in t.partitions.values()), default=0),
+            )
             for name, t in metadata.topics.items()
             if not t.error
             and (not led_only or all(p.leader >= 0 and not p.error for p in t.partitions.values()))
         }
+
+    def replication_for(self, configured: int | None) -> int:
+        """The replication factor for ``configured`` (None: from the number of brokers)."""
+        if configured is not None:
+            return configured
+        return replication_factor(configured, len(self.broker_ids()))
 
     def broker_ids(self, timeout_s: float | None = None) -> set[int]:
         """The node ids of the brokers that answer a metadata request; raises BrokerUnavailable."""
@@ -97,61 +116,66 @@ class Admin:
     def ensure_topics(self, specs: Iterable[TopicSpec]) -> list[TopicStatus]:
         """Create missing topics; check existing ones. Never alters a topic silently.
 
-        Raises TopicMismatch naming every difference when an existing topic has another
-        partition count or another value of a checked setting (such as cleanup.policy).
+        Each spec's replication is decided here (:func:`replication_factor`), with
+        ``min.insync.replicas=2`` from 3 replicas on. Raises TopicMismatch naming every
+        difference when an existing topic has another partition count, replica count or
+        value of a checked setting (such as cleanup.policy or min.insync.replicas).
         """
-        specs = list(specs)
-        existing = self.topic_partitions()
-        missing = [s for s in specs if s.name not in existing]
+        brokers = len(self.broker_ids())
+        wanted = [(s, replication_factor(s.replication, brokers)) for s in specs]
+        checked = {s.name: {**s.config, **replicated_config(f)} for s, f in wanted}
+        existing = self.topic_shapes()
+        missing = [(s, f) for s, f in wanted if s.name not in existing]
         if missing:
-            new = [
-                NewTopic(
-                    s.name,
-                    num_partitions=s.partitions,
-                    replication_factor=-1,
-                    config={**s.config, **s.create_only},
-                )
-                for s in missing
-            ]
-            for name, fut in self._client.create_topics(
-                new, request_timeout=self.timeout_s
-            ).items():
-                try:
-                    fut.result()
-                except KafkaException as exc:
-                    if exc.args[0].code() != _TOPIC_ALREADY_EXISTS:  # a racing creator is fine
-                        raise adapter_error(exc, f"create topic {name}") from exc
-            existing = self._await_topics([s.name for s in missing])
-
-        problems: list[str] = []
-        present = [s for s in specs if s not in missing]
-        configs = self.topic_configs(s.name for s in present)
-        for spec in present:
-            if existing[spec.name] != spec.partitions:
-                problems.append(
-                    f"{spec.name} has {existing[spec.name]} partitions, "
-                    f"onceonly is configured for {spec.partitions}"
-                )
-            for key, want in spec.config.items():
-                have = configs.get(spec.name, {}).get(key)
-                if have != want:
-                    problems.append(f"{spec.name} has {key}={have}, onceonly needs {key}={want}")
+            self._create([(s, f, checked[s.name]) for s, f in missing])
+            existing = self._await_topics([s.name for s, _ in missing])
+        created = {s.name for s, _ in missing}
+        present = [(s, f) for s, f in wanted if s.name not in created]
+        configs = self.topic_configs(s.name for s, _ in present)
+        problems = [
+            problem
+            for spec, factor in present
+            for problem in topic_problems(
+                spec.name,
+                want_partitions=spec.partitions,
+                have_partitions=existing[spec.name][0],
+                want_replicas=factor,
+                have_replicas=existing[spec.name][1],
+                want_config=checked[spec.name],
+                have_config=configs.get(spec.name, {}),
+            )
+        ]
         if problems:
             raise TopicMismatch(
                 "existing topics do not match the configuration: "
                 + "; ".join(problems)
-                + ". Fix ONCEONLY_PARTITIONS or the topic (see README, 'Raising the "
-                "partition count'); onceonly will not run on a wrong topic."
+                + ". Fix ONCEONLY_PARTITIONS / ONCEONLY_REPLICATION_FACTOR or the topic (see "
+                "README, 'Raising the partition count'); onceonly will not run on a wrong topic."
             )
-        return [
-            TopicStatus(s.name, created=s in missing, partitions=existing[s.name]) for s in specs
-        ]
+        return [TopicStatus(s.name, s.name in created, *existing[s.name]) for s, _ in wanted]
 
-    def _await_topics(self, names: list[str]) -> dict[str, int]:
+    def _create(self, new: list[tuple[TopicSpec, int, Mapping[str, str]]]) -> None:
+        topics = [
+            NewTopic(
+                spec.name,
+                num_partitions=spec.partitions,
+                replication_factor=factor,
+                config={**checked, **spec.create_only},
+            )
+            for spec, factor, checked in new
+        ]
+        for name, fut in self._client.create_topics(topics, request_timeout=self.timeout_s).items():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != _TOPIC_ALREADY_EXISTS:  # a racing creator is fine
+                    raise adapter_error(exc, f"create topic {name}") from exc
+
+    def _await_topics(self, names: list[str]) -> dict[str, tuple[int, int]]:
         """Metadata lags creation by a moment: wait until every new topic has its leaders."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            existing = self.topic_partitions(led_only=True)
+            existing = self.topic_shapes(led_only=True)
             if all(name in existing for name in names) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
