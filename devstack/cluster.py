@@ -21,6 +21,7 @@ from devstack.exceptions import BrokerError
 from devstack.jars import OPS_KAFKA_DIR
 from devstack.jvm import new_cluster_id
 from devstack.ports import LOOPBACK, free_port
+from foundation.settings import Settings
 
 CLUSTER_TEMPLATE = OPS_KAFKA_DIR / "server-cluster.properties.template"
 #: each node's heap at most: three JVMs share a small machine
@@ -59,6 +60,19 @@ class ScramUser:
             "sasl.username": self.username,
             "sasl.password": self.password,
         }
+
+
+def scram_user(settings: Settings) -> ScramUser:
+    """The cluster's SCRAM user from ONCEONLY_KAFKA_SASL_USERNAME / _PASSWORD / _MECHANISM."""
+    password = settings.kafka_sasl_password
+    if not settings.kafka_sasl_username or password is None:
+        raise BrokerError(
+            "--sasl creates the SCRAM user ONCEONLY_KAFKA_SASL_USERNAME with the password "
+            "ONCEONLY_KAFKA_SASL_PASSWORD: set both"
+        )
+    return ScramUser(
+        settings.kafka_sasl_username, password.get_secret_value(), settings.kafka_sasl_mechanism
+    )
 
 
 def voters(controller_ports: list[int]) -> str:

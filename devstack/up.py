@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devstack.broker import EmbeddedBroker
-from foundation.kafka import Admin
+from foundation.kafka import Admin, client_security
 from foundation.settings import Settings
 from foundation.topics import topic_specs
 
@@ -28,7 +28,7 @@ def port_of(bootstrap: str) -> int:
 def local_stack(settings: Settings, echo: Echo) -> Iterator[None]:
     """A broker (if the bootstrap is local and nothing answers), the topics, one worker."""
     with contextlib.ExitStack() as stack:
-        admin = Admin(settings.kafka_bootstrap)
+        admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
         if settings.is_local_broker and not admin.ping(2.0):
             stack.enter_context(local_broker(settings, echo))
         for status in admin.ensure_topics(topic_specs(settings)):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from foundation.errors import ConfigError
@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     dead_letter_topic: str = DEFAULT_TOPICS["dead_letters"]
     produce_timeout_ms: int = Field(default=5000, ge=100)
     produce_linger_ms: int = Field(default=5, ge=0, le=1000)
+    #: how every client connects (see foundation/kafka/_security.py)
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-256"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_ca_file: Path | None = None
     #: with it set, every envelope written carries its HMAC and the worker dead-letters
     #: a record without a valid one (a forged or corrupted record never reaches a writer)
     envelope_secret: SecretStr | None = None
@@ -152,6 +158,17 @@ class Settings(BaseSettings):
                 )
             pairs[source.strip()] = secret.strip()
         return pairs
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> Settings:
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                f"ONCEONLY_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                "ONCEONLY_KAFKA_SASL_USERNAME and ONCEONLY_KAFKA_SASL_PASSWORD"
+            )
+        return self
 
     @field_validator("log_level")
     @classmethod

@@ -28,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import SecretStr
 
-from foundation.kafka import Admin, AsyncProducer, ProduceFailed
+from foundation.kafka import Admin, AsyncProducer, ProduceFailed, client_security
 from foundation.settings import Settings
 from ingest import limits, normalise, verify
 from ingest.exceptions import PayloadError, VerificationError
@@ -314,7 +314,9 @@ async def serve(settings: Settings, *, ready: Callable[[str], None] | None = Non
     from foundation.kafka import producer_config_from
 
     producer = AsyncProducer(producer_config_from(settings))
-    ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap))
+    ingest = Ingest(
+        settings, producer, Admin(settings.kafka_bootstrap, security=client_security(settings))
+    )
     for name in ("agentmail", "nylas", "stripe", "github"):
         if name not in ingest.providers:
             log.warning(

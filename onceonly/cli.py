@@ -40,7 +40,13 @@ def main() -> None:
     show_default=True,
     help="Nodes (broker + controller, one JVM each) on the bootstrap port and the ports after it.",
 )
-def broker(fetch_only: bool, nodes: int) -> None:
+@click.option(
+    "--sasl",
+    is_flag=True,
+    help="Clients and brokers speak SASL_PLAINTEXT with SCRAM: the user is "
+    "ONCEONLY_KAFKA_SASL_USERNAME / _PASSWORD, created when the storage is formatted.",
+)
+def broker(fetch_only: bool, nodes: int, sasl: bool) -> None:
     """Run a local Kafka (KRaft) broker or cluster in the foreground, from the official jars."""
     from devstack.jars import kafka_classpath
     from devstack.up import port_of, run_foreground, single_broker
@@ -57,22 +63,27 @@ def broker(fetch_only: bool, nodes: int) -> None:
             "nothing local is started"
         )
     port = port_of(settings.kafka_bootstrap)
+    if sasl and nodes == 1:
+        raise click.UsageError("--sasl runs a cluster: give --nodes 3")
     if nodes == 1:
         sys.exit(run_foreground(single_broker(run_dir, port, settings.broker_heap_mb)))
-    from devstack.cluster import CLUSTER_HEAP_MB, LocalCluster
+    from devstack.cluster import CLUSTER_HEAP_MB, LocalCluster, scram_user
 
     heap_mb = min(settings.broker_heap_mb, CLUSTER_HEAP_MB)
-    sys.exit(run_foreground(LocalCluster(run_dir, port=port, nodes=nodes, heap_mb=heap_mb)))
+    user = scram_user(settings) if sasl else None
+    cluster = LocalCluster(run_dir, port=port, nodes=nodes, heap_mb=heap_mb, user=user)
+    sys.exit(run_foreground(cluster))
 
 
 @main.command()
 def topics() -> None:
     """Create the topics onceonly needs; fail on a topic with the wrong shape."""
-    from foundation.kafka import Admin
+    from foundation.kafka import Admin, client_security
     from foundation.topics import topic_specs
 
     settings = _settings()
-    for status in Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings)):
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+    for status in admin.ensure_topics(topic_specs(settings)):
         verb = "created" if status.created else "ok"
         click.echo(f"{verb:8} {status.name} ({status.partitions} partitions)")
 
@@ -117,6 +128,7 @@ def replay(
     from rich.progress import Progress
     from rich.table import Table
 
+    from foundation.kafka import client_security
     from operations import replay as replays
 
     settings = _settings()
@@ -128,6 +140,7 @@ def replay(
         from_offset=from_offset,
         from_time=from_time,
         partition=partition,
+        security=client_security(settings),
     )
     table = Table(
         "partition", "from", "to", "count", title=f"replay of {settings.deliveries_topic}"
@@ -148,6 +161,7 @@ def replay(
             settings.deliveries_topic,
             plans,
             advance=lambda n: progress.advance(task, n),
+            security=client_security(settings),
         )
     console.print(f"replayed {sent} records (ticks skipped); workers will process them in order")
 
@@ -165,6 +179,7 @@ def catch_up(
     inbox_id: str | None, nylas_grant: str | None, since: datetime | None, wait_s: float
 ) -> None:
     """List an inbox's messages after a time and answer the unanswered ones, once."""
+    from foundation.kafka import client_security
     from operations import catchup
 
     if (inbox_id is None) == (nylas_grant is None):
@@ -177,7 +192,9 @@ def catch_up(
     from rich.console import Console
     from rich.progress import Progress
 
-    ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
+    ledger = catchup.read_ledger(
+        settings.kafka_bootstrap, settings.ledger_topic, security=client_security(settings)
+    )
     start = since or catchup.last_answered(ledger, account)
     if start is None:
         raise click.ClickException(
@@ -212,10 +229,15 @@ def lag() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from foundation.kafka import consumer_lag
+    from foundation.kafka import client_security, consumer_lag
 
     settings = _settings()
-    rows = consumer_lag(settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic)
+    rows = consumer_lag(
+        settings.kafka_bootstrap,
+        settings.app_id,
+        settings.deliveries_topic,
+        security=client_security(settings),
+    )
     table = Table(
         "topic", "partition", "log end", "committed", "lag", title=f"group {settings.app_id}"
     )
@@ -237,11 +259,14 @@ def dead_letters_list() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from foundation.kafka import client_security
     from operations.replay import dead_letters as read
 
     settings = _settings()
     table = Table("id", "at", "key", "events", "reason", "state", title=settings.dead_letter_topic)
-    letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
+    letters = read(
+        settings.kafka_bootstrap, settings.dead_letter_topic, security=client_security(settings)
+    )
     for letter in letters:
         events = ", ".join(e.event_id for e in letter.envelopes)
         table.add_row(
@@ -260,11 +285,14 @@ def dead_letters_list() -> None:
 @click.argument("ids", nargs=-1, type=int)
 def dead_letters_retry(ids: tuple[int, ...]) -> None:
     """Send the open dead letters (or these ids) through the same reply-once path again."""
+    from foundation.kafka import client_security
     from operations.replay import dead_letters as read
     from operations.replay import retry_dead_letters
 
     settings = _settings()
-    letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
+    letters = read(
+        settings.kafka_bootstrap, settings.dead_letter_topic, security=client_security(settings)
+    )
     # no ids: the open letters; ids: those, retried before or not
     chosen = [letter for letter in letters if (letter.offset in ids if ids else letter.open)]
     missing = set(ids) - {letter.offset for letter in letters}
@@ -278,6 +306,7 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
         chosen,
         dead_letter_topic=settings.dead_letter_topic,
         mac_key=settings.envelope_mac_key,
+        security=client_security(settings),
     )
     click.echo(f"re-sent {sent} event(s) from {len(chosen)} dead letter(s) as a replay")
 

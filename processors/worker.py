@@ -26,6 +26,7 @@ import asyncio
 import hashlib
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from typing import Any
 import faust
 import structlog
 
-from foundation.kafka import Admin, replicated_config
+from foundation.kafka import Admin, client_security, replicated_config
 from foundation.settings import Settings
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
@@ -129,7 +130,28 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
         producer_acks=-1,
         producer_linger=settings.produce_linger_ms / 1000,
         stream_wait_empty=True,
+        broker_credentials=faust_credentials(settings),
     )
+
+
+def faust_credentials(settings: Settings) -> Any:
+    """The worker's aiokafka clients (faust's consumer and producer) connect as every
+    other client does (:func:`foundation.kafka.client_security`): faust's SASL or SSL
+    credentials, with an SSL context that trusts ONCEONLY_KAFKA_SSL_CA_FILE if it is set."""
+    protocol = settings.kafka_security_protocol
+    context = None
+    if protocol.endswith("SSL"):
+        ca = settings.kafka_ssl_ca_file
+        context = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+    if protocol.startswith("SASL_"):
+        password = settings.kafka_sasl_password
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=password.get_secret_value() if password is not None else None,
+            ssl_context=context,
+            mechanism=settings.kafka_sasl_mechanism,
+        )
+    return faust.SSLCredentials(context) if context is not None else None
 
 
 @dataclass(frozen=True)
@@ -245,7 +267,7 @@ def build_app(
     ``replication`` (default: ONCEONLY_REPLICATION_FACTOR, else decided from the number of
     brokers, as for onceonly's own topics) applies to the changelogs faust creates."""
     if replication is None:
-        admin = Admin(settings.kafka_bootstrap, **{"log_level": 2})
+        admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
         replication = admin.replication_for(settings.replication_factor)
     app = faust_app(settings, replication)
     parts = topology(app, settings, replication)
@@ -304,7 +326,12 @@ def _wire_lifecycle(
         app.task(webhook_health)  # once at start-up: timers first wait an interval
         app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
     pipeline.metrics.registry.register(
-        LagCollector(settings.kafka_bootstrap, settings.app_id, [settings.deliveries_topic])
+        LagCollector(
+            settings.kafka_bootstrap,
+            settings.app_id,
+            [settings.deliveries_topic],
+            client_security(settings),
+        )
     )
 
     async def metrics_page(web: Any, request: Any) -> Any:
@@ -329,10 +356,11 @@ async def render_metrics(registry: Any) -> bytes:
 
 def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:
     """Block until the broker answers: faust exits at once if it cannot bootstrap, so a
-    worker started during a broker outage would only crash-loop under its supervisor."""
-    admin = Admin(settings.kafka_bootstrap, **{"log_level": 2})
+    worker started during a broker outage would only crash-loop under its supervisor.
+    Refused credentials raise AuthenticationFailed at once: waiting would not help."""
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
     next_log = 0.0
-    while not admin.ping(2.0):
+    while not admin.ping(2.0, refused_raises=True):
         if time.monotonic() >= next_log:
             log.warning("waiting for the broker", bootstrap=settings.kafka_bootstrap)
             next_log = time.monotonic() + log_every_s

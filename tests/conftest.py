@@ -80,6 +80,27 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         cluster.stop()
 
 
+#: the SCRAM user of the session's SASL cluster
+SASL_USER = ("onceonly", "onceonly-test-secret")
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """``onceonly broker --nodes 3 --sasl``: the three-node cluster behind a SCRAM-SHA-256
+    listener, for the session; started only by the tests that ask for it."""
+    from devstack.cluster import LocalCluster, ScramUser
+    from devstack.ports import free_port
+
+    port = _free_run_of_ports(3, free_port)
+    user = ScramUser(*SASL_USER)
+    cluster = LocalCluster(tmp_path_factory.mktemp("sasl"), port=port, nodes=3, user=user)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def _free_run_of_ports(count: int, free_port: Callable[[], int]) -> int:
     """A port such that it and the ``count - 1`` after it are free right now."""
     from devstack.ports import port_is_free

@@ -17,7 +17,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from foundation.kafka._errors import adapter_error
 from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
-from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMismatch
+from foundation.kafka._security import AuthWatch
+from foundation.kafka.exceptions import (
+    AuthenticationFailed,
+    BrokerUnavailable,
+    KafkaAdapterError,
+    TopicMismatch,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +50,31 @@ class TopicStatus:
 class Admin:
     """The operations onceonly needs from a broker, with errors mapped to ours."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = 10.0, **extra: Any) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        timeout_s: float = 10.0,
+        security: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
-        self._client = AdminClient({"bootstrap.servers": bootstrap, **extra})
+        self._auth = AuthWatch()
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap, "error_cb": self._auth}
+        self._client = AdminClient({**config, **(security or {}), **extra})
+
+    def _metadata(self, timeout_s: float | None) -> Any:
+        """A metadata request; AuthenticationFailed if the credentials were refused, else
+        BrokerUnavailable if nobody answered."""
+        try:
+            return self._client.list_topics(timeout=timeout_s or self.timeout_s)
+        except KafkaException as exc:
+            self._auth.raise_if_refused(self._client, self.bootstrap)
+            raise BrokerUnavailable(
+                f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}; "
+                "start it with `onceonly broker` or fix ONCEONLY_KAFKA_BOOTSTRAP"
+            ) from exc
 
     def topic_partitions(
         self, timeout_s: float | None = None, *, led_only: bool = False
@@ -62,13 +89,7 @@ class Admin:
         self, timeout_s: float | None = None, led_only: bool = False
     ) -> dict[str, tuple[int, int]]:
         """Topic name to (partitions, fewest replicas of a partition); see topic_partitions."""
-        try:
-            metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
-        except KafkaException as exc:
-            raise BrokerUnavailable(
-                f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}; "
-                "start it with `onceonly broker` or fix ONCEONLY_KAFKA_BOOTSTRAP"
-            ) from exc
+        metadata = self._metadata(timeout_s)
         return {
             name: (
                 len(t.partitions),
@@ -87,18 +108,19 @@ class Admin:
 
     def broker_ids(self, timeout_s: float | None = None) -> set[int]:
         """The node ids of the brokers that answer a metadata request; raises BrokerUnavailable."""
-        try:
-            metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
-        except KafkaException as exc:
-            raise BrokerUnavailable(
-                f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}"
-            ) from exc
+        metadata = self._metadata(timeout_s)
         return {int(node) for node in metadata.brokers}
 
-    def ping(self, timeout_s: float = 2.0) -> bool:
+    def ping(self, timeout_s: float = 2.0, *, refused_raises: bool = False) -> bool:
+        """Whether the brokers answer. Refused credentials are False too, unless
+        ``refused_raises``: then AuthenticationFailed, since waiting will not help."""
         try:
             self.topic_partitions(timeout_s)
         except BrokerUnavailable:
+            return False
+        except AuthenticationFailed:
+            if refused_raises:
+                raise
             return False
         return True
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from foundation.kafka._security import AuthWatch, Security
 from foundation.kafka.exceptions import BrokerUnavailable
 
 
@@ -26,7 +27,12 @@ class PartitionLag:
 
 
 def consumer_lag(
-    bootstrap: str, group: str, topic: str, *, timeout_s: float = 5.0
+    bootstrap: str,
+    group: str,
+    topic: str,
+    *,
+    timeout_s: float = 5.0,
+    security: Security | None = None,
 ) -> list[PartitionLag]:
     """Per partition: the log end, the group's committed offset, and the difference.
 
@@ -34,8 +40,15 @@ def consumer_lag(
     group: the AdminClient's list_consumer_group_offsets can crash the process on a group
     the broker has not seen yet (confluent-kafka-python #1982).
     """
+    auth = AuthWatch()
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "error_cb": auth,
+            **(security or {}),
+        }
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
@@ -49,6 +62,7 @@ def consumer_lag(
             for tp in consumer.committed(wanted, timeout=timeout_s)
         }
     except (KafkaException, KeyError) as exc:
+        auth.raise_if_refused(consumer, bootstrap)
         raise BrokerUnavailable(
             f"could not read the lag of group {group} on {topic} at {bootstrap}: {exc}"
         ) from exc
