@@ -32,7 +32,7 @@ def local_stack(settings: Settings, echo: Echo) -> Iterator[None]:
         if settings.is_local_broker and not admin.ping(2.0):
             stack.enter_context(local_broker(settings, echo))
         for status in admin.ensure_topics(topic_specs(settings)):
-            echo(f"topic {status.name}: {status.partitions} partitions")
+            echo(f"topic {status.name}: {status.partitions} partitions, {status.replicas} replicas")
         stack.enter_context(worker_process(echo))
         yield
 

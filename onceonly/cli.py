@@ -85,7 +85,9 @@ def topics() -> None:
     admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
     for status in admin.ensure_topics(topic_specs(settings)):
         verb = "created" if status.created else "ok"
-        click.echo(f"{verb:8} {status.name} ({status.partitions} partitions)")
+        click.echo(
+            f"{verb:8} {status.name} ({status.partitions} partitions, {status.replicas} replicas)"
+        )
 
 
 @main.command()
