@@ -36,7 +36,7 @@ from typing import Any
 import faust
 import structlog
 
-from foundation.kafka import Admin, client_security, replicated_config
+from foundation.kafka import Admin, TopicSpec, client_security, replicated_config
 from foundation.settings import Settings
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
@@ -367,9 +367,27 @@ def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:
         time.sleep(1.0)
 
 
+def changelog_specs(settings: Settings) -> list[TopicSpec]:
+    """The changelogs faust would create for the events and holds tables, created first
+    (replicated and checked as onceonly's own topics): on a cluster, faust's assignor
+    reads metadata right after creating a topic, from a broker that may not list it yet,
+    and would then leave that table's partitions unassigned."""
+    return [
+        TopicSpec(
+            f"{settings.app_id}-{table}-changelog",
+            settings.partitions,
+            config={"cleanup.policy": "compact"},
+            replication=settings.replication_factor,
+        )
+        for table in ("events", "holds")
+    ]
+
+
 def run_worker(settings: Settings) -> None:
     """``onceonly worker``: one faust worker in the foreground, once the broker answers."""
     wait_for_broker(settings)
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+    admin.ensure_topics(changelog_specs(settings))
     offset = settings.clock_offset_s
     app, _ = build_app(settings, clock=(lambda: time.time() + offset) if offset else time.time)
     faust.Worker(app, loglevel=settings.log_level.lower()).execute_from_commandline()
