@@ -21,11 +21,13 @@ import weakref
 from pathlib import Path
 from string import Template
 from types import TracebackType
+from typing import Any
 
 from devstack.exceptions import OUTPUT_TAIL_LINES as _TAIL_LINES
 from devstack.exceptions import BrokerError
 from devstack.jars import OPS_KAFKA_DIR, kafka_classpath
 from devstack.jvm import (
+    check_arguments,
     find_java,
     java_options,
     new_cluster_id,
@@ -40,13 +42,6 @@ from foundation.settings import DEFAULT_BROKER_HEAP_MB, DEFAULT_KAFKA_PORT
 
 LOG4J2_CONFIG = OPS_KAFKA_DIR / "log4j2.properties"
 SERVER_PROPERTIES_TEMPLATE = OPS_KAFKA_DIR / "server.properties.template"
-
-MAX_HEAP_MB = 512
-MIN_HEAP_MB = 128
-_NODE_ID = 1
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 # --------------------------------------------------------------------------- the broker
@@ -69,7 +64,14 @@ class EmbeddedBroker:
 
         with EmbeddedBroker(tmp_path, port=free_port()) as broker:
             producer = Producer({"bootstrap.servers": broker.bootstrap})
+
+    A node of a local cluster (:mod:`devstack.cluster`) is a subclass that overrides the
+    class attributes and the ``_template_values`` / ``_cluster_id`` hooks.
     """
+
+    node_id = 1
+    dir_name = "broker"
+    template_path = SERVER_PROPERTIES_TEMPLATE
 
     def __init__(
         self,
@@ -80,21 +82,7 @@ class EmbeddedBroker:
         heap_mb: int = DEFAULT_BROKER_HEAP_MB,
         startup_timeout_s: float = 90.0,
     ) -> None:
-        if not MIN_HEAP_MB <= heap_mb <= MAX_HEAP_MB:
-            raise BrokerError(
-                f"broker heap of {heap_mb} MB is out of range: choose {MIN_HEAP_MB} to "
-                f"{MAX_HEAP_MB} MB (ONCEONLY_BROKER_HEAP_MB)"
-            )
-        if not 0 < port < 65536:
-            raise BrokerError(f"broker port {port} is not a TCP port: choose 1 to 65535")
-        if controller_port is not None and not 0 < controller_port < 65536:
-            raise BrokerError(
-                f"controller port {controller_port} is not a TCP port: choose 1 to 65535"
-            )
-        if controller_port == port:
-            raise BrokerError(
-                f"the broker and its controller cannot share port {port}: choose two ports"
-            )
+        check_arguments(heap_mb, port, controller_port)
         self.run_dir = Path(run_dir).resolve()
         self.port = port
         self.heap_mb = heap_mb
@@ -110,7 +98,7 @@ class EmbeddedBroker:
 
     @property
     def broker_dir(self) -> Path:
-        return self.run_dir / "broker"
+        return self.run_dir / self.dir_name
 
     @property
     def data_dir(self) -> Path:
@@ -242,20 +230,30 @@ class EmbeddedBroker:
 
     def _write_properties(self, controller_port: int) -> None:
         try:
-            template = Template(SERVER_PROPERTIES_TEMPLATE.read_text(encoding="utf-8"))
+            template = Template(self.template_path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise BrokerError(
                 f"cannot read the broker's configuration template "
-                f"{SERVER_PROPERTIES_TEMPLATE}: {exc}; run onceonly from a checkout of the "
+                f"{self.template_path}: {exc}; run onceonly from a checkout of the "
                 "repository"
             ) from exc
-        text = template.substitute(
-            port=self.port,
-            controller_port=controller_port,
-            # java.util.Properties treats a backslash as an escape.
-            data_dir=str(self.data_dir).replace("\\", "\\\\"),
-        )
+        text = template.substitute(self._template_values(controller_port))
         self.properties_path.write_text(text, encoding="utf-8")
+
+    def _template_values(self, controller_port: int) -> dict[str, object]:
+        return {
+            "port": self.port,
+            "controller_port": controller_port,
+            # java.util.Properties treats a backslash as an escape.
+            "data_dir": str(self.data_dir).replace("\\", "\\\\"),
+        }
+
+    def _cluster_id(self) -> str:
+        return new_cluster_id()
+
+    def _format_options(self) -> list[str]:
+        """Extra ``kafka-storage format`` arguments (a cluster node adds SCRAM users)."""
+        return []
 
     def _java_options(self) -> list[str]:
         return java_options(self.heap_mb, LOG4J2_CONFIG, self.logs_dir)
@@ -275,8 +273,9 @@ class EmbeddedBroker:
             "--config",
             str(self.properties_path),
             "--cluster-id",
-            new_cluster_id(),
+            self._cluster_id(),
             "--ignore-formatted",
+            *self._format_options(),
         ]
         try:
             result = subprocess.run(
@@ -344,17 +343,20 @@ class EmbeddedBroker:
             time.sleep(0.2)
 
     def _answers_metadata(self, timeout_s: float) -> bool:
-        admin = Admin(
-            self.bootstrap,
-            **{
-                "socket.connection.setup.timeout.ms": 2000,
-                "log_level": 2,  # only critical librdkafka messages while the broker boots
-            },
-        )
+        config: dict[str, Any] = {
+            "socket.connection.setup.timeout.ms": 2000,
+            "log_level": 2,  # only critical librdkafka messages while the broker boots
+            **self.client_config(),
+        }
+        admin = Admin(self.bootstrap, **config)
         try:
-            return _NODE_ID in admin.broker_ids(max(timeout_s, 0.5))
+            return self.node_id in admin.broker_ids(max(timeout_s, 0.5))
         except BrokerUnavailable:
             return False
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings a client needs besides the bootstrap (SASL on a cluster node)."""
+        return {}
 
     def _early_exit_message(self, code: int) -> str:
         output = "\n".join(self._stderr_tail) or tail(self.log_path)
@@ -393,6 +395,3 @@ class EmbeddedBroker:
                     self.pid_path.unlink()
         self._process = None
         _running.discard(self)
-
-
-# --------------------------------------------------------------------------- CLI entry

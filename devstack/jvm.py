@@ -93,3 +93,24 @@ def java_options(heap_mb: int, log4j2_config: Path, logs_dir: Path) -> list[str]
         f"-Dlog4j2.configurationFile={log4j2_config}",
         f"-Donceonly.broker.logs.dir={logs_dir}",
     ]
+
+
+MAX_HEAP_MB = 512
+MIN_HEAP_MB = 128
+
+
+def check_arguments(heap_mb: int, port: int, controller_port: int | None) -> None:
+    """Refuse a heap out of range, a port that is not a TCP port, or one port for two roles."""
+    if not MIN_HEAP_MB <= heap_mb <= MAX_HEAP_MB:
+        raise BrokerError(
+            f"broker heap of {heap_mb} MB is out of range: choose {MIN_HEAP_MB} to "
+            f"{MAX_HEAP_MB} MB (ONCEONLY_BROKER_HEAP_MB)"
+        )
+    if not 0 < port < 65536:
+        raise BrokerError(f"broker port {port} is not a TCP port: choose 1 to 65535")
+    if controller_port is not None and not 0 < controller_port < 65536:
+        raise BrokerError(f"controller port {controller_port} is not a TCP port: choose 1 to 65535")
+    if controller_port == port:
+        raise BrokerError(
+            f"the broker and its controller cannot share port {port}: choose two ports"
+        )

@@ -10,10 +10,10 @@ import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from devstack.broker import EmbeddedBroker
-from foundation.kafka import Admin
+from foundation.kafka import Admin, client_security
 from foundation.settings import Settings
 from foundation.topics import topic_specs
 
@@ -28,11 +28,11 @@ def port_of(bootstrap: str) -> int:
 def local_stack(settings: Settings, echo: Echo) -> Iterator[None]:
     """A broker (if the bootstrap is local and nothing answers), the topics, one worker."""
     with contextlib.ExitStack() as stack:
-        admin = Admin(settings.kafka_bootstrap)
+        admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
         if settings.is_local_broker and not admin.ping(2.0):
             stack.enter_context(local_broker(settings, echo))
         for status in admin.ensure_topics(topic_specs(settings)):
-            echo(f"topic {status.name}: {status.partitions} partitions")
+            echo(f"topic {status.name}: {status.partitions} partitions, {status.replicas} replicas")
         stack.enter_context(worker_process(echo))
         yield
 
@@ -83,10 +83,23 @@ def run_until_signal(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(runner())
 
 
-def run_foreground(run_dir: Path, port: int, heap_mb: int) -> int:
-    """``onceonly broker``: run a broker until SIGINT or SIGTERM, then stop it cleanly.
+class ForegroundBroker(Protocol):
+    """An :class:`EmbeddedBroker` or a :class:`devstack.cluster.LocalCluster`."""
 
-    Returns 0 after a requested stop, 1 if the broker died on its own."""
+    @property
+    def log_path(self) -> Path: ...
+    def start(self) -> str: ...
+    def stop(self, timeout_s: float = 30.0) -> None: ...
+    def is_running(self) -> bool: ...
+
+
+def single_broker(run_dir: Path, port: int, heap_mb: int) -> EmbeddedBroker:
+    return EmbeddedBroker(run_dir, port=port, heap_mb=heap_mb)
+
+
+def run_foreground(broker: ForegroundBroker) -> int:
+    """``onceonly broker``: run a broker (or a cluster) until SIGINT or SIGTERM, then stop
+    it cleanly. Returns 0 after a requested stop, 1 if a broker died on its own."""
     stop_requested = threading.Event()
 
     def _request_stop(signum: int, frame: object) -> None:
@@ -95,7 +108,6 @@ def run_foreground(run_dir: Path, port: int, heap_mb: int) -> int:
     previous = {
         signum: signal.signal(signum, _request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
     }
-    broker = EmbeddedBroker(run_dir, port=port, heap_mb=heap_mb)
     try:
         bootstrap = broker.start()
         print(f"kafka broker ready at {bootstrap}", flush=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from foundation.errors import ConfigError
@@ -58,7 +58,8 @@ class Settings(BaseSettings):
     # --- Kafka -----------------------------------------------------------
     kafka_bootstrap: str = f"127.0.0.1:{DEFAULT_KAFKA_PORT}"
     partitions: int = Field(default=8, ge=1)
-    replication_factor: int = Field(default=1, ge=1)
+    #: replicas of onceonly's topics and faust's changelogs; None: 3 on 3+ brokers, else 1
+    replication_factor: int | None = Field(default=None, ge=1)
     deliveries_topic: str = DEFAULT_TOPICS["deliveries"]
     ledger_topic: str = DEFAULT_TOPICS["ledger"]
     dead_letter_topic: str = DEFAULT_TOPICS["dead_letters"]
@@ -67,6 +68,12 @@ class Settings(BaseSettings):
     decisions_retention: timedelta = timedelta(days=7)
     produce_timeout_ms: int = Field(default=5000, ge=100)
     produce_linger_ms: int = Field(default=5, ge=0, le=1000)
+    #: how every client connects (see foundation/kafka/_security.py)
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-256"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_ca_file: Path | None = None
     #: with it set, every envelope written carries its HMAC and the worker dead-letters
     #: a record without a valid one (a forged or corrupted record never reaches a writer)
     envelope_secret: SecretStr | None = None
@@ -174,6 +181,17 @@ class Settings(BaseSettings):
     @classmethod
     def _auto_processes(cls, value: object) -> object:
         return usable_cores() if str(value).strip().lower() == "auto" else value
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> Settings:
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                f"ONCEONLY_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                "ONCEONLY_KAFKA_SASL_USERNAME and ONCEONLY_KAFKA_SASL_PASSWORD"
+            )
+        return self
 
     @field_validator("log_level")
     @classmethod

@@ -31,7 +31,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import SecretStr
 
-from foundation.kafka import Admin, AsyncProducer, ProduceFailed
+from foundation.kafka import Admin, AsyncProducer, ProduceFailed, client_security
 from foundation.settings import Settings
 from ingest import limits, normalise, verify
 from ingest.exceptions import PayloadError, VerificationError
@@ -333,7 +333,8 @@ async def serve(
 
     producer = AsyncProducer(producer_config_from(settings))
     shared = one_of / "metrics" if one_of is not None else None
-    ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap), shared_metrics=shared)
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+    ingest = Ingest(settings, producer, admin, shared_metrics=shared)
     for name in ("agentmail", "nylas", "stripe", "github"):
         if name not in ingest.providers:
             log.warning(

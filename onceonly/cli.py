@@ -11,17 +11,16 @@ import click
 import structlog
 
 from foundation.errors import ConfigError, OnceOnlyError
-from foundation.logs import configure_logging
 from foundation.settings import Settings
 from onceonly.send import send
+from onceonly.startup import settings_from_env
+from onceonly.up import up
 
 log = structlog.get_logger("onceonly")
 
 
 def _settings() -> Settings:
-    settings = Settings.from_env()
-    configure_logging(settings.log_level, json=settings.log_json)
-    return settings
+    return settings_from_env()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,14 +34,28 @@ def main() -> None:
 
 @main.command()
 @click.option("--fetch-only", is_flag=True, help="Fetch the Kafka jars with Maven, then exit.")
-def broker(fetch_only: bool) -> None:
-    """Run a single-node Kafka (KRaft) broker in the foreground, from the official jars."""
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 5),
+    default=1,
+    show_default=True,
+    help="Nodes (broker + controller, one JVM each) on the bootstrap port and the ports after it.",
+)
+@click.option(
+    "--sasl",
+    is_flag=True,
+    help="Clients and brokers speak SASL_PLAINTEXT with SCRAM: the user is "
+    "ONCEONLY_KAFKA_SASL_USERNAME / _PASSWORD, created when the storage is formatted.",
+)
+def broker(fetch_only: bool, nodes: int, sasl: bool) -> None:
+    """Run a local Kafka (KRaft) broker or cluster in the foreground, from the official jars."""
     from devstack.jars import kafka_classpath
-    from devstack.up import port_of, run_foreground
+    from devstack.up import port_of, run_foreground, single_broker
 
     settings = _settings()
+    run_dir = settings.run_dir.resolve()
     if fetch_only:
-        classpath = kafka_classpath(settings.run_dir.resolve())
+        classpath = kafka_classpath(run_dir)
         click.echo(f"kafka jars ready ({classpath.count(':') + 1} on the classpath)")
         return
     if not settings.is_local_broker:
@@ -50,23 +63,32 @@ def broker(fetch_only: bool) -> None:
             f"ONCEONLY_KAFKA_BOOTSTRAP={settings.kafka_bootstrap} names an external cluster; "
             "nothing local is started"
         )
-    sys.exit(
-        run_foreground(
-            settings.run_dir.resolve(), port_of(settings.kafka_bootstrap), settings.broker_heap_mb
-        )
-    )
+    port = port_of(settings.kafka_bootstrap)
+    if sasl and nodes == 1:
+        raise click.UsageError("--sasl runs a cluster: give --nodes 3")
+    if nodes == 1:
+        sys.exit(run_foreground(single_broker(run_dir, port, settings.broker_heap_mb)))
+    from devstack.cluster import CLUSTER_HEAP_MB, LocalCluster, scram_user
+
+    heap_mb = min(settings.broker_heap_mb, CLUSTER_HEAP_MB)
+    user = scram_user(settings) if sasl else None
+    cluster = LocalCluster(run_dir, port=port, nodes=nodes, heap_mb=heap_mb, user=user)
+    sys.exit(run_foreground(cluster))
 
 
 @main.command()
 def topics() -> None:
     """Create the topics onceonly needs; fail on a topic with the wrong shape."""
-    from foundation.kafka import Admin
+    from foundation.kafka import Admin, client_security
     from foundation.topics import topic_specs
 
     settings = _settings()
-    for status in Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings)):
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+    for status in admin.ensure_topics(topic_specs(settings)):
         verb = "created" if status.created else "ok"
-        click.echo(f"{verb:8} {status.name} ({status.partitions} partitions)")
+        click.echo(
+            f"{verb:8} {status.name} ({status.partitions} partitions, {status.replicas} replicas)"
+        )
 
 
 @main.command()
@@ -123,6 +145,7 @@ def replay(
     from rich.progress import Progress
     from rich.table import Table
 
+    from foundation.kafka import client_security
     from operations import replay as replays
 
     settings = _settings()
@@ -134,6 +157,7 @@ def replay(
         from_offset=from_offset,
         from_time=from_time,
         partition=partition,
+        security=client_security(settings),
     )
     table = Table(
         "partition", "from", "to", "count", title=f"replay of {settings.deliveries_topic}"
@@ -154,6 +178,7 @@ def replay(
             settings.deliveries_topic,
             plans,
             advance=lambda n: progress.advance(task, n),
+            security=client_security(settings),
         )
     console.print(f"replayed {sent} records (ticks skipped); workers will process them in order")
 
@@ -171,6 +196,7 @@ def catch_up(
     inbox_id: str | None, nylas_grant: str | None, since: datetime | None, wait_s: float
 ) -> None:
     """List an inbox's messages after a time and answer the unanswered ones, once."""
+    from foundation.kafka import client_security
     from operations import catchup
 
     if (inbox_id is None) == (nylas_grant is None):
@@ -183,7 +209,9 @@ def catch_up(
     from rich.console import Console
     from rich.progress import Progress
 
-    ledger = catchup.read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
+    ledger = catchup.read_ledger(
+        settings.kafka_bootstrap, settings.ledger_topic, security=client_security(settings)
+    )
     start = since or catchup.last_answered(ledger, account)
     if start is None:
         raise click.ClickException(
@@ -218,10 +246,15 @@ def lag() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from foundation.kafka import consumer_lag
+    from foundation.kafka import client_security, consumer_lag
 
     settings = _settings()
-    rows = consumer_lag(settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic)
+    rows = consumer_lag(
+        settings.kafka_bootstrap,
+        settings.app_id,
+        settings.deliveries_topic,
+        security=client_security(settings),
+    )
     table = Table(
         "topic", "partition", "log end", "committed", "lag", title=f"group {settings.app_id}"
     )
@@ -274,11 +307,14 @@ def dead_letters_list() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from foundation.kafka import client_security
     from operations.replay import dead_letters as read
 
     settings = _settings()
     table = Table("id", "at", "key", "events", "reason", "state", title=settings.dead_letter_topic)
-    letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
+    letters = read(
+        settings.kafka_bootstrap, settings.dead_letter_topic, security=client_security(settings)
+    )
     for letter in letters:
         events = ", ".join(e.event_id for e in letter.envelopes)
         table.add_row(
@@ -297,11 +333,14 @@ def dead_letters_list() -> None:
 @click.argument("ids", nargs=-1, type=int)
 def dead_letters_retry(ids: tuple[int, ...]) -> None:
     """Send the open dead letters (or these ids) through the same reply-once path again."""
+    from foundation.kafka import client_security
     from operations.replay import dead_letters as read
     from operations.replay import retry_dead_letters
 
     settings = _settings()
-    letters = read(settings.kafka_bootstrap, settings.dead_letter_topic)
+    letters = read(
+        settings.kafka_bootstrap, settings.dead_letter_topic, security=client_security(settings)
+    )
     # no ids: the open letters; ids: those, retried before or not
     chosen = [letter for letter in letters if (letter.offset in ids if ids else letter.open)]
     missing = set(ids) - {letter.offset for letter in letters}
@@ -315,63 +354,13 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
         chosen,
         dead_letter_topic=settings.dead_letter_topic,
         mac_key=settings.envelope_mac_key,
+        security=client_security(settings),
     )
     click.echo(f"re-sent {sent} event(s) from {len(chosen)} dead letter(s) as a replay")
 
 
-@main.command()
-def up() -> None:
-    """Everything for a local stack: broker (if local), topics, worker, ingest. Ctrl-C stops all."""
-    from devstack.dev_secret import (
-        FILE_NAME,
-        VARIABLE,
-        ensure_dev_secret,
-        has_any_secret,
-        with_dev_secret,
-    )
-    from devstack.up import local_stack, run_until_signal
-    from ingest.app import serve
-
-    settings = _settings()
-    dev_secret = None
-    if not has_any_secret(settings):  # a first run: make a secret so a first event works
-        dev_secret = ensure_dev_secret(settings.run_dir)
-        settings = with_dev_secret(settings, dev_secret)
-    with local_stack(settings, click.echo):
-
-        def announce(url: str) -> None:
-            click.echo("")
-            click.echo(f"kafka      {settings.kafka_bootstrap}")
-            if dev_secret is not None:
-                click.echo(
-                    f"secret     {VARIABLE}={dev_secret} (a development secret, kept in "
-                    f"{settings.run_dir / FILE_NAME}; set a secret of your own to replace it)"
-                )
-                click.echo("try        onceonly send   (signs and posts a sample AgentMail event)")
-            for route in ("agentmail", "nylas", "stripe", "github", "standard/<source>"):
-                click.echo(f"webhook    POST {url}/webhooks/{route}")
-            click.echo(f"metrics    {url}/metrics (ingest)")
-            worker_url = f"http://{settings.worker_host}:{settings.worker_port}"
-            click.echo(f"metrics    {worker_url}/metrics (worker)")
-            writable = "" if settings.ops_token else ", read-only: no ONCEONLY_OPS_TOKEN"
-            click.echo(f"operator   {worker_url}/ops (worker{writable})")
-            if settings.agentmail_api_key is None:
-                click.echo(
-                    "mail       dry run: no AGENTMAIL_API_KEY, replies are recorded in "
-                    f"{settings.run_dir}/dry-run-outbox.jsonl"
-                )
-            click.echo(f"health     {url}/healthz  {url}/readyz")
-            click.echo("Ctrl-C stops everything.")
-
-        if settings.ingest_processes > 1:
-            from ingest.processes import run_processes
-
-            run_processes(settings, ready=announce)
-        else:
-            run_until_signal(serve(settings, ready=announce))
-
-
 main.add_command(send)
+main.add_command(up)
 
 
 def run() -> None:

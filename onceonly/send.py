@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from foundation.settings import Settings
+from onceonly.startup import settings_from_env
 
 
 def signing_secrets(settings: Settings) -> dict[str, str]:
@@ -68,12 +69,11 @@ def send(
     By default: an AgentMail message.received delivered COUNT times, out of order with a
     newer message of the same thread sent first.
     """
-    from onceonly.cli import _settings
     from operations.catchup import read_ledger
     from operations.outcomes import Sent, outcomes, wait_for_replies, wait_for_verdicts
     from testkit.samples import SampleError, post_all, samples, secret_for
 
-    settings = _settings()
+    settings = settings_from_env()
     base = url or f"http://{settings.ingest_host}:{settings.ingest_port}"
     try:
         secret = secret_for(provider, signing_secrets(settings))

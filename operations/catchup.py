@@ -21,6 +21,7 @@ from typing import Any
 from agentmail import AsyncAgentMail
 
 from foundation.errors import ConfigError
+from foundation.kafka import client_security
 from foundation.settings import Settings
 from ingest import normalise
 from processors.agentmail.listing import is_answerable, list_messages
@@ -109,13 +110,15 @@ async def catch_up(
     return summary
 
 
-def read_ledger(bootstrap: str, topic: str) -> dict[str, ReplyRecord]:
+def read_ledger(
+    bootstrap: str, topic: str, security: Mapping[str, str] | None = None
+) -> dict[str, ReplyRecord]:
     """The compacted reply ledger as a dict (the latest record per key; effects left out)."""
     from foundation.kafka import read_to_end
     from schemas.exceptions import SchemaError
 
     out: dict[str, ReplyRecord] = {}
-    for msg in read_to_end(bootstrap, topic):
+    for msg in read_to_end(bootstrap, topic, security=dict(security or {})):
         key = (msg.key() or b"").decode()
         if msg.value() is None:
             out.pop(key, None)
@@ -264,7 +267,9 @@ def wait_for_answers(settings: Settings, summary: Summary, wait_s: float) -> int
     deadline = time.monotonic() + wait_s
     answered = 0
     while summary.fed:
-        current = read_ledger(settings.kafka_bootstrap, settings.ledger_topic)
+        current = read_ledger(
+            settings.kafka_bootstrap, settings.ledger_topic, client_security(settings)
+        )
         answered = summary.answered(current)
         if answered >= len(summary.fed) or time.monotonic() > deadline:
             break

@@ -19,6 +19,7 @@ from typing import Any
 from foundation.errors import OnceOnlyError
 from foundation.kafka import (
     KafkaAdapterError,
+    Security,
     TopicMissing,
     TopicRange,
     producer_config,
@@ -44,13 +45,19 @@ def plan(
     from_offset: int | None = None,
     from_time: datetime | None = None,
     partition: int | None = None,
+    security: Security | None = None,
 ) -> list[PartitionPlan]:
     """Per partition: from where (the offset, or the first record at or after the time)."""
     if (from_offset is None) == (from_time is None):
         raise ReplayError("give exactly one of --from-offset and --from-time")
     try:
         return ranges(
-            bootstrap, topic, from_offset=from_offset, from_time=from_time, partition=partition
+            bootstrap,
+            topic,
+            from_offset=from_offset,
+            from_time=from_time,
+            partition=partition,
+            security=security,
         )
     except TopicMissing as exc:
         raise ReplayError(f"{exc} (ONCEONLY_DELIVERIES_TOPIC, --partition)") from exc
@@ -58,16 +65,19 @@ def plan(
         raise ReplayError(str(exc)) from exc
 
 
-def records(bootstrap: str, topic: str, plans: list[PartitionPlan]) -> Iterator[Any]:
+def records(
+    bootstrap: str, topic: str, plans: list[PartitionPlan], security: Security | None = None
+) -> Iterator[Any]:
     """The records of the planned ranges, partition by partition (confluent Messages)."""
     try:
-        yield from read(bootstrap, topic, plans)
+        yield from read(bootstrap, topic, plans, security=security)
     except KafkaAdapterError as exc:
         raise ReplayError(str(exc)) from exc
 
 
-def _producer(bootstrap: str) -> Any:
-    return sync_producer(producer_config(bootstrap, timeout_ms=30_000, max_record_bytes=8 << 20))
+def _producer(bootstrap: str, security: Security | None) -> Any:
+    config = producer_config(bootstrap, timeout_ms=30_000, max_record_bytes=8 << 20)
+    return sync_producer({**config, **(security or {})})
 
 
 def replay(
@@ -76,10 +86,11 @@ def replay(
     plans: list[PartitionPlan],
     *,
     advance: Callable[[int], None] = lambda n: None,
+    security: Security | None = None,
 ) -> int:
     """Produce the planned records again with the replay header; return how many."""
     replay_id = uuid.uuid4().hex.encode()
-    producer = _producer(bootstrap)
+    producer = _producer(bootstrap, security)
     failures: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -87,7 +98,7 @@ def replay(
             failures.append(str(err))
 
     sent = 0
-    for msg in records(bootstrap, topic, plans):
+    for msg in records(bootstrap, topic, plans, security):
         headers = [(k, v) for k, v in (msg.headers() or []) if k != REPLAY_HEADER]
         advance(1)
         if any(k == TICK_HEADER for k, _ in headers):
@@ -147,9 +158,10 @@ def letters_with_outcomes(records: list[tuple[int, dict[str, Any]]]) -> list[Dea
     ]
 
 
-def dead_letters(bootstrap: str, topic: str) -> list[DeadLetter]:
+def dead_letters(bootstrap: str, topic: str, security: Security | None = None) -> list[DeadLetter]:
     """Every letter of the dead-letter topic, with its latest retry."""
-    found = records(bootstrap, topic, plan(bootstrap, topic, from_offset=0))
+    wanted = plan(bootstrap, topic, from_offset=0, security=security)
+    found = records(bootstrap, topic, wanted, security)
     return letters_with_outcomes([(int(msg.offset()), json.loads(msg.value())) for msg in found])
 
 
@@ -160,11 +172,12 @@ def retry_dead_letters(
     *,
     dead_letter_topic: str | None = None,
     mac_key: bytes | None = None,
+    security: Security | None = None,
 ) -> int:
     """Send the dead letters' envelopes through the pipeline again, as a replay; then note
     on the dead-letter topic which letters were sent, so a later retry of all takes only
     the open ones."""
-    producer = _producer(bootstrap)
+    producer = _producer(bootstrap, security)
     replay_id = uuid.uuid4().hex.encode()
     sent = 0
     for letter in letters:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -92,8 +92,15 @@ class WorkerMetrics:
 class LagCollector(Collector):
     """``onceonly_consumer_lag{topic, partition}``, read from the broker at scrape time."""
 
-    def __init__(self, bootstrap: str, group: str, topics: Iterable[str]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topics: Iterable[str],
+        security: Mapping[str, str] | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
+        self.security = dict(security or {})
         self.group = group
         self.topics = list(topics)
 
@@ -105,7 +112,9 @@ class LagCollector(Collector):
         )
         for topic in self.topics:
             try:
-                for row in consumer_lag(self.bootstrap, self.group, topic, timeout_s=2.0):
+                for row in consumer_lag(
+                    self.bootstrap, self.group, topic, timeout_s=2.0, security=self.security
+                ):
                     gauge.add_metric([row.topic, str(row.partition)], row.lag)
             except BrokerUnavailable as exc:
                 log.warning("consumer lag not available", error=str(exc))

@@ -23,20 +23,17 @@ in that partition's order and queues a release on each due thread's lane.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import faust
 import structlog
 from aiohttp import web
 
-from foundation.kafka import Admin
+from foundation.kafka import Admin, TopicSpec, client_security
 from foundation.settings import Settings
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
@@ -44,6 +41,7 @@ from processors.agentmail.sender import AgentMailSender
 from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
 from processors.decisions import Decisions
+from processors.faust_app import Topology, faust_app, topology
 from processors.health import WebhookHealth, check_webhook
 from processors.holds import Holds
 from processors.lanes import Lanes
@@ -54,7 +52,7 @@ from processors.pipeline import Pipeline
 from processors.progress import Worker, log_recovery, wire_progress
 from processors.reply import ReplyWriter
 from processors.sweep import Sweeper
-from processors.tables import TableLedger, rocks_options
+from processors.tables import TableLedger
 from processors.writer import load_callable, load_writer
 
 log = structlog.get_logger("onceonly.worker")
@@ -101,84 +99,6 @@ def _mail_sender(settings: Settings) -> Any:
         key.get_secret_value(),
         base_url=settings.agentmail_base_url,
         timeout_s=settings.send_timeout_s,
-    )
-
-
-def worker_id(settings: Settings, host: str | None = None) -> str:
-    """The worker's static group membership id: ``ONCEONLY_WORKER_ID``, or one made of the
-    host name, the data directory and the web port, so a restarted worker (same host, same
-    state, same address) takes its partitions back at once instead of waiting out a
-    rebalance. The port is part of it: faust's assignor refuses a static member's old
-    assignment when the member's web address has changed."""
-    if settings.worker_id:
-        return settings.worker_id
-    where = f"{Path(settings.data_dir).resolve()}\n{settings.worker_port}"
-    digest = hashlib.sha256(where.encode()).hexdigest()[:10]
-    return f"{host or socket.gethostname()}-{digest}"
-
-
-def faust_app(settings: Settings) -> faust.App:
-    """The faust App: RocksDB tables, static membership if ONCEONLY_WORKER_ID is set."""
-    return faust.App(
-        settings.app_id,
-        broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
-        store="rocksdb://",
-        datadir=str(settings.data_dir),
-        web_enabled=True,
-        # faust's own views can show table contents (email text): serve only /metrics
-        # and the pages given to build_app (the operator page)
-        web_router_enabled=False,
-        web_tables_enabled=False,
-        web_graph_enabled=False,
-        web_stats_enabled=False,
-        web_metrics_enabled=False,
-        web_host=settings.worker_host,
-        web_port=settings.worker_port,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
-        autodiscover=False,
-        worker_redirect_stdouts=False,
-        consumer_group_instance_id=worker_id(settings),
-        broker_session_timeout=10,
-        broker_heartbeat_interval=1,
-        producer_max_request_size=settings.record_max_bytes,
-        producer_acks=-1,
-        producer_linger=settings.produce_linger_ms / 1000,
-        stream_wait_empty=True,
-    )
-
-
-@dataclass(frozen=True)
-class Topology:
-    """The worker's topics and tables (raw bytes everywhere)."""
-
-    deliveries: Any
-    dead_letters: Any
-    decisions: Any
-    events: Any
-    holds: Any
-    replies: Any
-
-
-def topology(app: faust.App, settings: Settings) -> Topology:
-    types: dict[str, Any] = {"key_type": bytes, "value_type": bytes}  # bytes: raw codec
-    raw: dict[str, Any] = {**types, "key_serializer": "raw", "value_serializer": "raw"}
-    partitions = settings.partitions
-
-    def table(name: str, scale: float, **extra: Any) -> Any:
-        options = rocks_options(settings, scale)
-        return app.Table(
-            name, default=None, partitions=partitions, options=options, **types, **extra
-        )
-
-    ledger = app.topic(settings.ledger_topic, partitions=partitions, compacting=True, **raw)
-    return Topology(
-        deliveries=app.topic(settings.deliveries_topic, partitions=partitions, **raw),
-        dead_letters=app.topic(settings.dead_letter_topic, partitions=1, **raw),
-        decisions=app.topic(settings.decisions_topic, partitions=partitions, **raw),
-        events=table("events", 1.0),
-        holds=table("holds", 0.25),
-        replies=table("replies", 0.5, changelog_topic=ledger),
     )
 
 
@@ -251,12 +171,18 @@ def build_app(
     clock: Clock = time.time,
     tick_interval_s: float | None = None,
     pages: Pages | None = None,
+    replication: int | None = None,
 ) -> tuple[faust.App, Pipeline]:
     """A worker app for these settings. Nothing runs until a faust Worker starts it.
 
-    ``pages`` adds routes to the worker's web port beside ``/metrics``."""
-    app = faust_app(settings)
-    parts = topology(app, settings)
+    ``pages`` adds routes to the worker's web port beside ``/metrics``. ``replication``
+    (default: ONCEONLY_REPLICATION_FACTOR, else decided from the number of brokers, as for
+    onceonly's own topics) applies to the changelogs faust creates."""
+    if replication is None:
+        admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+        replication = admin.replication_for(settings.replication_factor)
+    app = faust_app(settings, replication)
+    parts = topology(app, settings, replication)
     sender = sender if sender is not None else _mail_sender(settings)
     pipeline = _pipeline(app, settings, parts, sender, writer, clock)
     lanes = pipeline.lanes
@@ -324,7 +250,12 @@ def _wire_lifecycle(
         app.task(webhook_health)  # once at start-up: timers first wait an interval
         app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
     pipeline.metrics.registry.register(
-        LagCollector(settings.kafka_bootstrap, settings.app_id, [settings.deliveries_topic])
+        LagCollector(
+            settings.kafka_bootstrap,
+            settings.app_id,
+            [settings.deliveries_topic],
+            client_security(settings),
+        )
     )
 
     async def metrics_page(web: Any, request: Any) -> Any:
@@ -349,20 +280,39 @@ async def render_metrics(registry: Any) -> bytes:
 
 def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:
     """Block until the broker answers: faust exits at once if it cannot bootstrap, so a
-    worker started during a broker outage would only crash-loop under its supervisor."""
-    admin = Admin(settings.kafka_bootstrap, **{"log_level": 2})
+    worker started during a broker outage would only crash-loop under its supervisor.
+    Refused credentials raise AuthenticationFailed at once: waiting would not help."""
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
     next_log = 0.0
-    while not admin.ping(2.0):
+    while not admin.ping(2.0, refused_raises=True):
         if time.monotonic() >= next_log:
             log.warning("waiting for the broker", bootstrap=settings.kafka_bootstrap)
             next_log = time.monotonic() + log_every_s
         time.sleep(1.0)
 
 
+def changelog_specs(settings: Settings) -> list[TopicSpec]:
+    """The changelogs faust would create for the events and holds tables, created first
+    (replicated and checked as onceonly's own topics): on a cluster, faust's assignor
+    reads metadata right after creating a topic, from a broker that may not list it yet,
+    and would then leave that table's partitions unassigned."""
+    return [
+        TopicSpec(
+            f"{settings.app_id}-{table}-changelog",
+            settings.partitions,
+            config={"cleanup.policy": "compact"},
+            replication=settings.replication_factor,
+        )
+        for table in ("events", "holds")
+    ]
+
+
 def run_worker(settings: Settings, pages: Pages | None = None) -> None:
     """``onceonly worker``: one faust worker in the foreground, once the broker answers;
     ``pages`` are served on its web port (the command passes the operator page)."""
     wait_for_broker(settings)
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+    admin.ensure_topics(changelog_specs(settings))
     offset = settings.clock_offset_s
     clock = (lambda: time.time() + offset) if offset else time.time
     app, _ = build_app(settings, clock=clock, pages=pages)

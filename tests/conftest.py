@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -24,6 +24,9 @@ from foundation.kafka import (
 )
 from foundation.settings import Settings
 from foundation.topics import topic_specs
+
+if TYPE_CHECKING:
+    from devstack.cluster import LocalCluster
 
 
 def _docker_answers() -> bool:
@@ -58,6 +61,54 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local three-node KRaft cluster (``onceonly broker --nodes 3``) for the session,
+    started only by the tests that ask for it: three JVMs are heavy on a small machine.
+    A test that kills a node restarts it (``cluster.node(n).start()``) before it ends."""
+    from devstack.cluster import LocalCluster
+    from devstack.ports import free_port
+
+    port = _free_run_of_ports(3, free_port)
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), port=port, nodes=3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+#: the SCRAM user of the session's SASL cluster
+SASL_USER = ("onceonly", "onceonly-test-secret")
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """``onceonly broker --nodes 3 --sasl``: the three-node cluster behind a SCRAM-SHA-256
+    listener, for the session; started only by the tests that ask for it."""
+    from devstack.cluster import LocalCluster, ScramUser
+    from devstack.ports import free_port
+
+    port = _free_run_of_ports(3, free_port)
+    user = ScramUser(*SASL_USER)
+    cluster = LocalCluster(tmp_path_factory.mktemp("sasl"), port=port, nodes=3, user=user)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _free_run_of_ports(count: int, free_port: Callable[[], int]) -> int:
+    """A port such that it and the ``count - 1`` after it are free right now."""
+    from devstack.ports import port_is_free
+
+    while True:
+        first = free_port()
+        if first + count <= 65535 and all(port_is_free(first + n) for n in range(count)):
+            return first
 
 
 @pytest.fixture

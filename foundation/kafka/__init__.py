@@ -12,7 +12,10 @@ from foundation.kafka._producer import (
     sync_producer,
 )
 from foundation.kafka._reader import TopicRange, ranges, read, read_to_end
+from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
+from foundation.kafka._security import Security, client_security
 from foundation.kafka.exceptions import (
+    AuthenticationFailed,
     BrokerUnavailable,
     KafkaAdapterError,
     ProduceFailed,
@@ -24,22 +27,28 @@ __all__ = [
     "PARTITIONER",
     "Admin",
     "AsyncProducer",
+    "AuthenticationFailed",
     "BrokerUnavailable",
     "Delivered",
     "KafkaAdapterError",
     "PartitionLag",
     "ProduceFailed",
+    "Security",
     "TopicMismatch",
     "TopicMissing",
     "TopicRange",
     "TopicSpec",
     "TopicStatus",
     "adapter_error",
+    "client_security",
     "consumer_lag",
     "producer_config",
     "producer_config_from",
     "ranges",
     "read",
     "read_to_end",
+    "replicated_config",
+    "replication_factor",
     "sync_producer",
+    "topic_problems",
 ]

@@ -17,7 +17,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from foundation.kafka._config import client_config
 from foundation.kafka._errors import adapter_error
-from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMismatch
+from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
+from foundation.kafka._security import AuthWatch
+from foundation.kafka.exceptions import (
+    AuthenticationFailed,
+    BrokerUnavailable,
+    KafkaAdapterError,
+    TopicMismatch,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +36,8 @@ class TopicSpec:
     config: Mapping[str, str] = field(default_factory=dict)
     #: settings applied on creation only (retention, record size), not checked later
     create_only: Mapping[str, str] = field(default_factory=dict)
+    #: replicas per partition; None: 3 on a cluster of 3 brokers or more, else 1
+    replication: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +45,40 @@ class TopicStatus:
     name: str
     created: bool
     partitions: int
+    replicas: int = 1
 
 
 class Admin:
     """The operations onceonly needs from a broker, with errors mapped to ours."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = 10.0, **extra: Any) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        timeout_s: float = 10.0,
+        security: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
-        self._client = AdminClient(client_config(bootstrap, **extra))
+        self._auth = AuthWatch()
+        config: dict[str, Any] = {"error_cb": self._auth}
+        self._client = AdminClient(
+            client_config(bootstrap, **{**config, **(security or {}), **extra})
+        )
+
+    def _metadata(self, timeout_s: float | None) -> Any:
+        """A metadata request; AuthenticationFailed if the credentials were refused, else
+        BrokerUnavailable if nobody answered."""
+        try:
+            return self._client.list_topics(timeout=timeout_s or self.timeout_s)
+        except KafkaException as exc:
+            self._client.poll(0)  # serve librdkafka's log: "waiting for the broker"
+            self._auth.raise_if_refused(self._client, self.bootstrap)
+            raise BrokerUnavailable(
+                f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}; "
+                "start it with `onceonly broker` or fix ONCEONLY_KAFKA_BOOTSTRAP"
+            ) from exc
 
     def topic_partitions(
         self, timeout_s: float | None = None, *, led_only: bool = False
@@ -53,36 +87,44 @@ class Admin:
 
         With ``led_only``, list only topics whose every partition has a leader.
         """
-        try:
-            metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
-        except KafkaException as exc:
-            self._client.poll(0)  # serve librdkafka's log: "waiting for the broker"
-            raise BrokerUnavailable(
-                f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}; "
-                "start it with `onceonly broker` or fix ONCEONLY_KAFKA_BOOTSTRAP"
-            ) from exc
+        return {name: count for name, (count, _) in self.topic_shapes(timeout_s, led_only).items()}
+
+    def topic_shapes(
+        self, timeout_s: float | None = None, led_only: bool = False
+    ) -> dict[str, tuple[int, int]]:
+        """Topic name to (partitions, fewest replicas of a partition); see topic_partitions."""
+        metadata = self._metadata(timeout_s)
         return {
-            name: len(t.partitions)
+            name: (
+                len(t.partitions),
+                min((len(p.replicas) for p in t.partitions.values()), default=0),
+            )
             for name, t in metadata.topics.items()
             if not t.error
             and (not led_only or all(p.leader >= 0 and not p.error for p in t.partitions.values()))
         }
 
+    def replication_for(self, configured: int | None) -> int:
+        """The replication factor for ``configured`` (None: from the number of brokers)."""
+        if configured is not None:
+            return configured
+        return replication_factor(configured, len(self.broker_ids()))
+
     def broker_ids(self, timeout_s: float | None = None) -> set[int]:
         """The node ids of the brokers that answer a metadata request; raises BrokerUnavailable."""
-        try:
-            metadata = self._client.list_topics(timeout=timeout_s or self.timeout_s)
-        except KafkaException as exc:
-            self._client.poll(0)  # serve librdkafka's log: "waiting for the broker"
-            raise BrokerUnavailable(
-                f"Kafka at {self.bootstrap} did not answer a metadata request: {exc}"
-            ) from exc
+        metadata = self._metadata(timeout_s)
         return {int(node) for node in metadata.brokers}
 
-    def ping(self, timeout_s: float = 2.0) -> bool:
+    def ping(self, timeout_s: float = 2.0, *, refused_raises: bool = False) -> bool:
+        """Whether the brokers answer. Refused credentials are False too, unless
+        ``refused_raises``: then AuthenticationFailed, since waiting will not help."""
         try:
             self.topic_partitions(timeout_s)
         except BrokerUnavailable:
+            return False
+        except AuthenticationFailed:
+            if refused_raises:
+                raise
             return False
         return True
 
@@ -100,61 +142,66 @@ class Admin:
     def ensure_topics(self, specs: Iterable[TopicSpec]) -> list[TopicStatus]:
         """Create missing topics; check existing ones. Never alters a topic silently.
 
-        Raises TopicMismatch naming every difference when an existing topic has another
-        partition count or another value of a checked setting (such as cleanup.policy).
+        Each spec's replication is decided here (:func:`replication_factor`), with
+        ``min.insync.replicas=2`` from 3 replicas on. Raises TopicMismatch naming every
+        difference when an existing topic has another partition count, replica count or
+        value of a checked setting (such as cleanup.policy or min.insync.replicas).
         """
-        specs = list(specs)
-        existing = self.topic_partitions()
-        missing = [s for s in specs if s.name not in existing]
+        brokers = len(self.broker_ids())
+        wanted = [(s, replication_factor(s.replication, brokers)) for s in specs]
+        checked = {s.name: {**s.config, **replicated_config(f)} for s, f in wanted}
+        existing = self.topic_shapes()
+        missing = [(s, f) for s, f in wanted if s.name not in existing]
         if missing:
-            new = [
-                NewTopic(
-                    s.name,
-                    num_partitions=s.partitions,
-                    replication_factor=-1,
-                    config={**s.config, **s.create_only},
-                )
-                for s in missing
-            ]
-            for name, fut in self._client.create_topics(
-                new, request_timeout=self.timeout_s
-            ).items():
-                try:
-                    fut.result()
-                except KafkaException as exc:
-                    if exc.args[0].code() != _TOPIC_ALREADY_EXISTS:  # a racing creator is fine
-                        raise adapter_error(exc, f"create topic {name}") from exc
-            existing = self._await_topics([s.name for s in missing])
-
-        problems: list[str] = []
-        present = [s for s in specs if s not in missing]
-        configs = self.topic_configs(s.name for s in present)
-        for spec in present:
-            if existing[spec.name] != spec.partitions:
-                problems.append(
-                    f"{spec.name} has {existing[spec.name]} partitions, "
-                    f"onceonly is configured for {spec.partitions}"
-                )
-            for key, want in spec.config.items():
-                have = configs.get(spec.name, {}).get(key)
-                if have != want:
-                    problems.append(f"{spec.name} has {key}={have}, onceonly needs {key}={want}")
+            self._create([(s, f, checked[s.name]) for s, f in missing])
+            existing = self._await_topics([s.name for s, _ in missing])
+        created = {s.name for s, _ in missing}
+        present = [(s, f) for s, f in wanted if s.name not in created]
+        configs = self.topic_configs(s.name for s, _ in present)
+        problems = [
+            problem
+            for spec, factor in present
+            for problem in topic_problems(
+                spec.name,
+                want_partitions=spec.partitions,
+                have_partitions=existing[spec.name][0],
+                want_replicas=factor,
+                have_replicas=existing[spec.name][1],
+                want_config=checked[spec.name],
+                have_config=configs.get(spec.name, {}),
+            )
+        ]
         if problems:
             raise TopicMismatch(
                 "existing topics do not match the configuration: "
                 + "; ".join(problems)
-                + ". Fix ONCEONLY_PARTITIONS or the topic (see README, 'Raising the "
-                "partition count'); onceonly will not run on a wrong topic."
+                + ". Fix ONCEONLY_PARTITIONS / ONCEONLY_REPLICATION_FACTOR or the topic (see "
+                "README, 'Raising the partition count'); onceonly will not run on a wrong topic."
             )
-        return [
-            TopicStatus(s.name, created=s in missing, partitions=existing[s.name]) for s in specs
-        ]
+        return [TopicStatus(s.name, s.name in created, *existing[s.name]) for s, _ in wanted]
 
-    def _await_topics(self, names: list[str]) -> dict[str, int]:
+    def _create(self, new: list[tuple[TopicSpec, int, Mapping[str, str]]]) -> None:
+        topics = [
+            NewTopic(
+                spec.name,
+                num_partitions=spec.partitions,
+                replication_factor=factor,
+                config={**checked, **spec.create_only},
+            )
+            for spec, factor, checked in new
+        ]
+        for name, fut in self._client.create_topics(topics, request_timeout=self.timeout_s).items():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != _TOPIC_ALREADY_EXISTS:  # a racing creator is fine
+                    raise adapter_error(exc, f"create topic {name}") from exc
+
+    def _await_topics(self, names: list[str]) -> dict[str, tuple[int, int]]:
         """Metadata lags creation by a moment: wait until every new topic has its leaders."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            existing = self.topic_partitions(led_only=True)
+            existing = self.topic_shapes(led_only=True)
             if all(name in existing for name in names) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)

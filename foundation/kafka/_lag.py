@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from foundation.kafka._config import client_config
+from foundation.kafka._security import AuthWatch, Security
 from foundation.kafka.exceptions import BrokerUnavailable
 
 
@@ -27,7 +28,12 @@ class PartitionLag:
 
 
 def consumer_lag(
-    bootstrap: str, group: str, topic: str, *, timeout_s: float = 5.0
+    bootstrap: str,
+    group: str,
+    topic: str,
+    *,
+    timeout_s: float = 5.0,
+    security: Security | None = None,
 ) -> list[PartitionLag]:
     """Per partition: the log end, the group's committed offset, and the difference.
 
@@ -35,8 +41,17 @@ def consumer_lag(
     group: the AdminClient's list_consumer_group_offsets can crash the process on a group
     the broker has not seen yet (confluent-kafka-python #1982).
     """
+    auth = AuthWatch()
     consumer = Consumer(
-        client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False})
+        client_config(
+            bootstrap,
+            **{
+                "group.id": group,
+                "enable.auto.commit": False,
+                "error_cb": auth,
+                **(security or {}),
+            },
+        )
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
@@ -50,6 +65,7 @@ def consumer_lag(
             for tp in consumer.committed(wanted, timeout=timeout_s)
         }
     except (KafkaException, KeyError) as exc:
+        auth.raise_if_refused(consumer, bootstrap)
         raise BrokerUnavailable(
             f"could not read the lag of group {group} on {topic} at {bootstrap}: {exc}"
         ) from exc

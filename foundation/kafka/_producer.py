@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _ConfluentProducer
 
 from foundation.kafka._config import client_config
+from foundation.kafka._security import SecuritySettings, client_security
 from foundation.kafka.exceptions import ProduceFailed
 
 #: The partitioner every producer in onceonly uses: murmur2 like the Java client and
@@ -55,7 +56,7 @@ def producer_config(
     return config
 
 
-class ProducerSettings(Protocol):
+class ProducerSettings(SecuritySettings, Protocol):
     """What :func:`producer_config_from` reads (``foundation.settings.Settings`` has it)."""
 
     @property
@@ -69,12 +70,14 @@ class ProducerSettings(Protocol):
 
 
 def producer_config_from(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
-    """:func:`producer_config` with the broker, timeout, linger and record size of ``settings``."""
+    """:func:`producer_config` with the broker, security, timeout, linger and record size
+    of ``settings``."""
     return producer_config(
         settings.kafka_bootstrap,
         timeout_ms=settings.produce_timeout_ms,
         max_record_bytes=settings.record_max_bytes,
         linger_ms=settings.produce_linger_ms,
+        **client_security(settings),
         **extra,
     )
 

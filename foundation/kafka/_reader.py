@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from foundation.kafka._admin import Admin
 from foundation.kafka._config import client_config
 from foundation.kafka._errors import adapter_error
+from foundation.kafka._security import Security
 from foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMissing
 
 
@@ -28,7 +29,7 @@ class TopicRange:
         return max(0, self.end - self.start)
 
 
-def _consumer(bootstrap: str) -> Consumer:
+def _consumer(bootstrap: str, security: Security | None) -> Consumer:
     """A reader that belongs to no group's offsets (a fresh group id, no commits)."""
     return Consumer(
         client_config(
@@ -38,6 +39,7 @@ def _consumer(bootstrap: str) -> Consumer:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
+                **(security or {}),
             },
         )
     )
@@ -68,17 +70,18 @@ def ranges(
     from_time: datetime | None = None,
     partition: int | None = None,
     timeout_s: float = 10.0,
+    security: Security | None = None,
 ) -> list[TopicRange]:
     """Per partition: from the offset (or the first record at or after the time) to the end."""
     if (from_offset is None) == (from_time is None):
         raise KafkaAdapterError("give exactly one of a start offset and a start time")
-    partitions = Admin(bootstrap).topic_partitions().get(topic)
+    partitions = Admin(bootstrap, security=security).topic_partitions().get(topic)
     if partitions is None:
         raise TopicMissing(f"topic {topic} does not exist; check its name or run onceonly topics")
     if partition is not None and not 0 <= partition < partitions:
         raise TopicMissing(f"{topic} has partitions 0..{partitions - 1}, not {partition}")
     chosen = range(partitions) if partition is None else [partition]
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, security)
     try:
         out = []
         for p in chosen:
@@ -99,10 +102,15 @@ def ranges(
 
 
 def read(
-    bootstrap: str, topic: str, wanted: list[TopicRange], *, poll_timeout_s: float = 5.0
+    bootstrap: str,
+    topic: str,
+    wanted: list[TopicRange],
+    *,
+    poll_timeout_s: float = 5.0,
+    security: Security | None = None,
 ) -> Iterator[Any]:
     """The records of the ranges, partition by partition (confluent Messages)."""
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, security)
     try:
         for step in (r for r in wanted if r.count):
             consumer.assign([TopicPartition(topic, step.partition, step.start)])
@@ -128,8 +136,9 @@ def read(
         consumer.close()
 
 
-def read_to_end(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
+def read_to_end(
+    bootstrap: str, topic: str, *, timeout_s: float = 10.0, security: Security | None = None
+) -> list[Any]:
     """Every record of ``topic`` from the beginning to its current end."""
-    return list(
-        read(bootstrap, topic, ranges(bootstrap, topic, from_offset=0, timeout_s=timeout_s))
-    )
+    wanted = ranges(bootstrap, topic, from_offset=0, timeout_s=timeout_s, security=security)
+    return list(read(bootstrap, topic, wanted, security=security))

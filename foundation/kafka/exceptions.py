@@ -11,6 +11,10 @@ class BrokerUnavailable(KafkaAdapterError):
     """The broker did not answer; the caller should retry later (ingest answers 503)."""
 
 
+class AuthenticationFailed(KafkaAdapterError):
+    """The brokers refused the client's credentials; retrying will not help."""
+
+
 class ProduceFailed(KafkaAdapterError):
     """The broker did not acknowledge a record in time or refused it; it is not stored."""
 

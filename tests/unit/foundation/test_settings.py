@@ -37,7 +37,7 @@ def test_the_linger_variable_reaches_the_producer_config(monkeypatch: pytest.Mon
 def test_a_worker_is_a_static_member_named_after_its_host_and_state() -> None:
     from pathlib import Path
 
-    from processors.worker import worker_id
+    from processors.faust_app import worker_id
 
     here = Settings(data_dir=Path("/var/lib/onceonly/a"))
 

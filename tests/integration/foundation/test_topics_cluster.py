@@ -1,0 +1,68 @@
+"""onceonly's topics on a real three-node cluster: three replicas, two in sync to write."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from devstack.cluster import LocalCluster
+from foundation.kafka import Admin, TopicMismatch, TopicSpec
+from foundation.settings import Settings
+from foundation.topics import topic_specs
+
+pytestmark = pytest.mark.integration
+
+
+def _settings(cluster: LocalCluster, **overrides: object) -> Settings:
+    suffix = uuid.uuid4().hex[:8]
+    values: dict[str, object] = {
+        "kafka_bootstrap": cluster.bootstrap,
+        "partitions": 2,
+        "deliveries_topic": f"deliveries-{suffix}",
+        "ledger_topic": f"replies-{suffix}",
+        "dead_letter_topic": f"dead-letters-{suffix}",
+        "decisions_topic": f"decisions-{suffix}",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def test_on_three_brokers_every_topic_gets_three_replicas_and_min_insync_two(
+    kafka_cluster: LocalCluster,
+) -> None:
+    settings = _settings(kafka_cluster)
+    admin = Admin(settings.kafka_bootstrap)
+
+    statuses = admin.ensure_topics(topic_specs(settings))
+
+    names = [
+        settings.deliveries_topic,
+        settings.ledger_topic,
+        settings.dead_letter_topic,
+        settings.decisions_topic,
+    ]
+    assert [(s.name, s.replicas) for s in statuses] == [(n, 3) for n in names]
+    # metadata reaches each broker in its own time: ask until the one asked has them all
+    deadline = time.monotonic() + 15
+    while not set(names) <= set(shapes := admin.topic_shapes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [shapes[n][1] for n in names] == [3] * len(names)
+    configs = admin.topic_configs(names)
+    assert [configs[n]["min.insync.replicas"] for n in names] == ["2"] * len(names)
+
+
+def test_an_existing_topic_with_one_replica_is_refused_naming_the_count(
+    kafka_cluster: LocalCluster,
+) -> None:
+    settings = _settings(kafka_cluster)
+    admin = Admin(settings.kafka_bootstrap)
+    admin.ensure_topics(
+        [TopicSpec(settings.deliveries_topic, 2, {"cleanup.policy": "delete"}, replication=1)]
+    )
+
+    with pytest.raises(
+        TopicMismatch, match="has 1 replica\\(s\\) per partition, onceonly is configured for 3"
+    ):
+        admin.ensure_topics(topic_specs(settings))
