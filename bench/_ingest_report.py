@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rich import box
 from rich.table import Table
 
 from bench._ingest_results import (
@@ -95,13 +96,22 @@ HEADERS = (
     "p50 ms",
     "p99 ms",
     "failed",
-    "µs/delivery: server",
-    "PostgreSQL",
-    "broker",
-    "server's total",
-    "load generator",
-    "% of a core: server",
-    "other",
+    "server µs",
+    "postgres µs",
+    "broker µs",
+    "total µs",
+    "load µs",
+    "server %",
+    "other %",
+)
+#: What the CPU columns are, under the table.
+LEGEND = (
+    "µs: CPU per delivery of each process (user + system, all threads): the server with "
+    "its descendants, PostgreSQL with its backends, the Kafka broker; total: the server's "
+    "own processes (the server, and PostgreSQL for (d), the broker for (c), (c2), (m)); "
+    "load: the load generator, apart (wrk; the Python generator in the open loop). "
+    "%: of one core, the server's, and the rest of the machine's (other processes, kernel "
+    "work not charged to ours)"
 )
 #: Columns of text, left-aligned; the rest are figures.
 TEXT_COLUMNS = frozenset({0})
@@ -145,7 +155,7 @@ def rows(runs: list[Run]) -> list[tuple[str, ...]]:
     for run in runs:
         out.append(_cells(run.label, run.peak, run.cpu, run.parts))
         if run.half is not None:
-            name = f"{run.key} at half of its peak, open loop (Python generator)"
+            name = f"({run.key}) half peak, open loop"
             out.append(_cells(name, run.half, run.half_cpu, run.parts))
     return out
 
@@ -246,13 +256,17 @@ def notes(runs: list[Run]) -> list[str]:
 
 
 def print_report(runs: list[Run], v: Verdict) -> None:
-    table = Table(title="onceonly ingest benchmark")
+    table = Table(title="onceonly ingest benchmark", box=box.SIMPLE_HEAD, padding=(0, 0))
     for i, header in enumerate(HEADERS):
-        table.add_column(header, justify="left" if i in TEXT_COLUMNS else "right")
+        text = i in TEXT_COLUMNS
+        # figures as wide as the longest word of their header (or "152.94"), so all fit
+        width = None if text else max(6, *(len(word) for word in header.split()))
+        table.add_column(header, justify="left" if text else "right", no_wrap=text, width=width)
     for row in rows(runs):
         table.add_row(*row)
     console.print()
     console.print(table)
+    console.print(LEGEND)
     for line in summary_lines(v) + scaling_lines(runs):
         console.print(f"[red]{line}[/]" if "NOT met" in line else line)
     for note in notes(runs):
@@ -297,14 +311,9 @@ def _how(r: Results) -> list[str]:
         f"asyncpg pool of {opts.pg_pool} connections, awaited before the 204",
         f"database of (d): {r.postgres}; started by the benchmark in its own data directory "
         "under .run/, stopped and removed after (d)",
-        "CPU columns: CPU time (user + system, all threads) over the measured window, per "
-        "delivery: the server with all its descendants (ingest's librdkafka threads, (c2)'s "
-        "children), PostgreSQL with its backends, the Kafka JVM, and the load generator apart "
-        "(wrk; the Python generator in the open loop); `server's total` adds to the server "
-        "what it uses (PostgreSQL for (d), the broker for (c), (c2), (m)); `% of a core`: the "
-        "server, and the rest of the machine (`other`: other processes, kernel work not "
-        "charged to ours), which well above zero means the figures did not have the CPUs to "
-        "themselves",
+        "CPU: read from /proc at the start and the end of the measured window (the legend "
+        "under the table says what each column counts); `other` well above zero means the "
+        "figures did not have the CPUs to themselves",
     ]
 
 
@@ -325,6 +334,8 @@ def section(r: Results) -> Section:
         "| " + " | ".join(HEADERS) + " |",
         "| " + " | ".join(align) + " |",
         *("| " + " | ".join(row) + " |" for row in rows(runs)),
+        "",
+        LEGEND,
         "",
         *(f"- {line}" for line in summary_lines(v) + scaling_lines(runs)),
         *(f"- **{note}**" for note in notes(runs)),

@@ -76,9 +76,9 @@ LABELS = {
     "a": "(a) bare aiohttp",
     "b": "(b) + svix verify",
     "c": "(c) onceonly ingest",
-    "c2": "(c2) onceonly ingest, ONCEONLY_INGEST_PROCESSES=2",
+    "c2": "(c2) ingest, 2 processes",
+    "m": "(m) ingest + envelope MAC",
     "d": "(d) + svix + PostgreSQL INSERT",
-    "m": "(m) (c) with ONCEONLY_ENVELOPE_SECRET (each record's MAC)",
 }
 #: The processes each server's work takes, beside its own (the report's total per delivery).
 PARTS = {"c": ("broker",), "c2": ("broker",), "m": ("broker",), "d": ("postgres",)}
