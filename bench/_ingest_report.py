@@ -33,6 +33,7 @@ from bench._report import (
     met,
     ratio,
 )
+from bench._wrk import measured_run_s
 
 # --------------------------------------------------------------------------- the verdict
 
@@ -290,9 +291,10 @@ def _how(r: Results) -> list[str]:
     return [
         f"closed loops: wrk (Debian's package), {opts.wrk_threads} thread(s), "
         f"{opts.concurrency} keep-alive connections, each delivery its own body and headers "
-        f"(a Lua script, bench/_wrk.py); {opts.warmup_s:g} s warm-up run, then a run of "
-        f"{opts.duration_s:g} s and 1 s more, CPU measured over {opts.duration_s:g} s inside "
-        "it; p50/p99 are wrk's (corrected for coordinated omission)",
+        f"(a Lua script, bench/_wrk.py); a warm-up run of {math.ceil(opts.warmup_s)} s, then "
+        f"a run of {measured_run_s(opts.duration_s)} s with the CPU measured over "
+        f"{opts.duration_s:g} s inside it; p50/p99 are wrk's (corrected for coordinated "
+        "omission)",
         f"then (c) in an open loop at half its peak for {opts.duration_s:g} s: one asyncio + "
         f"aiohttp process, {opts.concurrency} connections, latency from each request's "
         "scheduled send time",

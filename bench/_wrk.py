@@ -296,6 +296,11 @@ async def _run(
     return parse_output(text)
 
 
+def measured_run_s(duration_s: float) -> int:
+    """wrk's measured run, in whole seconds (all wrk takes): the CPU window and a margin."""
+    return math.ceil(LEAD_S + duration_s + TAIL_S)
+
+
 async def wrk_closed_loop(
     url: str,
     pool: Sequence[Delivery],
@@ -315,7 +320,6 @@ async def wrk_closed_loop(
         if warmup_s > 0:
             warm = wrk_argv(binary, script, url, load, math.ceil(warmup_s), 0)
             sent = (await _run(warm, load.threads, None, 0)).requests
-        seconds = math.ceil(LEAD_S + duration_s + TAIL_S)
-        argv = wrk_argv(binary, script, url, load, seconds, sent)
+        argv = wrk_argv(binary, script, url, load, measured_run_s(duration_s), sent)
         out = await _run(argv, load.threads, window, duration_s)
     return sample_of(out, len(pool), sent)
