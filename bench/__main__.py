@@ -2,8 +2,9 @@
 one report.
 
 Both run against one Kafka broker (embedded, or ``ONCEONLY_KAFKA_BOOTSTRAP``): first
-the ingest benchmark (:mod:`bench.ingest`: (a) bare aiohttp, (b) + svix verification,
-(c) onceonly ingest, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING), then the
+the ingest benchmark (:mod:`bench.ingest`, wrk as the closed-loop load: (a) bare aiohttp,
+(b) + svix verification, (c) onceonly ingest, (c2) with two ingest processes, (m) with the
+envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING), then the
 processor benchmark (:mod:`bench.processors`: a plain faust agent vs onceonly's worker,
 RSS with many dedupe entries, restart-to-first-event). It writes
 ``bench/results/bench-<date>.md`` and ``bench/results/bench-<date>.png``: the machine,

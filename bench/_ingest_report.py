@@ -1,34 +1,47 @@
-"""The ingest benchmark's report: the verdict against the targets, the rows, the notes."""
+"""The ingest benchmark's report: the verdict against the targets, the rows, the notes.
+
+Every figure here comes from pure functions of the runs (:func:`verdict`, :func:`rows`,
+:func:`summary_lines`, :func:`scaling_lines`), so that the report is tested without
+running anything.
+"""
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
+from rich import box
 from rich.table import Table
 
-from bench._ingest_results import TARGET_C_OVER_B, TARGET_P99_MS, Results, Run
-from bench._load import Sample, percentile
-from bench._procs import (
-    console,
+from bench._ingest_results import (
+    TARGET_C_OVER_D,
+    TARGET_CPU_OVER_B,
+    TARGET_P99_MS,
+    Results,
+    Run,
+    per_delivery_us,
 )
+from bench._load import Sample, percentile
+from bench._procs import console
 from bench._report import (
     CONTENDED_PERCENT,
     Comparison,
     Section,
-    fmt_cpu,
     fmt_ms,
+    fmt_rate,
     fmt_ratio,
     met,
     ratio,
 )
+from bench._wrk import measured_run_s
 
-# --------------------------------------------------------------------------- the report
+# --------------------------------------------------------------------------- the verdict
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    c_us: float  #: ingest's CPU per delivery at c's peak (its whole process)
+    b_us: float  #: the verifying server's at b's peak
     c_over_a: float
     c_over_b: float
     c_over_d: float
@@ -38,8 +51,16 @@ class Verdict:
     failed: int
 
     @property
-    def ratio_met(self) -> bool:
-        return self.c_over_b >= TARGET_C_OVER_B
+    def cpu_over_b(self) -> float:
+        return ratio(self.c_us, self.b_us)
+
+    @property
+    def cpu_met(self) -> bool:
+        return self.cpu_over_b <= TARGET_CPU_OVER_B  # NaN compares False: not met
+
+    @property
+    def throughput_met(self) -> bool:
+        return self.c_over_d >= TARGET_C_OVER_D
 
     @property
     def latency_met(self) -> bool:
@@ -56,6 +77,8 @@ def verdict(runs: list[Run]) -> Verdict:
     half_p99 = c.half.percentile_ms(0.99) if c.half is not None else math.nan
     failed = sum(run.peak.failed + (run.half.failed if run.half else 0) for run in runs)
     return Verdict(
+        c_us=c.us("server"),
+        b_us=by["b"].us("server") if "b" in by else math.nan,
         c_over_a=over("a"),
         c_over_b=over("b"),
         c_over_d=over("d"),
@@ -66,28 +89,140 @@ def verdict(runs: list[Run]) -> Verdict:
     )
 
 
-def rows(runs: list[Run]) -> list[tuple[str, str, str, str, str, str]]:
-    """(server, deliveries/s, p50, p99, not 204, CPU) for each measured phase."""
+# --------------------------------------------------------------------------- the table
+
+HEADERS = (
+    "server",
+    "deliveries/s",
+    "p50 ms",
+    "p99 ms",
+    "failed",
+    "server µs",
+    "postgres µs",
+    "broker µs",
+    "total µs",
+    "load µs",
+    "server %",
+    "other %",
+)
+#: What the CPU columns are, under the table.
+LEGEND = (
+    "µs: CPU per delivery of each process (user + system, all threads): the server with "
+    "its descendants, PostgreSQL with its backends, the Kafka broker; total: the server's "
+    "own processes (the server, and PostgreSQL for (d), the broker for (c), (c2), (m)); "
+    "load: the load generator, apart (wrk; the Python generator in the open loop). "
+    "%: of one core, the server's, and the rest of the machine's (other processes, kernel "
+    "work not charged to ours)"
+)
+#: Columns of text, left-aligned; the rest are figures.
+TEXT_COLUMNS = frozenset({0})
+
+
+def fmt_us(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:,.0f}"
+
+
+def fmt_percent(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.0f}"
+
+
+def _cells(
+    name: str, sample: Sample, cpu: dict[str, float], parts: tuple[str, ...]
+) -> tuple[str, ...]:
+    def us(process: str) -> float:
+        return per_delivery_us(cpu.get(process, math.nan), sample.rate)
+
+    total = math.fsum(us(part) for part in parts)
+    return (
+        name,
+        fmt_rate(sample.rate),
+        fmt_ms(sample.percentile_ms(0.5)),
+        fmt_ms(sample.percentile_ms(0.99)),
+        str(sample.failed),
+        fmt_us(us("server")),
+        fmt_us(us("postgres")),
+        fmt_us(us("broker")),
+        fmt_us(total),
+        fmt_us(us("load")),
+        fmt_percent(cpu.get("server", math.nan)),
+        fmt_percent(cpu.get("other", math.nan)),
+    )
+
+
+def rows(runs: list[Run]) -> list[tuple[str, ...]]:
+    """One row per measured phase: its figures, and the CPU µs per delivery of each process
+    (the server's total counts only its own processes; the load generator stands apart)."""
     out = []
     for run in runs:
-        phases: list[tuple[str, Sample, dict[str, float]]] = [(run.label, run.peak, run.cpu)]
+        out.append(_cells(run.label, run.peak, run.cpu, run.parts))
         if run.half is not None:
-            phases.append((f"{run.key} at half of its peak, open loop", run.half, run.half_cpu))
-        for name, sample, cpu in phases:
-            out.append(
-                (
-                    name,
-                    f"{sample.rate:,.0f}",
-                    fmt_ms(sample.percentile_ms(0.5)),
-                    fmt_ms(sample.percentile_ms(0.99)),
-                    str(sample.failed),
-                    fmt_cpu(cpu),
-                )
-            )
+            name = f"({run.key}) half peak, open loop"
+            out.append(_cells(name, run.half, run.half_cpu, run.parts))
     return out
 
 
-HEADERS = ("server", "deliveries/s", "p50 ms", "p99 ms", "not 204", "CPU, % of one core")
+# --------------------------------------------------------------------------- what it says
+
+
+def summary_lines(v: Verdict) -> list[str]:
+    """The three targets, each with met or NOT met."""
+    return [
+        f"c's CPU per delivery = {fmt_us(v.c_us) or 'n/a'} µs (ingest's process, librdkafka's "
+        f"threads included) = {fmt_ratio(v.cpu_over_b)} x b's {fmt_us(v.b_us) or 'n/a'} µs "
+        f"(target ≤ {TARGET_CPU_OVER_B:g} x: {met(v.cpu_met)})",
+        f"c/d = {fmt_ratio(v.c_over_d)} in deliveries/s "
+        f"(target ≥ {TARGET_C_OVER_D:g}: {met(v.throughput_met)})",
+        f"p99 at half of c's peak ({v.half_rate:,.0f}/s) = {fmt_ms(v.half_p99_ms)} ms "
+        f"(target < {TARGET_P99_MS:g} ms: {met(v.latency_met)}); the load generator sent "
+        f"those requests up to {fmt_ms(v.half_lag_p99_ms)} ms after their scheduled time "
+        "(p99), which the latency includes",
+        f"c/a = {fmt_ratio(v.c_over_a)}, c/b = {fmt_ratio(v.c_over_b)} in deliveries/s: no "
+        "targets, since the broker and the load generator share this machine's cores with c",
+    ]
+
+
+#: Cores of the example machines of the projection.
+PROJECTED_CORES = (8, 16)
+
+
+def scaling_lines(runs: list[Run]) -> list[str]:
+    """c2 beside c, and what a machine with more cores would give at c's CPU per delivery."""
+    by = {run.key: run for run in runs}
+    if "c" not in by:
+        return []
+    c = by["c"]
+    lines = []
+    if "c2" in by:
+        c2 = by["c2"]
+        lines.append(
+            f"c2 (ONCEONLY_INGEST_PROCESSES=2) = {fmt_rate(c2.peak.rate)} deliveries/s, "
+            f"{fmt_ratio(ratio(c2.peak.rate, c.peak.rate))} x c's {fmt_rate(c.peak.rate)}; "
+            f"ingest's CPU per delivery {fmt_us(c2.us('server')) or 'n/a'} µs (the parent and "
+            f"both children) against c's {fmt_us(c.us('server')) or 'n/a'} µs, at "
+            f"{fmt_percent(c2.cpu.get('server', math.nan)) or 'n/a'}% of a core against "
+            f"{fmt_percent(c.cpu.get('server', math.nan)) or 'n/a'}%"
+        )
+    ingest, broker = c.us("server"), c.us("broker")
+    if math.isnan(ingest) or ingest <= 0:
+        return lines
+    per_core = 1e6 / ingest
+    machines = ", ".join(f"{fmt_rate(n * per_core)}/s on {n} cores" for n in PROJECTED_CORES)
+    shared = (
+        ""
+        if math.isnan(broker)
+        else f"; with the broker on the same machine, ingest + broker take "
+        f"{fmt_us(ingest + broker)} µs per delivery: {fmt_rate(1e6 / (ingest + broker))}/s "
+        "per core"
+    )
+    lines.append(
+        f"more cores, from c's CPU per delivery: ingest's {fmt_us(ingest)} µs give "
+        f"{fmt_rate(per_core)} deliveries/s per core given to an ingest process "
+        f"(ONCEONLY_INGEST_PROCESSES=auto runs one per core){shared}. In production the "
+        "broker's share is spent on the brokers' own machines and the senders' on theirs, so "
+        f"an ingest host would give about {machines}, as long as each process has a core of "
+        "its own"
+    )
+    return lines
 
 
 def contention(runs: list[Run]) -> str | None:
@@ -98,8 +233,7 @@ def contention(runs: list[Run]) -> str | None:
         return None
     return (
         f"other work on this machine took up to {worst:.0f}% of a core while figures were "
-        "measured (CPU column, `other`): the figures are lower and noisier than on an idle "
-        "machine"
+        "measured (column `other`): the figures are lower and noisier than on an idle machine"
     )
 
 
@@ -113,129 +247,105 @@ def generator_bound(runs: list[Run]) -> str | None:
     if not bound:
         return None
     return (
-        f"the load generator used most of a core during {', '.join(bound)}: those peaks are "
-        "capped by the generator, not the server, so ratios against them overstate c"
+        f"the load generator used most of a core during {', '.join(bound)}: those peaks may "
+        "be capped by the generator, not the server (try --wrk-threads 2)"
     )
 
 
-def cpu_budget(runs: list[Run]) -> str | None:
-    """What c/b at the target would take in CPU, from this run's CPU per delivery.
-
-    Ingest's and the broker's CPU per delivery come from (c), the load generator's from (b)
-    (its lowest): the CPU that c at ``TARGET_C_OVER_B`` times b's rate would need, set
-    against the machine's cores and the one event loop ingest runs on.
-    """
-    by = {run.key: run for run in runs}
-    if "b" not in by or "c" not in by or by["b"].peak.rate <= 0 or by["c"].peak.rate <= 0:
-        return None
-    b, c = by["b"], by["c"]
-
-    def micros(run: Run, process: str) -> float:
-        return run.cpu.get(process, math.nan) / 100 / run.peak.rate * 1e6
-
-    server, broker, load = micros(c, "server"), micros(c, "broker"), micros(b, "load")
-    if any(math.isnan(x) for x in (server, broker, load)):
-        return None
-    wanted = TARGET_C_OVER_B * b.peak.rate
-    need = wanted * (server + broker + load) / 1e4
-    cores = os.cpu_count() or 1
-    return (
-        f"c/b >= {TARGET_C_OVER_B} means c >= {wanted:,.0f} deliveries/s. At this run's CPU per "
-        f"delivery (ingest {server:.0f} µs and the broker {broker:.0f} µs during c, the load "
-        f"generator {load:.0f} µs during b) that rate needs {need:.0f}% of one core in all, "
-        f"on a machine of {cores * 100}%, and {wanted * server / 1e4:.0f}% of ingest's one "
-        "event loop (at most 100%)"
-    )
-
-
-def summary_lines(v: Verdict) -> list[str]:
-    return [
-        f"c/a = {fmt_ratio(v.c_over_a)}",
-        f"c/b = {fmt_ratio(v.c_over_b)} (target >= {TARGET_C_OVER_B}: {met(v.ratio_met)})",
-        f"c/d = {fmt_ratio(v.c_over_d)}",
-        f"p99 at half of c's peak ({v.half_rate:,.0f}/s) = {fmt_ms(v.half_p99_ms)} ms "
-        f"(target < {TARGET_P99_MS:g} ms: {met(v.latency_met)}); the load generator sent "
-        f"those requests up to {fmt_ms(v.half_lag_p99_ms)} ms after their scheduled time "
-        "(p99), which the latency includes",
-    ]
+def notes(runs: list[Run]) -> list[str]:
+    return [note for note in (generator_bound(runs), contention(runs)) if note]
 
 
 def print_report(runs: list[Run], v: Verdict) -> None:
-    table = Table(title="onceonly ingest benchmark")
+    table = Table(title="onceonly ingest benchmark", box=box.SIMPLE_HEAD, padding=(0, 0))
     for i, header in enumerate(HEADERS):
-        table.add_column(header, justify="left" if i in (0, 5) else "right")
+        text = i in TEXT_COLUMNS
+        # figures as wide as the longest word of their header (or "152.94"), so all fit
+        width = None if text else max(6, *(len(word) for word in header.split()))
+        table.add_column(header, justify="left" if text else "right", no_wrap=text, width=width)
     for row in rows(runs):
         table.add_row(*row)
     console.print()
     console.print(table)
-    for line in summary_lines(v):
+    console.print(LEGEND)
+    for line in summary_lines(v) + scaling_lines(runs):
         console.print(f"[red]{line}[/]" if "NOT met" in line else line)
-    for note in (generator_bound(runs), cpu_budget(runs), contention(runs)):
-        if note:
-            console.print(f"[yellow]{note}[/]")
+    for note in notes(runs):
+        console.print(f"[yellow]{note}[/]")
     if v.failed:
         console.print(
-            f"[bold white on red] INVALID RUN: {v.failed} requests were not answered 204; "
-            "the figures above do not measure successful deliveries [/]"
+            f"[bold white on red] INVALID RUN: {v.failed} requests failed (not 2xx, or a "
+            "socket error); the figures above do not measure successful deliveries [/]"
         )
 
 
+def _how(r: Results) -> list[str]:
+    opts = r.opts
+    wrapped = [run.label for run in r.runs if run.peak.pool_wrapped]
+    pool_note = (
+        f" (the {opts.pool} of a closed loop were sent again in turn by {', '.join(wrapped)}; "
+        "(d) answers a repeated one with ON CONFLICT DO NOTHING)"
+        if wrapped
+        else ""
+    )
+    return [
+        f"closed loops: wrk (Debian's package), {opts.wrk_threads} thread(s), "
+        f"{opts.concurrency} keep-alive connections, each delivery its own body and headers "
+        f"(a Lua script, bench/_wrk.py); a warm-up run of {math.ceil(opts.warmup_s)} s, then "
+        f"a run of {measured_run_s(opts.duration_s)} s with the CPU measured over "
+        f"{opts.duration_s:g} s inside it; p50/p99 are wrk's (corrected for coordinated "
+        "omission)",
+        f"then (c) in an open loop at half its peak for {opts.duration_s:g} s: one asyncio + "
+        f"aiohttp process, {opts.concurrency} connections, latency from each request's "
+        "scheduled send time",
+        "deliveries: AgentMail `message.received` events (~1.4 KB) over 1024 threads, "
+        "every body distinct, signed with `svix.webhooks.Webhook.sign` right before each "
+        "phase" + pool_note,
+        f"broker: warmed up for {opts.broker_warmup_s:g} s of produce load before any "
+        "measurement (JIT); (c), (c2), (m) produce to `onceonly-bench.deliveries`, "
+        f"{r.partitions} partitions",
+        "servers, each its own process: (a) aiohttp handler reading the body, 204; "
+        "(b) the same + `ingest.verify.verify_svix`; (c) `onceonly ingest` "
+        "(log level WARNING), acks=all, idempotent producer; (c2) the same with "
+        "ONCEONLY_INGEST_PROCESSES=2 (a parent, two children on one port); (m) (c) with "
+        "ONCEONLY_ENVELOPE_SECRET; (d) (b) + `INSERT INTO deliveries (event_id, body) VALUES "
+        "($1, $2) ON CONFLICT DO NOTHING` (event_id the primary key, body jsonb) through an "
+        f"asyncpg pool of {opts.pg_pool} connections, awaited before the 204",
+        f"database of (d): {r.postgres}; started by the benchmark in its own data directory "
+        "under .run/, stopped and removed after (d)",
+        "CPU: read from /proc at the start and the end of the measured window (the legend "
+        "under the table says what each column counts); `other` well above zero means the "
+        "figures did not have the CPUs to themselves",
+    ]
+
+
 def section(r: Results) -> Section:
-    """The ingest benchmark's part of the report: c as ratios to a, b and d."""
-    runs, opts = r.runs, r.opts
+    """The ingest benchmark's part of the report: c as ratios to a, b and d, every
+    process's CPU per delivery, the targets, c2 and the projection to more cores."""
+    runs = r.runs
     v = verdict(runs)
     by = {run.key: run.figure() for run in runs}
     comparison = Comparison(
         "deliveries/s",
         by["c"],
         tuple(by[key] for key in ("a", "b", "d") if key in by),
-        {"b": TARGET_C_OVER_B},
+        {"d": TARGET_C_OVER_D},
     )
-    wrapped = [run.label for run in runs if run.peak.pool_wrapped]
-    pool_note = (
-        f" (the {opts.pool} of a closed loop were reused in turn by {', '.join(wrapped)}; "
-        "(d) answers a reused one with ON CONFLICT DO NOTHING)"
-        if wrapped
-        else ""
-    )
+    align = ["---" if i in TEXT_COLUMNS else "---:" for i in range(len(HEADERS))]
     body = [
         "| " + " | ".join(HEADERS) + " |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        "| " + " | ".join(align) + " |",
         *("| " + " | ".join(row) + " |" for row in rows(runs)),
         "",
-        *(f"- {line}" for line in summary_lines(v)),
-        *([f"- {note}"] if (note := generator_bound(runs)) else []),
-        *([f"- {note}"] if (note := cpu_budget(runs)) else []),
-        *([f"- **{note}**"] if (note := contention(runs)) else []),
-    ]
-    how = [
-        f"load: one asyncio + aiohttp client process, {opts.concurrency} keep-alive "
-        f"connections; closed loop for {opts.warmup_s:g} s warm-up + {opts.duration_s:g} s "
-        f"measured per server; then (c) open loop at half its peak for {opts.duration_s:g} s, "
-        "latency from each request's scheduled send time",
-        "deliveries: AgentMail `message.received` events (~1.4 KB) over 1024 threads, "
-        "every body distinct, signed up front with `svix.webhooks.Webhook.sign`" + pool_note,
-        f"broker: warmed up for {opts.broker_warmup_s:g} s of produce load before any "
-        "measurement (JIT); (c) produces to `onceonly-bench.deliveries`, "
-        f"{r.partitions} partitions",
-        "servers, each its own process: (a) aiohttp handler reading the body, 204; "
-        "(b) the same + `ingest.verify.verify_svix`; (c) `onceonly ingest` "
-        "(log level WARNING), acks=all, idempotent producer; (d) (b) + `INSERT INTO "
-        "deliveries (event_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING` (event_id the "
-        f"primary key, body jsonb) through an asyncpg pool of {opts.pg_pool} connections, "
-        "awaited before the 204",
-        f"database of (d): {r.postgres}; started by the benchmark in its own data directory "
-        "under .run/, stopped and removed after (d)",
-        "CPU column: CPU time over the measured window of the server, the load generator "
-        "(`load`), the Kafka JVM (`broker`), PostgreSQL with its backends (`postgres`) and "
-        "everything else on the machine (`other`: other processes, kernel work not charged "
-        "to ours), in % of one core; `other` well above zero means the figures did not have "
-        "the CPUs to themselves",
+        LEGEND,
+        "",
+        *(f"- {line}" for line in summary_lines(v) + scaling_lines(runs)),
+        *(f"- **{note}**" for note in notes(runs)),
     ]
     invalid = (
-        f"{v.failed} requests were not answered 204; the figures do not measure successful "
-        "deliveries"
+        f"{v.failed} requests failed (not 2xx, or a socket error); the figures do not "
+        "measure successful deliveries"
         if v.failed
         else None
     )
-    return Section("Ingest", comparison, body, how, invalid)
+    return Section("Ingest", comparison, body, _how(r), invalid)

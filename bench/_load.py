@@ -1,17 +1,15 @@
-"""The load generator of the ingest benchmark: one asyncio process, aiohttp keep-alive clients.
+"""The ingest benchmark's deliveries, and its open-loop generator (asyncio, aiohttp clients).
 
 Deliveries are AgentMail ``message.received`` events, each body distinct, signed up front
 with Svix's own ``Webhook.sign`` so that signing is not part of what is measured. A pool
 is signed right before the phase that uses it: its timestamps stay well inside Svix's
 5-minute tolerance for the phase's duration.
 
-Two ways to load a server:
-
-* :func:`closed_loop`: ``concurrency`` workers, each sending its next delivery as soon as
-  the previous one is answered, on its own keep-alive connection. Gives the peak rate.
-* :func:`open_loop`: arrivals scheduled at a fixed rate by the clock, whatever the
-  server does. Latency counts from the *scheduled* send time, so a server that stalls
-  is charged for the requests queued behind the stall (no coordinated omission).
+The closed-loop peaks are wrk's (:mod:`bench._wrk`, which sends these pools too); this
+module keeps the open loop, :func:`open_loop`: arrivals scheduled at a fixed rate by the
+clock, whatever the server does. Latency counts from the *scheduled* send time, so a
+server that stalls is charged for the requests queued behind the stall (no coordinated
+omission).
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import aiohttp
 import svix.webhooks
@@ -121,6 +120,9 @@ def sign_pool(secret: str, size: int) -> list[Delivery]:
 class Sample:
     """What one phase measured. Latencies are in seconds, of 204 answers only."""
 
+    #: the status that counts as delivered
+    ok_status: ClassVar[str] = "204"
+
     duration_s: float
     latencies: list[float] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
@@ -129,22 +131,23 @@ class Sample:
 
     @property
     def ok(self) -> int:
-        return self.statuses["204"]
+        return self.statuses[self.ok_status]
 
     @property
     def failed(self) -> int:
-        return sum(n for status, n in self.statuses.items() if status != "204")
+        return sum(n for status, n in self.statuses.items() if status != self.ok_status)
 
     @property
     def rate(self) -> float:
-        """204 answers per second of the measured window."""
+        """Delivered answers per second of the measured window."""
         return self.ok / self.duration_s if self.duration_s > 0 else 0.0
 
     def percentile_ms(self, q: float) -> float:
         return percentile(self.latencies, q) * 1000
 
     def failures(self) -> str:
-        return ", ".join(f"{n} x {s}" for s, n in sorted(self.statuses.items()) if s != "204")
+        failed = sorted(self.statuses.items())
+        return ", ".join(f"{n} x {s}" for s, n in failed if s != self.ok_status)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -199,35 +202,6 @@ class _Cycle:
     @property
     def wrapped(self) -> bool:
         return self.used > self.size
-
-
-async def closed_loop(
-    url: str, pool: list[Delivery], *, concurrency: int, warmup_s: float, duration_s: float
-) -> Sample:
-    """Peak rate: ``concurrency`` workers back to back; only requests sent after the
-    warm-up, and before its end, are measured."""
-    deliveries = _Cycle(pool)
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with (
-        _no_gc_pauses(),
-        aiohttp.ClientSession(connector=_connector(concurrency), timeout=timeout) as session,
-    ):
-        start = time.perf_counter()
-        measure_from = start + warmup_s
-        measure_to = measure_from + duration_s
-        sample = Sample(duration_s=duration_s)
-
-        async def worker() -> None:
-            while (sent := time.perf_counter()) < measure_to:
-                status = await _post(session, url, deliveries.next())
-                if sent >= measure_from:
-                    sample.statuses[status] += 1
-                    if status == "204":
-                        sample.latencies.append(time.perf_counter() - sent)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    sample.pool_wrapped = deliveries.wrapped
-    return sample
 
 
 async def open_loop(

@@ -23,6 +23,7 @@ class IngestOptions:
     pool: int
     broker_warmup_s: float
     pg_pool: int
+    wrk_threads: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,21 +43,23 @@ _INGEST_OPTIONS = (
         type=click.FloatRange(1, 60),
         default=10.0,
         show_default=True,
-        help="Ingest: measured seconds per closed loop, and of the open loop.",
+        help="Ingest: measured seconds per closed loop (wrk's run is this, rounded up to "
+        "whole seconds, plus one), and of the open loop.",
     ),
     click.option(
         "--warmup",
         type=click.FloatRange(0, 30),
         default=2.0,
         show_default=True,
-        help="Ingest: unmeasured seconds before each closed loop.",
+        help="Ingest: unmeasured seconds of wrk before each closed loop (rounded up to whole "
+        "seconds; 0 for none).",
     ),
     click.option(
         "--concurrency",
         type=click.IntRange(1, 256),
         default=64,
         show_default=True,
-        help="Ingest: keep-alive connections (and workers) of the load generator.",
+        help="Ingest: keep-alive connections of wrk (closed loops) and of the open loop.",
     ),
     click.option(
         "--pool",
@@ -80,6 +83,13 @@ _INGEST_OPTIONS = (
         default=16,
         show_default=True,
         help="Ingest: asyncpg connections of the PostgreSQL baseline (d).",
+    ),
+    click.option(
+        "--wrk-threads",
+        type=click.IntRange(1, 64),
+        default=1,
+        show_default=True,
+        help="Ingest: wrk's threads (the connections are shared out among them).",
     ),
 )
 
@@ -139,9 +149,12 @@ def ingest_options(f: F) -> F:
         pool: int,
         broker_warmup: float,
         pg_pool: int,
+        wrk_threads: int,
         **kwargs: Any,
     ) -> Any:
-        opts = IngestOptions(duration, warmup, concurrency, pool, broker_warmup, pg_pool)
+        opts = IngestOptions(
+            duration, warmup, concurrency, pool, broker_warmup, pg_pool, wrk_threads
+        )
         return f(*args, ingest=opts, **kwargs)
 
     return _apply(_INGEST_OPTIONS, wrapper)  # type: ignore[return-value]

@@ -10,19 +10,26 @@
     ``INSERT ... ON CONFLICT DO NOTHING`` into PostgreSQL (Debian's package, started by
     the benchmark in a data directory of its own, :mod:`bench._postgres`) through asyncpg.
 
+(c2) is (c) with ``ONCEONLY_INGEST_PROCESSES=2``: two ingest processes on one port under
+one parent; (m) is (c) with ``ONCEONLY_ENVELOPE_SECRET`` (each record's MAC).
+
 Each server is its own process, so the load generator never shares its CPU or GIL.
 The broker is an :class:`~devstack.broker.EmbeddedBroker` on a free port in a temporary
 run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP`` when it is set (the
 benchmark then produces to topics of its own, ``onceonly-bench.*``).
 
-Per server: a closed loop (``--concurrency`` keep-alive connections back to back,
-``--warmup`` s unmeasured, then ``--duration`` s measured) gives deliveries/s and
-p50/p99 at the peak. Then (c) gets an open loop at half its peak rate, arrivals
-scheduled by the clock and latency counted from the scheduled time. Targets (the
-issue): c/b >= 0.8, and p99 < 20 ms at half of c's peak.
+Per server: a closed loop by wrk (:mod:`bench._wrk`: ``--concurrency`` keep-alive
+connections, ``--warmup`` s unmeasured, then ``--duration`` s measured) gives
+deliveries/s and p50/p99 at the peak, and the CPU time of every process meanwhile (the
+server, PostgreSQL with its backends, the broker, wrk), which the report gives per
+delivery. Then (c) gets an open loop at half its peak rate (:func:`bench._load.open_loop`,
+Python), arrivals scheduled by the clock and latency counted from the scheduled time.
+Targets (issue 13): c's CPU per delivery <= 1.5 x b's, c >= 2 x d in deliveries/s, and
+p99 < 20 ms at half of c's peak.
 
 The figures are printed and written to ``bench/results/ingest-<date>.md`` (and ``.png``).
-Any answer other than 204 makes the run invalid: it says so, and exits 1.
+Any answer other than 2xx (204 in the open loop) makes the run invalid: it says so, and
+exits 1.
 """
 
 from __future__ import annotations
@@ -37,13 +44,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import click
 
 from bench._ingest_report import print_report, section, verdict
 from bench._ingest_results import Results, Run
-from bench._load import Sample, closed_loop, open_loop, sign_pool
+from bench._load import Sample, open_loop, sign_pool
 from bench._options import IngestOptions, ingest_options, results_dir_option
 from bench._procs import (
+    BenchError,
     Broker,
     CpuWindow,
     ServerProcess,
@@ -55,19 +64,24 @@ from bench._procs import (
 )
 from bench._report import about, command_line, execute, write_report
 from bench._servers import ROUTE
+from bench._wrk import WrkLoad, wrk_closed_loop
 
 BENCH_TOPIC_PREFIX = "onceonly-bench"
-#: CPU figures that count a process with all its children: PostgreSQL and its backends.
-TREES = frozenset({"postgres"})
+#: CPU figures that count a process with all its descendants: PostgreSQL and its backends;
+#: the server (the ingest processes of (c2) are children of their parent).
+TREES = frozenset({"postgres", "server"})
 
 #: What each server is, in the report.
 LABELS = {
     "a": "(a) bare aiohttp",
     "b": "(b) + svix verify",
     "c": "(c) onceonly ingest",
+    "c2": "(c2) ingest, 2 processes",
+    "m": "(m) ingest + envelope MAC",
     "d": "(d) + svix + PostgreSQL INSERT",
-    "m": "(c) with ONCEONLY_ENVELOPE_SECRET (each record's MAC)",
 }
+#: The processes each server's work takes, beside its own (the report's total per delivery).
+PARTS = {"c": ("broker",), "c2": ("broker",), "m": ("broker",), "d": ("postgres",)}
 
 
 # --------------------------------------------------------------------------- the broker
@@ -115,58 +129,95 @@ def server_env(secret: str, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-async def measure(
+async def wait_processes(server: ServerProcess, url: str, count: int, timeout_s: float) -> None:
+    """Wait until ``count`` distinct processes have answered ``GET url`` (``/healthz`` names
+    the one that answered), each on a new connection, which the kernel spreads over them."""
+    seen: set[object] = set()
+    deadline = time.monotonic() + timeout_s
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        while len(seen) < count:
+            if time.monotonic() > deadline or not server.alive:
+                raise BenchError(
+                    f"{server.name}: {len(seen)} of {count} processes answered {url} within "
+                    f"{timeout_s:g} s; its output:\n{server.log_tail()}"
+                )
+            async with session.get(url) as response:
+                seen.add((await response.json()).get("process"))
+            await asyncio.sleep(0.02)
+
+
+async def peak(
     key: str,
     label: str,
+    server: ServerProcess,
+    url: str,
+    secret: str,
+    opts: IngestOptions,
+    others: dict[str, int | None],
+) -> Run:
+    """The closed loop of one server, by wrk, with the CPU of every process meanwhile."""
+    console.print(f"{label}: signing {opts.pool} deliveries, then {opts.warmup_s:g} s warm-up")
+    pool = sign_pool(secret, opts.pool)
+    # the server's whole process tree: (c2)'s children, PostgreSQL's backends
+    cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
+    load = WrkLoad(opts.concurrency, opts.wrk_threads)
+    sample = await wrk_closed_loop(
+        url, pool, load, warmup_s=opts.warmup_s, duration_s=opts.duration_s, window=cpu
+    )
+    console.print(
+        f"{label}: {sample.rate:,.0f} deliveries/s, p50 {sample.percentile_ms(0.5):.2f} ms, "
+        f"p99 {sample.percentile_ms(0.99):.2f} ms" + _failed_note(sample)
+    )
+    return Run(key, label, sample, cpu.percent, ("server", *PARTS.get(key, ())))
+
+
+async def half_of_peak(
+    run: Run,
+    server: ServerProcess,
+    url: str,
+    secret: str,
+    opts: IngestOptions,
+    others: dict[str, int | None],
+) -> None:
+    """The open loop at half of ``run``'s peak, its latency and CPU added to ``run``."""
+    run.half_rate = run.peak.rate / 2
+    total = math.ceil(run.half_rate * opts.duration_s)
+    console.print(f"{run.label}: open loop at {run.half_rate:,.0f}/s for {opts.duration_s:g} s")
+    pool = sign_pool(secret, total)  # every open-loop delivery distinct
+    cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
+    window = asyncio.create_task(cpu.measure(0.05, opts.duration_s))
+    run.half = await open_loop(
+        url, pool, rate=run.half_rate, duration_s=opts.duration_s, concurrency=opts.concurrency
+    )
+    await window
+    run.half_cpu = cpu.percent
+    half = run.half
+    console.print(
+        f"{run.label}: at {run.half_rate:,.0f}/s p50 {half.percentile_ms(0.5):.2f} ms, "
+        f"p99 {half.percentile_ms(0.99):.2f} ms" + _failed_note(half)
+    )
+
+
+async def measure(
+    key: str,
     server: ServerProcess,
     base: str,
     secret: str,
     opts: IngestOptions,
     *,
     others: dict[str, int | None],
-    half_of_peak: bool = False,
+    processes: int = 1,
+    with_half: bool = False,
 ) -> Run:
     with server:
         await server.wait_ready(f"{base}/healthz")
+        if processes > 1:
+            await wait_processes(server, f"{base}/healthz", processes, timeout_s=60)
         url = base + ROUTE
-        console.print(f"{label}: signing {opts.pool} deliveries, then {opts.warmup_s:g} s warm-up")
-        pool = sign_pool(secret, opts.pool)
-        cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
-        window = asyncio.create_task(cpu.measure(opts.warmup_s, opts.duration_s))
-        peak = await closed_loop(
-            url,
-            pool,
-            concurrency=opts.concurrency,
-            warmup_s=opts.warmup_s,
-            duration_s=opts.duration_s,
-        )
-        await window
-        run = Run(key, label, peak, cpu.percent)
-        console.print(
-            f"{label}: {peak.rate:,.0f} deliveries/s, p50 {peak.percentile_ms(0.5):.2f} ms, "
-            f"p99 {peak.percentile_ms(0.99):.2f} ms" + _failed_note(peak)
-        )
-        if half_of_peak and peak.rate > 0:
-            run.half_rate = peak.rate / 2
-            total = math.ceil(run.half_rate * opts.duration_s)
-            console.print(f"{label}: open loop at {run.half_rate:,.0f}/s for {opts.duration_s:g} s")
-            pool = sign_pool(secret, total)  # every open-loop delivery distinct
-            cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
-            window = asyncio.create_task(cpu.measure(0.05, opts.duration_s))
-            run.half = await open_loop(
-                url,
-                pool,
-                rate=run.half_rate,
-                duration_s=opts.duration_s,
-                concurrency=opts.concurrency,
-            )
-            await window
-            run.half_cpu = cpu.percent
-            half = run.half
-            console.print(
-                f"{label}: at {run.half_rate:,.0f}/s p50 {half.percentile_ms(0.5):.2f} ms, "
-                f"p99 {half.percentile_ms(0.99):.2f} ms" + _failed_note(half)
-            )
+        run = await peak(key, LABELS[key], server, url, secret, opts, others)
+        if with_half and run.peak.rate > 0:
+            await half_of_peak(run, server, url, secret, opts, others)
     return run
 
 
@@ -197,8 +248,12 @@ def _ingest_server(
     key: str = "c",
 ) -> ServerProcess:
     """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics;
-    (m): the same with ONCEONLY_ENVELOPE_SECRET set, so each record carries its MAC."""
-    mac = {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"} if key == "m" else {}
+    (c2): the same with ONCEONLY_INGEST_PROCESSES=2; (m): with ONCEONLY_ENVELOPE_SECRET
+    set, so each record carries its MAC."""
+    variant = {
+        "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
+        "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
+    }.get(key, {})
     env = {
         "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
         "ONCEONLY_PARTITIONS": str(partitions),
@@ -207,7 +262,7 @@ def _ingest_server(
         "ONCEONLY_RUN_DIR": str(work),
         "ONCEONLY_LOG_LEVEL": "WARNING",
         **topics,
-        **mac,
+        **variant,
     }
     return ServerProcess(
         LABELS[key],
@@ -238,22 +293,25 @@ async def run_all(
             work / f"{key}-{kind}.log",
         )
         url = f"http://127.0.0.1:{port}"
-        results.runs.append(
-            await measure(key, LABELS[key], server, url, secret, opts, others=others)
-        )
+        results.runs.append(await measure(key, server, url, secret, opts, others=others))
 
     await baseline("a", "bare", [], jvm)
     await baseline("b", "svix", [], jvm)
-    port = free_port()
-    ingest = _ingest_server(secret, broker, topics, partitions, work, port)
-    url = f"http://127.0.0.1:{port}"
-    results.runs.append(
-        await measure("c", LABELS["c"], ingest, url, secret, opts, others=jvm, half_of_peak=True)
-    )
-    port = free_port()
-    signed = _ingest_server(secret, broker, topics, partitions, work, port, key="m")
-    url = f"http://127.0.0.1:{port}"
-    results.runs.append(await measure("m", LABELS["m"], signed, url, secret, opts, others=jvm))
+    for key in ("c", "c2", "m"):
+        port = free_port()
+        ingest = _ingest_server(secret, broker, topics, partitions, work, port, key)
+        url = f"http://127.0.0.1:{port}"
+        run = await measure(
+            key,
+            ingest,
+            url,
+            secret,
+            opts,
+            others=jvm,
+            processes=2 if key == "c2" else 1,
+            with_half=key == "c",
+        )
+        results.runs.append(run)
     with postgres() as db:
         results.postgres = await _describe_postgres(db.dsn, db.version)
         pool = ["--dsn", db.dsn, "--pool-size", str(opts.pg_pool)]
@@ -282,8 +340,9 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
 @ingest_options
 @results_dir_option
 def main(ingest: IngestOptions, results_dir: Path) -> None:
-    """Deliveries/s and p50/p99 of (a) bare aiohttp, (b) + svix verify, (c) onceonly ingest,
-    (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING."""
+    """Deliveries/s, p50/p99 and CPU per delivery of every process, under wrk, of (a) bare
+    aiohttp, (b) + svix verify, (c) onceonly ingest, (c2) with 2 ingest processes, (m) with
+    the envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING."""
     load_before = loadavg()
     code = revision()
 
