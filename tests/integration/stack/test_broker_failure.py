@@ -90,6 +90,7 @@ def _settings(cluster: LocalCluster, tmp_path: Path) -> Settings:
         deliveries_topic=f"deliveries-{suffix}",
         ledger_topic=f"replies-{suffix}",
         dead_letter_topic=f"dead-letters-{suffix}",
+        decisions_topic=f"decisions-{suffix}",
         app_id=f"onceonly-{suffix}",
         run_dir=tmp_path / "run",
         produce_timeout_ms=5000,
