@@ -103,3 +103,10 @@ def test_a_mac_under_another_key_is_not_valid() -> None:
     value, headers = _signed_record(b"secret")
 
     assert not has_valid_mac(value, headers, b"another secret")
+
+
+def test_a_time_without_a_zone_is_a_schema_error_that_says_so() -> None:
+    data = ENVELOPE.to_json() | {"occurred_at": "2026-01-02T03:04:05"}
+
+    with pytest.raises(SchemaError, match="has no zone"):
+        Envelope.from_json(data)
