@@ -6,8 +6,9 @@ then writes ``bench/results/mutation-<date>.md``: per module the mutants killed,
 and equivalent, and the score (killed / non-equivalent mutants); then every mutant that
 survived the unit tests once, with why it is harmless or the test that now kills it. Both
 come from ``bench/mutation_notes.toml``: ``[equivalent]`` (mutant -> one line of
-reasoning) and ``[killed_by]`` (mutant -> the test written for it). A survivor in neither
-is listed as unexplained. ``--no-run`` only writes the report from the last run.
+reasoning), ``[harmless]`` (a survivor accepted, with why; it still counts against the
+score) and ``[killed_by]`` (mutant -> the test written for it). Any other survivor is
+listed as unexplained. ``--no-run`` only writes the report from the last run.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ class Mutant:
 
 @dataclass(frozen=True, slots=True)
 class Notes:
-    equivalent: dict[str, str]
+    equivalent: dict[str, str]  #: behaves as the original: left out of the score
     killed_by: dict[str, str]
+    harmless: dict[str, str]  #: a survivor accepted, with why: still counted as survived
 
 
 def status_of(exit_code: int | None) -> str:
@@ -75,7 +77,11 @@ def load_mutants(root: Path, modules: list[str]) -> list[Mutant]:
 
 def load_notes(path: Path = NOTES) -> Notes:
     data = tomllib.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    return Notes(dict(data.get("equivalent", {})), dict(data.get("killed_by", {})))
+    return Notes(
+        dict(data.get("equivalent", {})),
+        dict(data.get("killed_by", {})),
+        dict(data.get("harmless", {})),
+    )
 
 
 def tally(mutants: list[Mutant], notes: Notes) -> Counter[str]:
@@ -114,6 +120,7 @@ def render(
     seconds: float | None,
     when: str,
     diff: Callable[[Mutant], str] = diff_of,
+    remark: str = "",
 ) -> str:
     modules = list(dict.fromkeys(m.module for m in mutants))
     lines = [f"# Mutation testing of the decision core, {when}", ""]
@@ -122,6 +129,8 @@ def render(
             f"`make mutate` ran mutmut in {seconds / 60:.1f} min (one child, nice 5).",
             "",
         ]
+    if remark:
+        lines += [remark, ""]
     lines += [
         "| module | mutants | killed | survived | equivalent | score |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -153,10 +162,13 @@ def _listing(mutants: list[Mutant], notes: Notes, diff: Callable[[Mutant], str])
             verdict = f"equivalent: {notes.equivalent[m.name]}"
         elif m.status == "killed":
             verdict = f"killed by `{notes.killed_by[m.name]}`"
+        elif m.name in notes.harmless:
+            verdict = f"survives, harmless: {notes.harmless[m.name]}"
         else:
             verdict = f"**{m.status}, unexplained**"
         lines.append(f"| `{m.name}` | {diff(m)} | {verdict} |")
-    stale = sorted(n for n in {**notes.equivalent, **notes.killed_by} if n not in by_name)
+    noted = {**notes.equivalent, **notes.killed_by, **notes.harmless}
+    stale = sorted(n for n in noted if n not in by_name)
     if stale:
         lines += ["", "Notes for mutants that no longer exist: " + ", ".join(stale)]
     return lines
@@ -177,13 +189,15 @@ def run_mutmut(root: Path = ROOT) -> float:
 @click.command()
 @click.option("--no-run", is_flag=True, help="Only write the report from the last run.")
 @click.option("--seconds", type=float, help="With --no-run: the last run's wall time.")
-def main(no_run: bool, seconds: float | None) -> None:
+@click.option("--remark", default="", help="A paragraph under the run time (e.g. re-runs).")
+def main(no_run: bool, seconds: float | None, remark: str) -> None:
     if not no_run:
         seconds = run_mutmut()
     mutants = load_mutants(ROOT, modules_under_test())
     when = datetime.now(UTC).date().isoformat()
     report = RESULTS_DIR / f"mutation-{when}.md"
-    report.write_text(render(mutants, load_notes(), seconds=seconds, when=when), encoding="utf-8")
+    text = render(mutants, load_notes(), seconds=seconds, when=when, remark=remark)
+    report.write_text(text, encoding="utf-8")
     counts = tally(mutants, load_notes())
     click.echo(f"{report}: score {score(counts):.1f} % ({dict(counts)})")
 

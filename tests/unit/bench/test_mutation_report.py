@@ -13,6 +13,7 @@ MUTANTS = [
 NOTES = Notes(
     equivalent={"m.x_f__mutmut_3": "the default is the same value"},
     killed_by={"m.x_f__mutmut_2": "tests/unit/test_m.py::test_f"},
+    harmless={},
 )
 
 
