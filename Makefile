@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 JARS   := .run/kafka.classpath
 
-.PHONY: run test lint bench bench-agent install jars clean
+.PHONY: run test lint bench bench-agent mutate install jars clean
 
 install: $(STAMP)
 
@@ -42,8 +42,14 @@ bench: $(STAMP) jars
 bench-agent: $(STAMP) jars
 	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
 
+# Mutation testing of the decision modules ([tool.mutmut] in pyproject.toml) against
+# tests/unit: mutmut, one child, under nice, from a clean mutants/. Not part of CI's run.
+# Report: bench/results/mutation-<date>.md, with bench/mutation_notes.toml's verdicts.
+mutate: $(STAMP)
+	$(BIN)/python -m bench.mutation_report
+
 clean:
-	rm -rf .run .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants
 
 .PHONY: chaos chaos-ci
 

@@ -350,7 +350,7 @@ async def _cover(
     covered: Iterable[Inbound],
     by: str,
     now: Callable[[], datetime],
-    channel: str = "agentmail",
+    channel: str,
 ) -> None:
     """Record the burst's other messages as answered by ``by``, unless they have a record."""
     for message in covered:

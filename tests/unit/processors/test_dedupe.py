@@ -61,3 +61,26 @@ def test_an_entry_survives_its_json_round_trip() -> None:
     entry = EventEntry(EventState.FAILED, 123, (2, 9))
 
     assert EventEntry.from_json(entry.to_json()) == entry
+
+
+def test_a_replayed_failed_event_is_claimed_in_progress_by_the_replaying_record() -> None:
+    entry = finished(False, position=HERE, now_ms=1000)
+
+    decision = decide(entry, position=ELSEWHERE, now_ms=2000, replay=True)
+
+    assert decision.entry == EventEntry(EventState.IN_PROGRESS, 2000, ELSEWHERE)
+
+
+def test_the_owning_record_redelivered_claims_the_event_again_at_the_new_time() -> None:
+    entry = EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+
+    assert decide(entry, position=HERE, now_ms=2000).entry == EventEntry(
+        EventState.IN_PROGRESS, 2000, HERE
+    )
+
+
+def test_a_finished_event_is_stored_with_its_outcome_time_and_owner() -> None:
+    assert (finished(True, position=HERE, now_ms=5), finished(False, position=HERE, now_ms=6)) == (
+        EventEntry(EventState.SUCCEEDED, 5, HERE),
+        EventEntry(EventState.FAILED, 6, HERE),
+    )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
+import structlog
 
 from ingest import normalise
 from processors.effects import (
@@ -17,6 +20,7 @@ from processors.effects import (
     decide_effect,
     effect_key,
     payload_hash,
+    run_handler,
 )
 from testkit import payloads
 
@@ -106,3 +110,110 @@ async def test_a_changed_payload_under_the_same_key_is_refused() -> None:
 
     with pytest.raises(EffectConflict, match="another payload"):
         await effects.once("refund", {"amount": 200}, lambda key: None)
+
+
+def test_the_payload_hash_is_the_sha256_of_compact_sorted_unescaped_json() -> None:
+    canonical = '{"a":"é","b":[1,2]}'
+    assert payload_hash({"b": [1, 2], "a": "é"}) == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def test_the_pending_record_holds_the_key_the_payload_hash_and_the_time() -> None:
+    ledger = MemoryLedger()
+    effects = Effects(_envelope(), ledger, lambda: NOW)
+    pending: list[EffectRecord] = []
+    key = effect_key(_envelope(), "refund")
+
+    await effects.once("refund", {"amount": 1}, lambda k: pending.append(_decoded(ledger, k)))
+
+    assert pending == [
+        EffectRecord(key, payload_hash({"amount": 1}), EffectState.PENDING, NOW.isoformat())
+    ]
+
+
+def _decoded(ledger: MemoryLedger, key: str) -> EffectRecord:
+    return EffectRecord.decode(ledger.data[key])
+
+
+async def test_an_async_perform_is_awaited_and_its_result_recorded() -> None:
+    ledger = MemoryLedger()
+    effects = Effects(_envelope(), ledger, lambda: NOW)
+
+    async def perform(key: str) -> str:
+        return "receipt-2"
+
+    assert await effects.once("send_receipt", {}, perform) == "receipt-2"
+    assert _decoded(ledger, effect_key(_envelope(), "send_receipt")).result == "receipt-2"
+
+
+async def test_once_sync_runs_the_effect_on_the_loop_from_a_writers_thread() -> None:
+    ledger = MemoryLedger()
+    effects = Effects("reply-k", ledger, lambda: NOW, loop=asyncio.get_running_loop())
+    performed: list[str] = []
+
+    def perform(key: str) -> str:
+        performed.append(key)
+        return "done"
+
+    result = await asyncio.to_thread(effects.once_sync, "note", {"n": 1}, perform)
+
+    record = _decoded(ledger, effect_key("reply-k", "note"))
+    assert (result, performed) == ("done", [effect_key("reply-k", "note")])
+    assert (record.state, record.payload_hash) == (EffectState.DONE, payload_hash({"n": 1}))
+
+
+def test_once_sync_without_the_workers_loop_is_refused() -> None:
+    effects = Effects("reply-k", MemoryLedger(), lambda: NOW)
+    with pytest.raises(RuntimeError) as raised:
+        effects.once_sync("note", {}, lambda key: None)
+    assert str(raised.value) == "once_sync() is for sync writers run by the worker"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_run_handler_calls_the_handler_with_the_event_and_its_effects(
+    asynchronous: bool,
+) -> None:
+    effects = Effects(_envelope(), MemoryLedger(), lambda: NOW)
+    calls: list[tuple[object, object]] = []
+
+    def handle(envelope: normalise.Envelope, given: Effects) -> None:
+        calls.append((envelope, given))
+
+    async def handle_async(envelope: normalise.Envelope, given: Effects) -> None:
+        await asyncio.sleep(0)
+        calls.append((envelope, given))
+
+    await run_handler(handle_async if asynchronous else handle, _envelope(), effects)
+
+    assert calls == [(_envelope(), effects)]
+
+
+async def test_a_skipped_effect_is_logged_with_its_key_action_and_subject() -> None:
+    ledger = MemoryLedger()
+    effects = Effects(_envelope(), ledger, lambda: NOW)
+    await effects.once("refund", {}, lambda key: None)
+
+    with structlog.testing.capture_logs() as logs:
+        await effects.once("refund", {}, lambda key: None)
+
+    assert logs == [
+        {
+            "event": "effect skipped: already done",
+            "log_level": "info",
+            "key": effect_key(_envelope(), "refund"),
+            "action": "refund",
+            "subject": "event evt_1",
+        }
+    ]
+
+
+async def test_a_refused_effect_names_the_action_and_the_event_and_says_what_to_do() -> None:
+    effects = Effects(_envelope(), MemoryLedger(), lambda: NOW)
+    await effects.once("refund", {"amount": 100}, lambda key: None)
+
+    with pytest.raises(EffectConflict) as raised:
+        await effects.once("refund", {"amount": 200}, lambda key: None)
+
+    assert str(raised.value) == (
+        "effect 'refund' of event evt_1 was recorded with another payload; "
+        "refusing to perform it again: inspect the dead letter"
+    )

@@ -123,3 +123,33 @@ def test_settle_never_lowers_the_watermark() -> None:
     )
 
     assert reorder.settle(buffer, frozenset({(3, "e3")}), now_ms=1).released_up_to == (9, "e9")
+
+
+def test_holding_an_event_marks_the_buffer_changed_at_its_arrival() -> None:
+    assert hold(ThreadBuffer(), _event(10, "a", arrived=700)).updated_ms == 700
+
+
+def test_an_event_equal_to_the_watermark_is_not_late() -> None:
+    buffer = hold(ThreadBuffer(released_up_to=(10, "a")), _event(10, "a", 0))
+
+    out, _ = release(buffer, now_ms=0, window_ms=0)
+
+    assert out.late == frozenset()
+
+
+def test_take_flags_an_event_older_than_the_watermark_as_late() -> None:
+    buffer = ThreadBuffer(released_up_to=(10, "b"))
+    for event in (_event(5, "a", 0), _event(10, "b", 0), _event(20, "c", 0)):
+        buffer = hold(buffer, event)
+
+    assert reorder.take(buffer, now_ms=0, window_ms=0).late == frozenset({(5, "a")})
+
+
+def test_a_tick_unseen_for_exactly_the_retick_time_is_sent_again() -> None:
+    assert ticks_due({1}, {1: 8.0}, now=10.0, retick_s=2.0) == [1]
+
+
+def test_a_thread_unchanged_for_exactly_the_retention_is_not_idle_yet() -> None:
+    assert not idle(
+        ThreadBuffer(partition=2, updated_ms=10), partition=2, now_ms=1010, retention_ms=1000
+    )

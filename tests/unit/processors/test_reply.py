@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import structlog
 
 from processors.agentmail.messages import find_sent_reply, skip_reason
 from processors.agentmail.sender import AgentMailSender
@@ -20,6 +21,7 @@ from processors.reply import (
     Plan,
     SendPolicy,
     Skip,
+    _retrying,
     plan,
     reply_once,
     simple_write,
@@ -550,3 +552,320 @@ async def test_a_failed_send_dead_letters_the_messages_that_superseded_the_first
 
     assert result.outcome is Outcome.FAILED
     assert letters == [["<a@x>", "<not-in-the-mailbox@x>"]]
+
+
+# -- the exact records reply_once writes, with an in-memory sender --------------------
+
+
+class StubSender:
+    """Sends ``<sent-N@x>``; raises ``failures`` first, in order; finds ``found`` in the thread."""
+
+    def __init__(self, *failures: SendError, found: str | None = None) -> None:
+        self.failures = list(failures)
+        self.found = found
+        self.sent: list[ReplyRecord] = []
+        self.reads = 0
+
+    async def reply(self, record: ReplyRecord) -> str:
+        if self.failures:
+            raise self.failures.pop(0)
+        self.sent.append(record)
+        return f"<sent-{len(self.sent)}@x>"
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        self.reads += 1
+        return self.found
+
+
+@dataclass
+class Letters:
+    letters: list[tuple[ReplyRecord, str, list[str]]] = field(default_factory=list)
+
+    async def __call__(self, record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
+        self.letters.append((record, reason, [m.message_id for m in burst]))
+
+
+async def _reply(
+    burst: Sequence[Inbound],
+    ledger: MemoryLedger,
+    sender: StubSender | None = None,
+    writer: Any = "the reply",
+    **options: Any,
+) -> BurstResult:
+    options.setdefault("dead_letter", Letters())
+    return await reply_once(
+        burst,
+        ledger=ledger,
+        sender=sender or StubSender(),
+        write=simple_write(writer if callable(writer) else lambda burst: writer),
+        now=lambda: T0,
+        policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+        **options,
+    )
+
+
+def _owed(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
+    return ReplyRecord(
+        message.key,
+        INBOX,
+        message.message_id,
+        message.thread_key,
+        state,
+        T0,
+        message_at=message.occurred_at,
+        **changes,
+    )
+
+
+async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_the_send() -> None:
+    ledger = MemoryLedger()
+    first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+
+    result = await _reply([latest, first], ledger)
+
+    assert result == BurstResult(Outcome.SENT, latest.key, "<sent-1@x>")
+    assert ledger.writes == [
+        _owed(latest, ReplyState.PENDING, reply_text="the reply"),
+        _owed(first, ReplyState.COVERED, covered_by=latest.key),
+        _owed(
+            latest,
+            ReplyState.SENT,
+            reply_text="the reply",
+            sent_message_id="<sent-1@x>",
+            attempts=1,
+        ),
+    ]
+
+
+async def test_every_record_of_a_reply_carries_its_channel() -> None:
+    ledger = MemoryLedger()
+    burst = [_inbound("<a@x>"), _inbound("<b@x>", minute=1)]
+
+    await _reply(burst, ledger, channel="nylas")
+
+    assert [r.channel for r in ledger.writes] == ["nylas", "nylas", "nylas"]
+
+
+async def test_a_handled_message_returns_its_sent_id_and_covers_the_rest_of_its_burst() -> None:
+    ledger = MemoryLedger()
+    first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+    await ledger.put(_owed(latest, ReplyState.SENT, sent_message_id="<r@x>"))
+
+    result = await _reply([first, latest], ledger)
+
+    assert result == BurstResult(Outcome.ALREADY, latest.key, "<r@x>")
+    assert ledger.writes[1:] == [_owed(first, ReplyState.COVERED, covered_by=latest.key)]
+
+
+async def test_a_failed_writer_records_its_attempts_and_error_and_dead_letters_the_burst() -> None:
+    ledger, letters = MemoryLedger(), Letters()
+    message = _inbound("<a@x>")
+
+    def failing(burst: Sequence[Inbound]) -> str:
+        raise WriterFailed("the writer failed", attempts=3, last_error="RuntimeError('429')")
+
+    result = await _reply([message], ledger, writer=failing, dead_letter=letters)
+
+    failed = _owed(message, ReplyState.FAILED, attempts=3, error="RuntimeError('429')")
+    assert result == BurstResult(Outcome.FAILED, message.key)
+    assert ledger.writes == [failed]
+    assert letters.letters == [
+        (failed, "writer_failed after 3 attempt(s): RuntimeError('429')", ["<a@x>"])
+    ]
+
+
+async def test_a_declined_burst_records_the_reason_and_covers_the_other_messages() -> None:
+    ledger = MemoryLedger()
+    first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+
+    result = await _reply([first, latest], ledger, writer=Decline("out of office"))
+
+    assert result == BurstResult(Outcome.DECLINED, latest.key)
+    assert ledger.writes == [
+        _owed(latest, ReplyState.DECLINED, reason="out of office"),
+        _owed(first, ReplyState.COVERED, covered_by=latest.key),
+    ]
+
+
+async def test_a_rejected_send_records_the_error_and_one_attempt() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    sender = StubSender(SendError(SendFailure.REJECTED, "422 invalid recipient"))
+
+    result = await _reply([message], ledger, sender)
+
+    assert result == BurstResult(Outcome.FAILED, message.key)
+    assert ledger.writes[-1] == _owed(
+        message,
+        ReplyState.FAILED,
+        reply_text="the reply",
+        attempts=1,
+        error="422 invalid recipient",
+    )
+
+
+async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    await ledger.put(_owed(message, ReplyState.PENDING, reply_text="t"))
+
+    result = await reply_once(
+        [message],
+        ledger=ledger,
+        sender=StubSender(found="<r1@x>"),
+        write=simple_write(CountingWriter()),
+        dead_letter=Letters(),
+        now=lambda: T0 + timedelta(hours=25),
+    )
+
+    assert result == BurstResult(Outcome.ALREADY, message.key, "<r1@x>")
+
+
+async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    await ledger.put(_owed(message, ReplyState.PENDING, reply_text="t"))
+    sender = StubSender(SendError(SendFailure.RETRY, "503"), SendError(SendFailure.RETRY, "503"))
+
+    await reply_once(
+        [message],
+        ledger=ledger,
+        sender=sender,
+        write=simple_write(CountingWriter()),
+        dead_letter=Letters(),
+        now=lambda: T0 + timedelta(hours=25),
+        policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+    )
+
+    assert (sender.reads, len(sender.sent)) == (1, 1)
+
+
+async def test_a_newer_message_that_has_a_record_already_does_not_supersede_the_reply() -> None:
+    ledger = MemoryLedger()
+    first, handled = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+    await ledger.put(_owed(handled, ReplyState.SENT, sent_message_id="<r@x>"))
+    writer = CountingWriter()
+
+    async def newer() -> list[Inbound]:
+        return [handled]
+
+    result = await _reply([first], ledger, writer=writer, newer=newer)
+
+    assert (result.key, writer.calls) == (first.key, [1])
+
+
+async def test_the_default_is_two_rewrites_at_most() -> None:
+    arrivals = [[_inbound(f"<m{n}@x>", minute=n)] for n in range(1, 5)]
+    writer = CountingWriter()
+
+    async def newer() -> list[Inbound]:
+        return arrivals.pop(0)
+
+    await _reply([_inbound("<m0@x>")], MemoryLedger(), writer=writer, newer=newer)
+
+    assert writer.calls == [1, 2, 3]
+
+
+async def test_covering_skips_a_message_with_a_record_and_still_covers_the_next() -> None:
+    ledger = MemoryLedger()
+    a, b, c, latest = (_inbound(f"<{n}@x>", minute=i) for i, n in enumerate("abcd"))
+    handled = _owed(b, ReplyState.SENT, sent_message_id="<r@x>")
+    await ledger.put(handled)
+
+    await _reply([a, b, c, latest], ledger)
+
+    assert ledger.records[b.key] == handled
+    assert ledger.records[c.key] == _owed(c, ReplyState.COVERED, covered_by=latest.key)
+
+
+async def test_a_failed_record_is_not_written_again_unless_replayed() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    await ledger.put(_owed(message, ReplyState.FAILED))
+    writer = CountingWriter()
+
+    result = await _reply([message], ledger, writer=writer)
+
+    assert (result.outcome, writer.calls) == (Outcome.ALREADY, [])
+
+
+async def test_a_replay_asks_the_writer_again_for_a_failed_record_without_text() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    await ledger.put(_owed(message, ReplyState.FAILED))
+    writer = CountingWriter()
+
+    result = await _reply([message], ledger, writer=writer, replay=True)
+
+    assert (result.outcome, writer.calls) == (Outcome.SENT, [1])
+
+
+def test_a_pending_record_exactly_the_key_lifetime_old_is_still_sent() -> None:
+    record = _record(ReplyState.PENDING, T0)
+
+    assert plan(record, now=T0 + timedelta(hours=24)) is Plan.SEND
+
+
+async def test_an_async_writer_is_awaited() -> None:
+    async def writer(burst: Sequence[Inbound]) -> str:
+        return "awaited"
+
+    assert await simple_write(writer)([_inbound("<a@x>")]) == "awaited"
+
+
+async def test_a_writer_returning_none_declines_saying_so() -> None:
+    assert await simple_write(lambda burst: None)([_inbound("<a@x>")]) == Decline(
+        "the writer returned None"
+    )
+
+
+async def test_a_writer_returning_blank_text_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="returned str, not a non-empty str"):
+        await simple_write(lambda burst: "  ")([_inbound("<a@x>")])
+
+
+async def test_a_writer_returning_something_else_is_a_type_error_naming_its_type() -> None:
+    with pytest.raises(TypeError, match="returned int, not a non-empty str"):
+        await simple_write(lambda burst: 7)([_inbound("<a@x>")])
+
+
+def test_the_send_retries_back_off_as_the_policy_says() -> None:
+    retrying = _retrying(SendPolicy(backoff_initial_s=0.25, backoff_max_s=7.0))
+
+    assert (retrying.wait.multiplier, retrying.wait.max) == (0.25, 7.0)  # type: ignore[attr-defined]
+
+
+async def test_a_skipped_reply_is_logged_with_its_ids() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    await ledger.put(_owed(message, ReplyState.SENT, sent_message_id="<r@x>"))
+
+    with structlog.testing.capture_logs() as logs:
+        await _reply([message], ledger)
+
+    assert logs[0] == {
+        "event": "reply skipped: already handled",
+        "log_level": "info",
+        "reason": "skip_sent",
+        "key": message.key,
+        "inbox_id": INBOX,
+        "message_id": "<a@x>",
+    }
+
+
+async def test_a_sent_reply_is_logged_with_its_ids_attempts_and_the_messages_it_covers() -> None:
+    first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+
+    with structlog.testing.capture_logs() as logs:
+        await _reply([first, latest], MemoryLedger())
+
+    assert logs[-1] == {
+        "event": "reply sent",
+        "log_level": "info",
+        "sent": "<sent-1@x>",
+        "attempts": 1,
+        "covered": 1,
+        "key": latest.key,
+        "inbox_id": INBOX,
+        "message_id": "<b@x>",
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -103,3 +104,27 @@ def test_a_mac_under_another_key_is_not_valid() -> None:
     value, headers = _signed_record(b"secret")
 
     assert not has_valid_mac(value, headers, b"another secret")
+
+
+def test_a_time_without_a_zone_is_a_schema_error_that_says_so() -> None:
+    data = ENVELOPE.to_json() | {"occurred_at": "2026-01-02T03:04:05"}
+
+    with pytest.raises(SchemaError, match="has no zone"):
+        Envelope.from_json(data)
+
+
+def test_times_are_written_in_utc_with_a_z_whatever_the_hosts_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        written = json.loads(ENVELOPE.encode())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+    assert (written["occurred_at"], written["received_at"]) == (
+        "2026-01-02T03:04:05.678Z",
+        "2026-01-02T03:04:06.000Z",
+    )
