@@ -4,16 +4,26 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 JARS   := .run/kafka.classpath
+# The DBOS app of `make bench-dbos` has a virtualenv of its own (bench/dbos-requirements.txt
+# says why): dbos cannot be installed beside faust-streaming.
+DBOS_VENV  := .venv-dbos
+DBOS_STAMP := $(DBOS_VENV)/.installed-stamp
 
-.PHONY: run test lint bench bench-agent install jars clean
+.PHONY: run test lint bench bench-agent bench-dbos install jars clean
 
-install: $(STAMP)
+install: $(STAMP) $(DBOS_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+$(DBOS_STAMP): bench/dbos-requirements.txt
+	$(PYTHON) -m venv $(DBOS_VENV)
+	$(DBOS_VENV)/bin/pip install --quiet --upgrade pip
+	$(DBOS_VENV)/bin/pip install --quiet -r bench/dbos-requirements.txt
+	touch $(DBOS_STAMP)
 
 jars: $(STAMP)
 	$(BIN)/onceonly broker --fetch-only
@@ -32,15 +42,22 @@ lint: $(STAMP)
 # Ingest (with Debian's PostgreSQL as a baseline, installed if missing) and processor
 # benchmarks in one run: one report, bench/results/bench-<date>.md and .png.
 # Smaller: make bench BENCH_ARGS='--duration 2 --events 300 --dedupe-entries 2000'
-bench: $(STAMP) jars
+bench: $(STAMP) jars $(DBOS_STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
+	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
 
 # The agent step: a model-like writer (async, 1 s ± 20 %), window 2,000 ms, a steady rate;
 # then 1 % of the writer calls hanging. Report: bench/results/agent-step-<date>.md.
 # Smaller: make bench-agent BENCH_AGENT_ARGS='--smoke'
 bench-agent: $(STAMP) jars
 	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
+
+# onceonly's worker beside a DBOS Transact app (dbos 3.4.0 on Debian's PostgreSQL, installed
+# if missing): the same records and writer, then a SIGKILL each. Report:
+# bench/results/dbos-<date>.md. Smaller: make bench-dbos BENCH_DBOS_ARGS='--smoke'
+bench-dbos: $(STAMP) jars $(DBOS_STAMP)
+	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
 
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache
