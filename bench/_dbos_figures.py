@@ -215,7 +215,7 @@ def rows(a: SystemRun, b: SystemRun) -> list[tuple[str, str, str, str]]:
             "",
         ),
         (
-            "emails per message (kill run)",
+            "emails per message (both runs)",
             a.emails.describe(),
             b.emails.describe(),
             f"1: {v['emails']}",

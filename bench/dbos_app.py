@@ -32,52 +32,20 @@ are DBOS's defaults. SIGTERM or SIGINT stop it (``DBOS.destroy``).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import signal
 import threading
-from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote
 
 from agentmail import AgentMailEnvironment, AsyncAgentMail
 from dbos import DBOS, KafkaMessage
 
 from bench._counted_model import writer
+from bench._dbos_inbound import Inbound, parse
 
 #: The app's name in DBOS (its system database is named by --database-url).
 APP_NAME = "onceonly-bench-dbos"
 #: The key the mock mail API is given; never a real one.
 API_KEY = "bench-not-a-real-key"
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """What the workflow needs of a received message."""
-
-    inbox_id: str
-    message_id: str
-    text: str | None
-
-    @property
-    def key(self) -> str:
-        """onceonly's reply key: only ``A-Z a-z 0-9 - . _ ~``, as AgentMail allows."""
-        return "reply-" + hashlib.sha256(f"{self.inbox_id}\n{self.message_id}".encode()).hexdigest()
-
-
-def parse(value: bytes | None) -> Inbound | None:
-    """The received message in an envelope from the deliveries topic; None for any other
-    event (or a record that is not an AgentMail ``message.received``)."""
-    if value is None:
-        return None
-    envelope: dict[str, Any] = json.loads(value)
-    if envelope.get("event_type") != "message.received":
-        return None
-    message = json.loads(envelope["raw"]).get("message") or {}
-    inbox_id, message_id = message.get("inbox_id"), message.get("message_id")
-    if not inbox_id or not message_id:
-        return None
-    return Inbound(str(inbox_id), str(message_id), message.get("text"))
 
 
 class _Mail:
