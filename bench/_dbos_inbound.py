@@ -26,7 +26,7 @@ class Inbound:
         return "reply-" + hashlib.sha256(f"{self.inbox_id}\n{self.message_id}".encode()).hexdigest()
 
 
-def parse(value: bytes | None) -> Inbound | None:
+def parse(value: str | bytes | None) -> Inbound | None:
     """The received message in an envelope from the deliveries topic; None for any other
     event (or a record that is not an AgentMail ``message.received``)."""
     if value is None:

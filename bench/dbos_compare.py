@@ -197,13 +197,15 @@ def print_table(a: fig.SystemRun, b: fig.SystemRun) -> None:
 
 
 def write_markdown(
-    lines: list[str], note_lines: list[str], items: list[tuple[str, str]], out: Path
+    lines: list[str], note_lines: list[str], items: list[tuple[str, str]], out: Path, smoke: bool
 ) -> Path:
+    """``<out>/dbos-<date>.md``, or ``dbos-<date>-smoke.md``: a smoke run never overwrites
+    the full run's report."""
     date = datetime.now(UTC).date().isoformat()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"dbos-{date}.md"
+    path = out / f"dbos-{date}{'-smoke' if smoke else ''}.md"
     text = [
-        f"# onceonly vs DBOS Transact, {date}",
+        f"# onceonly vs DBOS Transact, {date}{' (smoke size)' if smoke else ''}",
         "",
         f"`{command_line('bench.dbos_compare')}`",
         "",
@@ -281,6 +283,7 @@ def main(
         notes(opts, a, b, pg_version),
         about(kafka_about, load_before, code, extra),
         out,
+        smoke,
     )
     console.print(f"written to {path}")
 
