@@ -127,7 +127,15 @@ class SystemRun:
     in_flight_at_kill: int = 0
     first_reply_after_restart_s: float = math.nan
     unanswered_after_kill: int = 0
+    other_cpu: float = 0.0  #: % of a core the rest of the machine used over the steady run
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def repeated_after_return(self) -> int:
+        """Model calls made again for a message whose earlier call had returned: the kill
+        run's calls beyond one per message and beyond those cut short by the kill."""
+        extra = sum(self.calls.counts.values()) - len(self.calls.counts) + self.calls.none
+        return extra - self.in_flight_at_kill
 
     @property
     def latencies(self) -> list[float]:
@@ -226,6 +234,12 @@ def rows(a: SystemRun, b: SystemRun) -> list[tuple[str, str, str, str]]:
             a.calls.describe(),
             b.calls.describe(),
             f"< DBOS's: {v['calls']}",
+        ),
+        (
+            "of which repeats of a call that had returned",
+            str(a.repeated_after_return),
+            str(b.repeated_after_return),
+            "",
         ),
         (
             "first reply after the restart, s",

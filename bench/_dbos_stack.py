@@ -218,6 +218,7 @@ def steady(c: Contender, messages: list[Message], rate: float, run: fig.SystemRu
     ids = set(run.produced)
     run.received = {m: t for m, t in c.bench.received().items() if m in ids}
     others = {k: v for k, v in cpu.percent.items() if k not in c.own()}
+    run.other_cpu = others.get("other", 0.0)
     run.notes.append(
         "CPU of the other processes over the steady run, % of one core: "
         + ", ".join(f"{k} {v:.0f}" for k, v in others.items())

@@ -44,7 +44,7 @@ from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
 from bench._procs import Broker, console, create_topics, kafka, loadavg, revision
-from bench._report import RESULTS_DIR, about, command_line, execute
+from bench._report import CONTENDED_PERCENT, RESULTS_DIR, about, command_line, execute
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +167,24 @@ def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) ->
         "(AgentMail sends one email per key), over the steady and the kill run; send requests "
         "count replays of a key too; model calls per message: calls started (a call cut short "
         "by the kill counts), over the kill run",
+        "model calls: a call in flight at the kill is made again after the restart by "
+        "either system (onceonly has no ledger record before the writer returns, DBOS no step "
+        "checkpoint); a call that had returned is not made again (the ledger's pending record, "
+        "the step's checkpoint; the row of repeats counts any): calls per message after a "
+        "kill follow the calls in flight at that moment",
         *(f"({a.label}) {n}" for n in a.notes),
         *(f"({b.label}) {n}" for n in b.notes),
+        *_contention(a, b),
+    ]
+
+
+def _contention(a: fig.SystemRun, b: fig.SystemRun) -> list[str]:
+    worst = max(a.other_cpu, b.other_cpu)
+    if worst < CONTENDED_PERCENT:
+        return []
+    return [
+        f"other work on this machine took up to {worst:.0f}% of a core during a steady run "
+        "(`other` above): latencies and CPU per reply are higher than on an idle machine"
     ]
 
 

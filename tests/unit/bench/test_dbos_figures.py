@@ -117,3 +117,13 @@ def test_the_table_has_both_systems_side_by_side() -> None:
     assert by_figure["CPU per reply, ms (by process)"][0] == "12.00 (worker 10.00, broker 2.00)"
     assert by_figure["memory, MB PSS (by process)"][0] == "100 (worker 100)"
     assert len(table) == 2 + len(rows(a, b))
+
+
+def test_repeats_are_the_calls_beyond_one_per_message_not_cut_short_by_the_kill() -> None:
+    run = _run("a", 1.0, 0.5, {})
+    counts = {m: 1 for m in run.kill_messages} | {"<0>": 2, "<1>": 3}
+    run.calls = PerMessage.of(run.kill_messages, counts)
+    run.in_flight_at_kill = 2
+    assert run.repeated_after_return == 1
+    run.in_flight_at_kill = 3
+    assert run.repeated_after_return == 0
