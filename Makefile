@@ -4,8 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 JARS   := .run/kafka.classpath
+# The DBOS app of `make bench-dbos` has a virtualenv of its own (bench/dbos-requirements.txt
+# says why): dbos cannot be installed beside faust-streaming.
+DBOS_VENV  := .venv-dbos
+DBOS_STAMP := $(DBOS_VENV)/.installed-stamp
 
-.PHONY: run test lint bench bench-agent mutate install jars clean
+.PHONY: run test lint bench bench-agent bench-dbos mutate install jars clean
 
 install: $(STAMP)
 
@@ -14,6 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+$(DBOS_STAMP): bench/dbos-requirements.txt
+	$(PYTHON) -m venv $(DBOS_VENV)
+	$(DBOS_VENV)/bin/pip install --quiet --upgrade pip
+	$(DBOS_VENV)/bin/pip install --quiet -r bench/dbos-requirements.txt
+	touch $(DBOS_STAMP)
 
 jars: $(STAMP)
 	$(BIN)/onceonly broker --fetch-only
@@ -32,9 +42,10 @@ lint: $(STAMP)
 # Ingest (with Debian's PostgreSQL as a baseline, installed if missing) and processor
 # benchmarks in one run: one report, bench/results/bench-<date>.md and .png.
 # Smaller: make bench BENCH_ARGS='--duration 2 --events 300 --dedupe-entries 2000'
-bench: $(STAMP) jars
+bench: $(STAMP) jars $(DBOS_STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
+	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
 
 # The agent step: a model-like writer (async, 1 s ± 20 %), window 2,000 ms, a steady rate;
 # then 1 % of the writer calls hanging. Report: bench/results/agent-step-<date>.md.
@@ -47,6 +58,12 @@ bench-agent: $(STAMP) jars
 # Report: bench/results/mutation-<date>.md, with bench/mutation_notes.toml's verdicts.
 mutate: $(STAMP)
 	$(BIN)/python -m bench.mutation_report
+
+# onceonly's worker beside a DBOS Transact app (dbos 3.4.0 on Debian's PostgreSQL, installed
+# if missing): the same records and writer, then a SIGKILL each. Report:
+# bench/results/dbos-<date>.md. Smaller: make bench-dbos BENCH_DBOS_ARGS='--smoke'
+bench-dbos: $(STAMP) jars $(DBOS_STAMP)
+	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
 
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants

@@ -20,6 +20,10 @@ It counts what it is sent and when, for the benchmark to read:
     ``{message_id: epoch seconds}``: for every send (not a replay), the replied-to
     Message-ID (from the request path, unescaped) and when its first request arrived,
     so that a benchmark can compute each message's latency.
+``GET /_control/counts``
+    ``{message_id: [emails, requests]}``: per replied-to Message-ID, the distinct
+    ``Idempotency-Key`` values sent (emails, as AgentMail sends one per key) and the
+    reply requests (replays included), so that a benchmark can count emails per message.
 ``GET /healthz``
     200 once it serves.
 
@@ -47,6 +51,8 @@ class Outbox:
         self.last = 0.0
         #: replied-to Message-ID -> when its first send arrived (epoch seconds)
         self.received: dict[str, float] = {}
+        #: replied-to Message-ID -> [emails (distinct keys), requests]
+        self.counts: dict[str, list[int]] = {}
 
     async def reply(self, request: web.Request) -> web.StreamResponse:
         if not request.path.endswith("/reply"):
@@ -54,6 +60,10 @@ class Outbox:
         await request.read()
         self.requests += 1
         key = request.headers.get("Idempotency-Key") or f"no-key-{self.requests}"
+        # .../messages/{message_id}/reply, the id quoted by the sender
+        replied_to = unquote(request.raw_path.split("?", 1)[0].rsplit("/", 2)[-2])
+        count = self.counts.setdefault(replied_to, [0, 0])
+        count[1] += 1
         sent_id = self.keys.get(key)
         if sent_id is not None:
             self.replayed += 1
@@ -67,8 +77,7 @@ class Outbox:
         if not self.first:
             self.first = now
         self.last = now
-        # .../messages/{message_id}/reply, the id quoted by the sender
-        replied_to = unquote(request.raw_path.split("?", 1)[0].rsplit("/", 2)[-2])
+        count[0] += 1
         self.received.setdefault(replied_to, now)
         return web.json_response({"message_id": sent_id, "thread_id": "thr_bench"})
 
@@ -86,6 +95,9 @@ class Outbox:
     async def received_at(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(self.received)
 
+    async def counted(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(self.counts)
+
 
 async def healthz(request: web.Request) -> web.StreamResponse:
     return web.json_response({"status": "ok"})
@@ -97,6 +109,7 @@ async def serve(host: str, port: int) -> None:
     app.router.add_post("/v0/{tail:.*}", outbox.reply)
     app.router.add_get("/_control/stats", outbox.stats)
     app.router.add_get("/_control/received", outbox.received_at)
+    app.router.add_get("/_control/counts", outbox.counted)
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

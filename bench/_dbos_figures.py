@@ -1,0 +1,264 @@
+"""The DBOS comparison's figures, from what the harness recorded to the report's table.
+
+Pure functions over plain data, so that they are unit-tested without running anything:
+the calls file of :mod:`bench._counted_model` (:func:`parse_calls`), the per-message
+counts of the mail server (``/_control/counts``), and one :class:`SystemRun` per
+system (onceonly's worker, the DBOS app) rendered side by side (:func:`rows`,
+:func:`markdown_table`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from bench._load import percentile
+
+# --------------------------------------------------------------------------- model calls
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One line of the calls file: which process started (or finished) which call."""
+
+    pid: int
+    kind: str  #: "start" or "done"
+    message_id: str
+
+
+def parse_calls(text: str) -> list[Call]:
+    """The calls file's lines; a line cut short by a kill (no newline, or too few fields)
+    is left out."""
+    out: list[Call] = []
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            continue
+        pid, _, rest = line.rstrip("\n").partition(" ")
+        kind, _, message_id = rest.partition(" ")
+        if pid.isdigit() and kind in ("start", "done") and message_id:
+            out.append(Call(int(pid), kind, message_id))
+    return out
+
+
+def starts(calls: Iterable[Call]) -> Counter[str]:
+    """Model calls started per message."""
+    return Counter(c.message_id for c in calls if c.kind == "start")
+
+
+def in_flight(calls: Sequence[Call], pid: int) -> int:
+    """Calls the process ``pid`` started and never finished (cut short by its kill)."""
+    begun = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "start")
+    ended = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "done")
+    return sum((begun - ended).values())
+
+
+# --------------------------------------------------------------------------- per message
+
+
+@dataclass(frozen=True, slots=True)
+class PerMessage:
+    """How many times something happened per message, over a set of messages."""
+
+    counts: dict[str, int]
+
+    @classmethod
+    def of(cls, messages: Iterable[str], seen: dict[str, int]) -> PerMessage:
+        return cls({m: seen.get(m, 0) for m in messages})
+
+    @property
+    def mean(self) -> float:
+        return sum(self.counts.values()) / len(self.counts) if self.counts else math.nan
+
+    @property
+    def most(self) -> int:
+        return max(self.counts.values(), default=0)
+
+    @property
+    def none(self) -> int:
+        """Messages where it never happened."""
+        return sum(1 for n in self.counts.values() if n == 0)
+
+    @property
+    def more_than_once(self) -> int:
+        return sum(1 for n in self.counts.values() if n > 1)
+
+    def describe(self) -> str:
+        """``mean (max M; K twice or more, Z never)``."""
+        if not self.counts:
+            return "n/a"
+        return (
+            f"{self.mean:.3f} (max {self.most}; {self.more_than_once} more than once, "
+            f"{self.none} never)"
+        )
+
+
+def emails(counts: dict[str, list[int]]) -> dict[str, int]:
+    """Emails per replied-to message, from the mail server's ``[emails, requests]``."""
+    return {m: pair[0] for m, pair in counts.items()}
+
+
+def requests(counts: dict[str, list[int]]) -> dict[str, int]:
+    """Reply requests per message (replays of a key included)."""
+    return {m: pair[1] for m, pair in counts.items()}
+
+
+# --------------------------------------------------------------------------- one system
+
+
+@dataclass(slots=True)
+class SystemRun:
+    """One system's figures: the steady run, then the run with a SIGKILL in it."""
+
+    label: str
+    #: steady run: message id -> when the broker acknowledged its record (epoch s)
+    produced: dict[str, float] = field(default_factory=dict)
+    #: message id -> when the mail server received its reply (epoch s)
+    received: dict[str, float] = field(default_factory=dict)
+    #: CPU seconds per process over the steady run (every process of the system)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    memory_mb: dict[str, float] = field(default_factory=dict)  #: PSS per process tree
+    #: the kill run
+    kill_messages: list[str] = field(default_factory=list)
+    emails: PerMessage = field(default_factory=lambda: PerMessage({}))
+    sends: PerMessage = field(default_factory=lambda: PerMessage({}))
+    calls: PerMessage = field(default_factory=lambda: PerMessage({}))
+    in_flight_at_kill: int = 0
+    first_reply_after_restart_s: float = math.nan
+    unanswered_after_kill: int = 0
+    other_cpu: float = 0.0  #: % of a core the rest of the machine used over the steady run
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def repeated_after_return(self) -> int:
+        """Model calls made again for a message whose earlier call had returned: the kill
+        run's calls beyond one per message and beyond those cut short by the kill."""
+        extra = sum(self.calls.counts.values()) - len(self.calls.counts) + self.calls.none
+        return extra - self.in_flight_at_kill
+
+    @property
+    def latencies(self) -> list[float]:
+        return [self.received[m] - t for m, t in self.produced.items() if m in self.received]
+
+    def p(self, q: float) -> float:
+        return percentile(self.latencies, q)
+
+    @property
+    def replies(self) -> int:
+        return sum(1 for m in self.produced if m in self.received)
+
+    @property
+    def replies_per_s(self) -> float:
+        """The steady run's replies, first to last."""
+        times = sorted(self.received[m] for m in self.produced if m in self.received)
+        if len(times) < 2 or times[-1] <= times[0]:
+            return math.nan
+        return (len(times) - 1) / (times[-1] - times[0])
+
+    def cpu_ms_per_reply(self, name: str | None = None) -> float:
+        """ms of CPU per steady reply of one process, or of all of them (``None``)."""
+        if not self.replies:
+            return math.nan
+        seconds = self.cpu_s.get(name, math.nan) if name else sum(self.cpu_s.values())
+        return 1000 * seconds / self.replies
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _f(value: float, spec: str) -> str:
+    return "n/a" if math.isnan(value) else format(value, spec)
+
+
+def _cpu(run: SystemRun) -> str:
+    parts = [f"{name} {run.cpu_ms_per_reply(name):.2f}" for name in run.cpu_s]
+    return f"{_f(run.cpu_ms_per_reply(), '.2f')} ({', '.join(parts)})"
+
+
+def _mem(run: SystemRun) -> str:
+    total = sum(run.memory_mb.values()) if run.memory_mb else math.nan
+    parts = ", ".join(f"{name} {mb:.0f}" for name, mb in run.memory_mb.items())
+    return f"{_f(total, '.0f')} ({parts})"
+
+
+def verdicts(a: SystemRun, b: SystemRun) -> dict[str, str]:
+    """The issue's targets for onceonly (``a``) against the DBOS app (``b``)."""
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    return {
+        "replies/s": met(a.replies_per_s >= b.replies_per_s),
+        "p99": met(a.p(0.99) <= b.p(0.99)),
+        "emails": met(a.emails.most == 1 and a.emails.none == 0),
+        "calls": met(a.calls.mean < b.calls.mean),
+    }
+
+
+def rows(a: SystemRun, b: SystemRun) -> list[tuple[str, str, str, str]]:
+    """(figure, onceonly, DBOS, target for onceonly) rows."""
+    v = verdicts(a, b)
+    return [
+        ("replies (steady run)", f"{a.replies:,}", f"{b.replies:,}", ""),
+        (
+            "replies/s",
+            _f(a.replies_per_s, ".1f"),
+            _f(b.replies_per_s, ".1f"),
+            f">= DBOS's: {v['replies/s']}",
+        ),
+        ("p50 record → email, s", _f(a.p(0.5), ".2f"), _f(b.p(0.5), ".2f"), ""),
+        (
+            "p99 record → email, s",
+            _f(a.p(0.99), ".2f"),
+            _f(b.p(0.99), ".2f"),
+            f"<= DBOS's: {v['p99']}",
+        ),
+        ("CPU per reply, ms (by process)", _cpu(a), _cpu(b), ""),
+        ("memory, MB PSS (by process)", _mem(a), _mem(b), ""),
+        (
+            "model calls in flight at the SIGKILL",
+            str(a.in_flight_at_kill),
+            str(b.in_flight_at_kill),
+            "",
+        ),
+        (
+            "emails per message (both runs)",
+            a.emails.describe(),
+            b.emails.describe(),
+            f"1: {v['emails']}",
+        ),
+        ("send requests per message (both runs)", a.sends.describe(), b.sends.describe(), ""),
+        (
+            "model calls per message (kill run)",
+            a.calls.describe(),
+            b.calls.describe(),
+            f"< DBOS's: {v['calls']}",
+        ),
+        (
+            "of which repeats of a call that had returned",
+            str(a.repeated_after_return),
+            str(b.repeated_after_return),
+            "",
+        ),
+        (
+            "first reply after the restart, s",
+            _f(a.first_reply_after_restart_s, ".1f"),
+            _f(b.first_reply_after_restart_s, ".1f"),
+            "",
+        ),
+        (
+            "unanswered after the kill run",
+            str(a.unanswered_after_kill),
+            str(b.unanswered_after_kill),
+            "0",
+        ),
+    ]
+
+
+def markdown_table(a: SystemRun, b: SystemRun) -> list[str]:
+    lines = [
+        f"| figure | {a.label} | {b.label} | target for onceonly |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows(a, b)]

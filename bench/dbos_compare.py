@@ -1,0 +1,308 @@
+"""onceonly's worker beside a DBOS Transact app: the same job, the same faults, one run.
+
+``python -m bench.dbos_compare`` (``make bench-dbos``; ``--smoke`` for a run of a few
+minutes) runs, on one embedded broker (or ``ONCEONLY_KAFKA_BOOTSTRAP``), one after the
+other, each with a deliveries topic, a mail server and a calls file of its own:
+
+(A) ``onceonly worker`` (a real process): ``ONCEONLY_REPLY_WRITER=bench._counted_model:writer``
+    (the agent-step benchmark's model-like writer, 1 s ± 20 %, every call written down),
+    ``ONCEONLY_WRITER_CONCURRENCY=--concurrency``, and a reorder window of 0, since the
+    DBOS app has no reorder to match;
+(B) the DBOS app (``bench.dbos_app``, dbos 3.4.0 from ``.venv-dbos``): ``@DBOS.kafka_consumer``
+    on a workflow with the same writer as a step and the send as a step with the same
+    idempotency key, on Debian's PostgreSQL as its system database, started for the run
+    (``bench._postgres``, installed if missing) and removed after.
+
+Both read the very same envelopes (AgentMail ``message.received``, each in a thread of
+its own), produced straight to Kafka by an open loop at ``--rate``/s. For each: a warm-up,
+then the steady run (``--duration`` s): replies/s, p50/p99 from the broker's ack of the
+record to the mail server receiving the email, CPU per reply of every process of the
+system (the worker or the app, PostgreSQL with all its backends, the broker), memory
+(PSS); then the kill run (``--kill-duration`` s of the same load): SIGKILL of the worker
+or the app halfway, started again at once, and then emails, send requests and model
+calls per message, model calls in flight at the kill, and the time from the restart to
+the first email. The report is ``<--out>/dbos-<date>.md``.
+
+Targets for onceonly (issue 17): replies/s >= the DBOS app's, p99 <= its, emails per
+message exactly 1, fewer model calls per message after the kill.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from bench import _dbos_figures as fig
+from bench import _dbos_stack as stack
+from bench._agent_load import AgentBench
+from bench._counted_model import CALLS_ENV
+from bench._procs import Broker, console, create_topics, kafka, loadavg, revision
+from bench._report import CONTENDED_PERCENT, RESULTS_DIR, about, command_line, execute
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    rate: float
+    duration_s: float
+    kill_duration_s: float
+    concurrency: int
+    partitions: int
+
+    def worker_settings(self) -> dict[str, str]:
+        return {
+            "ONCEONLY_REPLY_WRITER": "bench._counted_model:writer",
+            "ONCEONLY_REORDER_WINDOW_MS": "0",
+            "ONCEONLY_WRITER_CONCURRENCY": str(self.concurrency),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The envelopes, built once, that both contenders are fed."""
+
+    warm: list[stack.Message]
+    steady: list[stack.Message]
+    kill: list[stack.Message]
+
+    @classmethod
+    def build(cls, opts: Options, tag: str) -> Load:
+        steady_n = int(opts.rate * opts.duration_s)
+        kill_n = int(opts.rate * opts.kill_duration_s)
+        return cls(
+            stack.envelopes(f"{tag}w", 2 * opts.partitions),
+            stack.envelopes(tag, steady_n),
+            stack.envelopes(tag, kill_n, start=steady_n),
+        )
+
+    @property
+    def measured(self) -> list[str]:
+        return [m for m, _ in self.steady + self.kill]
+
+
+def _bench(opts: Options, broker: Broker, work: Path, label: str) -> AgentBench:
+    tag = secrets.token_hex(3)
+    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-dbos-{tag}")
+    (work / label).mkdir()
+    return AgentBench(
+        work / label, broker.bootstrap, topics, tag, opts.partitions, "INFO", broker.pid
+    )
+
+
+def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
+    """Warm-up, steady run, kill run and the counts, for one contender."""
+    run = fig.SystemRun(c.label)
+    try:
+        c.bench.start_mail()
+        c.start(c)
+        console.print(f"({c.label}) warm-up …")
+        stack.warm_up(c, load.warm)
+        console.print(f"({c.label}) {len(load.steady):,} messages at {opts.rate:g}/s …")
+        stack.steady(c, load.steady, opts.rate, run)
+        console.print(
+            f"({c.label}) {run.replies_per_s:.1f} replies/s, p50 {run.p(0.5):.2f} s, "
+            f"p99 {run.p(0.99):.2f} s; {len(load.kill):,} more with a SIGKILL halfway …"
+        )
+        killed, restarted = stack.kill_run(c, load.kill, opts.rate, run)
+        stack.count(c, load.measured, killed, restarted, run)
+    except BaseException:
+        if c.bench.worker is not None:
+            console.print(f"[dim]{c.bench.worker.name} log tail:\n{c.bench.worker.log_tail(20)}[/]")
+        raise
+    finally:
+        c.bench.stop_all()
+    console.print(
+        f"({c.label}) emails per message {run.emails.describe()}; model calls per message "
+        f"{run.calls.describe()}; first reply {run.first_reply_after_restart_s:.1f} s "
+        "after the restart"
+    )
+    return run
+
+
+def run_onceonly(opts: Options, broker: Broker, work: Path, load: Load) -> fig.SystemRun:
+    bench = _bench(opts, broker, work, "onceonly")
+    bench.extra = opts.worker_settings() | {CALLS_ENV: str(bench.work / "model-calls.txt")}
+    return contend(stack.Contender("onceonly worker", bench, stack.start_onceonly), opts, load)
+
+
+def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig.SystemRun, str]:
+    from bench._postgres import postgres
+
+    bench = _bench(opts, broker, work, "dbos")
+    with postgres() as pg:
+        url = pg.dsn.rsplit("/", 1)[0] + f"/dbos_bench_{bench.tag}"
+        start = stack.dbos_starter(url, f"onceonly-bench-dbos-{bench.tag}")
+        c = stack.Contender("DBOS app", bench, start, {"postgres": pg.pid}, name="app")
+        return contend(c, opts, load), pg.version
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) -> list[str]:
+    return [
+        f"load: {opts.rate:g} records/s by the clock, {opts.duration_s:g} s steady, then "
+        f"{opts.kill_duration_s:g} s with a SIGKILL halfway; every record a distinct AgentMail "
+        f"message.received in a thread of its own; {opts.partitions} partitions; the very same "
+        "envelopes for both, each system on a deliveries topic of its own",
+        "latency: from the broker's acknowledgement of the record (acks=all) to the mail server "
+        "receiving the email, both on this machine's clock",
+        "onceonly: "
+        + ", ".join(f"{k}={v}" for k, v in opts.worker_settings().items())
+        + "; window 0 because DBOS has no reorder by payload time to compare with",
+        f"DBOS: dbos {_version('dbos')} (its own virtualenv, .venv-dbos), `@DBOS.kafka_consumer` "
+        "with its defaults (ordering none, the internal queue polled every 1 s, librdkafka's "
+        f"45 s session timeout), PostgreSQL {pg_version} (Debian's, fsync on) as its system "
+        "database; the send through the agentmail SDK's own httpx client",
+        "CPU per reply: CPU seconds of each process of the system over the steady run (from "
+        "its first record to its last reply) over its replies; PostgreSQL counts with every "
+        "backend; the broker is the same JVM for both. Memory: PSS at the end of the steady run",
+        "emails per message: distinct idempotency keys the mail server was sent per message "
+        "(AgentMail sends one email per key), over the steady and the kill run; send requests "
+        "count replays of a key too; model calls per message: calls started (a call cut short "
+        "by the kill counts), over the kill run",
+        "model calls: a call in flight at the kill is made again after the restart by "
+        "either system (onceonly has no ledger record before the writer returns, DBOS no step "
+        "checkpoint); a call that had returned is not made again (the ledger's pending record, "
+        "the step's checkpoint; the row of repeats counts any): calls per message after a "
+        "kill follow the calls in flight at that moment",
+        *(f"({a.label}) {n}" for n in a.notes),
+        *(f"({b.label}) {n}" for n in b.notes),
+        *_contention(a, b),
+    ]
+
+
+def _contention(a: fig.SystemRun, b: fig.SystemRun) -> list[str]:
+    worst = max(a.other_cpu, b.other_cpu)
+    if worst < CONTENDED_PERCENT:
+        return []
+    return [
+        f"other work on this machine took up to {worst:.0f}% of a core during a steady run "
+        "(`other` above): latencies and CPU per reply are higher than on an idle machine"
+    ]
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:  # it lives in .venv-dbos, not here
+        return _dbos_version()
+
+
+def _dbos_version() -> str:
+    found = sorted(
+        (stack.DBOS_PYTHON.parent.parent / "lib").glob("python*/site-packages/dbos-*.dist-info")
+    )
+    return found[-1].name.removeprefix("dbos-").removesuffix(".dist-info") if found else "unknown"
+
+
+def print_table(a: fig.SystemRun, b: fig.SystemRun) -> None:
+    table = Table(title="onceonly worker vs the DBOS app")
+    for i, header in enumerate(("figure", a.label, b.label, "target for onceonly")):
+        table.add_column(header, justify="left" if i in (0, 3) else "right")
+    for row in fig.rows(a, b):
+        table.add_row(*row, style="red" if "NOT met" in row[3] else None)
+    console.print()
+    console.print(table)
+
+
+def write_markdown(
+    lines: list[str], note_lines: list[str], items: list[tuple[str, str]], out: Path, smoke: bool
+) -> Path:
+    """``<out>/dbos-<date>.md``, or ``dbos-<date>-smoke.md``: a smoke run never overwrites
+    the full run's report."""
+    date = datetime.now(UTC).date().isoformat()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"dbos-{date}{'-smoke' if smoke else ''}.md"
+    text = [
+        f"# onceonly vs DBOS Transact, {date}{' (smoke size)' if smoke else ''}",
+        "",
+        f"`{command_line('bench.dbos_compare')}`",
+        "",
+        *lines,
+        "",
+        *(f"- {line}" for line in note_lines),
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "| --- | --- |",
+        *(f"| {k} | {v} |" for k, v in items),
+        "",
+    ]
+    path.write_text("\n".join(text), encoding="utf-8")
+    return path
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--rate", type=click.FloatRange(1, 500), default=None, help="Records/s [50; smoke 20]."
+)
+@click.option(
+    "--duration", type=click.FloatRange(2, 600), default=None, help="Steady run, s [60; smoke 15]."
+)
+@click.option(
+    "--kill-duration",
+    type=click.FloatRange(4, 600),
+    default=None,
+    help="Kill run, s [60; smoke 20].",
+)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=RESULTS_DIR,
+    show_default=True,
+)
+@click.option("--smoke", is_flag=True, help="A run of a few minutes (20/s, 15 s, 20 s).")
+def main(
+    rate: float | None,
+    duration: float | None,
+    kill_duration: float | None,
+    concurrency: int,
+    out: Path,
+    smoke: bool,
+) -> None:
+    """onceonly's worker and a DBOS Transact app on the same records, then a SIGKILL each."""
+    from foundation.settings import Settings
+
+    opts = Options(
+        rate if rate is not None else (20.0 if smoke else 50.0),
+        duration if duration is not None else (15.0 if smoke else 60.0),
+        kill_duration if kill_duration is not None else (20.0 if smoke else 60.0),
+        concurrency,
+        Settings.from_env().partitions,
+    )
+    load_before, code = loadavg(), revision()
+
+    def body() -> tuple[fig.SystemRun, fig.SystemRun, str, str]:
+        with (
+            tempfile.TemporaryDirectory(prefix="onceonly-bench-dbos-") as tmp,
+            kafka(Path(tmp)) as broker,
+        ):
+            load = Load.build(opts, secrets.token_hex(3))
+            a = run_onceonly(opts, broker, Path(tmp), load)
+            b, pg_version = run_dbos(opts, broker, Path(tmp), load)
+            return a, b, pg_version, broker.about
+
+    a, b, pg_version, kafka_about = execute(body)
+    print_table(a, b)
+    extra = [("DBOS", f"dbos {_version('dbos')}, PostgreSQL {pg_version}")]
+    path = write_markdown(
+        fig.markdown_table(a, b),
+        notes(opts, a, b, pg_version),
+        about(kafka_about, load_before, code, extra),
+        out,
+        smoke,
+    )
+    console.print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
