@@ -99,6 +99,8 @@ class Settings(BaseSettings):
     worker_port: int = Field(default=6066, ge=0, le=65535)
     data_dir: Path = Path(".run/worker")
     worker_id: str | None = None
+    #: warm copies of each table partition kept by other workers (faust's table standbys)
+    standby_replicas: int = Field(default=0, ge=0)
     dedupe_retention: timedelta = timedelta(days=7)
     #: how often each partition sweeps expired entries (default: 1/100 of the retention)
     dedupe_sweep_s: float | None = Field(default=None, gt=0)

@@ -135,6 +135,7 @@ def faust_app(settings: Settings) -> faust.App:
         web_port=settings.worker_port,
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=settings.standby_replicas,
         autodiscover=False,
         worker_redirect_stdouts=False,
         consumer_group_instance_id=worker_id(settings),
