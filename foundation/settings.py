@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     dedupe_retention_by_provider: Annotated[dict[str, timedelta], NoDecode] = Field(
         default_factory=dict
     )
+    #: faust's stream_buffer_maxsize: records buffered per stream, and for the changelog
+    #: replay of a recovery (one queue for every changelog partition)
+    stream_buffer_maxsize: int = Field(default=4096, ge=64)
     #: how often each partition sweeps expired entries (default: 1/100 of the retention)
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)

@@ -146,6 +146,7 @@ def faust_app(settings: Settings) -> faust.App:
         producer_acks=-1,
         producer_linger=settings.produce_linger_ms / 1000,
         stream_wait_empty=True,
+        stream_buffer_maxsize=settings.stream_buffer_maxsize,
     )
 
 

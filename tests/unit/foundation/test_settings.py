@@ -83,3 +83,11 @@ def test_the_standby_variable_reaches_faust(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setenv("ONCEONLY_STANDBY_REPLICAS", "1")
     assert faust_app(Settings.from_env()).conf.table_standby_replicas == 1
+
+
+def test_the_stream_buffer_variable_reaches_faust(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processors.worker import faust_app
+
+    monkeypatch.setenv("ONCEONLY_STREAM_BUFFER_MAXSIZE", "65536")
+
+    assert faust_app(Settings.from_env()).conf.stream_buffer_maxsize == 65536
