@@ -7,12 +7,15 @@ their changelogs (or, with a standby, from its warm copy) before it answers anyt
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from schemas.ledger import EventEntry, EventState
+from tests.conftest import consume_all
 from tests.integration.workers import Stack, WorkerProcess
 from tests.integration.workers import until as _until
 
@@ -28,6 +31,17 @@ def _lines(worker: WorkerProcess, *needles: str) -> list[str]:
     return [line for line in worker.log().splitlines() if all(n in line for n in needles)]
 
 
+def _succeeded(stack: Stack, key: bytes) -> bool:
+    """Whether the events changelog's last record of ``key`` says succeeded (faust sends
+    table writes after the store's, so a kill right after the reply may precede it)."""
+    changelog = f"{stack.settings.app_id}-events-changelog"
+    records = consume_all(stack.settings.kafka_bootstrap, changelog)
+    values = [r.value() for r in records if r.key() == key]
+    if not values or values[-1] is None:
+        return False
+    return EventEntry.from_json(json.loads(values[-1])).state is EventState.SUCCEEDED
+
+
 def _standbys(worker: WorkerProcess) -> int:
     """The standby partitions of the worker's last recovery (0 before any)."""
     found = [STANDBYS.search(line) for line in _lines(worker, "tables recovered")]
@@ -38,8 +52,9 @@ def _standbys(worker: WorkerProcess) -> int:
 async def _answered_then_taken_over(
     stack: Stack, owner: WorkerProcess, heir: WorkerProcess, answered: dict[str, Any]
 ) -> None:
-    """``owner`` has answered ``answered`` (evt-t1); kill it; its duplicate and evt-t2 go
-    to ``heir``."""
+    """``owner`` has answered ``answered`` (evt-t1); once its dedupe entry says succeeded
+    in the changelog, kill it; its duplicate and evt-t2 go to ``heir``."""
+    await _until(stack, lambda: _succeeded(stack, b"agentmail:evt-t1"), "the succeeded entry")
     owner.kill()
     await stack.deliver(answered)
     await stack.deliver(stack.seed("<t2@example.com>", "thr-t", event_id="evt-t2"))
