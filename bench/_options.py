@@ -33,6 +33,8 @@ class ProcessorOptions:
     skip_rss: bool
     rss_budget_s: float
     log_level: str
+    takeover_entries: int = 1_000_000
+    takeover_only: bool = False
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,6 +123,20 @@ _PROCESSOR_OPTIONS = (
         "--skip-rss", is_flag=True, help="Processors: skip (3); (4) then restarts with less state."
     ),
     click.option(
+        "--takeover-entries",
+        type=click.IntRange(0, 100_000_000),
+        default=1_000_000,
+        show_default=True,
+        help="Processors: dedupe entries the worker holds when it is SIGKILLed and an empty "
+        "worker takes over (6), topped up if (3) left fewer; 0 skips (6).",
+    ),
+    click.option(
+        "--takeover-only",
+        is_flag=True,
+        help="Processors: only fill a worker with --takeover-entries and run (6) "
+        "(make bench-scale).",
+    ),
+    click.option(
         "--log-level",
         type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
         default="INFO",
@@ -171,9 +187,19 @@ def processor_options(f: F) -> F:
         rss_budget: float,
         skip_rss: bool,
         log_level: str,
+        takeover_entries: int,
+        takeover_only: bool,
         **kwargs: Any,
     ) -> Any:
-        opts = ProcessorOptions(events, dedupe_entries, skip_rss, rss_budget, log_level.upper())
+        opts = ProcessorOptions(
+            events,
+            dedupe_entries,
+            skip_rss,
+            rss_budget,
+            log_level.upper(),
+            takeover_entries,
+            takeover_only,
+        )
         return f(*args, processors=opts, **kwargs)
 
     return _apply(_PROCESSOR_OPTIONS, wrapper)  # type: ignore[return-value]

@@ -9,7 +9,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,8 @@ class Bench:
     worker: ServerProcess | None = None
     plain: ServerProcess | None = None
     starts: int = 0
+    #: more workers than ``worker`` (the takeover's standby pair), stopped by stop_all
+    extra: list[ServerProcess] = field(default_factory=list)
 
     @property
     def deliveries(self) -> str:
@@ -227,12 +229,13 @@ class Bench:
 
     # -- (3) memory -------------------------------------------------------------------------
 
-    def run_memory(self, target: int, held: int, budget_s: float) -> Memory:
+    def run_memory(self, target: int, held: int, budget_s: float, tag: str = "") -> Memory:
         """Produce ``target`` distinct Stripe events in batches while the running worker
-        records them, within ``budget_s``; then read its RSS. ``held``: entries it had."""
+        records them, within ``budget_s``; then read its RSS. ``held``: entries it had;
+        ``tag`` keeps the events of a later call distinct from an earlier one's."""
         worker = self.worker
         assert worker is not None
-        records = stripe_records(target, self.tag)
+        records = stripe_records(target, self.tag + tag)
         chunk = min(FILL_CHUNK, target)
         produced = done = 0
         growth: list[tuple[int, float]] = []
@@ -335,7 +338,7 @@ class Bench:
         return restart
 
     def stop_all(self) -> None:
-        for process in (self.plain, self.worker, self.mail):
+        for process in (self.plain, self.worker, *self.extra, self.mail):
             if process is not None:
                 with contextlib.suppress(Exception):
                     process.stop(timeout_s=30)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from bench._proc_phases import FILL_CHUNK
 from bench._proc_results import Results
+from bench._proc_takeover import describe as describe_takeover
 from bench._procs import (
     console,
 )
@@ -114,9 +115,47 @@ def _memory_rows(r: Results) -> list[Row]:
     ]
 
 
+#: (6) the issue's targets, from the SIGKILL: first answered, every partition answered
+TAKEOVER_TARGETS_S = {"cold": (30.0, 60.0), "standby": (15.0, 15.0)}
+
+
+def _takeover_rows(r: Results) -> list[Row]:
+    rows: list[Row] = []
+    for t in r.takeovers:
+        first, every = TAKEOVER_TARGETS_S[t.how]
+        what = f"(6) {t.how} takeover, {t.entries:,} entries"
+        rows.append(
+            (
+                f"{what}: first answered",
+                f"{t.first_s:.2f} s",
+                f"<= {first:g} s",
+                met(t.first_s <= first),
+            )
+        )
+        rows.append(
+            (
+                f"{what}: every partition answered",
+                f"{t.all_s:.2f} s",
+                f"<= {every:g} s",
+                met(t.all_s <= every),
+            )
+        )
+        if t.how == "cold":
+            rows.append((f"{what}: changelog records replayed/s", f"{t.replay_per_s:,.0f}", "", ""))
+        rows.append(
+            (
+                f"{what}: the new owner's RSS (peak)",
+                f"{t.rss_mb:.0f} MB ({t.hwm_mb:.0f} MB)",
+                "",
+                "",
+            )
+        )
+    return rows
+
+
 def figures(r: Results) -> list[Row]:
     """(figure, measured, target, verdict) rows."""
-    rows = _drain_rows(r) + _memory_rows(r)
+    rows = _drain_rows(r) + _memory_rows(r) + _takeover_rows(r)
     for s in r.restarts:
         what = f"(4) restart-to-first-event after {s.how}, {s.entries:,} entries"
         rows.append((what, f"{s.first_s:.2f} s", "", ""))
@@ -169,6 +208,7 @@ def summary(r: Results) -> list[str]:
                 f"(3) RSS right after the SIGKILL restart with that state = "
                 f"{m.after_restart_mb:.0f} MB"
             )
+    lines.extend(describe_takeover(t) for t in r.takeovers)
     for s in r.restarts:
         steps = ", ".join(f"{name} {t:.2f} s" for name, t in s.marks.items())
         lines.append(
@@ -240,6 +280,16 @@ def section(r: Results) -> Section:
         f"(5) `AgentMailSender.reply` {SDK_CALLS:,} times one after the other in the benchmark's "
         "own process (after 50 unmeasured), against the same instant mail server: the "
         "process's CPU time over the calls; no Kafka, no faust",
+        "(6) the worker holding the entries (every partition) is SIGKILLed; a new worker on "
+        "an empty data directory (another static member id) starts at once and takes over; a "
+        "new AgentMail event is produced on each partition right after the spawn; times from "
+        "the kill to the mail server receiving the first and the last of their replies; the "
+        "replay rate is the changelog records (highwater + 1 of each active changelog "
+        "partition, tombstones and overwritten values included) over the time from the new "
+        "owner's `joined` log line to its `tables recovered`. Standby: that worker is "
+        "restarted with `ONCEONLY_STANDBY_REPLICAS=1` beside a second one (same setting, "
+        "empty data directory); once the second is idle (its standbys caught up) the first "
+        "is SIGKILLed and the probes go to the first one's partitions only",
         "CPU: CPU time over the measured window of the process under test, the mail server, "
         "the Kafka JVM (`broker`), this process (`bench`) and everything else on the machine "
         "(`other`), in % of one core; ms of CPU per event = the process's CPU over the events",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from bench._proc_takeover import Takeover
 from bench._report import fmt_cpu as _cpu
 from processors.progress import JOINED, JOINING, READY, STARTING
 
@@ -104,6 +105,7 @@ class Results:
     notes: list[str] = field(default_factory=list)
     log_level: str = "INFO"
     sdk_ms: float = math.nan  #: (5) ms of CPU per reply of the SDK call alone
+    takeovers: list[Takeover] = field(default_factory=list)  #: (6) cold, then standby
 
     @property
     def ratio(self) -> float:

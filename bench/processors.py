@@ -18,14 +18,22 @@
 (4) restart-to-first-event with that state: the worker is SIGKILLed (a crash), started
     again on the same data directory and app id, one new AgentMail event is produced,
     and the time from the new process's start to that event's reply is measured; then
-    the same after a SIGTERM (a clean stop), for comparison.
+    the same after a SIGTERM (a clean stop), for comparison;
+(6) cold takeover (``bench._proc_takeover``): the worker, filled up to
+    ``--takeover-entries`` dedupe entries, is SIGKILLed and a worker with an empty data
+    directory takes over every partition: time from the kill to the first and to the last
+    partition answering a new event, the changelog records replayed per second, the new
+    owner's RSS; then the same with ``ONCEONLY_STANDBY_REPLICAS=1`` and two workers, the
+    first one SIGKILLed. ``--takeover-only`` runs (6) alone (``make bench-scale``: 10 M).
 
 Both (1) and (2) read the same ``--events`` records, produced before either starts.
 The broker is an :class:`~devstack.broker.EmbeddedBroker` on a free port in a temporary
 run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``; the topics and app
 ids are fresh for every run (``onceonly-bench-<tag>.*``).
 
-Targets (the issue): (2)/(1) >= 0.5 and (2) >= 2,000 replies/s per worker; (3) < 300 MB.
+Targets (the issues): (2)/(1) >= 0.5 and (2) >= 2,000 replies/s per worker; (3) < 300 MB;
+(6) first answered within 30 s of the kill and every partition within 60 s, with a
+standby within 15 s.
 The figures are printed and written to ``bench/results/processors-<date>.md`` (and
 ``.png``); ``python -m bench`` (``make bench``) runs this after the ingest benchmark and
 writes one report of both.
@@ -33,6 +41,7 @@ writes one report of both.
 
 from __future__ import annotations
 
+import math
 import secrets
 import tempfile
 import time
@@ -47,6 +56,7 @@ from bench._proc_records import agentmail_records, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
+from bench._proc_takeover import run_takeovers
 from bench._procs import (
     Broker,
     console,
@@ -103,6 +113,39 @@ def _memory_and_restarts(bench: Bench, opts: ProcessorOptions, r: Results, parti
             r.memory.after_restart_mb = group_rss_mb(bench.worker.pid)[0]
 
 
+def _takeovers(bench: Bench, opts: ProcessorOptions, r: Results, held: int) -> None:
+    """(6) on the running worker: filled up to --takeover-entries, then SIGKILLed."""
+    if opts.takeover_entries <= 0:
+        return
+    if bench.worker is None:  # --takeover-only: a worker of its own
+        bench.start_mail()
+        bench.start_worker()
+    if opts.takeover_entries > held:
+        extra = opts.takeover_entries - held
+        console.print(f"(6) {extra:,} more distinct Stripe events for the takeover …")
+        held += bench.run_memory(extra, held, math.inf, tag="t").entries - held
+    r.takeovers = run_takeovers(bench, held)
+
+
+def _throughput(bench: Bench, opts: ProcessorOptions, r: Results, partitions: int) -> None:
+    """(1), (2), (5), then (3) and (4)."""
+    console.print("(1) plain faust agent …")
+    r.plain = bench.run_plain(opts.events)
+    console.print(f"(1) {r.plain.rate:,.0f} events/s")
+
+    bench.start_mail()
+    console.print("(2) onceonly worker, window 0, instant mail server …")
+    r.worker = bench.run_replies(opts.events)
+    console.print(f"(2) {r.worker.rate:,.0f} replies/s")
+    r.replies_metric = bench.worker_metric("onceonly_replies_sent_total", want=opts.events)
+    r.replayed = int(bench.mail_stats()["replayed"])
+    r.ledger_sent = ledger_sent(bench.bootstrap, bench.topics["ONCEONLY_LEDGER_TOPIC"], partitions)
+    console.print(f"(5) the SDK call alone, {SDK_CALLS:,} replies …")
+    r.sdk_ms = sdk_cost_ms(f"http://127.0.0.1:{bench.mail_port}")
+    console.print(f"(5) {r.sdk_ms:.2f} ms of CPU per reply")
+    _memory_and_restarts(bench, opts, r, partitions)
+
+
 def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     """Run the processor benchmark against ``broker``, in ``work``; print its figures."""
     from foundation.settings import Settings
@@ -115,27 +158,17 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     topics = create_topics(bootstrap, partitions, f"onceonly-bench-{tag}")
     bench = Bench(work, bootstrap, topics, tag, partitions, opts.log_level, broker_pid=broker.pid)
     try:
-        console.print(f"producing {opts.events:,} AgentMail events to {bench.deliveries} …")
-        seconds = produce(bootstrap, bench.deliveries, agentmail_records(opts.events), opts.events)
-        console.print(f"produced in {seconds:.1f} s")
-
-        console.print("(1) plain faust agent …")
-        r.plain = bench.run_plain(opts.events)
-        console.print(f"(1) {r.plain.rate:,.0f} events/s")
-
-        bench.start_mail()
-        console.print("(2) onceonly worker, window 0, instant mail server …")
-        r.worker = bench.run_replies(opts.events)
-        console.print(f"(2) {r.worker.rate:,.0f} replies/s")
-        r.replies_metric = bench.worker_metric("onceonly_replies_sent_total", want=opts.events)
-        r.replayed = int(bench.mail_stats()["replayed"])
-        r.ledger_sent = ledger_sent(bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], partitions)
-        console.print(f"(5) the SDK call alone, {SDK_CALLS:,} replies …")
-        r.sdk_ms = sdk_cost_ms(f"http://127.0.0.1:{bench.mail_port}")
-        console.print(f"(5) {r.sdk_ms:.2f} ms of CPU per reply")
-        _memory_and_restarts(bench, opts, r, partitions)
+        held = 0
+        if not opts.takeover_only:
+            console.print(f"producing {opts.events:,} AgentMail events to {bench.deliveries} …")
+            events = agentmail_records(opts.events)
+            seconds = produce(bootstrap, bench.deliveries, events, opts.events)
+            console.print(f"produced in {seconds:.1f} s")
+            _throughput(bench, opts, r, partitions)
+            held = r.restarts[-1].entries + 1 + partitions if r.restarts else 0
+        _takeovers(bench, opts, r, held)
     except BaseException:
-        for process in (bench.plain, bench.worker):
+        for process in (bench.plain, bench.worker, *bench.extra):
             if process is not None:
                 console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
         raise

@@ -41,6 +41,26 @@ DEFAULT_TOPICS = {
 }
 
 
+#: the providers ingest verifies, as envelopes name them (besides ``standard.<source>``)
+PROVIDERS = ("agentmail", "nylas", "stripe", "github")
+
+
+def parse_pairs(value: object, variable: str, form: str) -> object:
+    """``name=value`` pairs separated by commas (a non-string passes through)."""
+    if not isinstance(value, str):
+        return value
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, rest = item.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise ValueError(
+                f"{variable} takes {form} pairs separated by commas; the entry starting "
+                f"{item[:12]!r} lacks one side"
+            )
+        pairs[name.strip()] = rest.strip()
+    return pairs
+
+
 class Settings(BaseSettings):
     """All of onceonly's configuration. Frozen: build it once, pass it down."""
 
@@ -110,7 +130,17 @@ class Settings(BaseSettings):
     worker_port: int = Field(default=6066, ge=0, le=65535)
     data_dir: Path = Path(".run/worker")
     worker_id: str | None = None
+    #: warm copies of each table partition kept by other workers (faust's table standbys);
+    #: 1, faust's own default: a takeover replays only what the copy missed
+    standby_replicas: int = Field(default=1, ge=0)
     dedupe_retention: timedelta = timedelta(days=7)
+    #: provider -> its own dedupe retention (the others keep ``dedupe_retention``)
+    dedupe_retention_by_provider: Annotated[dict[str, timedelta], NoDecode] = Field(
+        default_factory=dict
+    )
+    #: faust's stream_buffer_maxsize: records buffered per stream, and for the changelog
+    #: replay of a recovery (one queue for every changelog partition)
+    stream_buffer_maxsize: int = Field(default=4096, ge=64)
     #: how often each partition sweeps expired entries (default: 1/100 of the retention)
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
@@ -162,20 +192,41 @@ class Settings(BaseSettings):
 
     @field_validator("standard_webhook_secrets", mode="before")
     @classmethod
-    def _parse_pairs(cls, value: object) -> object:
+    def _parse_secrets(cls, value: object) -> object:
         """``source=secret`` pairs separated by commas, e.g. ``billing=whsec_a,crm=whsec_b``."""
-        if not isinstance(value, str):
-            return value
-        pairs: dict[str, str] = {}
-        for item in filter(None, (part.strip() for part in value.split(","))):
-            source, sep, secret = item.partition("=")
-            if not sep or not source.strip() or not secret.strip():
+        return parse_pairs(value, "ONCEONLY_STANDARD_WEBHOOK_SECRETS", "source=secret")
+
+    @field_validator("dedupe_retention_by_provider", mode="before")
+    @classmethod
+    def _parse_retentions(cls, value: object) -> object:
+        """``provider=duration`` pairs, e.g. ``agentmail=P2D,stripe=P4D``."""
+        pairs = parse_pairs(value, "ONCEONLY_DEDUPE_RETENTION_BY_PROVIDER", "provider=duration")
+        for provider in pairs if isinstance(pairs, dict) else ():
+            if provider not in PROVIDERS and not provider.startswith("standard."):
                 raise ValueError(
-                    "ONCEONLY_STANDARD_WEBHOOK_SECRETS takes source=secret pairs separated "
-                    f"by commas; the entry starting {item[:12]!r} has no source or no secret"
+                    f"ONCEONLY_DEDUPE_RETENTION_BY_PROVIDER names {provider!r}, which is no "
+                    f"provider; use one of {', '.join(PROVIDERS)} or standard.<source>"
                 )
-            pairs[source.strip()] = secret.strip()
         return pairs
+
+    @field_validator("dedupe_retention_by_provider")
+    @classmethod
+    def _positive(cls, value: dict[str, timedelta]) -> dict[str, timedelta]:
+        for provider, retention in value.items():
+            if retention <= timedelta(0):
+                raise ValueError(
+                    f"ONCEONLY_DEDUPE_RETENTION_BY_PROVIDER: the retention of {provider!r} "
+                    "must be longer than zero"
+                )
+        return value
+
+    @field_validator("dedupe_retention", "decisions_retention", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        """A plain number of seconds, as the README allows, beside ISO 8601 (``P7D``)."""
+        if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+            return float(value)
+        return value
 
     @field_validator("ingest_processes", mode="before")
     @classmethod

@@ -6,11 +6,13 @@ in a changelog-backed table and calls these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from typing import TypeVar
 
+from foundation.settings import Settings
 from schemas.ledger import EventEntry, EventState
 
 
@@ -65,14 +67,47 @@ def finished(succeeded: bool, *, position: tuple[int, int], now_ms: int) -> Even
     return EventEntry(state, now_ms, position)
 
 
-K = TypeVar("K")  #: a table key: str in tests, bytes in the worker's store
+K = TypeVar("K", str, bytes)  #: a table key: str in tests, bytes in the worker's store
+
+
+def _ms(delta: timedelta) -> int:
+    return int(delta.total_seconds() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long an entry lives: its provider's own window, or the default.
+
+    The provider is the part of the key before the first ``:`` (keys are
+    ``provider:event_id`` in the ``events`` table and ``provider:thread`` in ``holds``)."""
+
+    default_ms: int
+    by_provider_ms: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Retention:
+        by_provider = settings.dedupe_retention_by_provider.items()
+        return cls(_ms(settings.dedupe_retention), {p: _ms(d) for p, d in by_provider})
+
+    @property
+    def shortest_ms(self) -> int:
+        return min([self.default_ms, *self.by_provider_ms.values()])
+
+    def for_key(self, key: str | bytes) -> int:
+        raw = key.decode(errors="replace") if isinstance(key, bytes) else key
+        provider, sep, _ = raw.partition(":")
+        return self.by_provider_ms.get(provider, self.default_ms) if sep else self.default_ms
+
+    def expires_at_ms(self, key: str | bytes, updated_at_ms: int) -> int:
+        """When an entry of this key last changed at ``updated_at_ms`` may go."""
+        return updated_at_ms + self.for_key(key)
 
 
 def expired(
-    entries: Iterable[tuple[K, EventEntry]], *, now_ms: int, retention_ms: int
+    entries: Iterable[tuple[K, EventEntry]], *, now_ms: int, retention: Retention
 ) -> Iterator[K]:
-    """Keys whose last change is older than the retention: delete them (tombstones)."""
-    cutoff = now_ms - retention_ms
+    """Keys whose last change is older than their provider's retention: delete them
+    (tombstones)."""
     for key, entry in entries:
-        if entry.updated_at_ms < cutoff:
+        if retention.expires_at_ms(key, entry.updated_at_ms) < now_ms:
             yield key

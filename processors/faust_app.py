@@ -50,6 +50,7 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
         web_port=settings.worker_port,
         topic_partitions=settings.partitions,
         topic_replication_factor=replication,
+        table_standby_replicas=settings.standby_replicas,
         autodiscover=False,
         worker_redirect_stdouts=False,
         consumer_group_instance_id=worker_id(settings),
@@ -59,6 +60,7 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
         producer_acks=-1,
         producer_linger=settings.produce_linger_ms / 1000,
         stream_wait_empty=True,
+        stream_buffer_maxsize=settings.stream_buffer_maxsize,
         broker_credentials=faust_credentials(settings),
     )
 

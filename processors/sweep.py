@@ -1,4 +1,5 @@
-"""Expiry: dedupe entries older than the retention go, in slices, with tombstones."""
+"""Expiry: dedupe entries older than their provider's retention go, in slices, with
+tombstones."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class Sweeper:
 
     events: Any  #: the faust ``events`` table (its ``.data`` is the RocksDB store)
     holds: Any  #: the ``holds`` table
-    retention_ms: int
+    retention: dedupe.Retention
     clock: Callable[[], float]
     every_s: float = 600.0
     slice: int = 5000
@@ -71,7 +72,7 @@ class Sweeper:
         """
         entries = self._own_entries(partition, after)
         mine = [(key, EventEntry.from_json(json.loads(raw))) for key, raw in entries]
-        old = list(dedupe.expired(mine, now_ms=self.now_ms(), retention_ms=self.retention_ms))
+        old = list(dedupe.expired(mine, now_ms=self.now_ms(), retention=self.retention))
         for key in old:
             del self.events[key]
         if old:
@@ -86,7 +87,7 @@ class Sweeper:
                 reorder.ThreadBuffer.from_json(json.loads(raw)),
                 partition=partition,
                 now_ms=self.now_ms(),
-                retention_ms=self.retention_ms,
+                retention_ms=self.retention.for_key(key),
             )
         ]
         for key in idle:

@@ -41,6 +41,7 @@ from processors.agentmail.sender import AgentMailSender
 from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
 from processors.decisions import Decisions
+from processors.dedupe import Retention
 from processors.faust_app import Topology, faust_app, topology
 from processors.health import WebhookHealth, check_webhook
 from processors.holds import Holds
@@ -125,7 +126,7 @@ def _pipeline(
     clock: Clock,
 ) -> Pipeline:
     metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
-    retention_ms = int(settings.dedupe_retention.total_seconds() * 1000)
+    retention = Retention.of(settings)
     handler = settings.event_handler
     pipeline = Pipeline(
         settings=settings,
@@ -145,9 +146,9 @@ def _pipeline(
         sweeper=Sweeper(
             parts.events,
             parts.holds,
-            retention_ms=retention_ms,
+            retention=retention,
             clock=clock,
-            every_s=settings.dedupe_sweep_s or max(1.0, retention_ms / 100_000),
+            every_s=settings.dedupe_sweep_s or max(1.0, retention.shortest_ms / 100_000),
         ),
         handler=load_callable(handler, "ONCEONLY_EVENT_HANDLER") if handler else None,
         clock=clock,

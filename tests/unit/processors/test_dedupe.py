@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.dedupe import Verdict, decide, expired, finished
+from processors.dedupe import Retention, Verdict, decide, expired, finished
 from schemas.ledger import EventEntry, EventState
 
 HERE = (3, 41)
@@ -54,7 +54,29 @@ def test_entries_older_than_the_retention_expire() -> None:
         ("recent", EventEntry(EventState.SUCCEEDED, now - 6 * DAY_MS, HERE)),
     ]
 
-    assert list(expired(entries, now_ms=now, retention_ms=7 * DAY_MS)) == ["old"]
+    assert list(expired(entries, now_ms=now, retention=Retention(7 * DAY_MS))) == ["old"]
+
+
+def test_a_provider_with_its_own_window_expires_on_it_and_the_others_on_the_default() -> None:
+    now = 10 * DAY_MS
+    three_days_old = now - 3 * DAY_MS
+    entries = [
+        (b"agentmail:evt-1", EventEntry(EventState.SUCCEEDED, three_days_old, HERE)),
+        (b"stripe:evt_1", EventEntry(EventState.SUCCEEDED, three_days_old, HERE)),
+        (b"github:d-1", EventEntry(EventState.SUCCEEDED, three_days_old, HERE)),
+    ]
+    retention = Retention(7 * DAY_MS, {"agentmail": 2 * DAY_MS, "stripe": 4 * DAY_MS})
+
+    assert list(expired(entries, now_ms=now, retention=retention)) == [b"agentmail:evt-1"]
+
+
+def test_an_entry_expires_at_its_last_change_plus_its_providers_window() -> None:
+    retention = Retention(7 * DAY_MS, {"standard.crm": DAY_MS})
+
+    assert retention.expires_at_ms("standard.crm:e-1", 500) == 500 + DAY_MS
+    assert retention.expires_at_ms("nylas:e-1", 500) == 500 + 7 * DAY_MS
+    assert retention.expires_at_ms("no-provider", 500) == 500 + 7 * DAY_MS
+    assert retention.shortest_ms == DAY_MS
 
 
 def test_an_entry_survives_its_json_round_trip() -> None:

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 from rocksdict import Options, Rdict
 
+from foundation.settings import Settings
+from processors.dedupe import Retention
 from processors.sweep import Sweeper
 from schemas.ledger import EventEntry, EventState
 
@@ -40,15 +42,15 @@ def db(tmp_path: Path) -> Iterator[Rdict]:
     store.close()
 
 
-def _pipeline(events: _Table, slice_size: int) -> Sweeper:
-    retention_ms = int(timedelta(days=7).total_seconds() * 1000)
-    return Sweeper(
-        events, {}, retention_ms=retention_ms, clock=lambda: NOW_MS / 1000, slice=slice_size
+def _pipeline(events: _Table, slice_size: int, **by_provider: timedelta) -> Sweeper:
+    retention = Retention.of(
+        Settings(dedupe_retention=timedelta(days=7), dedupe_retention_by_provider=by_provider)
     )
+    return Sweeper(events, {}, retention=retention, clock=lambda: NOW_MS / 1000, slice=slice_size)
 
 
-def _put(db: Rdict, n: int, age_days: int) -> bytes:
-    key = f"agentmail:evt-{n:03d}".encode()
+def _put(db: Rdict, n: int, age_days: int, provider: str = "agentmail") -> bytes:
+    key = f"{provider}:evt-{n:03d}".encode()
     entry = EventEntry(EventState.SUCCEEDED, NOW_MS - age_days * DAY_MS, (3, n))
     db[key] = json.dumps(entry.to_json()).encode()
     return key
@@ -79,6 +81,17 @@ def test_only_entries_past_the_retention_are_deleted(db: Rdict) -> None:
 
     assert sorted(events.deleted) == sorted(old)
     assert [bytes(k) for k, _ in db.items()] == sorted(fresh)
+
+
+def test_a_providers_own_window_is_the_one_its_entries_expire_on(db: Rdict) -> None:
+    agentmail = [_put(db, n, age_days=3) for n in (1, 2)]
+    stripe = [_put(db, n, age_days=3, provider="stripe") for n in (1, 2)]
+    events = _Table(db)
+    pipeline = _pipeline(events, slice_size=10, agentmail=timedelta(days=2))
+
+    assert pipeline.sweep(3) is None
+    assert sorted(events.deleted) == sorted(agentmail)
+    assert sorted(bytes(k) for k, _ in db.items()) == sorted(stripe)
 
 
 def test_maybe_sweep_goes_on_slice_by_slice_then_waits_an_interval(db: Rdict) -> None:
