@@ -144,8 +144,12 @@ async def test_a_dead_lettered_message_is_traced_with_its_dead_letter(
     stack.mail.fail_next(1000, status=500)
     await stack.deliver(stack.seed("<dl@example.com>", "thr-dl", event_id="evt-dl"))
 
+    # the dead letter and the ledger's failed record are two writes: wait for both
     trace = await _trace_until(
-        stack, "<dl@example.com>", lambda t: bool(t.dead_letters), "the dead letter"
+        stack,
+        "<dl@example.com>",
+        lambda t: bool(t.dead_letters) and t.outcome == "dead-lettered",
+        "the dead letter and the failed ledger record",
     )
 
     assert trace.outcome == "dead-lettered"
