@@ -12,6 +12,7 @@ import pytest
 
 from operations.trace import Trace, find, recent_skips
 from processors.messages import reply_key
+from schemas.ledger import ReplyState
 from tests.integration.workers import INBOX, ROOT, Stack, until, worker_env
 
 pytestmark = pytest.mark.integration
@@ -148,7 +149,9 @@ async def test_a_dead_lettered_message_is_traced_with_its_dead_letter(
     trace = await _trace_until(
         stack,
         "<dl@example.com>",
-        lambda t: bool(t.dead_letters) and t.outcome == "dead-lettered",
+        lambda t: (
+            bool(t.dead_letters and t.ledger) and t.ledger[0].record.state is ReplyState.FAILED
+        ),
         "the dead letter and the failed ledger record",
     )
 
