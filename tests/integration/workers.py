@@ -198,3 +198,16 @@ async def until(
     await wait_for(
         lambda: stack.check_alive() and condition(), timeout_s=timeout_s, what=what, logs=stack.logs
     )
+
+
+def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``onceonly`` command, run as a user would, against ``stack``'s broker and topics."""
+    env = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli")
+    return subprocess.run(
+        [sys.executable, "-m", "onceonly", *args],
+        env={**env, "COLUMNS": "200"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

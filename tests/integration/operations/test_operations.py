@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
 
 from processors.messages import reply_key
 from schemas.ledger import ReplyState
-from tests.integration.workers import INBOX, ROOT, Stack, ledger_records, until, worker_env
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    ledger_records,
+    onceonly,
+    until,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    env = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli")
-    return subprocess.run(
-        [sys.executable, "-m", "onceonly", *args],
-        env={**env, "COLUMNS": "200"},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 async def _answer_all(stack: Stack, count: int) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -13,21 +11,9 @@ import pytest
 from operations.trace import Trace, find, recent_skips
 from processors.messages import reply_key
 from schemas.ledger import ReplyState
-from tests.integration.workers import INBOX, ROOT, Stack, until, worker_env
+from tests.integration.workers import INBOX, Stack, onceonly, until
 
 pytestmark = pytest.mark.integration
-
-
-def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    env = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli")
-    return subprocess.run(
-        [sys.executable, "-m", "onceonly", *args],
-        env={**env, "COLUMNS": "200"},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 async def _trace_until(
