@@ -245,6 +245,11 @@ def about(
     ]
 
 
+def machine_table(items: Sequence[tuple[str, str]]) -> list[str]:
+    """The report's "Machine" section as a two-column table."""
+    return ["## Machine", "", "| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in items), ""]
+
+
 def command_line(module: str) -> str:
     args = sys.argv[1:]
     return f"python -m {module}" + (" " + " ".join(args) if args else "")

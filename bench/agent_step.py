@@ -44,7 +44,16 @@ from bench._model import LATENCY_S
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, CpuWindow, console, create_topics, kafka, loadavg, revision
-from bench._report import CONTENDED_PERCENT, RESULTS_DIR, about, command_line, execute, fmt_cpu, met
+from bench._report import (
+    CONTENDED_PERCENT,
+    RESULTS_DIR,
+    about,
+    command_line,
+    execute,
+    fmt_cpu,
+    machine_table,
+    met,
+)
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
 #: Writer timeout and attempts in (A) and (B), so that a hanging call ends in seconds.
@@ -293,12 +302,7 @@ def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out:
         "",
         *(f"- {line}" for line in notes(opts, r)),
         "",
-        "## Machine",
-        "",
-        "| | |",
-        "| --- | --- |",
-        *(f"| {k} | {v} |" for k, v in items),
-        "",
+        *machine_table(items),
     ]
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

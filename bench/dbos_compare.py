@@ -44,7 +44,14 @@ from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
 from bench._procs import Broker, console, create_topics, kafka, loadavg, revision
-from bench._report import CONTENDED_PERCENT, RESULTS_DIR, about, command_line, execute
+from bench._report import (
+    CONTENDED_PERCENT,
+    RESULTS_DIR,
+    about,
+    command_line,
+    execute,
+    machine_table,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,12 +236,7 @@ def write_markdown(
         "",
         *(f"- {line}" for line in note_lines),
         "",
-        "## Machine",
-        "",
-        "| | |",
-        "| --- | --- |",
-        *(f"| {k} | {v} |" for k, v in items),
-        "",
+        *machine_table(items),
     ]
     path.write_text("\n".join(text), encoding="utf-8")
     return path
