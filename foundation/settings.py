@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     #: faust's stream_buffer_maxsize: records buffered per stream, and for the changelog
     #: replay of a recovery (one queue for every changelog partition)
     stream_buffer_maxsize: int = Field(default=4096, ge=64)
+    #: a changelog partition at least this many records behind is loaded in bulk before
+    #: faust replays the rest record by record (0: faust's replay alone)
+    restore_bulk_min_records: int = Field(default=10_000, ge=0)
     #: how often each partition sweeps expired entries (default: 1/100 of the retention)
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)

@@ -12,8 +12,9 @@ from typing import Any
 
 import faust
 
-from foundation.kafka import replicated_config
+from foundation.kafka import client_security, replicated_config
 from foundation.settings import Settings
+from processors.recovery import BulkRestore, table_manager
 from processors.tables import rocks_options
 
 
@@ -32,7 +33,11 @@ def worker_id(settings: Settings, host: str | None = None) -> str:
 
 def faust_app(settings: Settings, replication: int = 1) -> faust.App:
     """The faust App: RocksDB tables, static membership, ``replication`` copies of the
-    topics faust creates (the changelogs, the assignor's)."""
+    topics faust creates (the changelogs, the assignor's), and table recovery that loads a
+    partition far behind its changelog in bulk (:mod:`processors.recovery`)."""
+    restore = BulkRestore(
+        settings.kafka_bootstrap, client_security(settings), settings.restore_bulk_min_records
+    )
     return faust.App(
         settings.app_id,
         broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
@@ -62,6 +67,7 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
         stream_wait_empty=True,
         stream_buffer_maxsize=settings.stream_buffer_maxsize,
         broker_credentials=faust_credentials(settings),
+        TableManager=table_manager(restore),
     )
 
 

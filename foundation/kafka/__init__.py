@@ -11,7 +11,7 @@ from foundation.kafka._producer import (
     producer_config_from,
     sync_producer,
 )
-from foundation.kafka._reader import TopicRange, ranges, read, read_to_end
+from foundation.kafka._reader import TopicRange, ranges, read, read_batches, read_to_end
 from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
 from foundation.kafka._security import Security, client_security
 from foundation.kafka.exceptions import (
@@ -46,6 +46,7 @@ __all__ = [
     "producer_config_from",
     "ranges",
     "read",
+    "read_batches",
     "read_to_end",
     "replicated_config",
     "replication_factor",

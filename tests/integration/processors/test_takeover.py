@@ -86,6 +86,25 @@ async def test_an_empty_worker_takes_over_from_a_killed_one_with_the_dedupe_stat
     assert _lines(heir, "tables recovered")
 
 
+async def test_an_empty_worker_loads_the_changelogs_in_bulk_and_keeps_the_dedupe_state(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(partitions=2, reorder_window_ms=0)
+    first = stack.worker("w1")
+    answered = stack.seed("<t1@example.com>", "thr-t", event_id="evt-t1")
+    await stack.deliver(answered)
+    await stack.until_sent(1)
+    # every partition with a record is loaded in bulk, not by faust's replay
+    heir = stack.worker("w2", ONCEONLY_RESTORE_BULK_MIN_RECORDS="1")
+
+    await _answered_then_taken_over(stack, first, heir, answered)
+
+    replied = [e.replied_to_message_id for e in stack.mail.outbox]
+    assert replied == ["<t1@example.com>", "<t2@example.com>"]
+    assert _lines(heir, "reply skipped", "<t1@example.com>") == []
+    assert _lines(heir, "bulk restore of", "-events-changelog")
+
+
 async def test_a_standby_takes_over_from_a_killed_worker_with_the_dedupe_state(
     stack_factory: Callable[..., Stack],
 ) -> None:
