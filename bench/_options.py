@@ -35,6 +35,9 @@ class ProcessorOptions:
     log_level: str
     takeover_entries: int = 1_000_000
     takeover_only: bool = False
+    #: "worker": the worker records the entries; "changelog": written to its changelog
+    takeover_fill: str = "worker"
+    takeover_standby: bool = True
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -137,6 +140,21 @@ _PROCESSOR_OPTIONS = (
         "(make bench-scale).",
     ),
     click.option(
+        "--takeover-fill",
+        type=click.Choice(["worker", "changelog"]),
+        default="worker",
+        show_default=True,
+        help="Processors: how (6)'s entries are made: recorded by the worker from Stripe "
+        "events, or written straight to its events changelog as the worker writes them "
+        "(sizes the worker would take hours to record; make bench-scale).",
+    ),
+    click.option(
+        "--takeover-standby/--no-takeover-standby",
+        default=True,
+        show_default=True,
+        help="Processors: run (6)'s standby takeover after the cold one.",
+    ),
+    click.option(
         "--log-level",
         type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
         default="INFO",
@@ -189,6 +207,8 @@ def processor_options(f: F) -> F:
         log_level: str,
         takeover_entries: int,
         takeover_only: bool,
+        takeover_fill: str,
+        takeover_standby: bool,
         **kwargs: Any,
     ) -> Any:
         opts = ProcessorOptions(
@@ -199,6 +219,8 @@ def processor_options(f: F) -> F:
             log_level.upper(),
             takeover_entries,
             takeover_only,
+            takeover_fill,
+            takeover_standby,
         )
         return f(*args, processors=opts, **kwargs)
 

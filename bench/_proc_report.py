@@ -32,6 +32,17 @@ SDK_CALLS = 2000
 # --------------------------------------------------------------------------- the report
 
 
+#: how (6)'s entries were made, for the report's "How"
+_FILLS = {
+    "worker": "Its entries were recorded by the worker itself, from distinct Stripe events as "
+    "in (3) (`--takeover-fill worker`)",
+    "changelog": "Its entries were written straight to the events changelog "
+    "(`--takeover-fill changelog`, `bench._changelog_fill`): two records each, the claim and "
+    "the outcome, made by the worker's own `processors.dedupe` functions in its encoding, "
+    "under its keys; the recovery replays them as it replays the worker's own",
+}
+
+
 def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
     """(5) ms of CPU per reply of the SDK call alone: ``AgentMailSender.reply`` (the worker's
     sender: the SDK over ``processors.agentmail.transport.ApiClient``), ``calls`` times one
@@ -289,7 +300,8 @@ def section(r: Results) -> Section:
         "owner's `joined` log line to its `tables recovered`. Standby: that worker is "
         "restarted with `ONCEONLY_STANDBY_REPLICAS=1` beside a second one (same setting, "
         "empty data directory); once the second is idle (its standbys caught up) the first "
-        "is SIGKILLed and the probes go to the first one's partitions only",
+        "is SIGKILLed and the probes go to the first one's partitions only. "
+        + _FILLS[r.takeover_fill],
         "CPU: CPU time over the measured window of the process under test, the mail server, "
         "the Kafka JVM (`broker`), this process (`bench`) and everything else on the machine "
         "(`other`), in % of one core; ms of CPU per event = the process's CPU over the events",

@@ -106,6 +106,7 @@ class Results:
     log_level: str = "INFO"
     sdk_ms: float = math.nan  #: (5) ms of CPU per reply of the SDK call alone
     takeovers: list[Takeover] = field(default_factory=list)  #: (6) cold, then standby
+    takeover_fill: str = "worker"  #: how (6)'s entries were made
 
     @property
     def ratio(self) -> float:

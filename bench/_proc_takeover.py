@@ -189,14 +189,17 @@ def owned(bench: Any, worker: Worker, partitions: int, label: str) -> list[int]:
     return [p for p, m in ids.items() if any(f"message_id={m}" in line for line in sent)]
 
 
-def run_takeovers(bench: Any, entries: int) -> list[Takeover]:
-    """(6) cold, then standby. ``bench.worker`` holds every partition and ``entries``."""
+def run_takeovers(bench: Any, entries: int, *, standby: bool = True) -> list[Takeover]:
+    """(6) cold, then (``standby``) standby. ``bench.worker`` holds every partition and
+    ``entries``."""
     every = list(range(bench.partitions))
     console.print(f"(6) cold takeover: SIGKILL of the worker holding {entries:,} entries …")
     cold, heir = take_over(bench, bench.worker, None, every, "cold")
     cold.entries = entries
     bench.worker, bench.worker_port = heir.process, heir.port
     log_progress(cold)
+    if not standby:
+        return [cold]
 
     console.print("(6) standby: two workers with ONCEONLY_STANDBY_REPLICAS=1 …")
     heir.process.stop(timeout_s=60)

@@ -50,13 +50,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bench._changelog_fill import fill_changelog
 from bench._options import ProcessorOptions, processor_options, results_dir_option
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
-from bench._proc_takeover import run_takeovers
+from bench._proc_takeover import probe, run_takeovers, wait_answered
 from bench._procs import (
     Broker,
     console,
@@ -122,9 +123,19 @@ def _takeovers(bench: Bench, opts: ProcessorOptions, r: Results, held: int) -> N
         bench.start_worker()
     if opts.takeover_entries > held:
         extra = opts.takeover_entries - held
-        console.print(f"(6) {extra:,} more distinct Stripe events for the takeover …")
-        held += bench.run_memory(extra, held, math.inf, tag="t").entries - held
-    r.takeovers = run_takeovers(bench, held)
+        if opts.takeover_fill == "changelog":
+            # the worker answering every partition has made its changelogs (compacted,
+            # one partition per deliveries partition): only then write to them
+            ids = probe(bench, "fill", list(range(bench.partitions)))
+            wait_answered(bench, ids, bench.worker, "(6) the worker answering")
+            app_id = bench.worker_env()["ONCEONLY_APP_ID"]
+            fill_changelog(bench.bootstrap, app_id, extra, f"{bench.tag}c")
+            held += extra
+        else:
+            console.print(f"(6) {extra:,} more distinct Stripe events for the takeover …")
+            held += bench.run_memory(extra, held, math.inf, tag="t").entries - held
+    r.takeovers = run_takeovers(bench, held, standby=opts.takeover_standby)
+    r.takeover_fill = opts.takeover_fill
 
 
 def _throughput(bench: Bench, opts: ProcessorOptions, r: Results, partitions: int) -> None:

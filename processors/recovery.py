@@ -14,10 +14,11 @@ that offset, exactly as after a restart with local state, and replays only what 
 since. The records are faust's own bytes (raw key and value, a tombstone deletes), written
 the way faust's ``apply_changelog_batch`` writes them.
 
-The step runs inside faust's "build offsets" stage, which faust bounds by its broker request
-timeout (90 s): a load cut short there, or by a new rebalance, stops between two batches
-(the lock below keeps a batch from landing after that) and faust goes on from the last batch
-written, so a cut costs time, never state.
+The step runs inside faust's "build offsets" stage. faust bounds each stage by its broker
+request timeout (90 s); this one is bounded by its own progress instead (a read that gets no
+record for 5 s fails). A load that fails, or is cut short by a new rebalance, stops between
+two batches (the lock below keeps a batch from landing after that) and faust goes on from
+the last batch written: a cut costs time, never state.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class BulkLoad:
         self._read = read
         self._lock = threading.Lock()
         self._stopped = False
+        self.batches = 0
+        self.write_s = 0.0  #: seconds spent writing to RocksDB (the rest: reading)
 
     def stop(self) -> None:
         with self._lock:
@@ -120,10 +123,13 @@ class BulkLoad:
             with self._lock:
                 if self._stopped:
                     break
+                began = time.perf_counter()
                 offset = write_batch(db, msgs)
+                self.write_s += time.perf_counter() - began
                 if offset >= 0:
                     applied[0] = offset
             written += len(msgs)
+            self.batches += 1
         return written
 
 
@@ -158,17 +164,31 @@ class BulkRecovery(Recovery):
         self._restore = restore
         super().__init__(app, tables, **kwargs)
 
+    async def _wait(self, coro: Any, timeout: Any = None) -> None:
+        # faust bounds every recovery step by its request timeout (90 s); the step that
+        # loads in bulk is bounded by its own progress instead (a read that gets no record
+        # for 5 s fails, and faust replays the rest), so a large load is not cut short
+        if self._restore.min_records > 0 and _is_build_offsets(coro):
+            timeout = None
+        await super()._wait(coro, timeout=timeout)
+
     async def _build_offsets(
         self, consumer: Any, tps: set[TP], destination: MutableMapping[TP, int], title: str
     ) -> None:
-        await super()._build_offsets(consumer, tps, destination, title)  # type: ignore[arg-type]
+        build = super()._build_offsets(consumer, tps, destination, title)  # type: ignore[arg-type]
+        try:  # faust's own step keeps its timeout, and faust's way past it: carry on
+            await asyncio.wait_for(build, timeout=self.app.conf.broker_request_timeout)
+        except TimeoutError:
+            log.warning("recovery: no start offsets for the %s changelogs in time", title)
+            return
         if title != "active":
             return
         spans = bulk_spans(destination, self.active_highwaters, self._restore.min_records)
         for tp, span in sorted(spans.items()):
-            table = self.tp_to_table[tp]
-            db = table.data._db_for_partition(tp.partition)  # type: ignore[attr-defined]
-            await self._load(tp, span, db, destination)
+            store: Any = self.tp_to_table[tp].data  # type: ignore[attr-defined]
+            if not hasattr(store, "_db_for_partition"):  # not a RocksDB table
+                continue
+            await self._load(tp, span, store._db_for_partition(tp.partition), destination)
 
     async def _load(
         self, tp: TP, span: Span, db: Any, destination: MutableMapping[TP, int]
@@ -184,19 +204,30 @@ class BulkRecovery(Recovery):
         except asyncio.CancelledError:
             load.stop()  # no batch lands after this: faust may replay from ``applied``
             log.warning(
-                "bulk restore of %s[%d] stopped at offset %d of %d (a rebalance or faust's "
-                "request timeout): faust replays the rest record by record",
+                "bulk restore of %s[%d] stopped at offset %d of %d by a rebalance",
                 tp.topic,
                 tp.partition,
                 applied[0],
                 span.last,
             )
             raise
+        except Exception as exc:  # the load is an optimisation: faust's replay remains
+            log.warning(
+                "bulk restore of %s[%d] failed at offset %d of %d (%s): faust replays the "
+                "rest record by record",
+                tp.topic,
+                tp.partition,
+                applied[0],
+                span.last,
+                exc,
+            )
+            return
         finally:
             destination[tp] = applied[0]
         took = time.monotonic() - began
         log.info(
-            "bulk restore of %s[%d]: %d records (offsets %d-%d) in %.2f s, %.0f/s",
+            "bulk restore of %s[%d]: %d records (offsets %d-%d) in %.2f s, %.0f/s "
+            "(%d batches, %.2f s of it writing)",
             tp.topic,
             tp.partition,
             written,
@@ -204,7 +235,15 @@ class BulkRecovery(Recovery):
             span.last,
             took,
             written / took if took > 0 else 0.0,
+            load.batches,
+            load.write_s,
         )
+
+
+def _is_build_offsets(coro: Any) -> bool:
+    """Whether ``coro`` is a call of Recovery._build_offsets (untraced: faust's tracing
+    wraps it, and a traced recovery keeps faust's timeout)."""
+    return getattr(coro, "__name__", "") == "_build_offsets"
 
 
 def table_manager(restore: BulkRestore) -> type[TableManager]:

@@ -136,6 +136,10 @@ def read(
         consumer.close()
 
 
+#: the longest a bulk read waits for a list to fill before it takes what it has
+_BATCH_WAIT_S = 0.05
+
+
 def read_batches(
     bootstrap: str,
     topic: str,
@@ -154,13 +158,19 @@ def read_batches(
     consumer = _consumer(bootstrap, security)
     try:
         consumer.assign([TopicPartition(topic, partition, first)])
+        quiet_since = time.monotonic()
         while True:
-            msgs = consumer.consume(num_messages=batch, timeout=poll_timeout_s)
+            # librdkafka's consume waits for a full list or its timeout, the end of the
+            # partition included: ask often, take what has arrived
+            msgs = consumer.consume(num_messages=batch, timeout=_BATCH_WAIT_S)
             if not msgs:
-                raise BrokerUnavailable(
-                    f"no record arrived from {topic}[{partition}] within "
-                    f"{poll_timeout_s:g} s; is the broker up?"
-                )
+                if time.monotonic() - quiet_since > poll_timeout_s:
+                    raise BrokerUnavailable(
+                        f"no record arrived from {topic}[{partition}] within "
+                        f"{poll_timeout_s:g} s; is the broker up?"
+                    )
+                continue
+            quiet_since = time.monotonic()
             out: list[Any] = []
             done = False
             for msg in msgs:

@@ -12,7 +12,14 @@ import rocksdict
 from confluent_kafka import Message
 from faust.types import TP
 
-from processors.recovery import OFFSET_KEY, BulkLoad, Span, bulk_spans, write_batch
+from processors.recovery import (
+    OFFSET_KEY,
+    BulkLoad,
+    Span,
+    _is_build_offsets,
+    bulk_spans,
+    write_batch,
+)
 
 EVENTS = TP("onceonly-events-changelog", 0)
 HOLDS = TP("onceonly-holds-changelog", 0)
@@ -113,3 +120,17 @@ def test_a_stopped_load_writes_no_batch_after_the_stop(db: Any) -> None:
     assert db.get(b"b") is None
     assert applied == [0]
     assert db[OFFSET_KEY] == b"0"
+
+
+def test_only_the_build_offsets_step_is_recognised_as_the_bulk_step() -> None:
+    async def _build_offsets() -> None: ...
+
+    async def _build_highwaters() -> None: ...
+
+    ours, theirs = _build_offsets(), _build_highwaters()
+    try:
+        assert _is_build_offsets(ours)
+        assert not _is_build_offsets(theirs)
+    finally:
+        ours.close()
+        theirs.close()
