@@ -12,7 +12,12 @@ from foundation.kafka._producer import (
     sync_producer,
 )
 from foundation.kafka._reader import TopicRange, ranges, read, read_to_end
-from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
+from foundation.kafka._replication import (
+    cluster_size,
+    replicated_config,
+    replication_factor,
+    topic_problems,
+)
 from foundation.kafka._security import Security, client_security
 from foundation.kafka.exceptions import (
     AuthenticationFailed,
@@ -41,6 +46,7 @@ __all__ = [
     "TopicStatus",
     "adapter_error",
     "client_security",
+    "cluster_size",
     "consumer_lag",
     "producer_config",
     "producer_config_from",

@@ -17,7 +17,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from foundation.kafka._config import client_config
 from foundation.kafka._errors import adapter_error
-from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
+from foundation.kafka._replication import (
+    cluster_size,
+    replicated_config,
+    replication_factor,
+    topic_problems,
+)
 from foundation.kafka._security import AuthWatch
 from foundation.kafka.exceptions import (
     AuthenticationFailed,
@@ -108,7 +113,15 @@ class Admin:
         """The replication factor for ``configured`` (None: from the number of brokers)."""
         if configured is not None:
             return configured
-        return replication_factor(configured, len(self.broker_ids()))
+        return replication_factor(configured, self.cluster_size())
+
+    def cluster_size(self, timeout_s: float | None = None) -> int:
+        """The brokers of the cluster, those down included (:func:`cluster_size`)."""
+        metadata = self._metadata(timeout_s)
+        return cluster_size(
+            (int(node) for node in metadata.brokers),
+            (p.replicas for t in metadata.topics.values() for p in t.partitions.values()),
+        )
 
     def broker_ids(self, timeout_s: float | None = None) -> set[int]:
         """The node ids of the brokers that answer a metadata request; raises BrokerUnavailable."""
@@ -147,7 +160,7 @@ class Admin:
         difference when an existing topic has another partition count, replica count or
         value of a checked setting (such as cleanup.policy or min.insync.replicas).
         """
-        brokers = len(self.broker_ids())
+        brokers = self.cluster_size()
         wanted = [(s, replication_factor(s.replication, brokers)) for s in specs]
         checked = {s.name: {**s.config, **replicated_config(f)} for s, f in wanted}
         existing = self.topic_shapes()
