@@ -1,6 +1,6 @@
 """confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
 
-from foundation.kafka._admin import Admin, TopicSpec, TopicStatus
+from foundation.kafka._admin import Admin, PartitionState, TopicSpec, TopicStatus
 from foundation.kafka._errors import adapter_error
 from foundation.kafka._lag import PartitionLag, consumer_lag
 from foundation.kafka._producer import (
@@ -37,6 +37,7 @@ __all__ = [
     "Delivered",
     "KafkaAdapterError",
     "PartitionLag",
+    "PartitionState",
     "ProduceFailed",
     "Security",
     "TopicMismatch",

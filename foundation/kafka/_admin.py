@@ -46,6 +46,18 @@ class TopicSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition as a metadata request sees it: its leader (-1: none), its replicas
+    and the replicas in sync."""
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TopicStatus:
     name: str
     created: bool
@@ -108,6 +120,23 @@ class Admin:
             if not t.error
             and (not led_only or all(p.leader >= 0 and not p.error for p in t.partitions.values()))
         }
+
+    def partition_states(self, timeout_s: float | None = None) -> list[PartitionState]:
+        """Every partition of every topic: leader, replicas, in-sync replicas. Raises
+        BrokerUnavailable."""
+        metadata = self._metadata(timeout_s)
+        return [
+            PartitionState(
+                topic=name,
+                partition=int(number),
+                leader=int(p.leader),
+                replicas=tuple(int(r) for r in p.replicas),
+                isr=tuple(int(r) for r in p.isrs),
+            )
+            for name, t in sorted(metadata.topics.items())
+            if not t.error
+            for number, p in sorted(t.partitions.items())
+        ]
 
     def replication_for(self, configured: int | None) -> int:
         """The replication factor for ``configured`` (None: from the number of brokers)."""
