@@ -74,11 +74,17 @@ bench-dbos: $(STAMP) jars $(DBOS_STAMP)
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants
 
-.PHONY: chaos chaos-ci
+.PHONY: chaos chaos-ci chaos-cluster
 
 # Chaos: real broker, ingest, 2 workers and a faulty AgentMail; exactly one email per message.
 chaos: $(STAMP) jars
 	$(BIN)/python -m chaos.run
+
+# The full chaos run on a 3-node cluster (onceonly broker --nodes 3): the worker and AgentMail
+# faults above; instead of the broker restart, a SIGKILL of the busiest partition leader and
+# a rolling restart of every node. Recorded in chaos/results/<date>-full-3-nodes.md.
+chaos-cluster: $(STAMP) jars
+	$(BIN)/python -m chaos.run --nodes 3 --record
 
 # The CI size of the chaos run: 500 messages, 1 worker kill, 1 broker restart, a replay.
 chaos-ci: $(STAMP) jars

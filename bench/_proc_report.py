@@ -32,6 +32,22 @@ SDK_CALLS = 2000
 # --------------------------------------------------------------------------- the report
 
 
+def _takeover_how(fill: str) -> str:
+    """The report's "How" of (6)."""
+    return (
+        "(6) the worker holding the entries (every partition) is SIGKILLed; a new worker on "
+        "an empty data directory (another static member id) starts at once and takes over; a "
+        "new AgentMail event is produced on each partition right after the spawn; times from "
+        "the kill to the mail server receiving the first and the last of their replies; the "
+        "replay rate is the changelog records (highwater + 1 of each active changelog "
+        "partition, tombstones and overwritten values included) over the time from the new "
+        "owner's `joined` log line to its `tables recovered`. Standby: that worker is "
+        "restarted with `ONCEONLY_STANDBY_REPLICAS=1` beside a second one (same setting, "
+        "empty data directory); once the second is idle (its standbys caught up) the first "
+        "is SIGKILLed and the probes go to the first one's partitions only. " + _FILLS[fill]
+    )
+
+
 #: how (6)'s entries were made, for the report's "How"
 _FILLS = {
     "worker": "Its entries were recorded by the worker itself, from distinct Stripe events as "
@@ -291,17 +307,7 @@ def section(r: Results) -> Section:
         f"(5) `AgentMailSender.reply` {SDK_CALLS:,} times one after the other in the benchmark's "
         "own process (after 50 unmeasured), against the same instant mail server: the "
         "process's CPU time over the calls; no Kafka, no faust",
-        "(6) the worker holding the entries (every partition) is SIGKILLed; a new worker on "
-        "an empty data directory (another static member id) starts at once and takes over; a "
-        "new AgentMail event is produced on each partition right after the spawn; times from "
-        "the kill to the mail server receiving the first and the last of their replies; the "
-        "replay rate is the changelog records (highwater + 1 of each active changelog "
-        "partition, tombstones and overwritten values included) over the time from the new "
-        "owner's `joined` log line to its `tables recovered`. Standby: that worker is "
-        "restarted with `ONCEONLY_STANDBY_REPLICAS=1` beside a second one (same setting, "
-        "empty data directory); once the second is idle (its standbys caught up) the first "
-        "is SIGKILLed and the probes go to the first one's partitions only. "
-        + _FILLS[r.takeover_fill],
+        _takeover_how(r.takeover_fill),
         "CPU: CPU time over the measured window of the process under test, the mail server, "
         "the Kafka JVM (`broker`), this process (`bench`) and everything else on the machine "
         "(`other`), in % of one core; ms of CPU per event = the process's CPU over the events",

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from chaos.broker_faults import BrokerFaults
 from chaos.common import (
     CATCH_UP_LINE,
     ChaosError,
@@ -17,16 +18,16 @@ from chaos.common import (
 )
 from chaos.judge import Judge
 from chaos.load import Load
-from chaos.plan import Plan, build_plan
+from chaos.plan import BrokerFault, Plan, broker_faults, build_plan
 from chaos.stack import Snapshot, first_of
 from chaos.verdict import Verdict
 
 
-class Chaos(Judge):
+class Chaos(BrokerFaults, Judge):
     """One chaos run: the stack, the load, the faults, and the verdict."""
 
-    #: when (s into the load) the kills, broker restarts and latency spikes happen
-    _times: tuple[list[float], list[float], list[float]] = ([], [], [])
+    #: when (s into the load) the kills, broker faults and latency spikes happen
+    _times: tuple[list[float], list[BrokerFault], list[float]] = ([], [], [])
 
     async def inject_faults(self, spikes: list[float], t0: float) -> None:
         """Every second: random latency, and 5xx / lost responses for a share of the reply
@@ -81,23 +82,6 @@ class Chaos(Judge):
                 f"SIGKILL worker {worker.name} (pid {pid}); restarted as pid {worker.pid} "
                 f"with the same data dir and worker id"
             )
-
-    async def restart_broker(self, times: list[float], t0: float) -> None:
-        for at in sorted(times):
-            await asyncio.sleep(max(0.0, t0 + at - now()))
-            self.broker_busy = True
-            try:
-                self.event("broker: stopping (SIGTERM)")
-                started = now()
-                await asyncio.to_thread(self.broker.stop)
-                self.event(f"broker: stopped in {now() - started:.1f} s")
-                await asyncio.sleep(self.opts.broker_down_s)
-                await asyncio.to_thread(self.broker.start_and_wait)
-                down = now() - started
-                self.broker_restarts.append(f"at {self.elapsed() - down:.0f}s, down {down:.0f}s")
-                self.event(f"broker: back on {self.bootstrap} after {down:.1f} s")
-            finally:
-                self.broker_busy = False
 
     async def report_progress(self, every_s: float = 15.0) -> None:
         while not self._stop.is_set():
@@ -169,21 +153,29 @@ class Chaos(Judge):
         )
         return plan
 
-    def _fault_times(self, window: float) -> tuple[list[float], list[float], list[float]]:
-        """When (s into the load) the kills, broker restarts and latency spikes happen."""
+    def _fault_times(self, plan: Plan) -> tuple[list[float], list[BrokerFault], list[float]]:
+        """When (s into the load) the kills, broker faults and latency spikes happen."""
         opts = self.opts
+        window = plan.load_s
         kills = [self.rng.uniform(0.05, 0.95) * window for _ in range(opts.kills)]
-        restarts = [self.rng.uniform(0.25, 0.75) * window for _ in range(opts.broker_restarts)]
+        brokers = broker_faults(
+            nodes=opts.nodes,
+            restarts=opts.broker_restarts,
+            leader_kills=opts.leader_kills,
+            window_s=window,
+            fresh_s=plan.fresh_s,
+            rng=self.rng,
+        )
         spikes = [self.rng.uniform(0.05, 0.95) * window for _ in range(opts.latency_spikes)]
         self.event(
             "faults planned at (s into the load): kills "
             + ", ".join(f"{t:.0f}" for t in sorted(kills))
-            + "; broker restarts "
-            + ", ".join(f"{t:.0f}" for t in sorted(restarts))
+            + "; broker faults "
+            + ", ".join(f"{f.kind} {f.at_s:.0f}" for f in brokers)
             + "; latency spikes "
             + ", ".join(f"{t:.0f}" for t in sorted(spikes))
         )
-        return kills, restarts, spikes
+        return kills, brokers, spikes
 
     async def _replay_phase(self, background: list[asyncio.Task[Any]]) -> None:
         code, out = await self._cli("replay", "replay", "--from-offset", "0")
@@ -212,12 +204,13 @@ class Chaos(Judge):
     async def _phases(self, plan: Plan, background: list[asyncio.Task[Any]], t0: float) -> None:
         """The load with its faults, the drain, the replay and the catch-up, each timed."""
         assert self.load is not None
-        kills, restarts, _ = self._times
+        kills, brokers, _ = self._times
         phase_t = t0
         chaos = asyncio.gather(
-            self.load.run(t0), self.kill_workers(kills, t0), self.restart_broker(restarts, t0)
+            self.load.run(t0), self.kill_workers(kills, t0), self.broker_faults(brokers, t0)
         )
         await first_of(chaos, background)
+        self.load_span = (t0 - self.t_start, now() - self.t_start)
         stats = self.load.stats
         self.event(
             f"load done: {stats.accepted} deliveries accepted, "
@@ -240,12 +233,13 @@ class Chaos(Judge):
             phase_t = now()
             await self.setup()
             self.phases.append(("set-up", now() - phase_t))
-            self._times = self._fault_times(plan.load_s)
+            self._times = self._fault_times(plan)
             self.load = Load(
                 f"http://127.0.0.1:{self.ingest_port}/webhooks/agentmail",
                 plan,
                 self.opts,
                 self.rng,
+                t_start=self.t_start,
             )
             t0 = now()
             background = [

@@ -10,6 +10,7 @@ from chaos.common import (
     DEAD_LETTER_TOPIC,
     LEDGER_TOPIC,
 )
+from chaos.figures import Figures, Span
 from chaos.stack import Stack
 from chaos.verdict import Verdict
 
@@ -56,6 +57,7 @@ class Judge(Stack):
             kills=self.kills,
             crashes=self.crashes,
             broker_restarts=self.broker_restarts,
+            figures=self._figures(outbox),
             injected=dict(self.injected),
             reply_calls=int(stats["requests"].get("reply", 0)),
             ledger_states=dict(states),
@@ -76,6 +78,16 @@ class Judge(Stack):
             if line.startswith("[") and "] lag" not in line and "] status:" not in line
         ]
         return verdict
+
+    def _figures(self, outbox: list[dict[str, Any]]) -> Figures:
+        """The longest 503 window and refused delivery, the longest gap between emails."""
+        assert self.load is not None
+        started = self.started_wall.timestamp()
+        return Figures.measure(
+            self.load.stats.answers,
+            [float(e["sent_at"]) - started for e in outbox],
+            Span(*self.load_span),
+        )
 
     def _worker_log_counts(self) -> Counter[str]:
         logs = Counter[str]()

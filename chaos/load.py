@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from chaos.common import now
+from chaos.figures import Answer
 from chaos.options import Options
 from chaos.plan import Arrival, Message, Plan
 from testkit import signing
@@ -25,13 +27,18 @@ class LoadStats:
     statuses: Counter[str] = field(default_factory=Counter)
     never_accepted: list[str] = field(default_factory=list)
     done: int = 0  #: deliveries finished (accepted or given up)
+    answers: list[Answer] = field(default_factory=list)  #: every POST's answer, in order
 
 
 class Load:
     """Svix-like sender: signs at send time, retries anything but 2xx until a 204."""
 
-    def __init__(self, url: str, plan: Plan, opts: Options, rng: random.Random) -> None:
+    def __init__(
+        self, url: str, plan: Plan, opts: Options, rng: random.Random, *, t_start: float
+    ) -> None:
         self.url = url
+        self.t_start = t_start  #: the run's start: answers are timed from it
+        self._deliveries = itertools.count()
         self.plan = plan
         self.opts = opts
         self.rng = rng
@@ -79,6 +86,7 @@ class Load:
 
     async def _post(self, session: aiohttp.ClientSession, message: Message, body: bytes) -> None:
         deadline = now() + self.opts.delivery_timeout_s
+        delivery = next(self._deliveries)
         attempt = 0
         while True:
             attempt += 1
@@ -93,7 +101,9 @@ class Load:
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     status = type(exc).__name__
             self.stats.statuses[status] += 1
-            if status.startswith("2"):
+            accepted = status.startswith("2")
+            self.stats.answers.append(Answer(delivery, now() - self.t_start, accepted))
+            if accepted:
                 self.stats.accepted += 1
                 self.stats.done += 1
                 if attempt > 1:

@@ -16,6 +16,8 @@ class Options:
     workers: int
     kills: int
     broker_restarts: int
+    nodes: int  #: 1: the single embedded broker; 3 or more: a local cluster
+    leader_kills: int  #: on a cluster: SIGKILLs of the node leading the most partitions
     duplicates: float
     out_of_order: float
     rate: float
@@ -37,13 +39,17 @@ class Options:
 
     @property
     def size(self) -> str:
-        return "full" if self.messages >= 10_000 else f"{self.messages}-messages"
+        size = "full" if self.messages >= 10_000 else f"{self.messages}-messages"
+        return size if self.nodes == 1 else f"{size}-{self.nodes}-nodes"
 
     def command(self) -> str:
+        cluster = (
+            f"--nodes {self.nodes} --leader-kills {self.leader_kills} " if self.nodes > 1 else ""
+        )
         return (
             f"python -m chaos.run --messages {self.messages} --threads {self.threads} "
             f"--inboxes {self.inboxes} --workers {self.workers} --kills {self.kills} "
-            f"--broker-restarts {self.broker_restarts} --rate {self.rate:g} "
+            f"--broker-restarts {self.broker_restarts} {cluster}--rate {self.rate:g} "
             f"--late-duplicate-delay-s {self.late_duplicate_delay_s:g} "
             f"--window-ms {self.window_ms} --seed {self.seed}"
         )

@@ -1,13 +1,17 @@
-"""The plan of a chaos run: which messages, when, how often, in what order."""
+"""The plan of a chaos run: which messages, when, how often, in what order; when the broker
+faults come, and which node of a cluster they hit."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from chaos.common import iso
+from foundation.kafka import PartitionState
 from testkit import payloads
 
 # --------------------------------------------------------------------------- the plan
@@ -80,6 +84,11 @@ class Plan:
     @property
     def deliveries(self) -> int:
         return sum(a.copies for a in self.arrivals) + len(self.late)
+
+    @property
+    def fresh_s(self) -> float:
+        """When the last first delivery is due: new messages arrive until then."""
+        return max((a.due_s for a in self.arrivals), default=0.0)
 
     @property
     def load_s(self) -> float:
@@ -205,3 +214,71 @@ def build_plan(
         late_dups=late_dups,
         since=base - timedelta(seconds=1),
     )
+
+
+# --------------------------------------------------------------------------- broker faults
+
+#: the single broker: SIGTERM, --broker-down-s down, started again on its data
+RESTART = "restart"
+#: a cluster: SIGKILL of the node that leads the most deliveries partitions, restarted
+#: after --broker-down-s on its data
+LEADER_KILL = "leader kill"
+#: a cluster: every node in turn SIGTERMed and started again, the next one only once the
+#: partitions are all in sync again
+ROLLING_RESTART = "rolling restart"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFault:
+    at_s: float  #: seconds after the load starts
+    kind: str  #: RESTART, LEADER_KILL or ROLLING_RESTART
+
+
+def broker_faults(
+    *,
+    nodes: int,
+    restarts: int,
+    leader_kills: int,
+    window_s: float,
+    fresh_s: float,
+    rng: random.Random,
+) -> list[BrokerFault]:
+    """When the broker faults come, in order (they run one after the other).
+
+    One node: ``restarts`` restarts in the middle half of the load (``window_s``, late
+    duplicates included). A cluster: ``leader_kills`` leader kills in 20-35 % of the time
+    new messages arrive (``fresh_s``), then ``restarts`` rolling restarts from 45-55 % of
+    it, so both hit while replies are due and a stall shows in the gap between emails.
+    """
+    if nodes == 1:
+        times = [rng.uniform(0.25, 0.75) * window_s for _ in range(restarts)]
+        return [BrokerFault(at, RESTART) for at in sorted(times)]
+    kills = [
+        BrokerFault(rng.uniform(0.20, 0.35) * fresh_s, LEADER_KILL) for _ in range(leader_kills)
+    ]
+    rolls = [
+        BrokerFault(rng.uniform(0.45, 0.55) * fresh_s, ROLLING_RESTART) for _ in range(restarts)
+    ]
+    return sorted(kills + rolls, key=lambda f: f.at_s)
+
+
+def busiest_leader(states: Iterable[PartitionState], topic: str) -> tuple[int, int] | None:
+    """The node that leads the most partitions of ``topic`` and how many it leads (a tie
+    goes to the lowest node id); None if no partition has a leader."""
+    led = Counter(s.leader for s in states if s.topic == topic and s.leader >= 0)
+    if not led:
+        return None
+    node, count = min(led.items(), key=lambda item: (-item[1], item[0]))
+    return node, count
+
+
+def led_elsewhere(states: Iterable[PartitionState], topic: str, node: int) -> bool:
+    """Every partition of ``topic`` has a leader, and none is ``node`` (a new election
+    is over); False if the snapshot holds no partition of ``topic``."""
+    mine = [s for s in states if s.topic == topic]
+    return bool(mine) and all(s.leader >= 0 and s.leader != node for s in mine)
+
+
+def under_replicated(states: Iterable[PartitionState]) -> int:
+    """Partitions with fewer replicas in sync than they have (0: the cluster is whole)."""
+    return sum(1 for s in states if len(set(s.isr)) < len(s.replicas))

@@ -2,8 +2,11 @@
 
 ::
 
-    make chaos      # 10,000 messages, 500 threads, 5 inboxes, 2 workers, 5 kills, 1 broker restart
-    make chaos-ci   # the CI size: 500 messages, 50 threads, 1 kill, 1 broker restart
+    make chaos          # 10,000 messages, 500 threads, 5 inboxes, 2 workers, 5 kills,
+                        # 1 broker restart
+    make chaos-cluster  # the same on a 3-node cluster: instead of the broker restart,
+                        # a leader SIGKILL and a rolling restart
+    make chaos-ci       # the CI size: 500 messages, 50 threads, 1 kill, 1 broker restart
     python -m chaos.run --help
 
 **Set-up**, every part a real process, in a fresh run directory (a temporary one unless
@@ -13,6 +16,13 @@ on free ports), the topics (``onceonly topics``), the fake AgentMail server
 of every inbox, ``onceonly ingest`` (a ``whsec_`` secret; ``ONCEONLY_PRODUCE_TIMEOUT_MS``
 3000, so a broker outage answers 503 within 3 s) and ``--workers`` ``onceonly worker``
 processes, each with its own data directory, web port and ``ONCEONLY_WORKER_ID``.
+
+**On a cluster** (``--nodes 3``): instead of the single broker, ``onceonly broker --nodes
+3``'s cluster (devstack's ``LocalCluster``, run from the chaos process so that one node at a
+time can be killed and started: ``chaos/brokers.py``), three combined broker + controller
+JVMs on a run of free ports; ``onceonly topics``, ingest and the workers get the whole
+bootstrap list, and the run checks that the topics have 3 replicas and
+``min.insync.replicas=2`` (what onceonly does on 3 brokers or more) before it goes on.
 
 **Load**: ``--messages`` distinct AgentMail ``message.received`` events over ``--threads``
 threads and ``--inboxes`` inboxes, POSTed to ingest as Svix would: signed at send time with
@@ -29,11 +39,18 @@ POSTs, half re-sent ``--late-duplicate-delay-s`` to 1.5 times that later ("minut
 **Faults during the run**: ``--kills`` SIGKILLs of a random live worker at random moments of
 the load (each restarted at once with the same data directory and worker id);
 ``--broker-restarts`` clean restarts of the broker (SIGTERM, ``--broker-down-s`` down, then
-started again on the same port and data); the fake AgentMail server, every second, answers a
-``--fail-rate`` share of the reply calls with a 5xx without sending, and a ``--lose-rate``
-share with a 500 *after* sending (a lost response), with a random latency of up to
-``--latency-ms`` on every call, and ``--latency-spikes`` one-second spikes longer than the
-workers' send timeout (``--send-timeout-s``), so sends time out while the server still
+started again on the same port and data); on a cluster these are replaced by the broker
+faults of a cluster, one after the other (``chaos/broker_faults.py``, planned in
+``chaos/plan.py``): ``--leader-kills`` (1) SIGKILLs of the node that leads the most
+partitions of the deliveries topic (from a metadata request), 20-35 % into the time new
+messages arrive, started again after ``--broker-down-s`` on its data, the run waiting until
+no partition is under-replicated; then ``--broker-restarts`` (1) rolling restarts, 45-55 %
+in: every node in turn SIGTERMed (a controlled shutdown) and started again, the next one
+only once every partition of every topic is back in sync; the fake AgentMail server, every
+second, answers a ``--fail-rate`` share of the reply calls with a 5xx without sending, and a
+``--lose-rate`` share with a 500 *after* sending (a lost response), with a random latency of
+up to ``--latency-ms`` on every call, and ``--latency-spikes`` one-second spikes longer than
+the workers' send timeout (``--send-timeout-s``), so sends time out while the server still
 sends. A worker that exits on its own is restarted, like a supervisor would, and counted.
 
 **Then**: wait until the workers are idle (consumer lag 0 and the outbox unchanged for a
@@ -42,20 +59,30 @@ while), ``onceonly replay --from-offset 0`` (the whole deliveries topic), wait a
 
 **Verdict**: the fake's outbox, counted per (inbox, replied-to message id). The run prints
 the counts (messages, deliveries, emails, distinct answered, missing, doubled, kills, broker
-restarts, duration, ...) and exits 0 only if there are exactly ``--messages`` emails, one per
-message, none to anything else, and every delivery was accepted. Exit 1: the verdict failed;
-exit 2: the run itself could not be carried out. The run directory (every process's log,
-``events.log`` with the timeline of faults, ``summary.txt``, ``findings.txt`` for each
-missing or doubled email with the log lines that name it) is kept whenever the run does not
-pass, and its path printed; ``--keep`` keeps it anyway. ``--record`` also writes the summary
-to ``chaos/results/<date>-<size>.md``.
+restarts, duration, ...) and three figures: the **longest 503 window** (ingest-wide: from a
+refused POST, while no window is open, to the next 204 answered to any POST: a time when
+ingest accepted nothing), the **longest refused delivery** (one delivery, from its first 503
+to its 204: how long a sender kept retrying), and the **longest gap in replies** (the
+longest interval between consecutive emails in the fake's outbox, by the send time it
+records, among those sent during the load phase). It exits 0 only if every message has
+exactly one email (or is covered by one, below), none went to anything else, and every
+delivery was accepted. Exit 1: the verdict failed; exit 2: the run itself could not be
+carried out. The run directory (every process's log, ``events.log`` with the timeline of
+faults, ``summary.txt``, ``findings.txt`` for each missing or doubled email with the log
+lines that name it) is kept whenever the run does not pass, and its path printed; ``--keep``
+keeps it anyway. ``--record`` also writes the summary to ``chaos/results/<date>-<size>.md``
+(``<date>-full-3-nodes.md`` for a full cluster run).
 
 **Why one email per message is the right count**: the workers run with
-``ONCEONLY_REORDER_WINDOW_MS=0`` (``--window-ms``), so nothing is held and no burst forms;
-every message gets its own reply. With a window, a burst of one thread's messages gets one
-reply, to the latest, and the others are recorded *covered* by it; ``--window-ms N`` runs
-that way and then counts a message answered if it has its own email *or* the ledger records
-it covered by a message that has one, and wants emails == messages - covered.
+``ONCEONLY_REORDER_WINDOW_MS=0`` (``--window-ms``), so nothing is held and no burst forms
+by waiting; almost every message gets its own reply. With a window, a burst of one
+thread's messages gets one reply, to the latest, and the others are recorded *covered* by
+it; ``--window-ms N`` runs that way. Even at 0, a reply whose thread has newer messages
+queued on its lane once its text is written takes them in (``ONCEONLY_SUPERSEDE_MAX``) and
+covers the older: that happens when a thread's messages come faster than its replies go
+out, as on a cluster (acks from two replicas) or after a stall. So the verdict counts a
+message answered if it has its own email *or* the ledger records it covered by a message
+that has exactly one, and wants emails == messages - covered.
 """
 
 from __future__ import annotations
@@ -88,7 +115,25 @@ from chaos.verdict import Verdict
 @click.option("--inboxes", default=5, show_default=True)
 @click.option("--workers", default=2, show_default=True, help="onceonly worker processes.")
 @click.option("--kills", default=5, show_default=True, help="Worker SIGKILLs during the load.")
-@click.option("--broker-restarts", default=1, show_default=True)
+@click.option(
+    "--broker-restarts",
+    default=1,
+    show_default=True,
+    help="Restarts of the broker; on a cluster, rolling restarts of every node.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 5),
+    default=1,
+    show_default=True,
+    help="1: the single embedded broker; 3 to 5: a local cluster (onceonly broker --nodes N).",
+)
+@click.option(
+    "--leader-kills",
+    default=1,
+    show_default=True,
+    help="On a cluster: SIGKILLs of the node leading the most deliveries partitions.",
+)
 @click.option("--duplicates", default=0.30, show_default=True, help="Share delivered twice.")
 @click.option("--out-of-order", default=0.20, show_default=True, help="Share out of order.")
 @click.option("--rate", default=40.0, show_default=True, help="New messages per second.")
@@ -126,16 +171,7 @@ from chaos.verdict import Verdict
 def main(**kwargs: Any) -> None:
     """Chaos run: real broker, ingest, workers and a faulty AgentMail; exactly one email per
     message at the end, or a non-zero exit."""
-    big = kwargs["messages"] >= 10_000
-    if kwargs["late_duplicate_delay_s"] is None:
-        kwargs["late_duplicate_delay_s"] = 120.0 if big else 20.0
-    if kwargs["latency_spikes"] is None:
-        kwargs["latency_spikes"] = 3 if big else 1
-    if kwargs["seed"] is None:
-        kwargs["seed"] = random.SystemRandom().randrange(1_000_000)
-    opts = Options(**kwargs)
-    if opts.messages < 1 or opts.workers < 1 or opts.rate <= 0:
-        raise click.BadParameter("need at least one message, one worker and a positive rate")
+    opts = _options(kwargs)
     if opts.run_dir is not None:
         opts.run_dir.mkdir(parents=True, exist_ok=True)
         run_dir = opts.run_dir.resolve()
@@ -183,6 +219,23 @@ def main(**kwargs: Any) -> None:
     else:
         click.echo(f"run directory kept: {run_dir}")
     sys.exit(code)
+
+
+def _options(kwargs: dict[str, Any]) -> Options:
+    """The options, with the defaults that depend on the size; refuses what cannot run."""
+    big = kwargs["messages"] >= 10_000
+    if kwargs["late_duplicate_delay_s"] is None:
+        kwargs["late_duplicate_delay_s"] = 120.0 if big else 20.0
+    if kwargs["latency_spikes"] is None:
+        kwargs["latency_spikes"] = 3 if big else 1
+    if kwargs["seed"] is None:
+        kwargs["seed"] = random.SystemRandom().randrange(1_000_000)
+    opts = Options(**kwargs)
+    if opts.messages < 1 or opts.workers < 1 or opts.rate <= 0:
+        raise click.BadParameter("need at least one message, one worker and a positive rate")
+    if opts.nodes == 2:
+        raise click.BadParameter("--nodes 2 keeps one replica per topic: give 1 or 3 or more")
+    return opts
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import click
 
+from chaos.brokers import ChaosBroker, ClusterBroker, SingleBroker
 from chaos.common import (
     APP_ID,
     DEAD_LETTER_TOPIC,
@@ -35,7 +36,7 @@ from chaos.common import (
 from chaos.load import Load
 from chaos.options import Options
 from chaos.plan import Plan
-from chaos.processes import BrokerProc, Proc
+from chaos.processes import Proc
 from devstack.ports import free_port
 from testkit import signing
 
@@ -60,12 +61,13 @@ class Stack:
         self.started_wall = datetime.now(UTC)
         self.t_start = now()
         self.events_log = run_dir / "events.log"
-        self.broker_port = free_port()
         self.ingest_port = free_port()
         self.mail_port = free_port()
         self.mail_url = f"http://127.0.0.1:{self.mail_port}"
-        self.broker = BrokerProc(
-            run_dir, self.broker_port, self._broker_env(), run_dir / "broker.log"
+        self.broker: ChaosBroker = (
+            SingleBroker(run_dir, self._broker_env(), run_dir / "broker.log")
+            if opts.nodes == 1
+            else ClusterBroker(run_dir, opts.nodes)
         )
         self.mail: Proc | None = None
         self.ingest: Proc | None = None
@@ -76,6 +78,7 @@ class Stack:
         self.crashes: list[str] = []
         self.broker_restarts: list[str] = []
         self.broker_busy = False
+        self.load_span = (0.0, 0.0)  #: the load phase, s since the start
         self.injected = Counter[str]()
         self.snapshots: list[Snapshot] = []
         self.phases: list[tuple[str, float]] = []
@@ -114,7 +117,6 @@ class Stack:
         env.update(
             {
                 "ONCEONLY_RUN_DIR": str(self.run_dir),
-                "ONCEONLY_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.broker_port}",
                 "ONCEONLY_BROKER_HEAP_MB": "512",
             }
         )
@@ -210,11 +212,13 @@ class Stack:
         if classpath.is_file():  # saves a Maven run: the jars are in the Maven cache
             shutil.copy2(classpath, self.run_dir / "kafka.classpath")
         self.event(f"run directory {self.run_dir}")
-        self.event(f"starting the broker on {self.bootstrap}")
+        nodes = "the broker" if self.broker.nodes == 1 else f"a {self.broker.nodes}-node cluster"
+        self.event(f"starting {nodes} on {self.bootstrap}")
         await asyncio.to_thread(self.broker.start_and_wait)
         code, out = await self._cli("topics", "topics", timeout_s=120)
         if code != 0:
             raise ChaosError(f"onceonly topics failed (exit {code}):\n{out}")
+        self.event("topics: " + await asyncio.to_thread(self._topic_shapes))
 
         self.mail = Proc(
             "agentmail",
@@ -250,6 +254,22 @@ class Stack:
             f"(window {self.opts.window_ms} ms, send timeout {self.opts.send_timeout_s:g} s, "
             f"{SEND_ATTEMPTS} send attempts)"
         )
+
+    def _topic_shapes(self) -> str:
+        """The replicas and min.insync.replicas of onceonly's topics; on a cluster, refuse
+        to go on unless each has 3 replicas and 2 in sync to write (onceonly's default on
+        3 brokers or more)."""
+        from foundation.kafka import Admin
+
+        admin = Admin(self.bootstrap)
+        names = [DELIVERIES_TOPIC, LEDGER_TOPIC, DEAD_LETTER_TOPIC]
+        shapes = admin.topic_shapes()
+        configs = admin.topic_configs(names)
+        seen = {n: (shapes[n][1], configs[n].get("min.insync.replicas", "?")) for n in names}
+        text = ", ".join(f"{n} {r} replicas, min.insync.replicas {m}" for n, (r, m) in seen.items())
+        if self.broker.nodes >= 3 and any(shape != (3, "2") for shape in seen.values()):
+            raise ChaosError(f"a cluster's topics should have 3 replicas, 2 in sync: {text}")
+        return text
 
     def _worker(self, i: int) -> Proc:
         """Worker ``w<i>``: its own data dir, port and static member id."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from chaos.figures import Figures
 from chaos.load import LoadStats
 from chaos.options import Options
 from chaos.stack import Snapshot
@@ -33,6 +34,7 @@ class Verdict:
     kills: list[str]
     crashes: list[str]
     broker_restarts: list[str]
+    figures: Figures
     injected: dict[str, int]
     reply_calls: int
     ledger_states: dict[str, int]
@@ -91,7 +93,7 @@ class Verdict:
             ("worker kills (SIGKILL)", f"{len(self.kills)}: {', '.join(self.kills) or '-'}"),
             ("worker exits on their own", f"{len(self.crashes)}: {', '.join(self.crashes) or '-'}"),
             (
-                "broker restarts",
+                "broker restarts" if o.nodes == 1 else f"broker faults ({o.nodes} nodes)",
                 f"{len(self.broker_restarts)}: {', '.join(self.broker_restarts) or '-'}",
             ),
             (
@@ -116,6 +118,7 @@ class Verdict:
             ("doubled", f"{len(self.doubled):,} messages with more than one email"),
             ("emails to unknown messages", f"{len(self.unexpected):,}"),
             *self._fault_rows(),
+            *self.figures.rows(),
             (
                 "emails after each phase",
                 "; ".join(

@@ -81,10 +81,12 @@ class EmbeddedBroker:
         controller_port: int | None = None,
         heap_mb: int = DEFAULT_BROKER_HEAP_MB,
         startup_timeout_s: float = 90.0,
+        quiet: bool = False,
     ) -> None:
         check_arguments(heap_mb, port, controller_port)
         self.run_dir = Path(run_dir).resolve()
         self.port = port
+        self.quiet = quiet  #: the JVM's console to <logs>/console.log, not our stderr
         self.heap_mb = heap_mb
         self.startup_timeout_s = startup_timeout_s
         self._requested_controller_port = controller_port
@@ -316,9 +318,10 @@ class EmbeddedBroker:
         )
         self.pid_path.write_text(f"{self._process.pid}\n", encoding="ascii")
         assert self._process.stdout is not None
+        console = self.logs_dir / "console.log" if self.quiet else None
         self._pump = threading.Thread(
             target=pump_output,
-            args=(self._process.stdout, self._stderr_tail),
+            args=(self._process.stdout, self._stderr_tail, console),
             name=f"kafka-broker-{self.port}-output",
             daemon=True,
         )

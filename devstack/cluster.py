@@ -112,6 +112,7 @@ class ClusterNode(EmbeddedBroker):
         heap_mb: int,
         user: ScramUser | None,
         startup_timeout_s: float,
+        quiet: bool = False,
     ) -> None:
         super().__init__(
             run_dir,
@@ -119,6 +120,7 @@ class ClusterNode(EmbeddedBroker):
             controller_port=controller_ports[node_id - 1],
             heap_mb=heap_mb,
             startup_timeout_s=startup_timeout_s,
+            quiet=quiet,
         )
         self.node_id = node_id
         self.dir_name = f"broker-{node_id}"
@@ -174,7 +176,10 @@ class LocalCluster:
         heap_mb: int = CLUSTER_HEAP_MB,
         user: ScramUser | None = None,
         startup_timeout_s: float = 120.0,
+        quiet: bool = False,
     ) -> None:
+        """``quiet``: each node's console (WARN and above) goes to its
+        ``logs/console.log`` instead of our stderr (a supervisor with output of its own)."""
         if nodes < 2:
             raise BrokerError(f"a cluster has 2 nodes or more, not {nodes}: use EmbeddedBroker")
         if port + nodes - 1 > 65535:
@@ -194,6 +199,7 @@ class LocalCluster:
                 heap_mb=heap_mb,
                 user=user,
                 startup_timeout_s=startup_timeout_s,
+                quiet=quiet,
             )
             for n in range(1, nodes + 1)
         ]

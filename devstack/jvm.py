@@ -51,13 +51,24 @@ def new_cluster_id() -> str:
             return text
 
 
-def pump_output(stream: IO[bytes], tail: collections.deque[str]) -> None:
-    """Echo the JVM's console (WARN and above, JVM errors) to our stderr and keep its tail."""
-    for raw in iter(stream.readline, b""):
-        tail.append(raw.decode("utf-8", "replace").rstrip())
-        # Straight to fd 2: sys.stderr may be swapped (e.g. by pytest) while we run.
-        with contextlib.suppress(OSError):
-            os.write(2, raw)
+def pump_output(
+    stream: IO[bytes], tail: collections.deque[str], console: Path | None = None
+) -> None:
+    """Echo the JVM's console (WARN and above, JVM errors) to our stderr, or append it to
+    ``console`` if given, and keep its tail."""
+    out = console.open("ab") if console is not None else None
+    try:
+        for raw in iter(stream.readline, b""):
+            tail.append(raw.decode("utf-8", "replace").rstrip())
+            with contextlib.suppress(OSError):
+                if out is not None:
+                    out.write(raw)
+                    out.flush()
+                else:  # straight to fd 2: sys.stderr may be swapped (e.g. by pytest)
+                    os.write(2, raw)
+    finally:
+        if out is not None:
+            out.close()
 
 
 def start_failure_hint(output: str, data_dir: Path) -> str:

@@ -1,4 +1,5 @@
-"""Ports on this machine: a free one, a free one by number, one that accepts connections."""
+"""Ports on this machine: a free one, a free run of them, a free one by number, one that
+accepts connections."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def free_run_of_ports(count: int) -> int:
+    """A port such that it and the ``count - 1`` after it are free right now (a local
+    cluster's nodes listen on a run of ports)."""
+    while True:
+        first = free_port()
+        if first + count <= 65535 and all(port_is_free(first + n) for n in range(count)):
+            return first
 
 
 def accepts_connections(port: int) -> bool:

@@ -29,8 +29,9 @@ from processors.channels import Channel
 from processors.claims import claim, finish
 from processors.dead_letters import DeadLetters
 from processors.decisions import Decisions
-from processors.effects import EffectConflict, Effects, EventHandler, run_handler
+from processors.effects import Effects, EventHandler
 from processors.exceptions import Rebalancing, SendError
+from processors.handling import handle_event
 from processors.holds import Delivery, Holds, Verdict
 from processors.holds import log_ids as _ids
 from processors.lanes import Dropped, Job, Lanes
@@ -317,18 +318,40 @@ class Pipeline:
         burst = await self._inbounds(mail, outcomes)
         if not burst:
             return
-        envelopes = {d.envelope.event_id: d.envelope for d in claimed}
-
         answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
+        recorded: list[Inbound] = []  #: newer messages with a ledger record of their own
 
         async def newer_here() -> list[Inbound]:
             more = await newer() if newer is not None else []
-            envelopes.update({d.envelope.event_id: d.envelope for d in claimed})
             mine = [m for m in more if m.thread_key == burst[0].thread_key]
+            # A newer message the ledger already has (a reply a killed worker recorded
+            # *pending*) is not taken into this reply, nor dropped: it is finished alone.
+            recorded.extend(m for m in mine if self.ledger.get(m.key) is not None)
+            mine = [m for m in mine if self.ledger.get(m.key) is None]
             answering.update(m.event_id for m in mine)
             return mine
 
+        ok = await self._reply(channel, burst, claimed, answering, newer_here)
+        for message in recorded:
+            alone = {message.event_id}
+            outcomes[message.event_id] = await self._reply(channel, [message], claimed, alone)
+        for delivery in claimed:  # a skipped message succeeded, whatever the reply did
+            event_id = delivery.envelope.event_id
+            if delivery.envelope.provider == provider:
+                outcomes.setdefault(event_id, ok or event_id not in answering)
+
+    async def _reply(
+        self,
+        channel: Channel,
+        burst: Sequence[Inbound],
+        claimed: Sequence[Delivery],
+        answering: set[str],
+        newer: Any = None,
+    ) -> bool:
+        """One reply to ``burst`` (:func:`reply_once`); False if it failed."""
+
         async def dead_letter(record: Any, reason: str, messages: Sequence[Inbound]) -> None:
+            envelopes = {d.envelope.event_id: d.envelope for d in claimed}  # newer() adds
             await self.dead_letters.record_reply(
                 record, reason, [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
             )
@@ -346,7 +369,7 @@ class Pipeline:
             on_retry=self.metrics.send_retries.inc,
             may_retry=self.flowing,
             channel=channel.name,
-            newer=newer_here,
+            **({"newer": newer} if newer is not None else {}),
             supersede_max=self.settings.supersede_max,
             on_superseded=self.metrics.superseded.inc,
         )
@@ -357,11 +380,7 @@ class Pipeline:
         if result.outcome in (Outcome.ALREADY, Outcome.DECLINED):
             answered = [d for d in claimed if d.envelope.event_id in answering]
             self.decisions.ledger_skip(self.ledger.get(result.key), result, answered)
-        ok = result.outcome is not Outcome.FAILED
-        for delivery in claimed:  # a skipped message succeeded, whatever the reply did
-            event_id = delivery.envelope.event_id
-            if delivery.envelope.provider == provider:
-                outcomes.setdefault(event_id, ok or event_id not in answering)
+        return result.outcome is not Outcome.FAILED
 
     async def write(self, channel: Channel, messages: Sequence[Inbound]) -> Any:
         """The writer step for a burst: its effects and history are the latest message's."""
@@ -376,19 +395,4 @@ class Pipeline:
 
     async def handle_event(self, delivery: Delivery) -> bool:
         """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""
-        envelope = delivery.envelope
-        ids = {"provider": envelope.provider, "event_id": envelope.event_id}
-        if self.handler is None:
-            self.metrics.skips.labels("no_handler").inc()
-            log.info("event recorded; no ONCEONLY_EVENT_HANDLER configured", **ids)
-            self.decisions.skipped(delivery, Stage.HANDLER, "no_handler")
-            return True
-        effects = Effects(envelope, self.ledger, self.now)
-        try:
-            await run_handler(self.handler, envelope, effects)
-        except Exception as exc:  # a handler's failure is this event's, not the worker's
-            check = "effect_conflict" if isinstance(exc, EffectConflict) else "handler_failed"
-            log.error("event handler failed; dead-lettered", reason=check, error=repr(exc), **ids)
-            await self.dead_letters.record_failure([envelope], check=check, error=str(exc))
-            return False
-        return True
+        return await handle_event(self, delivery)

@@ -69,9 +69,9 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     started only by the tests that ask for it: three JVMs are heavy on a small machine.
     A test that kills a node restarts it (``cluster.node(n).start()``) before it ends."""
     from devstack.cluster import LocalCluster
-    from devstack.ports import free_port
+    from devstack.ports import free_run_of_ports
 
-    port = _free_run_of_ports(3, free_port)
+    port = free_run_of_ports(3)
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), port=port, nodes=3)
     cluster.start()
     try:
@@ -89,9 +89,9 @@ def kafka_sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
     """``onceonly broker --nodes 3 --sasl``: the three-node cluster behind a SCRAM-SHA-256
     listener, for the session; started only by the tests that ask for it."""
     from devstack.cluster import LocalCluster, ScramUser
-    from devstack.ports import free_port
+    from devstack.ports import free_run_of_ports
 
-    port = _free_run_of_ports(3, free_port)
+    port = free_run_of_ports(3)
     user = ScramUser(*SASL_USER)
     cluster = LocalCluster(tmp_path_factory.mktemp("sasl"), port=port, nodes=3, user=user)
     cluster.start()
@@ -99,16 +99,6 @@ def kafka_sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
         yield cluster
     finally:
         cluster.stop()
-
-
-def _free_run_of_ports(count: int, free_port: Callable[[], int]) -> int:
-    """A port such that it and the ``count - 1`` after it are free right now."""
-    from devstack.ports import port_is_free
-
-    while True:
-        first = free_port()
-        if first + count <= 65535 and all(port_is_free(first + n) for n in range(count)):
-            return first
 
 
 @pytest.fixture

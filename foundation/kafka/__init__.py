@@ -1,6 +1,6 @@
 """confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
 
-from foundation.kafka._admin import Admin, TopicSpec, TopicStatus
+from foundation.kafka._admin import Admin, PartitionState, TopicSpec, TopicStatus
 from foundation.kafka._errors import adapter_error
 from foundation.kafka._lag import PartitionLag, consumer_lag
 from foundation.kafka._producer import (
@@ -12,7 +12,12 @@ from foundation.kafka._producer import (
     sync_producer,
 )
 from foundation.kafka._reader import TopicRange, ranges, read, read_batches, read_to_end
-from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
+from foundation.kafka._replication import (
+    cluster_size,
+    replicated_config,
+    replication_factor,
+    topic_problems,
+)
 from foundation.kafka._security import Security, client_security
 from foundation.kafka.exceptions import (
     AuthenticationFailed,
@@ -32,6 +37,7 @@ __all__ = [
     "Delivered",
     "KafkaAdapterError",
     "PartitionLag",
+    "PartitionState",
     "ProduceFailed",
     "Security",
     "TopicMismatch",
@@ -41,6 +47,7 @@ __all__ = [
     "TopicStatus",
     "adapter_error",
     "client_security",
+    "cluster_size",
     "consumer_lag",
     "producer_config",
     "producer_config_from",

@@ -17,7 +17,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from foundation.kafka._config import client_config
 from foundation.kafka._errors import adapter_error
-from foundation.kafka._replication import replicated_config, replication_factor, topic_problems
+from foundation.kafka._replication import (
+    cluster_size,
+    replicated_config,
+    replication_factor,
+    topic_problems,
+)
 from foundation.kafka._security import AuthWatch
 from foundation.kafka.exceptions import (
     AuthenticationFailed,
@@ -38,6 +43,18 @@ class TopicSpec:
     create_only: Mapping[str, str] = field(default_factory=dict)
     #: replicas per partition; None: 3 on a cluster of 3 brokers or more, else 1
     replication: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition as a metadata request sees it: its leader (-1: none), its replicas
+    and the replicas in sync."""
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +121,36 @@ class Admin:
             and (not led_only or all(p.leader >= 0 and not p.error for p in t.partitions.values()))
         }
 
+    def partition_states(self, timeout_s: float | None = None) -> list[PartitionState]:
+        """Every partition of every topic: leader, replicas, in-sync replicas. Raises
+        BrokerUnavailable."""
+        metadata = self._metadata(timeout_s)
+        return [
+            PartitionState(
+                topic=name,
+                partition=int(number),
+                leader=int(p.leader),
+                replicas=tuple(int(r) for r in p.replicas),
+                isr=tuple(int(r) for r in p.isrs),
+            )
+            for name, t in sorted(metadata.topics.items())
+            if not t.error
+            for number, p in sorted(t.partitions.items())
+        ]
+
     def replication_for(self, configured: int | None) -> int:
         """The replication factor for ``configured`` (None: from the number of brokers)."""
         if configured is not None:
             return configured
-        return replication_factor(configured, len(self.broker_ids()))
+        return replication_factor(configured, self.cluster_size())
+
+    def cluster_size(self, timeout_s: float | None = None) -> int:
+        """The brokers of the cluster, those down included (:func:`cluster_size`)."""
+        metadata = self._metadata(timeout_s)
+        return cluster_size(
+            (int(node) for node in metadata.brokers),
+            (p.replicas for t in metadata.topics.values() for p in t.partitions.values()),
+        )
 
     def broker_ids(self, timeout_s: float | None = None) -> set[int]:
         """The node ids of the brokers that answer a metadata request; raises BrokerUnavailable."""
@@ -147,7 +189,7 @@ class Admin:
         difference when an existing topic has another partition count, replica count or
         value of a checked setting (such as cleanup.policy or min.insync.replicas).
         """
-        brokers = len(self.broker_ids())
+        brokers = self.cluster_size()
         wanted = [(s, replication_factor(s.replication, brokers)) for s in specs]
         checked = {s.name: {**s.config, **replicated_config(f)} for s, f in wanted}
         existing = self.topic_shapes()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from foundation.kafka.exceptions import KafkaAdapterError
 
@@ -26,6 +26,15 @@ def replication_factor(configured: int | None, brokers: int) -> int:
             f"broker(s): lower it to {brokers} or less, or add brokers"
         )
     return configured
+
+
+def cluster_size(answering: Iterable[int], replicas: Iterable[Iterable[int]]) -> int:
+    """How many brokers the cluster has: those a metadata request lists (the ones up) and
+    every broker a partition is assigned to. A broker that is down or restarting is left
+    out of the list but stays in its partitions' replicas, so one broker of three being
+    down does not make the cluster look like two (which would want 1 replica and refuse
+    every existing topic with 3)."""
+    return len(set(answering) | {broker for assigned in replicas for broker in assigned})
 
 
 def replicated_config(factor: int) -> dict[str, str]:

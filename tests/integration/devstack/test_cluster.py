@@ -14,7 +14,6 @@ import pytest
 
 from devstack.jars import kafka_classpath
 from foundation.kafka import Admin
-from tests.conftest import _free_run_of_ports
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +33,11 @@ def _cluster_ids(run_dir: Path) -> list[str]:
 def test_three_nodes_answer_on_three_ports_with_one_cluster_id_and_stop_on_ctrl_c(
     tmp_path: Path,
 ) -> None:
-    from devstack.ports import free_port
+    from devstack.ports import free_run_of_ports
 
     run_dir = tmp_path / "run"
     kafka_classpath(run_dir)
-    port = _free_run_of_ports(3, free_port)
+    port = free_run_of_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEONLY_")}
     env.update(
         {

@@ -66,3 +66,27 @@ def test_an_existing_topic_with_one_replica_is_refused_naming_the_count(
         TopicMismatch, match="has 1 replica\\(s\\) per partition, onceonly is configured for 3"
     ):
         admin.ensure_topics(topic_specs(settings))
+
+
+def test_with_one_broker_down_existing_topics_still_want_three_replicas(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """A worker or `onceonly topics` started while one node of three restarts: metadata
+    lists two brokers, the topics still need their three replicas (not 1, refused)."""
+    settings = _settings(kafka_cluster)
+    admin = Admin(settings.kafka_bootstrap)
+    admin.ensure_topics(topic_specs(settings))
+    down = kafka_cluster.node(3)
+    down.kill()
+    try:
+        deadline = time.monotonic() + 30  # fenced after broker.session.timeout.ms
+        while 3 in admin.broker_ids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert admin.broker_ids() == {1, 2}
+
+        statuses = admin.ensure_topics(topic_specs(settings))
+
+        assert {s.replicas for s in statuses} == {3}
+        assert admin.replication_for(None) == 3
+    finally:
+        down.start()

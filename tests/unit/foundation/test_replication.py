@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from foundation.kafka import KafkaAdapterError, replicated_config, replication_factor
+from foundation.kafka import (
+    KafkaAdapterError,
+    cluster_size,
+    replicated_config,
+    replication_factor,
+)
 from foundation.kafka import topic_problems as problems_of
 from foundation.settings import Settings
 from foundation.topics import topic_specs
@@ -17,6 +22,19 @@ def test_unset_the_factor_is_three_from_three_brokers_on_else_one(
     brokers: int, factor: int
 ) -> None:
     assert replication_factor(None, brokers) == factor
+
+
+def test_the_cluster_size_counts_the_brokers_answering() -> None:
+    assert cluster_size({1, 2, 3}, []) == 3
+    assert cluster_size({1}, [[1], [1]]) == 1
+
+
+def test_a_broker_that_is_down_still_counts_by_the_partitions_assigned_to_it() -> None:
+    """Node 2 of three restarting: metadata lists 1 and 3, its partitions still name it."""
+    size = cluster_size({1, 3}, [[1, 2, 3], [2, 3, 1], [3]])
+
+    assert size == 3
+    assert replication_factor(None, size) == 3
 
 
 def test_a_configured_factor_wins() -> None:

@@ -17,6 +17,7 @@ from processors.agentmail.sender import AgentMailSender
 from processors.holds import Delivery
 from processors.metrics import WorkerMetrics
 from processors.pipeline import Pipeline
+from schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
@@ -177,3 +178,41 @@ async def test_a_skipped_message_succeeds_even_when_its_bursts_reply_fails(
     await pipeline.act([answerable, skipped], outcomes)
 
     assert outcomes == {answerable.envelope.event_id: False, skipped.envelope.event_id: True}
+
+
+async def test_a_newer_message_with_a_pending_reply_is_sent_not_dropped_when_taken_in(
+    mail: FakeAgentMail,
+) -> None:
+    """A worker was killed after recording message 2's reply *pending* (and covering the
+    older ones with it). Its replacement answers message 1 and finds message 2 queued on the
+    thread's lane: message 2's recorded reply goes out with its own text and key, and its
+    event succeeds only then (the cluster chaos run lost exactly that reply: taken into the
+    burst, filtered out as already in the ledger, acknowledged, never sent)."""
+    pipeline = _pipeline(mail, lambda burst: f"a reply to {len(burst)}")
+    first, second = _delivery(mail, 1, 5), _delivery(mail, 2, 9)
+    outcomes: dict[str, bool] = {}
+    (inbound,) = await pipeline._inbounds([second], outcomes)
+    pending = ReplyRecord(
+        key=inbound.key,
+        inbox_id=inbound.inbox_id,
+        message_id=inbound.message_id,
+        thread_key=inbound.thread_key,
+        state=ReplyState.PENDING,
+        created_at=datetime.now(UTC),
+        reply_text="recorded before the crash",
+    )
+    await pipeline.ledger.put(pending)
+    claimed = [first]
+
+    async def newer() -> Any:  # what Pipeline.process does: the queued delivery, claimed
+        if second in claimed:
+            return []
+        claimed.append(second)
+        return [inbound]
+
+    await pipeline.act(claimed, outcomes, newer)
+
+    sent = {e.replied_to_message_id: e.text for e in mail.outbox}
+    assert sent == {"<m1@example.com>": "a reply to 1", "<m2@example.com>": pending.reply_text}
+    assert pipeline.ledger.get(inbound.key).state is ReplyState.SENT
+    assert outcomes == {first.envelope.event_id: True, second.envelope.event_id: True}
