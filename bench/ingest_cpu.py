@@ -123,7 +123,7 @@ async def one_run(
     console.print(
         f"{name}: {sample.rate:,.0f}/s p50 {figures['p50']:.2f} ms p99 {figures['p99']:.2f} ms"
         f" | server {figures['total']:.0f} µs ({threads}) broker {figures.get('broker', 0):.0f}"
-        f" machine {figures.get("machine", 0):.0f} µs" + (" FAILED" if sample.failed else "")
+        f" machine {figures.get('machine', 0):.0f} µs" + (" FAILED" if sample.failed else "")
     )
     return figures
 
