@@ -34,7 +34,7 @@ from pydantic import SecretStr
 
 from foundation.kafka import Admin, AsyncProducer, ProduceFailed, client_security
 from foundation.settings import Settings
-from ingest import limits, normalise, verify
+from ingest import heap, limits, normalise, verify
 from ingest.exceptions import PayloadError, VerificationError
 from ingest.limits import BodyTimeout, BodyTooLarge, BodyUnreadable, ClientDisconnected
 from ingest.metrics import IngestMetrics
@@ -361,6 +361,7 @@ async def serve(
             )
     runner = limits.app_runner(ingest.app(), settings)
     await runner.setup()
+    heap.settle()  # everything start-up made is frozen, out of the collector's walks
     listener = await limits.listen(
         runner,
         settings.ingest_host,
