@@ -53,22 +53,7 @@ class ThreadWindow(CpuWindow):
         await asyncio.sleep(after_s)
         if self.spy is not None:
             self._spy = subprocess.Popen(
-                [
-                    str(Path(sys.executable).parent / "py-spy"),
-                    "record",
-                    "--native",
-                    "--threads",
-                    "--rate",
-                    "250",
-                    "--format",
-                    "raw",
-                    "--duration",
-                    str(int(for_s)),
-                    "--pid",
-                    str(self.server),
-                    "-o",
-                    str(self.spy),
-                ],
+                profiler_argv(self.spy, self.server, for_s),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -79,6 +64,19 @@ class ThreadWindow(CpuWindow):
         self.after = thread_seconds(self.server)
         if self._spy is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._spy.wait)
+
+
+def profiler_argv(out: Path, pid: int, seconds: float) -> list[str]:
+    """py-spy's (``out`` ends .txt: raw collapsed stacks of the Python threads, native frames
+    included) or perf's (``out`` ends .perf: every thread, librdkafka's too, 499 Hz)."""
+    if out.suffix == ".perf":
+        perf = ("perf", "record", "-F", "499", "-g", "-p", str(pid), "-o", str(out))
+        return [*perf, "--", "sleep", str(int(seconds))]
+    spy = str(Path(sys.executable).parent / "py-spy")
+    return [
+        *(spy, "record", "--native", "--threads", "--rate", "250", "--format", "raw"),
+        *("--duration", str(int(seconds)), "--pid", str(pid), "-o", str(out)),
+    ]
 
 
 async def one_run(
@@ -108,7 +106,7 @@ async def one_run(
         )
         pid = server.pid
     if spy is not None:
-        console.print(f"{name}: py-spy wrote {spy}")
+        console.print(f"{name}: the profiler wrote {spy}")
         return {}
     delivered = sample.rate * opts["duration"]
     figures = per_delivery_us(window.before, window.after, pid, delivered)
@@ -159,15 +157,16 @@ async def run_rounds(
     topics: dict[str, str],
     work: Path,
     spy_dir: Path | None,
+    suffix: str = ".txt",
 ) -> dict[str, list[dict[str, float]]]:
     from devstack.ports import free_port
 
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     results: dict[str, list[dict[str, float]]] = {}
     names = (["b"] if baseline else []) + [v.name for v in variants]
-    plan = [(n, None) for _ in range(rounds) for n in names]
+    plan: list[tuple[str, Path | None]] = [(n, None) for _ in range(rounds) for n in names]
     if spy_dir is not None:
-        plan += [(n, spy_dir / f"{n}.txt") for n in names]
+        plan += [(n, spy_dir / f"{n}{suffix}") for n in names]
     by_name = {v.name: v for v in variants}
     for name, spy in plan:
         port = free_port()
@@ -216,6 +215,7 @@ def summary(results: dict[str, list[dict[str, float]]]) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Also profile each variant once with py-spy, into this directory.",
 )
+@click.option("--perf", is_flag=True, help="With --py-spy: profile with perf instead.")
 def main(
     specs: tuple[str, ...],
     rounds: int,
@@ -226,6 +226,7 @@ def main(
     broker_warmup: float,
     no_baseline: bool,
     spy_dir: Path | None,
+    perf: bool,
 ) -> None:
     """(b) and ingest variants under wrk, in rounds: CPU per delivery by thread."""
     try:
@@ -243,7 +244,15 @@ def main(
         with contextlib.suppress(KeyboardInterrupt):
             results = asyncio.run(
                 run_rounds(
-                    variants, not no_baseline, rounds, opts, broker, topics, Path(tmp), spy_dir
+                    variants,
+                    not no_baseline,
+                    rounds,
+                    opts,
+                    broker,
+                    topics,
+                    Path(tmp),
+                    spy_dir,
+                    ".perf" if perf else ".txt",
                 )
             )
             summary(results)
