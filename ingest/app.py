@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -33,7 +34,7 @@ from pydantic import SecretStr
 
 from foundation.kafka import Admin, AsyncProducer, ProduceFailed, client_security
 from foundation.settings import Settings
-from ingest import limits, normalise, verify
+from ingest import heap, limits, normalise, verify
 from ingest.exceptions import PayloadError, VerificationError
 from ingest.limits import BodyTimeout, BodyTooLarge, BodyUnreadable, ClientDisconnected
 from ingest.metrics import IngestMetrics
@@ -108,6 +109,9 @@ def providers_from_settings(settings: Settings) -> dict[str, Provider]:
 ALL_PROVIDERS = ("agentmail", "nylas", "stripe", "github", "standard/<source>")
 #: route names that label metrics as themselves, configured or not; any other is "unknown"
 KNOWN_PROVIDERS = frozenset(ALL_PROVIDERS[:4])
+#: a provider name that is a path as it stands (``standard/<source>`` included): no
+#: character that the router would quote, decode or read as a pattern
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.~-]+(/[A-Za-z0-9_.~-]+)?")
 
 
 class Ingest:
@@ -138,6 +142,11 @@ class Ingest:
     # -- routes -------------------------------------------------------------
     def app(self) -> web.Application:
         app = web.Application()
+        # each configured provider on a path of its own, matched before the patterns: a
+        # plain path is one dictionary look-up in aiohttp's router, a pattern a regex each
+        for name in self.providers:
+            if _PLAIN_NAME.fullmatch(name):
+                app.router.add_post(f"/webhooks/{name}", self._route(name))
         app.router.add_post("/webhooks/standard/{source}", self.standard)
         app.router.add_post("/webhooks/{provider}", self.webhook)
         app.router.add_get("/webhooks/nylas", self.nylas_challenge)
@@ -145,6 +154,14 @@ class Ingest:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.prometheus)
         return app
+
+    def _route(self, name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """The handler of provider ``name``'s own path."""
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await self._deliver(request, name)
+
+        return handler
 
     async def webhook(self, request: web.Request) -> web.StreamResponse:
         return await self._deliver(request, request.match_info["provider"])
@@ -344,6 +361,7 @@ async def serve(
             )
     runner = limits.app_runner(ingest.app(), settings)
     await runner.setup()
+    heap.settle()  # everything start-up made is frozen, out of the collector's walks
     listener = await limits.listen(
         runner,
         settings.ingest_host,

@@ -7,8 +7,8 @@ import collections
 import contextlib
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _ConfluentProducer
@@ -22,9 +22,12 @@ from foundation.kafka.exceptions import ProduceFailed
 PARTITIONER = "murmur2_random"
 
 
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """Where the broker stored a record."""
+#: confluent-kafka's "let the partitioner choose" (librdkafka's RD_KAFKA_PARTITION_UA)
+_ANY_PARTITION = -1
+
+
+class Delivered(NamedTuple):
+    """Where the broker stored a record (a tuple: built once per record, on the hot path)."""
 
     topic: str
     partition: int
@@ -92,13 +95,11 @@ class AsyncProducer:
     """Produces records and awaits their acknowledgement without blocking the event loop.
 
     librdkafka's delivery reports are served on the event loop itself, by a short timer
-    that runs while records are outstanding (0.5 ms apart while reports arrive, backing
-    off to 50 ms while none do, as during a broker outage). Each report settles its
-    record's future directly: no extra thread and no cross-thread wake-up per record.
+    that runs while records are outstanding (:func:`next_poll_in`: 0.5 ms apart while
+    reports arrive and for a while after, backing off to 50 ms while none do, as during a
+    broker outage). Each report settles its record's future directly: no extra thread and
+    no cross-thread wake-up per record.
     """
-
-    _FAST_S = 0.0005
-    _SLOW_S = 0.05
 
     def __init__(self, config: dict[str, Any], *, timeout_s: float | None = None) -> None:
         self._producer = _ConfluentProducer(config)
@@ -115,7 +116,9 @@ class AsyncProducer:
         )
         self._outstanding = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._interval = self._FAST_S
+        self._interval = POLL_FAST_S
+        #: when the timer last served a report, or started
+        self._last_served = 0.0
         self._loop_thread: int | None = None
 
     async def produce(
@@ -131,44 +134,60 @@ class AsyncProducer:
         loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         future: asyncio.Future[Delivered] = loop.create_future()
-
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            self._outstanding -= 1
-            if err is not None:
-                outcome: Delivered | Exception = ProduceFailed(
-                    f"broker did not store the record on {topic}: {err.str()}; "
-                    "check that the broker is up (onceonly broker) and retry"
-                )
-            else:
-                outcome = Delivered(
-                    str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
-                )
-            if threading.get_ident() == self._loop_thread:
-                _settle(future, outcome)
-            else:  # served by flush() on another thread; a closed loop has no waiter
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_settle, future, outcome)
-
-        kwargs: dict[str, Any] = {"key": key, "headers": list(headers), "on_delivery": on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
+        on_delivery = partial(self._delivered, future, loop)
         try:
-            self._producer.produce(topic, value, **kwargs)
+            self._producer.produce(
+                topic,
+                value,
+                key,
+                _ANY_PARTITION if partition is None else partition,
+                on_delivery=on_delivery,
+                headers=headers if isinstance(headers, list) else list(headers),
+            )
         except (BufferError, KafkaException) as exc:
             raise ProduceFailed(f"could not queue a record for {topic}: {exc}") from exc
         self._outstanding += 1
-        self._deadlines.append((loop.time() + self.timeout_s, future))
+        now = loop.time()
+        self._deadlines.append((now + self.timeout_s, future))
         if self._timer is None:
-            self._interval = self._FAST_S
-            self._timer = loop.call_later(self._interval, self._serve, loop)
+            self._last_served = now
+            self._interval = POLL_FAST_S
+            self._timer = loop.call_later(POLL_FAST_S, self._serve, loop)
         return await future
+
+    def _delivered(
+        self,
+        future: asyncio.Future[Delivered],
+        loop: asyncio.AbstractEventLoop,
+        err: KafkaError | None,
+        msg: Message,
+    ) -> None:
+        """librdkafka's delivery report of one record: settle its future."""
+        self._outstanding -= 1
+        if err is None:
+            outcome: Delivered | Exception = Delivered(
+                msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+            )
+        else:
+            outcome = ProduceFailed(
+                f"broker did not store the record on {msg.topic()}: {err.str()}; "
+                "check that the broker is up (onceonly broker) and retry"
+            )
+        if threading.get_ident() == self._loop_thread:
+            _settle(future, outcome)
+        else:  # served by flush() on another thread; a closed loop has no waiter
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, outcome)
 
     def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
         served = self._producer.poll(0)
-        self._expire(loop.time())
+        now = loop.time()
+        if served:
+            self._last_served = now
+        self._expire(now)
         if self._outstanding > 0:
-            self._interval = self._FAST_S if served else min(self._interval * 2, self._SLOW_S)
+            self._interval = next_poll_in(self._interval, quiet_for_s=now - self._last_served)
             self._timer = loop.call_later(self._interval, self._serve, loop)
 
     def _expire(self, now: float) -> None:
@@ -195,6 +214,27 @@ class AsyncProducer:
         remaining = self.flush(timeout_s)
         if remaining:
             raise ProduceFailed(f"{remaining} records were not acknowledged before close")
+
+
+#: the delivery-report timer's interval while reports arrive, and its longest
+POLL_FAST_S = 0.0005
+POLL_SLOW_S = 0.05
+#: how long the timer keeps polling fast after the last report: a batch's acknowledgement
+#: comes linger.ms and a broker round trip after its first record, so a timer that backed
+#: off as soon as one poll found nothing would add its wait to most acknowledgements (at
+#: 0.5, 1, 2, 4 ms apart, the next poll is up to 4 ms late); a broker that is away has
+#: answered nothing for longer than this
+POLL_PATIENCE_S = 0.1
+
+
+def next_poll_in(interval: float, *, quiet_for_s: float) -> float:
+    """The delay before the next poll of delivery reports, ``interval`` being the last
+    one's and ``quiet_for_s`` the time since a poll last served a report (or the timer
+    started): :data:`POLL_FAST_S` within :data:`POLL_PATIENCE_S` of it, then doubling up
+    to :data:`POLL_SLOW_S`, which bounds the polls of an outage to 20 a second."""
+    if quiet_for_s < POLL_PATIENCE_S:
+        return POLL_FAST_S
+    return min(max(interval, POLL_FAST_S) * 2, POLL_SLOW_S)
 
 
 def _settle(future: asyncio.Future[Delivered], outcome: Delivered | Exception) -> None:

@@ -10,6 +10,12 @@ import pytest
 
 from devstack.ports import free_port
 from foundation.kafka import AsyncProducer, ProduceFailed, producer_config
+from foundation.kafka._producer import (
+    POLL_FAST_S,
+    POLL_PATIENCE_S,
+    POLL_SLOW_S,
+    next_poll_in,
+)
 
 
 def _nowhere(timeout_ms: int = 10_000) -> dict[str, object]:
@@ -52,3 +58,20 @@ async def test_every_record_in_flight_fails_at_its_own_deadline() -> None:
             await second
     finally:
         _close(producer)
+
+
+def test_the_timer_polls_fast_while_reports_came_lately() -> None:
+    # a batch's acknowledgement is linger.ms and a round trip away: no backing off meanwhile
+    assert next_poll_in(POLL_FAST_S, quiet_for_s=0.0) == POLL_FAST_S
+    assert next_poll_in(0.008, quiet_for_s=POLL_PATIENCE_S * 0.99) == POLL_FAST_S
+
+
+def test_after_its_patience_the_timer_backs_off_doubling_to_its_slowest() -> None:
+    waits = []
+    interval = POLL_FAST_S
+    for _ in range(12):
+        interval = next_poll_in(interval, quiet_for_s=POLL_PATIENCE_S)
+        waits.append(interval)
+    assert waits[:3] == [2 * POLL_FAST_S, 4 * POLL_FAST_S, 8 * POLL_FAST_S]
+    assert waits[-1] == POLL_SLOW_S
+    assert max(waits) == POLL_SLOW_S
