@@ -144,6 +144,14 @@ def _memory_rows(r: Results) -> list[Row]:
 
 #: (6) the issue's targets, from the SIGKILL: first answered, every partition answered
 TAKEOVER_TARGETS_S = {"cold": (30.0, 60.0), "standby": (15.0, 15.0)}
+#: the entries those targets are set for (at more, the figures stand without a target)
+TAKEOVER_TARGET_ENTRIES = 1_000_000
+
+
+def _target(seconds: float, target: float, entries: int) -> tuple[str, str]:
+    if entries > TAKEOVER_TARGET_ENTRIES:
+        return "", ""
+    return f"<= {target:g} s", met(seconds <= target)
 
 
 def _takeover_rows(r: Results) -> list[Row]:
@@ -152,19 +160,13 @@ def _takeover_rows(r: Results) -> list[Row]:
         first, every = TAKEOVER_TARGETS_S[t.how]
         what = f"(6) {t.how} takeover, {t.entries:,} entries"
         rows.append(
-            (
-                f"{what}: first answered",
-                f"{t.first_s:.2f} s",
-                f"<= {first:g} s",
-                met(t.first_s <= first),
-            )
+            (f"{what}: first answered", f"{t.first_s:.2f} s", *_target(t.first_s, first, t.entries))
         )
         rows.append(
             (
                 f"{what}: every partition answered",
                 f"{t.all_s:.2f} s",
-                f"<= {every:g} s",
-                met(t.all_s <= every),
+                *_target(t.all_s, every, t.entries),
             )
         )
         if t.how == "cold":
