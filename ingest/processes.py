@@ -66,6 +66,17 @@ def ready_pids(state_dir: Path) -> set[int]:
     }
 
 
+def started(pids: set[int], dead: set[int], ready: set[int]) -> bool | None:
+    """Whether the children have started: True once every one has listened (one that died
+    after that is restarted like any other), False if one died before it listened, None
+    while some are still starting."""
+    if pids <= ready:
+        return True
+    if dead - ready:
+        return False
+    return None
+
+
 @dataclass
 class Slot:
     process: subprocess.Popen[bytes]
@@ -116,10 +127,11 @@ class IngestProcesses:
         """True once every child listens; False if one died first or the time ran out."""
         deadline = self.clock() + timeout_s
         while self.clock() < deadline:
-            if any(s.process.poll() is not None for s in self.slots):
-                return False
-            if {s.process.pid for s in self.slots} <= ready_pids(self.state_dir):
-                return True
+            pids = {s.process.pid for s in self.slots}
+            dead = {s.process.pid for s in self.slots if s.process.poll() is not None}
+            verdict = started(pids, dead, ready_pids(self.state_dir))
+            if verdict is not None:
+                return verdict
             time.sleep(0.1)
         return False
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from foundation.settings import Settings, usable_cores
-from ingest.processes import mark_ready, ready_pids, reserve_port, restart_due
+from ingest.processes import mark_ready, ready_pids, reserve_port, restart_due, started
 
 
 def test_the_reserved_port_can_be_bound_again_by_a_child() -> None:
@@ -44,6 +44,23 @@ def test_a_child_that_listens_is_counted_ready(tmp_path: Path) -> None:
     mark_ready(tmp_path)
 
     assert len(ready_pids(tmp_path)) == 1
+
+
+def test_the_children_have_started_once_every_one_listened() -> None:
+    assert started({1, 2}, dead=set(), ready={1, 2}) is True
+
+
+def test_a_child_dead_after_it_listened_still_counts_as_started() -> None:
+    # killed right after its ready mark: the restart loop starts it again, not a failure
+    assert started({1, 2}, dead={1}, ready={1, 2}) is True
+
+
+def test_a_child_dead_before_it_listened_is_a_failed_start() -> None:
+    assert started({1, 2}, dead={2}, ready={1}) is False
+
+
+def test_children_still_starting_are_waited_for() -> None:
+    assert started({1, 2}, dead=set(), ready={1}) is None
 
 
 def test_auto_is_the_usable_cores() -> None:
