@@ -172,8 +172,9 @@ class BulkRecovery(Recovery):
     async def _wait(self, coro: Any, timeout: Any = None) -> None:
         # faust bounds every recovery step by its request timeout (90 s); the step that
         # loads in bulk is bounded by its own progress instead (a read that gets no record
-        # for 5 s fails, and faust replays the rest), so a large load is not cut short
-        if self._restore.min_records > 0 and _is_build_offsets(coro):
+        # for 5 s fails, and faust replays the rest), so a large load is not cut short.
+        # Its faust part keeps that timeout: _build_offsets applies it itself
+        if _is_build_offsets(coro):
             timeout = None
         await super()._wait(coro, timeout=timeout)
 
