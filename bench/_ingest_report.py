@@ -110,7 +110,7 @@ LEGEND = (
     "µs: CPU per delivery of each process (user + system, all threads): the server with "
     "its descendants, PostgreSQL with its backends, the Kafka broker; total: the server's "
     "own processes (the server, and PostgreSQL for (d), the broker for (c), (c2), (m)); "
-    "load: the load generator, apart (wrk; the Python generator in the open loop). "
+    "load: the load generator, apart (wrk; bench/openloop, Go, in the open loop). "
     "%: of one core, the server's, and the rest of the machine's (other processes, kernel "
     "work not charged to ours)"
 )
@@ -295,8 +295,9 @@ def _how(r: Results) -> list[str]:
         f"a run of {measured_run_s(opts.duration_s)} s with the CPU measured over "
         f"{opts.duration_s:g} s inside it; p50/p99 are wrk's (corrected for coordinated "
         "omission)",
-        f"then (c) in an open loop at half its peak for {opts.duration_s:g} s: one asyncio + "
-        f"aiohttp process, {opts.concurrency} connections, latency from each request's "
+        f"then (c) in an open loop at half its peak for {opts.duration_s:g} s: bench/openloop "
+        f"(Go's net/http client, built by the benchmark), {opts.concurrency} keep-alive "
+        "connections opened before the clock starts, latency from each request's "
         "scheduled send time",
         "deliveries: AgentMail `message.received` events (~1.4 KB) over 1024 threads, "
         "every body distinct, signed with `svix.webhooks.Webhook.sign` right before each "

@@ -1,34 +1,24 @@
-"""The ingest benchmark's deliveries, and its open-loop generator (asyncio, aiohttp clients).
+"""The ingest benchmark's deliveries, and the figures a load generator returns.
 
 Deliveries are AgentMail ``message.received`` events, each body distinct, signed up front
 with Svix's own ``Webhook.sign`` so that signing is not part of what is measured. A pool
 is signed right before the phase that uses it: its timestamps stay well inside Svix's
 5-minute tolerance for the phase's duration.
 
-The closed-loop peaks are wrk's (:mod:`bench._wrk`, which sends these pools too); this
-module keeps the open loop, :func:`open_loop`: arrivals scheduled at a fixed rate by the
-clock, whatever the server does. Latency counts from the *scheduled* send time, so a
-server that stalls is charged for the requests queued behind the stall (no coordinated
-omission).
+The closed-loop peaks are wrk's (:mod:`bench._wrk`), the open loop is
+:mod:`bench._openloop`'s; both send these pools and return a :class:`Sample`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
-import itertools
 import json
 import math
-import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
-import aiohttp
 import svix.webhooks
 
 #: Distinct threads the deliveries belong to: keys spread over every partition.
@@ -157,81 +147,3 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
-
-
-@contextlib.asynccontextmanager
-async def _no_gc_pauses() -> AsyncIterator[None]:
-    """No cyclic garbage collection in the generator while it measures: a full collection
-    over the signed pool stalls the loop for tens of ms, which would be charged to the
-    server. The phase is short and bounded; the collector catches up afterwards."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def _connector(concurrency: int) -> aiohttp.TCPConnector:
-    # One keep-alive connection per worker, never more: the load stays bounded.
-    return aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, ttl_dns_cache=None)
-
-
-async def _post(session: aiohttp.ClientSession, url: str, delivery: Delivery) -> str:
-    """The answer's status as text, or the name of the client error."""
-    try:
-        async with session.post(url, data=delivery.body, headers=delivery.headers) as response:
-            await response.read()
-            return str(response.status)
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return type(exc).__name__
-
-
-class _Cycle:
-    """Hands out the pool's deliveries in order; notes when it had to start again."""
-
-    def __init__(self, pool: list[Delivery]) -> None:
-        self.size = len(pool)
-        self.used = 0
-        self._it: Iterator[Delivery] = itertools.cycle(pool)
-
-    def next(self) -> Delivery:
-        self.used += 1
-        return next(self._it)
-
-    @property
-    def wrapped(self) -> bool:
-        return self.used > self.size
-
-
-async def open_loop(
-    url: str, pool: list[Delivery], *, rate: float, duration_s: float, concurrency: int
-) -> Sample:
-    """Fixed-rate arrivals: delivery ``i`` is due at ``start + i / rate``. Latency is from
-    that due time to the answer; ``send_lag`` is how late the generator actually sent it."""
-    total = int(rate * duration_s)
-    deliveries = _Cycle(pool)
-    due = iter(range(total))
-    timeout = aiohttp.ClientTimeout(total=30)
-    sample = Sample(duration_s=total / rate if rate > 0 else 0.0)
-    async with (
-        _no_gc_pauses(),
-        aiohttp.ClientSession(connector=_connector(concurrency), timeout=timeout) as session,
-    ):
-        start = time.perf_counter() + 0.05
-
-        async def worker() -> None:
-            for i in due:
-                scheduled = start + i / rate
-                delay = scheduled - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                sample.send_lag.append(time.perf_counter() - scheduled)
-                status = await _post(session, url, deliveries.next())
-                sample.statuses[status] += 1
-                if status == "204":
-                    sample.latencies.append(time.perf_counter() - scheduled)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    sample.pool_wrapped = deliveries.wrapped
-    return sample

@@ -49,6 +49,28 @@ class ServerProcess(Supervised):
 # --------------------------------------------------------------------------- CPU time
 
 
+def debian_command(command: str, package: str, *, also: tuple[str, ...] = ()) -> str:
+    """The path of ``command`` (or of the first of ``also``, full paths, that exists);
+    installs Debian's ``package`` with apt-get as root where it is missing."""
+    found = shutil.which(command) or next((p for p in also if os.access(p, os.X_OK)), None)
+    if found is not None:
+        return found
+    if os.geteuid() != 0:
+        raise BenchError(
+            f"{command} is not installed and this is not root: `sudo apt-get install {package}`"
+        )
+    console.print(f"installing Debian's {package} package (apt-get) …")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
+    if subprocess.run(install, env=env, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
+        subprocess.run(install, env=env, check=False)
+    found = shutil.which(command) or next((p for p in also if os.access(p, os.X_OK)), None)
+    if found is None:
+        raise BenchError(f"apt-get could not install {package}; see its output above")
+    return found
+
+
 def cpu_seconds(pid: int | None) -> float:
     """User + system CPU seconds of a process (all its threads) so far; ours if ``pid`` is
     None; NaN if it cannot be read."""

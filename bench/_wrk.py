@@ -20,10 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import re
-import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +29,7 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from bench._load import Delivery, Sample
-from bench._procs import BenchError, CpuWindow, console
+from bench._procs import BenchError, CpuWindow, debian_command
 
 #: What the script prints, flushed, once a thread's requests are formatted: the runner
 #: starts its CPU window only after every thread printed it (wrk starts the clock then).
@@ -219,21 +216,7 @@ def sample_of(out: WrkOutput, pool_size: int, sent_before: int = 0) -> WrkSample
 
 def wrk_binary() -> str:
     """The path of ``wrk``; installs Debian's package with apt-get as root if missing."""
-    found = shutil.which("wrk")
-    if found is not None:
-        return found
-    if os.geteuid() != 0:
-        raise BenchError("wrk is not installed and this is not root: `sudo apt-get install wrk`")
-    console.print("installing Debian's wrk package (apt-get) …")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "wrk"]
-    if subprocess.run(install, env=env, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
-        subprocess.run(install, env=env, check=False)
-    found = shutil.which("wrk")
-    if found is None:
-        raise BenchError("apt-get could not install wrk; see its output above")
-    return found
+    return debian_command("wrk", "wrk")
 
 
 @dataclass(frozen=True, slots=True)

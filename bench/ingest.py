@@ -22,8 +22,9 @@ Per server: a closed loop by wrk (:mod:`bench._wrk`: ``--concurrency`` keep-aliv
 connections, ``--warmup`` s unmeasured, then ``--duration`` s measured) gives
 deliveries/s and p50/p99 at the peak, and the CPU time of every process meanwhile (the
 server, PostgreSQL with its backends, the broker, wrk), which the report gives per
-delivery. Then (c) gets an open loop at half its peak rate (:func:`bench._load.open_loop`,
-Python), arrivals scheduled by the clock and latency counted from the scheduled time.
+delivery. Then (c) gets an open loop at half its peak rate (:mod:`bench._openloop`, a
+small Go program that keeps up where a Python generator did not), arrivals scheduled by
+the clock and latency counted from the scheduled time.
 Targets (issue 13): c's CPU per delivery <= 1.5 x b's, c >= 2 x d in deliveries/s, and
 p99 < 20 ms at half of c's peak.
 
@@ -49,7 +50,8 @@ import click
 
 from bench._ingest_report import print_report, section, verdict
 from bench._ingest_results import Results, Run
-from bench._load import Sample, open_loop, sign_pool
+from bench._load import Sample, sign_pool
+from bench._openloop import build_generator, open_loop
 from bench._options import IngestOptions, ingest_options, results_dir_option
 from bench._procs import (
     BenchError,
@@ -179,6 +181,7 @@ async def half_of_peak(
     secret: str,
     opts: IngestOptions,
     others: dict[str, int | None],
+    generator: Path,
 ) -> None:
     """The open loop at half of ``run``'s peak, its latency and CPU added to ``run``."""
     run.half_rate = run.peak.rate / 2
@@ -186,11 +189,16 @@ async def half_of_peak(
     console.print(f"{run.label}: open loop at {run.half_rate:,.0f}/s for {opts.duration_s:g} s")
     pool = sign_pool(secret, total)  # every open-loop delivery distinct
     cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
-    window = asyncio.create_task(cpu.measure(0.05, opts.duration_s))
     run.half = await open_loop(
-        url, pool, rate=run.half_rate, duration_s=opts.duration_s, concurrency=opts.concurrency
+        generator,
+        url,
+        pool,
+        rate=run.half_rate,
+        duration_s=opts.duration_s,
+        concurrency=opts.concurrency,
+        warm_url=url.removesuffix(ROUTE) + "/healthz",
+        window=cpu,
     )
-    await window
     run.half_cpu = cpu.percent
     half = run.half
     console.print(
@@ -208,7 +216,7 @@ async def measure(
     *,
     others: dict[str, int | None],
     processes: int = 1,
-    with_half: bool = False,
+    half_with: Path | None = None,
 ) -> Run:
     with server:
         await server.wait_ready(f"{base}/healthz")
@@ -216,8 +224,8 @@ async def measure(
             await wait_processes(server, f"{base}/healthz", processes, timeout_s=60)
         url = base + ROUTE
         run = await peak(key, LABELS[key], server, url, secret, opts, others)
-        if with_half and run.peak.rate > 0:
-            await half_of_peak(run, server, url, secret, opts, others)
+        if half_with is not None and run.peak.rate > 0:
+            await half_of_peak(run, server, url, secret, opts, others, half_with)
     return run
 
 
@@ -281,6 +289,7 @@ async def run_all(
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     jvm: dict[str, int | None] = {"broker": broker.pid} if broker.pid else {}
     results = Results(opts, partitions, [])
+    generator = build_generator(work)  # before any run: a missing Go fails at once
 
     async def baseline(
         key: str, kind: str, extra_args: list[str], others: dict[str, int | None]
@@ -309,7 +318,7 @@ async def run_all(
             opts,
             others=jvm,
             processes=2 if key == "c2" else 1,
-            with_half=key == "c",
+            half_with=generator if key == "c" else None,
         )
         results.runs.append(run)
     with postgres() as db:

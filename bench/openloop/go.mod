@@ -1,0 +1,3 @@
+module onceonly.dev/bench/openloop
+
+go 1.19
