@@ -1,8 +1,8 @@
 """The ingest benchmark's report: the verdict against the targets, the rows, the notes.
 
 Every figure here comes from pure functions of the runs (:func:`verdict`, :func:`rows`,
-:func:`summary_lines`, :func:`scaling_lines`), so that the report is tested without
-running anything.
+:func:`summary_lines`, :func:`latency_lines`, :func:`scaling_lines`), so that the report
+is tested without running anything.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from rich import box
 from rich.table import Table
 
 from bench._ingest_results import (
+    OPEN_LOOP_FRACTIONS,
     TARGET_C_OVER_D,
     TARGET_CPU_OVER_B,
+    TARGET_FRACTION,
     TARGET_P99_MS,
     Results,
     Run,
+    fraction_name,
     per_delivery_us,
 )
 from bench._load import Sample, percentile
@@ -74,17 +77,17 @@ def verdict(runs: list[Run]) -> Verdict:
     def over(key: str) -> float:
         return ratio(c.peak.rate, by[key].peak.rate) if key in by else math.nan
 
-    half_p99 = c.half.percentile_ms(0.99) if c.half is not None else math.nan
-    failed = sum(run.peak.failed + (run.half.failed if run.half else 0) for run in runs)
+    half = c.open_loop(TARGET_FRACTION)
+    failed = sum(run.peak.failed + sum(ol.sample.failed for ol in run.open_loops) for run in runs)
     return Verdict(
         c_us=c.us("server"),
         b_us=by["b"].us("server") if "b" in by else math.nan,
         c_over_a=over("a"),
         c_over_b=over("b"),
         c_over_d=over("d"),
-        half_p99_ms=half_p99,
-        half_rate=c.half_rate,
-        half_lag_p99_ms=percentile(c.half.send_lag, 0.99) * 1000 if c.half else math.nan,
+        half_p99_ms=half.sample.percentile_ms(0.99) if half else math.nan,
+        half_rate=half.rate if half else math.nan,
+        half_lag_p99_ms=percentile(half.sample.send_lag, 0.99) * 1000 if half else math.nan,
         failed=failed,
     )
 
@@ -155,9 +158,9 @@ def rows(runs: list[Run]) -> list[tuple[str, ...]]:
     out = []
     for run in runs:
         out.append(_cells(run.label, run.peak, run.cpu, run.parts))
-        if run.half is not None:
-            name = f"({run.key}) half peak, open loop"
-            out.append(_cells(name, run.half, run.half_cpu, run.parts))
+        for ol in run.open_loops:
+            name = f"({run.key}) {fraction_name(ol.fraction)} of peak, open loop"
+            out.append(_cells(name, ol.sample, ol.cpu, run.parts))
     return out
 
 
@@ -178,6 +181,22 @@ def summary_lines(v: Verdict) -> list[str]:
         "(p99), which the latency includes",
         f"c/a = {fmt_ratio(v.c_over_a)}, c/b = {fmt_ratio(v.c_over_b)} in deliveries/s: no "
         "targets, since the broker and the load generator share this machine's cores with c",
+    ]
+
+
+def latency_lines(runs: list[Run]) -> list[str]:
+    """c's open loops other than the target's: where its latency stands further from
+    its peak."""
+    c = next((run for run in runs if run.key == "c"), None)
+    if c is None:
+        return []
+    return [
+        f"at {fraction_name(ol.fraction)} of c's peak ({fmt_rate(ol.rate)}/s): p50 "
+        f"{fmt_ms(ol.sample.percentile_ms(0.5))} ms, p99 {fmt_ms(ol.sample.percentile_ms(0.99))}"
+        f" ms (no target); the generator sent late by up to "
+        f"{fmt_ms(percentile(ol.sample.send_lag, 0.99) * 1000)} ms (p99)"
+        for ol in c.open_loops
+        if ol.fraction != TARGET_FRACTION
     ]
 
 
@@ -227,7 +246,7 @@ def scaling_lines(runs: list[Run]) -> list[str]:
 
 def contention(runs: list[Run]) -> str | None:
     """A warning when the rest of the machine took CPU while a figure was measured."""
-    windows = [run.cpu for run in runs] + [run.half_cpu for run in runs if run.half]
+    windows = [run.cpu for run in runs] + [ol.cpu for run in runs for ol in run.open_loops]
     worst = max((cpu.get("other", 0.0) for cpu in windows), default=0.0)
     if worst < CONTENDED_PERCENT:
         return None
@@ -268,7 +287,7 @@ def print_report(runs: list[Run], v: Verdict) -> None:
     console.print()
     console.print(table)
     console.print(LEGEND)
-    for line in summary_lines(v) + scaling_lines(runs):
+    for line in summary_lines(v) + latency_lines(runs) + scaling_lines(runs):
         console.print(f"[red]{line}[/]" if "NOT met" in line else line)
     for note in notes(runs):
         console.print(f"[yellow]{note}[/]")
@@ -295,10 +314,12 @@ def _how(r: Results) -> list[str]:
         f"a run of {measured_run_s(opts.duration_s)} s with the CPU measured over "
         f"{opts.duration_s:g} s inside it; p50/p99 are wrk's (corrected for coordinated "
         "omission)",
-        f"then (c) in an open loop at half its peak for {opts.duration_s:g} s: bench/openloop "
-        f"(Go's net/http client, built by the benchmark), {opts.concurrency} keep-alive "
-        "connections opened before the clock starts, latency from each request's "
-        "scheduled send time",
+        "then (c) in open loops at "
+        + " and at ".join(fraction_name(f) for f in OPEN_LOOP_FRACTIONS)
+        + f" of its peak, {opts.duration_s:g} s each: bench/openloop "
+        "(Go, built by the benchmark; each request written once as its bytes), "
+        f"{opts.concurrency} keep-alive connections opened before the clock starts, latency "
+        "from each request's scheduled send time",
         "deliveries: AgentMail `message.received` events (~1.4 KB) over 1024 threads, "
         "every body distinct, signed with `svix.webhooks.Webhook.sign` right before each "
         "phase" + pool_note,
@@ -340,7 +361,7 @@ def section(r: Results) -> Section:
         "",
         LEGEND,
         "",
-        *(f"- {line}" for line in summary_lines(v) + scaling_lines(runs)),
+        *(f"- {line}" for line in summary_lines(v) + latency_lines(runs) + scaling_lines(runs)),
         *(f"- **{note}**" for note in notes(runs)),
     ]
     invalid = (

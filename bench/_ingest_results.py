@@ -15,6 +15,16 @@ TARGET_CPU_OVER_B = 1.5
 TARGET_C_OVER_D = 2.0
 #: p99 at half of c's peak, open loop.
 TARGET_P99_MS = 20.0
+#: The open loops of (c), each at this fraction of its peak; the p99 target is at half,
+#: the quarter shows the latency where the server is far from its knee.
+OPEN_LOOP_FRACTIONS = (0.25, 0.5)
+TARGET_FRACTION = 0.5
+_FRACTION_NAMES = {0.25: "a quarter", 0.5: "half"}
+
+
+def fraction_name(fraction: float) -> str:
+    """``half``, ``a quarter``, or the fraction as a percentage."""
+    return _FRACTION_NAMES.get(fraction, f"{fraction:.0%}")
 
 
 def per_delivery_us(percent: float, rate: float) -> float:
@@ -23,6 +33,16 @@ def per_delivery_us(percent: float, rate: float) -> float:
     if math.isnan(percent) or math.isnan(rate) or rate <= 0:
         return math.nan
     return percent / 100 / rate * 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class OpenLoop:
+    """(c) at a fixed rate, ``fraction`` of its peak: the figures and each process's CPU."""
+
+    fraction: float
+    rate: float
+    sample: Sample
+    cpu: dict[str, float]
 
 
 @dataclass(slots=True)
@@ -36,9 +56,11 @@ class Run:
     peak: Sample
     cpu: dict[str, float]
     parts: tuple[str, ...] = ("server",)
-    half: Sample | None = None
-    half_rate: float = 0.0
-    half_cpu: dict[str, float] = field(default_factory=dict)
+    open_loops: list[OpenLoop] = field(default_factory=list)
+
+    def open_loop(self, fraction: float) -> OpenLoop | None:
+        """The open loop at ``fraction`` of the peak, if it was measured."""
+        return next((ol for ol in self.open_loops if ol.fraction == fraction), None)
 
     def figure(self) -> Figure:
         return Figure(

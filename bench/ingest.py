@@ -22,9 +22,9 @@ Per server: a closed loop by wrk (:mod:`bench._wrk`: ``--concurrency`` keep-aliv
 connections, ``--warmup`` s unmeasured, then ``--duration`` s measured) gives
 deliveries/s and p50/p99 at the peak, and the CPU time of every process meanwhile (the
 server, PostgreSQL with its backends, the broker, wrk), which the report gives per
-delivery. Then (c) gets an open loop at half its peak rate (:mod:`bench._openloop`, a
-small Go program that keeps up where a Python generator did not), arrivals scheduled by
-the clock and latency counted from the scheduled time.
+delivery. Then (c) gets open loops at a quarter and at half of its peak rate
+(:mod:`bench._openloop`, a small Go program that keeps up where a Python generator did
+not), arrivals scheduled by the clock and latency counted from the scheduled time.
 Targets (issue 13): c's CPU per delivery <= 1.5 x b's, c >= 2 x d in deliveries/s, and
 p99 < 20 ms at half of c's peak.
 
@@ -49,7 +49,7 @@ import aiohttp
 import click
 
 from bench._ingest_report import print_report, section, verdict
-from bench._ingest_results import Results, Run
+from bench._ingest_results import OPEN_LOOP_FRACTIONS, OpenLoop, Results, Run
 from bench._load import Sample, sign_pool
 from bench._openloop import build_generator, open_loop
 from bench._options import IngestOptions, ingest_options, results_dir_option
@@ -174,7 +174,7 @@ async def peak(
     return Run(key, label, sample, cpu.percent, ("server", *PARTS.get(key, ())))
 
 
-async def half_of_peak(
+async def open_loops(
     run: Run,
     server: ServerProcess,
     url: str,
@@ -183,28 +183,28 @@ async def half_of_peak(
     others: dict[str, int | None],
     generator: Path,
 ) -> None:
-    """The open loop at half of ``run``'s peak, its latency and CPU added to ``run``."""
-    run.half_rate = run.peak.rate / 2
-    total = math.ceil(run.half_rate * opts.duration_s)
-    console.print(f"{run.label}: open loop at {run.half_rate:,.0f}/s for {opts.duration_s:g} s")
-    pool = sign_pool(secret, total)  # every open-loop delivery distinct
-    cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
-    run.half = await open_loop(
-        generator,
-        url,
-        pool,
-        rate=run.half_rate,
-        duration_s=opts.duration_s,
-        concurrency=opts.concurrency,
-        warm_url=url.removesuffix(ROUTE) + "/healthz",
-        window=cpu,
-    )
-    run.half_cpu = cpu.percent
-    half = run.half
-    console.print(
-        f"{run.label}: at {run.half_rate:,.0f}/s p50 {half.percentile_ms(0.5):.2f} ms, "
-        f"p99 {half.percentile_ms(0.99):.2f} ms" + _failed_note(half)
-    )
+    """The open loops at each of :data:`OPEN_LOOP_FRACTIONS` of ``run``'s peak, their
+    latency and CPU added to ``run``."""
+    for fraction in OPEN_LOOP_FRACTIONS:
+        rate = run.peak.rate * fraction
+        console.print(f"{run.label}: open loop at {rate:,.0f}/s for {opts.duration_s:g} s")
+        pool = sign_pool(secret, math.ceil(rate * opts.duration_s))  # every one distinct
+        cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
+        sample = await open_loop(
+            generator,
+            url,
+            pool,
+            rate=rate,
+            duration_s=opts.duration_s,
+            concurrency=opts.concurrency,
+            warm_url=url.removesuffix(ROUTE) + "/healthz",
+            window=cpu,
+        )
+        run.open_loops.append(OpenLoop(fraction, rate, sample, cpu.percent))
+        console.print(
+            f"{run.label}: at {rate:,.0f}/s p50 {sample.percentile_ms(0.5):.2f} ms, "
+            f"p99 {sample.percentile_ms(0.99):.2f} ms" + _failed_note(sample)
+        )
 
 
 async def measure(
@@ -216,7 +216,7 @@ async def measure(
     *,
     others: dict[str, int | None],
     processes: int = 1,
-    half_with: Path | None = None,
+    open_loop_with: Path | None = None,
 ) -> Run:
     with server:
         await server.wait_ready(f"{base}/healthz")
@@ -224,8 +224,8 @@ async def measure(
             await wait_processes(server, f"{base}/healthz", processes, timeout_s=60)
         url = base + ROUTE
         run = await peak(key, LABELS[key], server, url, secret, opts, others)
-        if half_with is not None and run.peak.rate > 0:
-            await half_of_peak(run, server, url, secret, opts, others, half_with)
+        if open_loop_with is not None and run.peak.rate > 0:
+            await open_loops(run, server, url, secret, opts, others, open_loop_with)
     return run
 
 
@@ -318,7 +318,7 @@ async def run_all(
             opts,
             others=jvm,
             processes=2 if key == "c2" else 1,
-            half_with=generator if key == "c" else None,
+            open_loop_with=generator if key == "c" else None,
         )
         results.runs.append(run)
     with postgres() as db:

@@ -16,15 +16,13 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -54,13 +52,14 @@ type tally struct {
 	lags      []float64
 }
 
-func readPool(path string) ([]delivery, error) {
+// readPool reads the deliveries and writes each as the bytes of its POST to t.
+func readPool(path string, t target) ([][]byte, error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
-	var pool []delivery
+	var pool [][]byte
 	scanner := bufio.NewScanner(file)
 	scanner.Buffer(make([]byte, 1<<20), 1<<26)
 	for scanner.Scan() {
@@ -68,7 +67,7 @@ func readPool(path string) ([]delivery, error) {
 		if err := json.Unmarshal(scanner.Bytes(), &d); err != nil {
 			return nil, fmt.Errorf("line %d of %s: %w", len(pool)+1, path, err)
 		}
-		pool = append(pool, d)
+		pool = append(pool, request(t, "POST", d.Headers, d.Body))
 	}
 	if err := scanner.Err(); err != nil {
 		return nil, err
@@ -79,71 +78,42 @@ func readPool(path string) ([]delivery, error) {
 	return pool, nil
 }
 
-func newClient(connections int) *http.Client {
-	transport := &http.Transport{
-		MaxIdleConns:        connections,
-		MaxIdleConnsPerHost: connections,
-		MaxConnsPerHost:     connections,
-		DisableCompression:  true,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-	}
-	return &http.Client{Transport: transport, Timeout: 30 * time.Second}
-}
-
-// warm opens every connection before the clock starts, with a GET each, so the first
-// scheduled requests do not pay for the TCP handshakes.
-func warm(client *http.Client, url string, connections int) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, connections)
-	for c := 0; c < connections; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := client.Get(url)
-			if err != nil {
-				errs <- err
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-func post(client *http.Client, url string, d *delivery) string {
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(d.Body)))
-	if err != nil {
-		return fmt.Sprintf("%T", err)
-	}
-	for k, v := range d.Headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		var netErr net.Error
-		if errors.As(err, &netErr) && netErr.Timeout() {
-			return "Timeout"
+// openAll dials every connection before the clock starts, and sends one GET of warm on
+// each when it is given, so that the first scheduled requests do not pay for handshakes.
+func openAll(t target, warm string, connections int) ([]*conn, error) {
+	conns := make([]*conn, connections)
+	var get []byte
+	if warm != "" {
+		w, err := parseTarget(warm)
+		if err != nil {
+			return nil, err
 		}
-		return "ConnectionError"
+		get = []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", w.path, w.host))
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return fmt.Sprint(resp.StatusCode)
+	for c := range conns {
+		conns[c] = &conn{addr: t.addr}
+		if err := conns[c].dial(); err != nil {
+			return nil, err
+		}
+		if get != nil {
+			if status := conns[c].roundTrip(get); status != "200" {
+				return nil, fmt.Errorf("GET %s answered %s", warm, status)
+			}
+		}
+	}
+	return conns, nil
 }
 
-func worker(client *http.Client, url string, pool []delivery, jobs <-chan job, out *tally) {
+func worker(k *conn, pool [][]byte, jobs <-chan job, out *tally) {
 	for j := range jobs {
-		sent := time.Now()
-		out.lags = append(out.lags, sent.Sub(j.due).Seconds())
-		status := post(client, url, &pool[j.index%len(pool)])
+		out.lags = append(out.lags, time.Since(j.due).Seconds())
+		status := k.roundTrip(pool[j.index%len(pool)])
 		out.statuses[status]++
 		if status == "204" {
 			out.latencies = append(out.latencies, time.Since(j.due).Seconds())
 		}
 	}
+	k.drop()
 }
 
 // dispatch hands out every due job on time: it sleeps until the next one is due, then
@@ -166,24 +136,18 @@ func dispatch(total int, rate float64, start time.Time, jobs chan<- job) {
 	close(jobs)
 }
 
-func run(url, warmURL string, pool []delivery, rate, duration float64, connections int) (*result, error) {
+func run(conns []*conn, pool [][]byte, rate, duration float64) *result {
 	total := int(rate * duration)
-	client := newClient(connections)
-	if warmURL != "" {
-		if err := warm(client, warmURL, connections); err != nil {
-			return nil, fmt.Errorf("warming the connections at %s: %w", warmURL, err)
-		}
-	}
 	jobs := make(chan job, total)
-	tallies := make([]tally, connections)
+	tallies := make([]tally, len(conns))
 	var wg sync.WaitGroup
 	for c := range tallies {
 		tallies[c] = tally{statuses: map[string]int{}}
 		wg.Add(1)
-		go func(t *tally) {
+		go func(k *conn, t *tally) {
 			defer wg.Done()
-			worker(client, url, pool, jobs, t)
-		}(&tallies[c])
+			worker(k, pool, jobs, t)
+		}(conns[c], &tallies[c])
 	}
 	start := time.Now().Add(50 * time.Millisecond)
 	time.Sleep(time.Until(start))
@@ -204,49 +168,54 @@ func run(url, warmURL string, pool []delivery, rate, duration float64, connectio
 		out.Latencies = append(out.Latencies, t.latencies...)
 		out.SendLag = append(out.SendLag, t.lags...)
 	}
-	return out, nil
+	return out
 }
 
 func main() {
-	url := flag.String("url", "", "where to POST the deliveries")
+	url := flag.String("url", "", "where to POST the deliveries (http://host:port/path)")
 	warmURL := flag.String("warm-url", "", "a URL to GET once per connection before the clock starts")
 	input := flag.String("input", "", "the deliveries, as JSON lines")
 	output := flag.String("output", "-", "where to write the figures (- for standard output)")
 	rate := flag.Float64("rate", 0, "deliveries per second")
 	duration := flag.Float64("duration", 0, "seconds of arrivals")
 	connections := flag.Int("connections", 64, "keep-alive connections")
+	procs := flag.Int("procs", 1, "threads running Go code at once (GOMAXPROCS): on a machine the server shares, one spends the least CPU per request")
 	flag.Parse()
 	if *url == "" || *input == "" || *rate <= 0 || *duration <= 0 || *connections <= 0 {
 		fmt.Fprintln(os.Stderr, "openloop: -url, -input, a positive -rate, -duration and -connections are required")
 		os.Exit(2)
 	}
-	pool, err := readPool(*input)
-	if err == nil {
-		var out *result
-		if out, err = run(*url, *warmURL, pool, *rate, *duration, *connections); err == nil {
-			err = write(*output, out)
-		}
-	}
-	if err == nil {
-		// Stay until standard input closes, so that whoever measures this process's CPU
-		// can read it after the last answer.
-		fmt.Fprintln(os.Stderr, "openloop: done")
-		io.Copy(io.Discard, os.Stdin)
-	}
-	if err != nil {
+	runtime.GOMAXPROCS(*procs)
+	if err := measure(*url, *warmURL, *input, *output, *rate, *duration, *connections); err != nil {
 		fmt.Fprintln(os.Stderr, "openloop:", err)
 		os.Exit(1)
 	}
+	// Stay until standard input closes, so that whoever measures this process's CPU can
+	// read it after the last answer.
+	fmt.Fprintln(os.Stderr, "openloop: done")
+	io.Copy(io.Discard, os.Stdin)
 }
 
-func write(path string, out *result) error {
-	data, err := json.Marshal(out)
+func measure(url, warm, input, output string, rate, duration float64, connections int) error {
+	t, err := parseTarget(url)
 	if err != nil {
 		return err
 	}
-	if path == "-" {
+	pool, err := readPool(input, t)
+	if err != nil {
+		return err
+	}
+	conns, err := openAll(t, warm, connections)
+	if err != nil {
+		return fmt.Errorf("opening the connections to %s: %w", t.addr, err)
+	}
+	data, err := json.Marshal(run(conns, pool, rate, duration))
+	if err != nil {
+		return err
+	}
+	if output == "-" {
 		_, err = os.Stdout.Write(data)
 		return err
 	}
-	return os.WriteFile(path, data, 0o644)
+	return os.WriteFile(output, data, 0o644)
 }

@@ -7,8 +7,15 @@ import math
 
 import pytest
 
-from bench._ingest_report import HEADERS, rows, scaling_lines, summary_lines, verdict
-from bench._ingest_results import Run, per_delivery_us
+from bench._ingest_report import (
+    HEADERS,
+    latency_lines,
+    rows,
+    scaling_lines,
+    summary_lines,
+    verdict,
+)
+from bench._ingest_results import OpenLoop, Run, per_delivery_us
 from bench._load import Sample
 
 
@@ -103,3 +110,50 @@ def test_no_projection_without_c_s_cpu() -> None:
     runs[1].cpu.pop("server")
 
     assert scaling_lines(runs) == []
+
+
+def _open_loop(fraction: float, rate: float, latency_s: float) -> OpenLoop:
+    sample = Sample(duration_s=1.0, latencies=[latency_s] * 100, send_lag=[0.001] * 100)
+    sample.statuses["204"] = 100
+    return OpenLoop(fraction, rate, sample, {"server": 50.0})
+
+
+def test_the_latency_target_is_judged_at_half_of_c_s_peak_only() -> None:
+    runs = _runs()
+    c = runs[1]
+    c.open_loops = [_open_loop(0.25, 500, 0.005), _open_loop(0.5, 1_000, 0.030)]
+
+    v = verdict(runs)
+
+    assert v.half_rate == 1_000
+    assert v.half_p99_ms == pytest.approx(30.0)
+    assert not v.latency_met
+
+
+def test_each_open_loop_has_a_row_named_after_its_fraction() -> None:
+    runs = _runs()
+    runs[1].open_loops = [_open_loop(0.25, 500, 0.005), _open_loop(0.5, 1_000, 0.010)]
+
+    names = [row[0] for row in rows(runs)]
+
+    assert "(c) a quarter of peak, open loop" in names
+    assert "(c) half of peak, open loop" in names
+
+
+def test_the_other_open_loops_are_reported_without_a_target() -> None:
+    runs = _runs()
+    runs[1].open_loops = [_open_loop(0.25, 500, 0.005), _open_loop(0.5, 1_000, 0.010)]
+
+    lines = latency_lines(runs)
+
+    assert len(lines) == 1
+    assert lines[0].startswith("at a quarter of c's peak (500/s): p50 5.00 ms, p99 5.00 ms")
+
+
+def test_an_open_loop_s_failures_make_the_run_invalid() -> None:
+    runs = _runs()
+    failing = _open_loop(0.5, 1_000, 0.010)
+    failing.sample.statuses["503"] = 3
+    runs[1].open_loops = [failing]
+
+    assert verdict(runs).failed == 3

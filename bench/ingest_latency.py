@@ -1,0 +1,145 @@
+"""Ingest's latency against its arrival rate: the open loop at several fixed rates.
+
+``python -m bench.ingest_latency --rates 1000,2000,3000,3500`` starts a broker (as
+``python -m bench.ingest`` does, warmed up the same way) and one ``onceonly ingest``, then
+runs :mod:`bench._openloop` at each rate in turn for ``--duration`` s, and prints, per
+rate: p50/p90/p99/p99.9 and the longest latency (from each request's scheduled time), how
+late the generator sent (p99), ingest's CPU per delivery by thread group (its event loop,
+librdkafka's threads) and the share of a core of ingest, the broker and the generator.
+
+It shows where the latency bends: ``bench.ingest`` measures p99 at one rate (half of the
+closed-loop peak), this one the curve. ``--linger`` sets ingest's
+``ONCEONLY_PRODUCE_LINGER_MS`` for the run, to compare batching against latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from bench._load import percentile, sign_pool
+from bench._openloop import build_generator, open_loop
+from bench._procs import Broker, CpuWindow, console, create_topics, kafka
+from bench._report import execute
+from bench._servers import ROUTE
+from bench._threads import per_delivery_us, thread_seconds
+from bench.ingest import BENCH_TOPIC_PREFIX, TREES, _ingest_server, warm_broker
+
+COLUMNS = (
+    "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "late p99 ms",
+    "loop µs", "rdkafka µs", "ingest %", "broker %", "load %",
+)  # fmt: skip
+
+
+def _rates(value: str) -> list[float]:
+    try:
+        rates = [float(part) for part in value.split(",") if part.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: rates are numbers, comma-separated") from exc
+    if not rates or min(rates) <= 0:
+        raise click.BadParameter(f"{value!r}: give at least one rate, each above 0")
+    return rates
+
+
+async def _sweep(
+    broker: Broker, topics: dict[str, str], work: Path, rates: list[float], opts: dict[str, float]
+) -> list[tuple[str, ...]]:
+    from devstack.ports import free_port
+
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    generator = build_generator(work)
+    port = free_port()
+    server = _ingest_server(secret, broker, topics, int(opts["partitions"]), work, port)
+    if opts["linger"] >= 0:
+        server.env["ONCEONLY_PRODUCE_LINGER_MS"] = str(int(opts["linger"]))
+    base = f"http://127.0.0.1:{port}"
+    rows = []
+    with server:
+        await server.wait_ready(f"{base}/healthz")
+        for rate in rates:
+            pool = sign_pool(secret, int(rate * opts["duration"]) + 1)
+            cpu = CpuWindow({"server": server.pid, "load": None, "broker": broker.pid}, TREES)
+            before = thread_seconds(server.pid)
+            sample = await open_loop(
+                generator, base + ROUTE, pool, rate=rate, duration_s=opts["duration"],
+                concurrency=int(opts["connections"]), warm_url=f"{base}/healthz", window=cpu,
+            )  # fmt: skip
+            us = per_delivery_us(before, thread_seconds(server.pid), server.pid, sample.ok)
+            ms = [sample.percentile_ms(q) for q in (0.5, 0.9, 0.99, 0.999, 1.0)]
+            late = percentile(sample.send_lag, 0.99) * 1000
+            share = [cpu.percent.get(name, float("nan")) for name in ("server", "broker", "load")]
+            rows.append(
+                (
+                    f"{rate:,.0f}",
+                    *(f"{m:.2f}" for m in ms),
+                    f"{late:.2f}",
+                    f"{us['loop']:.0f}",
+                    f"{us['rdk:main'] + us['rdk:broker']:.0f}",
+                    *(f"{p:.0f}" for p in share),
+                )
+            )
+            failed = f", {sample.failures()}" if sample.failed else ""
+            console.print(f"{rate:,.0f}/s: p99 {ms[2]:.2f} ms{failed}")
+    return rows
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--rates", default="1000,2000,3000,3500", show_default=True, help="Rates, /s.")
+@click.option("--duration", type=click.FloatRange(1, 120), default=10.0, show_default=True)
+@click.option("--connections", type=click.IntRange(1, 1024), default=64, show_default=True)
+@click.option("--partitions", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option(
+    "--linger",
+    type=int,
+    default=-1,
+    help="ONCEONLY_PRODUCE_LINGER_MS for ingest (default: the setting's own default).",
+)
+@click.option("--broker-warmup", type=click.FloatRange(0, 60), default=8.0, show_default=True)
+def main(
+    rates: str,
+    duration: float,
+    connections: int,
+    partitions: int,
+    linger: int,
+    broker_warmup: float,
+) -> None:
+    """Ingest's latency at each of --rates (open loop), with its CPU per delivery."""
+    chosen = _rates(rates)
+    opts = {
+        "duration": duration,
+        "connections": connections,
+        "partitions": partitions,
+        "linger": linger,
+    }
+
+    def body() -> list[tuple[str, ...]]:
+        with tempfile.TemporaryDirectory(prefix="onceonly-bench-") as tmp, kafka(Path(tmp)) as b:
+            topics = create_topics(b.bootstrap, partitions, BENCH_TOPIC_PREFIX)
+            if broker_warmup > 0:
+                console.print(f"warming the broker up for {broker_warmup:g} s …")
+                warm_broker(b.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], broker_warmup)
+            return asyncio.run(_sweep(b, topics, Path(tmp), chosen, opts))
+
+    rows = execute(body)
+    table = Table(title="ingest latency by arrival rate (open loop)")
+    for column in COLUMNS:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        "late: how late the generator sent (p99); µs: CPU per delivery of ingest's event loop "
+        "and of librdkafka's threads; %: of one core, over the measured window (load: the "
+        "generator)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
