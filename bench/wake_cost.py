@@ -1,0 +1,56 @@
+"""What waking up costs on this machine: the same work, back to back and after sleeps.
+
+``python -m bench.wake_cost`` times one delivery-sized piece of work (parse a ~1.6 KB JSON
+body, HMAC-SHA256 it, encode it again) by the thread's own CPU clock, 2,000 times after
+each of several sleeps, and prints the median. On a machine whose idle CPUs halt at once
+(a VM with ``haltpoll.guest_halt_poll_ns=0``, say) the work costs more after a sleep than
+back to back: caches and predictors start cold. A server that sleeps between requests
+pays that on each one, which is why ingest's CPU per delivery is higher at a moderate
+rate than at its peak (``python -m bench.ingest_latency``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import statistics
+import time
+
+import click
+
+_BODY = json.dumps({f"field_{i}": "v" * 20 for i in range(60)}).encode()
+_KEY = b"k" * 32
+
+
+def _work() -> None:
+    parsed = json.loads(_BODY)
+    hmac.new(_KEY, _BODY, hashlib.sha256).digest()
+    json.dumps(parsed)
+
+
+def median_cpu_us(gap_s: float, times: int) -> float:
+    """Median thread-CPU µs of :func:`_work`, each run after sleeping ``gap_s``."""
+    spent = []
+    for _ in range(times):
+        if gap_s:
+            time.sleep(gap_s)
+        start = time.thread_time_ns()
+        _work()
+        spent.append(time.thread_time_ns() - start)
+    return statistics.median(spent) / 1000
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--times", type=click.IntRange(100, 100_000), default=2000, show_default=True)
+def main(times: int) -> None:
+    """The same work's CPU back to back and after sleeps of 0.2, 1 and 5 ms."""
+    base = median_cpu_us(0.0, times)
+    print(f"back to back: {base:.1f} µs")
+    for gap_ms in (0.2, 1.0, 5.0):
+        after = median_cpu_us(gap_ms / 1000, times)
+        print(f"after a {gap_ms:g} ms sleep: {after:.1f} µs ({after / base:.2f} x)")
+
+
+if __name__ == "__main__":
+    main()
