@@ -2,9 +2,10 @@
 
 ``python -m bench.wake_cost`` times one delivery-sized piece of work (parse a ~1.6 KB JSON
 body, HMAC-SHA256 it, encode it again) by the thread's own CPU clock, 2,000 times after
-each of several sleeps, and prints the median. On a machine whose idle CPUs halt at once
-(a VM with ``haltpoll.guest_halt_poll_ns=0``, say) the work costs more after a sleep than
-back to back: caches and predictors start cold. A server that sleeps between requests
+each of several sleeps, and prints the median. On a shared VM the work costs more after
+a sleep than back to back: while the vCPU idled, the host ran other work on its core, and
+caches and predictors start cold (on this machine: 1.3-1.6 x after 0.2 ms, 4.6-5 x after
+5 ms, with or without the guest's halt polling). A server that sleeps between requests
 pays that on each one, which is why ingest's CPU per delivery is higher at a moderate
 rate than at its peak (``python -m bench.ingest_latency``).
 """
