@@ -28,6 +28,7 @@ import click
 
 from bench import ingest as ingest_mod
 from bench import processors as processors_mod
+from bench._machine import loadavg, revision
 from bench._options import (
     IngestOptions,
     ProcessorOptions,
@@ -35,7 +36,7 @@ from bench._options import (
     processor_options,
     results_dir_option,
 )
-from bench._procs import console, kafka, loadavg, revision
+from bench._procs import console, kafka
 from bench._report import about, command_line, execute, write_report
 
 

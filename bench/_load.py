@@ -117,6 +117,9 @@ class Sample:
     latencies: list[float] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
     send_lag: list[float] = field(default_factory=list)
+    #: the open loop's: how late the generator queued each request, before any wait for a
+    #: free connection (``send_lag`` includes that wait)
+    dispatch_lag: list[float] = field(default_factory=list)
     pool_wrapped: bool = False
 
     @property

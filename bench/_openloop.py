@@ -4,11 +4,13 @@ Arrivals are scheduled by the clock at a fixed rate, whatever the server does; l
 counts from each request's *scheduled* time, so a server that stalls is charged for the
 requests queued behind the stall (no coordinated omission). The generator must keep up
 for that latency to be the server's: the first one, asyncio + aiohttp, spent 131 µs of
-CPU per request and sent requests up to 174 ms late (p99) at 4,069/s on this machine's
-two cores, which it shares with the server and the broker. This one writes each request
-as bytes prepared up front on one of a fixed set of keep-alive connections, with one
-thread running Go code (GOMAXPROCS=1): 60-70 µs per request at 3,500/s here (Go's own
-net/http client, on two threads, took 97). It needs nothing but Go's standard library
+CPU per request, and sent requests up to 174 ms late (p99, its own lateness and the wait
+for a connection together) at 4,069/s on this machine's two cores, which it shares with
+the server and the broker. This one writes each request as bytes prepared up front on one
+of a fixed set of keep-alive connections, with one thread running Go code (GOMAXPROCS=1):
+60-70 µs per request at 3,500/s here (Go's own net/http client, on two threads, took 97).
+It reports how late it queued each request (its own lateness) apart from how late it sent
+it (after the wait for a free connection). It needs nothing but Go's standard library
 (``go build`` makes no download); Go is installed from Debian's ``golang-go`` where
 missing, as wrk is.
 
@@ -28,8 +30,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench._debian import debian_command
 from bench._load import Delivery, Sample
-from bench._procs import BenchError, CpuWindow, debian_command
+from bench._procs import BenchError, CpuWindow
 
 SOURCE = Path(__file__).with_name("openloop")
 #: What the generator prints on standard error when its clock starts.
@@ -40,13 +43,21 @@ DONE = "openloop: done"
 GO_PATHS = ("/usr/local/go/bin/go", "/usr/lib/go/bin/go")
 
 
+#: Go builds with the toolchain at hand, with no module download
+GO_ENV = {"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+
+
+def go_command() -> str:
+    """The path of ``go``; Debian's golang-go is installed where it is missing."""
+    return debian_command("go", "golang-go", also=GO_PATHS)
+
+
 def build_generator(out_dir: Path) -> Path:
     """``go build`` of :data:`SOURCE` into ``out_dir``; the path of the binary."""
-    go = debian_command("go", "golang-go", also=GO_PATHS)
     binary = out_dir / "openloop"
-    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+    env = {**os.environ, **GO_ENV}
     done = subprocess.run(
-        [go, "build", "-o", str(binary), "."],
+        [go_command(), "build", "-o", str(binary), "."],
         cwd=SOURCE,
         env=env,
         capture_output=True,
@@ -54,7 +65,10 @@ def build_generator(out_dir: Path) -> Path:
         check=False,
     )
     if done.returncode != 0:
-        raise BenchError(f"go build of {SOURCE} failed:\n{done.stderr.strip()}")
+        raise BenchError(
+            f"go build of {SOURCE} failed (it needs Go 1.19 or newer, `go version`; "
+            f"run `go vet` there for the same errors):\n{done.stderr.strip()}"
+        )
     return binary
 
 
@@ -66,19 +80,31 @@ def write_pool(pool: Sequence[Delivery], path: Path) -> None:
             out.write(json.dumps(line, separators=(",", ":")) + "\n")
 
 
+def _floats(figures: dict[str, object], key: str) -> list[float]:
+    values = figures.get(key)
+    if not isinstance(values, list):
+        raise BenchError(
+            f"the open-loop generator's figures have no list {key!r}: rebuild it from "
+            f"{SOURCE} (the benchmark does at each run) and check that it matches this checkout"
+        )
+    return [float(x) for x in values]
+
+
 def sample_of(figures: dict[str, object]) -> Sample:
     """The generator's JSON output as a :class:`~bench._load.Sample`."""
-    statuses = figures["statuses"]
-    latencies = figures["latencies"]
-    lags = figures["send_lag"]
-    duration = figures["duration_s"]
-    if not (isinstance(statuses, dict) and isinstance(latencies, list) and isinstance(lags, list)):
-        raise BenchError(f"the open-loop generator wrote figures of an unknown shape: {figures!r}")
+    statuses = figures.get("statuses")
+    duration = figures.get("duration_s")
+    if not isinstance(statuses, dict) or not isinstance(duration, int | float):
+        raise BenchError(
+            f"the open-loop generator wrote figures without statuses or duration_s: rebuild "
+            f"it from {SOURCE} and check that it matches this checkout ({figures!r:.200})"
+        )
     sample = Sample(
-        duration_s=float(duration),  # type: ignore[arg-type]
-        latencies=[float(x) for x in latencies],
+        duration_s=float(duration),
+        latencies=_floats(figures, "latencies"),
         statuses=Counter({str(k): int(v) for k, v in statuses.items()}),
-        send_lag=[float(x) for x in lags],
+        send_lag=_floats(figures, "send_lag"),
+        dispatch_lag=_floats(figures, "dispatch_lag"),
     )
     sample.pool_wrapped = bool(figures.get("pool_wrapped", False))
     return sample
@@ -113,21 +139,36 @@ async def open_loop(
     ]
     pipe = asyncio.subprocess.PIPE
     process = await asyncio.create_subprocess_exec(*argv, stdin=pipe, stderr=pipe)
-    assert process.stderr is not None and process.stdin is not None
-    said: list[str] = []
-    measuring: asyncio.Task[None] | None = None
-    while line := (await process.stderr.readline()).decode(errors="replace"):
-        said.append(line)
-        if STARTED in line and window is not None:
-            window.pids["load"] = process.pid
-            measuring = asyncio.create_task(window.measure(0.0, duration_s))
-        elif DONE in line:
-            if measuring is not None:
-                await measuring  # the generator waits for its stdin to close
-            process.stdin.close()
-    code = await process.wait()
-    if measuring is not None and not measuring.done():
-        measuring.cancel()  # it exited before it was done: no figures to measure
+    try:
+        code, said = await _follow(process, window, duration_s)
+    finally:
+        if process.returncode is None:  # cancelled, or the CPU window failed: stop it
+            process.kill()
+            await process.wait()
     if code != 0:
         raise BenchError(f"the open-loop generator exited with {code}:\n{''.join(said[-20:])}")
     return sample_of(json.loads(figures.read_text(encoding="utf-8")))
+
+
+async def _follow(
+    process: asyncio.subprocess.Process, window: CpuWindow | None, duration_s: float
+) -> tuple[int, list[str]]:
+    """Read what the generator says: open ``window`` when its clock starts, close its
+    stdin once it is done (after the window); its exit code and its lines."""
+    assert process.stderr is not None and process.stdin is not None
+    said: list[str] = []
+    measuring: asyncio.Task[None] | None = None
+    try:
+        while line := (await process.stderr.readline()).decode(errors="replace"):
+            said.append(line)
+            if STARTED in line and window is not None:
+                window.pids["load"] = process.pid
+                measuring = asyncio.create_task(window.measure(0.0, duration_s))
+            elif DONE in line:
+                if measuring is not None:
+                    await measuring  # the generator waits for its stdin to close
+                process.stdin.close()
+        return await process.wait(), said
+    finally:
+        if measuring is not None and not measuring.done():
+            measuring.cancel()  # it exited before it was done: no figures to measure

@@ -25,12 +25,7 @@ from bench._proc_stack import (
     scrape,
     wait_progress,
 )
-from bench._procs import (
-    BenchError,
-    CpuWindow,
-    ServerProcess,
-    console,
-)
+from bench._procs import BenchError, CpuWindow, ServerProcess, console
 
 #: The same for a restart, which with a large table may take minutes.
 RESTART_STALL_S = 900.0

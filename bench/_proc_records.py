@@ -10,10 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bench._load import agentmail_body
-from bench._procs import (
-    BenchError,
-    console,
-)
+from bench._procs import BenchError, console
 
 if TYPE_CHECKING:
     from schemas.envelope import Envelope

@@ -12,9 +12,7 @@ from rich.table import Table
 from bench._proc_phases import FILL_CHUNK
 from bench._proc_results import Results
 from bench._proc_takeover import describe as describe_takeover
-from bench._procs import (
-    console,
-)
+from bench._procs import console
 from bench._report import (
     Comparison,
     Figure,

@@ -13,10 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench._procs import (
-    BenchError,
-    ServerProcess,
-)
+from bench._procs import BenchError, ServerProcess
 
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0

@@ -1,4 +1,4 @@
-"""The benchmarks' processes: the broker, servers under test, their CPU time, the machine."""
+"""The benchmarks' processes: the broker, servers under test, their CPU time."""
 
 from __future__ import annotations
 
@@ -6,15 +6,12 @@ import asyncio
 import contextlib
 import math
 import os
-import platform
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from rich.console import Console
@@ -47,28 +44,6 @@ class ServerProcess(Supervised):
 
 
 # --------------------------------------------------------------------------- CPU time
-
-
-def debian_command(command: str, package: str, *, also: tuple[str, ...] = ()) -> str:
-    """The path of ``command`` (or of the first of ``also``, full paths, that exists);
-    installs Debian's ``package`` with apt-get as root where it is missing."""
-    found = shutil.which(command) or next((p for p in also if os.access(p, os.X_OK)), None)
-    if found is not None:
-        return found
-    if os.geteuid() != 0:
-        raise BenchError(
-            f"{command} is not installed and this is not root: `sudo apt-get install {package}`"
-        )
-    console.print(f"installing Debian's {package} package (apt-get) …")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
-    if subprocess.run(install, env=env, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
-        subprocess.run(install, env=env, check=False)
-    found = shutil.which(command) or next((p for p in also if os.access(p, os.X_OK)), None)
-    if found is None:
-        raise BenchError(f"apt-get could not install {package}; see its output above")
-    return found
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -158,25 +133,7 @@ class CpuWindow:
         self.end()
 
 
-# --------------------------------------------------------------------------- the machine
-
-
-def _first(path: str, key: str) -> str | None:
-    try:
-        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
-            name, sep, value = line.partition(":")
-            if sep and name.strip() == key:
-                return value.strip()
-    except OSError:
-        return None
-    return None
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+# --------------------------------------------------------------------------- the broker
 
 
 def kafka_version(classpath: str | None) -> str:
@@ -186,84 +143,6 @@ def kafka_version(classpath: str | None) -> str:
         if found:
             return found.group(1)
     return "unknown"
-
-
-def machine(kafka: str) -> list[tuple[str, str]]:
-    """What the figures were measured on, as (item, value) pairs."""
-    import confluent_kafka
-
-    mem_kb = _first("/proc/meminfo", "MemTotal")
-    mem = f"{int(mem_kb.split()[0]) / 1024**2:.1f} GiB" if mem_kb else "unknown"
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = os.cpu_count() or 0
-    librdkafka = confluent_kafka.libversion()[0]
-    return [
-        ("CPU", _first("/proc/cpuinfo", "model name") or platform.processor() or "unknown"),
-        ("cores", f"{os.cpu_count()} logical, {usable} usable by this process"),
-        ("memory", mem),
-        ("OS", platform.platform()),
-        ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
-        (
-            "libraries",
-            f"aiohttp {_version('aiohttp')}, svix {_version('svix')}, "
-            f"confluent-kafka {_version('confluent-kafka')} (librdkafka {librdkafka}), "
-            f"asyncpg {_version('asyncpg')}",
-        ),
-        (
-            "processor libraries",
-            ", ".join(
-                f"{name} {_version(name)}"
-                for name in (
-                    "faust-streaming",
-                    "mode-streaming",
-                    "aiokafka",
-                    "rocksdict",
-                    "agentmail",
-                    "httpx",
-                )
-            ),
-        ),
-        ("Kafka", kafka),
-    ]
-
-
-def loadavg() -> str:
-    """The machine's load average over 1, 5 and 15 minutes."""
-    try:
-        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
-    except OSError:
-        return "unknown"
-
-
-def revision() -> str:
-    """The commit the code under test comes from, and whether it had local changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "processors", "onceonly", "schemas", "ingest"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (not a git checkout)"
-    if dirty:
-        return f"{head}, with uncommitted changes under processors/ onceonly/ schemas/ ingest/"
-    return head
-
-
-# --------------------------------------------------------------------------- the broker
 
 
 @dataclass(frozen=True, slots=True)

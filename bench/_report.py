@@ -235,7 +235,7 @@ def about(
 ) -> list[tuple[str, str]]:
     """The machine's description for the report: cores, RAM, CPU, Python, libraries,
     Kafka, the code under test, and the load average at the start and at the end."""
-    from bench._procs import loadavg, machine
+    from bench._machine import loadavg, machine
 
     return [
         *machine(kafka),

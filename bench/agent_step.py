@@ -40,10 +40,11 @@ from rich.table import Table
 
 from bench import _agent_load as load
 from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
+from bench._machine import loadavg, revision
 from bench._model import LATENCY_S
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
-from bench._procs import Broker, CpuWindow, console, create_topics, kafka, loadavg, revision
+from bench._procs import Broker, CpuWindow, console, create_topics, kafka
 from bench._report import (
     CONTENDED_PERCENT,
     RESULTS_DIR,

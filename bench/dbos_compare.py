@@ -43,7 +43,8 @@ from bench import _dbos_figures as fig
 from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
-from bench._procs import Broker, console, create_topics, kafka, loadavg, revision
+from bench._machine import loadavg, revision
+from bench._procs import Broker, console, create_topics, kafka
 from bench._report import (
     CONTENDED_PERCENT,
     RESULTS_DIR,

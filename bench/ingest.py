@@ -51,19 +51,10 @@ import click
 from bench._ingest_report import print_report, section, verdict
 from bench._ingest_results import OPEN_LOOP_FRACTIONS, OpenLoop, Results, Run
 from bench._load import Sample, sign_pool
+from bench._machine import loadavg, revision
 from bench._openloop import build_generator, open_loop
 from bench._options import IngestOptions, ingest_options, results_dir_option
-from bench._procs import (
-    BenchError,
-    Broker,
-    CpuWindow,
-    ServerProcess,
-    console,
-    create_topics,
-    kafka,
-    loadavg,
-    revision,
-)
+from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics, kafka
 from bench._report import about, command_line, execute, write_report
 from bench._servers import ROUTE
 from bench._wrk import WrkLoad, wrk_closed_loop
@@ -246,7 +237,7 @@ async def _describe_postgres(dsn: str, version: str) -> str:
     return f"PostgreSQL {full} (Debian's package, major {version}): " + ", ".join(settings)
 
 
-def _ingest_server(
+def ingest_server(
     secret: str,
     broker: Broker,
     topics: dict[str, str],
@@ -308,7 +299,7 @@ async def run_all(
     await baseline("b", "svix", [], jvm)
     for key in ("c", "c2", "m"):
         port = free_port()
-        ingest = _ingest_server(secret, broker, topics, partitions, work, port, key)
+        ingest = ingest_server(secret, broker, topics, partitions, work, port, key)
         url = f"http://127.0.0.1:{port}"
         run = await measure(
             key,

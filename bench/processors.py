@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bench._changelog_fill import fill_changelog
+from bench._machine import loadavg, revision
 from bench._options import ProcessorOptions, processor_options, results_dir_option
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
@@ -58,14 +59,7 @@ from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
-from bench._procs import (
-    Broker,
-    console,
-    create_topics,
-    kafka,
-    loadavg,
-    revision,
-)
+from bench._procs import Broker, console, create_topics, kafka
 from bench._report import CONTENDED_PERCENT, about, command_line, execute, write_report
 
 if TYPE_CHECKING:

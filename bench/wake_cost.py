@@ -1,6 +1,6 @@
 """What waking up costs on this machine: the same work, back to back and after sleeps.
 
-``python -m bench.wake_cost`` times one delivery-sized piece of work (parse a ~1.6 KB JSON
+``python -m bench.wake_cost`` times one delivery-sized piece of work (parse a ~2 KB JSON
 body, HMAC-SHA256 it, encode it again) by the thread's own CPU clock, 2,000 times after
 each of several sleeps, and prints the median. On a shared VM the work costs more after
 a sleep than back to back: while the vCPU idled, the host ran other work on its core, and

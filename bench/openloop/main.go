@@ -3,8 +3,9 @@
 // Arrivals are scheduled by the clock at a fixed rate, whatever the server does:
 // delivery i is due at start + i/rate. Latency counts from that due time to the answer,
 // so a server that stalls is charged for every request queued behind the stall (no
-// coordinated omission). send_lag is how late the generator itself sent each request:
-// near zero means the generator kept up and the latency is the server's.
+// coordinated omission). dispatch_lag is how late the generator itself queued each
+// request: near zero means it kept up. send_lag adds the wait for a free connection, which
+// grows when the server is slow to answer (every connection busy); the latency counts both.
 //
 // It reads the deliveries as JSON lines ({"body": "...", "headers": {...}}), sends them
 // in turn over a fixed number of keep-alive connections, and writes one JSON object:
@@ -37,6 +38,7 @@ type result struct {
 	Statuses    map[string]int `json:"statuses"`
 	Latencies   []float64      `json:"latencies"`
 	SendLag     []float64      `json:"send_lag"`
+	DispatchLag []float64      `json:"dispatch_lag"`
 	PoolWrapped bool           `json:"pool_wrapped"`
 }
 
@@ -96,18 +98,34 @@ func openAll(t target, warm string, connections int) ([]*conn, error) {
 			return nil, err
 		}
 		if get != nil {
-			if status := conns[c].roundTrip(get); status != "200" {
+			if status := conns[c].roundTrip(get, time.Now().Add(10*time.Second)); status != "200" {
 				return nil, fmt.Errorf("GET %s answered %s", warm, status)
+			}
+			if conns[c].c == nil { // the answer closed it: open it again before the clock
+				if err := conns[c].dial(); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
 	return conns, nil
 }
 
-func worker(k *conn, pool [][]byte, jobs <-chan job, out *tally) {
+// worker sends the jobs it takes on its connection; a job taken after the deadline is
+// counted as a Timeout without being sent, so a server that never answers ends the run.
+func worker(k *conn, pool [][]byte, jobs <-chan job, deadline time.Time, out *tally) {
 	for j := range jobs {
-		out.lags = append(out.lags, time.Since(j.due).Seconds())
-		status := k.roundTrip(pool[j.index%len(pool)])
+		now := time.Now()
+		out.lags = append(out.lags, now.Sub(j.due).Seconds())
+		if now.After(deadline) {
+			out.statuses["Timeout"]++
+			continue
+		}
+		until := now.Add(requestTimeout)
+		if until.After(deadline) {
+			until = deadline
+		}
+		status := k.roundTrip(pool[j.index%len(pool)], until)
 		out.statuses[status]++
 		if status == "204" {
 			out.latencies = append(out.latencies, time.Since(j.due).Seconds())
@@ -116,10 +134,20 @@ func worker(k *conn, pool [][]byte, jobs <-chan job, out *tally) {
 	k.drop()
 }
 
+// requestTimeout bounds one request; the whole run ends at most grace after its last
+// arrival is due.
+const (
+	requestTimeout = 30 * time.Second
+	grace          = 30 * time.Second
+)
+
 // dispatch hands out every due job on time: it sleeps until the next one is due, then
-// queues all that are due by then. The queue holds them all, so it never blocks.
-func dispatch(total int, rate float64, start time.Time, jobs chan<- job) {
+// queues all that are due by then. The queue holds them all, so it never blocks. It
+// returns how late it queued each job: the generator's own lateness, before any wait for
+// a free connection.
+func dispatch(total int, rate float64, start time.Time, jobs chan<- job) []float64 {
 	interval := time.Duration(float64(time.Second) / rate)
+	lags := make([]float64, 0, total)
 	for i := 0; i < total; {
 		now := time.Now()
 		for ; i < total; i++ {
@@ -128,37 +156,41 @@ func dispatch(total int, rate float64, start time.Time, jobs chan<- job) {
 				break
 			}
 			jobs <- job{i, due}
+			lags = append(lags, now.Sub(due).Seconds())
 		}
 		if i < total {
 			time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
 		}
 	}
 	close(jobs)
+	return lags
 }
 
 func run(conns []*conn, pool [][]byte, rate, duration float64) *result {
 	total := int(rate * duration)
 	jobs := make(chan job, total)
 	tallies := make([]tally, len(conns))
+	start := time.Now().Add(50 * time.Millisecond)
+	deadline := start.Add(time.Duration(duration*float64(time.Second)) + grace)
 	var wg sync.WaitGroup
 	for c := range tallies {
 		tallies[c] = tally{statuses: map[string]int{}}
 		wg.Add(1)
 		go func(k *conn, t *tally) {
 			defer wg.Done()
-			worker(k, pool, jobs, t)
+			worker(k, pool, jobs, deadline, t)
 		}(conns[c], &tallies[c])
 	}
-	start := time.Now().Add(50 * time.Millisecond)
 	time.Sleep(time.Until(start))
 	fmt.Fprintln(os.Stderr, "openloop: clock started")
-	dispatch(total, rate, start, jobs)
+	dispatched := dispatch(total, rate, start, jobs)
 	wg.Wait()
 	out := &result{
 		DurationS:   float64(total) / rate,
 		Statuses:    map[string]int{},
 		Latencies:   []float64{},
 		SendLag:     []float64{},
+		DispatchLag: dispatched,
 		PoolWrapped: total > len(pool),
 	}
 	for _, t := range tallies {

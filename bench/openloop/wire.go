@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
@@ -72,15 +73,15 @@ func (k *conn) drop() {
 	}
 }
 
-// roundTrip writes one request and reads its answer: the status code as text, or the
-// kind of failure ("ConnectionError", "Timeout", "BadResponse").
-func (k *conn) roundTrip(req []byte) string {
+// roundTrip writes one request and reads its answer by the deadline: the status code as
+// text, or the kind of failure ("ConnectionError", "Timeout", "BadResponse").
+func (k *conn) roundTrip(req []byte, deadline time.Time) string {
 	if k.c == nil {
 		if err := k.dial(); err != nil {
 			return "ConnectionError"
 		}
 	}
-	k.c.SetDeadline(time.Now().Add(30 * time.Second))
+	k.c.SetDeadline(deadline)
 	status, err := k.exchange(req)
 	if err == nil {
 		return status
@@ -97,52 +98,78 @@ func (k *conn) roundTrip(req []byte) string {
 	}
 }
 
-// exchange sends req, then reads the status line, the headers and the body they announce
-// (Content-Length, or chunked); it closes the connection after "Connection: close".
+// answer is what the head of a response says about the body after it and the connection.
+type answer struct {
+	status  string
+	length  int // -1: not given
+	chunked bool
+	closing bool
+}
+
+// exchange sends req, then reads the head and the body it announces: Content-Length,
+// chunked, or (neither, with a body allowed) up to the end of the connection. It closes
+// the connection when the answer says so, or is HTTP/1.0 without keep-alive.
 func (k *conn) exchange(req []byte) (string, error) {
 	if _, err := k.c.Write(req); err != nil {
 		return "", err
 	}
+	a, err := k.head()
+	if err != nil {
+		return a.status, err
+	}
+	noBody := a.status == "204" || a.status == "304" || strings.HasPrefix(a.status, "1")
+	switch {
+	case a.chunked:
+		err = k.skipChunks()
+	case a.length >= 0:
+		_, err = k.r.Discard(a.length)
+	case !noBody:
+		_, err = io.Copy(io.Discard, k.r)
+		a.closing = true
+	}
+	if err == nil && a.closing {
+		k.drop()
+	}
+	return a.status, err
+}
+
+func (k *conn) head() (answer, error) {
 	line, err := k.r.ReadString('\n')
 	if err != nil {
-		return "", err
+		return answer{}, err
 	}
 	fields := strings.Fields(line)
 	if len(fields) < 2 || !strings.HasPrefix(fields[0], "HTTP/1.") {
-		return "BadResponse", fmt.Errorf("not an HTTP/1 status line: %q", line)
+		return answer{status: "BadResponse"}, fmt.Errorf("not an HTTP/1 status line: %q", line)
 	}
-	length, chunked, closing := 0, false, false
+	a := answer{status: fields[1], length: -1, closing: fields[0] == "HTTP/1.0"}
 	for {
 		h, err := k.r.ReadString('\n')
 		if err != nil {
-			return "", err
+			return answer{}, err
 		}
 		h = strings.TrimRight(h, "\r\n")
 		if h == "" {
-			break
+			return a, nil
 		}
 		name, value, _ := strings.Cut(h, ":")
-		value = strings.TrimSpace(value)
+		tokens := strings.Split(strings.ToLower(value), ",")
+		for i := range tokens {
+			tokens[i] = strings.TrimSpace(tokens[i])
+		}
 		switch strings.ToLower(name) {
 		case "content-length":
-			if length, err = strconv.Atoi(value); err != nil {
-				return "BadResponse", err
+			if a.length, err = strconv.Atoi(strings.TrimSpace(value)); err != nil {
+				return answer{status: "BadResponse"}, err
 			}
 		case "transfer-encoding":
-			chunked = strings.EqualFold(value, "chunked")
+			a.chunked = tokens[len(tokens)-1] == "chunked"
 		case "connection":
-			closing = strings.EqualFold(value, "close")
+			for _, t := range tokens {
+				a.closing = a.closing && t != "keep-alive" || t == "close"
+			}
 		}
 	}
-	if chunked {
-		err = k.skipChunks()
-	} else {
-		_, err = k.r.Discard(length)
-	}
-	if err == nil && closing {
-		k.drop()
-	}
-	return fields[1], err
 }
 
 func (k *conn) skipChunks() error {

@@ -17,6 +17,11 @@ from devstack.ports import free_port
 ROUTE = "/webhooks/agentmail"
 
 
+def _peer(request: web.Request) -> tuple[str, int]:
+    host, port = request.transport.get_extra_info("peername")[:2]  # type: ignore[union-attr]
+    return str(host), int(port)
+
+
 @dataclass
 class Recorder:
     """Answers 204 and keeps every body with its headers, in order; ``stall_s`` holds the
@@ -25,11 +30,17 @@ class Recorder:
     url: str = ""
     received: list[tuple[bytes, Mapping[str, str]]] = field(default_factory=list)
     gets: int = 0
+    #: the client's (host, port) of each GET and of each POST, in order
+    get_peers: list[tuple[str, int]] = field(default_factory=list)
+    post_peers: list[tuple[str, int]] = field(default_factory=list)
+    #: whether a POST came before each GET
+    posted_before_get: list[bool] = field(default_factory=list)
     stall_s: float = 0.0
     refuse_every: int = 0
 
     async def post(self, request: web.Request) -> web.StreamResponse:
         self.received.append((await request.read(), CIMultiDict(request.headers)))
+        self.post_peers.append(_peer(request))
         n = len(self.received)
         if n == 1 and self.stall_s:
             await asyncio.sleep(self.stall_s)
@@ -39,6 +50,8 @@ class Recorder:
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         self.gets += 1
+        self.get_peers.append(_peer(request))
+        self.posted_before_get.append(bool(self.received))
         return web.json_response({"status": "ok"})
 
 
