@@ -8,7 +8,7 @@ CPU per request, and sent requests up to 174 ms late (p99, its own lateness and 
 for a connection together) at 4,069/s on this machine's two cores, which it shares with
 the server and the broker. This one writes each request as bytes prepared up front on one
 of a fixed set of keep-alive connections, with one thread running Go code (GOMAXPROCS=1):
-60-70 µs per request at 3,500/s here (Go's own net/http client, on two threads, took 97).
+60-80 µs per request at 3,300-3,500/s here (Go's own net/http client, on two threads, took 97).
 It reports how late it queued each request (its own lateness) apart from how late it sent
 it (after the wait for a free connection). It needs nothing but Go's standard library
 (``go build`` makes no download); Go is installed from Debian's ``golang-go`` where
