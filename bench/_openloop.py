@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench._debian import debian_command
 from bench._load import Delivery, Sample
-from bench._procs import BenchError, CpuWindow
+from bench._procs import BenchError, CpuWindow, reap
 
 SOURCE = Path(__file__).with_name("openloop")
 #: What the generator prints on standard error when its clock starts.
@@ -142,9 +142,7 @@ async def open_loop(
     try:
         code, said = await _follow(process, window, duration_s)
     finally:
-        if process.returncode is None:  # cancelled, or the CPU window failed: stop it
-            process.kill()
-            await process.wait()
+        await reap(process)  # cancelled, or the CPU window failed: stop it
     if code != 0:
         raise BenchError(f"the open-loop generator exited with {code}:\n{''.join(said[-20:])}")
     return sample_of(json.loads(figures.read_text(encoding="utf-8")))

@@ -43,6 +43,14 @@ class ServerProcess(Supervised):
         self.process = None
 
 
+async def reap(process: asyncio.subprocess.Process) -> None:
+    """Kill ``process`` if it still runs (a cancelled or failed measurement), and wait."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+
+
 # --------------------------------------------------------------------------- CPU time
 
 

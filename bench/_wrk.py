@@ -18,7 +18,6 @@ keep-alive connections, corrected by wrk for coordinated omission (its ``stats_c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import re
 import tempfile
@@ -30,7 +29,7 @@ from urllib.parse import urlsplit
 
 from bench._debian import debian_command
 from bench._load import Delivery, Sample
-from bench._procs import BenchError, CpuWindow
+from bench._procs import BenchError, CpuWindow, reap
 
 #: What the script prints, flushed, once a thread's requests are formatted: the runner
 #: starts its CPU window only after every thread printed it (wrk starts the clock then).
@@ -270,10 +269,7 @@ async def _run(
             await window.measure(LEAD_S, duration_s)
         rest, errors = await process.communicate()
     finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+        await reap(process)
     text = "".join(lines) + rest.decode(errors="replace")
     if process.returncode != 0 or ready < threads:
         raise BenchError(f"wrk failed (exit {process.returncode}): {errors.decode()}{text}")

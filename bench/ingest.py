@@ -165,10 +165,39 @@ async def peak(
     return Run(key, label, sample, cpu.percent, ("server", *PARTS.get(key, ())))
 
 
+async def fixed_rate(
+    server: ServerProcess,
+    base: str,
+    secret: str,
+    generator: Path,
+    *,
+    rate: float,
+    duration_s: float,
+    connections: int,
+    others: dict[str, int | None],
+) -> tuple[Sample, dict[str, float]]:
+    """One open loop at ``rate`` against the server at ``base``: a pool of distinct signed
+    deliveries, and the CPU of the server (with its descendants), the generator and
+    ``others`` while it runs."""
+    pool = sign_pool(secret, math.ceil(rate * duration_s))
+    cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
+    sample = await open_loop(
+        generator,
+        base + ROUTE,
+        pool,
+        rate=rate,
+        duration_s=duration_s,
+        concurrency=connections,
+        warm_url=f"{base}/healthz",
+        window=cpu,
+    )
+    return sample, cpu.percent
+
+
 async def open_loops(
     run: Run,
     server: ServerProcess,
-    url: str,
+    base: str,
     secret: str,
     opts: IngestOptions,
     others: dict[str, int | None],
@@ -179,19 +208,11 @@ async def open_loops(
     for fraction in OPEN_LOOP_FRACTIONS:
         rate = run.peak.rate * fraction
         console.print(f"{run.label}: open loop at {rate:,.0f}/s for {opts.duration_s:g} s")
-        pool = sign_pool(secret, math.ceil(rate * opts.duration_s))  # every one distinct
-        cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
-        sample = await open_loop(
-            generator,
-            url,
-            pool,
-            rate=rate,
-            duration_s=opts.duration_s,
-            concurrency=opts.concurrency,
-            warm_url=url.removesuffix(ROUTE) + "/healthz",
-            window=cpu,
-        )
-        run.open_loops.append(OpenLoop(fraction, rate, sample, cpu.percent))
+        sample, cpu = await fixed_rate(
+            server, base, secret, generator, rate=rate, duration_s=opts.duration_s,
+            connections=opts.concurrency, others=others,
+        )  # fmt: skip
+        run.open_loops.append(OpenLoop(fraction, rate, sample, cpu))
         console.print(
             f"{run.label}: at {rate:,.0f}/s p50 {sample.percentile_ms(0.5):.2f} ms, "
             f"p99 {sample.percentile_ms(0.99):.2f} ms" + _failed_note(sample)
@@ -216,7 +237,7 @@ async def measure(
         url = base + ROUTE
         run = await peak(key, LABELS[key], server, url, secret, opts, others)
         if open_loop_with is not None and run.peak.rate > 0:
-            await open_loops(run, server, url, secret, opts, others, open_loop_with)
+            await open_loops(run, server, base, secret, opts, others, open_loop_with)
     return run
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import math
 import secrets
 import sys
 import tempfile
@@ -25,13 +24,12 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from bench._load import percentile, sign_pool
-from bench._openloop import build_generator, open_loop
-from bench._procs import Broker, CpuWindow, console, create_topics, kafka
+from bench._load import percentile
+from bench._openloop import build_generator
+from bench._procs import Broker, console, create_topics, kafka
 from bench._report import execute
-from bench._servers import ROUTE
 from bench._threads import per_delivery_us, thread_seconds
-from bench.ingest import BENCH_TOPIC_PREFIX, TREES, ingest_server, warm_broker
+from bench.ingest import BENCH_TOPIC_PREFIX, fixed_rate, ingest_server, warm_broker
 
 COLUMNS = (
     "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "queued late", "sent late",
@@ -65,19 +63,17 @@ async def _sweep(
     with server:
         await server.wait_ready(f"{base}/healthz")
         for rate in rates:
-            pool = sign_pool(secret, math.ceil(rate * opts["duration"]))
-            cpu = CpuWindow({"server": server.pid, "load": None, "broker": broker.pid}, TREES)
             before = thread_seconds(server.pid)
-            sample = await open_loop(
-                generator, base + ROUTE, pool, rate=rate, duration_s=opts["duration"],
-                concurrency=int(opts["connections"]), warm_url=f"{base}/healthz", window=cpu,
+            sample, cpu = await fixed_rate(
+                server, base, secret, generator, rate=rate, duration_s=opts["duration"],
+                connections=int(opts["connections"]), others={"broker": broker.pid},
             )  # fmt: skip
             us = per_delivery_us(before, thread_seconds(server.pid), server.pid, sample.ok)
             ms = [sample.percentile_ms(q) for q in (0.5, 0.9, 0.99, 0.999, 1.0)]
             late = [
                 percentile(lags, 0.99) * 1000 for lags in (sample.dispatch_lag, sample.send_lag)
             ]
-            share = [cpu.percent.get(name, float("nan")) for name in ("server", "broker", "load")]
+            share = [cpu.get(name, float("nan")) for name in ("server", "broker", "load")]
             rows.append(
                 (
                     f"{rate:,.0f}",

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,19 +56,11 @@ func readRequest(r *bufio.Reader) bool {
 			break
 		}
 		if strings.HasPrefix(line, "Content-Length: ") {
-			length = atoi(strings.TrimSpace(strings.TrimPrefix(line, "Content-Length: ")))
+			length, _ = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "Content-Length: ")))
 		}
 	}
 	_, err := r.Discard(length)
 	return err == nil
-}
-
-func atoi(s string) int {
-	n := 0
-	for _, ch := range s {
-		n = n*10 + int(ch-'0')
-	}
-	return n
 }
 
 func post(t *testing.T) []byte {

@@ -29,7 +29,6 @@ class Recorder:
 
     url: str = ""
     received: list[tuple[bytes, Mapping[str, str]]] = field(default_factory=list)
-    gets: int = 0
     #: the client's (host, port) of each GET and of each POST, in order
     get_peers: list[tuple[str, int]] = field(default_factory=list)
     post_peers: list[tuple[str, int]] = field(default_factory=list)
@@ -49,7 +48,6 @@ class Recorder:
         return web.Response(status=204)
 
     async def get(self, request: web.Request) -> web.StreamResponse:
-        self.gets += 1
         self.get_peers.append(_peer(request))
         self.posted_before_get.append(bool(self.received))
         return web.json_response({"status": "ok"})
