@@ -194,10 +194,13 @@ class Admin:
         checked = {s.name: {**s.config, **replicated_config(f)} for s, f in wanted}
         existing = self.topic_shapes()
         missing = [(s, f) for s, f in wanted if s.name not in existing]
+        created: set[str] = set()
         if missing:
-            self._create([(s, f, checked[s.name]) for s, f in missing])
+            # a topic the broker asked did not list yet may exist all the same (metadata
+            # reaches each broker in its own time, or another process made it meanwhile):
+            # only the topics made here count as created, the others are checked
+            created = self._create([(s, f, checked[s.name]) for s, f in missing])
             existing = self._await_topics([s.name for s, _ in missing])
-        created = {s.name for s, _ in missing}
         present = [(s, f) for s, f in wanted if s.name not in created]
         configs = self.topic_configs(s.name for s, _ in present)
         problems = [
@@ -222,7 +225,8 @@ class Admin:
             )
         return [TopicStatus(s.name, s.name in created, *existing[s.name]) for s, _ in wanted]
 
-    def _create(self, new: list[tuple[TopicSpec, int, Mapping[str, str]]]) -> None:
+    def _create(self, new: list[tuple[TopicSpec, int, Mapping[str, str]]]) -> set[str]:
+        """Create the topics; the names of those made here (not those that existed)."""
         topics = [
             NewTopic(
                 spec.name,
@@ -232,12 +236,16 @@ class Admin:
             )
             for spec, factor, checked in new
         ]
+        made: set[str] = set()
         for name, fut in self._client.create_topics(topics, request_timeout=self.timeout_s).items():
             try:
                 fut.result()
             except KafkaException as exc:
-                if exc.args[0].code() != _TOPIC_ALREADY_EXISTS:  # a racing creator is fine
+                if exc.args[0].code() != _TOPIC_ALREADY_EXISTS:  # it exists: checked after
                     raise adapter_error(exc, f"create topic {name}") from exc
+            else:
+                made.add(name)
+        return made
 
     def _await_topics(self, names: list[str]) -> dict[str, tuple[int, int]]:
         """Metadata lags creation by a moment: wait until every new topic has its leaders."""

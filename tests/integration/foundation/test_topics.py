@@ -47,6 +47,35 @@ def test_a_topic_with_another_partition_count_is_refused(
         admin.ensure_topics(topic_specs(wider))
 
 
+class _LaggingMetadata(Admin):
+    """An Admin whose first metadata answer does not list ``hidden`` yet, as a broker that
+    has not heard of a new topic answers."""
+
+    def __init__(self, bootstrap: str, hidden: str) -> None:
+        super().__init__(bootstrap)
+        self.hidden: str | None = hidden
+
+    def topic_shapes(
+        self, timeout_s: float | None = None, led_only: bool = False
+    ) -> dict[str, tuple[int, int]]:
+        shapes = super().topic_shapes(timeout_s, led_only)
+        if self.hidden is not None:
+            shapes.pop(self.hidden, None)
+            self.hidden = None
+        return shapes
+
+
+def test_a_topic_the_metadata_did_not_list_yet_is_checked_not_taken_as_created(
+    kafka_bootstrap: str,
+) -> None:
+    name = f"deliveries-{uuid.uuid4().hex[:8]}"
+    Admin(kafka_bootstrap).ensure_topics([TopicSpec(name, 2, config={"cleanup.policy": "delete"})])
+    lagging = _LaggingMetadata(kafka_bootstrap, hidden=name)
+
+    with pytest.raises(TopicMismatch, match=r"has 2 partitions, onceonly is configured for 4"):
+        lagging.ensure_topics([TopicSpec(name, 4, config={"cleanup.policy": "delete"})])
+
+
 def test_a_ledger_that_is_not_compacted_is_refused(kafka_bootstrap: str) -> None:
     name = f"ledger-{uuid.uuid4().hex[:8]}"
     admin = Admin(kafka_bootstrap)
