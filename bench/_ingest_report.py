@@ -1,14 +1,14 @@
-"""The ingest benchmark's report: the verdict against the targets, the rows, the notes.
+"""The ingest benchmark's report: the rows, the notes, and the verdict's lines
+(:mod:`bench._ingest_verdict`) around them.
 
-Every figure here comes from pure functions of the runs (:func:`verdict`, :func:`rows`,
-:func:`summary_lines`, :func:`latency_lines`, :func:`scaling_lines`), so that the report
-is tested without running anything.
+Every figure here comes from pure functions of the runs (:func:`rows`,
+:func:`latency_lines`, :func:`scaling_lines`), so that the report is tested without
+running anything.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from rich import box
 from rich.table import Table
@@ -16,14 +16,13 @@ from rich.table import Table
 from bench._ingest_results import (
     OPEN_LOOP_FRACTIONS,
     TARGET_C_OVER_D,
-    TARGET_CPU_OVER_B,
     TARGET_FRACTION,
-    TARGET_P99_MS,
     Results,
     Run,
     fraction_name,
     per_delivery_us,
 )
+from bench._ingest_verdict import Verdict, fmt_us, summary_lines, verdict
 from bench._load import Sample, percentile
 from bench._procs import console
 from bench._report import (
@@ -33,66 +32,9 @@ from bench._report import (
     fmt_ms,
     fmt_rate,
     fmt_ratio,
-    met,
     ratio,
 )
 from bench._wrk import measured_run_s
-
-# --------------------------------------------------------------------------- the verdict
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    c_us: float  #: ingest's CPU per delivery at c's peak (its whole process)
-    b_us: float  #: the verifying server's at b's peak
-    c_over_a: float
-    c_over_b: float
-    c_over_d: float
-    half_p99_ms: float
-    half_rate: float
-    half_lag_p99_ms: float
-    half_queued_p99_ms: float  #: how late the generator itself queued them
-    failed: int
-
-    @property
-    def cpu_over_b(self) -> float:
-        return ratio(self.c_us, self.b_us)
-
-    @property
-    def cpu_met(self) -> bool:
-        return self.cpu_over_b <= TARGET_CPU_OVER_B  # NaN compares False: not met
-
-    @property
-    def throughput_met(self) -> bool:
-        return self.c_over_d >= TARGET_C_OVER_D
-
-    @property
-    def latency_met(self) -> bool:
-        return self.half_p99_ms < TARGET_P99_MS
-
-
-def verdict(runs: list[Run]) -> Verdict:
-    by = {run.key: run for run in runs}
-    c = by["c"]
-
-    def over(key: str) -> float:
-        return ratio(c.peak.rate, by[key].peak.rate) if key in by else math.nan
-
-    half = c.open_loop(TARGET_FRACTION)
-    failed = sum(run.peak.failed + sum(ol.sample.failed for ol in run.open_loops) for run in runs)
-    return Verdict(
-        c_us=c.us("server"),
-        b_us=by["b"].us("server") if "b" in by else math.nan,
-        c_over_a=over("a"),
-        c_over_b=over("b"),
-        c_over_d=over("d"),
-        half_p99_ms=half.sample.percentile_ms(0.99) if half else math.nan,
-        half_rate=half.rate if half else math.nan,
-        half_lag_p99_ms=percentile(half.sample.send_lag, 0.99) * 1000 if half else math.nan,
-        half_queued_p99_ms=percentile(half.sample.dispatch_lag, 0.99) * 1000 if half else math.nan,
-        failed=failed,
-    )
-
 
 # --------------------------------------------------------------------------- the table
 
@@ -121,10 +63,6 @@ LEGEND = (
 )
 #: Columns of text, left-aligned; the rest are figures.
 TEXT_COLUMNS = frozenset({0})
-
-
-def fmt_us(value: float) -> str:
-    return "" if math.isnan(value) else f"{value:,.0f}"
 
 
 def fmt_percent(value: float) -> str:
@@ -161,30 +99,12 @@ def rows(runs: list[Run]) -> list[tuple[str, ...]]:
     for run in runs:
         out.append(_cells(run.label, run.peak, run.cpu, run.parts))
         for ol in run.open_loops:
-            name = f"({run.key}) {fraction_name(ol.fraction)} of peak, open loop"
+            same = run.open_loops_at(ol.fraction)
+            nth = next(i for i, other in enumerate(same, 1) if other is ol)
+            count = f" {nth}/{len(same)}" if len(same) > 1 else ""
+            name = f"({run.key}) {fraction_name(ol.fraction)} of peak, open loop{count}"
             out.append(_cells(name, ol.sample, ol.cpu, run.parts))
     return out
-
-
-# --------------------------------------------------------------------------- what it says
-
-
-def summary_lines(v: Verdict) -> list[str]:
-    """The three targets, each with met or NOT met."""
-    return [
-        f"c's CPU per delivery = {fmt_us(v.c_us) or 'n/a'} µs (ingest's process, librdkafka's "
-        f"threads included) = {fmt_ratio(v.cpu_over_b)} x b's {fmt_us(v.b_us) or 'n/a'} µs "
-        f"(target ≤ {TARGET_CPU_OVER_B:g} x: {met(v.cpu_met)})",
-        f"c/d = {fmt_ratio(v.c_over_d)} in deliveries/s "
-        f"(target ≥ {TARGET_C_OVER_D:g}: {met(v.throughput_met)})",
-        f"p99 at half of c's peak ({v.half_rate:,.0f}/s) = {fmt_ms(v.half_p99_ms)} ms "
-        f"(target < {TARGET_P99_MS:g} ms: {met(v.latency_met)}); the generator queued "
-        f"those requests up to {fmt_ms(v.half_queued_p99_ms)} ms after their scheduled time "
-        f"(p99) and, waiting for a free connection, sent them up to "
-        f"{fmt_ms(v.half_lag_p99_ms)} ms after it; the latency includes both",
-        f"c/a = {fmt_ratio(v.c_over_a)}, c/b = {fmt_ratio(v.c_over_b)} in deliveries/s: no "
-        "targets, since the broker and the load generator share this machine's cores with c",
-    ]
 
 
 def latency_lines(runs: list[Run]) -> list[str]:
@@ -201,6 +121,28 @@ def latency_lines(runs: list[Run]) -> list[str]:
         f"to {fmt_ms(percentile(ol.sample.send_lag, 0.99) * 1000)} ms late (p99)"
         for ol in c.open_loops
         if ol.fraction != TARGET_FRACTION
+    ]
+
+
+def rounds_lines(rounds: list[list[Run]]) -> list[str]:
+    """Each server's peak in every round, and the two ratio targets round by round: how
+    much of a figure is this machine's noise. Nothing for a single round."""
+    if len(rounds) < 2:
+        return []
+    keys = [run.key for run in rounds[0]]
+    peaks = "; ".join(
+        f"({key}) "
+        + ", ".join(fmt_rate(run.peak.rate) for rnd in rounds for run in rnd if run.key == key)
+        for key in keys
+    )
+    each = [verdict(rnd) for rnd in rounds if any(run.key == "c" for run in rnd)]
+    return [
+        f"deliveries/s in each of the {len(rounds)} rounds, in order: {peaks}; the rows "
+        "above are each server's median round",
+        "round by round, c's CPU per delivery / b's: "
+        + ", ".join(fmt_ratio(v.cpu_over_b) for v in each)
+        + "; c/d: "
+        + ", ".join(fmt_ratio(v.c_over_d) for v in each),
     ]
 
 
@@ -279,7 +221,8 @@ def notes(runs: list[Run]) -> list[str]:
     return [note for note in (generator_bound(runs), contention(runs)) if note]
 
 
-def print_report(runs: list[Run], v: Verdict) -> None:
+def print_report(results: Results, v: Verdict) -> None:
+    runs = results.runs
     table = Table(title="onceonly ingest benchmark", box=box.SIMPLE_HEAD, padding=(0, 0))
     for i, header in enumerate(HEADERS):
         text = i in TEXT_COLUMNS
@@ -291,7 +234,8 @@ def print_report(runs: list[Run], v: Verdict) -> None:
     console.print()
     console.print(table)
     console.print(LEGEND)
-    for line in summary_lines(v) + latency_lines(runs) + scaling_lines(runs):
+    lines = summary_lines(v) + rounds_lines(results.rounds) + latency_lines(runs)
+    for line in lines + scaling_lines(runs):
         console.print(f"[red]{line}[/]" if "NOT met" in line else line)
     for note in notes(runs):
         console.print(f"[yellow]{note}[/]")
@@ -312,7 +256,8 @@ def _how(r: Results) -> list[str]:
         else ""
     )
     return [
-        f"closed loops: wrk (Debian's package), {opts.wrk_threads} thread(s), "
+        f"closed loops: every server in turn, {_rounds(opts.rounds)}; "
+        f"wrk (Debian's package), {opts.wrk_threads} thread(s), "
         f"{opts.concurrency} keep-alive connections, each delivery its own body and headers "
         f"(a Lua script, bench/_wrk.py); a warm-up run of {math.ceil(opts.warmup_s)} s, then "
         f"a run of {measured_run_s(opts.duration_s)} s with the CPU measured over "
@@ -320,7 +265,8 @@ def _how(r: Results) -> list[str]:
         "omission)",
         "then (c) in open loops at "
         + " and at ".join(fraction_name(f) for f in OPEN_LOOP_FRACTIONS)
-        + f" of its peak, {opts.duration_s:g} s each: bench/openloop "
+        + f" of its peak ({_half_runs(opts.target_runs)}), {opts.duration_s:g} s each: "
+        "bench/openloop "
         "(Go, built by the benchmark; each request written once as its bytes), "
         f"{opts.concurrency} keep-alive connections opened before the clock starts, latency "
         "from each request's scheduled send time",
@@ -338,11 +284,27 @@ def _how(r: Results) -> list[str]:
         "($1, $2) ON CONFLICT DO NOTHING` (event_id the primary key, body jsonb) through an "
         f"asyncpg pool of {opts.pg_pool} connections, awaited before the 204",
         f"database of (d): {r.postgres}; started by the benchmark in its own data directory "
-        "under .run/, stopped and removed after (d)",
+        "under .run/ before the first round, stopped and removed after the last",
         "CPU: read from /proc at the start and the end of the measured window (the legend "
         "under the table says what each column counts); `other` well above zero means the "
         "figures did not have the CPUs to themselves",
     ]
+
+
+def _rounds(count: int) -> str:
+    if count <= 1:
+        return "once"
+    return (
+        f"{count} rounds, each starting one server later than the one before (a, b, c, c2, "
+        "m, d; then b, c, ..., a), each server's figures those of its median round by "
+        "deliveries/s"
+    )
+
+
+def _half_runs(count: int) -> str:
+    if count <= 1:
+        return "each once"
+    return f"half {count} times, the target judged on the run of median p99"
 
 
 def section(r: Results) -> Section:
@@ -365,7 +327,8 @@ def section(r: Results) -> Section:
         "",
         LEGEND,
         "",
-        *(f"- {line}" for line in summary_lines(v) + latency_lines(runs) + scaling_lines(runs)),
+        *(f"- {line}" for line in summary_lines(v) + rounds_lines(r.rounds)),
+        *(f"- {line}" for line in latency_lines(runs) + scaling_lines(runs)),
         *(f"- **{note}**" for note in notes(runs)),
     ]
     invalid = (

@@ -37,12 +37,28 @@ def per_delivery_us(percent: float, rate: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class OpenLoop:
-    """(c) at a fixed rate, ``fraction`` of its peak: the figures and each process's CPU."""
+    """(c) at a fixed rate, ``fraction`` of its peak: the figures and each process's CPU;
+    ``steal``: % of one core the host took from this machine meanwhile; ``waited``: % of
+    the time ingest's event loop was ready to run but waited for a CPU."""
 
     fraction: float
     rate: float
     sample: Sample
     cpu: dict[str, float]
+    steal: float = math.nan
+    waited: float = math.nan
+
+    @property
+    def p99_ms(self) -> float:
+        return self.sample.percentile_ms(0.99)
+
+
+def median_run(loops: list[OpenLoop]) -> OpenLoop | None:
+    """The run of median p99 among ``loops``; of an even number, the slower of the middle
+    two, so that a tie between a good and a bad run is judged on the bad one."""
+    if not loops:
+        return None
+    return sorted(loops, key=lambda ol: ol.p99_ms)[len(loops) // 2]
 
 
 @dataclass(slots=True)
@@ -58,9 +74,14 @@ class Run:
     parts: tuple[str, ...] = ("server",)
     open_loops: list[OpenLoop] = field(default_factory=list)
 
+    def open_loops_at(self, fraction: float) -> list[OpenLoop]:
+        """The open loops run at ``fraction`` of the peak, in the order they ran."""
+        return [ol for ol in self.open_loops if ol.fraction == fraction]
+
     def open_loop(self, fraction: float) -> OpenLoop | None:
-        """The open loop at ``fraction`` of the peak, if it was measured."""
-        return next((ol for ol in self.open_loops if ol.fraction == fraction), None)
+        """The open loop at ``fraction`` of the peak (of several, the :func:`median_run`),
+        if it was measured."""
+        return median_run(self.open_loops_at(fraction))
 
     def figure(self) -> Figure:
         return Figure(
@@ -80,11 +101,38 @@ class Run:
         return math.fsum(self.us(part) for part in self.parts)
 
 
+def rotated(keys: list[str], by: int) -> list[str]:
+    """``keys`` started ``by`` places later, wrapping round: each round runs the servers in
+    another order, so that none is always first after a quiet broker or always last. (In
+    one check, the third of three identical ingests run in turn was the fastest in each of
+    three rounds, by 4-18 %: the order itself moves the figures.)"""
+    shift = by % len(keys) if keys else 0
+    return keys[shift:] + keys[:shift]
+
+
+def median_peak(runs: list[Run]) -> Run:
+    """Of one server's runs (one per round), the run of median deliveries/s; of an even
+    number, the faster of the middle two."""
+    return sorted(runs, key=lambda run: run.peak.rate)[len(runs) // 2]
+
+
 @dataclass(slots=True)
 class Results:
-    """What one run of the ingest benchmark measured, and on what."""
+    """What one run of the ingest benchmark measured, and on what. ``runs``: each server's
+    run of median peak over the rounds, c's with its open loops; ``rounds``: every round's
+    runs, in the order they ran."""
 
     opts: IngestOptions
     partitions: int
     runs: list[Run]
     postgres: str = "not started"  #: the database of (d), for the report
+    rounds: list[list[Run]] = field(default_factory=list)
+
+    def choose_medians(self) -> None:
+        """:attr:`runs` from :attr:`rounds`: each server's :func:`median_peak`, in the
+        order of the first round."""
+        keys = [run.key for run in self.rounds[0]] if self.rounds else []
+        self.runs = [
+            median_peak([run for rnd in self.rounds for run in rnd if run.key == key])
+            for key in keys
+        ]

@@ -186,3 +186,17 @@ def postgres() -> Iterator[Postgres]:
         if pid is not None:
             _stop(bindir, user, data, pid)
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def describe_postgres(dsn: str, version: str) -> str:
+    """What (d)'s database is, for the report: its version and durability settings."""
+    import asyncpg
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        names = ("fsync", "synchronous_commit", "shared_buffers", "wal_level")
+        settings = [f"{n} {await connection.fetchval(f'SHOW {n}')}" for n in names]
+        full = await connection.fetchval("SHOW server_version")
+    finally:
+        await connection.close()
+    return f"PostgreSQL {full} (Debian's package, major {version}): " + ", ".join(settings)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bench._threads import runqueue_wait_seconds
 from testkit.processes import Supervised
 
 #: The repository root: servers run from here so that ``-m bench._servers`` resolves.
@@ -90,35 +91,56 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (all CPUs; /proc/stat), NaN if unknown."""
+def _machine_seconds() -> tuple[float, float]:
+    """(busy, stolen) CPU seconds of the whole machine so far (all CPUs; /proc/stat): busy
+    counts the steal too; NaN if unknown."""
     try:
         with open("/proc/stat", encoding="ascii") as handle:
             fields = [int(v) for v in handle.readline().split()[1:9]]
     except (OSError, ValueError):
-        return float("nan")
+        return math.nan, math.nan
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return (user + nice + system + irq + softirq + steal) / _TICKS
+    return (user + nice + system + irq + softirq + steal) / _TICKS, steal / _TICKS
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all CPUs; /proc/stat), NaN if unknown."""
+    return _machine_seconds()[0]
+
+
+def steal_seconds() -> float:
+    """CPU seconds the host has taken from this machine's CPUs so far (steal: a virtual
+    CPU that was ready to run while the hypervisor ran something else), NaN if unknown."""
+    return _machine_seconds()[1]
 
 
 class CpuWindow:
     """CPU use of named processes between :meth:`begin` and :meth:`end`, in % of one core,
     and ``other``: what the rest of the machine used meanwhile (other processes, and
-    kernel work not charged to ours), which shows whether the figures had the CPUs alone."""
+    kernel work not charged to ours), which shows whether the figures had the CPUs alone.
+
+    Beside them, in % of the window: :attr:`steal`, what the host took from this
+    machine's CPUs (of one core), and :attr:`waited`, how long the main thread of each
+    named process (a server's event loop) was ready to run but waited for a CPU."""
 
     def __init__(self, pids: dict[str, int | None], trees: frozenset[str] = frozenset()) -> None:
         self.pids = pids
         #: names whose process counts with all its descendants
         self.trees = trees
         self.percent: dict[str, float] = {}
+        self.steal = math.nan
+        self.waited: dict[str, float] = {}
         self._start: dict[str, float] = {}
+        self._waits: dict[str, float] = {}
         self._busy = 0.0
+        self._steal = 0.0
         self._t0 = 0.0
 
     def begin(self) -> None:
         self._t0 = time.perf_counter()
-        self._busy = machine_busy_seconds()
+        self._busy, self._steal = _machine_seconds()
         self._start = {name: self._seconds(name, pid) for name, pid in self.pids.items()}
+        self._waits = {name: runqueue_wait_seconds(pid) for name, pid in self.pids.items()}
 
     def _seconds(self, name: str, pid: int | None) -> float:
         if name in self.trees and pid is not None:
@@ -131,8 +153,14 @@ class CpuWindow:
             name: 100 * (self._seconds(name, pid) - self._start[name]) / elapsed
             for name, pid in self.pids.items()
         }
-        busy = 100 * (machine_busy_seconds() - self._busy) / elapsed
+        busy_s, steal_s = _machine_seconds()
+        busy = 100 * (busy_s - self._busy) / elapsed
         self.percent["other"] = max(0.0, busy - sum(self.percent.values()))
+        self.steal = 100 * (steal_s - self._steal) / elapsed
+        self.waited = {
+            name: 100 * (runqueue_wait_seconds(pid) - self._waits[name]) / elapsed
+            for name, pid in self.pids.items()
+        }
 
     async def measure(self, after_s: float, for_s: float) -> None:
         await asyncio.sleep(after_s)

@@ -4,7 +4,9 @@
   whose tid is the pid), librdkafka's ``rdk:main`` and ``rdk:broker*`` threads, or other;
 * :func:`thread_seconds` reads every thread's user + system CPU of a process so far;
 * :func:`per_delivery_us` turns two such readings and a count into µs per delivery, by
-  group (threads that started or ended between the readings count what they had).
+  group (threads that started or ended between the readings count what they had);
+* :func:`runqueue_wait_seconds` reads how long a process's main thread has waited for a
+  CPU (ready to run, not running) so far.
 """
 
 from __future__ import annotations
@@ -75,3 +77,20 @@ def per_delivery_us(
     us = {group: 1e6 * seconds / deliveries for group, seconds in spent.items()}
     us["total"] = sum(us.values())
     return us
+
+
+def parse_schedstat(text: str) -> float:
+    """Seconds spent waiting on a run queue, from a /proc/<pid>/task/<tid>/schedstat line:
+    nanoseconds on a CPU, nanoseconds ready but waiting for one, and timeslices run."""
+    return int(text.split()[1]) / 1e9
+
+
+def runqueue_wait_seconds(pid: int | None) -> float:
+    """Seconds the main thread of ``pid`` (a server's event loop) has waited for a CPU so
+    far; NaN without a pid, once it is gone, or on a kernel without schedstat."""
+    if pid is None:
+        return float("nan")
+    try:
+        return parse_schedstat(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text("ascii"))
+    except (OSError, ValueError, IndexError):
+        return float("nan")

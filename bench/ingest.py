@@ -48,8 +48,16 @@ from pathlib import Path
 import aiohttp
 import click
 
-from bench._ingest_report import print_report, section, verdict
-from bench._ingest_results import OPEN_LOOP_FRACTIONS, OpenLoop, Results, Run
+from bench._ingest_report import print_report, section
+from bench._ingest_results import (
+    OPEN_LOOP_FRACTIONS,
+    TARGET_FRACTION,
+    OpenLoop,
+    Results,
+    Run,
+    rotated,
+)
+from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool
 from bench._machine import loadavg, revision
 from bench._openloop import build_generator, open_loop
@@ -175,10 +183,10 @@ async def fixed_rate(
     duration_s: float,
     connections: int,
     others: dict[str, int | None],
-) -> tuple[Sample, dict[str, float]]:
+) -> tuple[Sample, CpuWindow]:
     """One open loop at ``rate`` against the server at ``base``: a pool of distinct signed
-    deliveries, and the CPU of the server (with its descendants), the generator and
-    ``others`` while it runs."""
+    deliveries, and the window of CPU of the server (with its descendants), the generator
+    and ``others`` while it runs."""
     pool = sign_pool(secret, math.ceil(rate * duration_s))
     cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
     sample = await open_loop(
@@ -191,7 +199,7 @@ async def fixed_rate(
         warm_url=f"{base}/healthz",
         window=cpu,
     )
-    return sample, cpu.percent
+    return sample, cpu
 
 
 async def open_loops(
@@ -203,20 +211,24 @@ async def open_loops(
     others: dict[str, int | None],
     generator: Path,
 ) -> None:
-    """The open loops at each of :data:`OPEN_LOOP_FRACTIONS` of ``run``'s peak, their
-    latency and CPU added to ``run``."""
+    """The open loops at each of :data:`OPEN_LOOP_FRACTIONS` of ``run``'s peak (the
+    target's ``opts.target_runs`` times), their latency and CPU added to ``run``."""
     for fraction in OPEN_LOOP_FRACTIONS:
         rate = run.peak.rate * fraction
-        console.print(f"{run.label}: open loop at {rate:,.0f}/s for {opts.duration_s:g} s")
-        sample, cpu = await fixed_rate(
-            server, base, secret, generator, rate=rate, duration_s=opts.duration_s,
-            connections=opts.concurrency, others=others,
-        )  # fmt: skip
-        run.open_loops.append(OpenLoop(fraction, rate, sample, cpu))
-        console.print(
-            f"{run.label}: at {rate:,.0f}/s p50 {sample.percentile_ms(0.5):.2f} ms, "
-            f"p99 {sample.percentile_ms(0.99):.2f} ms" + _failed_note(sample)
-        )
+        for _ in range(opts.target_runs if fraction == TARGET_FRACTION else 1):
+            console.print(f"{run.label}: open loop at {rate:,.0f}/s for {opts.duration_s:g} s")
+            sample, cpu = await fixed_rate(
+                server, base, secret, generator, rate=rate, duration_s=opts.duration_s,
+                connections=opts.concurrency, others=others,
+            )  # fmt: skip
+            waited = cpu.waited.get("server", math.nan)
+            run.open_loops.append(OpenLoop(fraction, rate, sample, cpu.percent, cpu.steal, waited))
+            console.print(
+                f"{run.label}: at {rate:,.0f}/s p50 {sample.percentile_ms(0.5):.2f} ms, "
+                f"p99 {sample.percentile_ms(0.99):.2f} ms; steal {cpu.steal:.1f}% of a core, "
+                f"the server's loop waited for a CPU {waited:.1f}% of the time"
+                + _failed_note(sample)
+            )
 
 
 async def measure(
@@ -228,34 +240,17 @@ async def measure(
     *,
     others: dict[str, int | None],
     processes: int = 1,
-    open_loop_with: Path | None = None,
 ) -> Run:
+    """The closed loop of one server, which is started for it and stopped after."""
     with server:
         await server.wait_ready(f"{base}/healthz")
         if processes > 1:
             await wait_processes(server, f"{base}/healthz", processes, timeout_s=60)
-        url = base + ROUTE
-        run = await peak(key, LABELS[key], server, url, secret, opts, others)
-        if open_loop_with is not None and run.peak.rate > 0:
-            await open_loops(run, server, base, secret, opts, others, open_loop_with)
-    return run
+        return await peak(key, LABELS[key], server, base + ROUTE, secret, opts, others)
 
 
 def _failed_note(sample: Sample) -> str:
     return f"  [bold red]NOT 204: {sample.failures()}[/]" if sample.failed else ""
-
-
-async def _describe_postgres(dsn: str, version: str) -> str:
-    import asyncpg
-
-    connection = await asyncpg.connect(dsn)
-    try:
-        names = ("fsync", "synchronous_commit", "shared_buffers", "wal_level")
-        settings = [f"{n} {await connection.fetchval(f'SHOW {n}')}" for n in names]
-        full = await connection.fetchval("SHOW server_version")
-    finally:
-        await connection.close()
-    return f"PostgreSQL {full} (Debian's package, major {version}): " + ", ".join(settings)
 
 
 def ingest_server(
@@ -292,10 +287,14 @@ def ingest_server(
     )
 
 
+def _base(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
 async def run_all(
     opts: IngestOptions, work: Path, broker: Broker, topics: dict[str, str], partitions: int
 ) -> Results:
-    from bench._postgres import postgres
+    from bench._postgres import describe_postgres, postgres
     from devstack.ports import free_port
 
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
@@ -303,40 +302,45 @@ async def run_all(
     results = Results(opts, partitions, [])
     generator = build_generator(work)  # before any run: a missing Go fails at once
 
-    async def baseline(
-        key: str, kind: str, extra_args: list[str], others: dict[str, int | None]
-    ) -> None:
+    def baseline(key: str, kind: str, extra_args: list[str]) -> tuple[ServerProcess, str]:
         port = free_port()
-        server = ServerProcess(
-            LABELS[key],
-            [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *extra_args],
-            server_env(secret, {}),
-            work / f"{key}-{kind}.log",
-        )
-        url = f"http://127.0.0.1:{port}"
-        results.runs.append(await measure(key, server, url, secret, opts, others=others))
+        argv = [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *extra_args]
+        log = work / f"{key}-{kind}.log"
+        return ServerProcess(LABELS[key], argv, server_env(secret, {}), log), _base(port)
 
-    await baseline("a", "bare", [], jvm)
-    await baseline("b", "svix", [], jvm)
-    for key in ("c", "c2", "m"):
+    def ingest(key: str) -> tuple[ServerProcess, str]:
         port = free_port()
-        ingest = ingest_server(secret, broker, topics, partitions, work, port, key)
-        url = f"http://127.0.0.1:{port}"
-        run = await measure(
-            key,
-            ingest,
-            url,
-            secret,
-            opts,
-            others=jvm,
-            processes=2 if key == "c2" else 1,
-            open_loop_with=generator if key == "c" else None,
-        )
-        results.runs.append(run)
+        return ingest_server(secret, broker, topics, partitions, work, port, key), _base(port)
+
     with postgres() as db:
-        results.postgres = await _describe_postgres(db.dsn, db.version)
+        results.postgres = await describe_postgres(db.dsn, db.version)
         pool = ["--dsn", db.dsn, "--pool-size", str(opts.pg_pool)]
-        await baseline("d", "postgres", pool, {"postgres": db.pid, **jvm})
+        servers = {
+            "a": (lambda: baseline("a", "bare", []), jvm),
+            "b": (lambda: baseline("b", "svix", []), jvm),
+            "c": (lambda: ingest("c"), jvm),
+            "c2": (lambda: ingest("c2"), jvm),
+            "m": (lambda: ingest("m"), jvm),
+            "d": (lambda: baseline("d", "postgres", pool), {"postgres": db.pid, **jvm}),
+        }
+        for number in range(opts.rounds):
+            console.print(f"round {number + 1} of {opts.rounds}: every server's closed loop")
+            results.rounds.append([])
+            for key in rotated(list(servers), number):
+                start, others = servers[key]
+                server, base = start()
+                run = await measure(
+                    key, server, base, secret, opts, others=others,
+                    processes=2 if key == "c2" else 1,
+                )  # fmt: skip
+                results.rounds[-1].append(run)
+    results.choose_medians()
+    c = next(run for run in results.runs if run.key == "c")
+    if c.peak.rate > 0:  # the open loops, at fractions of c's median peak, on a new ingest
+        server, base = ingest("c")
+        with server:
+            await server.wait_ready(f"{base}/healthz")
+            await open_loops(c, server, base, secret, opts, jvm, generator)
     return results
 
 
@@ -353,7 +357,7 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
         console.print(f"warming the broker up for {opts.broker_warmup_s:g} s …")
         warm_broker(broker.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], opts.broker_warmup_s)
     results = asyncio.run(run_all(opts, work, broker, topics, partitions))
-    print_report(results.runs, verdict(results.runs))
+    print_report(results, verdict(results.runs))
     return results
 
 

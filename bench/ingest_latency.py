@@ -5,7 +5,8 @@
 runs :mod:`bench._openloop` at each rate in turn for ``--duration`` s, and prints, per
 rate: p50/p90/p99/p99.9 and the longest latency (from each request's scheduled time), how
 late the generator sent (p99), ingest's CPU per delivery by thread group (its event loop,
-librdkafka's threads) and the share of a core of ingest, the broker and the generator.
+librdkafka's threads), the share of a core of ingest, the broker and the generator, the
+host's steal, and how long ingest's event loop waited for a CPU.
 
 It shows where the latency bends: ``bench.ingest`` measures p99 at one rate (half of the
 closed-loop peak), this one the curve. ``--linger`` sets ingest's
@@ -33,7 +34,7 @@ from bench.ingest import BENCH_TOPIC_PREFIX, fixed_rate, ingest_server, warm_bro
 
 COLUMNS = (
     "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "queued late", "sent late",
-    "loop µs", "rdkafka µs", "ingest %", "broker %", "load %",
+    "loop µs", "rdkafka µs", "ingest %", "broker %", "load %", "steal %", "loop waited %",
 )  # fmt: skip
 
 
@@ -73,7 +74,8 @@ async def _sweep(
             late = [
                 percentile(lags, 0.99) * 1000 for lags in (sample.dispatch_lag, sample.send_lag)
             ]
-            share = [cpu.get(name, float("nan")) for name in ("server", "broker", "load")]
+            share = [cpu.percent.get(name, float("nan")) for name in ("server", "broker", "load")]
+            share += [cpu.steal, cpu.waited.get("server", float("nan"))]
             rows.append(
                 (
                     f"{rate:,.0f}",
@@ -81,7 +83,8 @@ async def _sweep(
                     *(f"{lag:.2f}" for lag in late),
                     f"{us['loop']:.0f}",
                     f"{us['rdk:main'] + us['rdk:broker']:.0f}",
-                    *(f"{p:.0f}" for p in share),
+                    *(f"{p:.0f}" for p in share[:3]),
+                    *(f"{p:.1f}" for p in share[3:]),
                 )
             )
             failed = f", {sample.failures()}" if sample.failed else ""
@@ -137,7 +140,9 @@ def main(
         "queued late, sent late: p99 ms after the scheduled time, of the generator's own "
         "queueing and of the send (after the wait for a free connection); µs: CPU per "
         "delivery of ingest's event loop and of librdkafka's threads; %: of one core, over "
-        "the measured window (load: the generator)"
+        "the measured window (load: the generator; steal: what the host took from this "
+        "machine's CPUs); loop waited: % of the window ingest's event loop was ready to run "
+        "but waited for a CPU"
     )
 
 

@@ -7,16 +7,11 @@ import math
 
 import pytest
 
-from bench._ingest_report import (
-    HEADERS,
-    latency_lines,
-    rows,
-    scaling_lines,
-    summary_lines,
-    verdict,
-)
-from bench._ingest_results import OpenLoop, Run, per_delivery_us
+from bench._ingest_report import HEADERS, latency_lines, rounds_lines, rows, scaling_lines
+from bench._ingest_results import OpenLoop, Results, Run, per_delivery_us, rotated
+from bench._ingest_verdict import summary_lines, verdict
 from bench._load import Sample
+from bench._options import IngestOptions
 
 
 def _run(key: str, rate: float, cpu: dict[str, float], parts: tuple[str, ...] = ("server",)) -> Run:
@@ -112,7 +107,13 @@ def test_no_projection_without_c_s_cpu() -> None:
     assert scaling_lines(runs) == []
 
 
-def _open_loop(fraction: float, rate: float, latency_s: float) -> OpenLoop:
+def _open_loop(
+    fraction: float,
+    rate: float,
+    latency_s: float,
+    steal: float = math.nan,
+    waited: float = math.nan,
+) -> OpenLoop:
     sample = Sample(
         duration_s=1.0,
         latencies=[latency_s] * 100,
@@ -120,7 +121,7 @@ def _open_loop(fraction: float, rate: float, latency_s: float) -> OpenLoop:
         dispatch_lag=[0.001] * 100,
     )
     sample.statuses["204"] = 100
-    return OpenLoop(fraction, rate, sample, {"server": 50.0})
+    return OpenLoop(fraction, rate, sample, {"server": 50.0}, steal, waited)
 
 
 def test_the_latency_target_is_judged_at_half_of_c_s_peak_only() -> None:
@@ -165,3 +166,105 @@ def test_an_open_loop_s_failures_count_among_the_run_s_failures() -> None:
     runs[1].open_loops = [failing]
 
     assert verdict(runs).failed == 3
+
+
+def test_of_several_runs_at_half_the_target_is_judged_on_the_median_one() -> None:
+    runs = _runs()
+    runs[1].open_loops = [_open_loop(0.5, 1_000, t) for t in (0.015, 0.050, 0.012)]
+
+    v = verdict(runs)
+
+    assert v.half_p99_ms == pytest.approx(15.0)
+    assert v.latency_met
+    assert v.half_p99s == pytest.approx((15.0, 50.0, 12.0))  # every run, in order
+
+
+def test_of_an_even_number_of_runs_the_slower_middle_one_is_judged() -> None:
+    runs = _runs()
+    runs[1].open_loops = [_open_loop(0.5, 1_000, 0.010), _open_loop(0.5, 1_000, 0.030)]
+
+    assert verdict(runs).half_p99_ms == pytest.approx(30.0)
+
+
+def test_the_target_line_names_every_run_and_what_the_machine_took_from_each() -> None:
+    runs = _runs()
+    runs[1].open_loops = [
+        _open_loop(0.5, 1_000, 0.015, steal=0.5, waited=4.0),
+        _open_loop(0.5, 1_000, 0.050, steal=9.0, waited=15.5),
+        _open_loop(0.5, 1_000, 0.012, steal=0.0, waited=3.2),
+    ]
+
+    line = summary_lines(verdict(runs))[2]
+
+    assert "= 15.00 ms, the median of 3 runs (15.00, 50.00, 12.00 ms) (target < 20 ms: met)" in (
+        line
+    )
+    assert "the host took 0.5, 9.0, 0.0% of a core (steal)" in line
+    assert "waited for a CPU 4.0, 15.5, 3.2% of the time run by run" in line
+
+
+def test_repeated_open_loops_have_numbered_rows() -> None:
+    runs = _runs()
+    runs[1].open_loops = [_open_loop(0.25, 500, 0.005)] + [
+        _open_loop(0.5, 1_000, 0.010) for _ in range(3)
+    ]
+
+    names = [row[0] for row in rows(runs)]
+
+    assert "(c) a quarter of peak, open loop" in names
+    assert [n for n in names if "half" in n] == [
+        f"(c) half of peak, open loop {i}/3" for i in (1, 2, 3)
+    ]
+
+
+def _rounds(c_rates: tuple[float, ...]) -> Results:
+    results = Results(IngestOptions(10, 2, 64, 1000, 8, 16), 8, [])
+    for i, c_rate in enumerate(c_rates):
+        results.rounds.append(
+            [
+                _run("b", 10_000 + i, {"server": 90.0}),
+                _run("c", c_rate, {"server": 30.0}),
+                _run("d", 1_000, {"server": 40.0}),
+            ]
+        )
+    return results
+
+
+def test_each_server_s_figures_are_its_median_round_s() -> None:
+    results = _rounds((2_000, 5_000, 1_500))
+
+    results.choose_medians()
+
+    assert [run.key for run in results.runs] == ["b", "c", "d"]
+    assert results.runs[1].peak.rate == 2_000
+    assert results.runs[0].peak.rate == 10_001  # b's own median, not c's round
+
+
+def test_of_an_even_number_of_rounds_the_faster_middle_one_is_taken() -> None:
+    results = _rounds((2_000, 3_000))
+
+    results.choose_medians()
+
+    assert results.runs[1].peak.rate == 3_000
+
+
+def test_every_round_s_peaks_and_ratios_are_reported_in_order() -> None:
+    lines = rounds_lines(_rounds((2_000, 3_000, 1_000)).rounds)
+
+    assert "(c) 2,000, 3,000, 1,000" in lines[0]
+    assert "c/d: 2, 3, 1" in lines[1]
+
+
+def test_a_single_round_has_no_rounds_line() -> None:
+    assert rounds_lines(_rounds((2_000,)).rounds) == []
+
+
+def test_each_round_starts_one_server_later() -> None:
+    keys = ["a", "b", "c"]
+
+    assert [rotated(keys, n) for n in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]

@@ -8,7 +8,15 @@ import threading
 
 import pytest
 
-from bench._threads import GROUPS, parse_stat, per_delivery_us, thread_group, thread_seconds
+from bench._threads import (
+    GROUPS,
+    parse_schedstat,
+    parse_stat,
+    per_delivery_us,
+    runqueue_wait_seconds,
+    thread_group,
+    thread_seconds,
+)
 
 
 @pytest.mark.parametrize(
@@ -70,3 +78,13 @@ def test_this_process_is_read_with_its_main_thread_and_others() -> None:
     assert os.getpid() in seen
     assert worker.native_id in seen
     assert thread_seconds(2**22 + 1) == {}  # no such process
+
+
+def test_a_schedstat_line_gives_the_seconds_spent_waiting_for_a_cpu() -> None:
+    # nanoseconds on a CPU, nanoseconds ready but waiting, timeslices
+    assert parse_schedstat("9000000000 1500000000 4242\n") == pytest.approx(1.5)
+
+
+def test_no_pid_or_a_gone_process_has_no_wait_rather_than_zero() -> None:
+    assert math.isnan(runqueue_wait_seconds(None))
+    assert math.isnan(runqueue_wait_seconds(2**22 + 1))

@@ -1,0 +1,48 @@
+"""bench._procs.CpuWindow beside each process's CPU: how long a main thread waited for a CPU,
+and what the host took, read from real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from bench._procs import CpuWindow
+
+_SPIN = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+
+
+@pytest.fixture
+def three_spinners_on_one_cpu() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Three busy processes sharing one CPU: each is ready to run all the time, runs about
+    a third of it and waits for the CPU the other two thirds."""
+    cpu = min(os.sched_getaffinity(0))
+    spinners = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(3)]
+    try:
+        for spinner in spinners:
+            os.sched_setaffinity(spinner.pid, {cpu})
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def test_a_process_that_shares_its_cpu_is_seen_waiting_for_it(
+    three_spinners_on_one_cpu: list[subprocess.Popen[bytes]],
+) -> None:
+    pids = {f"spinner {i}": s.pid for i, s in enumerate(three_spinners_on_one_cpu)}
+    window = CpuWindow({**pids, "me": os.getpid()})
+
+    asyncio.run(window.measure(0.2, 1.0))
+
+    assert sum(window.percent[name] for name in pids) == pytest.approx(100, abs=25)
+    for name in pids:  # ~67 %: ready all along, on the CPU a third of it
+        assert window.waited[name] > 50, window.waited
+    assert window.waited["me"] < 10  # asleep, not waiting
+    assert not math.isnan(window.steal) and window.steal >= 0
