@@ -92,8 +92,9 @@ def tree_cpu_seconds(pid: int) -> float:
 
 
 def _machine_seconds() -> tuple[float, float]:
-    """(busy, stolen) CPU seconds of the whole machine so far (all CPUs; /proc/stat): busy
-    counts the steal too; NaN if unknown."""
+    """(busy, stolen) CPU seconds of the whole machine so far (all CPUs; /proc/stat), NaN if
+    unknown. Stolen: time a virtual CPU was ready to run while the host ran something else;
+    busy counts it too."""
     try:
         with open("/proc/stat", encoding="ascii") as handle:
             fields = [int(v) for v in handle.readline().split()[1:9]]
@@ -101,17 +102,6 @@ def _machine_seconds() -> tuple[float, float]:
         return math.nan, math.nan
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields
     return (user + nice + system + irq + softirq + steal) / _TICKS, steal / _TICKS
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (all CPUs; /proc/stat), NaN if unknown."""
-    return _machine_seconds()[0]
-
-
-def steal_seconds() -> float:
-    """CPU seconds the host has taken from this machine's CPUs so far (steal: a virtual
-    CPU that was ready to run while the hypervisor ran something else), NaN if unknown."""
-    return _machine_seconds()[1]
 
 
 class CpuWindow:
