@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from bench._load import Sample
 from bench._options import IngestOptions
 from bench._report import Figure
+
+T = TypeVar("T")
 
 #: c's CPU per delivery (ingest's process) at most this many times b's (verification alone).
 TARGET_CPU_OVER_B = 1.5
@@ -53,12 +57,11 @@ class OpenLoop:
         return self.sample.percentile_ms(0.99)
 
 
-def median_run(loops: list[OpenLoop]) -> OpenLoop | None:
-    """The run of median p99 among ``loops``; of an even number, the slower of the middle
-    two, so that a tie between a good and a bad run is judged on the bad one."""
-    if not loops:
-        return None
-    return sorted(loops, key=lambda ol: ol.p99_ms)[len(loops) // 2]
+def upper_median(items: Sequence[T], key: Callable[[T], float]) -> T:
+    """The item of median ``key``; of an even number, the one of the middle two with the
+    larger key: the slower p99 of two open loops (a good and a bad run are judged on the
+    bad one), the faster of two peaks."""
+    return sorted(items, key=key)[len(items) // 2]
 
 
 @dataclass(slots=True)
@@ -77,11 +80,6 @@ class Run:
     def open_loops_at(self, fraction: float) -> list[OpenLoop]:
         """The open loops run at ``fraction`` of the peak, in the order they ran."""
         return [ol for ol in self.open_loops if ol.fraction == fraction]
-
-    def open_loop(self, fraction: float) -> OpenLoop | None:
-        """The open loop at ``fraction`` of the peak (of several, the :func:`median_run`),
-        if it was measured."""
-        return median_run(self.open_loops_at(fraction))
 
     def figure(self) -> Figure:
         return Figure(
@@ -110,12 +108,6 @@ def rotated(keys: list[str], by: int) -> list[str]:
     return keys[shift:] + keys[:shift]
 
 
-def median_peak(runs: list[Run]) -> Run:
-    """Of one server's runs (one per round), the run of median deliveries/s; of an even
-    number, the faster of the middle two."""
-    return sorted(runs, key=lambda run: run.peak.rate)[len(runs) // 2]
-
-
 @dataclass(slots=True)
 class Results:
     """What one run of the ingest benchmark measured, and on what. ``runs``: each server's
@@ -129,10 +121,13 @@ class Results:
     rounds: list[list[Run]] = field(default_factory=list)
 
     def choose_medians(self) -> None:
-        """:attr:`runs` from :attr:`rounds`: each server's :func:`median_peak`, in the
-        order of the first round."""
+        """:attr:`runs` from :attr:`rounds`: each server's run of median deliveries/s
+        (:func:`upper_median`), in the order of the first round."""
         keys = [run.key for run in self.rounds[0]] if self.rounds else []
         self.runs = [
-            median_peak([run for rnd in self.rounds for run in rnd if run.key == key])
+            upper_median(
+                [run for rnd in self.rounds for run in rnd if run.key == key],
+                key=lambda run: run.peak.rate,
+            )
             for key in keys
         ]

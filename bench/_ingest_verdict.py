@@ -15,7 +15,7 @@ from bench._ingest_results import (
     TARGET_FRACTION,
     TARGET_P99_MS,
     Run,
-    median_run,
+    upper_median,
 )
 from bench._load import percentile
 from bench._report import fmt_ms, fmt_ratio, met, ratio
@@ -67,7 +67,7 @@ def verdict(runs: list[Run]) -> Verdict:
         return ratio(c.peak.rate, by[key].peak.rate) if key in by else math.nan
 
     half_runs = c.open_loops_at(TARGET_FRACTION)
-    half = median_run(half_runs)
+    half = upper_median(half_runs, key=lambda ol: ol.p99_ms) if half_runs else None
     failed = sum(run.peak.failed + sum(ol.sample.failed for ol in run.open_loops) for run in runs)
     return Verdict(
         c_us=c.us("server"),
