@@ -35,6 +35,13 @@ from ingest.exceptions import VerificationError
 from ingest.verify import verify_svix
 
 ROUTE = "/webhooks/agentmail"
+
+
+def local_url(port: int) -> str:
+    """The base URL of a server under test on this machine's loopback."""
+    return f"http://127.0.0.1:{port}"
+
+
 SECRET_VARIABLE = "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -64,7 +64,7 @@ from bench._openloop import build_generator, open_loop
 from bench._options import IngestOptions, ingest_options, results_dir_option
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics, kafka
 from bench._report import about, command_line, execute, write_report
-from bench._servers import ROUTE
+from bench._servers import ROUTE, local_url
 from bench._wrk import WrkLoad, wrk_closed_loop
 
 BENCH_TOPIC_PREFIX = "onceonly-bench"
@@ -287,10 +287,6 @@ def ingest_server(
     )
 
 
-def _base(port: int) -> str:
-    return f"http://127.0.0.1:{port}"
-
-
 async def run_all(
     opts: IngestOptions, work: Path, broker: Broker, topics: dict[str, str], partitions: int
 ) -> Results:
@@ -306,11 +302,11 @@ async def run_all(
         port = free_port()
         argv = [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *extra_args]
         log = work / f"{key}-{kind}.log"
-        return ServerProcess(LABELS[key], argv, server_env(secret, {}), log), _base(port)
+        return ServerProcess(LABELS[key], argv, server_env(secret, {}), log), local_url(port)
 
     def ingest(key: str) -> tuple[ServerProcess, str]:
         port = free_port()
-        return ingest_server(secret, broker, topics, partitions, work, port, key), _base(port)
+        return ingest_server(secret, broker, topics, partitions, work, port, key), local_url(port)
 
     with postgres() as db:
         results.postgres = await describe_postgres(db.dsn, db.version)

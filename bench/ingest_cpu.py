@@ -30,7 +30,7 @@ import click
 
 from bench._load import sign_pool
 from bench._procs import Broker, CpuWindow, ServerProcess, console, create_topics, kafka
-from bench._servers import ROUTE
+from bench._servers import ROUTE, local_url
 from bench._threads import GROUPS, per_delivery_us, thread_seconds
 from bench._variants import Variant, ingest_argv, parse_variant
 from bench._wrk import WrkLoad, wrk_closed_loop
@@ -89,7 +89,7 @@ async def one_run(
     spy: Path | None,
 ) -> dict[str, float]:
     """One closed loop against ``server``: its figures, or {} when profiled."""
-    base = f"http://127.0.0.1:{port}"
+    base = local_url(port)
     with server:
         await server.wait_ready(f"{base}/healthz")
         pool = sign_pool(secret, int(opts["pool"]))

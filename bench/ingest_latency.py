@@ -29,6 +29,7 @@ from bench._load import percentile
 from bench._openloop import build_generator
 from bench._procs import Broker, console, create_topics, kafka
 from bench._report import execute
+from bench._servers import local_url
 from bench._threads import per_delivery_us, thread_seconds
 from bench.ingest import BENCH_TOPIC_PREFIX, fixed_rate, ingest_server, warm_broker
 
@@ -59,7 +60,7 @@ async def _sweep(
     server = ingest_server(secret, broker, topics, int(opts["partitions"]), work, port)
     if opts["linger"] >= 0:
         server.env["ONCEONLY_PRODUCE_LINGER_MS"] = str(int(opts["linger"]))
-    base = f"http://127.0.0.1:{port}"
+    base = local_url(port)
     rows = []
     with server:
         await server.wait_ready(f"{base}/healthz")
