@@ -21,6 +21,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import lru_cache
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -112,7 +113,9 @@ def _require_secret(secret: str, provider: str) -> None:
         raise ConfigError(f"the {provider} webhook secret is empty; configure its signing secret")
 
 
+@lru_cache(maxsize=64)
 def _webhook(factory: Callable[[str], _W], secret: str, provider: str) -> _W:
+    """The library's verifier of ``secret``, built once: it base64-decodes the secret."""
     _require_secret(secret, provider)
     try:
         return factory(secret)

@@ -195,13 +195,13 @@ class AsyncProducer:
         deadlines = self._deadlines
         while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
             _, future = deadlines.popleft()
-            _settle(
-                future,
-                ProduceFailed(
-                    f"no acknowledgement from the broker within {self.timeout_s:g} s; "
-                    "check that the broker is up (onceonly broker) and retry"
-                ),
-            )
+            if not future.done():  # the error built only for a record that gets it
+                future.set_exception(
+                    ProduceFailed(
+                        f"no acknowledgement from the broker within {self.timeout_s:g} s; "
+                        "check that the broker is up (onceonly broker) and retry"
+                    )
+                )
 
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait for outstanding records; return how many are still undelivered."""
