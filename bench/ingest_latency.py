@@ -6,7 +6,9 @@ runs :mod:`bench._openloop` at each rate in turn for ``--duration`` s, and print
 rate: p50/p90/p99/p99.9 and the longest latency (from each request's scheduled time), how
 late the generator sent (p99), ingest's CPU per delivery by thread group (its event loop,
 librdkafka's threads), the share of a core of ingest, the broker and the generator, the
-host's steal, and how long ingest's event loop waited for a CPU.
+host's steal, how long ingest's event loop waited for a CPU, and ingest's own p99 (the
+bound of the bucket of its ``onceonly_ack_latency_seconds`` that holds it: from the
+handler's start to the broker's ack, so the rest of the p99 came before the handler ran).
 
 It shows where the latency bends: ``bench.ingest`` measures p99 at one rate (half of the
 closed-loop peak), this one the curve. ``--linger`` sets ingest's
@@ -25,6 +27,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from bench._ack_latency import quantile_bound, scrape
 from bench._load import percentile
 from bench._openloop import build_generator
 from bench._procs import Broker, console, create_topics, kafka
@@ -36,6 +39,7 @@ from bench.ingest import BENCH_TOPIC_PREFIX, fixed_rate, ingest_server, warm_bro
 COLUMNS = (
     "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "queued late", "sent late",
     "loop µs", "rdkafka µs", "ingest %", "broker %", "load %", "steal %", "loop waited %",
+    "ingest p99 ≤ ms",
 )  # fmt: skip
 
 
@@ -65,12 +69,13 @@ async def _sweep(
     with server:
         await server.wait_ready(f"{base}/healthz")
         for rate in rates:
-            before = thread_seconds(server.pid)
+            before, acks = thread_seconds(server.pid), await scrape(base)
             sample, cpu = await fixed_rate(
                 server, base, secret, generator, rate=rate, duration_s=opts["duration"],
                 connections=int(opts["connections"]), others={"broker": broker.pid},
             )  # fmt: skip
             us = per_delivery_us(before, thread_seconds(server.pid), server.pid, sample.ok)
+            own_p99_ms = quantile_bound(acks, await scrape(base), 0.99) * 1000
             ms = [sample.percentile_ms(q) for q in (0.5, 0.9, 0.99, 0.999, 1.0)]
             late = [
                 percentile(lags, 0.99) * 1000 for lags in (sample.dispatch_lag, sample.send_lag)
@@ -86,6 +91,7 @@ async def _sweep(
                     f"{us['rdk:main'] + us['rdk:broker']:.0f}",
                     *(f"{p:.0f}" for p in share[:3]),
                     *(f"{p:.1f}" for p in share[3:]),
+                    f"{own_p99_ms:g}",
                 )
             )
             failed = f", {sample.failures()}" if sample.failed else ""
@@ -143,7 +149,9 @@ def main(
         "delivery of ingest's event loop and of librdkafka's threads; %: of one core, over "
         "the measured window (load: the generator; steal: what the host took from this "
         "machine's CPUs); loop waited: % of the window ingest's event loop was ready to run "
-        "but waited for a CPU"
+        "but waited for a CPU; ingest p99: the upper bound of the bucket of ingest's own "
+        "ack-latency histogram that holds its p99, from the handler's start to the broker's "
+        "ack"
     )
 
 
