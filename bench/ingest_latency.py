@@ -69,7 +69,8 @@ async def _sweep(
     with server:
         await server.wait_ready(f"{base}/healthz")
         for rate in rates:
-            before, acks = thread_seconds(server.pid), await scrape(base)
+            acks = await scrape(base)  # before the CPU is read: the scrape is not a delivery
+            before = thread_seconds(server.pid)
             sample, cpu = await fixed_rate(
                 server, base, secret, generator, rate=rate, duration_s=opts["duration"],
                 connections=int(opts["connections"]), others={"broker": broker.pid},

@@ -39,7 +39,9 @@ def test_every_provider_counts() -> None:
     before = _scrape(metrics)
     metrics.stored("agentmail", 0.003)
     metrics.stored("nylas", 0.3)
-    assert quantile_bound(before, _scrape(metrics), 0.99) == 0.5
+    after = _scrape(metrics)
+    assert (after[0.005], after[math.inf]) == (1, 2)
+    assert quantile_bound(before, after, 0.99) == 0.5
 
 
 def test_a_tail_past_the_last_bucket_is_infinite() -> None:
