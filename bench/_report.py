@@ -255,6 +255,18 @@ def command_line(module: str) -> str:
     return f"python -m {module}" + (" " + " ".join(args) if args else "")
 
 
+def report_path(results_dir: Path, name: str, date: str) -> Path:
+    """``<name>-<date>.md``, or ``<name>-<date>-2.md``, ``-3`` ... when the day has one
+    already: a second run on the same day never overwrites a report that a note or the
+    README cites."""
+    md = results_dir / f"{name}-{date}.md"
+    run = 1
+    while md.exists():
+        run += 1
+        md = results_dir / f"{name}-{date}-{run}.md"
+    return md
+
+
 def write_report(
     name: str,
     title: str,
@@ -263,10 +275,11 @@ def write_report(
     command: str,
     results_dir: Path = RESULTS_DIR,
 ) -> tuple[Path, Path]:
-    """``<name>-<date>.md`` and ``.png`` under ``results_dir``; returns their paths."""
+    """``<name>-<date>.md`` and ``.png`` under ``results_dir`` (:func:`report_path`);
+    returns their paths."""
     date = datetime.now(UTC).date().isoformat()
     results_dir.mkdir(parents=True, exist_ok=True)
-    md = results_dir / f"{name}-{date}.md"
+    md = report_path(results_dir, name, date)
     png = md.with_suffix(".png")
     comparisons = [s.comparison for s in sections if s.comparison is not None]
     chart(comparisons, png, f"{title}, {date}")

@@ -17,6 +17,7 @@ from bench._report import (
     ratio_table,
     ratios,
     render,
+    report_path,
 )
 
 A = Figure("a", "(a) bare aiohttp", 4000.0, 10.0, 20.0)
@@ -124,3 +125,16 @@ def test_the_chart_is_a_png(tmp_path: Path) -> None:
     path = tmp_path / "chart.png"
     chart([INGEST, PROCESSORS], path, "onceonly benchmark, 2026-12-01")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_first_report_of_a_day_is_named_after_the_day(tmp_path: Path) -> None:
+    assert report_path(tmp_path, "ingest", "2026-12-02").name == "ingest-2026-12-02.md"
+
+
+def test_a_second_run_on_the_same_day_does_not_overwrite_the_first(tmp_path: Path) -> None:
+    (tmp_path / "ingest-2026-12-02.md").write_text("cited")
+    second = report_path(tmp_path, "ingest", "2026-12-02")
+    second.write_text("new")
+    third = report_path(tmp_path, "ingest", "2026-12-02")
+
+    assert (second.name, third.name) == ("ingest-2026-12-02-2.md", "ingest-2026-12-02-3.md")
