@@ -54,6 +54,7 @@ from bench._report import (
     fmt_cpu,
     machine_table,
     met,
+    report_path,
 )
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
@@ -291,7 +292,7 @@ def print_table(opts: Options, r: Results) -> None:
 def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
     date = datetime.now(UTC).date().isoformat()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"agent-step-{date}.md"
+    path = report_path(out, "agent-step", date)
     lines = [
         f"# Agent-step benchmark, {date}",
         "",

@@ -52,6 +52,7 @@ from bench._report import (
     command_line,
     execute,
     machine_table,
+    report_path,
 )
 
 
@@ -224,10 +225,10 @@ def write_markdown(
     lines: list[str], note_lines: list[str], items: list[tuple[str, str]], out: Path, smoke: bool
 ) -> Path:
     """``<out>/dbos-<date>.md``, or ``dbos-<date>-smoke.md``: a smoke run never overwrites
-    the full run's report."""
+    the full run's report, nor a run an earlier one of the same day (``-2``, ...)."""
     date = datetime.now(UTC).date().isoformat()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"dbos-{date}{'-smoke' if smoke else ''}.md"
+    path = report_path(out, "dbos", f"{date}-smoke" if smoke else date)
     text = [
         f"# onceonly vs DBOS Transact, {date}{' (smoke size)' if smoke else ''}",
         "",
