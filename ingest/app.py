@@ -132,7 +132,10 @@ class Ingest:
         self.producer = producer
         self.admin = admin
         self.providers = dict(providers_from_settings(settings) if providers is None else providers)
-        self.metrics = metrics or IngestMetrics(providers=tuple(self.providers))
+        #: one of several processes writes its metrics at once, for the others to read
+        self.metrics = metrics or IngestMetrics(
+            providers=tuple(self.providers), deferred=shared_metrics is None
+        )
         self.clock = clock
         self.mac_key = settings.envelope_mac_key
         self.log_stored = log.is_enabled_for(logging.DEBUG)
