@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -128,3 +129,22 @@ def test_times_are_written_in_utc_with_a_z_whatever_the_hosts_zone(
         "2026-01-02T03:04:05.678Z",
         "2026-01-02T03:04:06.000Z",
     )
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 12, 2, 4, 49, 17, 715_999, tzinfo=UTC),
+        datetime(1, 1, 1, 0, 0, 0, 0, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(2026, 3, 1, 0, 30, 0, 1_000, tzinfo=timezone(timedelta(hours=14))),
+        datetime(2026, 3, 1, 0, 30, 0, 999, tzinfo=timezone(timedelta(hours=-5, minutes=-30))),
+    ],
+)
+def test_a_time_is_written_as_isoformat_gives_it_in_utc_to_the_millisecond(
+    moment: datetime,
+) -> None:
+    envelope = replace(ENVELOPE, occurred_at=moment)
+    expected = moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    assert envelope.to_json()["occurred_at"] == expected
