@@ -126,9 +126,10 @@ def latency_lines(runs: list[Run]) -> list[str]:
 
 def rounds_lines(rounds: list[list[Run]]) -> list[str]:
     """Each server's peak in every round, and the two ratio targets round by round: how
-    much of a figure is this machine's noise. Nothing for a single round."""
+    much of a figure is this machine's noise (for a single round, only what each count of
+    connections gave)."""
     if len(rounds) < 2:
-        return []
+        return connections_line(rounds)
     keys = [run.key for run in rounds[0]]
     peaks = "; ".join(
         f"({key}) "
@@ -139,10 +140,34 @@ def rounds_lines(rounds: list[list[Run]]) -> list[str]:
     return [
         f"deliveries/s in each of the {len(rounds)} rounds, in order: {peaks}; the rows "
         "above are each server's median round",
+        *connections_line(rounds),
         "round by round, c's CPU per delivery / b's: "
         + ", ".join(fmt_ratio(v.cpu_over_b) for v in each)
         + "; c/d: "
         + ", ".join(fmt_ratio(v.c_over_d) for v in each),
+    ]
+
+
+def connections_line(rounds: list[list[Run]]) -> list[str]:
+    """Each server's deliveries/s at each count of wrk's connections, round by round, and
+    the count of its peak: nothing when the closed loops ran at one count."""
+    if not any(len(run.tried) > 1 for rnd in rounds for run in rnd):
+        return []
+    keys = [run.key for run in rounds[0]]
+    each = "; ".join(
+        f"({key}) "
+        + ", ".join(
+            "/".join(fmt_rate(rate) for _, rate in sorted(run.tried.items()))
+            for rnd in rounds
+            for run in rnd
+            if run.key == key
+        )
+        for key in keys
+    )
+    counts = "/".join(str(n) for n in sorted(rounds[0][0].tried))
+    return [
+        f"deliveries/s at {counts} connections, round by round: {each}; each round's peak "
+        "is the fastest"
     ]
 
 
@@ -258,7 +283,8 @@ def _how(r: Results) -> list[str]:
     return [
         f"closed loops: every server in turn, {_rounds(opts.rounds)}; "
         f"wrk (Debian's package), {opts.wrk_threads} thread(s), "
-        f"{opts.concurrency} keep-alive connections, each delivery its own body and headers "
+        f"at {_counts(opts.concurrency)} keep-alive connections in turn (each server's peak "
+        "the fastest), each delivery its own body and headers "
         f"(a Lua script, bench/_wrk.py); a warm-up run of {math.ceil(opts.warmup_s)} s, then "
         f"a run of {measured_run_s(opts.duration_s)} s with the CPU measured over "
         f"{opts.duration_s:g} s inside it; p50/p99 are wrk's (corrected for coordinated "
@@ -268,7 +294,7 @@ def _how(r: Results) -> list[str]:
         + f" of its peak ({_half_runs(opts.target_runs)}), {opts.duration_s:g} s each: "
         "bench/openloop "
         "(Go, built by the benchmark; each request written once as its bytes), "
-        f"{opts.concurrency} keep-alive connections opened before the clock starts, latency "
+        f"{max(opts.concurrency)} keep-alive connections opened before the clock starts, latency "
         "from each request's scheduled send time",
         "deliveries: AgentMail `message.received` events (~1.4 KB) over 1024 threads, "
         "every body distinct, signed with `svix.webhooks.Webhook.sign` right before each "
@@ -289,6 +315,12 @@ def _how(r: Results) -> list[str]:
         "under the table says what each column counts); `other` well above zero means the "
         "figures did not have the CPUs to themselves",
     ]
+
+
+def _counts(counts: tuple[int, ...]) -> str:
+    """``64 and 128``; ``64, 128 and 256``; ``128``."""
+    words = [str(count) for count in counts]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _rounds(count: int) -> str:

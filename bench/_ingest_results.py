@@ -76,6 +76,9 @@ class Run:
     cpu: dict[str, float]
     parts: tuple[str, ...] = ("server",)
     open_loops: list[OpenLoop] = field(default_factory=list)
+    #: wrk's connections at the peak, and the deliveries/s at each count tried
+    connections: int = 0
+    tried: dict[int, float] = field(default_factory=dict)
 
     def open_loops_at(self, fraction: float) -> list[OpenLoop]:
         """The open loops run at ``fraction`` of the peak, in the order they ran."""
@@ -97,6 +100,20 @@ class Run:
     def total_us(self) -> float:
         """CPU µs per delivery of all the server's processes (:attr:`parts`)."""
         return math.fsum(self.us(part) for part in self.parts)
+
+
+def fastest(runs: Sequence[Run]) -> Run:
+    """Of one server's closed loops at several counts of connections, the one of most
+    deliveries/s, with the deliveries/s of each count in :attr:`Run.tried`, and the failed
+    answers of the others added to its own: any failure makes the benchmark run invalid."""
+    best = max(runs, key=lambda run: run.peak.rate)
+    best.tried = {run.connections: run.peak.rate for run in runs}
+    for run in runs:
+        if run is not best:
+            for status, count in run.peak.statuses.items():
+                if status != run.peak.ok_status:
+                    best.peak.statuses[status] += count
+    return best
 
 
 def rotated(keys: list[str], by: int) -> list[str]:

@@ -19,7 +19,10 @@ from bench._report import RESULTS_DIR
 class IngestOptions:
     duration_s: float
     warmup_s: float
-    concurrency: int
+    #: wrk's keep-alive connections: each server's closed loop runs at each of these in
+    #: turn, its peak the fastest (a server whose latency has a floor, as ingest's 5 ms
+    #: linger, is bound by connections / latency, not by its CPU, when there are too few)
+    concurrency: tuple[int, ...]
     pool: int
     broker_warmup_s: float
     pg_pool: int
@@ -49,6 +52,19 @@ class ProcessorOptions:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+def connection_counts(text: str) -> tuple[int, ...]:
+    """``"64,128"`` as ``(64, 128)``: distinct counts of 1-256, ascending; a
+    click.BadParameter saying what is wrong otherwise."""
+    try:
+        counts = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers") from None
+    if not all(1 <= count <= 256 for count in counts):
+        raise click.BadParameter(f"{text!r}: each count of connections must be 1-256")
+    return tuple(counts)
+
+
 _INGEST_OPTIONS = (
     click.option(
         "--duration",
@@ -68,10 +84,12 @@ _INGEST_OPTIONS = (
     ),
     click.option(
         "--concurrency",
-        type=click.IntRange(1, 256),
-        default=64,
+        default="64,128",
         show_default=True,
-        help="Ingest: keep-alive connections of wrk (closed loops) and of the open loop.",
+        callback=lambda _ctx, _param, value: connection_counts(value),
+        help="Ingest: keep-alive connections of wrk, comma-separated (1-256 each): every "
+        "server's closed loop at each in turn, its peak the fastest; the open loops use the "
+        "largest.",
     ),
     click.option(
         "--pool",
@@ -202,7 +220,7 @@ def ingest_options(f: F) -> F:
         *args: Any,
         duration: float,
         warmup: float,
-        concurrency: int,
+        concurrency: tuple[int, ...],
         pool: int,
         broker_warmup: float,
         pg_pool: int,

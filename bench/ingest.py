@@ -55,6 +55,7 @@ from bench._ingest_results import (
     OpenLoop,
     Results,
     Run,
+    fastest,
     rotated,
 )
 from bench._ingest_verdict import verdict
@@ -157,20 +158,29 @@ async def peak(
     opts: IngestOptions,
     others: dict[str, int | None],
 ) -> Run:
-    """The closed loop of one server, by wrk, with the CPU of every process meanwhile."""
-    console.print(f"{label}: signing {opts.pool} deliveries, then {opts.warmup_s:g} s warm-up")
-    pool = sign_pool(secret, opts.pool)
-    # the server's whole process tree: (c2)'s children, PostgreSQL's backends
-    cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
-    load = WrkLoad(opts.concurrency, opts.wrk_threads)
-    sample = await wrk_closed_loop(
-        url, pool, load, warmup_s=opts.warmup_s, duration_s=opts.duration_s, window=cpu
-    )
-    console.print(
-        f"{label}: {sample.rate:,.0f} deliveries/s, p50 {sample.percentile_ms(0.5):.2f} ms, "
-        f"p99 {sample.percentile_ms(0.99):.2f} ms" + _failed_note(sample)
-    )
-    return Run(key, label, sample, cpu.percent, ("server", *PARTS.get(key, ())))
+    """The closed loops of one server by wrk, one at each of ``opts.concurrency``
+    connections, with the CPU of every process meanwhile: the fastest is its peak."""
+    runs: list[Run] = []
+    for connections in opts.concurrency:
+        console.print(
+            f"{label}: signing {opts.pool} deliveries, then {opts.warmup_s:g} s warm-up "
+            f"at {connections} connections"
+        )
+        pool = sign_pool(secret, opts.pool)
+        # the server's whole process tree: (c2)'s children, PostgreSQL's backends
+        cpu = CpuWindow({"server": server.pid, "load": None, **others}, TREES)
+        load = WrkLoad(connections, opts.wrk_threads)
+        sample = await wrk_closed_loop(
+            url, pool, load, warmup_s=opts.warmup_s, duration_s=opts.duration_s, window=cpu
+        )
+        console.print(
+            f"{label}: {sample.rate:,.0f} deliveries/s at {connections} connections, "
+            f"p50 {sample.percentile_ms(0.5):.2f} ms, p99 {sample.percentile_ms(0.99):.2f} ms"
+            + _failed_note(sample)
+        )
+        parts = ("server", *PARTS.get(key, ()))
+        runs.append(Run(key, label, sample, cpu.percent, parts, connections=connections))
+    return fastest(runs)
 
 
 async def fixed_rate(
@@ -219,7 +229,7 @@ async def open_loops(
             console.print(f"{run.label}: open loop at {rate:,.0f}/s for {opts.duration_s:g} s")
             sample, cpu = await fixed_rate(
                 server, base, secret, generator, rate=rate, duration_s=opts.duration_s,
-                connections=opts.concurrency, others=others,
+                connections=max(opts.concurrency), others=others,
             )  # fmt: skip
             waited = cpu.waited.get("server", math.nan)
             run.open_loops.append(OpenLoop(fraction, rate, sample, cpu.percent, cpu.steal, waited))

@@ -218,7 +218,7 @@ def test_repeated_open_loops_have_numbered_rows() -> None:
 
 
 def _rounds(c_rates: tuple[float, ...]) -> Results:
-    results = Results(IngestOptions(10, 2, 64, 1000, 8, 16), 8, [])
+    results = Results(IngestOptions(10, 2, (64,), 1000, 8, 16), 8, [])
     for i, c_rate in enumerate(c_rates):
         results.rounds.append(
             [
