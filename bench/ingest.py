@@ -160,6 +160,7 @@ async def peak(
 ) -> Run:
     """The closed loops of one server by wrk, one at each of ``opts.concurrency``
     connections, with the CPU of every process meanwhile: the fastest is its peak."""
+    parts = ("server", *PARTS.get(key, ()))
     runs: list[Run] = []
     for connections in opts.concurrency:
         console.print(
@@ -178,7 +179,6 @@ async def peak(
             f"p50 {sample.percentile_ms(0.5):.2f} ms, p99 {sample.percentile_ms(0.99):.2f} ms"
             + _failed_note(sample)
         )
-        parts = ("server", *PARTS.get(key, ()))
         runs.append(Run(key, label, sample, cpu.percent, parts, connections=connections))
     return fastest(runs)
 

@@ -5,7 +5,7 @@ the buckets on every ``observe``, about 3 µs a delivery under load. So by defau
 delivery is only tallied in plain Python (one bisect, two additions) and the tallies are
 folded into the prometheus series whenever the registry is read (``/metrics``,
 ``get_sample_value``), by a collector registered ahead of them. What a reader sees is what
-``observe`` would have given. ``deferred=False`` writes each delivery at once: for
+``observe`` would have given. ``deferred=False`` observes each delivery at once: for
 prometheus_client's multiprocess files, which the other ingest processes read
 (``ONCEONLY_INGEST_PROCESSES``). Tallies are kept and read on the event loop's thread.
 """
@@ -36,11 +36,11 @@ class _Tally:
 
     def fold(self) -> None:
         """Add the tally to the prometheus series and start again from zero."""
-        counts, self.counts = self.counts, [0] * len(self.counts)
-        total, self.total = self.total, 0.0
-        stored = sum(counts)
+        stored = sum(self.counts)
         if not stored:
             return
+        counts, self.counts = self.counts, [0] * len(self.counts)
+        total, self.total = self.total, 0.0
         accepted, latency = self.series
         accepted.inc(stored)
         # prometheus_client has no public way to add to a bucket; its own observe() does
@@ -115,7 +115,10 @@ class IngestMetrics:
     def stored(self, provider: str, seconds: float) -> None:
         """One delivery of ``provider`` acknowledged by the broker, ``seconds`` after arrival."""
         tally = self._tallies.get(provider) or self._tally(provider)
-        tally.counts[bisect_left(ACK_BUCKETS, seconds)] += 1
-        tally.total += seconds
-        if not self.deferred:
-            tally.fold()
+        if self.deferred:
+            tally.counts[bisect_left(ACK_BUCKETS, seconds)] += 1
+            tally.total += seconds
+        else:  # straight into the series: no tally to allocate and fold per delivery
+            accepted, latency = tally.series
+            accepted.inc()
+            latency.observe(seconds)
