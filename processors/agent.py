@@ -19,6 +19,8 @@ event loop, so heartbeats, ticks and other conversations go on while it runs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -29,7 +31,7 @@ from typing import Any, overload
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from processors.exceptions import ProcessorError, WriterFailed
+from processors.exceptions import ProcessorError, Rebalancing, WriterFailed
 from processors.messages import Decline, Inbound, ThreadMessage
 
 log = structlog.get_logger("onceonly.agent")
@@ -115,6 +117,12 @@ def outcome_of(value: Any) -> Written:
     )
 
 
+def _retryable(exc: BaseException) -> bool:
+    """A writer call that failed is tried again; one that was cancelled (a drain) or fenced
+    never is: tenacity's attempts catch every BaseException, CancelledError included."""
+    return isinstance(exc, Exception) and not isinstance(exc, _NotRetryable | Rebalancing)
+
+
 def is_async(writer: Callable[..., Any]) -> bool:
     call = getattr(writer, "__call__", None)  # noqa: B004 - an instance with async __call__
     return inspect.iscoroutinefunction(writer) or inspect.iscoroutinefunction(call)
@@ -167,8 +175,11 @@ class Writer:
                 if self._async:
                     call: Awaitable[Any] = self.writer(burst)
                 else:
+                    # the writer's thread runs in this task's context, so what it asks of
+                    # the loop (``effects.once_sync``) is done for the record being answered
                     loop = asyncio.get_running_loop()
-                    call = loop.run_in_executor(self._executor(), self.writer, burst)
+                    run = functools.partial(contextvars.copy_context().run, self.writer, burst)
+                    call = loop.run_in_executor(self._executor(), run)
                 try:
                     value = await asyncio.wait_for(call, self.policy.timeout_s)
                 except TimeoutError:
@@ -204,7 +215,7 @@ class Writer:
                 wait=wait_random_exponential(
                     multiplier=self.policy.backoff_initial_s, max=self.policy.backoff_max_s
                 ),
-                retry=retry_if_exception(lambda e: not isinstance(e, _NotRetryable)),
+                retry=retry_if_exception(_retryable),
                 reraise=True,
             ):
                 with retry:
@@ -213,7 +224,7 @@ class Writer:
                         log.warning("writer retry", attempt=attempt, **(ids or {}))
                     burst = Burst(tuple(messages), effects, attempt, history, loop, cache)
                     return await self._call_once(burst)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, Rebalancing):
             raise
         except Exception as exc:
             raise WriterFailed(

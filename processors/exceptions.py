@@ -44,3 +44,9 @@ class WriterFailed(ProcessorError):
         super().__init__(message)
         self.attempts = attempts
         self.last_error = last_error
+
+
+class Fenced(Rebalancing):
+    """This worker no longer owns the partition it was working for (its session expired
+    during a pause, or the group moved the partition): it writes and sends nothing more
+    for it, and leaves the records to the partition's owner."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from processors.agent import Burst, Writer, WriterPolicy, outcome_of
-from processors.exceptions import WriterFailed
+from processors.exceptions import Fenced, WriterFailed
 from processors.messages import Decline, Inbound, ThreadMessage
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -195,3 +196,45 @@ async def test_the_burst_is_the_messages_in_order() -> None:
     await Writer(writer).write([_message(1), _message(2)])
 
     assert given == [["<m1@x>", "<m2@x>"]]
+
+
+async def test_a_cancelled_call_is_not_made_again() -> None:
+    # tenacity's attempt catches every BaseException: a drain's cancel was retried
+    started: list[int] = []
+    entered = asyncio.Event()
+
+    async def slow(burst: Burst) -> str:
+        started.append(burst.attempt)
+        entered.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    task = asyncio.create_task(Writer(slow, WriterPolicy(attempts=3, **FAST)).write([_message()]))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert started == [1]
+
+
+async def test_a_fenced_call_is_neither_retried_nor_a_writer_failure() -> None:
+    calls: list[int] = []
+
+    async def fenced(burst: Burst) -> str:
+        calls.append(burst.attempt)
+        raise Fenced("partition 3 is another worker's now")
+
+    with pytest.raises(Fenced):
+        await Writer(fenced, WriterPolicy(attempts=3, **FAST)).write([_message()])
+    assert calls == [1]
+
+
+async def test_a_sync_writer_runs_in_the_callers_context() -> None:
+    # faust's tables find the record being answered through a context variable
+    current: contextvars.ContextVar[str] = contextvars.ContextVar("current")
+    current.set("record 7")
+
+    def sync(burst: Burst) -> str:
+        return f"written for {current.get('no record')}"
+
+    assert await Writer(sync, WriterPolicy(**FAST)).write([_message()]) == "written for record 7"
