@@ -11,7 +11,7 @@ thread, skips them.
 from __future__ import annotations
 
 import json
-from collections.abc import MutableMapping
+from collections.abc import Collection, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -69,6 +69,9 @@ class Holds:
         self.max_bytes = max_bytes
         #: thread key -> partition of the buffers holding events; None: read the table
         self._index: dict[bytes, int] | None = None
+        #: thread key -> when its oldest held event arrived (ms), beside the index: a tick
+        #: finds the due threads without decoding a buffer (their bodies can be large)
+        self._opened: dict[bytes, int] = {}
         #: thread key -> sort keys of its events being processed now
         self._busy: dict[bytes, set[reorder.SortKey]] = {}
 
@@ -96,6 +99,7 @@ class Holds:
             return Verdict.FULL
         self.table[key] = value
         self.index()[key] = partition
+        self._opened[key] = updated.opened_ms or now_ms
         return Verdict.HELD
 
     # -- the index of buffers that hold events ------------------------------------
@@ -107,11 +111,12 @@ class Holds:
         decoding the whole table. Read from the table after each rebalance's recovery.
         """
         if self._index is None:
-            self._index = {}
+            self._index, self._opened = {}, {}
             for key, raw in self.table.items():
                 buffer = _decode(raw)
                 if buffer.held:
                     self._index[bytes(key)] = buffer.partition
+                    self._opened[bytes(key)] = buffer.opened_ms or 0
         return self._index
 
     def forget(self) -> None:
@@ -119,29 +124,33 @@ class Holds:
         self._index = None
         self._busy.clear()
 
-    def due_keys(self, partition: int, *, now_ms: int) -> list[bytes]:
-        """Threads of ``partition`` with events not busy whose window has passed."""
+    def _unindex(self, key: bytes) -> None:
+        self.index().pop(key, None)
+        self._opened.pop(key, None)
+
+    def _window_passed(self, key: bytes, now_ms: int) -> bool:
+        return self._opened.get(key, now_ms) + self.window_ms <= now_ms
+
+    def due_keys(self, partition: int, *, now_ms: int, skip: Collection[bytes] = ()) -> list[bytes]:
+        """Threads of ``partition`` with events not busy whose window has passed; only the
+        buffers whose oldest event is past its window are read, never the others."""
         due: list[bytes] = []
-        index = self.index()
-        for key in [k for k, p in index.items() if p == partition]:
+        for key, p in list(self.index().items()):
+            if p != partition or key in skip or not self._window_passed(key, now_ms):
+                continue
             buffer = self.buffer(key)
             if buffer is None or not buffer.held:
-                index.pop(key, None)
+                self._unindex(key)
                 continue
-            if self.take(key, now_ms=now_ms, buffer=buffer, mark=False):
+            busy = frozenset(self._busy.get(key, ()))
+            if reorder.take(buffer, now_ms=now_ms, window_ms=self.window_ms, busy=busy).events:
                 due.append(key)
         return due
 
     def due_partitions(self, *, now_ms: int) -> set[int]:
-        """Partitions (of this worker) holding a buffer whose window has passed."""
-        due: set[int] = set()
-        for key, partition in list(self.index().items()):
-            if partition in due:
-                continue
-            buffer = self.buffer(key)
-            if buffer is not None and reorder.due(buffer, now_ms=now_ms, window_ms=self.window_ms):
-                due.add(buffer.partition)
-        return due
+        """Partitions (of this worker) holding a buffer whose window has passed (from the
+        index alone: no buffer is read)."""
+        return {p for key, p in self.index().items() if self._window_passed(key, now_ms)}
 
     # -- releasing ------------------------------------------------------------------
     def take(
@@ -150,17 +159,15 @@ class Holds:
         *,
         now_ms: int,
         window_ms: int | None = None,
-        buffer: reorder.ThreadBuffer | None = None,
-        mark: bool = True,
     ) -> list[Delivery]:
         """The thread's held events to process now (marked busy), oldest first."""
-        buffer = buffer or self.buffer(key)
+        buffer = self.buffer(key)
         if buffer is None:
             return []
         busy = frozenset(self._busy.get(key, ()))
         window = self.window_ms if window_ms is None else window_ms
         out = reorder.take(buffer, now_ms=now_ms, window_ms=window, busy=busy)
-        if mark and out.events:
+        if out.events:
             self._busy.setdefault(key, set()).update(h.sort_key for h in out.events)
         return [
             Delivery(
@@ -183,7 +190,9 @@ class Holds:
         if settled is not buffer:
             self.table[key] = _encode(settled)
         if not settled.held:
-            self.index().pop(key, None)
+            self._unindex(key)
+        else:
+            self._opened[key] = settled.opened_ms or now_ms
 
     def release_busy(self, key: bytes, taken: list[Delivery]) -> None:
         """These events are no longer busy: processed, or dropped (released again later)."""

@@ -11,8 +11,9 @@ crash never skips an unfinished record, and a finished one that comes again is s
 by dedupe). A job that ends with :class:`Dropped` is left unacknowledged: its records
 come back after the rebalance or restart that dropped it.
 
-Backpressure: :meth:`Lanes.submit` waits while ``max_pending`` records are taken and
-not yet finished, so a slow model cannot make the worker read the topic without end.
+Backpressure: :meth:`Lanes.submit` waits while ``max_pending`` records (or releases of
+held buffers) are taken and not yet finished, so a slow model cannot make the worker
+read the topic, or release held threads, without end.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ class Job:
     kind: str = "deliver"
     #: whatever the job's creator keeps with it (the pipeline: the envelope and position)
     item: Any = None
+
+    @property
+    def weight(self) -> int:
+        """What the job counts against ``max_pending``: its records, and at least one (a
+        release of held events carries no record, but its buffer is work in flight)."""
+        return max(1, len(self.records))
 
 
 Ack = Callable[[Any], Awaitable[None] | None]
@@ -78,7 +85,7 @@ class Lanes:
         while self._pending >= self.max_pending and self._open:
             self._room.clear()
             await self._room.wait()
-        self._pending += len(job.records)
+        self._pending += job.weight
         self._queues.setdefault(key, deque()).append(job)
         if key not in self._tasks and self._open:
             self._tasks[key] = asyncio.get_running_loop().create_task(
@@ -139,8 +146,13 @@ class Lanes:
         self._pending = 0
         self._open = True
         self._room.set()
+        stuck = sum(1 for task in late if not task.done())  # a cancel its work swallowed
+        if stuck:
+            log.error("lanes drained; cancelled work still running", still_running=stuck)
         if lost:
-            log.info("lanes drained", records_dropped=lost, cancelled=len(late))
+            log.info(
+                "lanes drained", records_dropped=lost, cancelled=len(late), still_running=stuck
+            )
         return lost
 
     def _drop(self, job: Job) -> None:
@@ -179,6 +191,6 @@ class Lanes:
                     self._tasks[key] = asyncio.get_running_loop().create_task(self._lane(key))
 
     def _settle(self, job: Job) -> None:
-        self._pending = max(0, self._pending - len(job.records))
+        self._pending = max(0, self._pending - job.weight)
         if self._pending < self.max_pending:
             self._room.set()

@@ -90,3 +90,40 @@ def test_a_repeat_of_a_held_event_is_held_once() -> None:
 
     assert store.hold(_delivery(1, "hi"), now_ms=NOW_MS) is Verdict.HELD
     assert store.hold(_delivery(1, "hi"), now_ms=NOW_MS) is Verdict.REPEAT
+
+
+class _CountingTable(dict[bytes, bytes]):
+    """A holds table that counts the buffers read from it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.reads: list[bytes] = []
+
+    def get(self, key: bytes, default: object = None) -> object:  # type: ignore[override]
+        self.reads.append(key)
+        return super().get(key, default)
+
+
+def test_a_tick_reads_only_the_buffers_past_their_window() -> None:
+    # every held buffer of the partition was decoded on each tick: a backlog's bodies
+    table = _CountingTable(
+        {b"t-due": _buffer(2, arrived_ms=NOW_MS - 5000)}
+        | {f"t-wait-{n}".encode(): _buffer(2, arrived_ms=NOW_MS - 10) for n in range(50)}
+    )
+    holds = Holds(table, WINDOW_MS)
+    holds.index()  # read once, as after a rebalance
+
+    due = holds.due_keys(2, now_ms=NOW_MS)
+    partitions = holds.due_partitions(now_ms=NOW_MS)
+
+    assert (due, partitions) == ([b"t-due"], {2})
+    assert table.reads == [b"t-due"]
+
+
+def test_a_held_event_makes_its_thread_due_a_window_later() -> None:
+    holds = Holds({}, WINDOW_MS)
+    assert holds.hold(_delivery(1, "hello"), now_ms=NOW_MS) is Verdict.HELD
+
+    assert holds.due_partitions(now_ms=NOW_MS + WINDOW_MS - 1) == set()
+    assert holds.due_partitions(now_ms=NOW_MS + WINDOW_MS) == {2}
+    assert holds.due_keys(2, now_ms=NOW_MS + WINDOW_MS) == [b"agentmail:t-big"]

@@ -131,3 +131,26 @@ async def test_a_running_job_absorbs_the_threads_waiting_deliveries() -> None:
     assert seen == [["b"]]
     assert log == []  # b never ran on its own
     assert acks.acked == ["a", "b"]
+
+
+async def test_releases_of_held_buffers_count_against_the_pending_bound() -> None:
+    # a release carries no record (its deliveries were acknowledged when held): without a
+    # weight of its own, a backlog of due threads started a lane task each, unbounded
+    release_started = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def release(job: Job) -> None:
+        release_started.set()
+        await gate.wait()
+
+    lanes = _lanes(_Acks(), max_pending=2)
+    await lanes.submit(b"t1", Job(release, [], kind="release"))
+    await lanes.submit(b"t2", Job(release, [], kind="release"))
+    third = asyncio.ensure_future(lanes.submit(b"t3", Job(release, [], kind="release")))
+    await release_started.wait()
+
+    assert (lanes.pending, lanes.active, third.done()) == (2, 2, False)
+    gate.set()
+    await asyncio.wait_for(third, 1)
+    await _idle(lanes)
+    assert lanes.pending == 0
