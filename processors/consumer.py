@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
 
+from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import TopicPartition as KafkaTP
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
+from mode.utils.futures import notify
+
+from processors.exceptions import Rebalancing
+from processors.offsets import OffsetBook
 
 
 class RewindingConsumer(AIOKafkaConsumer):
@@ -54,21 +62,129 @@ class RewindingConsumer(AIOKafkaConsumer):
         return committed
 
 
+class TrackingConsumer(RewindingConsumer):
+    """Commits what :mod:`processors.offsets`' book says is finished, never faust's acks.
+
+    faust's acknowledgements stay (they end its wait for in-flight records) but no longer
+    move a commit: ``take_events`` acknowledges a whole batch when the loop asks for the
+    next one, while the batch's work runs on in the lanes.
+    """
+
+    #: set by :func:`draining_consumer`: the worker's book of taken and finished records
+    book: OffsetBook
+
+    def ack(self, message: Any) -> bool:
+        if message.acked:
+            return False
+        message.acked = True
+        self._unacked_messages.discard(message)
+        notify(self._waiting_for_ack)
+        return True
+
+    def _new_offset(self, tp: TP) -> int | None:
+        return self.book.committable(tp)
+
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterator[TP]:
+        return (
+            tp
+            for tp in self.book.partitions()
+            if topics is None or tp in topics or tp.topic in topics
+        )
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        await super().on_partitions_revoked(revoked)
+        self.book.forget(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        # every assigned partition is read again from its committed offset (perform_seek)
+        self.book.forget(list(self.book.partitions()))
+        await super().on_partitions_assigned(assigned, generation_id)
+
+    async def confirm_owner(self, tp: TP, generation: int, timeout_s: float) -> bool:
+        """Whether this member still owns ``tp`` in ``generation``, as the broker says.
+
+        The check is a commit of the partition's finished prefix with the member's group
+        generation (KIP-447's fence without transactions): the group coordinator refuses
+        it from a member whose session expired (a paused or partitioned worker), from a
+        generation that has ended, and while the group completes a rebalance. A check
+        that gets no answer within ``timeout_s`` (the coordinator unreachable or moving)
+        is asked again, for as long as the generation lasts: not knowing is not a refusal
+        (a refused lane drops its records, which only a rebalance brings back), and
+        nothing is written or sent meanwhile.
+        """
+        while generation == self.app.consumer_generation_id:
+            answer = await self._commit_as_member(tp, timeout_s)
+            if answer is not None:
+                return answer and generation == self.app.consumer_generation_id
+            self.log.warning("no answer from the group coordinator for %s; asking again", tp)
+        return False
+
+    async def _commit_as_member(self, tp: TP, timeout_s: float) -> bool | None:
+        """Commit ``tp``'s finished prefix: True if the coordinator took it, False if it
+        refused, None if no answer came within ``timeout_s``."""
+        done, committed = self.book.committable(tp), self._committed_offset.get(tp)
+        offsets = [o for o in (done, committed) if o is not None]
+        if not offsets:
+            return False
+        offset = max(offsets)  # never moves the group's offset back
+        thread = self._thread
+        try:
+            await self.app.producer.flush()  # the holds behind ``offset`` are durable first
+            future = asyncio.run_coroutine_threadsafe(
+                self._commit_on_thread_loop(thread, tp, offset, timeout_s), thread.thread_loop
+            )
+        except Exception as exc:  # the producer or the consumer is stopping: not a refusal
+            raise Rebalancing(f"ownership of {tp} could not be checked: {exc!r}") from exc
+        try:
+            answer = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s + 1)
+        except TimeoutError:
+            future.cancel()
+            return None
+        if answer:
+            self._committed_offset[tp] = offset
+        return answer
+
+    @staticmethod
+    async def _commit_on_thread_loop(
+        thread: Any, tp: TP, offset: int, timeout_s: float
+    ) -> bool | None:
+        """On the consumer's own loop, never through its method queue: two workers serve
+        that queue, and a commit stuck on a coordinator that is down would starve faust's
+        own calls (fetches, rebalances) behind it."""
+        consumer = thread._ensure_consumer()
+        target = KafkaTP(tp.topic, tp.partition)
+        try:
+            await asyncio.wait_for(
+                consumer.commit({target: OffsetAndMetadata(offset, "")}), timeout_s
+            )
+        except TimeoutError:  # aiokafka retries what may pass: no answer yet
+            return None
+        except Exception:  # refused: a generation that ended, not assigned here
+            return False
+        return True
+
+
 Drain = Callable[[], Awaitable[None]]
 
 
-def draining_consumer(drain: Drain) -> type[RewindingConsumer]:
+def draining_consumer(drain: Drain, book: OffsetBook) -> type[TrackingConsumer]:
     """The consumer class, whose wait for in-flight records first drains the lanes.
 
     faust waits, on every rebalance and at shutdown, until every record taken is
     acknowledged. A model call can take minutes, longer than a rebalance may; so the
     lanes first get ``ONCEONLY_DRAIN_GRACE_S`` to finish, then drop what is left (it is
-    read again from the committed offset), and faust's wait ends.
+    read again from the committed offset), and faust's wait ends. What finished is
+    committed before the partitions go (with the generation that is ending).
     """
 
-    class DrainingConsumer(RewindingConsumer):
+    class DrainingConsumer(TrackingConsumer):
         async def wait_empty(self) -> None:
             await drain()
+            try:
+                await self.commit()
+            except Exception as exc:  # the group moved on: the next owner reads them again
+                self.log.info("commit after the drain failed: %r", exc)
             await super().wait_empty()
 
+    DrainingConsumer.book = book
     return DrainingConsumer

@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import socket
 import ssl
+import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import faust
+from faust.streams import _current_event
 
 from foundation.kafka import client_security, replicated_config
 from foundation.settings import Settings
@@ -130,3 +133,24 @@ def topology(app: faust.App, settings: Settings, replication: int = 1) -> Topolo
         holds=table("holds", 0.25),
         replies=table("replies", 0.5, changelog_topic=ledger),
     )
+
+
+#: the partition and group generation of the record a task (or a writer's thread, which
+#: runs in its task's context) works for; held strongly, unlike faust's current event,
+#: so work that outlives its record (a sync writer's thread after a drain) is still fenced
+_position: ContextVar[tuple[Any, int] | None] = ContextVar("onceonly_position", default=None)
+
+
+def set_current(event: Any) -> None:
+    """Make ``event`` the record this task works for: faust's tables write to its
+    partition, and the fence checks that partition."""
+    _current_event.set(weakref.ref(event))
+    message = event.message
+    generation = message.generation_id  # None: unknown, which no generation confirms
+    _position.set((message.tp, -1 if generation is None else int(generation)))
+
+
+def current_position() -> tuple[Any, int] | None:
+    """The partition and generation set by :func:`set_current`, or None outside a record's
+    work (a tool, a test)."""
+    return _position.get()

@@ -10,6 +10,7 @@ import structlog
 from processors.dead_letters import DeadLetters
 from processors.decisions import Decisions
 from processors.effects import EffectConflict, Effects, EventHandler, run_handler
+from processors.exceptions import Rebalancing
 from processors.holds import Delivery
 from processors.metrics import WorkerMetrics
 from schemas.decision import Stage
@@ -43,6 +44,8 @@ async def handle_event(parts: Parts, delivery: Delivery) -> bool:
     effects = Effects(envelope, parts.ledger, parts.now)
     try:
         await run_handler(handler, envelope, effects)
+    except Rebalancing:  # the partition is not ours (Fenced): its owner runs the handler
+        raise
     except Exception as exc:
         check = "effect_conflict" if isinstance(exc, EffectConflict) else "handler_failed"
         log.error("event handler failed; dead-lettered", reason=check, error=repr(exc), **ids)

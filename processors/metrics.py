@@ -52,6 +52,18 @@ class WorkerMetrics:
             "Records written to the dead-letter topic.",
             registry=self.registry,
         )
+        self.fenced = Counter(
+            "onceonly_fenced",
+            "Writes and sends refused because the record's partition was no longer ours.",
+            registry=self.registry,
+        )
+        self.fence_to_send = Histogram(
+            "onceonly_fence_to_send_seconds",
+            "From the last ownership check to the start of the send: the window no fence "
+            "closes (a pause here still sends; the idempotency key keeps it to one email).",
+            buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 1),
+            registry=self.registry,
+        )
         self._writer_metrics()
 
     def _writer_metrics(self) -> None:

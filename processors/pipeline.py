@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from faust.streams import _current_event
 
 from foundation.settings import Settings
 from processors import reorder
@@ -31,6 +29,8 @@ from processors.dead_letters import DeadLetters
 from processors.decisions import Decisions
 from processors.effects import Effects, EventHandler
 from processors.exceptions import Rebalancing, SendError
+from processors.faust_app import set_current
+from processors.fence import Fence
 from processors.handling import handle_event
 from processors.holds import Delivery, Holds, Verdict
 from processors.holds import log_ids as _ids
@@ -85,6 +85,7 @@ class Pipeline:
     mac_key: bytes | None = None
     #: the decisions topic: each skip, written off the ack path (none: written nowhere)
     decisions: Decisions = field(default_factory=Decisions)
+    fence: Fence | None = None  #: checked before each send (the ledger fences its writes)
 
     @property
     def window_ms(self) -> int:
@@ -102,7 +103,7 @@ class Pipeline:
         message = event.message
         headers = dict(message.headers or ())
         partition, offset = int(message.partition), int(message.offset)
-        _current_event.set(weakref.ref(event))
+        set_current(event)
         if TICK_HEADER in headers:
             self._ticking.pop(partition, None)
             await self.on_tick(partition, event)
@@ -158,9 +159,7 @@ class Pipeline:
 
     async def on_tick(self, partition: int, event: Any) -> None:
         """Queue a release on the lane of each thread of ``partition`` that is due."""
-        for key in self.holds.due_keys(partition, now_ms=self.now_ms()):
-            if key in self._releasing:
-                continue
+        for key in self.holds.due_keys(partition, now_ms=self.now_ms(), skip=self._releasing):
             self._releasing.add(key)
             await self.lanes.submit(key, Job(self._release, [], kind="release", item=(key, event)))
 
@@ -181,13 +180,13 @@ class Pipeline:
     # -- a lane's jobs ----------------------------------------------------------------
     async def _deliver(self, job: Job) -> None:
         """Window 0: one delivery, as it came."""
-        _current_event.set(weakref.ref(job.records[0]))
+        set_current(job.records[0])
         await self.process(job, [job.item])
 
     async def _release(self, job: Job) -> None:
         """A due thread's held events, released together in payload order."""
         key, tick = job.item
-        _current_event.set(weakref.ref(tick))
+        set_current(tick)
         taken: list[Delivery] = []
         try:
             taken = self.holds.take(key, now_ms=self.now_ms())
@@ -271,9 +270,8 @@ class Pipeline:
     async def _dead_letter_deliveries(
         self, deliveries: Sequence[Delivery], check: str, exc: BaseException
     ) -> None:
-        await self.dead_letters.record_failure(
-            [d.envelope for d in deliveries], check=check, error=repr(exc)
-        )
+        envelopes = [d.envelope for d in deliveries]
+        await self.dead_letters.record_failure(envelopes, check=check, error=repr(exc))
 
     async def _inbounds(
         self, claimed: Sequence[Delivery], outcomes: dict[str, bool]
@@ -359,7 +357,7 @@ class Pipeline:
         result = await reply_once(
             burst,
             ledger=self.ledger,
-            sender=channel.sender,
+            sender=self.fence.sender(channel.sender) if self.fence else channel.sender,
             write=functools.partial(self.write, channel),
             dead_letter=dead_letter,
             now=self.now,
@@ -373,8 +371,8 @@ class Pipeline:
             supersede_max=self.settings.supersede_max,
             on_superseded=self.metrics.superseded.inc,
         )
-        if result.outcome is Outcome.SENT:
-            self.metrics.replies.inc()
+        if result.outcome is Outcome.SENT:  # a burst may answer in more than one reply
+            self.metrics.replies.inc(sum(p.outcome is Outcome.SENT for p in result.parts) or 1)
         elif result.outcome is Outcome.DECLINED:
             self.metrics.skips.labels("declined").inc()
         if result.outcome in (Outcome.ALREADY, Outcome.DECLINED):

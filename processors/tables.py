@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from foundation.settings import Settings
@@ -20,8 +21,10 @@ class TableLedger:
     with the same key, which the mail API answers from its idempotency record.
     """
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, fence: Callable[[str], Awaitable[Any]] | None = None) -> None:
         self.table = table  # a faust Table: bytes -> bytes
+        #: awaited before each write: raises Fenced once the record's partition is not ours
+        self.fence = fence
 
     def get(self, key: str) -> ReplyRecord | None:
         raw = self.table.get(key.encode())
@@ -36,6 +39,8 @@ class TableLedger:
 
     async def put_raw(self, key: str, value: bytes) -> None:
         raw = key.encode()
+        if self.fence is not None:
+            await self.fence("a ledger record")
         await self.table.send_changelog(self.table.partition_for_key(raw), raw, value)
         self.table.data[raw] = value  # the store alone: the topic has the record already
 

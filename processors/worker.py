@@ -42,12 +42,14 @@ from processors.consumer import draining_consumer
 from processors.dead_letters import DeadLetters
 from processors.decisions import Decisions
 from processors.dedupe import Retention
-from processors.faust_app import Topology, faust_app, topology
+from processors.faust_app import Topology, current_position, faust_app, topology
+from processors.fence import Fence
 from processors.health import WebhookHealth, check_webhook
 from processors.holds import Holds
 from processors.lanes import Lanes
 from processors.metrics import LagCollector, WorkerMetrics
 from processors.nylas.channel import nylas_channel
+from processors.offsets import OffsetBook
 from processors.outbox import DryRunOutbox
 from processors.pipeline import Pipeline
 from processors.progress import Worker, log_recovery, wire_progress
@@ -62,6 +64,9 @@ Clock = Callable[[], float]  # epoch seconds
 
 #: exit code of a worker that must stop without acknowledging what it took
 EXIT_REDELIVER = 70
+#: how long one ownership check waits for the group coordinator; with no answer by then
+#: (the coordinator unreachable or moving) it asks again, writing and sending nothing
+FENCE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -103,13 +108,15 @@ def _mail_sender(settings: Settings) -> Any:
     )
 
 
-def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics) -> Lanes:
+def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: OffsetBook) -> Lanes:
     def forget(records: Iterable[Any]) -> None:  # dropped: faust must not wait for them
         unacked = app.consumer.unacked
         for record in records:
             unacked.discard(record.message)
 
-    async def ack(record: Any) -> None:
+    async def ack(record: Any) -> None:  # finished: its offset may be committed
+        message = record.message
+        book.finish(message.tp, message.offset, message)
         record.ack()
         metrics.pending_records.set(lanes.pending)
 
@@ -124,25 +131,39 @@ def _pipeline(
     sender: Any,
     writer: ReplyWriter | None,
     clock: Clock,
+    book: OffsetBook,
 ) -> Pipeline:
     metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
     retention = Retention.of(settings)
     handler = settings.event_handler
+
+    async def confirm(tp: Any, generation: int) -> bool:
+        consumer: Any = app.consumer  # processors.consumer.TrackingConsumer
+        return bool(await consumer.confirm_owner(tp, generation, FENCE_TIMEOUT_S))
+
+    fence = Fence(
+        confirm,
+        current_position,
+        on_fenced=metrics.fenced.inc,
+        on_gap=metrics.fence_to_send.observe,
+    )
     pipeline = Pipeline(
         settings=settings,
         events=parts.events,
         holds=Holds(parts.holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
-        ledger=TableLedger(parts.replies),
+        ledger=TableLedger(parts.replies, fence=fence.check),
         channels={"agentmail": AgentMailChannel(sender)},
         writer=Writer(
             writer or load_writer(settings.reply_writer),
             writer_policy(settings),
             on_call=metrics.writer_call,
         ),
-        dead_letters=DeadLetters(parts.dead_letters, metrics, clock, settings.record_max_bytes),
+        dead_letters=DeadLetters(
+            parts.dead_letters, metrics, clock, settings.record_max_bytes, settings.envelope_mac_key
+        ),
         deliveries=parts.deliveries,
         metrics=metrics,
-        lanes=_lanes(app, settings, metrics),
+        lanes=_lanes(app, settings, metrics, book),
         sweeper=Sweeper(
             parts.events,
             parts.holds,
@@ -156,6 +177,7 @@ def _pipeline(
         flowing=app.flow_control.is_active,
         mac_key=settings.envelope_mac_key,
         decisions=Decisions(parts.decisions, clock),
+        fence=fence,
     )
     outbox = sender if isinstance(sender, DryRunOutbox) else None
     nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
@@ -185,20 +207,28 @@ def build_app(
     app = faust_app(settings, replication)
     parts = topology(app, settings, replication)
     sender = sender if sender is not None else _mail_sender(settings)
-    pipeline = _pipeline(app, settings, parts, sender, writer, clock)
+    book = OffsetBook()
+    pipeline = _pipeline(app, settings, parts, sender, writer, clock, book)
     lanes = pipeline.lanes
 
     async def drain() -> None:
         await lanes.drain(settings.drain_grace_s)
         pipeline.forget_state()
 
-    app.transport.Consumer = draining_consumer(drain)  # type: ignore[misc]
+    app.transport.Consumer = draining_consumer(drain, book)  # type: ignore[misc]
 
     async def process(stream: Any) -> None:
         within = settings.batch_wait_ms / 1000
-        # manual acks: each record is acknowledged by its lane once its work is done
+        # take_events acknowledges each batch as the next is asked for, whatever its work:
+        # commits follow the book instead, where a record is finished by its lane
         async for records in stream.noack().take_events(settings.batch_max, within=within):
             for record in records:
+                if not app.flow_control.is_active():
+                    # a rebalance began (the lanes may be drained already): the rest of the
+                    # batch is neither taken nor started; it is read again after the seek
+                    break
+                message = record.message
+                book.take(message.tp, message.offset, message)
                 await pipeline.admit(record)
             pipeline.metrics.pending_records.set(lanes.pending)
 

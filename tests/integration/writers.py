@@ -47,7 +47,14 @@ def _log_call(event: str, burst: Sequence[Inbound]) -> None:
     """One JSON line per call: what happened, when, and which messages the call saw."""
     path = os.environ.get("ONCEONLY_TEST_WRITER_LOG")
     if path:
-        line = {"event": event, "at": time.time(), "ids": [m.message_id for m in burst]}
+        ids = [m.message_id for m in burst]
+        line = {
+            "event": event,
+            "at": time.time(),
+            "ids": ids,
+            "pid": os.getpid(),
+            "attempt": getattr(burst, "attempt", 1),
+        }
         with open(path, "a") as out:
             out.write(json.dumps(line) + "\n")
 
@@ -81,9 +88,11 @@ async def model(burst: Any) -> Any:
         delay = float(text.split("SLOW=", 1)[1].split()[0])
     if "EFFECT" in text:
         await burst.effects.once("label", {"message": latest.message_id}, _record_effect)
-    if "HANG" in text:
-        await asyncio.sleep(3600)
-    await asyncio.sleep(delay)
+    try:
+        await asyncio.sleep(3600 if "HANG" in text else delay)
+    except asyncio.CancelledError:
+        _log_call("cancelled", burst)
+        raise
     if "ALWAYS-FAIL" in text or ("FAIL-ONCE" in text and _calls_for(latest.message_id) <= 1):
         _log_call("raise", burst)
         raise RuntimeError("429 Too Many Requests (the model's rate limit)")
@@ -93,7 +102,10 @@ async def model(burst: Any) -> Any:
     if "HISTORY" in text:
         earlier = await burst.history()
         return "history: " + " ".join(f"{m.message_id}{'(own)' if m.own else ''}" for m in earlier)
-    return f"reply to {latest.message_id} covering {len(burst)} message(s)"
+    text = f"reply to {latest.message_id} covering {len(burst)} message(s)"
+    if os.environ.get("ONCEONLY_TEST_WRITER_VARY"):  # a sampled model: never the same text
+        text += f" ({uuid.uuid4().hex[:8]})"
+    return text
 
 
 def _record_effect(key: str) -> str:
@@ -106,5 +118,13 @@ def sync_model(burst: Any) -> str:
     """A plain sync writer that blocks for ONCEONLY_TEST_WRITER_DELAY_S (time.sleep)."""
     _log_call("start", burst)
     time.sleep(float(os.environ.get("ONCEONLY_TEST_WRITER_DELAY_S", "2")))
+    _log_call("end", burst)
+    return f"reply to {burst[-1].message_id}"
+
+
+def sync_effect(burst: Any) -> str:
+    """A sync writer that labels the message once through ``effects.once_sync``."""
+    _log_call("start", burst)
+    burst.effects.once_sync("label", {"message": burst[-1].message_id}, _record_effect)
     _log_call("end", burst)
     return f"reply to {burst[-1].message_id}"
