@@ -1,6 +1,7 @@
-"""Reply once: the key, the plan for a ledger record, bursts, skips, and the send policy.
+"""Reply once: skips, the send policy, and :func:`reply_once`, which answers a burst.
 
-The decisions are pure functions. :func:`reply_once` strings them together against
+The decisions are pure functions (those about bursts and ledger records in
+:mod:`processors.bursts`). :func:`reply_once` strings them together against
 three small protocols (a ledger that acknowledges writes, a mail sender, a reply
 writer), so it runs the same under the faust worker and in unit tests.
 
@@ -27,63 +28,45 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from processors.bursts import (
+    KEY_LIFETIME,
+    BurstResult,
+    Outcome,
+    Plan,
+    already,
+    divide,
+    plan,
+    split_burst,
+    summarize,
+)
 from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
-from processors.messages import Decline
-from processors.messages import Inbound as Inbound
-from processors.messages import reply_key as reply_key
+from processors.messages import Decline, Inbound, reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 
-log = structlog.get_logger("onceonly.reply")
+__all__ = [
+    "KEY_LIFETIME",
+    "BurstResult",
+    "Inbound",
+    "MailSender",
+    "Outcome",
+    "Plan",
+    "ReplyWriter",
+    "SendPolicy",
+    "Skip",
+    "plan",
+    "reply_key",
+    "reply_once",
+    "simple_write",
+    "split_burst",
+]
 
-#: how long a mail API keeps an idempotency key unless its channel says otherwise
-KEY_LIFETIME = timedelta(hours=24)
+log = structlog.get_logger("onceonly.reply")
 
 
 class Skip(StrEnum):
     NOT_RECEIVED = "not_received"  #: an event type that is not an inbound message
     NOT_REAL_MAIL = "not_real_mail"  #: spam, blocked, unauthenticated
     OWN_MESSAGE = "own_message"  #: the agent's own outbound mail
-
-
-class Plan(StrEnum):
-    WRITE = "write"  #: no record: write the reply, record it, then send
-    SEND = "send"  #: a pending record: send its stored text with its stored key
-    RECONCILE = "reconcile"  #: a pending record older than the key lifetime: look first
-    SKIP_SENT = "skip_sent"
-    SKIP_COVERED = "skip_covered"
-    SKIP_FAILED = "skip_failed"
-    SKIP_DECLINED = "skip_declined"
-
-
-def plan(
-    record: ReplyRecord | None,
-    *,
-    now: datetime,
-    key_lifetime: timedelta = KEY_LIFETIME,
-    replay: bool = False,
-) -> Plan:
-    if record is None:
-        return Plan.WRITE
-    match record.state:
-        case ReplyState.SENT:
-            return Plan.SKIP_SENT
-        case ReplyState.COVERED:
-            return Plan.SKIP_COVERED
-        case ReplyState.DECLINED:
-            return Plan.SKIP_DECLINED  # the writer's decision stands, replay or not
-        case ReplyState.FAILED if not replay:
-            return Plan.SKIP_FAILED
-        case ReplyState.FAILED if record.reply_text is None:
-            return Plan.WRITE  # the writer failed: a replay asks it again
-    if now - record.created_at > key_lifetime:
-        return Plan.RECONCILE
-    return Plan.SEND
-
-
-def split_burst(burst: Sequence[Inbound]) -> tuple[Inbound, tuple[Inbound, ...]]:
-    """The message to answer (the latest) and the ones its reply covers."""
-    ordered = sorted(burst, key=lambda m: (m.occurred_at, m.event_id))
-    return ordered[-1], tuple(ordered[:-1])
 
 
 # -- the moving parts --------------------------------------------------------------
@@ -142,20 +125,6 @@ class SendPolicy:
     backoff_max_s: float = 30.0
 
 
-class Outcome(StrEnum):
-    SENT = "sent"
-    ALREADY = "already"  #: sent or covered before; nothing to do
-    FAILED = "failed"  #: dead-lettered
-    DECLINED = "declined"  #: the writer chose not to answer
-
-
-@dataclass(frozen=True, slots=True)
-class BurstResult:
-    outcome: Outcome
-    key: str
-    sent_message_id: str | None = None
-
-
 async def reply_once(
     burst: Sequence[Inbound],
     *,
@@ -174,45 +143,55 @@ async def reply_once(
     supersede_max: int = 2,
     on_superseded: Callable[[], None] = lambda: None,
 ) -> BurstResult:
-    """Answer a burst of one thread's messages with exactly one reply, to the latest.
+    """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
-    If ``newer`` finds messages of the thread that reached the worker while the writer
-    was composing, that text is not recorded: the writer is asked again with the whole
-    burst (at most ``supersede_max`` times), and the one reply goes to the latest.
+    The burst is divided by the ledger (:func:`~processors.bursts.divide`). A recorded
+    *pending* reply is sent first with its stored text and key, wherever its message is in
+    the burst. The messages with no record get one reply, to the latest of them; if
+    ``newer`` finds messages of the thread that reached the worker while the writer was
+    composing, that text is not recorded: the writer is asked again with them too (at most
+    ``supersede_max`` times), and the one reply goes to the latest. Returns the burst's
+    result (:func:`~processors.bursts.summarize`), with each reply's in ``parts``.
     """
-    target, covered = split_burst(burst)
-    record = ledger.get(target.key)
-    step = plan(record, now=now(), key_lifetime=key_lifetime, replay=replay)
-    ids = {"key": target.key, "inbox_id": target.inbox_id, "message_id": target.message_id}
-
-    if step in (Plan.SKIP_SENT, Plan.SKIP_COVERED, Plan.SKIP_FAILED, Plan.SKIP_DECLINED):
-        log.info("reply skipped: already handled", reason=step.value, **ids)
-        await _cover(ledger, covered, target.key, now, channel)
-        outcome = Outcome.DECLINED if step is Plan.SKIP_DECLINED else Outcome.ALREADY
-        return BurstResult(outcome, target.key, record.sent_message_id if record else None)
-
-    if step is Plan.WRITE:
-        written = await _compose(
-            burst, ledger, write, newer, supersede_max, on_superseded, now, channel, dead_letter
-        )
-        if isinstance(written, BurstResult):
-            return written
-        record, covered, burst = written
-    assert record is not None
-    # the record's key, not the first target's: a rewrite answers the latest message
-    await _cover(ledger, covered, record.key, now, channel)
-    return await _send(
-        record,
-        sender=sender,
-        ledger=ledger,
-        dead_letter=dead_letter,
-        policy=policy,
-        reconcile=step is Plan.RECONCILE,
-        on_retry=on_retry,
-        may_retry=may_retry,
-        burst=burst,
-        covered=len(covered),
+    at, latest = now(), ledger.get(split_burst(burst)[0].key)
+    division = divide(
+        [
+            (m, plan(ledger.get(m.key), now=at, key_lifetime=key_lifetime, replay=replay))
+            for m in burst
+        ],
+        latest.covers if latest is not None else None,
     )
+    done = [_skipped(ledger, message, step) for message, step in division.done]
+    send = _Sending(sender, ledger, dead_letter, policy, on_retry, may_retry)
+    acted: list[BurstResult] = []
+    if division.covered_by is not None:  # the latest message's pending reply saw them
+        await _cover(ledger, division.cover, division.covered_by, now, channel)
+    for message, step in division.finish:
+        record = ledger.get(message.key)
+        assert record is not None
+        covered = division.cover if message.key == division.covered_by else ()
+        reconcile = step is Plan.RECONCILE
+        acted.append(await send(record, reconcile, [*covered, message], len(covered)))
+    if division.write:
+        composing = (ledger, write, newer, supersede_max, on_superseded, now, channel)
+        written = await _compose(division.write, *composing, dead_letter)
+        if isinstance(written, BurstResult):
+            acted.append(written)
+        else:
+            record, others, messages = written
+            # the record's key, not the first target's: a rewrite answers the latest message
+            await _cover(ledger, others, record.key, now, channel)
+            acted.append(await send(record, False, messages, len(others)))
+    return summarize(acted, done)
+
+
+def _ids(record: ReplyRecord | Inbound) -> dict[str, str]:
+    return {"key": record.key, "inbox_id": record.inbox_id, "message_id": record.message_id}
+
+
+def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:
+    log.info("reply skipped: already handled", reason=step.value, **_ids(message))
+    return already(message, step, ledger.get(message.key))
 
 
 def _record_for(target: Inbound, state: ReplyState, now: datetime, channel: str) -> ReplyRecord:
@@ -272,7 +251,8 @@ async def _compose(
         await _cover(ledger, covered, target.key, now, channel)
         log.info("reply declined by the writer", reason=written.reason, key=target.key)
         return BurstResult(Outcome.DECLINED, target.key)
-    record = base.with_state(ReplyState.PENDING, reply_text=written)
+    seen = tuple(m.key for m in covered)
+    record = base.with_state(ReplyState.PENDING, reply_text=written, covers=seen)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages
 
@@ -289,60 +269,85 @@ def _retrying(policy: SendPolicy) -> AsyncRetrying:
     )
 
 
-async def _send(
-    record: ReplyRecord,
-    *,
-    sender: MailSender,
-    ledger: Ledger,
-    dead_letter: DeadLetter,
-    policy: SendPolicy,
-    reconcile: bool,
-    on_retry: Callable[[], None],
-    may_retry: Callable[[], bool],
-    burst: Sequence[Inbound],
-    covered: int,
-) -> BurstResult:
-    """Send a recorded reply with its key, under the policy; a stale one reads the thread first."""
-    ids = {"key": record.key, "inbox_id": record.inbox_id, "message_id": record.message_id}
-    reconciled = not reconcile
-    found: str | None = None
-    attempts = 0
-    try:
-        async for attempt in _retrying(policy):
-            with attempt:
-                attempts += 1
-                if attempts > 1:
-                    if not may_retry():
-                        raise Rebalancing(
-                            f"a rebalance began while reply {record.key} was being retried "
-                            f"(attempt {attempts}); its next owner resumes it with the same key"
-                        )
-                    on_retry()
-                    log.warning("send retry with the same key", attempt=attempts, **ids)
-                if not reconciled:
-                    found = await sender.find_reply(record)
-                    reconciled = True
-                if found is None:
-                    sent_id = await sender.reply(record)
-    except SendError as exc:
-        reason = (
-            f"{exc.failure.value} after {attempts} attempt(s): {exc}"
-            if exc.failure is SendFailure.RETRY
-            else f"{exc.failure.value}: {exc}"
-        )
-        failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
-        await ledger.put(failed)
-        await dead_letter(failed, reason, burst)
-        log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
-        return BurstResult(Outcome.FAILED, record.key)
+@dataclass(frozen=True, slots=True)
+class _Sending:
+    """Sends a burst's recorded replies, under the send policy."""
 
-    if found is not None:
-        log.info("reply found in the thread; recorded as sent", sent=found, **ids)
-        await ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
-        return BurstResult(Outcome.ALREADY, record.key, found)
-    await ledger.put(record.with_state(ReplyState.SENT, sent_message_id=sent_id, attempts=attempts))
-    log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
-    return BurstResult(Outcome.SENT, record.key, sent_id)
+    sender: MailSender
+    ledger: Ledger
+    dead_letter: DeadLetter
+    policy: SendPolicy
+    on_retry: Callable[[], None]
+    may_retry: Callable[[], bool]
+
+    async def __call__(
+        self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
+    ) -> BurstResult:
+        """Send ``record`` with its key (a stale one reads the thread first); record the outcome.
+
+        ``burst``: the messages the reply answers, dead-lettered with it if it fails.
+        """
+        ids = _ids(record)
+        reconciled = not reconcile
+        found: str | None = None
+        sent_id: str | None = None
+        attempts = 0
+        try:
+            async for attempt in _retrying(self.policy):
+                with attempt:
+                    attempts += 1
+                    if attempts > 1:
+                        if not self.may_retry():
+                            raise Rebalancing(
+                                f"a rebalance began while reply {record.key} was being retried "
+                                f"(attempt {attempts}); its next owner resumes it with the same key"
+                            )
+                        self.on_retry()
+                        log.warning("send retry with the same key", attempt=attempts, **ids)
+                    if not reconciled:
+                        found = await self.sender.find_reply(record)
+                        reconciled = True
+                    if found is None:
+                        sent_id, found = await _send_or_find(self.sender, record)
+        except SendError as exc:
+            reason = (
+                f"{exc.failure.value} after {attempts} attempt(s): {exc}"
+                if exc.failure is SendFailure.RETRY
+                else f"{exc.failure.value}: {exc}"
+            )
+            failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
+            await self.ledger.put(failed)
+            await self.dead_letter(failed, reason, burst)
+            log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
+            return BurstResult(Outcome.FAILED, record.key)
+
+        if found is not None:
+            log.info("reply found in the thread; recorded as sent", sent=found, **ids)
+            await self.ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
+            return BurstResult(Outcome.ALREADY, record.key, found)
+        assert sent_id is not None
+        sent = record.with_state(ReplyState.SENT, sent_message_id=sent_id, attempts=attempts)
+        await self.ledger.put(sent)
+        log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
+        return BurstResult(Outcome.SENT, record.key, sent_id)
+
+
+async def _send_or_find(sender: MailSender, record: ReplyRecord) -> tuple[str | None, str | None]:
+    """One send: (the sent id, None). A 409 key conflict means an email with this key exists
+    (another owner sent it, with another text): (None, that reply) if the thread has it;
+    without one in the thread the conflict stands, and is raised."""
+    try:
+        return await sender.reply(record), None
+    except SendError as exc:
+        if exc.failure is not SendFailure.CONFLICT:
+            raise
+        found = await sender.find_reply(record)
+        if found is None:
+            raise
+        log.warning(
+            "409 key conflict: another send with this key replied", sent=found, **_ids(record)
+        )
+        return None, found
 
 
 async def _cover(

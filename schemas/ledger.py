@@ -12,8 +12,8 @@ from schemas.exceptions import SchemaError
 
 #: 2 added ``reason`` (why a reply was declined) and ``message_at`` (the answered
 #: message's own time); version 1 records still decode
-LEDGER_VERSION = 2
-KNOWN_LEDGER_VERSIONS = frozenset({1, 2})
+LEDGER_VERSION = 3
+KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3})
 
 
 class ReplyState(StrEnum):
@@ -43,6 +43,9 @@ class ReplyRecord:
     reason: str | None = None
     #: the answered message's own time (its payload's), where catch-up starts from
     message_at: datetime | None = None
+    #: the keys of the burst's other messages, which the writer saw and this reply covers
+    #: (version 3; None: written before, when a reply covered whatever came with it)
+    covers: tuple[str, ...] | None = None
     v: int = LEDGER_VERSION
 
     def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
@@ -65,6 +68,7 @@ class ReplyRecord:
             "channel": self.channel,
             "reason": self.reason,
             "message_at": self.message_at.isoformat() if self.message_at else None,
+            "covers": list(self.covers) if self.covers is not None else None,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -79,6 +83,8 @@ class ReplyRecord:
             data["created_at"] = datetime.fromisoformat(data["created_at"])
             if data.get("message_at"):
                 data["message_at"] = datetime.fromisoformat(data["message_at"])
+            if data.get("covers") is not None:
+                data["covers"] = tuple(str(key) for key in data["covers"])
             data["v"] = LEDGER_VERSION
             return cls(**data)
         except SchemaError:

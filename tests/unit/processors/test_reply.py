@@ -220,9 +220,10 @@ async def test_a_lost_response_is_retried_with_the_same_key_and_sends_once(
     assert len(mail.outbox) == 1
 
 
-async def test_a_key_used_with_other_content_is_dead_lettered_not_retried(
+async def test_a_key_used_with_other_content_whose_reply_is_in_the_thread_is_recorded_sent(
     mail: FakeAgentMail,
 ) -> None:
+    # another owner sent this key with its own text: the 409 is that email, not a failure
     harness = Harness(mail)
     message = _seed(mail, "<m1@x>")
     other = Harness(mail)
@@ -231,11 +232,11 @@ async def test_a_key_used_with_other_content_is_dead_lettered_not_retried(
 
     result = await harness.run([message])
 
-    assert result.outcome is Outcome.FAILED
-    assert len(mail.outbox) == 1
-    [(record, reason)] = harness.dead
-    assert record.state is ReplyState.FAILED and "key_conflict" in reason
-    assert harness.ledger.records[message.key].attempts == 1
+    [email] = mail.outbox
+    assert result == BurstResult(Outcome.ALREADY, message.key, email.sent_message_id)
+    assert harness.dead == []
+    record = harness.ledger.records[message.key]
+    assert (record.state, record.sent_message_id) == (ReplyState.SENT, email.sent_message_id)
 
 
 async def test_server_errors_exhaust_the_attempts_then_dead_letter(mail: FakeAgentMail) -> None:
@@ -624,8 +625,9 @@ async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_th
     result = await _reply([latest, first], ledger)
 
     assert result == BurstResult(Outcome.SENT, latest.key, "<sent-1@x>")
+    seen = (first.key,)  # the record names what its writer saw, and covers only that
     assert ledger.writes == [
-        _owed(latest, ReplyState.PENDING, reply_text="the reply"),
+        _owed(latest, ReplyState.PENDING, reply_text="the reply", covers=seen),
         _owed(first, ReplyState.COVERED, covered_by=latest.key),
         _owed(
             latest,
@@ -633,6 +635,7 @@ async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_th
             reply_text="the reply",
             sent_message_id="<sent-1@x>",
             attempts=1,
+            covers=seen,
         ),
     ]
 
@@ -646,15 +649,25 @@ async def test_every_record_of_a_reply_carries_its_channel() -> None:
     assert [r.channel for r in ledger.writes] == ["nylas", "nylas", "nylas"]
 
 
-async def test_a_handled_message_returns_its_sent_id_and_covers_the_rest_of_its_burst() -> None:
+async def test_a_handled_latest_message_leaves_the_rest_of_its_burst_a_reply_of_its_own() -> None:
     ledger = MemoryLedger()
     first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
     await ledger.put(_owed(latest, ReplyState.SENT, sent_message_id="<r@x>"))
 
     result = await _reply([first, latest], ledger)
 
-    assert result == BurstResult(Outcome.ALREADY, latest.key, "<r@x>")
-    assert ledger.writes[1:] == [_owed(first, ReplyState.COVERED, covered_by=latest.key)]
+    assert result == BurstResult(Outcome.SENT, first.key, "<sent-1@x>")
+    assert ledger.writes[1:] == [
+        _owed(first, ReplyState.PENDING, reply_text="the reply", covers=()),
+        _owed(
+            first,
+            ReplyState.SENT,
+            reply_text="the reply",
+            sent_message_id="<sent-1@x>",
+            attempts=1,
+            covers=(),
+        ),
+    ]
 
 
 async def test_a_failed_writer_records_its_attempts_and_error_and_dead_letters_the_burst() -> None:
@@ -701,6 +714,7 @@ async def test_a_rejected_send_records_the_error_and_one_attempt() -> None:
         reply_text="the reply",
         attempts=1,
         error="422 invalid recipient",
+        covers=(),
     )
 
 

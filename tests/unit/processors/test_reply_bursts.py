@@ -1,0 +1,360 @@
+"""Bursts whose messages the ledger already knows in part, and the send's 409 rule.
+
+A message is covered only by a reply whose writer saw it; a recorded *pending* reply is
+finished with its stored text, in whatever burst it comes back; a 409 key conflict whose
+reply is in the thread is a reply sent, not a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from processors.bursts import Plan, divide, summarize
+from processors.exceptions import SendError, SendFailure
+from processors.messages import Inbound
+from processors.reply import BurstResult, Outcome, SendPolicy, reply_once, simple_write
+from schemas.ledger import ReplyRecord, ReplyState
+from testkit.fakes.ledger import MemoryLedger
+
+INBOX = "support@agentmail.to"
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+CONFLICT = SendError(SendFailure.CONFLICT, "409 IdempotencyConflict", status=409)
+
+
+def _inbound(message_id: str, minute: int) -> Inbound:
+    return Inbound(
+        inbox_id=INBOX,
+        message_id=message_id,
+        thread_key="agentmail:thr_1",
+        thread_id="thr_1",
+        event_id=f"evt-{message_id}",
+        occurred_at=T0 + timedelta(minutes=minute),
+        sender="Customer <customer@example.com>",
+        subject="Meeting",
+        text="Can we move it?",
+        labels=("received",),
+    )
+
+
+def _record(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
+    return ReplyRecord(
+        message.key,
+        INBOX,
+        message.message_id,
+        message.thread_key,
+        state,
+        T0,
+        message_at=message.occurred_at,
+        **changes,
+    )
+
+
+class Sender:
+    """Sends ``<sent-N@x>``; raises ``failures`` first, in order; finds ``found`` in threads."""
+
+    def __init__(self, *failures: SendError, found: str | None = None) -> None:
+        self.failures = list(failures)
+        self.found = found
+        self.tried: list[ReplyRecord] = []
+        self.sent: list[ReplyRecord] = []
+        self.reads: list[str] = []
+
+    async def reply(self, record: ReplyRecord) -> str:
+        self.tried.append(record)
+        if self.failures:
+            raise self.failures.pop(0)
+        self.sent.append(record)
+        return f"<sent-{len(self.sent)}@x>"
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        self.reads.append(record.key)
+        return self.found
+
+
+@dataclass
+class Writer:
+    """Notes the message ids of each call; answers ``text for <ids>``."""
+
+    calls: list[list[str]] = field(default_factory=list)
+
+    def __call__(self, burst: Sequence[Inbound]) -> str:
+        ids = [m.message_id for m in burst]
+        self.calls.append(ids)
+        return f"text for {' '.join(ids)}"
+
+
+@dataclass
+class Letters:
+    letters: list[tuple[ReplyRecord, str]] = field(default_factory=list)
+
+    async def __call__(self, record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
+        self.letters.append((record, reason))
+
+
+@dataclass
+class Run:
+    ledger: MemoryLedger = field(default_factory=MemoryLedger)
+    sender: Sender = field(default_factory=Sender)
+    writer: Writer = field(default_factory=Writer)
+    letters: Letters = field(default_factory=Letters)
+    now: datetime = T0
+
+    async def __call__(self, burst: Sequence[Inbound]) -> BurstResult:
+        return await reply_once(
+            burst,
+            ledger=self.ledger,
+            sender=self.sender,
+            write=simple_write(self.writer),
+            dead_letter=self.letters,
+            now=lambda: self.now,
+            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+        )
+
+
+A, B, C = _inbound("<a@x>", 0), _inbound("<b@x>", 1), _inbound("<c@x>", 2)
+
+# -- (a) an unanswered message is answered by a reply whose writer saw it ---------------
+
+
+@pytest.mark.parametrize(
+    "latest",
+    [
+        _record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r-b@x>"),
+        _record(B, ReplyState.COVERED, covered_by="reply-elsewhere"),
+        _record(B, ReplyState.DECLINED, reason="out of office"),
+        _record(B, ReplyState.FAILED, reply_text="to b", error="422"),
+    ],
+    ids=lambda record: record.state.value,
+)
+async def test_an_unanswered_message_released_with_a_handled_latest_gets_its_own_reply(
+    latest: ReplyRecord,
+) -> None:
+    run = Run()
+    await run.ledger.put(latest)
+
+    await run([A, B])
+
+    assert [(r.key, r.reply_text) for r in run.sender.sent] == [(A.key, "text for <a@x>")]
+    assert run.ledger.records[A.key].state is ReplyState.SENT
+
+
+async def test_an_unanswered_message_is_never_covered_by_a_reply_written_without_it() -> None:
+    run = Run()
+    await run.ledger.put(_record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
+
+    await run([A, B])
+
+    assert [w for w in run.ledger.writes if w.state is ReplyState.COVERED] == []
+
+
+async def test_the_handled_latest_message_keeps_its_record() -> None:
+    run = Run()
+    handled = _record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>")
+    await run.ledger.put(handled)
+
+    await run([A, B])
+
+    assert run.ledger.records[B.key] == handled
+    assert all(r.key != B.key for r in run.sender.tried)
+
+
+async def test_the_unanswered_messages_get_one_reply_to_the_latest_of_them() -> None:
+    run = Run()
+    await run.ledger.put(_record(C, ReplyState.SENT, reply_text="to c", sent_message_id="<r@x>"))
+
+    await run([C, B, A])
+
+    assert run.writer.calls == [["<a@x>", "<b@x>"]]
+    assert [r.key for r in run.sender.sent] == [B.key]
+    covered = run.ledger.records[A.key]
+    assert (covered.state, covered.covered_by) == (ReplyState.COVERED, B.key)
+
+
+async def test_a_burst_that_sent_a_new_reply_says_sent_with_its_key_and_id() -> None:
+    run = Run()
+    await run.ledger.put(_record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
+
+    result = await run([A, B])
+
+    assert result == BurstResult(Outcome.SENT, A.key, "<sent-1@x>")
+
+
+async def test_a_burst_whose_messages_all_have_records_still_answers_as_its_latest() -> None:
+    run = Run()
+    await run.ledger.put(_record(A, ReplyState.COVERED, covered_by=B.key))
+    await run.ledger.put(_record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
+
+    result = await run([A, B])
+
+    assert result == BurstResult(Outcome.ALREADY, B.key, "<r@x>")
+    assert (run.writer.calls, run.sender.tried) == ([], [])
+
+
+# -- (b) a pending record is finished with its stored text, in a later burst too ----------
+
+
+async def test_a_pending_record_released_with_a_newer_message_is_sent_with_its_text() -> None:
+    run = Run()
+    pending = _record(A, ReplyState.PENDING, reply_text="stored before the kill")
+    await run.ledger.put(pending)
+
+    await run([A, B])
+
+    assert run.sender.sent[0] == pending
+    sent = run.ledger.records[A.key]
+    assert (sent.state, sent.reply_text) == (ReplyState.SENT, "stored before the kill")
+
+
+async def test_the_writer_is_never_asked_again_for_a_message_with_a_pending_record() -> None:
+    run = Run()
+    await run.ledger.put(_record(A, ReplyState.PENDING, reply_text="stored"))
+
+    await run([A, B])
+
+    assert run.writer.calls == [["<b@x>"]]
+
+
+async def test_the_newer_message_beside_a_pending_record_gets_a_reply_its_writer_saw() -> None:
+    run = Run()
+    await run.ledger.put(_record(A, ReplyState.PENDING, reply_text="stored"))
+
+    await run([A, B])
+
+    assert [(r.key, r.reply_text) for r in run.sender.sent[1:]] == [(B.key, "text for <b@x>")]
+    assert run.ledger.records[B.key].state is ReplyState.SENT
+
+
+async def test_an_unrecorded_message_older_than_a_pending_latest_reply_is_covered_by_it() -> None:
+    # a pending record is written just before the records of the messages its writer saw:
+    # a kill between the two leaves exactly this, and the writer saw message A
+    run = Run()
+    await run.ledger.put(_record(B, ReplyState.PENDING, reply_text="stored for b"))
+
+    await run([A, B])
+
+    assert [(r.key, r.reply_text) for r in run.sender.sent] == [(B.key, "stored for b")]
+    assert run.writer.calls == []
+    covered = run.ledger.records[A.key]
+    assert (covered.state, covered.covered_by) == (ReplyState.COVERED, B.key)
+
+
+async def test_a_stale_pending_record_in_a_later_burst_looks_in_the_thread_first() -> None:
+    run = Run(sender=Sender(found="<r-a@x>"), now=T0 + timedelta(hours=25))
+    await run.ledger.put(_record(A, ReplyState.PENDING, reply_text="stored"))
+
+    await run([A, B])
+
+    assert run.sender.reads == [A.key]
+    assert [r.key for r in run.sender.sent] == [B.key]
+    assert run.ledger.records[A.key].sent_message_id == "<r-a@x>"
+
+
+# -- (c) a 409 key conflict is confirmed in the thread ---------------------------------
+
+
+async def test_a_key_conflict_whose_reply_is_in_the_thread_is_recorded_sent_with_its_id() -> None:
+    run = Run(sender=Sender(CONFLICT, found="<theirs@x>"))
+
+    result = await run([A])
+
+    record = run.ledger.records[A.key]
+    assert (record.state, record.sent_message_id) == (ReplyState.SENT, "<theirs@x>")
+    assert result == BurstResult(Outcome.ALREADY, A.key, "<theirs@x>")
+
+
+async def test_a_key_conflict_whose_reply_is_in_the_thread_is_not_dead_lettered() -> None:
+    run = Run(sender=Sender(CONFLICT, found="<theirs@x>"))
+
+    await run([A])
+
+    assert run.letters.letters == []
+    assert len(run.sender.tried) == 1  # confirmed by a read, never sent again
+
+
+async def test_a_key_conflict_with_no_reply_in_the_thread_is_still_a_dead_lettered_failure() -> (
+    None
+):
+    run = Run(sender=Sender(CONFLICT, found=None))
+
+    result = await run([A])
+
+    assert result == BurstResult(Outcome.FAILED, A.key)
+    assert run.sender.reads == [A.key]
+    [(record, reason)] = run.letters.letters
+    assert record.state is ReplyState.FAILED and reason.startswith("key_conflict")
+    assert run.ledger.records[A.key].state is ReplyState.FAILED
+
+
+async def test_other_refusals_are_not_looked_up_in_the_thread() -> None:
+    run = Run(sender=Sender(SendError(SendFailure.REJECTED, "422"), found="<theirs@x>"))
+
+    result = await run([A])
+
+    assert (result.outcome, run.sender.reads) == (Outcome.FAILED, [])
+
+
+# -- the pure decisions ---------------------------------------------------------------
+
+
+def test_a_message_that_came_twice_with_a_pending_record_is_finished_once() -> None:
+    again = dataclasses.replace(A, event_id="catchup-a")
+
+    division = divide([(A, Plan.SEND), (again, Plan.SEND), (B, Plan.WRITE)])
+
+    assert [m.key for m, _ in division.finish] == [A.key]
+    assert division.write == (B,)
+
+
+def test_unrecorded_messages_are_written_unless_the_latest_has_a_pending_reply() -> None:
+    assert divide([(A, Plan.WRITE), (B, Plan.SKIP_SENT)]).write == (A,)
+    pending_latest = divide([(A, Plan.WRITE), (B, Plan.RECONCILE)])
+    assert (pending_latest.write, pending_latest.cover) == ((), (A,))
+    assert pending_latest.covered_by == B.key
+
+
+def test_a_failed_reply_names_the_bursts_result_over_a_sent_one() -> None:
+    sent, failed = BurstResult(Outcome.SENT, B.key, "<s@x>"), BurstResult(Outcome.FAILED, A.key)
+
+    result = summarize([failed, sent], [])
+
+    assert result == failed
+    assert result.parts == (failed, sent)
+
+
+def test_with_nothing_acted_on_the_latest_done_message_names_the_result() -> None:
+    done = [BurstResult(Outcome.DECLINED, A.key), BurstResult(Outcome.ALREADY, B.key, "<r@x>")]
+
+    assert summarize([], done) == done[-1]
+
+
+async def test_a_late_message_the_pending_reply_never_saw_gets_a_reply_of_its_own() -> None:
+    # the latest message's reply is pending (its send failed or the worker died); an
+    # older message arrives late: it is not covered by a text written without it
+    run = Run()
+    late, latest = _inbound("<late@x>", 0), _inbound("<b@x>", 1)
+    pending = _record(latest, ReplyState.PENDING, reply_text="written for b alone", covers=())
+    await run.ledger.put(pending)
+
+    await run([late, latest])
+
+    assert run.writer.calls == [["<late@x>"]]
+    assert run.ledger.records[late.key].state is ReplyState.SENT
+    assert [r.reply_text for r in run.sender.sent] == ["written for b alone", "text for <late@x>"]
+
+
+async def test_a_pending_reply_covers_the_messages_its_writer_saw() -> None:
+    run = Run()
+    seen, latest = _inbound("<a@x>", 0), _inbound("<b@x>", 1)
+    pending = _record(latest, ReplyState.PENDING, reply_text="for a and b", covers=(seen.key,))
+    await run.ledger.put(pending)
+
+    await run([seen, latest])
+
+    assert run.writer.calls == []
+    assert run.ledger.records[seen.key].covered_by == latest.key
