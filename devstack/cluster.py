@@ -4,7 +4,9 @@ Node ``n`` (1-based) owns ``<run_dir>/broker-<n>/`` and listens for clients on t
 bootstrap port + n - 1, for the quorum on a controller port of its own; every node is
 formatted once with the one cluster id kept in ``<run_dir>/cluster.id``. The nodes start
 together (a quorum forms only once a majority of controllers is up) and stop together;
-one node can be killed and restarted alone, as the failure tests do.
+one node can be killed and restarted alone, as the failure tests do. Under
+``onceonly broker --nodes N``, :class:`devstack.up.ClusterSupervisor` reports a node that
+died and restarts it on its data while the others keep serving.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -149,6 +152,22 @@ class ClusterNode(EmbeddedBroker):
 
     def client_config(self) -> dict[str, str]:
         return {} if self.user is None else self.user.client_config()
+
+    @property
+    def exit_code(self) -> int | None:
+        """How the node's last JVM ended (negative: the signal that killed it), until the
+        next start; None while it runs or if none was started."""
+        process = self._process
+        return None if process is None else process.poll()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """As :meth:`EmbeddedBroker.stop`; a start under way in another thread (a restart
+        by the supervisor) is ended first: its JVM gets SIGTERM, so that start fails at once
+        instead of holding the node until it answers."""
+        process = self._process
+        if self._lock.locked() and process is not None and process.poll() is None:
+            self._signal(process, signal.SIGTERM)
+        super().stop(timeout_s)
 
 
 def cluster_id(run_dir: Path) -> str:
