@@ -2,7 +2,8 @@
 
 With no provider secret set, ``onceonly up`` creates ``$ONCEONLY_RUN_DIR/agentmail-dev-secret``
 once (a Svix ``whsec_`` secret of 24 random bytes, readable by its owner only), configures
-ingest and the worker with it and prints it, as ``stripe listen`` prints its secret.
+ingest (every ingest process: through the environment its children inherit) and the
+worker with it and prints it, as ``stripe listen`` prints its secret.
 ``onceonly send`` finds it there too. A secret in the environment always wins.
 """
 
@@ -62,3 +63,9 @@ def ensure_dev_secret(run_dir: Path) -> str:
 def with_dev_secret(settings: Settings, secret: str) -> Settings:
     """``settings`` with AgentMail's webhook secret set to ``secret``."""
     return settings.model_copy(update={"agentmail_webhook_secret": SecretStr(secret)})
+
+
+def dev_secret_env(secret: str) -> dict[str, str]:
+    """The variable that hands ``secret`` to the processes ``onceonly up`` starts: the
+    ingest processes of ONCEONLY_INGEST_PROCESSES > 1 read their settings afresh."""
+    return {VARIABLE: secret}

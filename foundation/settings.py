@@ -50,15 +50,24 @@ def parse_pairs(value: object, variable: str, form: str) -> object:
     if not isinstance(value, str):
         return value
     pairs: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in value.split(","))):
+    entries = [part.strip() for part in value.split(",") if part.strip()]
+    for n, item in enumerate(entries, 1):
         name, sep, rest = item.partition("=")
         if not sep or not name.strip() or not rest.strip():
+            # never quote the entry: in a list of secrets, it may be one
             raise ValueError(
-                f"{variable} takes {form} pairs separated by commas; the entry starting "
-                f"{item[:12]!r} lacks one side"
+                f"{variable} takes {form} pairs separated by commas; entry {n} of "
+                f"{len(entries)} lacks {pair_side(name, sep)}: write it as {form}"
             )
         pairs[name.strip()] = rest.strip()
     return pairs
+
+
+def pair_side(name: str, sep: str) -> str:
+    """Which side of ``name=value`` an entry lacks, in words (never its text)."""
+    if not sep:
+        return "the '=' between name and value"
+    return "a name before '='" if not name.strip() else "a value after '='"
 
 
 class Settings(BaseSettings):

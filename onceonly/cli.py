@@ -12,6 +12,8 @@ import structlog
 
 from foundation.errors import ConfigError, OnceOnlyError
 from foundation.settings import Settings
+from onceonly.dead_letters import dead_letters
+from onceonly.replay import replay
 from onceonly.send import send
 from onceonly.startup import settings_from_env
 from onceonly.up import up
@@ -47,10 +49,21 @@ def main() -> None:
     help="Clients and brokers speak SASL_PLAINTEXT with SCRAM: the user is "
     "ONCEONLY_KAFKA_SASL_USERNAME / _PASSWORD, created when the storage is formatted.",
 )
-def broker(fetch_only: bool, nodes: int, sasl: bool) -> None:
-    """Run a local Kafka (KRaft) broker or cluster in the foreground, from the official jars."""
+@click.option(
+    "--restart-delay",
+    type=click.FloatRange(0, 3600),
+    default=10.0,
+    show_default=True,
+    help="A cluster's node that died is restarted on its data after this many seconds "
+    "(at most 3 times in 10 minutes); `kill -USR1 <pid>` restarts it at once.",
+)
+def broker(fetch_only: bool, nodes: int, sasl: bool, restart_delay: float) -> None:
+    """Run a local Kafka (KRaft) broker or cluster in the foreground, from the official jars.
+
+    In a cluster, a node that dies is reported and restarted on its data while the others
+    keep serving; Ctrl-C (or SIGTERM) stops every node."""
     from devstack.jars import kafka_classpath
-    from devstack.up import port_of, run_foreground, single_broker
+    from devstack.up import ClusterSupervisor, port_of, run_foreground, single_broker
 
     settings = _settings()
     run_dir = settings.run_dir.resolve()
@@ -73,7 +86,7 @@ def broker(fetch_only: bool, nodes: int, sasl: bool) -> None:
     heap_mb = min(settings.broker_heap_mb, CLUSTER_HEAP_MB)
     user = scram_user(settings) if sasl else None
     cluster = LocalCluster(run_dir, port=port, nodes=nodes, heap_mb=heap_mb, user=user)
-    sys.exit(run_foreground(cluster))
+    sys.exit(run_foreground(ClusterSupervisor(cluster, restart_delay_s=restart_delay)))
 
 
 @main.command()
@@ -124,78 +137,24 @@ def worker() -> None:
     run_worker(settings, pages=ops_pages(OpsSources(trace=trace, skips=trace.recent_skips)))
 
 
-@main.command()
-@click.option("--from-offset", type=int, help="Replay from this offset of each partition.")
-@click.option(
-    "--from-time",
-    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
-    help="Replay from the first record at or after this ISO 8601 time (UTC if no zone).",
-)
-@click.option("--partition", type=int, help="Only this partition.")
-@click.option("--dry-run", is_flag=True, help="Show the plan, replay nothing.")
-def replay(
-    from_offset: int | None, from_time: datetime | None, partition: int | None, dry_run: bool
-) -> None:
-    """Reprocess a range of the deliveries topic: failed events retry, nothing is answered twice.
-
-    Records are produced again with the onceonly-replay header; running workers take them
-    in order. The worker group's offsets are not moved, so workers need not stop.
-    """
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from foundation.kafka import client_security
-    from operations import replay as replays
-
-    settings = _settings()
-    if from_time is not None and from_time.tzinfo is None:
-        from_time = from_time.replace(tzinfo=UTC)
-    plans = replays.plan(
-        settings.kafka_bootstrap,
-        settings.deliveries_topic,
-        from_offset=from_offset,
-        from_time=from_time,
-        partition=partition,
-        security=client_security(settings),
-    )
-    table = Table(
-        "partition", "from", "to", "count", title=f"replay of {settings.deliveries_topic}"
-    )
-    for step in plans:
-        table.add_row(str(step.partition), str(step.start), str(step.end), str(step.count))
-    total = sum(p.count for p in plans)
-    table.add_row("all", "", "", str(total))
-    console = Console()
-    console.print(table)
-    if dry_run or total == 0:
-        console.print("dry run: nothing replayed" if dry_run else "nothing to replay")
-        return
-    with Progress(console=console) as progress:
-        task = progress.add_task("replaying", total=total)
-        sent = replays.replay(
-            settings.kafka_bootstrap,
-            settings.deliveries_topic,
-            plans,
-            advance=lambda n: progress.advance(task, n),
-            security=client_security(settings),
-        )
-    console.print(f"replayed {sent} records (ticks skipped); workers will process them in order")
-
-
 @main.command(name="catch-up")
 @click.option("--inbox", "inbox_id", help="The AgentMail inbox to catch up.")
 @click.option("--nylas-grant", "nylas_grant", help="The Nylas grant (id) to catch up instead.")
 @click.option(
     "--since",
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
-    help="List messages after this time (default: the inbox's last recorded reply).",
+    help="List messages after this time (default: 7 days back, or further back to the "
+    "inbox's last message recorded before then).",
 )
 @click.option("--wait-s", default=120.0, show_default=True, help="How long to wait for replies.")
 def catch_up(
     inbox_id: str | None, nylas_grant: str | None, since: datetime | None, wait_s: float
 ) -> None:
-    """List an inbox's messages after a time and answer the unanswered ones, once."""
+    """List an inbox's messages after a time and answer the unanswered ones, once.
+
+    Without --since it lists from 7 days back, or from the inbox's last message recorded
+    in the ledger before then if that is earlier: an outage that ended in the last 7 days
+    is listed whole, whatever was answered since. It says which window it listed."""
     from foundation.kafka import client_security
     from operations import catchup
 
@@ -212,12 +171,14 @@ def catch_up(
     ledger = catchup.read_ledger(
         settings.kafka_bootstrap, settings.ledger_topic, security=client_security(settings)
     )
-    start = since or catchup.last_answered(ledger, account)
-    if start is None:
+    now = datetime.now(UTC)
+    window = catchup.window_for(ledger, account, now, since=since)
+    if window is None:
         raise click.ClickException(
-            f"no reply is recorded for {label}: say where to start with --since"
+            f"the ledger ({settings.ledger_topic}) records no message of {label}, so nothing "
+            "says where its mail began to be answered: say where to start with --since"
         )
-    start = start if start.tzinfo else start.replace(tzinfo=UTC)
+    start = window.start
     console = Console()
     try:
         with Progress(console=console) as progress:
@@ -231,6 +192,7 @@ def catch_up(
         raise click.ClickException(f"could not list the messages of {label}: {exc}") from exc
     with console.status("waiting for the worker to answer"):
         answered = catchup.wait_for_answers(settings, summary, wait_s)
+    console.print(catchup.window_line(label, window, now), soft_wrap=True)
     console.print(
         f"found {summary.found}, answered {answered}, "
         f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
@@ -296,69 +258,8 @@ def trace(ident: str, as_json: bool) -> None:
     Console().print(traces.render(found))
 
 
-@main.group(name="dead-letters")
-def dead_letters() -> None:
-    """Inspect and retry what the worker could not do."""
-
-
-@dead_letters.command(name="list")
-def dead_letters_list() -> None:
-    """Show each dead letter: its id (offset), time, key, events and reason."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from foundation.kafka import client_security
-    from operations.replay import dead_letters as read
-
-    settings = _settings()
-    table = Table("id", "at", "key", "events", "reason", "state", title=settings.dead_letter_topic)
-    letters = read(
-        settings.kafka_bootstrap, settings.dead_letter_topic, security=client_security(settings)
-    )
-    for letter in letters:
-        events = ", ".join(e.event_id for e in letter.envelopes)
-        table.add_row(
-            str(letter.offset),
-            str(letter.letter.get("at", "")),
-            str(letter.letter.get("key", "")),
-            events,
-            str(letter.letter.get("reason", "")),
-            "open" if letter.open else f"retried {letter.retried_at}",
-        )
-    Console().print(table)
-    click.echo(f"{len(letters)} dead letter(s), {sum(1 for x in letters if x.open)} open")
-
-
-@dead_letters.command(name="retry")
-@click.argument("ids", nargs=-1, type=int)
-def dead_letters_retry(ids: tuple[int, ...]) -> None:
-    """Send the open dead letters (or these ids) through the same reply-once path again."""
-    from foundation.kafka import client_security
-    from operations.replay import dead_letters as read
-    from operations.replay import retry_dead_letters
-
-    settings = _settings()
-    letters = read(
-        settings.kafka_bootstrap, settings.dead_letter_topic, security=client_security(settings)
-    )
-    # no ids: the open letters; ids: those, retried before or not
-    chosen = [letter for letter in letters if (letter.offset in ids if ids else letter.open)]
-    missing = set(ids) - {letter.offset for letter in letters}
-    if missing:
-        raise click.ClickException(
-            f"no dead letter with id {sorted(missing)}; see dead-letters list"
-        )
-    sent = retry_dead_letters(
-        settings.kafka_bootstrap,
-        settings.deliveries_topic,
-        chosen,
-        dead_letter_topic=settings.dead_letter_topic,
-        mac_key=settings.envelope_mac_key,
-        security=client_security(settings),
-    )
-    click.echo(f"re-sent {sent} event(s) from {len(chosen)} dead letter(s) as a replay")
-
-
+main.add_command(dead_letters)
+main.add_command(replay)
 main.add_command(send)
 main.add_command(up)
 

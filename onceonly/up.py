@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from onceonly.startup import settings_from_env
@@ -13,6 +15,7 @@ def up() -> None:
     from devstack.dev_secret import (
         FILE_NAME,
         VARIABLE,
+        dev_secret_env,
         ensure_dev_secret,
         has_any_secret,
         with_dev_secret,
@@ -25,6 +28,8 @@ def up() -> None:
     if not has_any_secret(settings):  # a first run: make a secret so a first event works
         dev_secret = ensure_dev_secret(settings.run_dir)
         settings = with_dev_secret(settings, dev_secret)
+        # the processes started below read their settings from the environment
+        os.environ.update(dev_secret_env(dev_secret))
     with local_stack(settings, click.echo):
 
         def announce(url: str) -> None:

@@ -4,7 +4,9 @@ AgentMail disables an endpoint after ~5 days of failures and never redelivers wh
 missed; its own catch-up path is to list messages after a time. Each message labelled
 ``received`` and not sent by the agent becomes an envelope, as if its webhook had come,
 with a deterministic event id, keyed by its thread. The reply ledger (keyed by inbox id
-and message id) skips those already answered.
+and message id) skips those already answered. Without a start it lists a week back, or
+further to the account's last message recorded before then (:func:`window_for`), so mail
+answered since an outage never hides the mail the outage lost.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentmail import AsyncAgentMail
@@ -46,13 +48,64 @@ def envelope_for(message: Mapping[str, Any], received_at: datetime) -> Envelope:
     return normalise.agentmail(json.dumps(payload, default=str), {}, received_at)
 
 
-def last_answered(ledger: Mapping[str, ReplyRecord], inbox_id: str) -> datetime | None:
-    """Where a catch-up without --since starts: the latest time of a message the ledger
-    answered (its own time, not when its reply was written: a reply written late must not
-    move the start past mail whose webhooks were lost). Records from before the ledger
-    kept message times fall back to when they were written."""
+def last_answered(
+    ledger: Mapping[str, ReplyRecord], inbox_id: str, *, before: datetime | None = None
+) -> datetime | None:
+    """The latest time of a message of the inbox the ledger recorded (at or ``before`` a
+    time): its own time, not when its reply was written, since a reply written late must
+    not move a start past mail whose webhooks were lost. Records from before the ledger
+    kept message times count when they were written."""
     times = [r.message_at or r.created_at for r in ledger.values() if r.inbox_id == inbox_id]
-    return max(times, default=None)
+    return max((t for t in times if before is None or t <= before), default=None)
+
+
+#: how far back a catch-up without --since lists at least. An outage that ended within it
+#: is listed whole, however long it lasted: AgentMail retries an event for ~28 h and
+#: disables the endpoint after ~5 days of failures, so the outage behind a disabled
+#: webhook began about 5 days before; a week also matches the deliveries topic's retention
+LOOK_BACK = timedelta(days=7)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Where a catch-up lists from, and why there."""
+
+    start: datetime
+    why: str
+
+
+def window_for(
+    ledger: Mapping[str, ReplyRecord],
+    account: str,
+    now: datetime,
+    *,
+    since: datetime | None = None,
+    look_back: timedelta = LOOK_BACK,
+) -> Window | None:
+    """Where a catch-up starts (pure): at ``since`` (UTC if it has no zone) if given; else
+    at the latest message of the account the ledger recorded ``look_back`` or more before
+    ``now``, else ``look_back`` before ``now``. Mail answered since an outage (after a
+    webhook was re-enabled) never moves the start past the mail the outage lost: an outage
+    that ended within ``look_back`` is listed from its beginning. None without ``since`` if
+    the ledger holds nothing of the account: nothing says where its mail began to be
+    answered."""
+    if since is not None:
+        return Window(since if since.tzinfo else since.replace(tzinfo=UTC), "--since")
+    if last_answered(ledger, account) is None:
+        return None
+    horizon = now - look_back
+    back = f"{look_back.total_seconds() / 86400:g} days back"
+    anchor = last_answered(ledger, account, before=horizon)
+    if anchor is None:
+        return Window(horizon, f"{back}; the ledger records no earlier message of it")
+    why = f"its last message the ledger recorded before {back}: an outage that ended since"
+    return Window(anchor, why + " is listed whole")
+
+
+def window_line(label: str, window: Window, now: datetime) -> str:
+    """What a catch-up says it listed (pure)."""
+    start, end = (t.isoformat(timespec="seconds") for t in (window.start, now))
+    return f"listed {label} from {start} to {end} ({window.why})"
 
 
 @dataclass

@@ -5,7 +5,8 @@ trace lookup, the consumer lag per partition and the watched webhook's health. I
 the topics; a retry goes through :func:`operations.replay.retry_dead_letters`, the path
 of ``onceonly dead-letters retry``, and needs ``ONCEONLY_OPS_TOKEN`` (a form field
 ``token`` or an ``Authorization: Bearer`` header). With the token unset the page is
-read-only.
+read-only. A letter the retry cannot send (nothing to resend, a MAC that does not verify,
+a record the broker refused) stays open, and the page says why (409 or 503).
 
 The trace lookup and the recent skips come from injected sources (:class:`OpsSources`);
 without one, its section says "not available". The reading functions block on the broker
@@ -26,7 +27,7 @@ import structlog
 from aiohttp import web
 
 from foundation.errors import OnceOnlyError
-from foundation.kafka import consumer_lag
+from foundation.kafka import client_security, consumer_lag
 from foundation.settings import Settings
 from operations.ops_template import render
 from operations.ops_view import (
@@ -39,12 +40,15 @@ from operations.ops_view import (
     given_token,
     int_param,
     letter_rows,
+    not_a_letter,
+    parse_id,
     retried_notice,
+    retry_refusal,
     skip_table,
     trace_ident,
     webhook_health,
 )
-from operations.replay import DeadLetter, dead_letters, retry_dead_letters
+from operations.replay import DeadLetter, dead_letters, missing_secret, retry_dead_letters
 from processors.health import WebhookHealth
 from processors.worker import WorkerView
 
@@ -109,21 +113,28 @@ def lookup(settings: Settings, source: TraceSource, ident: str) -> TraceView:
 
 
 def read_letters(settings: Settings) -> list[DeadLetter]:
-    return dead_letters(settings.kafka_bootstrap, settings.dead_letter_topic)
+    security = client_security(settings)
+    return dead_letters(settings.kafka_bootstrap, settings.dead_letter_topic, security)
 
 
 def retry_letter(settings: Settings, letter_id: int) -> int | Refusal:
-    """Retry one open dead letter: the events it sent again, or why it was not retried."""
-    chosen = choose_letter(read_letters(settings), letter_id)
+    """Retry one open dead letter: the events it sent again, or why it stays open."""
+    letters = read_letters(settings)
+    chosen = choose_letter(letters, letter_id)
     if isinstance(chosen, Refusal):
         return chosen
-    return retry_dead_letters(
+    needed = missing_secret(letters, [chosen], settings.envelope_mac_key)
+    if needed is not None:
+        return Refusal(409, f"dead letter {letter_id} was not retried: {needed}")
+    report = retry_dead_letters(
         settings.kafka_bootstrap,
         settings.deliveries_topic,
         [chosen],
         dead_letter_topic=settings.dead_letter_topic,
         mac_key=settings.envelope_mac_key,
+        security=client_security(settings),
     )
+    return retry_refusal(letter_id, report) or report.events
 
 
 # -- the aiohttp handlers ----------------------------------------------------------------
@@ -189,26 +200,31 @@ class OpsPage:
 
     async def retry(self, request: web.Request) -> web.Response:
         """Retry one dead letter, then show the page again (303); or refuse and say why."""
-        letter_id = int(request.match_info["id"])
         form = await request.post()
         token = given_token(form.get("token"), request.headers.get("Authorization"))
-        refusal = authorize(self.settings.ops_token, token)
-        if refusal is None:
-            try:
-                outcome = await asyncio.to_thread(retry_letter, self.settings, letter_id)
-            except (OnceOnlyError, ValueError) as exc:  # the broker, most likely
-                outcome = Refusal(503, f"the retry of dead letter {letter_id} failed: {exc}")
-            if not isinstance(outcome, Refusal):
-                log.info("operator page: dead letter retried", letter=letter_id, events=outcome)
-                raise web.HTTPSeeOther(f"/ops?retried={letter_id}#dead-letters")
-            refusal = outcome
+        text = request.match_info["id"]
+        refusal = authorize(self.settings.ops_token, token) or await self._retry(text)
         log.warning(
             "operator page: retry refused",
-            letter=letter_id,
+            letter=text[:40],
             status=refusal.status,
             reason=refusal.message,
         )
         return self.html(await self.gather(None, refusal=refusal), status=refusal.status)
+
+    async def _retry(self, text: str) -> Refusal:
+        """Why the letter ``text`` names stays open; raises the redirect once it was sent."""
+        letter_id = parse_id(text)
+        if letter_id is None:
+            return not_a_letter(text)
+        try:
+            outcome = await asyncio.to_thread(retry_letter, self.settings, letter_id)
+        except (OnceOnlyError, ValueError) as exc:  # the broker, most likely
+            return Refusal(503, f"the retry of dead letter {letter_id} failed: {exc}")
+        if isinstance(outcome, Refusal):
+            return outcome
+        log.info("operator page: dead letter retried", letter=letter_id, events=outcome)
+        raise web.HTTPSeeOther(f"/ops?retried={letter_id}#dead-letters")
 
 
 def ops_pages(sources: OpsSources | None = None) -> Callable[[WorkerView], list[web.RouteDef]]:

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 from pydantic import SecretStr
 
 from foundation.kafka import PartitionLag
-from operations.replay import DeadLetter
+from operations.replay import DeadLetter, RetryReport
 from processors.health import WebhookHealth
 
 T = TypeVar("T")
@@ -81,9 +81,15 @@ class OpsView:
     refusal: Refusal | None = None
 
 
+def _entries(body: Mapping[str, object], name: str) -> list[Mapping[str, object]]:
+    """A letter's list of objects (anyone may write to the topic: anything else is none)."""
+    found = body.get(name)
+    return [e for e in found if isinstance(e, Mapping)] if isinstance(found, list) else []
+
+
 def letter_row(letter: DeadLetter) -> LetterRow:
     body = letter.letter
-    envelopes = [*body.get("envelopes", []), *body.get("envelopes_omitted", [])]
+    envelopes = [*_entries(body, "envelopes"), *_entries(body, "envelopes_omitted")]
     messages = tuple(str(e.get("message_id") or e.get("event_id", "")) for e in envelopes)
     where = body.get("offset")  # a record that was not an envelope: where it lies
     record = "" if where is None else f"partition {body.get('partition')} offset {where}"
@@ -183,7 +189,9 @@ def authorize(expected: SecretStr | None, given: str | None) -> Refusal | None:
         )
     if not given:
         return Refusal(403, "retry refused: a retry needs the operator token (ONCEONLY_OPS_TOKEN)")
-    if not hmac.compare_digest(given.encode(), expected.get_secret_value().encode()):
+    # a header that is not UTF-8 reaches us surrogate-escaped: compare its very bytes
+    wanted = expected.get_secret_value().encode()
+    if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), wanted):
         return Refusal(403, "retry refused: that is not the operator token")
     return None
 
@@ -207,6 +215,33 @@ def trace_ident(query: Mapping[str, str]) -> str | None:
     return ident or None
 
 
+#: the most digits an id (a Kafka offset, below 2**63) may have
+MAX_ID_DIGITS = 19
+
+
+def parse_id(text: str) -> int | None:
+    """A letter id from a URL: ASCII digits, at most :data:`MAX_ID_DIGITS` (None: not one)."""
+    if not (0 < len(text) <= MAX_ID_DIGITS and text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 def int_param(query: Mapping[str, str], name: str) -> int | None:
-    value = query.get(name, "")
-    return int(value) if value.isdecimal() else None
+    return parse_id(query.get(name, ""))
+
+
+def not_a_letter(text: str) -> Refusal:
+    """The refusal of a retry whose id cannot be a letter's (never echoes a long one)."""
+    shown = text if len(text) <= MAX_ID_DIGITS else f"{text[:MAX_ID_DIGITS]}..."
+    return Refusal(404, f"no dead letter with id {shown}: an id is an offset, see the list")
+
+
+def retry_refusal(letter_id: int, report: RetryReport) -> Refusal | None:
+    """Why a retry from the page did not close the letter (None: it was sent again)."""
+    for letter, why in report.held:
+        if letter == letter_id:
+            return Refusal(409, f"dead letter {letter_id} was not retried and stays open: {why}")
+    for letter, why in report.failed:
+        if letter == letter_id:
+            return Refusal(503, f"dead letter {letter_id} stays open: {why}")
+    return None

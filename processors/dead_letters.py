@@ -3,7 +3,10 @@
 A letter is JSON with ``reason`` (what failed, for a person), ``check`` (a short name:
 ``writer_failed``, ``send_failed``, ``record_failed``, ``not_an_envelope``,
 ``fetch_failed``, ``handler_failed``, ``effect_conflict``, ``bad_mac``), ``at``, and the
-``envelopes`` that ``onceonly dead-letters retry`` sends through the pipeline again.
+``envelopes`` that ``onceonly dead-letters retry`` sends through the pipeline again. With
+ONCEONLY_ENVELOPE_SECRET each envelope's MAC goes beside it: the topic has no MAC of its
+own, and a retry sends only envelopes whose MAC verifies. The format is
+:mod:`schemas.dead_letter`'s.
 """
 
 from __future__ import annotations
@@ -14,29 +17,31 @@ from datetime import UTC, datetime
 from typing import Any
 
 from processors.metrics import WorkerMetrics
+from schemas.dead_letter import encode_letter, envelope_fields
 from schemas.envelope import Envelope
 from schemas.ledger import ReplyRecord
 
 
 class DeadLetters:
     def __init__(
-        self, topic: Any, metrics: WorkerMetrics, clock: Callable[[], float], max_bytes: int
+        self,
+        topic: Any,
+        metrics: WorkerMetrics,
+        clock: Callable[[], float],
+        max_bytes: int,
+        mac_key: bytes | None = None,
     ) -> None:
         self.topic = topic  #: a faust Topic (raw bytes)
         self.metrics = metrics
         self.clock = clock
         self.max_bytes = max_bytes
+        #: ONCEONLY_ENVELOPE_SECRET: each envelope of a letter carries its MAC under it
+        self.mac_key = mac_key
 
     async def _write(self, letter: dict[str, Any]) -> None:
         letter["at"] = datetime.fromtimestamp(self.clock(), tz=UTC).isoformat()
-        value = json.dumps(letter, ensure_ascii=False).encode()
-        if len(value) > self.max_bytes and letter.get("envelopes"):
-            # too large for the broker: keep where the records are, not their bodies
-            letter["envelopes_omitted"] = [
-                {"event_id": e["event_id"], "provider": e["provider"]} for e in letter["envelopes"]
-            ]
-            letter["envelopes"] = []
-            value = json.dumps(letter, ensure_ascii=False).encode()[: self.max_bytes]
+        # too large for the broker: its ids are kept, not the bodies (see encode_letter)
+        value = encode_letter(letter, self.max_bytes)
         self.metrics.dead_letters.inc()
         fut = await self.topic.send(value=value)
         await fut  # acknowledged: only then is the record's offset committed
@@ -67,7 +72,7 @@ class DeadLetters:
                 "reason": f"{check}: {error}",
                 "check": check,
                 "last_error": error,
-                "envelopes": [e.to_json() for e in envelopes],
+                **envelope_fields(envelopes, self.mac_key),
             }
         )
 
@@ -83,6 +88,6 @@ class DeadLetters:
                 "attempts": record.attempts,
                 "last_error": record.error,
                 "record": json.loads(record.encode()),
-                "envelopes": [e.to_json() for e in envelopes],
+                **envelope_fields(envelopes, self.mac_key),
             }
         )

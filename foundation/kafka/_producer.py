@@ -6,7 +6,8 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, Protocol
 
@@ -14,8 +15,9 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _ConfluentProducer
 
 from foundation.kafka._config import client_config
-from foundation.kafka._security import SecuritySettings, client_security
-from foundation.kafka.exceptions import ProduceFailed
+from foundation.kafka._reader import TopicRange, read_batches
+from foundation.kafka._security import Security, SecuritySettings, client_security
+from foundation.kafka.exceptions import KafkaAdapterError, ProduceFailed
 
 #: The partitioner every producer in onceonly uses: murmur2 like the Java client and
 #: aiokafka (faust), so a thread key lands on the same partition whoever produces it.
@@ -89,6 +91,152 @@ def sync_producer(config: dict[str, Any]) -> Any:
     """A plain confluent-kafka Producer for bulk copies (replay, dead-letter retry, loads),
     built from :func:`producer_config`; the caller flushes it."""
     return _ConfluentProducer(config)
+
+
+#: a record's headers, as confluent-kafka takes them
+Headers = list[tuple[str, str | bytes | None]]
+
+#: how long a bulk copy waits for acknowledgements when librdkafka's local queue is full
+#: (``queue.buffering.max.messages``, 100,000 records) before it tries the record again
+QUEUE_FULL_WAIT_S = 0.1
+
+
+def resume_offset(reached: int, in_flight: int | None, refused: int | None) -> int:
+    """Where a copy of one partition's range goes on (pure): the first record it never
+    took, or an earlier one whose copy is still unacknowledged or was refused."""
+    return min(x for x in (reached, in_flight, refused) if x is not None)
+
+
+class BulkProducer:
+    """A producer for bulk copies of records (replay). When librdkafka's local queue is
+    full it waits for the broker instead of failing (a copy of any size outruns no queue),
+    and it knows, per source partition, the offset before which every copy was
+    acknowledged: :meth:`left` is what a stopped copy has still to do."""
+
+    def __init__(self, config: dict[str, Any], *, wait_s: float = QUEUE_FULL_WAIT_S) -> None:
+        self._producer = _ConfluentProducer(config)
+        self.wait_s = wait_s
+        self.acked = 0  #: copies the broker acknowledged
+        self.error: str | None = None  #: the first refusal: the copy should stop
+        #: per source partition: offsets whose copies are in flight, in the order sent
+        self._in_flight: dict[int, dict[int, None]] = collections.defaultdict(dict)
+        self._refused: dict[int, int] = {}  #: per source partition: the lowest refused
+        self._reached: dict[int, int] = {}  #: per source partition: one past the last taken
+
+    def copy(self, topic: str, msg: Message, headers: Headers | None) -> None:
+        """``msg`` again, to its own partition, with ``headers`` (None: not copied); while
+        the local queue is full, serve acknowledgements and try again. ProduceFailed once
+        the broker refused a copy, or if this one cannot be queued at all."""
+        part, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+        if headers is not None:
+            self._in_flight[part][offset] = None
+            try:
+                self._queue(topic, msg, headers, partial(self._delivered, part, offset))
+            except ProduceFailed:
+                del self._in_flight[part][offset]
+                raise
+        self.passed(part, offset)
+
+    def _queue(self, topic: str, msg: Message, headers: Headers, report: Any) -> None:
+        while True:
+            try:
+                part = int(msg.partition() or 0)
+                self._producer.produce(topic, msg.value(), msg.key(), part, report, headers=headers)
+                break
+            except BufferError:
+                self._producer.poll(self.wait_s)
+                if self.error is not None:
+                    raise ProduceFailed(self.error) from None
+            except KafkaException as exc:
+                where = f"{msg.partition()}:{msg.offset()}"
+                raise ProduceFailed(f"could not queue the copy of {where}: {exc}") from exc
+        self._producer.poll(0)
+
+    def passed(self, partition: int, offset: int) -> None:
+        """The record at ``offset`` needs no copy (or a range ends there): count it done."""
+        self._reached[partition] = max(self._reached.get(partition, 0), offset + 1)
+
+    def _delivered(self, partition: int, offset: int, err: KafkaError | None, _: Any) -> None:
+        self._in_flight[partition].pop(offset, None)
+        if err is None:
+            self.acked += 1
+            return
+        self._refused[partition] = min(self._refused.get(partition, offset), offset)
+        if self.error is None:
+            self.error = f"the broker did not take the copy of {partition}:{offset}: {err.str()}"
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait for the copies in flight; return how many are still unacknowledged."""
+        return int(self._producer.flush(timeout_s))
+
+    def left(self, ranges: Sequence[TopicRange]) -> list[TopicRange]:
+        """What of ``ranges`` (one per partition) is not known to be copied: from the
+        first record not acknowledged to each range's end; empty once all is done."""
+        out = []
+        for step in ranges:
+            part = step.partition
+            in_flight = next(iter(self._in_flight.get(part, ())), None)
+            reached = self._reached.get(part, step.start)
+            start = max(step.start, resume_offset(reached, in_flight, self._refused.get(part)))
+            if start < step.end:
+                out.append(TopicRange(part, start, step.end))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """What a bulk copy did: the copies the broker acknowledged and, if it stopped before
+    the end, why and the ranges still to do."""
+
+    sent: int
+    left: list[TopicRange]
+    why: str | None = None
+
+
+def copy_ranges(
+    config: dict[str, Any],
+    topic: str,
+    wanted: Sequence[TopicRange],
+    *,
+    headers: Callable[[Message], Headers | None],
+    advance: Callable[[int], None] = lambda n: None,
+    stop: Callable[[], bool] = lambda: False,
+    security: Security | None = None,
+    ack_s: float = 30.0,
+) -> Copied:
+    """Produce each record of ``wanted`` again, to its own partition of ``topic``, with the
+    headers ``headers(record)`` gives (None: not copied); read in lists, waiting on the
+    broker whenever its queue is full. Stops at the broker's first refusal, a read that
+    fails, or once ``stop()`` says so, after the copies in flight are acknowledged
+    (``ack_s`` at most): what is not known to be copied is in :attr:`Copied.left`."""
+    copier = BulkProducer({**config, **(security or {})})
+    bootstrap = str(config["bootstrap.servers"])
+    why: str | None = None
+    try:
+        for step in (r for r in wanted if r.count):
+            last = step.end - 1
+            for batch in read_batches(
+                bootstrap, topic, step.partition, step.start, last, security=security
+            ):
+                for msg in batch:
+                    copier.copy(topic, msg, headers(msg))
+                advance(len(batch))
+                if stop():
+                    raise _Stopped
+            copier.passed(step.partition, last)
+    except _Stopped:
+        why = "stopped, as asked"
+    except KafkaAdapterError as exc:
+        why = str(exc)
+    copier.flush(ack_s)
+    left = copier.left(wanted)
+    if not left:
+        return Copied(copier.acked, [])
+    return Copied(copier.acked, left, why or copier.error or "copies were not acknowledged")
+
+
+class _Stopped(Exception):
+    """``stop()`` said so."""
 
 
 class AsyncProducer:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,46 @@ class TopicRange:
     @property
     def count(self) -> int:
         return max(0, self.end - self.start)
+
+
+def format_ranges(ranges: Iterable[TopicRange]) -> str:
+    """``partition:start-end`` for each range, comma-separated: what :func:`parse_ranges`
+    reads back (a command line's way to say where a copy stopped)."""
+    return ",".join(f"{r.partition}:{r.start}-{r.end}" for r in ranges)
+
+
+def parse_ranges(text: str) -> list[TopicRange]:
+    """The ranges :func:`format_ranges` wrote; ValueError, saying what is wrong, if not."""
+    out: list[TopicRange] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        found = re.fullmatch(r"(\d+):(\d+)-(\d+)", part)
+        if found is None:
+            raise ValueError(f"{part!r} is not partition:from-to (e.g. 3:1200-5000)")
+        partition, start, end = (int(g) for g in found.groups())
+        if start > end or partition in {r.partition for r in out}:
+            raise ValueError(f"{part!r}: a range ends after it starts, one per partition")
+        out.append(TopicRange(partition, start, end))
+    if not out:
+        raise ValueError(f"{text!r} names no range: give partition:from-to,...")
+    return out
+
+
+def within(wanted: Iterable[TopicRange], current: Iterable[TopicRange]) -> list[TopicRange]:
+    """``wanted`` cut to what the topic holds now (``current``: each partition from its
+    first record to its end); TopicMissing for a partition the topic does not have."""
+    held = {r.partition: r for r in current}
+    out = []
+    for r in wanted:
+        now = held.get(r.partition)
+        if now is None:
+            raise TopicMissing(
+                f"partition {r.partition} is not in the topic (it has {len(held)}); "
+                "give the ranges a replay of this topic printed"
+            )
+        out.append(
+            TopicRange(r.partition, min(max(r.start, now.start), now.end), min(r.end, now.end))
+        )
+    return out
 
 
 def _consumer(bootstrap: str, security: Security | None) -> Consumer:

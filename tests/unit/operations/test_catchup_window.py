@@ -1,0 +1,81 @@
+"""Where catch-up starts when it is not told: never past the mail an outage lost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from operations.catchup import LOOK_BACK, Window, window_for, window_line
+from schemas.ledger import ReplyRecord, ReplyState
+
+INBOX = "support@agentmail.to"
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def _ledger(*ages: timedelta, inbox: str = INBOX) -> dict[str, ReplyRecord]:
+    """One answered message per age (its own time that long before NOW)."""
+    return {
+        f"k{n}": ReplyRecord(
+            f"k{n}",
+            inbox,
+            f"<m{n}@x>",
+            "agentmail:t",
+            ReplyState.SENT,
+            NOW - age + timedelta(minutes=1),
+            message_at=NOW - age,
+        )
+        for n, age in enumerate(ages)
+    }
+
+
+def test_mail_answered_after_the_outage_does_not_move_the_start_past_it() -> None:
+    # lost 30 h and 29 h ago; one message answered 6 minutes ago, after the webhook was back
+    window = window_for(_ledger(timedelta(minutes=6)), INBOX, NOW)
+
+    assert window is not None and window.start == NOW - LOOK_BACK
+    assert window.start < NOW - timedelta(hours=30)
+    assert "no earlier message" in window.why
+
+
+def test_an_outage_longer_than_the_look_back_is_listed_from_before_it_began() -> None:
+    # answered 10 days ago, then nothing until an answer an hour ago
+    ledger = _ledger(timedelta(days=10), timedelta(hours=1))
+
+    window = window_for(ledger, INBOX, NOW)
+
+    assert window is not None and window.start == NOW - timedelta(days=10)
+    assert "an outage that ended since is listed whole" in window.why
+
+
+def test_a_busy_inbox_starts_at_its_last_message_before_the_look_back() -> None:
+    ledger = _ledger(*(timedelta(days=d, hours=3) for d in range(12)))
+
+    window = window_for(ledger, INBOX, NOW)
+
+    assert window is not None and window.start == NOW - timedelta(days=7, hours=3)
+
+
+def test_only_the_accounts_own_records_count() -> None:
+    ledger = {
+        **_ledger(timedelta(hours=1)),
+        **{f"o{k}": r for k, r in _ledger(timedelta(days=30), inbox="other@x").items()},
+    }
+
+    window = window_for(ledger, INBOX, NOW)
+
+    assert window is not None and window.start == NOW - LOOK_BACK
+    assert window_for(_ledger(timedelta(days=3), inbox="other@x"), INBOX, NOW) is None
+
+
+def test_since_wins_and_a_time_without_a_zone_is_utc() -> None:
+    window = window_for({}, INBOX, NOW, since=datetime(2026, 11, 20))
+
+    assert window == Window(datetime(2026, 11, 20, tzinfo=UTC), "--since")
+
+
+def test_the_summary_says_which_window_was_listed() -> None:
+    line = window_line(INBOX, Window(NOW - LOOK_BACK, "--since"), NOW)
+
+    assert (
+        line
+        == f"listed {INBOX} from 2026-11-25T12:00:00+00:00 to 2026-12-02T12:00:00+00:00 (--since)"
+    )
