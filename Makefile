@@ -75,7 +75,7 @@ bench-dbos: $(STAMP) jars $(DBOS_STAMP)
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants
 
-.PHONY: chaos chaos-ci chaos-cluster
+.PHONY: chaos chaos-ci chaos-cluster chaos-pauses
 
 # Chaos: real broker, ingest, 2 workers and a faulty AgentMail; exactly one email per message.
 chaos: $(STAMP) jars
@@ -86,6 +86,14 @@ chaos: $(STAMP) jars
 # a rolling restart of every node. Recorded in chaos/results/<date>-full-3-nodes.md.
 chaos-cluster: $(STAMP) jars
 	$(BIN)/python -m chaos.run --nodes 3 --record
+
+# Pauses and slow model calls, at window 0 and at the default: 3 workers paused (SIGSTOP) past
+# their session with writer calls in flight, a writer of 1-8 s (3 % at 30-60 s) with a new text
+# each call, 1 % of the webhooks lost and answered by catch-up, the mail API IGNORING
+# idempotency keys (so every double is onceonly's own). Recorded in chaos/results/.
+chaos-pauses: $(STAMP) jars
+	$(BIN)/python -m chaos.run --pauses 3 --record
+	$(BIN)/python -m chaos.run --pauses 3 --window-ms 2000 --record
 
 # The CI size of the chaos run: 500 messages, 1 worker kill, 1 broker restart, a replay.
 chaos-ci: $(STAMP) jars

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import time
+from collections.abc import Awaitable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from foundation.settings import DEFAULT_TOPICS
 
@@ -36,3 +40,24 @@ def now() -> float:
 
 def iso(when: datetime) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+async def first_of(main: Awaitable[Any], background: Iterable[asyncio.Task[Any]]) -> Any:
+    """Await ``main``; if a background task fails first (a fatal death), raise its error."""
+    task = asyncio.ensure_future(main)
+    watched = [task, *background]
+    while True:
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        for finished in done:
+            if finished is not task and finished.exception() is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                raise finished.exception()  # type: ignore[misc]
+        if task in done:
+            return task.result()
+        watched = [t for t in watched if t not in done]

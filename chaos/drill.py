@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,20 +15,27 @@ from chaos.broker_faults import BrokerFaults
 from chaos.common import (
     CATCH_UP_LINE,
     ChaosError,
+    first_of,
     now,
 )
 from chaos.judge import Judge
 from chaos.load import Load
-from chaos.plan import BrokerFault, Plan, broker_faults, build_plan
-from chaos.stack import Snapshot, first_of
+from chaos.pauses import Pauses
+from chaos.plan import BrokerFault, PauseFault, Plan, broker_faults, build_plan, pause_faults
+from chaos.stack import Snapshot
 from chaos.verdict import Verdict
 
 
-class Chaos(BrokerFaults, Judge):
+class Chaos(BrokerFaults, Pauses, Judge):
     """One chaos run: the stack, the load, the faults, and the verdict."""
 
-    #: when (s into the load) the kills, broker faults and latency spikes happen
-    _times: tuple[list[float], list[BrokerFault], list[float]] = ([], [], [])
+    #: when (s into the load) the kills, broker faults, latency spikes and pauses happen
+    _times: tuple[list[float], list[BrokerFault], list[float], list[PauseFault]] = (
+        [],
+        [],
+        [],
+        [],
+    )
 
     async def inject_faults(self, spikes: list[float], t0: float) -> None:
         """Every second: random latency, and 5xx / lost responses for a share of the reply
@@ -70,7 +78,7 @@ class Chaos(BrokerFaults, Judge):
     async def kill_workers(self, times: list[float], t0: float) -> None:
         for at in sorted(times):
             await asyncio.sleep(max(0.0, t0 + at - now()))
-            alive = [w for w in self.workers if w.alive]
+            alive = [w for w in self.workers if w.alive and w.name not in self.paused]
             if not alive:
                 continue
             worker = self.rng.choice(alive)
@@ -95,17 +103,20 @@ class Chaos(BrokerFaults, Judge):
         planned = self.plan.deliveries if self.plan is not None else 0
         sent = f"deliveries {load.done}/{planned}, {load.attempts} POSTs" if load else ""
         alive = sum(w.alive for w in self.workers)
+        await asyncio.to_thread(self.writer_log.refresh)
+        writing = len(self.writer_log.in_flight(w.pid for w in self.workers))
         self.event(
             f"status: {sent}, emails {stats['sent']}, reply calls "
-            f"{stats['requests'].get('reply', 0)}, lag {'?' if lag is None else lag}, "
+            f"{stats['requests'].get('reply', 0)}, writer calls {len(self.writer_log.calls)} "
+            f"({writing} in flight), lag {'?' if lag is None else lag}, "
             f"workers up {alive}/{len(self.workers)}"
         )
 
     # ---------------------------------------------------------------- phases
 
     async def wait_quiet(self, phase: str) -> Snapshot:
-        """Until the consumer lag has been 0, and the outbox and the reply calls unchanged,
-        for a while (10 s, or three reorder windows)."""
+        """Until the consumer lag has been 0, no writer call in flight, and the outbox and the
+        reply calls unchanged, for a while (10 s, or three reorder windows)."""
         stable_s = max(10.0, 3 * self.opts.window_ms / 1000)
         deadline = now() + self.opts.drain_timeout_s
         last: tuple[int, int] | None = None
@@ -115,7 +126,9 @@ class Chaos(BrokerFaults, Judge):
             stats = await self._stats()
             now_counts = (int(stats["sent"]), int(stats["requests"].get("reply", 0)))
             lag = await self._lag(trace=True)
-            if now_counts != last or lag != 0 or self.broker_busy:
+            await asyncio.to_thread(self.writer_log.refresh)
+            writing = self.writer_log.in_flight(w.pid for w in self.workers if w.alive)
+            if now_counts != last or lag != 0 or writing or self.broker_busy:
                 last, since = now_counts, now()
             if now() - since >= stable_s:
                 quiet = True
@@ -144,17 +157,20 @@ class Chaos(BrokerFaults, Judge):
             late_delay_s=opts.late_duplicate_delay_s,
             rng=self.rng,
             base=datetime.now(UTC).replace(microsecond=0),
+            lost=opts.lost,
         )
         self.event(
             f"plan: {len(plan.messages)} messages, {plan.deliveries} deliveries "
             f"({len(plan.concurrent)} concurrent and {len(plan.late_dups)} late duplicates), "
-            f"{len(plan.out_of_order)} out of order, load over {plan.load_s:.0f} s, seed "
-            f"{opts.seed}"
+            f"{len(plan.out_of_order)} out of order, {len(plan.lost)} webhooks lost, load over "
+            f"{plan.load_s:.0f} s, seed {opts.seed}"
         )
         return plan
 
-    def _fault_times(self, plan: Plan) -> tuple[list[float], list[BrokerFault], list[float]]:
-        """When (s into the load) the kills, broker faults and latency spikes happen."""
+    def _fault_times(
+        self, plan: Plan
+    ) -> tuple[list[float], list[BrokerFault], list[float], list[PauseFault]]:
+        """When (s into the load) the kills, broker faults, latency spikes and pauses happen."""
         opts = self.opts
         window = plan.load_s
         kills = [self.rng.uniform(0.05, 0.95) * window for _ in range(opts.kills)]
@@ -167,6 +183,9 @@ class Chaos(BrokerFaults, Judge):
             rng=self.rng,
         )
         spikes = [self.rng.uniform(0.05, 0.95) * window for _ in range(opts.latency_spikes)]
+        pauses = pause_faults(
+            pauses=opts.pauses, length_s=opts.pause_s, fresh_s=plan.fresh_s, rng=self.rng
+        )
         self.event(
             "faults planned at (s into the load): kills "
             + ", ".join(f"{t:.0f}" for t in sorted(kills))
@@ -174,8 +193,10 @@ class Chaos(BrokerFaults, Judge):
             + ", ".join(f"{f.kind} {f.at_s:.0f}" for f in brokers)
             + "; latency spikes "
             + ", ".join(f"{t:.0f}" for t in sorted(spikes))
+            + "; pauses "
+            + ", ".join(f"{p.at_s:.0f} for {p.length_s:.0f} s" for p in pauses)
         )
-        return kills, brokers, spikes
+        return kills, brokers, spikes, pauses
 
     async def _replay_phase(self, background: list[asyncio.Task[Any]]) -> None:
         code, out = await self._cli("replay", "replay", "--from-offset", "0")
@@ -188,9 +209,12 @@ class Chaos(BrokerFaults, Judge):
 
     async def _catch_up_phase(self, plan: Plan, background: list[asyncio.Task[Any]]) -> None:
         since = plan.since.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.catch_up_wall = time.time()
+        # long enough for a burst's writer calls (the longest, retried) and its send
+        wait_s = f"{max(120.0, 3 * self.opts.writer_calls_longest_s + 30):g}"
         for inbox in sorted({m.inbox_id for m in plan.messages}):
             code, out = await self._cli(
-                "catch-up", "catch-up", "--inbox", inbox, "--since", since, "--wait-s", "120"
+                "catch-up", "catch-up", "--inbox", inbox, "--since", since, "--wait-s", wait_s
             )
             found = CATCH_UP_LINE.search(out)
             line = found.group(0).strip() if found else f"exit {code}"
@@ -204,10 +228,13 @@ class Chaos(BrokerFaults, Judge):
     async def _phases(self, plan: Plan, background: list[asyncio.Task[Any]], t0: float) -> None:
         """The load with its faults, the drain, the replay and the catch-up, each timed."""
         assert self.load is not None
-        kills, brokers, _ = self._times
+        kills, brokers, _, pauses = self._times
         phase_t = t0
         chaos = asyncio.gather(
-            self.load.run(t0), self.kill_workers(kills, t0), self.broker_faults(brokers, t0)
+            self.load.run(t0),
+            self.kill_workers(kills, t0),
+            self.broker_faults(brokers, t0),
+            self.pause_workers(pauses, t0),
         )
         await first_of(chaos, background)
         self.load_span = (t0 - self.t_start, now() - self.t_start)

@@ -11,6 +11,7 @@ from chaos.common import (
     LEDGER_TOPIC,
 )
 from chaos.figures import Figures, Span
+from chaos.letters import LostFigures, naming_answered
 from chaos.stack import Stack
 from chaos.verdict import Verdict
 
@@ -20,17 +21,14 @@ class Judge(Stack):
 
     async def verdict(self) -> Verdict:
         from operations.catchup import read_ledger
-        from operations.replay import ReplayError, dead_letters
         from processors.messages import reply_key
 
         assert self.plan is not None and self.load is not None
         outbox = (await self._mail("GET", "/_control/outbox"))["outbox"]
         stats = await self._stats()
         ledger = await asyncio.to_thread(read_ledger, self.bootstrap, LEDGER_TOPIC)
-        try:
-            letters = len(await asyncio.to_thread(dead_letters, self.bootstrap, DEAD_LETTER_TOPIC))
-        except ReplayError:
-            letters = -1
+        found = await self._dead_letters()
+        letters = -1 if found is None else len(found)
         per = Counter((e["inbox_id"], e["replied_to_message_id"]) for e in outbox)
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
         by_key = {reply_key(i, mid): (i, mid) for i, mid in expected}
@@ -38,8 +36,8 @@ class Judge(Stack):
         missing = sorted(p for p in expected if per[p] == 0 and p not in covered)
         doubled = {p: c for p, c in per.items() if p in expected and c > 1}
         unexpected = {p: c for p, c in per.items() if p not in expected}
-        states = Counter(r.state.value for r in ledger.values())
-        logs = self._worker_log_counts()
+        answered = {reply_key(*p): f"{p[1]} in {p[0]}" for p in expected if per[p] or p in covered}
+        await asyncio.to_thread(self.writer_log.refresh)
         verdict = Verdict(
             opts=self.opts,
             messages=len(expected),
@@ -60,9 +58,15 @@ class Judge(Stack):
             figures=self._figures(outbox),
             injected=dict(self.injected),
             reply_calls=int(stats["requests"].get("reply", 0)),
-            ledger_states=dict(states),
+            ledger_states=dict(Counter(r.state.value for r in ledger.values())),
             dead_letters=letters,
-            worker_logs=dict(logs),
+            letters_naming_answered=naming_answered(
+                [(d.offset, d.letter) for d in found or []], answered, reply_key
+            ),
+            writer=self.writer_log.figures(by_key),
+            pauses=self.pause_records,
+            lost=self._lost(outbox, answered, reply_key),
+            worker_logs=dict(self._worker_log_counts()),
             snapshots=self.snapshots,
             phases=self.phases,
             replayed=self.replayed,
@@ -71,13 +75,42 @@ class Judge(Stack):
             started=self.started_wall,
             run_dir=self.run_dir,
         )
-        verdict.findings = self.findings(verdict, ledger, reply_key)
-        verdict.timeline = [
+        verdict.findings = self.findings(verdict, ledger, reply_key, outbox)
+        verdict.timeline = self._timeline()
+        return verdict
+
+    async def _dead_letters(self) -> list[Any] | None:
+        """The dead letters, or None when the topic cannot be read."""
+        from operations.replay import ReplayError, dead_letters
+
+        try:
+            return await asyncio.to_thread(dead_letters, self.bootstrap, DEAD_LETTER_TOPIC)
+        except ReplayError:
+            return None
+
+    def _lost(
+        self, outbox: list[dict[str, Any]], answered: dict[str, str], reply_key: Any
+    ) -> LostFigures:
+        """The lost webhooks: how many, answered, and answered after the catch-up began."""
+        assert self.plan is not None
+        lost = [(m.inbox_id, m.message_id) for m in self.plan.messages if m.n in self.plan.lost]
+        late = {
+            (e["inbox_id"], e["replied_to_message_id"])
+            for e in outbox
+            if float(e["sent_at"]) >= self.catch_up_wall > 0
+        }
+        return LostFigures(
+            lost=len(lost),
+            answered=sum(1 for p in lost if reply_key(*p) in answered),
+            after_catch_up=sum(1 for p in lost if p in late),
+        )
+
+    def _timeline(self) -> list[str]:
+        return [
             line
             for line in self.events_log.read_text(encoding="utf-8").splitlines()
             if line.startswith("[") and "] lag" not in line and "] status:" not in line
         ]
-        return verdict
 
     def _figures(self, outbox: list[dict[str, Any]]) -> Figures:
         """The longest 503 window and refused delivery, the longest gap between emails."""
@@ -100,12 +133,23 @@ class Judge(Stack):
                 ("send retries (same key)", "send retry with the same key"),
                 ("replies dead-lettered", "reply dead-lettered"),
                 ("worker exits on a failure of its own", "worker failure; exiting"),
+                ("writer retries", "writer retry"),
+                ("rewrites for newer messages", "reply superseded by newer messages"),
+                ("replies found in the thread", "reply found in the thread"),
+                ("jobs dropped (rebalance)", "job dropped; its records will be read again"),
             ):
                 logs[label] += text.count(needle)
         return logs
 
-    def findings(self, verdict: Verdict, ledger: dict[str, Any], key_of: Any) -> list[str]:
-        """For each missing or doubled email: its ledger record and the log lines naming it."""
+    def findings(
+        self,
+        verdict: Verdict,
+        ledger: dict[str, Any],
+        key_of: Any,
+        outbox: list[dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """For each missing or doubled email: its ledger record, the log lines naming it, its
+        writer calls and emails (which call wrote each text), the pauses it was in flight at."""
         out: list[str] = []
         suspects = [(p, "missing") for p in verdict.missing[:20]] + [
             (p, f"{c} emails") for p, c in list(verdict.doubled.items())[:20]
@@ -121,7 +165,35 @@ class Judge(Stack):
                 hits = [ln for ln in lines if key in ln or message_id in ln]
                 for line in hits[:15]:
                     out.append(f"{name}: {line}")
+            out += self._writer_findings(key, message_id, inbox, outbox or [])
             out.append("")
+        return out
+
+    def _writer_findings(
+        self, key: str, message_id: str, inbox: str, outbox: list[dict[str, Any]]
+    ) -> list[str]:
+        out = []
+        calls = self.writer_log.for_key(key)
+        for call in calls:
+            took = "never ended" if call.ended is None else f"{call.ended - call.started:.1f} s"
+            text = (call.text or "(no text)").replace("\n", " ")[-60:]
+            out.append(
+                f"writer call {call.call} by {call.worker} (pid {call.pid}), attempt "
+                f"{call.attempt}, {len(call.keys)} messages, {took}: ...{text}"
+            )
+        by_text = self.writer_log.by_text()
+        started = self.started_wall.timestamp()
+        for email in outbox:
+            if (email["inbox_id"], email["replied_to_message_id"]) == (inbox, message_id):
+                wrote = by_text.get(email.get("text") or "")
+                out.append(
+                    f"email at {float(email['sent_at']) - started:.1f}s, key "
+                    f"{email.get('idempotency_key')}, text of writer call "
+                    f"{wrote.call if wrote else '?'}"
+                )
+        out += [
+            f"in flight at the pause: {r.describe()}" for r in self.pause_records if key in r.keys
+        ]
         return out
 
 

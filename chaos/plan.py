@@ -1,12 +1,13 @@
-"""The plan of a chaos run: which messages, when, how often, in what order; when the broker
-faults come, and which node of a cluster they hit."""
+"""The plan of a chaos run: which messages, when, how often, in what order, which webhooks
+are lost; when the broker faults and the worker pauses come, and which node of a cluster
+the broker faults hit."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -67,8 +68,12 @@ class Message:
 class Arrival:
     message: Message
     due_s: float  #: seconds after the load starts
-    copies: int = 1  #: 2: a concurrent duplicate
+    copies: int = 1  #: 2: a concurrent duplicate; 0: a lost webhook, never delivered
     late: bool = False  #: a duplicate re-sent later, outside the thread's order
+
+    @property
+    def lost(self) -> bool:
+        return self.copies == 0
 
 
 @dataclass
@@ -80,6 +85,7 @@ class Plan:
     concurrent: set[int]
     late_dups: set[int]
     since: datetime  #: every message's payload time is at or after this
+    lost: set[int]  #: message numbers whose webhook never comes (catch-up finds them)
 
     @property
     def deliveries(self) -> int:
@@ -173,6 +179,7 @@ def build_plan(
     late_delay_s: float,
     rng: random.Random,
     base: datetime,
+    lost: float = 0.0,
 ) -> Plan:
     threads = max(1, min(threads, messages))
     inboxes = max(1, min(inboxes, threads))
@@ -205,6 +212,10 @@ def build_plan(
         ),
         key=lambda a: a.due_s,
     )
+    # Lost webhooks: messages delivered once (no duplicate could bring them), never sent.
+    single = [n for n in range(messages) if n not in concurrent and n not in late_dups]
+    gone = set(rng.sample(single, min(len(single), round(lost * messages)))) if lost else set()
+    arrivals = [replace(a, copies=0) if a.message.n in gone else a for a in arrivals]
     return Plan(
         messages=flat,
         arrivals=arrivals,
@@ -213,7 +224,30 @@ def build_plan(
         concurrent=concurrent,
         late_dups=late_dups,
         since=base - timedelta(seconds=1),
+        lost=gone,
     )
+
+
+# --------------------------------------------------------------------------- worker pauses
+
+
+@dataclass(frozen=True, slots=True)
+class PauseFault:
+    at_s: float  #: seconds after the load starts (the pause waits for writer calls in flight)
+    length_s: float  #: how long the worker stays stopped
+
+
+def pause_faults(
+    *, pauses: int, length_s: tuple[float, float], fresh_s: float, rng: random.Random
+) -> list[PauseFault]:
+    """``pauses`` SIGSTOPs, one in each of as many equal slices of 10-80 % of the time new
+    messages arrive (so writer calls are in flight, and the pauses do not overlap unless the
+    load is short), each ``length_s`` long."""
+    start, width = 0.10 * fresh_s, 0.70 * fresh_s / max(1, pauses)
+    return [
+        PauseFault(start + (i + rng.uniform(0.1, 0.9)) * width, rng.uniform(*length_s))
+        for i in range(pauses)
+    ]
 
 
 # --------------------------------------------------------------------------- broker faults

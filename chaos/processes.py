@@ -15,6 +15,10 @@ class Proc(Supervised):
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
         super().__init__(name, argv, env, log_path, append=True)
 
+    def start(self) -> Proc:
+        super().start()
+        return self
+
     @property
     def pid(self) -> int | None:  # type: ignore[override]
         return self.process.pid if self.process is not None else None

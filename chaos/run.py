@@ -9,6 +9,10 @@
     make chaos-ci       # the CI size: 500 messages, 50 threads, 1 kill, 1 broker restart
     python -m chaos.run --help
 
+    # the full size, each at window 0 and at onceonly's default window (--window-ms 2000):
+    python -m chaos.run                       # keys honoured: kills, broker restart, ...
+    python -m chaos.run --pauses 3            # keys ignored: pauses, no kills
+
 **Set-up**, every part a real process, in a fresh run directory (a temporary one unless
 ``--run-dir``): a Kafka broker (``onceonly broker``, the embedded single-node KRaft broker,
 on free ports), the topics (``onceonly topics``), the fake AgentMail server
@@ -16,6 +20,21 @@ on free ports), the topics (``onceonly topics``), the fake AgentMail server
 of every inbox, ``onceonly ingest`` (a ``whsec_`` secret; ``ONCEONLY_PRODUCE_TIMEOUT_MS``
 3000, so a broker outage answers 503 within 3 s) and ``--workers`` ``onceonly worker``
 processes, each with its own data directory, web port and ``ONCEONLY_WORKER_ID``.
+
+**The reply writer** (``--writer slow``, the default): ``chaos.writers:slow``, a model that
+takes ``--writer-s`` seconds (1-8 at full size), ``--writer-long-share`` of its calls
+``--writer-long-s`` (3 % of them 30-60 s), and writes a new, random text every call; the
+workers run ``--writer-concurrency`` (256) calls at once. Every call is logged under
+``writer-calls/`` of the run directory, so the run knows which calls are in flight (a pause
+waits for them, the drain waits until none is) and the report gives the writer calls per
+message. ``--writer instant``: onceonly's own acknowledgement.
+
+**The mail API's keys** (``--keys``): ``honoured`` (a resend with the same Idempotency-Key
+is replayed, not sent again) or ``ignored`` (the fake's ``--ignore-idempotency-keys``:
+every reply call sends), so the run counts what onceonly prevents by itself. ``ignored``
+is the default with ``--pauses``; then the faults only the keys can absorb (a SIGKILL
+between a send and its record, a broker restart, a response lost after sending, a send
+timed out while the server still sends) default to 0.
 
 **On a cluster** (``--nodes 3``): instead of the single broker, ``onceonly broker --nodes
 3``'s cluster (devstack's ``LocalCluster``, run from the chaos process so that one node at a
@@ -52,10 +71,17 @@ second, answers a ``--fail-rate`` share of the reply calls with a 5xx without se
 up to ``--latency-ms`` on every call, and ``--latency-spikes`` one-second spikes longer than
 the workers' send timeout (``--send-timeout-s``), so sends time out while the server still
 sends. A worker that exits on its own is restarted, like a supervisor would, and counted.
+``--pauses`` SIGSTOPs (``chaos/pauses.py``), one in each slice of 10-80 % of the time new
+messages arrive: the worker with the most writer calls in flight (waiting up to 30 s for
+one to have any) is stopped for ``--pause-s`` (15-20 s, past its 10 s broker session, so
+its partitions go to the other worker), then continued; it *survived* if the same process
+still runs 30 s later. ``--lost`` (1 %) of the messages, among those with no duplicate,
+lose their webhook: it is never POSTed, and only the catch-up below can find them.
 
 **Then**: wait until the workers are idle (consumer lag 0 and the outbox unchanged for a
 while), ``onceonly replay --from-offset 0`` (the whole deliveries topic), wait again,
-``onceonly catch-up --inbox <inbox> --since <run start>`` for every inbox, wait again.
+``onceonly catch-up --inbox <inbox> --since <run start>`` for every inbox (it answers the
+lost webhooks' messages), wait again.
 
 **Verdict**: the fake's outbox, counted per (inbox, replied-to message id). The run prints
 the counts (messages, deliveries, emails, distinct answered, missing, doubled, kills, broker
@@ -66,12 +92,17 @@ to its 204: how long a sender kept retrying), and the **longest gap in replies**
 longest interval between consecutive emails in the fake's outbox, by the send time it
 records, among those sent during the load phase). It exits 0 only if every message has
 exactly one email (or is covered by one, below), none went to anything else, and every
-delivery was accepted. Exit 1: the verdict failed; exit 2: the run itself could not be
-carried out. The run directory (every process's log, ``events.log`` with the timeline of
-faults, ``summary.txt``, ``findings.txt`` for each missing or doubled email with the log
-lines that name it) is kept whenever the run does not pass, and its path printed; ``--keep``
-keeps it anyway. ``--record`` also writes the summary to ``chaos/results/<date>-<size>.md``
-(``<date>-full-3-nodes.md`` for a full cluster run).
+delivery was accepted, and no dead letter names a message that was answered all the same.
+Besides, the report gives the writer calls per message (mean and max: a call counts for every
+message of its burst; a rewrite, a retry or a takeover asks again), the pauses and the
+longest survived, and the lost webhooks answered after the catch-up began. Exit 1: the
+verdict failed; exit 2: the run itself could not be carried out. The run directory (every
+process's log, ``events.log`` with the timeline of faults, ``writer-calls/``,
+``summary.txt``, ``findings.txt`` for each missing or doubled email with the log lines that
+name it, its writer calls, which call wrote each of its emails, and the pause it was in
+flight at) is kept whenever the run does not pass, and its path printed; ``--keep`` keeps
+it anyway. ``--record`` also writes the summary to ``chaos/results/<date>-<size>.md``
+(``<size>`` e.g. ``full``, ``full-3-nodes``, ``full-window-2000-pauses-keys-ignored``).
 
 **Why one email per message is the right count**: the workers run with
 ``ONCEONLY_REORDER_WINDOW_MS=0`` (``--window-ms``), so nothing is held and no burst forms
@@ -105,8 +136,9 @@ from chaos.common import (
     ChaosError,
 )
 from chaos.drill import Chaos
-from chaos.options import Options
+from chaos.options import KEYS_HONOURED, KEYS_IGNORED, WRITER_INSTANT, WRITER_SLOW, Options
 from chaos.verdict import Verdict
+from chaos.writers import parse_range
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,12 +146,18 @@ from chaos.verdict import Verdict
 @click.option("--threads", default=500, show_default=True)
 @click.option("--inboxes", default=5, show_default=True)
 @click.option("--workers", default=2, show_default=True, help="onceonly worker processes.")
-@click.option("--kills", default=5, show_default=True, help="Worker SIGKILLs during the load.")
+@click.option(
+    "--kills",
+    type=int,
+    default=None,
+    help="Worker SIGKILLs during the load [default: 5; 0 with --keys ignored].",
+)
 @click.option(
     "--broker-restarts",
-    default=1,
-    show_default=True,
-    help="Restarts of the broker; on a cluster, rolling restarts of every node.",
+    type=int,
+    default=None,
+    help="Restarts of the broker; on a cluster, rolling restarts of every node "
+    "[default: 1; 0 with --keys ignored].",
 )
 @click.option(
     "--nodes",
@@ -133,6 +171,53 @@ from chaos.verdict import Verdict
     default=1,
     show_default=True,
     help="On a cluster: SIGKILLs of the node leading the most deliveries partitions.",
+)
+@click.option(
+    "--pauses",
+    default=0,
+    show_default=True,
+    help="SIGSTOPs of the worker with the most writer calls in flight, each past its 10 s "
+    "session, then SIGCONT.",
+)
+@click.option("--pause-s", default="15-20", show_default=True, help="How long each pause lasts.")
+@click.option(
+    "--keys",
+    type=click.Choice([KEYS_HONOURED, KEYS_IGNORED]),
+    default=None,
+    help="Whether the fake AgentMail honours Idempotency-Key; ignored, every reply call sends, "
+    "and the faults only the keys absorb (kills, broker restarts, lost responses, latency "
+    "spikes) default to 0 [default: ignored with --pauses, else honoured].",
+)
+@click.option(
+    "--writer",
+    type=click.Choice([WRITER_SLOW, WRITER_INSTANT]),
+    default=WRITER_SLOW,
+    show_default=True,
+    help="slow: chaos.writers:slow (seconds to a minute, a new text each call); instant: "
+    "onceonly's acknowledgement.",
+)
+@click.option("--writer-s", default=None, help="Most writer calls [default: 1-8; 1-4 small].")
+@click.option(
+    "--writer-long-s", default=None, help="The long writer calls [default: 30-60; 10-20 small]."
+)
+@click.option(
+    "--writer-long-share",
+    type=float,
+    default=None,
+    help="Share of long writer calls [default: 0.03; 0.1 small].",
+)
+@click.option(
+    "--writer-concurrency",
+    default=256,
+    show_default=True,
+    help="ONCEONLY_WRITER_CONCURRENCY of the workers.",
+)
+@click.option(
+    "--lost",
+    type=float,
+    default=None,
+    help="Share of the messages whose webhook never comes; the catch-up must answer them "
+    "[default: 0.01; 0.05 small].",
 )
 @click.option("--duplicates", default=0.30, show_default=True, help="Share delivered twice.")
 @click.option("--out-of-order", default=0.20, show_default=True, help="Share out of order.")
@@ -151,13 +236,19 @@ from chaos.verdict import Verdict
     help="ONCEONLY_REORDER_WINDOW_MS of the workers (0: no bursts, one email per message).",
 )
 @click.option("--fail-rate", default=0.03, show_default=True, help="Reply calls answered 5xx.")
-@click.option("--lose-rate", default=0.02, show_default=True, help="Replies sent, answer lost.")
+@click.option(
+    "--lose-rate",
+    type=float,
+    default=None,
+    help="Replies sent, answer lost [default: 0.02; 0 with --keys ignored].",
+)
 @click.option("--latency-ms", default=30.0, show_default=True, help="Random latency up to.")
 @click.option(
     "--latency-spikes",
     default=None,
     type=int,
-    help="Spikes past the send timeout [default: 3, 1 below 10,000 messages].",
+    help="Spikes past the send timeout [default: 3, 1 below 10,000 messages; 0 with --keys "
+    "ignored].",
 )
 @click.option("--send-timeout-s", default=3.0, show_default=True)
 @click.option("--broker-down-s", default=5.0, show_default=True)
@@ -226,17 +317,46 @@ def _options(kwargs: dict[str, Any]) -> Options:
     big = kwargs["messages"] >= 10_000
     if kwargs["late_duplicate_delay_s"] is None:
         kwargs["late_duplicate_delay_s"] = 120.0 if big else 20.0
-    if kwargs["latency_spikes"] is None:
-        kwargs["latency_spikes"] = 3 if big else 1
+    if kwargs["keys"] is None:
+        kwargs["keys"] = KEYS_IGNORED if kwargs["pauses"] > 0 else KEYS_HONOURED
+    honoured = kwargs["keys"] == KEYS_HONOURED
+    defaults: dict[str, Any] = {
+        # only the mail API's keys absorb these: with the keys ignored they are off
+        "kills": 5 if honoured else 0,
+        "broker_restarts": 1 if honoured else 0,
+        "lose_rate": 0.02 if honoured else 0.0,
+        "latency_spikes": (3 if big else 1) if honoured else 0,
+        "writer_s": "1-8" if big else "1-4",
+        "writer_long_s": "30-60" if big else "10-20",
+        "writer_long_share": 0.03 if big else 0.1,
+        "lost": 0.01 if big else 0.05,
+    }
+    for name, value in defaults.items():
+        if kwargs[name] is None:
+            kwargs[name] = value
+    for name in ("pause_s", "writer_s", "writer_long_s"):
+        try:
+            kwargs[name] = parse_range(kwargs[name])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=f"--{name.replace('_', '-')}") from exc
     if kwargs["seed"] is None:
         kwargs["seed"] = random.SystemRandom().randrange(1_000_000)
     opts = Options(**kwargs)
     if opts.messages < 1 or opts.workers < 1 or opts.rate <= 0:
         raise click.BadParameter("need at least one message, one worker and a positive rate")
+    if not 0 <= opts.lost < 1 or not 0 <= opts.writer_long_share <= 1:
+        raise click.BadParameter("--lost and --writer-long-share are shares (0 to 1)")
+    if opts.writer_calls_longest_s >= WRITER_TIMEOUT_S:
+        raise click.BadParameter(
+            f"writer calls must end within the workers' writer timeout ({WRITER_TIMEOUT_S:g} s)"
+        )
     if opts.nodes == 2:
         raise click.BadParameter("--nodes 2 keeps one replica per topic: give 1 or 3 or more")
     return opts
 
+
+#: ONCEONLY_WRITER_TIMEOUT_S's default, which the chaos workers keep
+WRITER_TIMEOUT_S = 120.0
 
 if __name__ == "__main__":
     main()

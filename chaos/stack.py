@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,12 +30,15 @@ from chaos.common import (
     ROOT,
     SEND_ATTEMPTS,
     ChaosError,
+    indent,
     now,
 )
 from chaos.load import Load
-from chaos.options import Options
+from chaos.options import WRITER_SLOW, Options
 from chaos.plan import Plan
 from chaos.processes import Proc
+from chaos.writer_log import WriterLog
+from chaos.writers import WriterConfig
 from devstack.ports import free_port
 from testkit import signing
 
@@ -84,6 +86,10 @@ class Stack:
         self.phases: list[tuple[str, float]] = []
         self.replayed: str = ""
         self.catch_ups: list[list[int]] = []  #: per inbox: found ... pending
+        self.catch_up_wall = 0.0  #: when the catch-up began (epoch s)
+        self.writer_log = WriterLog(run_dir / "writer-calls")
+        self.pause_records: list[Any] = []  #: chaos.pauses.PauseRecord, in order
+        self.paused: set[str] = set()  #: workers stopped now, or watched after a pause
         self._stop = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
 
@@ -220,19 +226,18 @@ class Stack:
             raise ChaosError(f"onceonly topics failed (exit {code}):\n{out}")
         self.event("topics: " + await asyncio.to_thread(self._topic_shapes))
 
-        self.mail = Proc(
-            "agentmail",
-            [sys.executable, "-m", "testkit.fakes.agentmail_server", "--port", str(self.mail_port)],
-            self._clean_env(),
-            self.run_dir / "agentmail.log",
-        ).start()
-        await self._wait_http(self.mail, self.mail_url + "/_control/health")
-
+        await self._start_mail()
         assert self.plan is not None
         seeds = [m.seed() for m in self.plan.messages]
         for i in range(0, len(seeds), 1000):
             await self._mail("POST", "/_control/seed", {"messages": seeds[i : i + 1000]})
-        self.event(f"fake AgentMail at {self.mail_url}, seeded with {len(seeds)} messages")
+        ignored = (await self._mail("GET", "/_control/faults"))["ignore_keys"]
+        if ignored != self.opts.keys_ignored:
+            raise ChaosError(f"the fake AgentMail's ignore_keys is {ignored}, not as asked")
+        self.event(
+            f"fake AgentMail at {self.mail_url}, seeded with {len(seeds)} messages, "
+            f"Idempotency-Key {'IGNORED' if ignored else 'honoured'}"
+        )
 
         self.ingest = Proc(
             "ingest",
@@ -254,6 +259,18 @@ class Stack:
             f"(window {self.opts.window_ms} ms, send timeout {self.opts.send_timeout_s:g} s, "
             f"{SEND_ATTEMPTS} send attempts)"
         )
+
+    async def _start_mail(self) -> None:
+        """The fake AgentMail API, honouring or ignoring idempotency keys as asked."""
+        keys = ["--ignore-idempotency-keys"] if self.opts.keys_ignored else []
+        server = [sys.executable, "-m", "testkit.fakes.agentmail_server"]
+        self.mail = Proc(
+            "agentmail",
+            [*server, "--port", str(self.mail_port), *keys],
+            self._clean_env(),
+            self.run_dir / "agentmail.log",
+        ).start()
+        await self._wait_http(self.mail, self.mail_url + "/_control/health")
 
     def _topic_shapes(self) -> str:
         """The replicas and min.insync.replicas of onceonly's topics; on a cluster, refuse
@@ -285,9 +302,26 @@ class Stack:
                 ONCEONLY_WORKER_ID=f"chaos-w{i}",
                 ONCEONLY_SEND_ATTEMPTS=str(SEND_ATTEMPTS),
                 ONCEONLY_SEND_TIMEOUT_S=f"{self.opts.send_timeout_s:g}",
+                **self._writer_env(),
             ),
             self.run_dir / f"worker-w{i}.log",
         )
+
+    def _writer_env(self) -> dict[str, str]:
+        """The slow chaos writer (chaos/writers.py), logging to the run directory."""
+        if self.opts.writer != WRITER_SLOW:
+            return {}
+        config = WriterConfig(
+            seconds=self.opts.writer_s,
+            long_seconds=self.opts.writer_long_s,
+            long_share=self.opts.writer_long_share,
+            log_dir=self.writer_log.directory,
+        )
+        return {
+            "ONCEONLY_REPLY_WRITER": "chaos.writers:slow",
+            "ONCEONLY_WRITER_CONCURRENCY": str(self.opts.writer_concurrency),
+            **config.env(),
+        }
 
     async def _wait_http(self, proc: Proc, url: str, timeout_s: float = 60.0) -> None:
         assert self._session is not None
@@ -339,24 +373,3 @@ class Stack:
             if not self.broker_busy and not self.broker.alive:
                 raise ChaosError(f"the broker died on its own:\n{self.broker.log_tail()}")
             await asyncio.sleep(0.5)
-
-
-def indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
-
-
-async def first_of(main: Awaitable[Any], background: Iterable[asyncio.Task[Any]]) -> Any:
-    """Await ``main``; if a background task fails first (a fatal death), raise its error."""
-    task = asyncio.ensure_future(main)
-    watched = [task, *background]
-    while True:
-        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-        for finished in done:
-            if finished is not task and finished.exception() is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
-                raise finished.exception()  # type: ignore[misc]
-        if task in done:
-            return task.result()
-        watched = [t for t in watched if t not in done]

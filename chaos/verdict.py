@@ -9,9 +9,12 @@ from datetime import datetime
 from pathlib import Path
 
 from chaos.figures import Figures
+from chaos.letters import LostFigures
 from chaos.load import LoadStats
-from chaos.options import Options
+from chaos.options import WRITER_SLOW, Options, span
+from chaos.pauses import PauseRecord, pause_rows
 from chaos.stack import Snapshot
+from chaos.writer_log import WriterFigures
 
 # --------------------------------------------------------------------------- report
 
@@ -47,6 +50,11 @@ class Verdict:
     duration_s: float
     started: datetime
     run_dir: Path
+    #: dead letters that name a message answered all the same (target 0)
+    letters_naming_answered: list[str] = field(default_factory=list)
+    writer: WriterFigures = field(default_factory=lambda: WriterFigures(0, 0))
+    pauses: list[PauseRecord] = field(default_factory=list)
+    lost: LostFigures = field(default_factory=lambda: LostFigures(0, 0, 0))
     findings: list[str] = field(default_factory=list)
     timeline: list[str] = field(default_factory=list)
 
@@ -59,6 +67,8 @@ class Verdict:
             and self.emails == self.messages - self.covered
             and not self.load.never_accepted
             and self.settled
+            and self.dead_letters >= 0
+            and not self.letters_naming_answered
         )
 
     @property
@@ -89,7 +99,21 @@ class Verdict:
 
     def _fault_rows(self) -> list[tuple[str, str]]:
         o = self.opts
+        writer = (
+            f"chaos.writers:slow, {span(o.writer_s)} s, {o.writer_long_share:.0%} of calls "
+            f"{span(o.writer_long_s)} s, a new text each call; {o.writer_concurrency} calls "
+            "in flight per worker at most"
+            if o.writer == WRITER_SLOW
+            else "processors.writer:acknowledge (instant)"
+        )
         return [
+            (
+                "mail API idempotency keys",
+                "IGNORED: every reply call sends, so doubles are onceonly's own"
+                if o.keys_ignored
+                else "honoured (a resend with the same key is replayed, not sent)",
+            ),
+            ("reply writer", writer),
             ("worker kills (SIGKILL)", f"{len(self.kills)}: {', '.join(self.kills) or '-'}"),
             ("worker exits on their own", f"{len(self.crashes)}: {', '.join(self.crashes) or '-'}"),
             (
@@ -103,6 +127,8 @@ class Verdict:
                 f"{self.injected.get('spikes', 0)} latency spikes over the send timeout, "
                 f"latency 0-{o.latency_ms:g} ms; {self.reply_calls:,} reply calls",
             ),
+            *pause_rows(self.pauses, o.pauses),
+            *self.lost.rows(),
         ]
 
     def lines(self) -> list[str]:
@@ -137,7 +163,12 @@ class Verdict:
                 "ledger records",
                 ", ".join(f"{k} {v:,}" for k, v in sorted(self.ledger_states.items())),
             ),
-            ("dead letters", f"{self.dead_letters:,}"),
+            (
+                "dead letters",
+                (f"{self.dead_letters:,}" if self.dead_letters >= 0 else "NOT readable")
+                + f"; naming answered messages: {len(self.letters_naming_answered):,} (target 0)",
+            ),
+            *self.writer.rows(),
             ("worker log counts", ", ".join(f"{k} {v:,}" for k, v in self.worker_logs.items())),
             ("phases", ", ".join(f"{name} {s:.0f} s" for name, s in self.phases)),
             ("duration", f"{self.duration_s:.0f} s ({self.duration_s / 60:.1f} min)"),
@@ -150,6 +181,7 @@ class Verdict:
             ("doubled", [f"{m} in {i}: {c} emails" for (i, m), c in self.doubled.items()]),
             ("unknown", [f"{m} in {i}: {c} emails" for (i, m), c in self.unexpected.items()]),
             ("never accepted", self.load.never_accepted),
+            ("dead letters naming answered messages", self.letters_naming_answered),
         ):
             if items:
                 out.append(

@@ -41,7 +41,11 @@ Fault injection (per fake, settable at runtime, also via ``POST /_control/faults
 when the client gives up, so a timed-out reply still sends), ``send_delay_s``
 between reserving a key and sending, ``fail_next(n, status)`` for replies (answer
 ``status`` without sending), ``lose_response_next(n)`` (the next n replies that
-would answer 2xx do their effect, then answer 500).
+would answer 2xx do their effect, then answer 500), ``ignore_keys`` (the
+``Idempotency-Key`` header is not looked at: every reply call that gets that far sends a
+new email; for chaos runs that count what the caller prevents by itself). The switch is
+also the constructor's ``ignore_idempotency_keys`` and the process's
+``--ignore-idempotency-keys``; a reset goes back to the constructor's setting.
 """
 
 from __future__ import annotations
@@ -211,6 +215,8 @@ class Faults:
     fail_remaining: int = 0
     fail_status: int = 500
     lose_remaining: int = 0
+    #: the Idempotency-Key header is ignored: no replay, no 409, every call sends
+    ignore_keys: bool = False
 
     def to_json(self) -> Json:
         return asdict(self)
@@ -268,8 +274,10 @@ class FakeAgentMail(FakeServer):
         *,
         clock: Clock | None = None,
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
+        ignore_idempotency_keys: bool = False,
     ) -> None:
         super().__init__()
+        self._ignore_keys_default = ignore_idempotency_keys
         self._base_clock: Clock = clock if clock is not None else time.time
         self._clock_offset_s = 0.0
         self.key_ttl_s = key_ttl_s
@@ -279,7 +287,7 @@ class FakeAgentMail(FakeServer):
         self._keys: dict[str, _KeyRecord] = {}
         self._webhooks: dict[str, _Webhook] = {}
         self._seq = 0
-        self.faults = Faults()
+        self.faults = Faults(ignore_keys=ignore_idempotency_keys)
         self.request_counts: Counter[str] = Counter()
 
     @property
@@ -415,6 +423,11 @@ class FakeAgentMail(FakeServer):
         with self._lock:
             self.faults.lose_remaining = n
 
+    def ignore_keys(self, ignore: bool = True) -> None:
+        """Ignore (or honour again) the Idempotency-Key header of reply calls."""
+        with self._lock:
+            self.faults.ignore_keys = ignore
+
     def set_latency(self, seconds: float) -> None:
         with self._lock:
             self.faults.latency_s = seconds
@@ -426,7 +439,7 @@ class FakeAgentMail(FakeServer):
             self._outbox.clear()
             self._keys.clear()
             self._webhooks.clear()
-            self.faults = Faults()
+            self.faults = Faults(ignore_keys=self._ignore_keys_default)
             self.request_counts.clear()
             self._clock_offset_s = 0.0
 
@@ -623,7 +636,9 @@ class FakeAgentMail(FakeServer):
             raise _BadRequest(f"request body is not JSON: {exc}") from exc
         if not isinstance(body, dict):
             raise _BadRequest("request body must be a JSON object")
-        key = request.headers.get("Idempotency-Key") or None
+        sent_key = request.headers.get("Idempotency-Key") or None
+        with self._lock:
+            key = None if self.faults.ignore_keys else sent_key
         fingerprint = json.dumps(
             {
                 "endpoint": "reply",
@@ -669,7 +684,7 @@ class FakeAgentMail(FakeServer):
             if self.faults.send_delay_s > 0:
                 await asyncio.sleep(self.faults.send_delay_s)
             with self._lock:
-                response = self._send_reply(inbox_id, message_id, body, key)
+                response = self._send_reply(inbox_id, message_id, body, sent_key)
         except BaseException:
             if key is not None:
                 with self._lock:
@@ -816,6 +831,10 @@ class FakeAgentMail(FakeServer):
                     f.fail_status = int(body["fail_status"])
                 if "lose_response_next" in body:
                     f.lose_remaining = int(body["lose_response_next"])
+                if "ignore_keys" in body:
+                    if not isinstance(body["ignore_keys"], bool):
+                        raise TypeError("ignore_keys must be a boolean")
+                    f.ignore_keys = body["ignore_keys"]
                 return web.json_response(f.to_json())
         except (TypeError, ValueError) as exc:
             return _error(400, "ValidationError", f"bad faults: {exc!r}")
@@ -961,8 +980,8 @@ def _items(body: Mapping[str, Any], plural: str) -> list[Mapping[str, Any]]:
     return [body] if "inbox_id" in body else []
 
 
-async def _serve(host: str, port: int, key_ttl_s: float) -> None:
-    fake = FakeAgentMail(key_ttl_s=key_ttl_s)
+async def _serve(host: str, port: int, key_ttl_s: float, ignore_keys: bool) -> None:
+    fake = FakeAgentMail(key_ttl_s=key_ttl_s, ignore_idempotency_keys=ignore_keys)
     base_url = await fake.start(host, port)
     print(base_url, flush=True)
     stop = asyncio.Event()
@@ -984,8 +1003,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--key-ttl-s", type=float, default=DEFAULT_KEY_TTL_S)
+    parser.add_argument(
+        "--ignore-idempotency-keys",
+        action="store_true",
+        help="Ignore the Idempotency-Key header: every reply call sends a new email.",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(_serve(args.host, args.port, args.key_ttl_s))
+    asyncio.run(_serve(args.host, args.port, args.key_ttl_s, args.ignore_idempotency_keys))
 
 
 if __name__ == "__main__":
