@@ -46,6 +46,7 @@ bench: $(STAMP) jars $(DBOS_STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
 	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
+	$(BIN)/python -m bench.backlog $(BENCH_BACKLOG_ARGS)
 
 # Cold takeover at scale: 10,000,000 dedupe entries written to the events changelog as the
 # worker writes them (recording them through a worker would take hours), the worker holding
@@ -59,6 +60,15 @@ bench-scale: $(STAMP) jars
 # Smaller: make bench-agent BENCH_AGENT_ARGS='--smoke'
 bench-agent: $(STAMP) jars
 	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
+
+# Backpressure at every window: 50,000 threads of 50 KB produced first, then one worker with
+# an async writer of 1 s (window 2,000 ms, concurrency 64) drains them: time beside the floor
+# (threads x writer-s / concurrency), peak RSS, rebalances, emails per thread, fence-to-send.
+# Report: bench/results/backlog-<date>.md.
+# Smaller: make bench-backlog BENCH_BACKLOG_ARGS='--threads 2000'
+.PHONY: bench-backlog
+bench-backlog: $(STAMP) jars
+	$(BIN)/python -m bench.backlog $(BENCH_BACKLOG_ARGS)
 
 # Mutation testing of the decision modules ([tool.mutmut] in pyproject.toml) against
 # tests/unit: mutmut, one child, under nice, from a clean mutants/. Not part of CI's run.

@@ -1,0 +1,360 @@
+"""Backlog benchmark: backpressure at every window, over a backlog of large bodies.
+
+``python -m bench.backlog`` (``make bench-backlog``, and the last step of ``make bench``)
+produces, on one embedded broker (or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``),
+``--threads`` AgentMail ``message.received`` envelopes (as ingest makes them; each a
+thread of its own with a ``--body-kb`` KB text body) to a fresh deliveries topic; only
+then starts one ``onceonly worker`` with an async writer that sleeps ``--writer-s``
+(``bench._backlog_writer``), the reorder window at ``--window-ms`` and
+``ONCEONLY_WRITER_CONCURRENCY=--concurrency``, replying through its real AgentMail sender
+to the instant mail server (``bench._instant_mail``), which counts the emails per message.
+
+Figures: the time from the worker's start to the last reply beside its floor (threads x
+writer-s / concurrency), replies/s, the worker's peak RSS (VmHWM), the rebalances in its
+log, the emails per thread, and its ``onceonly_fence_to_send_seconds`` p50/p99 and
+``onceonly_fenced_total``; and, in the benchmark's own process, a tick's ``due_keys``
+over held bodies beside its 1 KB baseline (``bench._backlog_tick``). Targets (issue 29,
+item 5): RSS under 1 GiB, no rebalance, every thread answered exactly once. The report:
+``<--results-dir>/backlog-<date>.md`` (and its chart, ``.png``).
+
+A smoke run, in a few minutes::
+
+    python -m bench.backlog --threads 2000 --body-kb 50
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from bench._agent_load import AgentBench
+from bench._backlog_figures import (
+    FENCE_TO_SEND,
+    Outcome,
+    Plan,
+    Sample,
+    answered_once,
+    histogram_buckets,
+    overlaps,
+    rebalances,
+)
+from bench._backlog_records import backlog_records, message_id
+from bench._backlog_report import rows, section
+from bench._backlog_tick import measure as measure_tick
+from bench._backlog_writer import WRITER_S_ENV
+from bench._machine import loadavg, revision
+from bench._options import results_dir_option
+from bench._proc_records import Record, produce
+from bench._proc_stack import check_alive, get_json, group_rss_mb, scrape
+from bench._procs import BenchError, Broker, CpuWindow, console, create_topics, kafka
+from bench._report import about, command_line, execute, write_report
+
+#: Seconds between two /metrics readings (the lag gauge asks the broker each time).
+SCRAPE_EVERY_S = 5.0
+#: Seconds after the last reply before the counts are read: a late second email shows.
+SETTLE_S = 5.0
+#: What a thread costs on disk, as a multiple of its body: the deliveries topic, the
+#: holds changelog and the worker's RocksDB, with room to spare.
+DISK_FACTOR = 4
+KEPT = ("onceonly_fenced", "onceonly_replies", "onceonly_dead_letters", "onceonly_writer_calls")
+
+
+def worker_settings(plan: Plan) -> dict[str, str]:
+    return {
+        "ONCEONLY_REPLY_WRITER": "bench._backlog_writer:writer",
+        WRITER_S_ENV: f"{plan.writer_s:g}",
+        "ONCEONLY_REORDER_WINDOW_MS": str(plan.window_ms),
+        "ONCEONLY_WRITER_CONCURRENCY": str(plan.concurrency),
+        "ONCEONLY_MAX_PENDING": str(plan.max_pending),
+    }
+
+
+# --------------------------------------------------------------------------- the backlog
+
+
+def check_disk(plan: Plan, work: Path) -> None:
+    need = plan.threads * (plan.body_kb + 2) * 1024 * DISK_FACTOR
+    free = shutil.disk_usage(work).free
+    if need > free:
+        raise BenchError(
+            f"{plan.threads:,} threads of {plan.body_kb} KB need about {need / 2**30:.1f} GiB "
+            f"free under {work}, which has {free / 2**30:.1f} GiB: ask for fewer --threads"
+        )
+
+
+def produce_backlog(plan: Plan, broker: Broker, topic: str, tag: str) -> tuple[float, float]:
+    """Produce the whole backlog; (seconds it took, MB of record values)."""
+    produced = [0]
+
+    def counted() -> Iterator[Record]:
+        for record in backlog_records(plan.threads, tag, plan.body_kb):
+            produced[0] += len(record[1])
+            yield record
+
+    console.print(f"producing {plan.threads:,} threads of {plan.body_kb} KB to {topic} …")
+    seconds = produce(broker.bootstrap, topic, counted(), plan.threads)
+    console.print(f"  {produced[0] / 1e6:,.0f} MB in {seconds:.0f} s")
+    return seconds, produced[0] / 1e6
+
+
+# --------------------------------------------------------------------------- the drain
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How long the drain may take, and where its logs go."""
+
+    stall_s: float  #: fail when neither the replies nor the lag move for this long
+    timeout_s: float | None = None  #: stop waiting after this long; report what drained
+    keep: Path | None = None  #: copy the logs here
+
+
+@dataclass(slots=True)
+class Watch:
+    """What the drain's readings found."""
+
+    samples: list[Sample]
+    peak_rss_mb: float = 0.0
+    drained: bool = False
+
+
+def _reading(bench: AgentBench, started: float, replies: int, rss: float) -> Sample:
+    found = scrape(bench.worker_port) or {}
+    lags = [v for k, v in found.items() if k.startswith("onceonly_consumer_lag{")]
+    return Sample(
+        time.time() - started,
+        replies,
+        rss,
+        found.get("onceonly_pending_records", math.nan),
+        sum(lags) if lags else math.nan,
+    )
+
+
+def watch_drain(bench: AgentBench, plan: Plan, started: float, limits: Limits) -> Watch:
+    """Read the mail server's sends and the worker's RSS each second until every thread
+    has a reply or the timeout; fail if neither the sends nor the consumer lag move for
+    the stall limit."""
+    worker = bench.worker
+    assert worker is not None
+    watch = Watch([])
+    stall_s, timeout_s = limits.stall_s, limits.timeout_s or math.inf
+    moved, last_move, next_scrape, next_print = (-1, math.nan), time.monotonic(), 0.0, 0.0
+    while True:
+        sent = int(bench.mail_stats()["sent"])
+        rss = group_rss_mb(worker.pid)[0]
+        watch.peak_rss_mb = max(watch.peak_rss_mb, rss)
+        now = time.monotonic()
+        if now >= next_scrape or sent >= plan.threads:
+            watch.samples.append(_reading(bench, started, sent, rss))
+            next_scrape = now + SCRAPE_EVERY_S
+            progress = (sent, watch.samples[-1].lag)
+            if progress != moved and not (progress[0] == moved[0] and math.isnan(progress[1])):
+                moved, last_move = progress, now
+        if sent >= plan.threads:
+            watch.drained = True
+            return watch
+        if time.time() - started > timeout_s:
+            console.print(f"[red]timed out: {sent:,} of {plan.threads:,} replies[/]")
+            watch.samples.append(_reading(bench, started, sent, rss))
+            return watch
+        if now - last_move > stall_s:
+            raise BenchError(
+                f"the drain is stuck at {sent:,} of {plan.threads:,} replies for {stall_s:g} s; "
+                f"worker output:\n{worker.log_tail()}"
+            )
+        check_alive(worker, "the backlog drained")
+        if now >= next_print:
+            s = watch.samples[-1]
+            console.print(
+                f"  {time.time() - started:6.0f} s: {sent:,} replies, RSS {rss:,.0f} MiB, "
+                f"pending {s.pending:g}, lag {s.lag:g}"
+            )
+            next_print = now + 30
+        time.sleep(1.0)
+
+
+def final_counters(bench: AgentBench) -> dict[str, float]:
+    """The worker's /metrics at the end (waits up to 30 s for an answer)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = scrape(bench.worker_port)
+        if found is not None:
+            return found
+        time.sleep(0.5)
+    raise BenchError(f"the worker's /metrics did not answer on port {bench.worker_port}")
+
+
+def copy_logs(work: Path, keep: Path | None) -> None:
+    """Copy the run's logs (the worker's, the mail server's) to ``keep``, if given."""
+    if keep is None:
+        return
+    keep.mkdir(parents=True, exist_ok=True)
+    for log in work.glob("*.log"):
+        shutil.copyfile(log, keep / log.name)
+    console.print(f"logs copied to {keep}")
+
+
+def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
+    tag = secrets.token_hex(3)
+    check_disk(plan, work)
+    topics = create_topics(broker.bootstrap, plan.partitions, f"onceonly-bench-backlog-{tag}")
+    bench = AgentBench(work, broker.bootstrap, topics, tag, plan.partitions, "INFO", broker.pid)
+    bench.extra = worker_settings(plan)
+    tick = measure_tick(plan)
+    console.print(
+        f"a tick over {tick.held:,} due threads: {tick.ms:.1f} ms with {plan.body_kb} KB bodies, "
+        f"{tick.baseline_ms:.1f} ms with 1 KB"
+    )
+    try:
+        produce_s, backlog_mb = produce_backlog(plan, broker, bench.deliveries, tag)
+        bench.start_mail()
+        started = bench.start_worker()
+        worker = bench.worker
+        assert worker is not None
+        cpu = CpuWindow(bench.cpu_pids("worker", worker.pid))
+        cpu.begin()
+        console.print(f"worker started: {', '.join(f'{k}={v}' for k, v in bench.extra.items())}")
+        watch = watch_drain(bench, plan, started, limits)
+        cpu.end()
+        time.sleep(SETTLE_S)
+        metrics = final_counters(bench)
+        hwm = group_rss_mb(worker.pid)[1]
+        stats = bench.mail_stats()
+        counts = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/counts", timeout_s=60)
+    except BaseException:
+        if bench.worker is not None:
+            console.print(f"[dim]worker log tail:\n{bench.worker.log_tail(20)}[/]")
+        raise
+    finally:
+        bench.stop_all()
+        copy_logs(work, limits.keep)
+    expected = {message_id(tag, n) for n in range(plan.threads)}
+    log_text = worker.log()
+    return Outcome(
+        plan,
+        started,
+        float(stats["first"]),
+        float(stats["last"]),
+        hwm,
+        watch.peak_rss_mb,
+        answered_once(counts, expected),
+        rebalances(log_text),
+        histogram_buckets(metrics, FENCE_TO_SEND),
+        {k: v for k, v in metrics.items() if k.startswith(KEPT) and "_created" not in k},
+        watch.samples,
+        cpu.percent,
+        produce_s,
+        backlog_mb,
+        watch.drained,
+        watch.samples[-1].t_s,
+        overlaps(log_text),
+        tick,
+    )
+
+
+# --------------------------------------------------------------------------- main
+
+
+def print_rows(outcome: Outcome) -> None:
+    console.print()
+    for figure, value, target, verdict in rows(outcome):
+        style = "red" if "NOT met" in verdict else None
+        console.print(f"{figure:<48} {value:>22}  {target}  {verdict}", style=style)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--threads", type=click.IntRange(1, 10_000_000), default=50_000, show_default=True)
+@click.option("--body-kb", type=click.IntRange(1, 1024), default=50, show_default=True)
+@click.option("--writer-s", type=click.FloatRange(0.001, 600), default=1.0, show_default=True)
+@click.option("--window-ms", type=click.IntRange(0, 60_000), default=2000, show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 4096),
+    default=None,
+    help="Writer calls in flight [the worker's default, 64].",
+)
+@click.option(
+    "--max-pending",
+    type=click.IntRange(1, 1_000_000),
+    default=None,
+    help="ONCEONLY_MAX_PENDING [the worker's default, 4096].",
+)
+@click.option(
+    "--stall-s",
+    type=click.FloatRange(10, 7200),
+    default=600.0,
+    show_default=True,
+    help="Fail when neither the replies nor the consumer lag move for this long.",
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(10, 86_400),
+    default=None,
+    help="Stop waiting after this long and report what drained [no limit].",
+)
+@click.option(
+    "--keep-logs",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Copy the worker's and the mail server's logs to this directory.",
+)
+@results_dir_option
+def main(
+    threads: int,
+    body_kb: int,
+    writer_s: float,
+    window_ms: int,
+    concurrency: int | None,
+    max_pending: int | None,
+    stall_s: float,
+    timeout_s: float | None,
+    keep_logs: Path | None,
+    results_dir: Path,
+) -> None:
+    """Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."""
+    from foundation.settings import Settings
+
+    defaults = Settings.from_env()
+    plan = Plan(
+        threads,
+        body_kb,
+        writer_s,
+        window_ms,
+        concurrency or defaults.writer_concurrency,
+        max_pending or defaults.max_pending,
+        defaults.partitions,
+    )
+    limits = Limits(stall_s, timeout_s, keep_logs)
+    load_before, code, began = loadavg(), revision(), time.monotonic()
+
+    def body() -> tuple[Outcome, str]:
+        with (
+            tempfile.TemporaryDirectory(prefix="onceonly-bench-backlog-") as tmp,
+            kafka(Path(tmp)) as broker,
+        ):
+            return run(plan, broker, Path(tmp), limits), broker.about
+
+    outcome, kafka_about = execute(body)
+    print_rows(outcome)
+    took = [("whole run", f"{time.monotonic() - began:.0f} s")]
+    md, png = write_report(
+        "backlog",
+        "onceonly backlog benchmark",
+        [section(outcome)],
+        about(kafka_about, load_before, code, took),
+        command_line("bench.backlog"),
+        results_dir,
+    )
+    console.print(f"written to {md} and {png.name}")
+
+
+if __name__ == "__main__":
+    main()
