@@ -103,14 +103,14 @@ class TrackingConsumer(RewindingConsumer):
     async def confirm_owner(self, tp: TP, generation: int, timeout_s: float) -> bool:
         """Whether this member still owns ``tp`` in ``generation``, as the broker says.
 
-        The check is a commit of the partition's finished prefix with the member's group
-        generation (KIP-447's fence without transactions): the group coordinator refuses
-        it from a member whose session expired (a paused or partitioned worker), from a
-        generation that has ended, and while the group completes a rebalance. A check
-        that gets no answer within ``timeout_s`` (the coordinator unreachable or moving)
-        is asked again, for as long as the generation lasts: not knowing is not a refusal
-        (a refused lane drops its records, which only a rebalance brings back), and
-        nothing is written or sent meanwhile.
+        The check is a commit of the partition's committed offset, again, with the
+        member's group generation (KIP-447's fence without transactions): the group
+        coordinator refuses it from a member whose session expired (a paused or partitioned
+        worker), from a generation that has ended, and while the group completes a
+        rebalance. A check that gets no answer within ``timeout_s`` (the coordinator
+        unreachable or moving) is asked again, for as long as the generation lasts: not
+        knowing is not a refusal (a refused lane drops its records, which only a
+        rebalance brings back), and nothing is written or sent meanwhile.
         """
         while generation == self.app.consumer_generation_id:
             answer = await self._commit_as_member(tp, timeout_s)
@@ -120,16 +120,19 @@ class TrackingConsumer(RewindingConsumer):
         return False
 
     async def _commit_as_member(self, tp: TP, timeout_s: float) -> bool | None:
-        """Commit ``tp``'s finished prefix: True if the coordinator took it, False if it
-        refused, None if no answer came within ``timeout_s``."""
-        done, committed = self.book.committable(tp), self._committed_offset.get(tp)
-        offsets = [o for o in (done, committed) if o is not None]
-        if not offsets:
-            return False
-        offset = max(offsets)  # never moves the group's offset back
+        """Commit ``tp``'s offset as this member: True if the coordinator took it, False if
+        it refused, None if no answer came within ``timeout_s``."""
+        # the offset committed already, again: what the check needs is the generation, not
+        # progress (faust's timer commits that), and it needs no flush of the producer.
+        # Before this assignment's first commit: the finished prefix, its holds flushed
+        offset = self._committed_offset.get(tp)
         thread = self._thread
         try:
-            await self.app.producer.flush()  # the holds behind ``offset`` are durable first
+            if offset is None:
+                offset = self.book.committable(tp)
+                if offset is None:
+                    return False
+                await self.app.producer.flush()  # the holds behind ``offset`` are durable
             future = asyncio.run_coroutine_threadsafe(
                 self._commit_on_thread_loop(thread, tp, offset, timeout_s), thread.thread_loop
             )

@@ -11,7 +11,7 @@ thread, skips them.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, MutableMapping
+from collections.abc import Collection, Iterator, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -131,12 +131,17 @@ class Holds:
     def _window_passed(self, key: bytes, now_ms: int) -> bool:
         return self._opened.get(key, now_ms) + self.window_ms <= now_ms
 
-    def due_keys(self, partition: int, *, now_ms: int, skip: Collection[bytes] = ()) -> list[bytes]:
-        """Threads of ``partition`` with events not busy whose window has passed; only the
-        buffers whose oldest event is past its window are read, never the others."""
-        due: list[bytes] = []
+    def due_keys(
+        self, partition: int, *, now_ms: int, skip: Collection[bytes] = ()
+    ) -> Iterator[bytes]:
+        """Threads of ``partition`` with events not busy whose window has passed, one at a
+        time (the caller may wait between them). Decided from the index: a buffer is read
+        only when some of its events are busy, never for a thread merely waiting."""
         for key, p in list(self.index().items()):
             if p != partition or key in skip or not self._window_passed(key, now_ms):
+                continue
+            if key not in self._busy:
+                yield key
                 continue
             buffer = self.buffer(key)
             if buffer is None or not buffer.held:
@@ -144,8 +149,7 @@ class Holds:
                 continue
             busy = frozenset(self._busy.get(key, ()))
             if reorder.take(buffer, now_ms=now_ms, window_ms=self.window_ms, busy=busy).events:
-                due.append(key)
-        return due
+                yield key
 
     def due_partitions(self, *, now_ms: int) -> set[int]:
         """Partitions (of this worker) holding a buffer whose window has passed (from the
