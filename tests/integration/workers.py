@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -211,3 +212,33 @@ def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def model_env(stack: Stack, **extra: str) -> dict[str, str]:
+    """A worker with the model-like writer (tests.integration.writers.model), logging its
+    calls to ``writer.jsonl`` and its effects to ``effects.log`` in the test's folder."""
+    return {
+        "ONCEONLY_REPLY_WRITER": "tests.integration.writers:model",
+        "ONCEONLY_TEST_WRITER_LOG": str(stack.tmp / "writer.jsonl"),
+        "ONCEONLY_TEST_EFFECT_LOG": str(stack.tmp / "effects.log"),
+        "ONCEONLY_WRITER_BACKOFF_S": "0.1",
+        **extra,
+    }
+
+
+def model_calls(stack: Stack, event: str = "start") -> list[dict[str, Any]]:
+    """The model writer's logged calls of one kind (start, end, raise, cancelled)."""
+    path = stack.tmp / "writer.jsonl"
+    if not path.exists():
+        return []
+    return [e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == event]
+
+
+def dead_letters(stack: Stack) -> list[dict[str, Any]]:
+    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
+    return [json.loads(r.value()) for r in records]
+
+
+def sent_to(stack: Stack) -> Counter[str]:
+    """How many emails each message id got."""
+    return Counter(e.replied_to_message_id for e in stack.mail.outbox)

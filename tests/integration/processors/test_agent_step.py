@@ -14,42 +14,19 @@ import pytest
 
 from processors.messages import reply_key
 from schemas.ledger import ReplyState
-from tests.conftest import consume_all
 from tests.integration.workers import INBOX, Stack, ledger_records, until
+from tests.integration.workers import dead_letters as _dead_letters
+from tests.integration.workers import model_calls as _calls
+from tests.integration.workers import model_env as _env
+from tests.integration.workers import sent_to as _sent_to
 
 pytestmark = pytest.mark.integration
 
 WINDOW_MS = 2000  # the default
 
 
-def _env(stack: Stack, **extra: str) -> dict[str, str]:
-    return {
-        "ONCEONLY_REPLY_WRITER": "tests.integration.writers:model",
-        "ONCEONLY_TEST_WRITER_LOG": str(stack.tmp / "writer.jsonl"),
-        "ONCEONLY_TEST_EFFECT_LOG": str(stack.tmp / "effects.log"),
-        "ONCEONLY_WRITER_BACKOFF_S": "0.1",
-        **extra,
-    }
-
-
-def _calls(stack: Stack, event: str = "start") -> list[dict[str, Any]]:
-    path = stack.tmp / "writer.jsonl"
-    if not path.exists():
-        return []
-    return [e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == event]
-
-
 def _calls_per_message(stack: Stack) -> Counter[str]:
     return Counter(call["ids"][-1] for call in _calls(stack))
-
-
-def _dead_letters(stack: Stack) -> list[dict[str, Any]]:
-    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
-    return [json.loads(r.value()) for r in records]
-
-
-def _sent_to(stack: Stack) -> Counter[str]:
-    return Counter(e.replied_to_message_id for e in stack.mail.outbox)
 
 
 async def _deliver_threads(stack: Stack, texts: dict[str, str]) -> dict[str, str]:

@@ -4,20 +4,27 @@ real worker processes, the real broker and AgentMail's API on loopback."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import signal
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from foundation.kafka import consumer_lag
 from processors.messages import reply_key
 from schemas.ledger import ReplyState
-from tests.conftest import consume_all
-from tests.integration.workers import INBOX, Stack, WorkerProcess, ledger_records, until
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    WorkerProcess,
+    ledger_records,
+    model_env,
+    until,
+)
+from tests.integration.workers import dead_letters as _dead_letters
+from tests.integration.workers import model_calls as _calls
+from tests.integration.workers import sent_to as _sent_to
 
 pytestmark = pytest.mark.integration
 
@@ -25,30 +32,8 @@ SESSION_S = 10  # the worker's broker session (processors.faust_app)
 
 
 def _env(stack: Stack, **extra: str) -> dict[str, str]:
-    return {
-        "ONCEONLY_REPLY_WRITER": "tests.integration.writers:model",
-        "ONCEONLY_TEST_WRITER_LOG": str(stack.tmp / "writer.jsonl"),
-        "ONCEONLY_TEST_EFFECT_LOG": str(stack.tmp / "effects.log"),
-        "ONCEONLY_WRITER_BACKOFF_S": "0.1",
-        "ONCEONLY_TEST_WRITER_VARY": "1",
-        **extra,
-    }
-
-
-def _calls(stack: Stack, event: str = "start") -> list[dict[str, Any]]:
-    path = stack.tmp / "writer.jsonl"
-    if not path.exists():
-        return []
-    return [e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == event]
-
-
-def _sent_to(stack: Stack) -> Counter[str]:
-    return Counter(e.replied_to_message_id for e in stack.mail.outbox)
-
-
-def _dead_letters(stack: Stack) -> list[dict[str, Any]]:
-    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
-    return [json.loads(r.value()) for r in records]
+    """The model-like writer, with a text that varies from call to call."""
+    return model_env(stack, ONCEONLY_TEST_WRITER_VARY="1", **extra)
 
 
 def _committed(stack: Stack) -> int | None:
