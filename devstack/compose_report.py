@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from devstack.compose_images import Built
 
@@ -19,26 +21,28 @@ def _version(command: Sequence[str]) -> str:
     return (result.stdout + result.stderr).strip().splitlines()[-1]
 
 
-def image_checks(image: str) -> dict[str, str]:
-    """What a careful operator reads off an image: user, health check, exposed ports."""
-    template = "{{.Config.User}}|{{.Config.Healthcheck}}|{{.Config.ExposedPorts}}"
-    result = subprocess.run(
-        ["podman", "image", "inspect", "--format", template, image],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    user, health, ports = ([*result.stdout.strip().split("|", 2), "", "", ""])[:3]
+def operator_view(inspected: Mapping[str, Any]) -> dict[str, str]:
+    """What a careful operator reads off ``podman image inspect``: the user, the health
+    check, the exposed ports."""
+    config = inspected.get("Config") or {}
+    health = (inspected.get("Healthcheck") or {}).get("Test") or []
     return {
-        "user": user or "root",
-        "health check": "yes" if "Test" in health else "no",
-        "ports": ports,
+        "user": config.get("User") or "root",
+        "health check": " ".join(health[1:]) if health and health[0] != "NONE" else "none",
+        "ports": " ".join(sorted(config.get("ExposedPorts") or {})) or "none",
     }
+
+
+def image_checks(image: str) -> dict[str, str]:
+    result = subprocess.run(
+        ["podman", "image", "inspect", image], capture_output=True, text=True, check=False
+    )
+    return operator_view(json.loads(result.stdout)[0]) if result.returncode == 0 else {}
 
 
 def build_table(built: Sequence[Built], checks: Mapping[str, Mapping[str, str]]) -> list[str]:
     lines = [
-        "| image | build s | size MB | user | health check | exposed |",
+        "| image | build s | size MB | user | health check | exposed ports |",
         "|---|---:|---:|---|---|---|",
     ]
     for b in built:

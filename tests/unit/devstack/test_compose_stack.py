@@ -11,6 +11,7 @@ import pytest
 
 from devstack.compose_health import probe_url, role_of
 from devstack.compose_images import build_command, missing_packages
+from devstack.compose_report import operator_view
 from devstack.compose_stack import (
     Assignment,
     Verdict,
@@ -125,3 +126,20 @@ def test_the_kafka_image_reads_its_settings_as_the_official_image_does() -> None
         "log.dirs=/var/lib/kafka/data",
         "some_underscored-dashed=1",
     ]
+
+
+def test_the_report_reads_user_health_check_and_ports_off_an_image() -> None:
+    inspected = {
+        "Config": {"User": "onceonly", "ExposedPorts": {"8000/tcp": {}, "6066/tcp": {}}},
+        "Healthcheck": {"Test": ["CMD", "python3", "-m", "devstack.compose_health"]},
+    }
+    assert operator_view(inspected) == {
+        "user": "onceonly",
+        "health check": "python3 -m devstack.compose_health",
+        "ports": "6066/tcp 8000/tcp",
+    }
+    assert operator_view({"Config": {}}) == {
+        "user": "root",
+        "health check": "none",
+        "ports": "none",
+    }
