@@ -177,6 +177,9 @@ class Settings(BaseSettings):
     drain_grace_s: float = Field(default=10.0, ge=0)
     send_timeout_s: float = Field(default=10.0, gt=0)
     reply_writer: str = "processors.writer:acknowledge"
+    #: never: every reply is sent; always: every reply is a draft a person approves;
+    #: writer: the replies the writer returns as Draft(text, reason) are
+    approval: Literal["never", "always", "writer"] = "never"
     event_handler: str | None = None
     agentmail_base_url: str | None = None
     agentmail_webhook_id: str | None = None

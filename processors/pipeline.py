@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from foundation.settings import Settings
-from processors import reorder
+from processors import approvals, reorder
 from processors.agent import Writer
 from processors.channels import Channel
 from processors.claims import claim, finish
@@ -384,12 +384,13 @@ class Pipeline:
         """The writer step for a burst: its effects and history are the latest message's."""
         target, _ = split_burst(messages)
         effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())
-        return await self.writer.write(
+        written = await self.writer.write(
             messages,
             effects=effects,
             history=lambda: channel.history(target),
             ids={"key": target.key, "message_id": target.message_id},
         )
+        return approvals.by_mode(self.settings.approval, written)
 
     async def handle_event(self, delivery: Delivery) -> bool:
         """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""

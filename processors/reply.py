@@ -40,7 +40,7 @@ from processors.bursts import (
     summarize,
 )
 from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
-from processors.messages import Decline, Inbound, reply_key
+from processors.messages import Decline, Draft, Inbound, reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
@@ -91,8 +91,8 @@ class MailSender(Protocol):
 
 
 ReplyWriter = Callable[[Sequence[Inbound]], Any]
-#: the writer step: the messages so far -> the text, or a Decline; raises WriterFailed
-Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline]]
+#: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed
+Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline | Draft]]
 #: new messages of the thread that reached the worker meanwhile (claimed for this reply)
 Newer = Callable[[], Awaitable[Sequence[Inbound]]]
 DeadLetter = Callable[[ReplyRecord, str, Sequence[Inbound]], Awaitable[None]]
@@ -105,10 +105,12 @@ async def _nothing_newer() -> Sequence[Inbound]:
 def simple_write(writer: ReplyWriter) -> Write:
     """A plain callable as the writer step, with no policy (unit tests, tools)."""
 
-    async def write(burst: Sequence[Inbound]) -> str | Decline:
+    async def write(burst: Sequence[Inbound]) -> str | Decline | Draft:
         text = writer(burst)
         if inspect.isawaitable(text):
             text = await text
+        if isinstance(text, Draft):
+            return text
         if text is None or isinstance(text, Decline):
             return text or Decline("the writer returned None")
         if not isinstance(text, str) or not text.strip():
@@ -252,6 +254,12 @@ async def _compose(
         log.info("reply declined by the writer", reason=written.reason, key=target.key)
         return BurstResult(Outcome.DECLINED, target.key)
     seen = tuple(m.key for m in covered)
+    if isinstance(written, Draft):  # a person approves it first: recorded, not sent
+        draft = dict(reply_text=written.text, reason=written.reason, covers=seen)
+        await ledger.put(base.with_state(ReplyState.AWAITING, **draft))
+        await _cover(ledger, covered, target.key, now, channel)
+        log.info("reply drafted; awaiting approval", reason=written.reason, key=target.key)
+        return BurstResult(Outcome.AWAITING, target.key)
     record = base.with_state(ReplyState.PENDING, reply_text=written, covers=seen)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages
