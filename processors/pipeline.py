@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from foundation.settings import Settings
-from processors import approvals, reorder
+from processors import approvals, approving, reorder
 from processors.agent import Writer
 from processors.channels import Channel
 from processors.claims import claim, finish
@@ -108,6 +108,9 @@ class Pipeline:
             self._ticking.pop(partition, None)
             await self.on_tick(partition, event)
             await self.lanes.ack_now(event)
+            return
+        if approving.APPROVAL_HEADER in headers:  # a person's decision on a draft
+            await approving.admit(self, event)
             return
         if self.mac_key is not None and not has_valid_mac(
             event.value, message.headers or (), self.mac_key

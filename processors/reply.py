@@ -340,6 +340,12 @@ class _Sending:
         return BurstResult(Outcome.SENT, record.key, sent_id)
 
 
+async def send_recorded(record: ReplyRecord, reconcile: bool, **parts: Any) -> BurstResult:
+    """Send a recorded *pending* reply (an approved draft) with its stored text and key;
+    ``parts``: the sender, ledger, dead_letter, policy, on_retry and may_retry."""
+    return await _Sending(**parts)(record, reconcile, (), 0)
+
+
 async def _send_or_find(sender: MailSender, record: ReplyRecord) -> tuple[str | None, str | None]:
     """One send: (the sent id, None). A 409 key conflict means an email with this key exists
     (another owner sent it, with another text): (None, that reply) if the thread has it;
