@@ -29,6 +29,7 @@ from aiohttp import web
 from foundation.errors import OnceOnlyError
 from foundation.kafka import client_security, consumer_lag
 from foundation.settings import Settings
+from operations.approvals_web import ApprovalsApi
 from operations.ops_template import render
 from operations.ops_view import (
     OpsView,
@@ -232,6 +233,7 @@ def ops_pages(sources: OpsSources | None = None) -> Callable[[WorkerView], list[
     chosen = sources or OpsSources()
 
     def pages(view: WorkerView) -> list[web.RouteDef]:
-        return OpsPage(view.settings, view.webhook, chosen).routes()
+        approvals = ApprovalsApi(view.settings).routes()  # POST /approvals/{key}
+        return OpsPage(view.settings, view.webhook, chosen).routes() + approvals
 
     return pages

@@ -101,7 +101,7 @@ async def test_an_edit_is_what_the_mail_api_receives(mail: FakeAgentMail) -> Non
     pipeline = _pipeline(mail)
     key = await _drafted(mail, pipeline)
 
-    sent = await decide(pipeline, _decision(key, "d-1", text="a person's words"))
+    await decide(pipeline, _decision(key, "d-1", text="a person's words"))
     late = await decide(pipeline, _decision(key, "d-2", text="a late edit", by="bob"))
 
     assert [e.text for e in mail.outbox] == ["a person's words"]

@@ -1,0 +1,188 @@
+"""Approval with real worker processes, the real broker and the local AgentMail server:
+a draft, decided from the CLI and the HTTP API, is sent once, with the approved text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from schemas.ledger import ReplyRecord, ReplyState
+from testkit import payloads
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    ledger_records,
+    onceonly,
+    until,
+    writer_env,
+)
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "approve-token"
+
+
+def _post(port: int, key: str, body: dict[str, Any], token: str | None = TOKEN) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/approvals/{key}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}
+        | ({"Authorization": f"Bearer {token}"} if token else {}),
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return int(answer.status), json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read())
+
+
+async def _draft(stack: Stack, message_id: str = "<m1@x>", thread: str = "thr-a") -> ReplyRecord:
+    """Deliver one message and wait for its draft to be recorded awaiting approval."""
+    await stack.deliver(stack.seed(message_id, thread))
+    found: list[ReplyRecord] = []
+
+    def drafted() -> bool:
+        found[:] = [r for r in ledger_records(stack).values() if r.state is ReplyState.AWAITING]
+        return bool(found)
+
+    await until(stack, drafted, "a draft awaiting approval")
+    return found[0]
+
+
+def _worker(stack: Stack, name: str = "w1", **env: str) -> Any:
+    return stack.worker(
+        name, ONCEONLY_APPROVAL="always", ONCEONLY_OPS_TOKEN=TOKEN, **writer_env(stack), **env
+    )
+
+
+async def test_always_a_draft_approved_from_the_cli_is_sent_once_with_its_text(
+    stack_factory: Callable[..., Stack], tmp_path: Any
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    _worker(stack)
+    draft = await _draft(stack)
+    assert stack.mail.outbox == []
+    listed = onceonly(stack, "approvals", "list", "--json")
+    assert [json.loads(line)["key"] for line in listed.stdout.splitlines()] == [draft.key]
+
+    approved = onceonly(stack, "approvals", "approve", draft.key, "--by", "ana")
+
+    assert approved.returncode == 0, approved.stderr
+    answer = json.loads(approved.stdout)
+    assert (answer["status"], answer["state"], answer["decided_by"]) == ("applied", "sent", "ana")
+    [email] = stack.mail.outbox
+    assert (email.text, email.idempotency_key) == (draft.reply_text, draft.key)
+    record = ledger_records(stack)[draft.key]
+    assert record.state is ReplyState.SENT
+    assert record.approval is not None and record.approval.by == "ana"
+    again = onceonly(stack, "approvals", "approve", draft.key, "--by", "bob")
+    assert json.loads(again.stdout)["status"] == "already"
+    assert len(stack.mail.outbox) == 1
+
+
+async def test_two_approvals_at_once_from_the_api_and_the_cli_send_one_email(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+    edit = stack.tmp / "edit.txt"
+    edit.write_text("the CLI's edit")
+
+    api, cli = await asyncio.gather(
+        asyncio.to_thread(_post, worker.port, draft.key, {"action": "approve", "by": "slack-bot"}),
+        asyncio.to_thread(
+            onceonly, stack, "approvals", "approve", draft.key, "--text-file", str(edit)
+        ),
+    )
+
+    await stack.until_sent(1)
+    await asyncio.sleep(0)
+    [email] = stack.mail.outbox
+    record = ledger_records(stack)[draft.key]
+    assert record.state is ReplyState.SENT and record.approval is not None
+    winner = record.approval.by
+    assert email.text == ("the CLI's edit" if winner != "slack-bot" else draft.reply_text)
+    statuses = {api[1]["status"], json.loads(cli.stdout or "{}").get("status", "refused")}
+    assert "applied" in statuses  # one decision moved the draft; the other changed nothing
+    assert statuses <= {"applied", "already", "refused"}
+
+
+async def test_a_rejected_draft_sends_nothing_and_is_declined_with_the_reason(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+
+    rejected = onceonly(stack, "approvals", "reject", draft.key, "--reason", "wrong amount")
+    late = _post(worker.port, draft.key, {"action": "approve", "by": "bob"})
+
+    assert rejected.returncode == 0, rejected.stderr
+    record = ledger_records(stack)[draft.key]
+    assert record.state is ReplyState.DECLINED
+    assert record.reason is not None and record.reason.endswith("wrong amount")
+    assert late[0] == 409 and late[1]["state"] == "declined"
+    # the same message again (a redelivery, a replay, catch-up): skipped, not drafted again
+    again = payloads.agentmail_received(inbox_id=INBOX, thread_id="thr-a", message_id="<m1@x>")
+    await stack.deliver(again)
+    await until(stack, lambda: "reason=skip_declined" in worker.log(), "the redelivery skipped")
+    assert stack.mail.outbox == []
+
+
+async def test_a_wrong_token_is_403_and_an_unknown_key_404_and_neither_changes_anything(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+    before = ledger_records(stack)
+
+    wrong = _post(worker.port, draft.key, {"action": "approve", "by": "x"}, token="nope")
+    none = _post(worker.port, draft.key, {"action": "approve", "by": "x"}, token=None)
+    unknown = _post(worker.port, "reply-" + "0" * 64, {"action": "approve", "by": "x"})
+
+    assert (wrong[0], none[0], unknown[0]) == (403, 403, 404)
+    assert ledger_records(stack) == before
+    assert stack.mail.outbox == []
+    ok = _post(worker.port, draft.key, {"action": "approve", "by": "ana", "text": "edited"})
+    assert ok[0] == 200 and ok[1]["state"] == "sent"
+    assert [e.text for e in stack.mail.outbox] == ["edited"]
+
+
+async def test_a_worker_killed_during_the_approved_send_leaves_it_to_the_next_owner(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+    stack.mail.set_latency(10)  # the send hangs: the worker is killed during it
+
+    api = asyncio.ensure_future(
+        asyncio.to_thread(
+            _post, worker.port, draft.key, {"action": "approve", "by": "ana", "text": "approved"}
+        )
+    )
+
+    def approved() -> bool:
+        record = ledger_records(stack).get(draft.key)
+        return record is not None and record.state is ReplyState.PENDING
+
+    await until(stack, approved, "the approval recorded")
+    worker.kill()
+    await asyncio.gather(api, return_exceptions=True)
+    stack.mail.set_latency(0)
+    _worker(stack, "w2", state_of="w1")
+
+    await stack.until_sent(1)
+    await until(
+        stack, lambda: ledger_records(stack)[draft.key].state is ReplyState.SENT, "recorded sent"
+    )
+    assert [(e.text, e.idempotency_key) for e in stack.mail.outbox] == [("approved", draft.key)]
