@@ -20,6 +20,7 @@ import asyncio
 import hmac
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 import structlog
 from aiohttp import web
@@ -168,5 +169,6 @@ class ApprovalsApi:
             return _json(503, error=f"the decision could not be made: {exc}")
         log.info("approval decision", key=key, by=by, status=outcome.status, state=outcome.state)
         if form and "html" in request.headers.get("Accept", ""):  # the operator page's form
-            raise web.HTTPSeeOther(f"/ops?decided={outcome.status.value}#approvals")
+            query = urlencode({"decided": outcome.status, "key": key, "state": outcome.state})
+            raise web.HTTPSeeOther(f"/ops?{query}#approvals")
         return _json(STATUS[outcome.status], **outcome.to_json())
