@@ -15,12 +15,14 @@ email), an edit or a rejection is refused with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from enum import StrEnum
 
 import structlog
 
-from processors.messages import Decline, Draft
+from processors.messages import Decline, Draft, Inbound, ThreadMessage
 from schemas.approval import Action, Approval, ApprovalDecision, Verdict
 from schemas.ledger import ReplyRecord, ReplyState
 
@@ -67,7 +69,7 @@ def _state_of(record: ReplyRecord) -> str:
         a = record.approval
         detail += f" ({a.verdict.value} by {a.by} at {a.at.isoformat()})"
     if record.state is ReplyState.COVERED and record.covered_by:
-        detail += f"; superseded by the draft {record.covered_by}"
+        detail += f"; superseded by the newer reply {record.covered_by}"
     return detail
 
 
@@ -117,3 +119,40 @@ def _repeats(record: ReplyRecord, decision: ApprovalDecision) -> bool:
     if record.approval.verdict not in (Verdict.APPROVED, Verdict.EDITED):
         return False
     return decision.action is Action.APPROVE and decision.text in (None, record.reply_text)
+
+
+# -- a newer message of the thread supersedes a waiting draft ---------------------------
+
+
+def superseded_by(record: ReplyRecord | None, burst: Collection[str]) -> bool:
+    """Whether ``record`` is a draft that the burst (its message keys) supersedes: one
+    still awaiting, or one marked superseded by a message of this very burst whose new
+    reply was not recorded yet (a crash in between)."""
+    if record is None or record.approval is not None or record.reply_text is None:
+        return False
+    if record.state is ReplyState.AWAITING:
+        return True
+    return record.state is ReplyState.COVERED and record.covered_by in burst
+
+
+def supersede(draft: ReplyRecord, by: str) -> ReplyRecord:
+    """The draft, superseded by the reply to the newer message ``by``: *covered* by it, so
+    a decision on it is refused naming ``by``, and its message is never answered twice."""
+    return draft.with_state(ReplyState.COVERED, covered_by=by, reason=f"superseded by {by}")
+
+
+def recall(message: ThreadMessage, like: Inbound) -> Inbound:
+    """An earlier message of the thread (from its history) as the writer is given it: before
+    ``like`` (the burst's latest), whatever the clocks say, so the reply still answers it."""
+    before = like.occurred_at - timedelta(milliseconds=1)
+    when = min(message.timestamp, before) if message.timestamp else before
+    return replace(
+        like,
+        message_id=message.message_id,
+        event_id=f"recalled:{message.message_id}",
+        occurred_at=when,
+        sender=message.sender,
+        subject=message.subject,
+        text=message.text,
+        labels=(),
+    )

@@ -13,14 +13,16 @@ sends the stored text with the same key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from processors.approvals import Answer, apply
+from processors.approvals import Answer, apply, recall, supersede, superseded_by
 from processors.faust_app import set_current
 from processors.lanes import Job
-from processors.reply import Plan, SendPolicy, plan, send_recorded
+from processors.messages import Inbound, reply_key
+from processors.reply import BurstResult, Plan, SendPolicy, plan, reply_once, send_recorded
 from schemas.approval import APPROVAL_HEADER, ApprovalDecision
 from schemas.envelope import has_valid_mac
 from schemas.exceptions import SchemaError
@@ -115,3 +117,39 @@ async def _send(pipeline: Pipeline, record: ReplyRecord) -> ReplyRecord | None:
     if sent is not None and sent.state is ReplyState.SENT:
         pipeline.metrics.replies.inc()
     return sent
+
+
+async def answer(pipeline: Pipeline, burst: Sequence[Inbound], **kw: Any) -> BurstResult:
+    """:func:`~processors.reply.reply_once`, where a newer message supersedes a waiting draft.
+
+    With approval on, a burst with a new message (no ledger record) looks through the
+    thread's earlier messages (the mail API's thread: one read) for a draft still awaiting
+    a decision. Each one found is marked superseded by the burst's latest message
+    (acknowledged) *before* the writer is asked again, with the draft's messages (recalled
+    from the thread) and the new ones together; a decision on the old draft is then
+    refused naming the newer reply. A crash in between leaves the draft marked superseded
+    by a message of this burst, which the redelivery finds again (``superseded_by``).
+    """
+    ledger, channel = pipeline.ledger, pipeline.channels[kw["channel"]]
+    fresh = [m for m in burst if ledger.get(m.key) is None]
+    if pipeline.settings.approval == "never" or not fresh:
+        return await reply_once(burst, **kw)
+    target = max(burst, key=lambda m: (m.occurred_at, m.event_id))
+    try:
+        earlier = await channel.history(target)
+    except Exception as exc:  # the thread cannot be read: answer the new messages alone
+        log.warning("thread not read; a waiting draft is not superseded", error=repr(exc))
+        return await reply_once(burst, **kw)
+    keys = {m.key for m in burst}
+    by_key = {reply_key(target.inbox_id, m.message_id): m for m in earlier if not m.own}
+    drafts = [r for k in by_key if superseded_by(r := ledger.get(k), keys) and r is not None]
+    if not drafts:
+        return await reply_once(burst, **kw)
+    rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}
+    for draft in drafts:
+        if draft.state is ReplyState.AWAITING:
+            await ledger.put(supersede(draft, target.key))  # before the writer is asked
+            pipeline.metrics.approval_decisions.labels("superseded").inc()
+        log.info("draft superseded by a newer message", key=draft.key, newer=target.key)
+    recalled = [recall(by_key[k], target) for k in sorted(rewrite) if k not in keys]
+    return await reply_once([*recalled, *burst], rewrite=frozenset(rewrite), **kw)

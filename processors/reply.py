@@ -14,7 +14,7 @@ instead of sending twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -144,6 +144,7 @@ async def reply_once(
     newer: Newer = _nothing_newer,
     supersede_max: int = 2,
     on_superseded: Callable[[], None] = lambda: None,
+    rewrite: Collection[str] = frozenset(),  # recorded, written again: a superseded draft's
 ) -> BurstResult:
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
@@ -156,9 +157,10 @@ async def reply_once(
     result (:func:`~processors.bursts.summarize`), with each reply's in ``parts``.
     """
     at, latest = now(), ledger.get(split_burst(burst)[0].key)
+    planning: dict[str, Any] = {"now": at, "key_lifetime": key_lifetime, "replay": replay}
     division = divide(
         [
-            (m, plan(ledger.get(m.key), now=at, key_lifetime=key_lifetime, replay=replay))
+            (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), **planning))
             for m in burst
         ],
         latest.covers if latest is not None else None,

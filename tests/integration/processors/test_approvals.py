@@ -186,3 +186,33 @@ async def test_a_worker_killed_during_the_approved_send_leaves_it_to_the_next_ow
         stack, lambda: ledger_records(stack)[draft.key].state is ReplyState.SENT, "recorded sent"
     )
     assert [(e.text, e.idempotency_key) for e in stack.mail.outbox] == [("approved", draft.key)]
+
+
+async def test_a_newer_message_supersedes_the_waiting_draft_and_the_old_is_refused(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    old = await _draft(stack)
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+    newer: list[ReplyRecord] = []
+
+    def redrafted() -> bool:
+        records = ledger_records(stack).values()
+        newer[:] = [r for r in records if r.state is ReplyState.AWAITING and r.key != old.key]
+        return bool(newer)
+
+    await until(stack, redrafted, "a new draft covering both messages")
+    [new] = newer
+
+    refused = onceonly(stack, "approvals", "approve", old.key, "--by", "ana")
+    approved = _post(worker.port, new.key, {"action": "approve", "by": "ana"})
+
+    assert new.covers == (old.key,) and new.message_id == "<m2@x>"
+    assert ledger_records(stack)[old.key].covered_by == new.key
+    assert refused.returncode == 1
+    assert f"superseded by the newer reply {new.key}" in refused.stderr + refused.stdout
+    assert approved[0] == 200 and approved[1]["state"] == "sent"
+    [email] = stack.mail.outbox
+    assert (email.replied_to_message_id, email.text) == ("<m2@x>", new.reply_text)
+    assert "2 message(s)" in (new.reply_text or "")  # the writer saw both

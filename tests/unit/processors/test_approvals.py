@@ -130,4 +130,24 @@ def test_a_decision_on_a_superseded_draft_names_the_newer_one() -> None:
     applied = apply(superseded, _decision())
 
     assert applied.answer is Answer.REFUSED
-    assert "superseded by the draft reply-newer" in applied.detail
+    assert "superseded by the newer reply reply-newer" in applied.detail
+
+
+def test_a_recalled_message_comes_before_the_newer_one_whatever_the_clocks() -> None:
+    from processors.approvals import recall
+    from processors.messages import Inbound, ThreadMessage
+
+    newer = Inbound("i", "<m2@x>", "agentmail:t", "t", "evt-2", T0, "c@x", "Hi", "second")
+    skewed = ThreadMessage("<m1@x>", "c@x", "first", T0 + timedelta(hours=1))
+
+    recalled = recall(skewed, newer)
+
+    assert recalled.occurred_at < newer.occurred_at
+    assert (recalled.message_id, recalled.text, recalled.thread_key) == (
+        "<m1@x>",
+        "first",
+        "agentmail:t",
+    )
+    assert recall(
+        ThreadMessage("<m0@x>", "c@x", "x", T0 - timedelta(days=1)), newer
+    ).occurred_at == (T0 - timedelta(days=1))
