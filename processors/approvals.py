@@ -15,9 +15,9 @@ email), an edit or a rejection is refused with it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 import structlog
@@ -88,12 +88,13 @@ def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
             return Applied(Answer.ALREADY, None, _state_of(record))
         refused = f"refused: the reply is {_state_of(record)}"
         return Applied(Answer.REFUSED, None, refused)
-    if decision.action is Action.REJECT:
-        reason = decision.reason or "rejected"
-        approval = Approval(Verdict.REJECTED, decision.by, decision.at, decision.decision_id)
-        declined = record.with_state(
-            ReplyState.DECLINED, reason=f"rejected by {decision.by}: {reason}", approval=approval
-        )
+    if decision.action is not Action.APPROVE:
+        timed_out = decision.action is Action.TIME_OUT
+        verdict = Verdict.TIMED_OUT if timed_out else Verdict.REJECTED
+        why = decision.reason or verdict.value
+        approval = Approval(verdict, decision.by, decision.at, decision.decision_id)
+        reason = why if timed_out else f"rejected by {decision.by}: {why}"
+        declined = record.with_state(ReplyState.DECLINED, reason=reason, approval=approval)
         return Applied(Answer.APPLIED, declined, "declined")
     edited = decision.text is not None and decision.text != record.reply_text
     if decision.text is not None and not decision.text.strip():
@@ -116,6 +117,8 @@ def _repeats(record: ReplyRecord, decision: ApprovalDecision) -> bool:
         return record.approval is not None  # the very decision, read again
     if record.approval.verdict is Verdict.REJECTED:
         return decision.action is Action.REJECT
+    if record.approval.verdict is Verdict.TIMED_OUT:
+        return decision.action is Action.TIME_OUT
     if record.approval.verdict not in (Verdict.APPROVED, Verdict.EDITED):
         return False
     return decision.action is Action.APPROVE and decision.text in (None, record.reply_text)
@@ -155,4 +158,42 @@ def recall(message: ThreadMessage, like: Inbound) -> Inbound:
         subject=message.subject,
         text=message.text,
         labels=(),
+    )
+
+
+# -- drafts do not wait forever -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """The drafts awaiting a decision on this worker's partitions, as the metrics show them."""
+
+    waiting: int
+    oldest_age_s: float  #: 0 with none waiting
+    overdue: tuple[ReplyRecord, ...]  #: waiting past the timeout, oldest first
+
+
+def survey(records: Iterable[ReplyRecord], now: datetime, timeout: timedelta) -> Survey:
+    """How many drafts wait, the oldest's age and those past ``timeout``, each measured from
+    its ledger record's time (the draft's), so a restart neither resets nor loses it."""
+    drafts = sorted(
+        (r for r in records if r.state is ReplyState.AWAITING), key=lambda r: r.created_at
+    )
+    oldest = (now - drafts[0].created_at).total_seconds() if drafts else 0.0
+    overdue = tuple(r for r in drafts if now - r.created_at >= timeout)
+    return Survey(len(drafts), max(0.0, oldest), overdue)
+
+
+def timeout_decision(record: ReplyRecord, now: datetime, timeout: timedelta) -> ApprovalDecision:
+    """The worker's own decision on an overdue draft (ONCEONLY_APPROVAL_ON_TIMEOUT=decline);
+    its id is the draft's, so two workers' (a rebalance) apply once."""
+    hours = timeout.total_seconds() / 3600
+    return ApprovalDecision(
+        decision_id=f"timeout-{record.key}",
+        key=record.key,
+        thread_key=record.thread_key,
+        action=Action.TIME_OUT,
+        by="onceonly",
+        at=now,
+        reason=f"timed out: no decision within ONCEONLY_APPROVAL_TIMEOUT ({hours:g} h)",
     )

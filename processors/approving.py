@@ -18,13 +18,21 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from processors.approvals import Answer, apply, recall, supersede, superseded_by
+from processors.approvals import (
+    Answer,
+    apply,
+    recall,
+    supersede,
+    superseded_by,
+    survey,
+    timeout_decision,
+)
 from processors.faust_app import set_current
 from processors.lanes import Job
 from processors.messages import Inbound, reply_key
 from processors.reply import BurstResult, Plan, SendPolicy, plan, reply_once, send_recorded
-from schemas.approval import APPROVAL_HEADER, ApprovalDecision
-from schemas.envelope import has_valid_mac
+from schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
+from schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
 from schemas.exceptions import SchemaError
 from schemas.ledger import ReplyRecord, ReplyState
 
@@ -153,3 +161,60 @@ async def answer(pipeline: Pipeline, burst: Sequence[Inbound], **kw: Any) -> Bur
         log.info("draft superseded by a newer message", key=draft.key, newer=target.key)
     recalled = [recall(by_key[k], target) for k in sorted(rewrite) if k not in keys]
     return await reply_once([*recalled, *burst], rewrite=frozenset(rewrite), **kw)
+
+
+#: the bytes every awaiting record holds: the sweep decodes no other record
+AWAITING = b'"state":"awaiting"'
+
+
+def sweep_interval_s(timeout_s: float) -> float:
+    """How often the drafts are surveyed: a quarter of the timeout, between 1 s and 60 s."""
+    return max(1.0, min(60.0, timeout_s / 4))
+
+
+def wire_sweep(app: Any, pipeline: Pipeline) -> None:
+    """With approval on, :func:`sweep` on a faust timer of the worker's ``app``."""
+    settings = pipeline.settings
+    if settings.approval == "never":
+        return
+    acted: set[str] = set()
+
+    async def drafts() -> None:
+        await sweep(pipeline, acted)
+
+    every = sweep_interval_s(settings.approval_timeout.total_seconds())
+    app.timer(every, name="onceonly.drafts")(drafts)
+
+
+async def sweep(pipeline: Pipeline, acted: set[str]) -> None:
+    """Survey the drafts of this worker's partitions (its ledger store): the metrics, and
+    for each draft past ONCEONLY_APPROVAL_TIMEOUT a decline (a decision on the thread's
+    partition, applied like a person's) or an alert, once per draft (``acted``)."""
+    settings, table = pipeline.settings, pipeline.ledger.table
+    records = [ReplyRecord.decode(raw) for raw in table.values() if AWAITING in bytes(raw)]
+    now = pipeline.now()
+    found = survey(records, now, settings.approval_timeout)
+    pipeline.metrics.drafts(found.waiting, found.oldest_age_s, len(found.overdue))
+    for record in found.overdue:
+        if record.key in acted:
+            continue
+        acted.add(record.key)
+        age_h = round((now - record.created_at).total_seconds() / 3600, 2)
+        if settings.approval_on_timeout == "alert":
+            log.error(
+                "DRAFT WAITING PAST ONCEONLY_APPROVAL_TIMEOUT: decide on it "
+                "(onceonly approvals list / approve / reject)",
+                key=record.key,
+                age_h=age_h,
+                thread_key=record.thread_key,
+            )
+            continue
+        decision = timeout_decision(record, now, settings.approval_timeout)
+        value = decision.encode()
+        headers = {APPROVAL_HEADER: str(APPROVAL_VERSION).encode()}
+        if pipeline.mac_key is not None:
+            headers[MAC_HEADER] = mac_of(value, pipeline.mac_key)
+        await pipeline.deliveries.send(
+            key=decision.thread_key.encode(), value=value, headers=headers
+        )
+        log.warning("draft timed out; declining it", key=record.key, age_h=age_h)

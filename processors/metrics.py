@@ -107,6 +107,31 @@ class WorkerMetrics:
             ["verdict"],
             registry=self.registry,
         )
+        # each verdict exported from the start at 0, so a rate shows before the first decision
+        for verdict in ("approved", "edited", "rejected", "timed_out", "superseded"):
+            self.approval_decisions.labels(verdict)
+        for what in ("repeated", "refused"):
+            self.approval_decisions.labels(what)
+        self.drafts_waiting = Gauge(
+            "onceonly_drafts_waiting",
+            "Drafts awaiting a person's decision on this worker's partitions.",
+            registry=self.registry,
+        )
+        self.draft_oldest_age = Gauge(
+            "onceonly_draft_oldest_age_seconds",
+            "Age of the oldest draft awaiting a decision (0: none), from its ledger record.",
+            registry=self.registry,
+        )
+        self.drafts_overdue = Gauge(
+            "onceonly_drafts_overdue",
+            "Drafts waiting past ONCEONLY_APPROVAL_TIMEOUT.",
+            registry=self.registry,
+        )
+
+    def drafts(self, waiting: int, oldest_age_s: float, overdue: int) -> None:
+        self.drafts_waiting.set(waiting)
+        self.draft_oldest_age.set(oldest_age_s)
+        self.drafts_overdue.set(overdue)
 
     def approval_decision(self, answer: str, record: Any) -> None:
         """Count a decision: its verdict if it moved a draft, else ``repeated``/``refused``."""

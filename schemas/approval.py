@@ -25,6 +25,8 @@ APPROVAL_HEADER = "onceonly-approval"
 class Action(StrEnum):
     APPROVE = "approve"  #: send the draft, or ``text`` in its place (an edit)
     REJECT = "reject"  #: send nothing: the reply is *declined* with the reason
+    #: ONCEONLY_APPROVAL_TIMEOUT passed with ONCEONLY_APPROVAL_ON_TIMEOUT=decline (the worker's)
+    TIME_OUT = "time_out"
 
 
 class Verdict(StrEnum):

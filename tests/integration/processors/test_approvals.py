@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -85,6 +86,9 @@ async def test_always_a_draft_approved_from_the_cli_is_sent_once_with_its_text(
     again = onceonly(stack, "approvals", "approve", draft.key, "--by", "bob")
     assert json.loads(again.stdout)["status"] == "already"
     assert len(stack.mail.outbox) == 1
+    traced = onceonly(stack, "trace", draft.key).stdout
+    assert "approved by ana" in traced and "sent text" in traced
+    assert (draft.reply_text or "")[:40] in traced
 
 
 async def test_two_approvals_at_once_from_the_api_and_the_cli_send_one_email(
@@ -216,3 +220,47 @@ async def test_a_newer_message_supersedes_the_waiting_draft_and_the_old_is_refus
     [email] = stack.mail.outbox
     assert (email.replied_to_message_id, email.text) == ("<m2@x>", new.reply_text)
     assert "2 message(s)" in (new.reply_text or "")  # the writer saw both
+
+
+async def test_after_a_restart_drafts_are_listed_approvable_and_time_out_from_their_draft(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    timeout_s = 25.0
+    env = {"ONCEONLY_APPROVAL_TIMEOUT": str(timeout_s), "ONCEONLY_APPROVAL_ON_TIMEOUT": "decline"}
+    worker = _worker(stack, **env)
+    first = await _draft(stack, "<a@x>", "thr-a")
+    await stack.deliver(stack.seed("<b@x>", "thr-b"))
+    drafts: dict[str, ReplyRecord] = {}
+
+    def both() -> bool:
+        records = ledger_records(stack).values()
+        drafts.update({r.key: r for r in records if r.state is ReplyState.AWAITING})
+        return len(drafts) == 2
+
+    await until(stack, both, "two drafts")
+    second = next(r for r in drafts.values() if r.key != first.key)
+    while (time.time() - second.created_at.timestamp()) < 15:  # a restart late in the wait
+        await asyncio.sleep(0.2)
+    worker.kill()
+    restarted = time.time()
+    _worker(stack, "w2", state_of="w1", **env)
+
+    listed = onceonly(stack, "approvals", "list", "--json")
+    keys = {json.loads(line)["key"] for line in listed.stdout.splitlines()}
+    approved = onceonly(stack, "approvals", "approve", first.key, "--by", "ana")
+
+    def timed_out() -> bool:
+        return ledger_records(stack)[second.key].state is ReplyState.DECLINED
+
+    await until(stack, timed_out, "the second draft declined by the timeout", timeout_s=60)
+    declined = ledger_records(stack)[second.key]
+    assert keys == {first.key, second.key}
+    assert json.loads(approved.stdout)["state"] == "sent"
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<a@x>"]
+    assert declined.approval is not None and declined.approval.verdict.value == "timed_out"
+    waited = declined.approval.at.timestamp() - second.created_at.timestamp()
+    assert waited >= timeout_s  # never early
+    assert (
+        declined.approval.at.timestamp() - restarted < timeout_s
+    )  # from the draft, not the restart

@@ -151,3 +151,41 @@ def test_a_recalled_message_comes_before_the_newer_one_whatever_the_clocks() -> 
     assert recall(
         ThreadMessage("<m0@x>", "c@x", "x", T0 - timedelta(days=1)), newer
     ).occurred_at == (T0 - timedelta(days=1))
+
+
+def test_drafts_are_surveyed_from_their_ledger_time() -> None:
+    from processors.approvals import survey
+
+    old = DRAFT.with_state(ReplyState.AWAITING, key="reply-old", created_at=T0)
+    new = DRAFT.with_state(
+        ReplyState.AWAITING, key="reply-new", created_at=T0 + timedelta(hours=23)
+    )
+    sent = DRAFT.with_state(ReplyState.SENT, key="reply-sent", created_at=T0 - timedelta(days=3))
+
+    found = survey([new, sent, old], T0 + timedelta(hours=24), timedelta(hours=24))
+
+    assert (found.waiting, found.oldest_age_s) == (2, 24 * 3600)
+    assert [r.key for r in found.overdue] == ["reply-old"]
+    assert survey([], T0, timedelta(hours=1)).oldest_age_s == 0
+
+
+def test_a_timed_out_draft_is_declined_once_and_a_late_approval_refused() -> None:
+    from processors.approvals import timeout_decision
+
+    decision = timeout_decision(DRAFT, T0 + timedelta(hours=24), timedelta(hours=24))
+    applied = apply(DRAFT, decision)
+    record = applied.record
+    assert record is not None and record.approval is not None
+
+    assert (record.state, record.approval.verdict) == (ReplyState.DECLINED, Verdict.TIMED_OUT)
+    assert record.reason == "timed out: no decision within ONCEONLY_APPROVAL_TIMEOUT (24 h)"
+    assert apply(record, timeout_decision(DRAFT, T0, timedelta(hours=24))).answer is Answer.ALREADY
+    assert apply(record, _decision(ident="d-9")).answer is Answer.REFUSED
+    approved = _approved()
+    assert apply(approved, decision).answer is Answer.REFUSED  # a person was first
+
+
+def test_the_drafts_are_surveyed_a_quarter_timeout_apart_within_bounds() -> None:
+    from processors.approving import sweep_interval_s
+
+    assert [sweep_interval_s(s) for s in (2, 40, 86400)] == [1.0, 10.0, 60.0]
