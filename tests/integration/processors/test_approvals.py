@@ -108,15 +108,16 @@ async def test_two_approvals_at_once_from_the_api_and_the_cli_send_one_email(
     )
 
     await stack.until_sent(1)
-    await asyncio.sleep(0)
     [email] = stack.mail.outbox
     record = ledger_records(stack)[draft.key]
     assert record.state is ReplyState.SENT and record.approval is not None
-    winner = record.approval.by
-    assert email.text == ("the CLI's edit" if winner != "slack-bot" else draft.reply_text)
-    statuses = {api[1]["status"], json.loads(cli.stdout or "{}").get("status", "refused")}
-    assert "applied" in statuses  # one decision moved the draft; the other changed nothing
-    assert statuses <= {"applied", "already", "refused"}
+    by_cli = record.approval.by != "slack-bot"
+    assert email.text == ("the CLI's edit" if by_cli else draft.reply_text)
+    cli_status = json.loads(cli.stdout)["status"]
+    if by_cli:  # the plain approval after the edit: the same decision, nothing more sent
+        assert (cli_status, api[0], api[1]["status"]) == ("applied", 200, "already")
+    else:  # the edit after the plain approval: refused with the state, never sent
+        assert (api[1]["status"], cli_status, cli.returncode) == ("applied", "refused", 1)
 
 
 async def test_a_rejected_draft_sends_nothing_and_is_declined_with_the_reason(
