@@ -30,7 +30,7 @@ from processors.approvals import (
 from processors.faust_app import set_current
 from processors.lanes import Job
 from processors.messages import Inbound, reply_key
-from processors.reply import BurstResult, Plan, SendPolicy, plan, reply_once, send_recorded
+from processors.reply import BurstResult, SendPolicy, reply_once, send_recorded
 from schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
 from schemas.exceptions import SchemaError
@@ -99,10 +99,12 @@ async def decide(pipeline: Pipeline, decision: ApprovalDecision) -> ReplyRecord 
     record: ReplyRecord | None = pipeline.ledger.get(decision.key)
     if record is None or record.state is not ReplyState.PENDING or record.approval is None:
         return record
-    return await _send(pipeline, record)
+    # a decision applied just now: nothing was sent; one read again (a crash came between
+    # the approval and the send's record): the thread is read for the reply first
+    return await _send(pipeline, record, reconcile=applied.record is None)
 
 
-async def _send(pipeline: Pipeline, record: ReplyRecord) -> ReplyRecord | None:
+async def _send(pipeline: Pipeline, record: ReplyRecord, reconcile: bool) -> ReplyRecord | None:
     """Send an approved *pending* reply with its stored text and key."""
     channel = pipeline.channels[record.channel]
 
@@ -110,10 +112,9 @@ async def _send(pipeline: Pipeline, record: ReplyRecord) -> ReplyRecord | None:
         await pipeline.dead_letters.record_reply(failed, reason, [])
 
     sender = pipeline.fence.sender(channel.sender) if pipeline.fence else channel.sender
-    step = plan(record, now=pipeline.now(), key_lifetime=channel.key_lifetime)
     await send_recorded(
         record,
-        step is Plan.RECONCILE,
+        reconcile,
         ledger=pipeline.ledger,
         sender=sender,
         dead_letter=dead_letter,

@@ -365,7 +365,6 @@ class Pipeline:
             dead_letter=dead_letter,
             now=self.now,
             policy=SendPolicy(attempts=self.settings.send_attempts),
-            key_lifetime=channel.key_lifetime,
             replay=any(d.replay for d in claimed),
             on_retry=self.metrics.send_retries.inc,
             may_retry=self.flowing,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -29,7 +29,6 @@ from tenacity import (
 )
 
 from processors.bursts import (
-    KEY_LIFETIME,
     BurstResult,
     Outcome,
     Plan,
@@ -44,7 +43,6 @@ from processors.messages import Decline, Draft, Inbound, reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
-    "KEY_LIFETIME",
     "BurstResult",
     "Inbound",
     "MailSender",
@@ -136,7 +134,6 @@ async def reply_once(
     dead_letter: DeadLetter,
     now: Callable[[], datetime],
     policy: SendPolicy = SendPolicy(),
-    key_lifetime: timedelta = KEY_LIFETIME,
     replay: bool = False,
     on_retry: Callable[[], None] = lambda: None,
     channel: str = "agentmail",
@@ -149,18 +146,18 @@ async def reply_once(
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
     The burst is divided by the ledger (:func:`~processors.bursts.divide`). A recorded
-    *pending* reply is sent first with its stored text and key, wherever its message is in
-    the burst. The messages with no record get one reply, to the latest of them; if
-    ``newer`` finds messages of the thread that reached the worker while the writer was
-    composing, that text is not recorded: the writer is asked again with them too (at most
+    *pending* reply is finished first, wherever its message is in the burst: the thread is
+    read for it, and unless it is there it is sent with its stored text and key. The
+    messages with no record get one reply, to the latest of them; if ``newer`` finds
+    messages of the thread that reached the worker while the writer was composing, that
+    text is not recorded: the writer is asked again with them too (at most
     ``supersede_max`` times), and the one reply goes to the latest. Returns the burst's
     result (:func:`~processors.bursts.summarize`), with each reply's in ``parts``.
     """
-    at, latest = now(), ledger.get(split_burst(burst)[0].key)
-    planning: dict[str, Any] = {"now": at, "key_lifetime": key_lifetime, "replay": replay}
+    latest = ledger.get(split_burst(burst)[0].key)
     division = divide(
         [
-            (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), **planning))
+            (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), replay=replay))
             for m in burst
         ],
         latest.covers if latest is not None else None,
@@ -170,12 +167,11 @@ async def reply_once(
     acted: list[BurstResult] = []
     if division.covered_by is not None:  # the latest message's pending reply saw them
         await _cover(ledger, division.cover, division.covered_by, now, channel)
-    for message, step in division.finish:
+    for message, _ in division.finish:
         record = ledger.get(message.key)
         assert record is not None
         covered = division.cover if message.key == division.covered_by else ()
-        reconcile = step is Plan.RECONCILE
-        acted.append(await send(record, reconcile, [*covered, message], len(covered)))
+        acted.append(await send(record, True, [*covered, message], len(covered)))
     if division.write:
         composing = (ledger, write, newer, supersede_max, on_superseded, now, channel)
         written = await _compose(division.write, *composing, dead_letter)
@@ -293,7 +289,8 @@ class _Sending:
     async def __call__(
         self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
     ) -> BurstResult:
-        """Send ``record`` with its key (a stale one reads the thread first); record the outcome.
+        """Send ``record`` with its key (``reconcile``: read the thread for it first); record
+        the outcome.
 
         ``burst``: the messages the reply answers, dead-lettered with it if it fails.
         """

@@ -71,17 +71,16 @@ def _awaiting(created: datetime = T0) -> ReplyRecord:
 
 
 def test_an_awaiting_draft_is_skipped_even_on_a_replay() -> None:
-    assert plan(_awaiting(), now=T0) is Plan.SKIP_AWAITING
-    assert plan(_awaiting(), now=T0, replay=True) is Plan.SKIP_AWAITING
+    assert plan(_awaiting()) is Plan.SKIP_AWAITING
+    assert plan(_awaiting(), replay=True) is Plan.SKIP_AWAITING
 
 
-def test_an_approved_drafts_key_lifetime_counts_from_its_approval() -> None:
+def test_an_approved_draft_is_finished_like_any_pending_reply() -> None:
     approved = _awaiting(T0 - timedelta(hours=30)).with_state(
         ReplyState.PENDING, approval=Approval(Verdict.APPROVED, "ana", T0, "d-1")
     )
 
-    assert plan(approved, now=T0 + timedelta(hours=1)) is Plan.SEND
-    assert plan(approved, now=T0 + timedelta(hours=25)) is Plan.RECONCILE
+    assert plan(approved) is Plan.RECONCILE
 
 
 @pytest.fixture
