@@ -7,6 +7,8 @@ needs: the thread's history on request and keyed effects) and returns one of:
 * a non-empty ``str``: the reply text, recorded in the ledger before it is sent;
 * ``None`` or :class:`Decline` ``(reason)``: no reply; the ledger records *declined* and
   the model is never asked again for that message;
+* :class:`Draft` ``(text, reason)``: a reply a person approves first
+  (``ONCEONLY_APPROVAL``, :mod:`processors.approvals`): recorded *awaiting approval*;
 * it raises, or runs past ``ONCEONLY_WRITER_TIMEOUT_S``: retried with backoff up to
   ``ONCEONLY_WRITER_ATTEMPTS`` calls, then :class:`WriterFailed` (the worker
   dead-letters the burst with reason ``writer_failed`` and goes on).
@@ -32,7 +34,7 @@ import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from processors.exceptions import ProcessorError, Rebalancing, WriterFailed
-from processors.messages import Decline, Inbound, ThreadMessage
+from processors.messages import Decline, Draft, Inbound, ThreadMessage
 
 log = structlog.get_logger("onceonly.agent")
 
@@ -99,7 +101,7 @@ class Burst(Sequence[Inbound]):
         return asyncio.run_coroutine_threadsafe(self.history(), self._loop).result()
 
 
-Written = str | Decline
+Written = str | Decline | Draft
 UserWriter = Callable[[Burst], Any]
 
 
@@ -109,11 +111,13 @@ def outcome_of(value: Any) -> Written:
         return Decline("the writer returned None")
     if isinstance(value, Decline):
         return value
+    if isinstance(value, Draft) and isinstance(value.text, str) and value.text.strip():
+        return value
     if isinstance(value, str) and value.strip():
         return value
     raise _NotRetryable(
         f"the reply writer returned {type(value).__name__} {str(value)[:40]!r}; "
-        "return a non-empty str, None or Decline(reason)"
+        "return a non-empty str, None or Decline(reason), or Draft(text, reason)"
     )
 
 
@@ -192,6 +196,7 @@ class Writer:
                     value = await asyncio.wait_for(value, self.policy.timeout_s)
                 written = outcome_of(value)
                 outcome = "declined" if isinstance(written, Decline) else "written"
+                outcome = "drafted" if isinstance(written, Draft) else outcome
                 return written
             finally:
                 self.in_flight -= 1

@@ -35,6 +35,7 @@ class Plan(StrEnum):
     SKIP_COVERED = "skip_covered"
     SKIP_FAILED = "skip_failed"
     SKIP_DECLINED = "skip_declined"
+    SKIP_AWAITING = "skip_awaiting"  #: a draft waits for a person: never written again
 
 
 #: the plans of a recorded reply that is sent with its stored text
@@ -51,6 +52,8 @@ def plan(record: ReplyRecord | None, *, replay: bool = False) -> Plan:
             return Plan.SKIP_COVERED
         case ReplyState.DECLINED:
             return Plan.SKIP_DECLINED  # the writer's decision stands, replay or not
+        case ReplyState.AWAITING:
+            return Plan.SKIP_AWAITING  # sent once a person approves it, replay or not
         case ReplyState.FAILED if not replay:
             return Plan.SKIP_FAILED
         case ReplyState.FAILED if record.reply_text is None:
@@ -114,6 +117,7 @@ class Outcome(StrEnum):
     ALREADY = "already"  #: sent or covered before, or found in the thread; nothing to do
     FAILED = "failed"  #: dead-lettered
     DECLINED = "declined"  #: the writer chose not to answer
+    AWAITING = "awaiting"  #: a draft recorded for a person to approve
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +132,17 @@ class BurstResult:
 def already(message: Inbound, step: Plan, record: ReplyRecord | None) -> BurstResult:
     """The result for a message the ledger says is done."""
     outcome = Outcome.DECLINED if step is Plan.SKIP_DECLINED else Outcome.ALREADY
+    outcome = Outcome.AWAITING if step is Plan.SKIP_AWAITING else outcome
     return BurstResult(outcome, message.key, record.sent_message_id if record else None)
 
 
-_RANK = {Outcome.ALREADY: 0, Outcome.DECLINED: 1, Outcome.SENT: 2, Outcome.FAILED: 3}
+_RANK = {
+    Outcome.ALREADY: 0,
+    Outcome.DECLINED: 1,
+    Outcome.AWAITING: 1,
+    Outcome.SENT: 2,
+    Outcome.FAILED: 3,
+}
 
 
 def summarize(acted: Sequence[BurstResult], done: Sequence[BurstResult]) -> BurstResult:

@@ -14,7 +14,7 @@ instead of sending twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -39,7 +39,7 @@ from processors.bursts import (
     summarize,
 )
 from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
-from processors.messages import Decline, Inbound, reply_key
+from processors.messages import Decline, Draft, Inbound, reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
@@ -89,8 +89,8 @@ class MailSender(Protocol):
 
 
 ReplyWriter = Callable[[Sequence[Inbound]], Any]
-#: the writer step: the messages so far -> the text, or a Decline; raises WriterFailed
-Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline]]
+#: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed
+Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline | Draft]]
 #: new messages of the thread that reached the worker meanwhile (claimed for this reply)
 Newer = Callable[[], Awaitable[Sequence[Inbound]]]
 DeadLetter = Callable[[ReplyRecord, str, Sequence[Inbound]], Awaitable[None]]
@@ -103,10 +103,12 @@ async def _nothing_newer() -> Sequence[Inbound]:
 def simple_write(writer: ReplyWriter) -> Write:
     """A plain callable as the writer step, with no policy (unit tests, tools)."""
 
-    async def write(burst: Sequence[Inbound]) -> str | Decline:
+    async def write(burst: Sequence[Inbound]) -> str | Decline | Draft:
         text = writer(burst)
         if inspect.isawaitable(text):
             text = await text
+        if isinstance(text, Draft):
+            return text
         if text is None or isinstance(text, Decline):
             return text or Decline("the writer returned None")
         if not isinstance(text, str) or not text.strip():
@@ -139,6 +141,7 @@ async def reply_once(
     newer: Newer = _nothing_newer,
     supersede_max: int = 2,
     on_superseded: Callable[[], None] = lambda: None,
+    rewrite: Collection[str] = frozenset(),  # recorded, written again: a superseded draft's
 ) -> BurstResult:
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
@@ -153,7 +156,10 @@ async def reply_once(
     """
     latest = ledger.get(split_burst(burst)[0].key)
     division = divide(
-        [(m, plan(ledger.get(m.key), replay=replay)) for m in burst],
+        [
+            (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), replay=replay))
+            for m in burst
+        ],
         latest.covers if latest is not None else None,
     )
     done = [_skipped(ledger, message, step) for message, step in division.done]
@@ -246,6 +252,12 @@ async def _compose(
         log.info("reply declined by the writer", reason=written.reason, key=target.key)
         return BurstResult(Outcome.DECLINED, target.key)
     seen = tuple(m.key for m in covered)
+    if isinstance(written, Draft):  # a person approves it first: recorded, not sent
+        draft = dict(reply_text=written.text, reason=written.reason, covers=seen)
+        await ledger.put(base.with_state(ReplyState.AWAITING, **draft))
+        await _cover(ledger, covered, target.key, now, channel)
+        log.info("reply drafted; awaiting approval", reason=written.reason, key=target.key)
+        return BurstResult(Outcome.AWAITING, target.key)
     record = base.with_state(ReplyState.PENDING, reply_text=written, covers=seen)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages
@@ -325,6 +337,12 @@ class _Sending:
         await self.ledger.put(sent)
         log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
         return BurstResult(Outcome.SENT, record.key, sent_id)
+
+
+async def send_recorded(record: ReplyRecord, reconcile: bool, **parts: Any) -> BurstResult:
+    """Send a recorded *pending* reply (an approved draft) with its stored text and key;
+    ``parts``: the sender, ledger, dead_letter, policy, on_retry and may_retry."""
+    return await _Sending(**parts)(record, reconcile, (), 0)
 
 
 async def _send_or_find(sender: MailSender, record: ReplyRecord) -> tuple[str | None, str | None]:

@@ -35,6 +35,7 @@ from aiohttp import web
 
 from foundation.kafka import Admin, TopicSpec, client_security
 from foundation.settings import Settings
+from processors import approving
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
 from processors.agentmail.sender import AgentMailSender
@@ -269,6 +270,8 @@ def _wire_lifecycle(
     if settings.reorder_window_ms > 0:
         interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
         app.timer(interval, name="onceonly.tick")(pipeline.tick)
+
+    approving.wire_sweep(app, pipeline)  # drafts: their metrics, and their timeout
 
     if settings.agentmail_webhook_id:
         agentmail = pipeline.channels["agentmail"]

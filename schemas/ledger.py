@@ -8,12 +8,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from schemas.approval import Approval
 from schemas.exceptions import SchemaError
 
+#: 4 added the *awaiting* state and ``approval`` (who decided on a draft, when, what);
 #: 2 added ``reason`` (why a reply was declined) and ``message_at`` (the answered
 #: message's own time); version 1 records still decode
-LEDGER_VERSION = 3
-KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3})
+LEDGER_VERSION = 4
+KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3, 4})
 
 
 class ReplyState(StrEnum):
@@ -22,6 +24,8 @@ class ReplyState(StrEnum):
     COVERED = "covered"  #: answered by the reply to a later message of the same burst
     FAILED = "failed"  #: dead-lettered; retried only by an explicit replay
     DECLINED = "declined"  #: the writer chose not to answer; never asked again
+    #: a draft (text, reason, key) a person approves, edits or rejects before it is sent
+    AWAITING = "awaiting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,8 @@ class ReplyRecord:
     #: the keys of the burst's other messages, which the writer saw and this reply covers
     #: (version 3; None: written before, when a reply covered whatever came with it)
     covers: tuple[str, ...] | None = None
+    #: the decision applied to a draft (version 4; None: no person decided on it)
+    approval: Approval | None = None
     v: int = LEDGER_VERSION
 
     def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
@@ -69,6 +75,7 @@ class ReplyRecord:
             "reason": self.reason,
             "message_at": self.message_at.isoformat() if self.message_at else None,
             "covers": list(self.covers) if self.covers is not None else None,
+            "approval": self.approval.to_json() if self.approval is not None else None,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -85,6 +92,8 @@ class ReplyRecord:
                 data["message_at"] = datetime.fromisoformat(data["message_at"])
             if data.get("covers") is not None:
                 data["covers"] = tuple(str(key) for key in data["covers"])
+            if data.get("approval") is not None:
+                data["approval"] = Approval.from_json(data["approval"])
             data["v"] = LEDGER_VERSION
             return cls(**data)
         except SchemaError:
