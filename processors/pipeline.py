@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from foundation import tracing
 from foundation.settings import Settings
 from processors import reorder
 from processors.agent import Writer
@@ -40,7 +41,7 @@ from processors.metrics import WorkerMetrics
 from processors.reply import Outcome, SendPolicy, Skip, reply_once, split_burst
 from processors.sweep import Sweeper
 from schemas.decision import Stage
-from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope, has_valid_mac
+from schemas.envelope import TICK_HEADER, Envelope, has_valid_mac
 from schemas.exceptions import SchemaError
 
 log = structlog.get_logger("onceonly.worker")
@@ -132,7 +133,7 @@ class Pipeline:
             await self.dead_letters.record_unreadable(event.value, partition, offset, str(exc))
             await self.lanes.ack_now(event)
             return
-        delivery = Delivery(envelope, (partition, offset), REPLAY_HEADER in headers)
+        delivery = Delivery.of(envelope, (partition, offset), headers)
         key = envelope.thread_key.encode()
         if self.window_ms == 0:
             await self.lanes.submit(key, Job(self._deliver, [event], item=delivery))
@@ -211,6 +212,7 @@ class Pipeline:
     def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
         finish(self.events, claimed, outcomes, now_ms=self.now_ms())
 
+    @tracing.processing
     async def process(
         self, job: Job, deliveries: Sequence[Delivery], *, key: bytes | None = None
     ) -> list[Delivery]:
@@ -354,10 +356,11 @@ class Pipeline:
                 record, reason, [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
             )
 
+        sender = self.fence.sender(channel.sender) if self.fence else channel.sender
         result = await reply_once(
             burst,
             ledger=self.ledger,
-            sender=self.fence.sender(channel.sender) if self.fence else channel.sender,
+            sender=tracing.traced_sender(sender),
             write=functools.partial(self.write, channel),
             dead_letter=dead_letter,
             now=self.now,
@@ -384,12 +387,13 @@ class Pipeline:
         """The writer step for a burst: its effects and history are the latest message's."""
         target, _ = split_burst(messages)
         effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())
-        return await self.writer.write(
-            messages,
-            effects=effects,
-            history=lambda: channel.history(target),
-            ids={"key": target.key, "message_id": target.message_id},
-        )
+        with tracing.writing(target.key):
+            return await self.writer.write(
+                messages,
+                effects=effects,
+                history=lambda: channel.history(target),
+                ids={"key": target.key, "message_id": target.message_id},
+            )
 
     async def handle_event(self, delivery: Delivery) -> bool:
         """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""
