@@ -2,13 +2,20 @@
 ``POST /v1/traces`` (protobuf, gzip or not), keeping each span as a flat :class:`Span`.
 
 Built on ``opentelemetry-proto``, the protocol's own messages, so a test asserts on the
-spans exactly as onceonly's processes exported them over the wire.
+spans exactly as onceonly's processes exported them over the wire. In a thread
+(:meth:`start_in_thread`), or alone: ``python -m testkit.fakes.otlp_receiver --port N``
+(``GET /_control/spans`` answers how many it holds, by name; ``GET /healthz``).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
 import gzip
+import signal
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +103,15 @@ class OtlpReceiver(FakeServer):
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/traces", self._traces)
+        app.router.add_get("/_control/spans", self._count)
+        app.router.add_get("/healthz", self._healthz)
         return app
+
+    async def _count(self, request: web.Request) -> web.Response:
+        return web.json_response(dict(Counter(span.name for span in self.spans)))
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
 
     async def _traces(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -110,3 +125,32 @@ class OtlpReceiver(FakeServer):
             body=ExportTraceServiceResponse().SerializeToString(),
             content_type="application/x-protobuf",
         )
+
+
+async def _serve(host: str, port: int) -> None:
+    receiver = OtlpReceiver()
+    print(await receiver.start(host, port), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await receiver.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m testkit.fakes.otlp_receiver",
+        description="An OTLP/HTTP trace receiver for tests; prints its base URL on stdout.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()
