@@ -1,18 +1,22 @@
 """One OpenTelemetry trace from ingest to the send, through real processes: a signed
 AgentMail delivery is posted to a real ingest process, a real worker answers it with
 ``processors.openai_writer`` (the ``openai`` SDK against a local chat-completions server),
-and both export over OTLP/HTTP to a receiver in this test (``opentelemetry-proto``).
-``onceonly trace`` then prints the same trace id."""
+and both export over OTLP/HTTP: to a receiver in this test (``opentelemetry-proto``), and
+to Jaeger built from its Go module (``devstack.jaeger``, where it is built). ``onceonly
+trace`` then prints the same trace id, which Jaeger's query API answers for."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from devstack import jaeger
 from devstack.ports import free_port
 from testkit import payloads, signing
 from testkit.fakes.openai_server import FakeChatModel
@@ -41,16 +45,16 @@ def chat() -> Iterator[FakeChatModel]:
     model.stop_in_thread()
 
 
-def _otel(receiver: OtlpReceiver) -> dict[str, str]:
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+def _otel(endpoint: str) -> dict[str, str]:
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
-def _ingest(stack: Stack, port: int, receiver: OtlpReceiver) -> Supervised:
+def _ingest(stack: Stack, port: int, endpoint: str) -> Supervised:
     env = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "ingest")
     env.update(
         ONCEONLY_INGEST_PORT=str(port),
         ONCEONLY_AGENTMAIL_WEBHOOK_SECRET=signing.SVIX_SECRET,
-        **_otel(receiver),
+        **_otel(endpoint),
     )
     command = [sys.executable, "-m", "onceonly", "ingest"]
     return Supervised("ingest", command, env, stack.tmp / "ingest.log", append=True).start()
@@ -66,23 +70,24 @@ def _by_name(spans: list[Span]) -> dict[str, Span]:
     return {span.name: span for span in spans}
 
 
-async def test_one_trace_runs_from_the_ingest_span_to_the_send_with_the_genai_attributes(
-    stack_factory: Callable[..., Stack], receiver: OtlpReceiver, chat: FakeChatModel
-) -> None:
-    stack = stack_factory(reorder_window_ms=500)
+async def _answer_one(
+    stack: Stack, endpoint: str, chat: FakeChatModel, exported: Callable[[], bool]
+) -> str:
+    """A real ingest and worker exporting to ``endpoint``; one message POSTed and answered
+    (until ``exported()``); returns its message id."""
     (stack.tmp / "ingest").mkdir()
     port = free_port()
-    ingest = _ingest(stack, port, receiver)
+    ingest = _ingest(stack, port, endpoint)
     stack.worker(
         ONCEONLY_REPLY_WRITER="processors.openai_writer:reply",
         OPENAI_BASE_URL=f"{chat.base_url}/v1",
         OPENAI_API_KEY="test",
         OPENAI_MODEL=MODEL,
-        **_otel(receiver),
+        **_otel(endpoint),
     )
+    message_id = "<traced-1@example.com>"
     try:
         await ingest.wait_ready(f"http://127.0.0.1:{port}/readyz", timeout_s=60)
-        message_id = "<traced-1@example.com>"
         stack.mail.seed_message(INBOX, message_id=message_id, thread_id="thr-traced")
         body = payloads.dumps(
             payloads.agentmail_received(thread_id="thr-traced", message_id=message_id)
@@ -91,13 +96,21 @@ async def test_one_trace_runs_from_the_ingest_span_to_the_send_with_the_genai_at
         assert await asyncio.to_thread(_post, url, body) == 204
 
         await stack.until_sent(1)
-        await until(
-            stack,
-            lambda: {"onceonly.deliver", "onceonly.send"} <= {s.name for s in receiver.spans},
-            "the ingest and send spans at the receiver",
-        )
+        await until(stack, exported, "the ingest and send spans exported")
     finally:
         ingest.stop()
+    return message_id
+
+
+async def test_one_trace_runs_from_the_ingest_span_to_the_send_with_the_genai_attributes(
+    stack_factory: Callable[..., Stack], receiver: OtlpReceiver, chat: FakeChatModel
+) -> None:
+    stack = stack_factory(reorder_window_ms=500)
+
+    def exported() -> bool:
+        return {"onceonly.deliver", "onceonly.send"} <= {s.name for s in receiver.spans}
+
+    message_id = await _answer_one(stack, receiver.base_url, chat, exported)
 
     spans = receiver.spans
     (deliver,) = [s for s in spans if s.name == "onceonly.deliver"]
@@ -134,3 +147,49 @@ async def test_one_trace_runs_from_the_ingest_span_to_the_send_with_the_genai_at
     traced = await asyncio.to_thread(onceonly, stack, "trace", message_id)
     assert traced.returncode == 0, traced.stderr
     assert f"otel trace {deliver.trace_id}" in traced.stdout
+
+
+@pytest.mark.skipif(jaeger.unavailable() is not None, reason=str(jaeger.unavailable()))
+async def test_jaeger_receives_the_trace_that_onceonly_trace_names(
+    stack_factory: Callable[..., Stack], chat: FakeChatModel, tmp_path: Path
+) -> None:
+    stack = stack_factory(reorder_window_ms=500)
+    with jaeger.Jaeger(tmp_path / "jaeger.log") as server:
+
+        def exported() -> bool:
+            found = server.get("/api/services") or {}
+            return {"onceonly-ingest", "onceonly-worker"} <= set(found.get("data") or [])
+
+        message_id = await _answer_one(stack, server.otlp_endpoint, chat, exported)
+        traced = await asyncio.to_thread(onceonly, stack, "trace", message_id, "--json")
+        assert traced.returncode == 0, traced.stderr
+        (trace_id,) = json.loads(traced.stdout)["trace_ids"]
+        wanted = {
+            "onceonly.deliver",
+            "onceonly.hold",
+            "onceonly.process",
+            "onceonly.dedupe",
+            f"chat {MODEL}",
+            "onceonly.send",
+        }
+
+        def complete() -> bool:
+            found = server.trace(trace_id)
+            return found is not None and wanted <= {s["operationName"] for s in found["spans"]}
+
+        await until(stack, complete, f"trace {trace_id} complete in Jaeger")
+        found = server.trace(trace_id)
+
+    assert found is not None
+    services = {k: p["serviceName"] for k, p in found["processes"].items()}
+    spans = {s["operationName"]: s for s in found["spans"]}
+    assert services[spans["onceonly.deliver"]["processID"]] == "onceonly-ingest"
+    assert services[spans["onceonly.send"]["processID"]] == "onceonly-worker"
+    parent = {s["operationName"]: [r["spanID"] for r in s["references"]] for s in found["spans"]}
+    assert parent["onceonly.process"] == [spans["onceonly.deliver"]["spanID"]]
+    assert parent[f"chat {MODEL}"] == [spans["onceonly.process"]["spanID"]]
+    assert parent["onceonly.send"] == [spans["onceonly.process"]["spanID"]]
+    tags = {t["key"]: t["value"] for t in spans[f"chat {MODEL}"]["tags"]}
+    assert tags["gen_ai.request.model"] == MODEL
+    assert tags["gen_ai.usage.input_tokens"] == 10
+    assert tags["gen_ai.usage.output_tokens"] == 5
