@@ -74,6 +74,7 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
         seconds = time.perf_counter() - began
         ids = {m.message_id for m in messages}
         received = {k: v for k, v in bench.received().items() if k in ids}
+        counters = load.worker_counters(bench.worker_port)
     except BaseException:
         for process in (bench.ingest, bench.worker):
             if process is not None:
@@ -84,6 +85,7 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
     result = RunResult(setup.label, setup.rate, messages, offered, received, cpu.percent)
     result.cpu_seconds = cpu.percent["worker"] / 100 * seconds
     result.settings = setup.worker
+    result.metrics = counters
     cpu_s = {name: percent / 100 * seconds for name, percent in cpu.percent.items()}
     console.print(
         f"({setup.label}) {result.replies_per_s:.2f} replies/s, p50 {result.p(0.5):.2f} s, "

@@ -10,10 +10,12 @@ llama-cpp-python's OpenAI-compatible server, on this CPU (``devstack.llm``).
     mail server as AgentMail; ``onceonly send``'s AgentMail sample (message B, then an
     older message A of the same thread three times) is POSTed to ingest, and the reply
     text the model wrote is printed;
-(M) the measure: the same stack, an open loop of ``--count`` deliveries at ``--rate``/s,
-    each a message in a thread of its own, the agent-step benchmark's window (2,000 ms)
-    and writer concurrency (64); replies/s, p50/p99 from ingest's 204 to the reply, and
-    the model server's CPU per reply.
+(M) the measure: the same stack, an open loop of deliveries, each a message in a thread
+    of its own, the agent-step benchmark's window (2,000 ms) and writer concurrency (64):
+    *steady*, ``--count`` at ``--rate``/s (below what the model serves: the latency),
+    then *saturated*, ``--saturated-count`` at ``--saturated-rate``/s (above it: the
+    replies/s it can give); replies/s, p50/p99 from ingest's 204 to the reply, the
+    model's declines (``NO_REPLY``), the model server's CPU per reply.
 
 The report, with the agent-step benchmark's simulated writer beside it, is written to
 ``<--out>/real-model-<date>.md``.
@@ -26,6 +28,7 @@ import base64
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,8 +55,7 @@ class Results:
     build_s: float = 0.0
     sample: dict[str, str] = field(default_factory=dict)  #: replied-to message id -> text
     sample_s: float = 0.0  #: from the sample's POST to its reply
-    measure: Run | None = None
-    texts: dict[str, str] = field(default_factory=dict)  #: the measure's replies
+    runs: list[Run] = field(default_factory=list)  #: (M): steady, then saturated
 
 
 def worker_env(server: llm.ModelServer) -> dict[str, str]:
@@ -118,18 +120,23 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
         console.print(f"(0) {llm.ALIAS} served at {server.base_url}")
         r = run_sample(broker, work, server, opts.partitions)
         r.build_s = build_s
-        if opts.count:
-            assert server.process is not None
-            setup = Setup(
-                "M",
-                opts.rate,
-                opts.count,
-                opts.partitions,
-                worker=worker_env(server),
-                tail_s=600.0,
-                pids={"model": server.process.pid},
-            )
-            r.measure = run(setup, broker, work)
+        assert server.process is not None
+        pids = {"model": server.process.pid}
+        for label, rate, count in (
+            ("steady", opts.rate, opts.count),
+            ("saturated", opts.saturated_rate, opts.saturated_count),
+        ):
+            if count:
+                setup = Setup(
+                    label,
+                    rate,
+                    count,
+                    opts.partitions,
+                    worker=worker_env(server),
+                    tail_s=900.0,
+                    pids=pids,
+                )
+                r.runs.append(run(setup, broker, work))
     console.print(f"done in {time.monotonic() - started:.0f} s")
     return r
 
@@ -138,6 +145,8 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
 class Options:
     rate: float
     count: int
+    saturated_rate: float
+    saturated_count: int
     threads: int
     partitions: int
 
@@ -146,34 +155,67 @@ def _f(value: float, spec: str) -> str:
     return "n/a" if value != value else format(value, spec)
 
 
+def _declined(x: Run) -> int:
+    return int(x.result.metrics.get('onceonly_writer_calls_total{outcome="declined"}', 0))
+
+
+def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
+    """The (M) table: each run of the model beside the simulated writer."""
+    cells: dict[str, Callable[[Run], str]] = {
+        "offered": lambda x: f"{len(x.result.messages)} at {x.result.rate:g}/s",
+        "replies/s per worker": lambda x: _f(x.result.replies_per_s, ".2f"),
+        "p50 204 → reply, s": lambda x: _f(x.result.p(0.5), ".2f"),
+        "p99 204 → reply, s": lambda x: _f(x.result.p(0.99), ".2f"),
+        "declined by the model (NO_REPLY)": lambda x: str(_declined(x)),
+        "unanswered, not declined": lambda x: str(x.result.unanswered - _declined(x)),
+        "model server CPU per reply, ms": lambda x: _f(x.cpu_ms_per_reply("model"), ".0f"),
+        "worker CPU per reply, ms": lambda x: _f(x.cpu_ms_per_reply("worker"), ".1f"),
+    }
+    simulated = {
+        "offered": "3,300 at 55/s",
+        "replies/s per worker": str(SIMULATED["replies/s"]),
+        "p50 204 → reply, s": str(SIMULATED["p50 s"]),
+        "p99 204 → reply, s": str(SIMULATED["p99 s"]),
+        "declined by the model (NO_REPLY)": "-",
+        "unanswered, not declined": "0",
+        "model server CPU per reply, ms": "-",
+        "worker CPU per reply, ms": "7.77",
+    }
+    names = " | ".join(f"SmolLM2-135M, {x.result.label}" for x in runs)
+    lines = [
+        "## Replies/s and latency, beside the simulated writer",
+        "",
+        f"| figure | {names} | simulated writer (1 s ± 20 %) |",
+        "| --- |" + " ---: |" * (len(runs) + 1),
+    ]
+    for name, cell in cells.items():
+        lines.append(f"| {name} | " + " | ".join(cell(x) for x in runs) + f" | {simulated[name]} |")
+    lines += [
+        "",
+        f"- the simulated writer's figures are run (A) of `{SIMULATED['report']}`; every "
+        f"run: window {WINDOW_MS} ms, writer concurrency {CONCURRENCY}, one worker, the "
+        "writer's other settings at their defaults",
+        f"- the model server: `python -m llama_cpp.server`, {llm.LLAMA}, {llm.GGUF} "
+        f"(from {llm.MODEL_PACKAGE}), {opts.threads} thread(s); it answers one request "
+        "at a time, so the worker's calls queue there",
+    ]
+    for x in runs:
+        lines.append(
+            f"- {x.result.label}: CPU over the run, % of one core: "
+            + " · ".join(f"{k} {v:.0f}" for k, v in x.result.cpu.items())
+            + "; worker counters: "
+            + ", ".join(f"{k} = {v:g}" for k, v in sorted(x.result.metrics.items()))
+        )
+    return lines
+
+
 def report_lines(opts: Options, r: Results) -> list[str]:
     lines = ["## The sample's reply, as the model wrote it", ""]
     for message_id, text in r.sample.items():
         lines += [f"To `{message_id}` ({r.sample_s:.1f} s after the first POST):", ""]
         lines += [f"> {line}" if line else ">" for line in text.splitlines()] + [""]
-    m = r.measure
-    if m is not None:
-        res = m.result
-        model_ms = m.cpu_ms_per_reply("model")
-        lines += [
-            "## Replies/s and latency, beside the simulated writer",
-            "",
-            "| figure | SmolLM2-135M (llama-cpp-python, this CPU) | simulated (1 s ± 20 %) |",
-            "| --- | ---: | ---: |",
-            f"| offered | {opts.count} at {opts.rate:g}/s | 3,300 at 55/s |",
-            f"| replies/s per worker | {_f(res.replies_per_s, '.2f')} | {SIMULATED['replies/s']} |",
-            f"| p50 204 → reply, s | {_f(res.p(0.5), '.2f')} | {SIMULATED['p50 s']} |",
-            f"| p99 204 → reply, s | {_f(res.p(0.99), '.2f')} | {SIMULATED['p99 s']} |",
-            f"| unanswered | {res.unanswered} | 0 |",
-            f"| model server CPU per reply, ms | {_f(model_ms, '.0f')} | - |",
-            "",
-            f"- the simulated writer's figures are run (A) of `{SIMULATED['report']}`; both "
-            f"runs: window {WINDOW_MS} ms, writer concurrency {CONCURRENCY}, one worker",
-            f"- the model server: `python -m llama_cpp.server`, {llm.LLAMA}, {llm.GGUF} "
-            f"(from {llm.MODEL_PACKAGE}), {opts.threads} thread(s), one request at a time",
-            "- CPU over the run, % of one core: "
-            + " · ".join(f"{k} {v:.0f}" for k, v in res.cpu.items()),
-        ]
+    if r.runs:
+        lines += measure_lines(opts, r.runs)
     lines.append(
         f"- build: {r.build_s:.0f} s (`nice -n 19`, one compiler job)"
         if r.build_s
@@ -194,16 +236,25 @@ def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--rate", type=click.FloatRange(0.01, 100), default=0.2, show_default=True)
+@click.option("--count", type=click.IntRange(0, 10_000), default=30, show_default=True)
+@click.option("--saturated-rate", type=click.FloatRange(0.01, 100), default=1.0, show_default=True)
 @click.option(
-    "--count", type=click.IntRange(0, 10_000), default=30, show_default=True, help="0: sample only."
+    "--saturated-count",
+    type=click.IntRange(0, 10_000),
+    default=60,
+    show_default=True,
+    help="0 (and --count 0): the sample only.",
 )
 @click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=RESULTS_DIR)
-def main(rate: float, count: int, threads: int, out: Path) -> None:
+def main(
+    rate: float, count: int, saturated_rate: float, saturated_count: int, threads: int, out: Path
+) -> None:
     """Build and serve a real model, answer the sample with it, measure replies/s and p99."""
     from foundation.settings import Settings
 
-    opts = Options(rate, count, threads, Settings.from_env().partitions)
+    partitions = Settings.from_env().partitions
+    opts = Options(rate, count, saturated_rate, saturated_count, threads, partitions)
     load_before, code = loadavg(), revision()
 
     def body() -> tuple[Results, str]:
