@@ -169,7 +169,9 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
         "declined by the model (NO_REPLY)": lambda x: str(_declined(x)),
         "unanswered, not declined": lambda x: str(x.result.unanswered - _declined(x)),
         "model server CPU per reply, ms": lambda x: _f(x.cpu_ms_per_reply("model"), ".0f"),
-        "worker CPU per reply, ms": lambda x: _f(x.cpu_ms_per_reply("worker"), ".1f"),
+        "worker CPU per reply, ms (idle included)": lambda x: _f(
+            x.cpu_ms_per_reply("worker"), ".1f"
+        ),
     }
     simulated = {
         "offered": "3,300 at 55/s",
@@ -179,7 +181,7 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
         "declined by the model (NO_REPLY)": "-",
         "unanswered, not declined": "0",
         "model server CPU per reply, ms": "-",
-        "worker CPU per reply, ms": "7.77",
+        "worker CPU per reply, ms (idle included)": "7.77",
     }
     names = " | ".join(f"SmolLM2-135M, {x.result.label}" for x in runs)
     lines = [
@@ -198,6 +200,10 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
         f"- the model server: `python -m llama_cpp.server`, {llm.LLAMA}, {llm.GGUF} "
         f"(from {llm.MODEL_PACKAGE}), {opts.threads} thread(s); it answers one request "
         "at a time, so the worker's calls queue there",
+        "- CPU per reply is a process's CPU over the run divided by the replies: at a few "
+        "replies a second the worker's figure is mostly its idle loops (ticks, heartbeats, "
+        "commits), not the replies; `other` is the rest of the machine (other work on it "
+        "takes CPU from the model server too)",
     ]
     for x in runs:
         lines.append(
