@@ -30,6 +30,8 @@ def claim(
     """The deliveries to act on: new events claimed in progress, duplicates skipped (logged,
     counted and passed to ``on_skip`` with their verdict); a late event is counted and
     logged, never dropped."""
+    if not deliveries:  # a reply's look for newer messages that found none: no span
+        return []
     with tracing.step("dedupe", deliveries=len(deliveries)) as span:
         claimed: list[Delivery] = []
         for delivery in deliveries:

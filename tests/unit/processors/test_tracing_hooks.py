@@ -14,6 +14,7 @@ from foundation import tracing
 from ingest import normalise
 from ingest.app import _record
 from processors.agent import Writer
+from processors.claims import claim
 from processors.holds import Delivery, Holds
 from processors.messages import Inbound
 from processors.openai_writer import OpenAIWriter
@@ -72,6 +73,19 @@ def test_off_a_delivery_keeps_no_context() -> None:
 
     assert delivery.trace == ()
     assert not delivery.replay
+
+
+def test_dedupe_is_a_span_with_its_counts_and_an_empty_claim_is_none(
+    spans: InMemorySpanExporter,
+) -> None:
+    delivery = Delivery(_envelope(), (0, 7))
+
+    assert claim({}, [], now_ms=NOW_MS, metrics=None) == []  # nothing newer came: no span
+    assert claim({}, [delivery], now_ms=NOW_MS, metrics=None) == [delivery]
+
+    (span,) = spans.get_finished_spans()
+    assert span.name == "onceonly.dedupe"
+    assert dict(span.attributes or {}) == {"onceonly.deliveries": 1, "onceonly.accepted": 1}
 
 
 @pytest.fixture
