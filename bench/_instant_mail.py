@@ -24,6 +24,12 @@ It counts what it is sent and when, for the benchmark to read:
     ``{message_id: [emails, requests]}``: per replied-to Message-ID, the distinct
     ``Idempotency-Key`` values sent (emails, as AgentMail sends one per key) and the
     reply requests (replays included), so that a benchmark can count emails per message.
+``GET /_control/texts``
+    ``{message_id: text}``: the text of each reply sent (not a replay), by replied-to
+    Message-ID (``bench.real_model`` prints what the model wrote).
+``GET /v0/inboxes/{inbox_id}/threads/{thread_id}``
+    the thread, empty: a writer that reads the history (``processors.openai_writer``)
+    finds none, as for the first message of a thread.
 ``GET /healthz``
     200 once it serves.
 
@@ -35,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import time
 from urllib.parse import unquote
@@ -53,11 +60,13 @@ class Outbox:
         self.received: dict[str, float] = {}
         #: replied-to Message-ID -> [emails (distinct keys), requests]
         self.counts: dict[str, list[int]] = {}
+        #: replied-to Message-ID -> the text of its first send
+        self.texts: dict[str, str] = {}
 
     async def reply(self, request: web.Request) -> web.StreamResponse:
         if not request.path.endswith("/reply"):
             return web.json_response({"name": "NotFoundError", "message": "not served"}, status=404)
-        await request.read()
+        body = await request.read()
         self.requests += 1
         key = request.headers.get("Idempotency-Key") or f"no-key-{self.requests}"
         # .../messages/{message_id}/reply, the id quoted by the sender
@@ -79,6 +88,8 @@ class Outbox:
         self.last = now
         count[0] += 1
         self.received.setdefault(replied_to, now)
+        with contextlib.suppress(ValueError, AttributeError):
+            self.texts.setdefault(replied_to, str(json.loads(body).get("text") or ""))
         return web.json_response({"message_id": sent_id, "thread_id": "thr_bench"})
 
     async def stats(self, request: web.Request) -> web.StreamResponse:
@@ -98,6 +109,34 @@ class Outbox:
     async def counted(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(self.counts)
 
+    async def written(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(self.texts)
+
+
+async def thread(request: web.Request) -> web.StreamResponse:
+    """A thread with no message in it, in the shape the ``agentmail`` SDK parses."""
+    parts = request.path.split("/")
+    if len(parts) != 6 or parts[4] != "threads":
+        return web.json_response({"name": "NotFoundError", "message": "not served"}, status=404)
+    at = "2026-01-01T00:00:00Z"
+    return web.json_response(
+        {
+            "inbox_id": unquote(parts[3]),
+            "thread_id": unquote(parts[5]),
+            "labels": [],
+            "timestamp": at,
+            "senders": [],
+            "recipients": [],
+            "last_message_id": "",
+            "message_count": 0,
+            "size": 0,
+            "updated_at": at,
+            "created_at": at,
+            "count": 0,
+            "messages": [],
+        }
+    )
+
 
 async def healthz(request: web.Request) -> web.StreamResponse:
     return web.json_response({"status": "ok"})
@@ -110,7 +149,9 @@ async def serve(host: str, port: int) -> None:
     app.router.add_get("/_control/stats", outbox.stats)
     app.router.add_get("/_control/received", outbox.received_at)
     app.router.add_get("/_control/counts", outbox.counted)
+    app.router.add_get("/_control/texts", outbox.written)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v0/{tail:.*}", thread)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -32,6 +32,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import SecretStr
 
+from foundation import tracing
 from foundation.kafka import Admin, AsyncProducer, ProduceFailed, client_security
 from foundation.settings import Settings
 from ingest import heap, limits, normalise, verify
@@ -204,6 +205,13 @@ class Ingest:
 
     # -- the delivery path ------------------------------------------------------
     async def _deliver(self, request: web.Request, name: str) -> web.StreamResponse:
+        """One delivery, in its span when tracing is on (foundation.tracing)."""
+        with tracing.delivery(name) as span:
+            response = await self._receive(request, name)
+            span.set("http.response.status_code", response.status)
+            return response
+
+    async def _receive(self, request: web.Request, name: str) -> web.StreamResponse:
         started = time.perf_counter()
         provider = self.providers.get(name)
         if provider is None:
@@ -258,6 +266,7 @@ class Ingest:
                 headers={"Retry-After": "5"},
             )
         self.metrics.stored(name, time.perf_counter() - started)
+        tracing.stored(envelope.event_id, envelope.event_type, *delivered)
         if self.log_stored:  # its fields cost more than the line saves, unless it is shown
             log.debug(
                 "delivery stored",
@@ -310,10 +319,12 @@ class _Record:
 
 def _record(envelope: Envelope, mac_key: bytes | None = None) -> _Record:
     """The Kafka record, built before producing: text that cannot be encoded is a 400.
-    With ``mac_key`` (ONCEONLY_ENVELOPE_SECRET) its headers carry the value's MAC."""
+    With ``mac_key`` (ONCEONLY_ENVELOPE_SECRET) its headers carry the value's MAC, and
+    with tracing on, the current span's context."""
     try:
         value = envelope.encode()
-        return _Record(value, envelope.thread_key.encode(), envelope.headers(mac_key, value))
+        headers = tracing.with_context(envelope.headers(mac_key, value))  # W3C trace context
+        return _Record(value, envelope.thread_key.encode(), headers)
     except UnicodeEncodeError as exc:
         raise PayloadError(
             "bad_shape", f"an id, type or header holds text that is not valid Unicode: {exc.reason}"
@@ -351,6 +362,7 @@ async def serve(
     whose parent keeps its state there: it shares the port and the metrics."""
     from foundation.kafka import producer_config_from
 
+    tracing.configure("onceonly-ingest")
     producer = AsyncProducer(producer_config_from(settings))
     shared = one_of / "metrics" if one_of is not None else None
     admin = Admin(settings.kafka_bootstrap, security=client_security(settings))

@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from foundation import tracing
 from processors import dedupe
 from processors.holds import Delivery, log_ids
 from schemas.ledger import EventEntry
@@ -29,29 +30,33 @@ def claim(
     """The deliveries to act on: new events claimed in progress, duplicates skipped (logged,
     counted and passed to ``on_skip`` with their verdict); a late event is counted and
     logged, never dropped."""
-    claimed: list[Delivery] = []
-    for delivery in deliveries:
-        ids = log_ids(delivery.envelope)
-        if delivery.late:
-            metrics.late.inc()
-            log.warning(
-                "late event: processed after a later one of its thread",
-                **ids,
+    if not deliveries:  # a reply's look for newer messages that found none: no span
+        return []
+    with tracing.step("dedupe", deliveries=len(deliveries)) as span:
+        claimed: list[Delivery] = []
+        for delivery in deliveries:
+            ids = log_ids(delivery.envelope)
+            if delivery.late:
+                metrics.late.inc()
+                log.warning(
+                    "late event: processed after a later one of its thread",
+                    **ids,
+                )
+            key = delivery.envelope.dedupe_key.encode()
+            raw = events.get(key)
+            current = EventEntry.from_json(json.loads(raw)) if raw else None
+            decision = dedupe.decide(
+                current, position=delivery.position, now_ms=now_ms, replay=delivery.replay
             )
-        key = delivery.envelope.dedupe_key.encode()
-        raw = events.get(key)
-        current = EventEntry.from_json(json.loads(raw)) if raw else None
-        decision = dedupe.decide(
-            current, position=delivery.position, now_ms=now_ms, replay=delivery.replay
-        )
-        if decision.skip:
-            metrics.duplicates.labels(decision.verdict.value).inc()
-            log.info("delivery skipped", verdict=decision.verdict.value, **ids)
-            on_skip(delivery, decision.verdict.value)
-            continue
-        assert decision.entry is not None
-        events[key] = json.dumps(decision.entry.to_json()).encode()
-        claimed.append(delivery)
+            if decision.skip:
+                metrics.duplicates.labels(decision.verdict.value).inc()
+                log.info("delivery skipped", verdict=decision.verdict.value, **ids)
+                on_skip(delivery, decision.verdict.value)
+                continue
+            assert decision.entry is not None
+            events[key] = json.dumps(decision.entry.to_json()).encode()
+            claimed.append(delivery)
+        span.set("onceonly.accepted", len(claimed))
     return claimed
 
 

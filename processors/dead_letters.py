@@ -12,7 +12,7 @@ own, and a retry sends only envelopes whose MAC verifies. The format is
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -91,3 +91,18 @@ class DeadLetters:
                 **envelope_fields(envelopes, self.mac_key),
             }
         )
+
+
+def for_reply(
+    letters: Any, claimed: Callable[[], Iterable[Envelope]]
+) -> Callable[[ReplyRecord, str, Sequence[Any]], Awaitable[None]]:
+    """The dead-letter step of one reply, into ``letters`` (:class:`DeadLetters`): its letter
+    carries the envelopes, of those ``claimed`` gives when it fails (a rewrite claims
+    more), of the messages it answers."""
+
+    async def dead_letter(record: ReplyRecord, reason: str, messages: Sequence[Any]) -> None:
+        envelopes = {envelope.event_id: envelope for envelope in claimed()}
+        answered = [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
+        await letters.record_reply(record, reason, answered)
+
+    return dead_letter

@@ -11,12 +11,13 @@ thread, skips them.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, MutableMapping
+from collections.abc import Collection, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from foundation import tracing
 from processors import reorder
-from schemas.envelope import Envelope
+from schemas.envelope import REPLAY_HEADER, Envelope
 
 
 class Verdict(StrEnum):
@@ -34,6 +35,17 @@ class Delivery:
     position: tuple[int, int]
     replay: bool = False
     late: bool = False
+    #: its record's W3C trace context (foundation.tracing), kept while it is held
+    trace: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(
+        cls, envelope: Envelope, position: tuple[int, int], headers: Mapping[str, bytes]
+    ) -> Delivery:
+        """The delivery a record carries: replayed or not, and its trace context."""
+        return cls(
+            envelope, position, REPLAY_HEADER in headers, trace=tracing.carrier(headers.items())
+        )
 
     @property
     def sort_key(self) -> reorder.SortKey:
@@ -82,6 +94,12 @@ class Holds:
     def hold(self, delivery: Delivery, *, now_ms: int) -> Verdict:
         """Hold a delivery in its thread's buffer, unless it is held already (a repeat) or
         the buffer's record would pass ``max_bytes`` (then it is processed at once)."""
+        with tracing.hold(delivery.trace, delivery.envelope.event_id) as span:
+            verdict = self._hold(delivery, now_ms)
+            span.set("onceonly.verdict", verdict.value)
+            return verdict
+
+    def _hold(self, delivery: Delivery, now_ms: int) -> Verdict:
         envelope = delivery.envelope
         key = envelope.thread_key.encode()
         partition = delivery.position[0]
@@ -91,6 +109,8 @@ class Holds:
             "position": list(delivery.position),
             "replay": delivery.replay,
         }
+        if delivery.trace:
+            item["trace"] = dict(delivery.trace)
         updated = reorder.hold(buffer, reorder.Held(delivery.sort_key, now_ms, item))
         if updated is buffer:
             return Verdict.REPEAT
@@ -179,6 +199,7 @@ class Holds:
                 (int(h.item["position"][0]), int(h.item["position"][1])),
                 bool(h.item.get("replay")),
                 h.sort_key in out.late,
+                tuple(h.item.get("trace", {}).items()),
             )
             for h in out.events
         ]

@@ -22,6 +22,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from foundation import tracing
 from processors.agent import Burst
 from processors.messages import Decline, ThreadMessage
 
@@ -60,6 +61,13 @@ class OpenAIWriter:
             model=self.model,
             messages=prompt(burst, history),
             temperature=self.temperature,
+        )
+        usage = getattr(completion, "usage", None)  # the GenAI attributes of the writer's span
+        tracing.report_model_call(
+            model=self.model,
+            input_tokens=getattr(usage, "prompt_tokens", None),
+            output_tokens=getattr(usage, "completion_tokens", None),
+            response_model=getattr(completion, "model", None),
         )
         text = (completion.choices[0].message.content or "").strip()
         if not text or text == NO_REPLY:

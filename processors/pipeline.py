@@ -20,12 +20,13 @@ from typing import Any
 
 import structlog
 
+from foundation import tracing
 from foundation.settings import Settings
 from processors import approvals, approving, reorder
 from processors.agent import Writer
 from processors.channels import Channel
 from processors.claims import claim, finish
-from processors.dead_letters import DeadLetters
+from processors.dead_letters import DeadLetters, for_reply
 from processors.decisions import Decisions
 from processors.effects import Effects, EventHandler
 from processors.exceptions import Rebalancing, SendError
@@ -40,7 +41,7 @@ from processors.metrics import WorkerMetrics
 from processors.reply import Outcome, SendPolicy, Skip, split_burst
 from processors.sweep import Sweeper
 from schemas.decision import Stage
-from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope, has_valid_mac
+from schemas.envelope import TICK_HEADER, Envelope, has_valid_mac
 from schemas.exceptions import SchemaError
 
 log = structlog.get_logger("onceonly.worker")
@@ -134,7 +135,7 @@ class Pipeline:
             await self.dead_letters.record_unreadable(event.value, partition, offset, str(exc))
             await self.lanes.ack_now(event)
             return
-        delivery = Delivery(envelope, (partition, offset), REPLAY_HEADER in headers)
+        delivery = Delivery.of(envelope, (partition, offset), headers)
         key = envelope.thread_key.encode()
         if self.window_ms == 0:
             await self.lanes.submit(key, Job(self._deliver, [event], item=delivery))
@@ -213,6 +214,7 @@ class Pipeline:
     def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
         finish(self.events, claimed, outcomes, now_ms=self.now_ms())
 
+    @tracing.processing
     async def process(
         self, job: Job, deliveries: Sequence[Delivery], *, key: bytes | None = None
     ) -> list[Delivery]:
@@ -349,20 +351,14 @@ class Pipeline:
         newer: Any = None,
     ) -> bool:
         """One reply to ``burst`` (:func:`~processors.approving.answer`); False if it failed."""
-
-        async def dead_letter(record: Any, reason: str, messages: Sequence[Inbound]) -> None:
-            envelopes = {d.envelope.event_id: d.envelope for d in claimed}  # newer() adds
-            await self.dead_letters.record_reply(
-                record, reason, [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
-            )
-
+        sender = self.fence.sender(channel.sender) if self.fence else channel.sender
         result = await approving.answer(
             self,
             burst,
             ledger=self.ledger,
-            sender=self.fence.sender(channel.sender) if self.fence else channel.sender,
+            sender=tracing.traced_sender(sender),
             write=functools.partial(self.write, channel),
-            dead_letter=dead_letter,
+            dead_letter=for_reply(self.dead_letters, lambda: (d.envelope for d in claimed)),
             now=self.now,
             policy=SendPolicy(attempts=self.settings.send_attempts),
             replay=any(d.replay for d in claimed),
@@ -386,12 +382,13 @@ class Pipeline:
         """The writer step for a burst: its effects and history are the latest message's."""
         target, _ = split_burst(messages)
         effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())
-        written = await self.writer.write(
-            messages,
-            effects=effects,
-            history=lambda: channel.history(target),
-            ids={"key": target.key, "message_id": target.message_id},
-        )
+        with tracing.writing(target.key):
+            written = await self.writer.write(
+                messages,
+                effects=effects,
+                history=lambda: channel.history(target),
+                ids={"key": target.key, "message_id": target.message_id},
+            )
         return approvals.by_mode(self.settings.approval, written)
 
     async def handle_event(self, delivery: Delivery) -> bool:

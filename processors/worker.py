@@ -33,6 +33,7 @@ import faust
 import structlog
 from aiohttp import web
 
+from foundation import tracing
 from foundation.kafka import Admin, TopicSpec, client_security
 from foundation.settings import Settings
 from processors import approving
@@ -350,5 +351,6 @@ def run_worker(settings: Settings, pages: Pages | None = None) -> None:
     offset = settings.clock_offset_s
     clock = (lambda: time.time() + offset) if offset else time.time
     app, _ = build_app(settings, clock=clock, pages=pages)
+    tracing.configure("onceonly-worker")  # after the writer's import: it may install a provider
     # our logging (foundation.logs), not mode's: one format for ingest and the worker
     Worker(app, override_logging=False, quiet=True).execute_from_commandline()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from foundation import tracing
 from operations.replay import letters_with_outcomes
 from operations.trace.model import (
     DeadLetterTrace,
@@ -187,6 +188,7 @@ def delivery_trace(d: Delivered, sources: Sources, skips: Sequence[Skip]) -> Del
         finished=ends[-1].state.value if ends else None,
         finished_at=when(ends[-1].updated_at_ms) if ends else None,
         skips=tuple(s for s in mine if s not in early) if owned else (),
+        trace_id=tracing.trace_id(record.headers),
     )
 
 

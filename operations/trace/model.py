@@ -51,6 +51,8 @@ class DeliveryTrace:
     finished_at: datetime | None
     #: what happened after dedupe: own mail, already answered, declined, no handler
     skips: tuple[Skip, ...] = ()
+    #: the OpenTelemetry trace id in its ``traceparent`` header (None: traced nowhere)
+    trace_id: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -114,6 +116,11 @@ class Trace:
     deliveries: tuple[DeliveryTrace, ...]
     ledger: tuple[LedgerTrace, ...]
     dead_letters: tuple[DeadLetterTrace, ...]
+
+    @property
+    def trace_ids(self) -> tuple[str, ...]:
+        """The OpenTelemetry trace ids of its deliveries, each once, oldest first."""
+        return tuple(dict.fromkeys(d.trace_id for d in self.deliveries if d.trace_id))
 
     @property
     def reply(self) -> ReplyRecord | None:

@@ -41,6 +41,7 @@ def to_json(trace: Trace) -> dict[str, Any]:
     data["outcome"] = trace.outcome
     data["answered"] = trace.answered
     data["reply_text"] = trace.reply_text
+    data["trace_ids"] = list(trace.trace_ids)
     for delivery, out in zip(trace.deliveries, data["deliveries"], strict=True):
         out["outcome"] = delivery.outcome
     return data
@@ -130,6 +131,8 @@ def render(trace: Trace) -> RenderableType:
     parts: list[RenderableType] = [head]
     if trace.message_ids:
         parts.append(Text(f"message {', '.join(trace.message_ids)}"))
+    if trace.trace_ids:  # to look up in a tracing UI (Jaeger, Tempo...)
+        parts.append(Text(f"otel trace {', '.join(trace.trace_ids)}"))
     parts.append(_deliveries(trace.deliveries) if trace.deliveries else Text("no delivery"))
     parts.extend(_ledger(entry) for entry in trace.ledger)
     if not trace.ledger:

@@ -1,0 +1,94 @@
+"""One run of the whole stack under an open loop: ``onceonly ingest`` and one ``onceonly
+worker`` (real processes, fresh topics and app id), the instant mail server, deliveries
+POSTed at a steady rate. What ``bench.tracing_cost`` and ``bench.real_model`` measure
+with; the agent-step benchmark's own run (``bench.agent_step``) is the same, with hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import _agent_load as load
+from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
+from bench._procs import Broker, CpuWindow, console, create_topics
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    label: str
+    rate: float  #: deliveries/s offered
+    count: int  #: deliveries in the measured load
+    partitions: int
+    worker: dict[str, str] = field(default_factory=dict)  #: the worker's settings
+    ingest: dict[str, str] = field(default_factory=dict)  #: more of ingest's environment
+    tail_s: float = 90.0  #: how long to wait after the load for the last replies
+    warm: bool = True  #: answer a few messages first (the worker has joined its group)
+    pids: dict[str, int] = field(default_factory=dict)  #: more processes to take the CPU of
+
+
+@dataclass(slots=True)
+class Run:
+    result: RunResult
+    partitions: int
+    seconds: float  #: the measured window: the load and its tail
+    #: CPU seconds of each process over the window (worker, ingest, mail, broker, ...)
+    cpu_s: dict[str, float]
+
+    def cpu_ms_per_reply(self, *names: str) -> float:
+        answered = self.result.answered
+        return 1000 * sum(self.cpu_s.get(n, 0.0) for n in names) / answered if answered else 0.0
+
+
+def run(setup: Setup, broker: Broker, work: Path) -> Run:
+    """Start the stack, offer ``setup.count`` deliveries at ``setup.rate``, wait for the
+    replies, stop everything; the figures of that window."""
+    tag = secrets.token_hex(3)
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    topics = create_topics(broker.bootstrap, setup.partitions, f"onceonly-bench-{tag}")
+    folder = work / f"{setup.label}-{tag}"
+    folder.mkdir()
+    bench = AgentBench(folder, broker.bootstrap, topics, tag, setup.partitions, "INFO", broker.pid)
+    bench.extra, bench.ingest_extra, bench.secret = setup.worker, setup.ingest, secret
+    try:
+        bench.start_mail()
+        bench.start_ingest()
+        bench.start_worker()
+        assert bench.worker is not None and bench.ingest is not None
+        if setup.warm:
+            load.warm_up(bench, tag)
+        messages = build_messages(secret, setup.count, tag, 0.0)
+        ours: dict[str, int | None] = {"ingest": bench.ingest.pid, **setup.pids}
+        cpu = CpuWindow(bench.cpu_pids("worker", bench.worker.pid) | ours)
+        console.print(f"({setup.label}) {setup.count:,} messages at {setup.rate:g}/s …")
+        began = time.perf_counter()
+        cpu.begin()
+        offered = asyncio.run(offer(bench.url_base + ROUTE, messages, setup.rate))
+        want = {m.message_id for m in messages if m.message_id in offered.acked}
+        bench.wait_answered(want, timeout_s=setup.tail_s)
+        cpu.end()
+        seconds = time.perf_counter() - began
+        ids = {m.message_id for m in messages}
+        received = {k: v for k, v in bench.received().items() if k in ids}
+        counters = load.worker_counters(bench.worker_port)
+    except BaseException:
+        for process in (bench.ingest, bench.worker):
+            if process is not None:
+                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+        raise
+    finally:
+        bench.stop_all()
+    result = RunResult(setup.label, setup.rate, messages, offered, received, cpu.percent)
+    result.cpu_seconds = cpu.percent["worker"] / 100 * seconds
+    result.settings = setup.worker
+    result.metrics = counters
+    cpu_s = {name: percent / 100 * seconds for name, percent in cpu.percent.items()}
+    console.print(
+        f"({setup.label}) {result.replies_per_s:.2f} replies/s, p50 {result.p(0.5):.2f} s, "
+        f"p99 {result.p(0.99):.2f} s, {result.unanswered} unanswered"
+    )
+    return Run(result, setup.partitions, seconds, cpu_s)

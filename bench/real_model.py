@@ -1,0 +1,279 @@
+"""A real language model behind ``processors.openai_writer``: SmolLM2-135M-Instruct in
+llama-cpp-python's OpenAI-compatible server, on this CPU (``devstack.llm``).
+
+``python -m bench.real_model`` (``make real-model``), on one embedded broker:
+
+(0) builds the model server once (cached under ``.run/``; the seconds it took are
+    reported) and starts it on loopback;
+(S) the sample: ``onceonly ingest`` and one ``onceonly worker`` (real processes) with
+    ``ONCEONLY_REPLY_WRITER=processors.openai_writer:reply`` pointed at it, the instant
+    mail server as AgentMail; ``onceonly send``'s AgentMail sample (message B, then an
+    older message A of the same thread three times) is POSTed to ingest, and the reply
+    text the model wrote is printed;
+(M) the measure: the same stack, an open loop of deliveries, each a message in a thread
+    of its own, the agent-step benchmark's window (2,000 ms) and writer concurrency (64):
+    *steady*, ``--count`` at ``--rate``/s (below what the model serves: the latency),
+    then *saturated*, ``--saturated-count`` at ``--saturated-rate``/s (above it: the
+    replies/s it can give); replies/s, p50/p99 from ingest's 204 to the reply, the
+    model's declines (``NO_REPLY``), the model server's CPU per reply.
+
+The report, with the agent-step benchmark's simulated writer beside it, is written to
+``<--out>/real-model-<date>.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from bench._agent_load import AgentBench
+from bench._machine import loadavg, revision
+from bench._proc_stack import get_json
+from bench._procs import BenchError, Broker, console, create_topics, kafka
+from bench._report import RESULTS_DIR, about, command_line, execute, machine_table, report_path
+from bench._stack_run import Run, Setup, run
+from devstack import llm
+from testkit import samples
+
+WINDOW_MS, CONCURRENCY = 2000, 64  # the agent-step benchmark's
+#: the agent-step benchmark's simulated writer (bench._model: 1 s ± 20 %), run (A) of
+#: bench/results/agent-step-2026-12-01.md: 55/s offered for 60 s, window 2,000 ms
+SIMULATED = {"replies/s": 54.4, "p50 s": 3.30, "p99 s": 3.67, "report": "agent-step-2026-12-01.md"}
+
+
+@dataclass(slots=True)
+class Results:
+    build_s: float = 0.0
+    sample: dict[str, str] = field(default_factory=dict)  #: replied-to message id -> text
+    sample_s: float = 0.0  #: from the sample's POST to its reply
+    runs: list[Run] = field(default_factory=list)  #: (M): steady, then saturated
+
+
+def worker_env(server: llm.ModelServer) -> dict[str, str]:
+    return {
+        "ONCEONLY_REPLY_WRITER": "processors.openai_writer:reply",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "local",  # the SDK wants one; the local server reads none
+        "OPENAI_MODEL": llm.ALIAS,
+        "ONCEONLY_REORDER_WINDOW_MS": str(WINDOW_MS),
+        "ONCEONLY_WRITER_CONCURRENCY": str(CONCURRENCY),
+    }
+
+
+def texts(bench: AgentBench) -> dict[str, str]:
+    found: dict[str, str] = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/texts", 10)
+    return found
+
+
+def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: int) -> Results:
+    """(S): the sample through ingest and a worker; the reply the model wrote."""
+    tag = secrets.token_hex(3)
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    topics = create_topics(broker.bootstrap, partitions, f"onceonly-bench-model-{tag}")
+    (work / "sample").mkdir()
+    bench = AgentBench(work / "sample", broker.bootstrap, topics, tag, partitions, "INFO")
+    bench.extra, bench.secret = worker_env(server), secret
+    r = Results()
+    try:
+        bench.start_mail()
+        bench.start_ingest()
+        bench.start_worker()
+        story = samples.agentmail_story(secret, copies=3, now=datetime.now(UTC))
+        began = time.monotonic()
+        posted = asyncio.run(samples.post_all(bench.url_base, story))
+        statuses = [p.status for p in posted]
+        if set(statuses) != {204}:
+            raise BenchError(f"ingest answered the sample with {statuses}")
+        deadline = time.monotonic() + 300
+        while not (written := texts(bench)):
+            if time.monotonic() > deadline:
+                raise BenchError("the sample got no reply in 300 s")
+            time.sleep(0.5)
+        r.sample = written
+        r.sample_s = time.monotonic() - began
+    except BaseException:
+        for process in (bench.ingest, bench.worker):
+            if process is not None:
+                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+        raise
+    finally:
+        bench.stop_all()
+    for message_id, text in r.sample.items():
+        console.print(f"\n[bold]the model's reply to {message_id}[/]:\n{text}\n")
+    return r
+
+
+def collect(opts: Options, broker: Broker, work: Path) -> Results:
+    started = time.monotonic()
+    build_s = llm.build(echo=console.print)
+    console.print(f"(0) model server built in {build_s:.0f} s" if build_s else "(0) built already")
+    with llm.ModelServer(work / "llm-server.log", threads=opts.threads) as server:
+        console.print(f"(0) {llm.ALIAS} served at {server.base_url}")
+        r = run_sample(broker, work, server, opts.partitions)
+        r.build_s = build_s
+        assert server.process is not None
+        pids = {"model": server.process.pid}
+        for label, rate, count in (
+            ("steady", opts.rate, opts.count),
+            ("saturated", opts.saturated_rate, opts.saturated_count),
+        ):
+            if count:
+                setup = Setup(
+                    label,
+                    rate,
+                    count,
+                    opts.partitions,
+                    worker=worker_env(server),
+                    tail_s=900.0,
+                    pids=pids,
+                )
+                r.runs.append(run(setup, broker, work))
+    console.print(f"done in {time.monotonic() - started:.0f} s")
+    return r
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    rate: float
+    count: int
+    saturated_rate: float
+    saturated_count: int
+    threads: int
+    partitions: int
+
+
+def _f(value: float, spec: str) -> str:
+    return "n/a" if value != value else format(value, spec)
+
+
+def _declined(x: Run) -> int:
+    return int(x.result.metrics.get('onceonly_writer_calls_total{outcome="declined"}', 0))
+
+
+def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
+    """The (M) table: each run of the model beside the simulated writer."""
+    cells: dict[str, Callable[[Run], str]] = {
+        "offered": lambda x: f"{len(x.result.messages)} at {x.result.rate:g}/s",
+        "replies/s per worker": lambda x: _f(x.result.replies_per_s, ".2f"),
+        "p50 204 → reply, s": lambda x: _f(x.result.p(0.5), ".2f"),
+        "p99 204 → reply, s": lambda x: _f(x.result.p(0.99), ".2f"),
+        "declined by the model (NO_REPLY)": lambda x: str(_declined(x)),
+        "unanswered, not declined": lambda x: str(x.result.unanswered - _declined(x)),
+        "model server CPU per reply, ms": lambda x: _f(x.cpu_ms_per_reply("model"), ".0f"),
+        "worker CPU per reply, ms (idle included)": lambda x: _f(
+            x.cpu_ms_per_reply("worker"), ".1f"
+        ),
+    }
+    simulated = {
+        "offered": "3,300 at 55/s",
+        "replies/s per worker": str(SIMULATED["replies/s"]),
+        "p50 204 → reply, s": str(SIMULATED["p50 s"]),
+        "p99 204 → reply, s": str(SIMULATED["p99 s"]),
+        "declined by the model (NO_REPLY)": "-",
+        "unanswered, not declined": "0",
+        "model server CPU per reply, ms": "-",
+        "worker CPU per reply, ms (idle included)": "7.77",
+    }
+    names = " | ".join(f"SmolLM2-135M, {x.result.label}" for x in runs)
+    lines = [
+        "## Replies/s and latency, beside the simulated writer",
+        "",
+        f"| figure | {names} | simulated writer (1 s ± 20 %) |",
+        "| --- |" + " ---: |" * (len(runs) + 1),
+    ]
+    for name, cell in cells.items():
+        lines.append(f"| {name} | " + " | ".join(cell(x) for x in runs) + f" | {simulated[name]} |")
+    lines += [
+        "",
+        f"- the simulated writer's figures are run (A) of `{SIMULATED['report']}`; every "
+        f"run: window {WINDOW_MS} ms, writer concurrency {CONCURRENCY}, one worker, the "
+        "writer's other settings at their defaults",
+        f"- the model server: `python -m llama_cpp.server`, {llm.LLAMA}, {llm.GGUF} "
+        f"(from {llm.MODEL_PACKAGE}), {opts.threads} thread(s); it answers one request "
+        "at a time, so the worker's calls queue there",
+        "- CPU per reply is a process's CPU over the run divided by the replies: at a few "
+        "replies a second the worker's figure is mostly its idle loops (ticks, heartbeats, "
+        "commits), not the replies; `other` is the rest of the machine (other work on it "
+        "takes CPU from the model server too)",
+    ]
+    for x in runs:
+        lines.append(
+            f"- {x.result.label}: CPU over the run, % of one core: "
+            + " · ".join(f"{k} {v:.0f}" for k, v in x.result.cpu.items())
+            + "; worker counters: "
+            + ", ".join(f"{k} = {v:g}" for k, v in sorted(x.result.metrics.items()))
+        )
+    return lines
+
+
+def report_lines(opts: Options, r: Results) -> list[str]:
+    lines = ["## The sample's reply, as the model wrote it", ""]
+    for message_id, text in r.sample.items():
+        lines += [f"To `{message_id}` ({r.sample_s:.1f} s after the first POST):", ""]
+        lines += [f"> {line}" if line else ">" for line in text.splitlines()] + [""]
+    if r.runs:
+        lines += measure_lines(opts, r.runs)
+    lines.append(
+        f"- build: {r.build_s:.0f} s (`nice -n 19`, one compiler job)"
+        if r.build_s
+        else "- build: cached under .run/ before this run (see the README for its time)"
+    )
+    return lines
+
+
+def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
+    date = datetime.now(UTC).date().isoformat()
+    out.mkdir(parents=True, exist_ok=True)
+    path = report_path(out, "real-model", date)
+    head = [f"# A real model behind the openai writer, {date}", ""]
+    head += [f"`{command_line('bench.real_model')}`", ""]
+    path.write_text("\n".join([*head, *report_lines(opts, r), "", *machine_table(items)]))
+    return path
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--rate", type=click.FloatRange(0.01, 100), default=0.2, show_default=True)
+@click.option("--count", type=click.IntRange(0, 10_000), default=30, show_default=True)
+@click.option("--saturated-rate", type=click.FloatRange(0.01, 100), default=1.0, show_default=True)
+@click.option(
+    "--saturated-count",
+    type=click.IntRange(0, 10_000),
+    default=60,
+    show_default=True,
+    help="0 (and --count 0): the sample only.",
+)
+@click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=RESULTS_DIR)
+def main(
+    rate: float, count: int, saturated_rate: float, saturated_count: int, threads: int, out: Path
+) -> None:
+    """Build and serve a real model, answer the sample with it, measure replies/s and p99."""
+    from foundation.settings import Settings
+
+    partitions = Settings.from_env().partitions
+    opts = Options(rate, count, saturated_rate, saturated_count, threads, partitions)
+    load_before, code = loadavg(), revision()
+
+    def body() -> tuple[Results, str]:
+        with (
+            tempfile.TemporaryDirectory(prefix="onceonly-bench-model-") as tmp,
+            kafka(Path(tmp)) as broker,
+        ):
+            return collect(opts, broker, Path(tmp)), broker.about
+
+    results, kafka_about = execute(body)
+    path = write_markdown(opts, results, about(kafka_about, load_before, code), out)
+    console.print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()

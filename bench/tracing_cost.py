@@ -1,0 +1,296 @@
+"""What tracing costs per reply: OpenTelemetry off (no provider, no endpoint) against on
+(the SDK exporting over OTLP/HTTP to a receiver on loopback), in the same run.
+
+``python -m bench.tracing_cost`` (``make bench-tracing``):
+
+(1) the span path alone, in this process: the helpers one reply goes through (ingest's
+    span and its headers, the hold, process, dedupe, writer and send spans), ``--calls``
+    times, off and then on, in CPU microseconds per reply (the exporter's thread
+    included, after a flush);
+(2) the whole stack, alternately off and on (``--rounds`` of each): ``onceonly ingest``
+    and one ``onceonly worker`` with the instant writer (``processors.writer:acknowledge``),
+    the reorder window at ``--window-ms``, an open loop of ``--count`` deliveries at
+    ``--rate``/s; ingest's and the worker's CPU per reply, replies/s, p50 and p99 from
+    the 204 to the reply, and the spans the receiver got per reply.
+
+The figures of "on" are given as ratios to "off" of the same run. The report is written
+to ``<--out>/tracing-<date>.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bench._machine import loadavg, revision
+from bench._proc_stack import base_env, get_json
+from bench._procs import Broker, ServerProcess, console, kafka
+from bench._report import RESULTS_DIR, about, command_line, execute, machine_table, report_path
+from bench._stack_run import Run, Setup, run
+from devstack.ports import free_port
+from foundation import tracing
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    rate: float
+    count: int
+    rounds: int
+    window_ms: int
+    calls: int
+    partitions: int
+
+    def worker(self) -> dict[str, str]:
+        return {
+            "ONCEONLY_REPLY_WRITER": "processors.writer:acknowledge",
+            "ONCEONLY_REORDER_WINDOW_MS": str(self.window_ms),
+        }
+
+
+@dataclass(slots=True)
+class Results:
+    path_us: dict[str, float] = field(default_factory=dict)  #: (1): "off", "on"
+    runs: dict[str, list[Run]] = field(default_factory=lambda: {"off": [], "on": []})
+    spans: dict[int, int] = field(default_factory=dict)  #: id(run) -> spans received
+
+
+# --------------------------------------------------------------------------- (1) the path
+
+
+class _Record:
+    key = "reply-bench"
+    channel = "agentmail"
+
+
+class _Sender:
+    async def reply(self, record: Any) -> str:
+        return "<sent@bench>"
+
+    async def find_reply(self, record: Any) -> str | None:
+        return None
+
+
+async def _one_reply(sender: Any) -> None:
+    """The tracing calls of one delivery answered once, as ingest and the worker make them."""
+    with tracing.delivery("agentmail") as span:
+        headers = tracing.with_context([("onceonly-schema", b"envelope/1")])
+        tracing.stored("evt_bench", "message.received", "deliveries", 0, 1)
+        span.set("http.response.status_code", 204)
+    carrier = tracing.carrier(headers)
+    with tracing.hold(carrier, "evt_bench") as held:
+        held.set("onceonly.verdict", "held")
+    with tracing.process([carrier], "agentmail:thr_bench"):
+        with tracing.step("dedupe", deliveries=1) as dedupe:
+            dedupe.set("onceonly.accepted", 1)
+        with tracing.writing("reply-bench"):
+            tracing.report_model_call(model="bench", input_tokens=10, output_tokens=5)
+        await tracing.traced_sender(sender).reply(_Record())
+
+
+async def _path_us(calls: int, flush: Any) -> float:
+    sender = _Sender()
+    for _ in range(min(calls, 200)):  # warm: imports, caches
+        await _one_reply(sender)
+    flush()
+    began = time.process_time()
+    for n in range(1, calls + 1):
+        await _one_reply(sender)
+        if n % 100 == 0:  # the batch processor's queue (2,048 spans) never overflows
+            flush()
+    flush()
+    return 1e6 * (time.process_time() - began) / calls
+
+
+def span_path(calls: int, receiver: str) -> dict[str, float]:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    tracing.configure("bench", environ={})
+    off = asyncio.run(_path_us(calls, lambda: None))
+    provider = TracerProvider()
+    exporter = OTLPSpanExporter(endpoint=f"{receiver}/v1/traces")
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracing.configure("bench", provider=provider, environ={})
+    try:
+        on = asyncio.run(_path_us(calls, provider.force_flush))
+    finally:
+        tracing.configure("bench", environ={})
+        provider.shutdown()
+    console.print(f"(1) the span path: off {off:.2f} µs, on {on:.1f} µs per reply")
+    return {"off": off, "on": on}
+
+
+# --------------------------------------------------------------------------- (2) the stack
+
+
+def _received(receiver: str) -> int:
+    return sum(get_json(f"{receiver}/_control/spans", timeout_s=10).values())
+
+
+def collect(opts: Options, broker: Broker, work: Path) -> Results:
+    port = free_port()
+    receiver = f"http://127.0.0.1:{port}"
+    process = ServerProcess(
+        "OTLP receiver",
+        [sys.executable, "-m", "testkit.fakes.otlp_receiver", "--port", str(port)],
+        base_env({}),
+        work / "otlp.log",
+    )
+    process.start()
+    try:
+        asyncio.run(process.wait_ready(f"{receiver}/healthz"))
+        return _collect(opts, broker, work, receiver)
+    finally:
+        process.stop()
+
+
+def _collect(opts: Options, broker: Broker, work: Path, receiver: str) -> Results:
+    r = Results(path_us=span_path(opts.calls, receiver))
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver}
+    for n in range(opts.rounds):
+        for mode in ("off", "on"):
+            env = otel if mode == "on" else {}
+            setup = Setup(
+                f"{mode}-{n + 1}",
+                opts.rate,
+                opts.count,
+                opts.partitions,
+                worker={**opts.worker(), **env},
+                ingest=env,
+            )
+            before = _received(receiver)
+            done = run(setup, broker, work)
+            time.sleep(1.0)  # the processes flush their spans as they stop
+            r.runs[mode].append(done)
+            r.spans[id(done)] = _received(receiver) - before
+    return r
+
+
+def _mean(runs: list[Run], get: Any) -> float:
+    return statistics.fmean(get(x) for x in runs) if runs else float("nan")
+
+
+def _replies(x: Run) -> int:
+    """Replies in a run's receiver window: the measured ones and the warm-up's."""
+    return x.result.answered + 2 * x.partitions
+
+
+def rows(r: Results) -> list[tuple[str, str, str, str]]:
+    """(figure, off, on, on / off)."""
+
+    def line(name: str, get: Any, spec: str) -> tuple[str, str, str, str]:
+        off, on = _mean(r.runs["off"], get), _mean(r.runs["on"], get)
+        ratio = f"{on / off:.3f}" if off else "n/a"
+        return (name, format(off, spec), format(on, spec), ratio)
+
+    out = [
+        (
+            "(1) the span path, CPU µs per reply",
+            f"{r.path_us['off']:.2f}",
+            f"{r.path_us['on']:.1f}",
+            f"+{r.path_us['on'] - r.path_us['off']:.1f} µs",
+        ),
+        line("(2) ingest CPU per reply, ms", lambda x: x.cpu_ms_per_reply("ingest"), ".3f"),
+        line("(2) worker CPU per reply, ms", lambda x: x.cpu_ms_per_reply("worker"), ".3f"),
+        line(
+            "(2) ingest + worker CPU per reply, ms",
+            lambda x: x.cpu_ms_per_reply("ingest", "worker"),
+            ".3f",
+        ),
+        line("(2) replies/s", lambda x: x.result.replies_per_s, ".1f"),
+        line("(2) p50 204 → reply, s", lambda x: x.result.p(0.5), ".3f"),
+        line("(2) p99 204 → reply, s", lambda x: x.result.p(0.99), ".3f"),
+        line("(2) unanswered", lambda x: x.result.unanswered, ".0f"),
+        line("(2) spans received per reply", lambda x: r.spans[id(x)] / _replies(x), ".2f"),
+    ]
+    return out
+
+
+def per_run(r: Results) -> list[str]:
+    lines = []
+    for mode in ("off", "on"):
+        for x in r.runs[mode]:
+            lines.append(
+                f"{x.result.label}: {x.result.answered:,} answered in {x.seconds:.1f} s, "
+                f"ingest {x.cpu_ms_per_reply('ingest'):.3f} + worker "
+                f"{x.cpu_ms_per_reply('worker'):.3f} ms CPU per reply, p50 "
+                f"{x.result.p(0.5):.3f} s, p99 {x.result.p(0.99):.3f} s, "
+                f"{r.spans[id(x)]:,} spans; CPU % of one core: "
+                + " · ".join(f"{k} {v:.0f}" for k, v in x.result.cpu.items())
+            )
+    return lines
+
+
+def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
+    date = datetime.now(UTC).date().isoformat()
+    out.mkdir(parents=True, exist_ok=True)
+    path = report_path(out, "tracing", date)
+    lines = [
+        f"# Tracing cost, {date}",
+        "",
+        f"`{command_line('bench.tracing_cost')}`",
+        "",
+        "| figure | off | on | on / off |",
+        "| --- | ---: | ---: | ---: |",
+        *("| " + " | ".join(row) + " |" for row in rows(r)),
+        "",
+        "- off: no TracerProvider and no OTEL_EXPORTER_OTLP_ENDPOINT (every helper returns "
+        "the null span; no header is added). on: OTEL_EXPORTER_OTLP_ENDPOINT set for ingest "
+        "and the worker, the SDK's batch processor exporting over OTLP/HTTP to a receiver "
+        "in a process of its own on loopback (testkit.fakes.otlp_receiver)",
+        f"- (1): {opts.calls:,} replies' tracing calls in one process, CPU time including "
+        f"the exporter's thread (flushed before the clock stops)",
+        f"- (2): {opts.rounds} rounds of off then on, each with fresh topics and processes; "
+        f"the instant writer, window {opts.window_ms} ms, {opts.count:,} deliveries at "
+        f"{opts.rate:g}/s, {opts.partitions} partitions; figures are the rounds' means",
+        *(f"- {line}" for line in per_run(r)),
+        "",
+        *machine_table(items),
+    ]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--rate", type=click.FloatRange(1, 1000), default=100.0, show_default=True)
+@click.option("--count", type=click.IntRange(10, 100_000), default=3000, show_default=True)
+@click.option("--rounds", type=click.IntRange(1, 10), default=2, show_default=True)
+@click.option("--window-ms", type=click.IntRange(0, 60_000), default=200, show_default=True)
+@click.option("--calls", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=RESULTS_DIR,
+    show_default=True,
+)
+def main(rate: float, count: int, rounds: int, window_ms: int, calls: int, out: Path) -> None:
+    """Per-reply cost of OpenTelemetry tracing, on against off, in one run."""
+    from foundation.settings import Settings
+
+    opts = Options(rate, count, rounds, window_ms, calls, Settings.from_env().partitions)
+    load_before, code = loadavg(), revision()
+
+    def body() -> tuple[Results, str]:
+        with (
+            tempfile.TemporaryDirectory(prefix="onceonly-bench-tracing-") as tmp,
+            kafka(Path(tmp)) as broker,
+        ):
+            return collect(opts, broker, Path(tmp)), broker.about
+
+    results, kafka_about = execute(body)
+    path = write_markdown(opts, results, about(kafka_about, load_before, code), out)
+    console.print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
