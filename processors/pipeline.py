@@ -39,6 +39,7 @@ from processors.messages import Inbound
 from processors.metrics import WorkerMetrics
 from processors.reply import Outcome, SendPolicy, Skip, reply_once, split_burst
 from processors.sweep import Sweeper
+from processors.tenants import set_tenant
 from schemas.decision import Stage
 from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope, has_valid_mac
 from schemas.exceptions import SchemaError
@@ -316,6 +317,7 @@ class Pipeline:
         burst = await self._inbounds(mail, outcomes)
         if not burst:
             return
+        set_tenant(self.settings.tenant_key, mail[0].envelope, burst[-1])  # whose turn
         answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
         recorded: list[Inbound] = []  #: newer messages with a ledger record of their own
 

@@ -35,6 +35,7 @@ from aiohttp import web
 
 from foundation.kafka import Admin, TopicSpec, client_security
 from foundation.settings import Settings
+from processors.admission import admission_for, owned_share
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
 from processors.agentmail.sender import AgentMailSender
@@ -124,6 +125,17 @@ def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: Off
     return lanes
 
 
+def _writer(settings: Settings, writer: ReplyWriter | None, metrics: WorkerMetrics) -> Writer:
+    """The writer step: the user's writer under the policy, admitted by slot, tenant, rate."""
+    return Writer(
+        writer or load_writer(settings.reply_writer),
+        writer_policy(settings),
+        on_call=metrics.writer_call,
+        admission=admission_for(settings, metrics),
+        on_usage=metrics.writer_usage,
+    )
+
+
 def _pipeline(
     app: faust.App,
     settings: Settings,
@@ -153,11 +165,7 @@ def _pipeline(
         holds=Holds(parts.holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
         ledger=TableLedger(parts.replies, fence=fence.check),
         channels={"agentmail": AgentMailChannel(sender)},
-        writer=Writer(
-            writer or load_writer(settings.reply_writer),
-            writer_policy(settings),
-            on_call=metrics.writer_call,
-        ),
+        writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
             parts.dead_letters, metrics, clock, settings.record_max_bytes, settings.envelope_mac_key
         ),
@@ -262,6 +270,7 @@ def _wire_lifecycle(
     async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         pipeline.forget_state()  # the tables of this worker's partitions are recovered now
         log_recovery(app.tables.recovery)
+        share_model_budget(app, pipeline, settings)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
     wire_progress(app)
@@ -299,6 +308,14 @@ def _wire_lifecycle(
         )
 
     app.page("/metrics")(metrics_page)
+
+
+def share_model_budget(app: Any, pipeline: Pipeline, settings: Settings) -> None:
+    """ONCEONLY_MODEL_RPM/TPM hold for the group: this worker takes its partitions' share."""
+    assigned = app.consumer.assignment()
+    share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
+    pipeline.writer.admission.set_share(share)
+    pipeline.metrics.model_share.set(share)
 
 
 async def render_metrics(registry: Any) -> bytes:

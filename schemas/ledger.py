@@ -11,9 +11,10 @@ from typing import Any
 from schemas.exceptions import SchemaError
 
 #: 2 added ``reason`` (why a reply was declined) and ``message_at`` (the answered
-#: message's own time); version 1 records still decode
-LEDGER_VERSION = 3
-KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3})
+#: message's own time); 4 added ``usage`` (what the writer's calls cost); older
+#: versions still decode
+LEDGER_VERSION = 4
+KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3, 4})
 
 
 class ReplyState(StrEnum):
@@ -22,6 +23,32 @@ class ReplyState(StrEnum):
     COVERED = "covered"  #: answered by the reply to a later message of the same burst
     FAILED = "failed"  #: dead-lettered; retried only by an explicit replay
     DECLINED = "declined"  #: the writer chose not to answer; never asked again
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a reply's writer calls cost, as the writer reported it (version 4)."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        model = self.model if self.model == other.model else f"{self.model}+{other.model}"
+        return Usage(
+            model, self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "input": self.input_tokens, "output": self.output_tokens}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Usage:
+        return cls(str(data["model"]), int(data["input"]), int(data["output"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +73,8 @@ class ReplyRecord:
     #: the keys of the burst's other messages, which the writer saw and this reply covers
     #: (version 3; None: written before, when a reply covered whatever came with it)
     covers: tuple[str, ...] | None = None
+    #: the writer's reported usage for this reply (version 4; None: not reported)
+    usage: Usage | None = None
     v: int = LEDGER_VERSION
 
     def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
@@ -69,6 +98,7 @@ class ReplyRecord:
             "reason": self.reason,
             "message_at": self.message_at.isoformat() if self.message_at else None,
             "covers": list(self.covers) if self.covers is not None else None,
+            "usage": self.usage.to_json() if self.usage is not None else None,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -85,6 +115,8 @@ class ReplyRecord:
                 data["message_at"] = datetime.fromisoformat(data["message_at"])
             if data.get("covers") is not None:
                 data["covers"] = tuple(str(key) for key in data["covers"])
+            if data.get("usage") is not None:
+                data["usage"] = Usage.from_json(data["usage"])
             data["v"] = LEDGER_VERSION
             return cls(**data)
         except SchemaError:
