@@ -37,7 +37,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_ran
 
 from processors.admission import Admission, Ticket
 from processors.exceptions import ProcessorError, Rebalancing, WriterFailed
-from processors.flow import retry_after_s
+from processors.flow import model_of, retry_after_s
 from processors.messages import Decline, Inbound, ThreadMessage
 from processors.tenants import current_tenant
 from schemas.ledger import Usage
@@ -225,6 +225,7 @@ class Writer:
             throttled = retry_after_s(exc, time.time())
             if throttled is not None:
                 outcome = "throttled"
+                self.admission.model = model_of(exc) or self.admission.model
             raise
         finally:
             self._settle(ticket, burst, ok, throttled)

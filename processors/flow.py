@@ -19,6 +19,7 @@ so the decisions are unit-tested with a clock of the test's own.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -187,10 +188,30 @@ def retry_after_s(exc: BaseException, now_epoch: float) -> float | None:
         return None
 
 
+def model_of(exc: BaseException) -> str | None:
+    """The model a throttled call asked for, where the error says: ``model`` on the error
+    (:class:`ModelThrottled`), else the JSON body of the request it carries (the
+    ``openai`` SDK's errors carry their ``httpx`` request)."""
+    given = getattr(exc, "model", None)
+    if isinstance(given, str) and given:
+        return given
+    content = getattr(getattr(exc, "request", None), "content", None)
+    if not isinstance(content, bytes | bytearray) or b'"model"' not in content:
+        return None
+    try:
+        model = json.loads(content).get("model")
+    except (ValueError, AttributeError):
+        return None
+    return str(model) if model else None
+
+
 class ModelThrottled(Exception):
     """What a writer (not on the openai SDK) raises for a model's 429: the worker pauses
     new calls for ``retry_after_s`` and tries this one again, without counting an attempt."""
 
-    def __init__(self, retry_after_s: float, message: str = "the model answered 429") -> None:
+    def __init__(
+        self, retry_after_s: float, message: str = "the model answered 429", model: str = ""
+    ) -> None:
         super().__init__(f"{message}; retry after {retry_after_s:g} s")
         self.retry_after_s = retry_after_s
+        self.model = model

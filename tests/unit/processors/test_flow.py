@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.flow import Gcra, Limits, ModelThrottled, Pause, retry_after_s
+from processors.flow import Gcra, Limits, ModelThrottled, Pause, model_of, retry_after_s
 
 
 def _starts(limits: Limits, arrivals: list[float], horizon: float) -> list[float]:
@@ -195,3 +195,9 @@ def test_openais_rate_limit_error_carries_the_pause() -> None:
     response = httpx.Response(429, headers={"Retry-After": "2"}, request=request)
     exc = openai.RateLimitError("Rate limit reached", response=response, body=None)
     assert retry_after_s(exc, 0.0) == 2.0
+    asked = httpx.Request("POST", "http://model/v1/chat/completions", json={"model": "gpt-x"})
+    response = httpx.Response(429, headers={"Retry-After": "2"}, request=asked)
+    exc = openai.RateLimitError("Rate limit reached", response=response, body=None)
+    assert model_of(exc) == "gpt-x"
+    assert model_of(ModelThrottled(1.0, model="m2")) == "m2"
+    assert model_of(RuntimeError("429")) is None

@@ -1,0 +1,372 @@
+"""Flow-control benchmark: the group's rate limit, the model's 429s, fairness between tenants.
+
+``python -m bench.flow`` (``make bench-flow``) runs, on one embedded broker (or the cluster
+named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id, real
+``onceonly worker`` processes with the openai example writer
+(``processors.openai_writer:reply``) against the local chat-completions server
+(``testkit.fakes.openai_server``, which notes when each request came and answers after
+``latency``), and the local AgentMail server. Deliveries are produced to the deliveries
+topic as ingest would (the clock starts at the broker's ack, which precedes ingest's 204):
+
+(A) **rate**: ``--workers`` workers with ``ONCEONLY_MODEL_RPM=--rpm``, a ``--latency`` s
+    model, ``--messages`` messages at once, one per thread. Target: at most RPM model calls
+    in any 60 s window (10/s +- 10 % at 600), replies at >= 0.9 x RPM/60 a second.
+(B) **429**: one worker; the model answers 429 with ``Retry-After: --retry-after`` for
+    ``--throttle`` s while ``--throttled-messages`` messages come in. Target: after the
+    calls in flight at the first 429, at most one call per ``--retry-after`` s until the
+    window ends; every message answered once afterwards, none dead-lettered.
+(C) **fairness**: one worker at ``--concurrency``; tenant A (an inbox) posts ``--flood``
+    messages at once, tenant B ``--tenant-b`` once A's first replies are out. Target: B's
+    p99 from its produce to its email <= window + 2 x model latency + 1 s.
+
+The report is ``<--out>/flow-<date>.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from bench import _flow_figures as fig
+from bench._machine import loadavg, revision
+from bench._proc_stack import base_env, scrape
+from bench._procs import Broker, ServerProcess, console, create_topics, kafka
+from bench._report import RESULTS_DIR, about, command_line, execute, machine_table, report_path
+from devstack.ports import free_port
+from foundation.kafka import AsyncProducer, producer_config_from
+from foundation.settings import Settings
+from ingest import normalise
+from testkit import payloads
+from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.fakes.openai_server import FakeChatModel
+
+
+@dataclass
+class Stack:
+    """One run: fresh topics, the two fake APIs, the workers and a producer."""
+
+    broker: Broker
+    work: Path
+    partitions: int
+    topics: dict[str, str] = field(default_factory=dict)
+    app_id: str = field(default_factory=lambda: f"onceonly-flow-{uuid.uuid4().hex[:6]}")
+    mail: FakeAgentMail = field(default_factory=FakeAgentMail)
+    chat: FakeChatModel = field(default_factory=FakeChatModel)
+    workers: list[ServerProcess] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    producer: AsyncProducer | None = None
+
+    def __post_init__(self) -> None:
+        self.topics = create_topics(
+            self.broker.bootstrap, self.partitions, f"{self.app_id}-{secrets.token_hex(2)}"
+        )
+        self.mail.start_in_thread()
+        self.chat.start_in_thread()
+        settings = Settings(kafka_bootstrap=self.broker.bootstrap)
+        self.producer = AsyncProducer(producer_config_from(settings))
+
+    def worker(self, **extra: str) -> None:
+        name = f"w{len(self.workers) + 1}"
+        data, port = self.work / self.app_id / name, free_port()
+        data.mkdir(parents=True)
+        env = base_env(
+            {
+                **self.topics,
+                "ONCEONLY_KAFKA_BOOTSTRAP": self.broker.bootstrap,
+                "ONCEONLY_PARTITIONS": str(self.partitions),
+                "ONCEONLY_APP_ID": self.app_id,
+                "ONCEONLY_DATA_DIR": str(data),
+                "ONCEONLY_RUN_DIR": str(data / "run"),
+                "ONCEONLY_WORKER_PORT": str(port),
+                "ONCEONLY_AGENTMAIL_BASE_URL": self.mail.base_url,
+                "AGENTMAIL_API_KEY": "bench",
+                "ONCEONLY_REPLY_WRITER": "processors.openai_writer:reply",
+                "OPENAI_BASE_URL": f"{self.chat.base_url}/v1",
+                "OPENAI_API_KEY": "bench",
+                "OPENAI_MODEL": "bench-model",
+                "ONCEONLY_WRITER_BACKOFF_S": "0.1",
+                **extra,
+            }
+        )
+        log = self.work / f"{self.app_id}-{name}.log"
+        process = ServerProcess(name, [sys.executable, "-m", "onceonly", "worker"], env, log)
+        process.start()
+        self.workers.append(process)
+        self.ports.append(port)
+
+    async def wait_shares(self, share: float, timeout_s: float = 180) -> None:
+        """Until every worker has its share of the budget (its partitions assigned)."""
+        wanted = f"{share:.1f}" if share in (0.5, 1.0) else str(share)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [scrape(port) or {} for port in self.ports]
+            if all(f"{m.get('onceonly_model_share', -1):.1f}" == wanted for m in found):
+                return
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"the workers never reached share {share}; see {self.work}")
+
+    async def deliver(self, inbox: str, names: list[str]) -> dict[str, float]:
+        """One message per thread to ``inbox``, produced at once; message id -> acked at."""
+        acked: dict[str, float] = {}
+        assert self.producer is not None
+
+        async def one(name: str) -> None:
+            message_id = f"<{name}@bench.example>"
+            self.mail.seed_message(inbox, message_id=message_id, thread_id=name)
+            body = json.dumps(
+                payloads.agentmail_received(
+                    inbox_id=inbox, thread_id=name, message_id=message_id, text=f"hi {name}"
+                )
+            )
+            envelope = normalise.agentmail(body, {}, datetime.now(UTC))
+            await self.producer.produce(  # type: ignore[union-attr]
+                self.topics["ONCEONLY_DELIVERIES_TOPIC"],
+                envelope.encode(),
+                key=envelope.thread_key.encode(),
+                headers=envelope.headers(),
+            )
+            acked[message_id] = time.monotonic()
+
+        for start in range(0, len(names), 500):
+            await asyncio.gather(*(one(n) for n in names[start : start + 500]))
+        return acked
+
+    async def answered(
+        self, ids: set[str], timeout_s: float, seen: dict[str, float] | None = None
+    ) -> dict[str, float]:
+        """Message id -> when its email was first seen (polled every 50 ms)."""
+        seen = {} if seen is None else seen
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not ids <= set(seen):
+            now = time.monotonic()
+            for entry in self.mail.outbox:
+                if entry.replied_to_message_id in ids:
+                    seen.setdefault(entry.replied_to_message_id, now)
+            await asyncio.sleep(0.05)
+        return seen
+
+    def sent_to(self) -> Counter[str]:
+        return Counter(e.replied_to_message_id for e in self.mail.outbox)
+
+    def close(self) -> None:
+        for process in self.workers:
+            process.stop()
+        if self.producer is not None:
+            self.producer.close(timeout_s=2)
+        self.mail.stop_in_thread()
+        self.chat.stop_in_thread()
+
+
+# --------------------------------------------------------------------------- the runs
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    workers: int
+    rpm: float
+    latency_s: float
+    messages: int
+    throttle_s: float
+    retry_after_s: float
+    throttled_messages: int
+    concurrency: int
+    flood: int
+    tenant_b: int
+    window_ms: int
+    flood_latency_s: float
+    partitions: int
+    runs: str
+
+
+async def run_rate(opts: Options, stack: Stack) -> list[str]:
+    """(A): the group's RPM over ``--workers`` workers."""
+    stack.chat.latency_s = opts.latency_s
+    for _ in range(opts.workers):
+        stack.worker(ONCEONLY_MODEL_RPM=f"{opts.rpm:g}", ONCEONLY_REORDER_WINDOW_MS="0")
+    await stack.wait_shares(1 / opts.workers)
+    acked = await stack.deliver("rate@bench.example", [f"r{n}" for n in range(opts.messages)])
+    budget_s = opts.messages / (opts.rpm / 60) * 1.5 + 120
+    answered = await stack.answered(set(acked), budget_s)
+    calls = [at for at, status in stack.chat.calls if status == 200]
+    most = fig.most_in_window(calls, 60.0)
+    call_rate, reply_rate = fig.rate(calls), fig.rate(list(answered.values()))
+    per_s = opts.rpm / 60
+    twice = sum(1 for n in stack.sent_to().values() if n > 1)
+    ok_window = most <= opts.rpm
+    ok_rate = reply_rate >= 0.9 * per_s
+    return [
+        f"## (A) The group's rate: {opts.workers} workers, ONCEONLY_MODEL_RPM={opts.rpm:g}, "
+        f"a {opts.latency_s:g} s model, {opts.messages} messages at once",
+        "",
+        "| figure | value | target | met |",
+        "| --- | --- | --- | --- |",
+        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | {_met(ok_window)} |",
+        f"| model calls a second, first to last | {call_rate:.2f} | {per_s:g} +- 10 % | "
+        f"{_met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
+        f"| replies a second, first to last | {reply_rate:.2f} | >= {0.9 * per_s:.2f} | "
+        f"{_met(ok_rate)} |",
+        f"| answered / answered twice | {len(answered)} / {twice} | {opts.messages} / 0 | "
+        f"{_met(len(answered) == opts.messages and twice == 0)} |",
+        "",
+    ]
+
+
+async def run_throttle(opts: Options, stack: Stack) -> list[str]:
+    """(B): a model that answers 429 with Retry-After for a while."""
+    stack.chat.latency_s = 0.1
+    stack.worker(ONCEONLY_REORDER_WINDOW_MS="0")
+    await stack.wait_shares(1.0)
+    stack.chat.throttle(opts.throttle_s, opts.retry_after_s)
+    until = time.monotonic() + opts.throttle_s
+    names = [f"q{n}" for n in range(opts.throttled_messages)]
+    acked = await stack.deliver("throttle@bench.example", names)
+    answered = await stack.answered(set(acked), opts.throttle_s + 180)
+    refused = [at for at, status in stack.chat.calls if status == 429]
+    first_wave = [at for at in refused if at <= refused[0] + 0.5] if refused else []
+    probes = fig.probes_in_pause(refused, refused[0], until) if refused else []
+    allowed = (until - refused[0]) / opts.retry_after_s + 1 if refused else 0
+    spacing = min(fig.gaps(probes), default=float("nan"))
+    twice = sum(1 for n in stack.sent_to().values() if n > 1)
+    return [
+        f"## (B) 429 with Retry-After: {opts.retry_after_s:g} for {opts.throttle_s:g} s, "
+        f"{opts.throttled_messages} messages, one worker",
+        "",
+        "| figure | value | target | met |",
+        "| --- | --- | --- | --- |",
+        f"| calls in flight when the first 429 came back (answered 429) | {len(first_wave)} | "
+        "(not limited: they had started) | |",
+        f"| calls after those, while the model still refused | {len(probes)} | "
+        f"<= {allowed:.0f} (one per {opts.retry_after_s:g} s) | {_met(len(probes) <= allowed)} |",
+        f"| shortest gap between those calls | {spacing:.2f} s | >= {opts.retry_after_s:g} s | "
+        f"{_met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
+        f"| answered / answered twice | {len(answered)} / {twice} | "
+        f"{opts.throttled_messages} / 0 | "
+        f"{_met(len(answered) == opts.throttled_messages and twice == 0)} |",
+        "",
+    ]
+
+
+async def run_fairness(opts: Options, stack: Stack) -> list[str]:
+    """(C): tenant A's flood against tenant B's few messages."""
+    stack.chat.latency_s = opts.flood_latency_s
+    stack.worker(
+        ONCEONLY_REORDER_WINDOW_MS=str(opts.window_ms),
+        ONCEONLY_WRITER_CONCURRENCY=str(opts.concurrency),
+        ONCEONLY_MAX_PENDING=str(max(4096, 2 * (opts.flood + opts.tenant_b))),
+    )
+    await stack.wait_shares(1.0)
+    started = time.monotonic()
+    flood = asyncio.ensure_future(
+        stack.deliver("a@bench.example", [f"a{n}" for n in range(opts.flood)])
+    )
+    a_ids = {f"<a{n}@bench.example>" for n in range(opts.flood)}
+    seen_a: dict[str, float] = {}
+    while len(seen_a) < opts.concurrency * 2:  # A's flood is being answered
+        await stack.answered(a_ids, 0.2, seen_a)
+    b_acked = await stack.deliver("b@bench.example", [f"b{n}" for n in range(opts.tenant_b)])
+    b_seen = await stack.answered(set(b_acked), 120)
+    a_done_then = len(seen_a)
+    await flood
+    budget = opts.flood / (opts.concurrency / opts.flood_latency_s) * 3 + 120
+    await stack.answered(a_ids, budget, seen_a)
+    waits = [b_seen[m] - b_acked[m] for m in b_seen]
+    target = opts.window_ms / 1000 + 2 * opts.flood_latency_s + 1
+    p99 = fig.percentile(waits, 99)
+    drain = max(seen_a.values(), default=started) - started
+    return [
+        f"## (C) Fairness: tenant A floods {opts.flood} messages, tenant B posts "
+        f"{opts.tenant_b} during it; one worker at concurrency {opts.concurrency}, a "
+        f"{opts.flood_latency_s:g} s model, window {opts.window_ms} ms",
+        "",
+        "| figure | value | target | met |",
+        "| --- | --- | --- | --- |",
+        f"| B: p50 / p99 / max from produce to email | {fig.percentile(waits, 50):.2f} / "
+        f"{p99:.2f} / {max(waits, default=float('nan')):.2f} s | p99 <= {target:g} s | "
+        f"{_met(len(waits) == opts.tenant_b and p99 <= target)} |",
+        f"| A answered when B came / in all | {a_done_then} / {len(seen_a)} "
+        f"(all in {drain:.0f} s) | {opts.flood} | {_met(len(seen_a) == opts.flood)} |",
+        f"| answered twice | {sum(1 for n in stack.sent_to().values() if n > 1)} | 0 | |",
+        "",
+    ]
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+RUNS = {"rate": run_rate, "throttle": run_throttle, "fairness": run_fairness}
+
+
+async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
+    lines: list[str] = []
+    for name in opts.runs.split(","):
+        body = RUNS[name]
+        console.print(f"run {name} …")
+        stack = Stack(broker, work, opts.partitions)
+        try:
+            lines += await body(opts, stack)
+        finally:
+            stack.close()
+        console.print("\n".join(lines[-8:]))
+    return lines
+
+
+@click.command()
+@click.option("--workers", default=2, show_default=True)
+@click.option("--rpm", default=600.0, show_default=True)
+@click.option("--latency", "latency_s", default=0.5, show_default=True)
+@click.option("--messages", default=2000, show_default=True)
+@click.option("--throttle", "throttle_s", default=10.0, show_default=True)
+@click.option("--retry-after", "retry_after_s", default=2.0, show_default=True)
+@click.option("--throttled-messages", default=200, show_default=True)
+@click.option("--concurrency", default=64, show_default=True)
+@click.option("--flood", default=5000, show_default=True)
+@click.option("--tenant-b", default=10, show_default=True)
+@click.option("--window-ms", default=2000, show_default=True)
+@click.option("--flood-latency", "flood_latency_s", default=1.0, show_default=True)
+@click.option("--partitions", default=8, show_default=True)
+@click.option("--runs", default="rate,throttle,fairness", show_default=True)
+@click.option("--smoke", is_flag=True, help="small sizes: a minute or two")
+@click.option("--out", type=click.Path(path_type=Path), default=RESULTS_DIR)
+def main(smoke: bool, out: Path, **values: object) -> None:
+    """The flow-control benchmark; see the module's docstring."""
+    if smoke:
+        values.update(messages=120, rpm=120.0, flood=600, tenant_b=5, throttled_messages=30)
+    opts = Options(**values)  # type: ignore[arg-type]
+    load_before = loadavg()
+
+    def body() -> list[str]:
+        with tempfile.TemporaryDirectory(prefix="onceonly-bench-flow-") as tmp:
+            work = Path(tmp)
+            with kafka(work) as broker:
+                lines = asyncio.run(run_all(opts, broker, work))
+                items = about(broker.about, load_before, revision())
+        return [
+            f"# Flow control for the model, {datetime.now(UTC).date().isoformat()}",
+            "",
+            f"`{command_line('bench.flow')}`; see bench/flow.py for what each run does.",
+            "",
+            *lines,
+            *machine_table(items),
+        ]
+
+    report = execute(body)
+    out.mkdir(parents=True, exist_ok=True)
+    path = report_path(out, "flow", datetime.now(UTC).date().isoformat())
+    path.write_text("\n".join(report) + "\n", encoding="utf-8")
+    console.print(f"report: {path}")
+
+
+if __name__ == "__main__":
+    main()
