@@ -45,3 +45,13 @@ def probes_in_pause(
     """The 429s after the calls in flight at the first 429 came back (``settle_s`` after
     it) and before the throttle ended: what the pause let through."""
     return [at for at in refused if first_answer + settle_s < at < until]
+
+
+def mean_of(metrics: dict[str, float], histogram: str) -> float:
+    """A Prometheus histogram's mean from its ``_sum`` and ``_count`` (nan with none)."""
+    count = metrics.get(f"{histogram}_count", 0.0)
+    return metrics.get(f"{histogram}_sum", math.nan) / count if count else math.nan
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "**no**"

@@ -156,6 +156,24 @@ class Stack:
             await asyncio.sleep(0.05)
         return seen
 
+    def written_at(self) -> dict[str, float]:
+        """Message id -> when its reply's text was recorded (the ledger record's
+        ``created_at``, as monotonic time): where the writer's part of a wait ends."""
+        from foundation.kafka import ranges, read
+        from schemas.ledger import ReplyRecord
+
+        topic = self.topics["ONCEONLY_LEDGER_TOPIC"]
+        offset = time.time() - time.monotonic()
+        out: dict[str, float] = {}
+        for message in read(
+            self.broker.bootstrap, topic, ranges(self.broker.bootstrap, topic, from_offset=0)
+        ):
+            if message.value() is None:
+                continue
+            record = ReplyRecord.decode(message.value())
+            out.setdefault(record.message_id, record.created_at.timestamp() - offset)
+        return out
+
     def sent_to(self) -> Counter[str]:
         return Counter(e.replied_to_message_id for e in self.mail.outbox)
 
@@ -211,13 +229,14 @@ async def run_rate(opts: Options, stack: Stack) -> list[str]:
         "",
         "| figure | value | target | met |",
         "| --- | --- | --- | --- |",
-        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | {_met(ok_window)} |",
+        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | "
+        f"{fig.met(ok_window)} |",
         f"| model calls a second, first to last | {call_rate:.2f} | {per_s:g} +- 10 % | "
-        f"{_met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
+        f"{fig.met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
         f"| replies a second, first to last | {reply_rate:.2f} | >= {0.9 * per_s:.2f} | "
-        f"{_met(ok_rate)} |",
+        f"{fig.met(ok_rate)} |",
         f"| answered / answered twice | {len(answered)} / {twice} | {opts.messages} / 0 | "
-        f"{_met(len(answered) == opts.messages and twice == 0)} |",
+        f"{fig.met(len(answered) == opts.messages and twice == 0)} |",
         "",
     ]
 
@@ -247,12 +266,13 @@ async def run_throttle(opts: Options, stack: Stack) -> list[str]:
         f"| calls in flight when the first 429 came back (answered 429) | {len(first_wave)} | "
         "(not limited: they had started) | |",
         f"| calls after those, while the model still refused | {len(probes)} | "
-        f"<= {allowed:.0f} (one per {opts.retry_after_s:g} s) | {_met(len(probes) <= allowed)} |",
+        f"<= {allowed:.0f} (one per {opts.retry_after_s:g} s) | "
+        f"{fig.met(len(probes) <= allowed)} |",
         f"| shortest gap between those calls | {spacing:.2f} s | >= {opts.retry_after_s:g} s | "
-        f"{_met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
+        f"{fig.met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
         f"| answered / answered twice | {len(answered)} / {twice} | "
         f"{opts.throttled_messages} / 0 | "
-        f"{_met(len(answered) == opts.throttled_messages and twice == 0)} |",
+        f"{fig.met(len(answered) == opts.throttled_messages and twice == 0)} |",
         "",
     ]
 
@@ -284,6 +304,9 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
     target = opts.window_ms / 1000 + 2 * opts.flood_latency_s + 1
     p99 = fig.percentile(waits, 99)
     drain = max(seen_a.values(), default=started) - started
+    written = stack.written_at()  # B's texts recorded: the writer's part of the wait
+    b_written = [written[m] - b_acked[m] for m in b_acked if m in written]
+    metrics = scrape(stack.ports[0]) or {}
     return [
         f"## (C) Fairness: tenant A floods {opts.flood} messages, tenant B posts "
         f"{opts.tenant_b} during it; one worker at concurrency {opts.concurrency}, a "
@@ -293,16 +316,17 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
         "| --- | --- | --- | --- |",
         f"| B: p50 / p99 / max from produce to email | {fig.percentile(waits, 50):.2f} / "
         f"{p99:.2f} / {max(waits, default=float('nan')):.2f} s | p99 <= {target:g} s | "
-        f"{_met(len(waits) == opts.tenant_b and p99 <= target)} |",
+        f"{fig.met(len(waits) == opts.tenant_b and p99 <= target)} |",
         f"| A answered when B came / in all | {a_done_then} / {len(seen_a)} "
-        f"(all in {drain:.0f} s) | {opts.flood} | {_met(len(seen_a) == opts.flood)} |",
+        f"(all in {drain:.0f} s) | {opts.flood} | {fig.met(len(seen_a) == opts.flood)} |",
         f"| answered twice | {sum(1 for n in stack.sent_to().values() if n > 1)} | 0 | |",
+        f"| B: p99 from produce to its text recorded (the window and the writer) | "
+        f"{fig.percentile(b_written, 99):.2f} s | | |",
+        f"| worker: mean writer call / mean wait for admission | "
+        f"{fig.mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
+        f"{fig.mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
         "",
     ]
-
-
-def _met(ok: bool) -> str:
-    return "yes" if ok else "**no**"
 
 
 RUNS = {"rate": run_rate, "throttle": run_throttle, "fairness": run_fairness}
