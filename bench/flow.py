@@ -16,8 +16,9 @@ topic as ingest would (the clock starts at the broker's ack, which precedes inge
     calls in flight at the first 429, at most one call per ``--retry-after`` s until the
     window ends; every message answered once afterwards, none dead-lettered.
 (C) **fairness**: one worker at ``--concurrency``; tenant A (an inbox) posts ``--flood``
-    messages at once, tenant B ``--tenant-b`` once A's first replies are out. Target: B's
-    p99 from its produce to its email <= window + 2 x model latency + 1 s.
+    messages at once, tenant B ``--tenant-b`` once A's first replies are out, and
+    ``--tenant-b`` more once the worker has taken all of A's records. Target: B's p99
+    from its produce to its email <= window + 2 x model latency + 1 s.
 
 The report is ``<--out>/flow-<date>.md``.
 """
