@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +19,15 @@ from processors.messages import reply_key
 from schemas.ledger import Usage
 from testkit import payloads
 from testkit.fakes.openai_server import FakeChatModel
-from tests.integration.workers import INBOX, Stack, dead_letters, ledger_records, sent_to, until
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    dead_letters,
+    ledger_records,
+    onceonly,
+    sent_to,
+    until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -103,6 +112,13 @@ async def test_two_workers_keep_to_the_groups_rpm_not_twice_it(
         for w in workers
     )
     assert counted == 30 * 120
+    # and shown: by onceonly trace, and on the operator page with the day's totals
+    traced = onceonly(stack, "trace", next(iter(produced)))
+    assert "local-model: 120 in + 30 out tokens" in traced.stdout, traced.stderr
+    with urllib.request.urlopen(f"http://127.0.0.1:{workers[0].port}/ops", timeout=30) as page:
+        html = page.read().decode()
+    usage = html[html.index('id="usage"') : html.index('id="lag"')]
+    assert f"<td>{INBOX}</td><td>local-model</td><td>30</td><td>3600</td><td>900</td>" in usage
 
 
 def _counter(text: str, name: str) -> float:
