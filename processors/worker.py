@@ -52,7 +52,6 @@ from processors.metrics import LagCollector, WorkerMetrics
 from processors.nylas.channel import nylas_channel
 from processors.offsets import OffsetBook
 from processors.outbox import DryRunOutbox
-from processors.ownership import Coalesced
 from processors.pipeline import Pipeline
 from processors.progress import Worker, log_recovery, wire_progress
 from processors.reply import ReplyWriter
@@ -155,7 +154,7 @@ def _pipeline(
         return bool(await consumer.confirm_owner(tp, generation, FENCE_TIMEOUT_S))
 
     fence = Fence(
-        Coalesced(confirm),  # one commit in flight per partition answers every check
+        confirm,
         current_position,
         on_fenced=metrics.fenced.inc,
         on_gap=metrics.fence_to_send.observe,
