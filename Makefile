@@ -116,3 +116,14 @@ chaos-pauses: $(STAMP) jars
 # The CI size of the chaos run: 500 messages, 1 worker kill, 1 broker restart, a replay.
 chaos-ci: $(STAMP) jars
 	$(BIN)/python -m chaos.run --messages 500 --threads 50 --kills 1 --rate 20
+
+# docker-compose.yml run for real with podman-compose (as root; podman, runc, buildah,
+# podman-compose and debootstrap installed with apt-get where missing, and podman's
+# /etc/containers/containers.conf written if absent): every image built here on a Debian
+# bookworm made with debootstrap (cached in .run/compose/), the stack up and healthy, one
+# reply through it, 3 workers sharing the partitions, one SIGKILLed mid-load, down -v.
+# Report: compose/results/compose-<date>.md. From nothing (images and base removed first):
+# make compose-test COMPOSE_TEST_ARGS='--no-cache'
+.PHONY: compose-test
+compose-test: $(STAMP) jars
+	$(BIN)/python -m devstack.compose_test $(COMPOSE_TEST_ARGS)

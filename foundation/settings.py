@@ -187,6 +187,12 @@ class Settings(BaseSettings):
     drain_grace_s: float = Field(default=10.0, ge=0)
     send_timeout_s: float = Field(default=10.0, gt=0)
     reply_writer: str = "processors.writer:acknowledge"
+    #: never: every reply is sent; always: every reply is a draft a person approves;
+    #: writer: the replies the writer returns as Draft(text, reason) are
+    approval: Literal["never", "always", "writer"] = "never"
+    #: a draft waiting this long (from its ledger record) is declined or alerted on
+    approval_timeout: timedelta = timedelta(hours=24)
+    approval_on_timeout: Literal["alert", "decline"] = "alert"
     event_handler: str | None = None
     agentmail_base_url: str | None = None
     agentmail_webhook_id: str | None = None
@@ -242,7 +248,7 @@ class Settings(BaseSettings):
                 )
         return value
 
-    @field_validator("dedupe_retention", "decisions_retention", mode="before")
+    @field_validator("dedupe_retention", "decisions_retention", "approval_timeout", mode="before")
     @classmethod
     def _seconds(cls, value: object) -> object:
         """A plain number of seconds, as the README allows, beside ISO 8601 (``P7D``)."""

@@ -12,6 +12,7 @@ import structlog
 
 from foundation.errors import ConfigError, OnceOnlyError
 from foundation.settings import Settings
+from onceonly.approvals import approvals
 from onceonly.dead_letters import dead_letters
 from onceonly.replay import replay
 from onceonly.send import send
@@ -258,6 +259,7 @@ def trace(ident: str, as_json: bool) -> None:
     Console().print(traces.render(found))
 
 
+main.add_command(approvals)
 main.add_command(dead_letters)
 main.add_command(replay)
 main.add_command(send)

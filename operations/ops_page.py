@@ -22,6 +22,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -30,6 +31,9 @@ from aiohttp import web
 from foundation.errors import OnceOnlyError
 from foundation.kafka import client_security, consumer_lag
 from foundation.settings import Settings
+from operations.approvals import drafts, ledger_reader
+from operations.approvals_view import DraftRow, decided_notice, draft_rows
+from operations.approvals_web import ApprovalsApi
 from operations.costs import today_table
 from operations.ops_template import render
 from operations.ops_view import (
@@ -119,6 +123,10 @@ def read_letters(settings: Settings) -> list[DeadLetter]:
     return dead_letters(settings.kafka_bootstrap, settings.dead_letter_topic, security)
 
 
+def read_drafts(settings: Settings) -> list[DraftRow]:
+    return draft_rows(drafts(ledger_reader(settings)()), datetime.now(UTC))
+
+
 def retry_letter(settings: Settings, letter_id: int) -> int | Refusal:
     """Retry one open dead letter: the events it sent again, or why it stays open."""
     letters = read_letters(settings)
@@ -169,6 +177,7 @@ class OpsPage:
             ),
         )
         usage = section("the model usage in the ledger", lambda: today_table(settings))
+        drafts = section("the drafts awaiting approval", lambda: read_drafts(settings))
         skips = trace = None
         if sources.skips is not None:
             recent = sources.skips
@@ -186,6 +195,7 @@ class OpsPage:
             trace_available=sources.trace is not None,
             trace=None if trace is None else await trace,
             usage=await usage,
+            drafts=await drafts,
             **extra,
         )
 
@@ -197,6 +207,9 @@ class OpsPage:
 
     async def show(self, request: web.Request) -> web.Response:
         view = await self.gather(trace_ident(request.query))
+        decided = decided_notice(request.query)
+        if decided is not None:
+            view = dataclasses.replace(view, notice=decided)
         retried = int_param(request.query, "retried")
         if retried is not None and view.letters.value is not None:
             view = dataclasses.replace(view, notice=retried_notice(view.letters.value, retried))
@@ -236,6 +249,7 @@ def ops_pages(sources: OpsSources | None = None) -> Callable[[WorkerView], list[
     chosen = sources or OpsSources()
 
     def pages(view: WorkerView) -> list[web.RouteDef]:
-        return OpsPage(view.settings, view.webhook, chosen).routes()
+        approvals = ApprovalsApi(view.settings).routes()  # POST /approvals/{key}
+        return OpsPage(view.settings, view.webhook, chosen).routes() + approvals
 
     return pages

@@ -29,8 +29,8 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 <body>
 <h1>onceonly operator page</h1>
 <p>consumer group <code>{{ v.app_id }}</code>.
-{% if v.writable %}Retries need the operator token.
-{% else %}Read-only: set ONCEONLY_OPS_TOKEN on the worker to allow retries.
+{% if v.writable %}Retries and approvals need the operator token.
+{% else %}Read-only: set ONCEONLY_OPS_TOKEN on the worker to allow retries and approvals.
 {% endif %}
 <a href="/ops">reload</a></p>
 {% if v.refusal %}<p class="refusal" role="alert">{{ v.refusal.message }}</p>{% endif %}
@@ -63,6 +63,33 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 </tr>
 {% endfor %}
 </table>
+{% endif %}
+
+<h2 id="approvals">Drafts awaiting approval</h2>
+{% if v.drafts is none %}<p class="unknown">Drafts: not available.</p>
+{% elif v.drafts.error %}<p class="bad">{{ v.drafts.error }}</p>
+{% elif not v.drafts.value %}<p>No drafts awaiting approval.</p>
+{% else %}
+{% for d in v.drafts.value %}
+<section class="draft" aria-label="draft {{ d.key }}">
+<h3><a href="/ops?trace={{ d.key|urlencode }}">{{ d.key }}</a></h3>
+<p>thread <code>{{ d.thread_key }}</code>, answering
+<a href="/ops?trace={{ d.message_id|urlencode }}">{{ d.message_id }}</a>
+{% if d.covers %} and {{ d.covers|length }} earlier message(s){% endif %};
+drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
+<form method="post" action="/approvals/{{ d.key|urlencode }}">
+<textarea name="text" rows="6" cols="90"
+ aria-label="reply text for {{ d.key }}">{{ d.text }}</textarea><br>
+<input type="text" name="by" placeholder="your name" required
+ aria-label="who decides on {{ d.key }}">
+<input type="password" name="token" placeholder="operator token" autocomplete="off"
+ aria-label="operator token for {{ d.key }}">
+<button type="submit" name="action" value="approve">approve</button>
+<input type="text" name="reason" placeholder="why reject" aria-label="reason to reject {{ d.key }}">
+<button type="submit" name="action" value="reject">reject</button>
+</form>
+</section>
+{% endfor %}
 {% endif %}
 
 <h2 id="skips">Recent skips</h2>

@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import SecretStr
 
@@ -81,6 +81,8 @@ class OpsView:
     refusal: Refusal | None = None
     #: today's model usage per tenant (operations.costs); None: not read
     usage: Read[Table] | None = None
+    #: the drafts awaiting a person (operations.approvals_view.DraftRow); None: not read
+    drafts: Read[list[Any]] | None = None
 
 
 def _entries(body: Mapping[str, object], name: str) -> list[Mapping[str, object]]:

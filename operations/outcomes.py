@@ -60,6 +60,8 @@ def _reply_verdict(
         return f"not answered: the writer declined ({record.reason or 'no reason'})", None
     if record.state is ReplyState.FAILED:
         return f"not answered: failed and dead-lettered ({record.error})", None
+    if record.state is ReplyState.AWAITING:
+        return f"drafted; awaiting approval ({record.reason})", record.reply_text
     return "reply recorded, send in progress", record.reply_text
 
 

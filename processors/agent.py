@@ -7,6 +7,8 @@ needs: the thread's history on request and keyed effects) and returns one of:
 * a non-empty ``str``: the reply text, recorded in the ledger before it is sent;
 * ``None`` or :class:`Decline` ``(reason)``: no reply; the ledger records *declined* and
   the model is never asked again for that message;
+* :class:`Draft` ``(text, reason)``: a reply a person approves first
+  (``ONCEONLY_APPROVAL``, :mod:`processors.approvals`): recorded *awaiting approval*;
 * it raises, or runs past ``ONCEONLY_WRITER_TIMEOUT_S``: retried with backoff up to
   ``ONCEONLY_WRITER_ATTEMPTS`` calls, then :class:`WriterFailed` (the worker
   dead-letters the burst with reason ``writer_failed`` and goes on).
@@ -38,7 +40,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_ran
 from processors.admission import Admission, Ticket
 from processors.exceptions import ProcessorError, Rebalancing, WriterFailed
 from processors.flow import model_of, retry_after_s
-from processors.messages import Decline, Inbound, ThreadMessage
+from processors.messages import Decline, Draft, Inbound, ThreadMessage
 from processors.tenants import current_tenant
 from schemas.ledger import Usage
 
@@ -119,12 +121,12 @@ class Text(str):
     usage: Usage | None = None
 
 
-Written = str | Decline
+Written = str | Decline | Draft
 
 
 def with_usage(written: Written, usage: Sequence[Usage]) -> Written:
     """The text or Decline carrying the sum of the calls' reported usage (if any)."""
-    if not usage:
+    if not usage or isinstance(written, Draft):
         return written
     total = functools.reduce(lambda a, b: a + b, usage)
     if isinstance(written, Decline):
@@ -145,11 +147,13 @@ def outcome_of(value: Any) -> Written:
         return Decline("the writer returned None")
     if isinstance(value, Decline):
         return value
+    if isinstance(value, Draft) and isinstance(value.text, str) and value.text.strip():
+        return value
     if isinstance(value, str) and value.strip():
         return value
     raise _NotRetryable(
         f"the reply writer returned {type(value).__name__} {str(value)[:40]!r}; "
-        "return a non-empty str, None or Decline(reason)"
+        "return a non-empty str, None or Decline(reason), or Draft(text, reason)"
     )
 
 
@@ -217,6 +221,7 @@ class Writer:
             written = await self._run(burst)
             ok = True
             outcome = "declined" if isinstance(written, Decline) else "written"
+            outcome = "drafted" if isinstance(written, Draft) else outcome
             return written
         except WriterTimeout:
             outcome = "timeout"

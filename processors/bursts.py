@@ -3,7 +3,10 @@
 A message is covered only by a reply whose writer saw it. So a released burst is divided:
 
 * a message with a *pending* record (or, on a replay, a failed send's) is finished with
-  its stored text and key, wherever it comes in the burst: the writer is never asked again;
+  its stored text and key, wherever it comes in the burst: the writer is never asked again.
+  The thread is read for that reply first (:attr:`Plan.RECONCILE`): the worker that wrote
+  the record may have sent it and stopped (killed, or paused until its partitions moved)
+  before recording it sent, and a mail API need not honour the key;
 * a message recorded sent, covered, declined or failed is done;
 * the messages with no record are written together, once, and their reply goes to the
   latest of them, which covers the others. When the burst's latest message has a pending
@@ -17,37 +20,29 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 from processors.messages import Inbound
 from schemas.ledger import ReplyRecord, ReplyState
 
-#: how long a mail API keeps an idempotency key unless its channel says otherwise
-KEY_LIFETIME = timedelta(hours=24)
-
 
 class Plan(StrEnum):
     WRITE = "write"  #: no record: write the reply, record it, then send
-    SEND = "send"  #: a pending record: send its stored text with its stored key
-    RECONCILE = "reconcile"  #: a pending record older than the key lifetime: look first
+    #: a pending record: look in the thread for its reply, else send its stored text and key
+    RECONCILE = "reconcile"
     SKIP_SENT = "skip_sent"
     SKIP_COVERED = "skip_covered"
     SKIP_FAILED = "skip_failed"
     SKIP_DECLINED = "skip_declined"
+    SKIP_AWAITING = "skip_awaiting"  #: a draft waits for a person: never written again
 
 
 #: the plans of a recorded reply that is sent with its stored text
-FINISH = frozenset({Plan.SEND, Plan.RECONCILE})
+FINISH = frozenset({Plan.RECONCILE})
 
 
-def plan(
-    record: ReplyRecord | None,
-    *,
-    now: datetime,
-    key_lifetime: timedelta = KEY_LIFETIME,
-    replay: bool = False,
-) -> Plan:
+def plan(record: ReplyRecord | None, *, replay: bool = False) -> Plan:
     if record is None:
         return Plan.WRITE
     match record.state:
@@ -57,13 +52,13 @@ def plan(
             return Plan.SKIP_COVERED
         case ReplyState.DECLINED:
             return Plan.SKIP_DECLINED  # the writer's decision stands, replay or not
+        case ReplyState.AWAITING:
+            return Plan.SKIP_AWAITING  # sent once a person approves it, replay or not
         case ReplyState.FAILED if not replay:
             return Plan.SKIP_FAILED
         case ReplyState.FAILED if record.reply_text is None:
             return Plan.WRITE  # the writer failed: a replay asks it again
-    if now - record.created_at > key_lifetime:
-        return Plan.RECONCILE
-    return Plan.SEND
+    return Plan.RECONCILE
 
 
 def _order(message: Inbound) -> tuple[datetime, str]:
@@ -122,6 +117,7 @@ class Outcome(StrEnum):
     ALREADY = "already"  #: sent or covered before, or found in the thread; nothing to do
     FAILED = "failed"  #: dead-lettered
     DECLINED = "declined"  #: the writer chose not to answer
+    AWAITING = "awaiting"  #: a draft recorded for a person to approve
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +132,17 @@ class BurstResult:
 def already(message: Inbound, step: Plan, record: ReplyRecord | None) -> BurstResult:
     """The result for a message the ledger says is done."""
     outcome = Outcome.DECLINED if step is Plan.SKIP_DECLINED else Outcome.ALREADY
+    outcome = Outcome.AWAITING if step is Plan.SKIP_AWAITING else outcome
     return BurstResult(outcome, message.key, record.sent_message_id if record else None)
 
 
-_RANK = {Outcome.ALREADY: 0, Outcome.DECLINED: 1, Outcome.SENT: 2, Outcome.FAILED: 3}
+_RANK = {
+    Outcome.ALREADY: 0,
+    Outcome.DECLINED: 1,
+    Outcome.AWAITING: 1,
+    Outcome.SENT: 2,
+    Outcome.FAILED: 3,
+}
 
 
 def summarize(acted: Sequence[BurstResult], done: Sequence[BurstResult]) -> BurstResult:

@@ -1,14 +1,13 @@
 """Mail channels: how a provider's event becomes a message to answer, and who sends.
 
 The worker asks the channel of an envelope's provider for an :class:`Inbound` (or the
-reason to skip it), then runs the same reply-once path with the channel's sender and
-key lifetime. AgentMail is here; Nylas plugs in the same way (``processors.nylas``).
+reason to skip it), then runs the same reply-once path with the channel's sender.
+AgentMail is here; Nylas plugs in the same way (``processors.nylas``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Protocol
 
 from processors.messages import Inbound, ThreadMessage
@@ -19,7 +18,6 @@ from schemas.envelope import Envelope
 class Channel(Protocol):
     name: str
     sender: MailSender
-    key_lifetime: timedelta
 
     async def inbound(self, envelope: Envelope) -> Inbound | Skip:
         """The message to answer (fetched in full if the event left its body out), or why not.

@@ -14,6 +14,7 @@ from faust.types import TP
 from mode.utils.futures import notify
 
 from processors.exceptions import Rebalancing
+from processors.fence import Rounds
 from processors.offsets import OffsetBook
 
 
@@ -72,6 +73,8 @@ class TrackingConsumer(RewindingConsumer):
 
     #: set by :func:`draining_consumer`: the worker's book of taken and finished records
     book: OffsetBook
+    #: the ownership checks' shared rounds (:meth:`confirm_owner`)
+    _owner_rounds: Rounds[TP, bool | None] | None = None
 
     def ack(self, message: Any) -> bool:
         if message.acked:
@@ -112,12 +115,38 @@ class TrackingConsumer(RewindingConsumer):
         knowing is not a refusal (a refused lane drops its records, which only a
         rebalance brings back), and nothing is written or sent meanwhile.
         """
+        rounds = self._rounds_for(timeout_s)
         while generation == self.app.consumer_generation_id:
-            answer = await self._commit_as_member(tp, timeout_s)
+            answer = await rounds(tp)
             if answer is not None:
                 return answer and generation == self.app.consumer_generation_id
-            self.log.warning("no answer from the group coordinator for %s; asking again", tp)
         return False
+
+    def _rounds_for(self, timeout_s: float) -> Rounds[TP, bool | None]:
+        """The worker's checks share rounds: the coordinator answers for the member and its
+        generation, so one commit in flight answers every check asked before it started."""
+        if self._owner_rounds is None:
+
+            async def ask(tp: TP) -> bool | None:
+                answer = await self._commit_as_member(self._assigned_like(tp), timeout_s)
+                if answer is None:
+                    self.log.warning("no answer from the group coordinator; asking again")
+                return answer
+
+            self._owner_rounds = Rounds(ask)
+        return self._owner_rounds
+
+    def _assigned_like(self, tp: TP) -> TP:
+        """``tp`` if it is assigned now, else an assigned partition with a committed offset:
+        a round answers for the member, and a commit of a partition that moved is refused
+        whatever the generation (the waiters' own generation check covers theirs)."""
+        try:
+            assigned = self._thread.assignment()
+        except Exception:  # the consumer is stopping: the commit will say so
+            return tp
+        if tp in assigned:
+            return tp
+        return next((other for other in self._committed_offset if other in assigned), tp)
 
     async def _commit_as_member(self, tp: TP, timeout_s: float) -> bool | None:
         """Commit ``tp``'s offset as this member: True if the coordinator took it, False if

@@ -1,4 +1,5 @@
-"""What a conversation holds: a message to answer, the thread's history, a writer's decline."""
+"""What a conversation holds: a message to answer, the thread's history, a writer's decline
+or draft."""
 
 from __future__ import annotations
 
@@ -53,3 +54,13 @@ class Decline:
     reason: str = "declined by the writer"
     #: what the writer's calls cost (:class:`schemas.ledger.Usage`), set by the worker
     usage: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """What a writer returns for a reply a person should approve before the customer reads
+    it (a refund mentioned, low confidence): recorded as *awaiting approval*, with the
+    reason, and sent only once approved (``ONCEONLY_APPROVAL=writer``)."""
+
+    text: str
+    reason: str = "the writer asked for approval"

@@ -67,6 +67,7 @@ class WorkerMetrics:
         )
         self._writer_metrics()
         self._flow_metrics()
+        self._approval_metrics()
 
     def _writer_metrics(self) -> None:
         """The agent step's: writer calls, their time, what is in flight, what is pending."""
@@ -137,6 +138,48 @@ class WorkerMetrics:
     def model_paused(self, model: str, seconds: float) -> None:
         self.model_pauses.labels(model).inc()
         self.model_paused_seconds.labels(model).inc(seconds)
+
+    def _approval_metrics(self) -> None:
+        """Drafts and the decisions on them (ONCEONLY_APPROVAL)."""
+        self.approval_decisions = Counter(
+            "onceonly_approval_decisions",
+            "Decisions on drafts, by verdict (approved, edited, rejected, timed_out) or by "
+            "what became of one that moved nothing (repeated, refused).",
+            ["verdict"],
+            registry=self.registry,
+        )
+        # each verdict exported from the start at 0, so a rate shows before the first decision
+        for verdict in ("approved", "edited", "rejected", "timed_out", "superseded"):
+            self.approval_decisions.labels(verdict)
+        for what in ("repeated", "refused"):
+            self.approval_decisions.labels(what)
+        self.drafts_waiting = Gauge(
+            "onceonly_drafts_waiting",
+            "Drafts awaiting a person's decision on this worker's partitions.",
+            registry=self.registry,
+        )
+        self.draft_oldest_age = Gauge(
+            "onceonly_draft_oldest_age_seconds",
+            "Age of the oldest draft awaiting a decision (0: none), from its ledger record.",
+            registry=self.registry,
+        )
+        self.drafts_overdue = Gauge(
+            "onceonly_drafts_overdue",
+            "Drafts waiting past ONCEONLY_APPROVAL_TIMEOUT.",
+            registry=self.registry,
+        )
+
+    def drafts(self, waiting: int, oldest_age_s: float, overdue: int) -> None:
+        self.drafts_waiting.set(waiting)
+        self.draft_oldest_age.set(oldest_age_s)
+        self.drafts_overdue.set(overdue)
+
+    def approval_decision(self, answer: str, record: Any) -> None:
+        """Count a decision: its verdict if it moved a draft, else ``repeated``/``refused``."""
+        if record is not None and record.approval is not None:
+            self.approval_decisions.labels(record.approval.verdict.value).inc()
+        else:
+            self.approval_decisions.labels("repeated" if answer == "already" else answer).inc()
 
     def writer_call(self, outcome: str, seconds: float) -> None:
         self.writer_calls.labels(outcome).inc()

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from foundation.settings import Settings
-from processors import reorder
+from processors import approvals, approving, reorder, tenants
 from processors.agent import Writer
 from processors.channels import Channel
 from processors.claims import claim, finish
@@ -37,9 +37,8 @@ from processors.holds import log_ids as _ids
 from processors.lanes import Dropped, Job, Lanes
 from processors.messages import Inbound
 from processors.metrics import WorkerMetrics
-from processors.reply import Outcome, SendPolicy, Skip, reply_once, split_burst
+from processors.reply import Outcome, SendPolicy, Skip, split_burst
 from processors.sweep import Sweeper
-from processors.tenants import set_tenant
 from schemas.decision import Stage
 from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope, has_valid_mac
 from schemas.exceptions import SchemaError
@@ -110,6 +109,8 @@ class Pipeline:
             await self.on_tick(partition, event)
             await self.lanes.ack_now(event)
             return
+        if approving.APPROVAL_HEADER in headers:  # a person's decision on a draft
+            return await approving.admit(self, event)
         if self.mac_key is not None and not has_valid_mac(
             event.value, message.headers or (), self.mac_key
         ):
@@ -317,7 +318,7 @@ class Pipeline:
         burst = await self._inbounds(mail, outcomes)
         if not burst:
             return
-        set_tenant(self.settings.tenant_key, mail[0].envelope, burst[-1])  # whose turn
+        tenants.set_tenant(self.settings, mail[0].envelope, burst[-1])  # whose turn
         answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
         recorded: list[Inbound] = []  #: newer messages with a ledger record of their own
 
@@ -348,7 +349,7 @@ class Pipeline:
         answering: set[str],
         newer: Any = None,
     ) -> bool:
-        """One reply to ``burst`` (:func:`reply_once`); False if it failed."""
+        """One reply to ``burst`` (:func:`~processors.approving.answer`); False if it failed."""
 
         async def dead_letter(record: Any, reason: str, messages: Sequence[Inbound]) -> None:
             envelopes = {d.envelope.event_id: d.envelope for d in claimed}  # newer() adds
@@ -356,7 +357,8 @@ class Pipeline:
                 record, reason, [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
             )
 
-        result = await reply_once(
+        result = await approving.answer(
+            self,
             burst,
             ledger=self.ledger,
             sender=self.fence.sender(channel.sender) if self.fence else channel.sender,
@@ -364,7 +366,6 @@ class Pipeline:
             dead_letter=dead_letter,
             now=self.now,
             policy=SendPolicy(attempts=self.settings.send_attempts),
-            key_lifetime=channel.key_lifetime,
             replay=any(d.replay for d in claimed),
             on_retry=self.metrics.send_retries.inc,
             may_retry=self.flowing,
@@ -386,12 +387,13 @@ class Pipeline:
         """The writer step for a burst: its effects and history are the latest message's."""
         target, _ = split_burst(messages)
         effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())
-        return await self.writer.write(
+        written = await self.writer.write(
             messages,
             effects=effects,
             history=lambda: channel.history(target),
             ids={"key": target.key, "message_id": target.message_id},
         )
+        return approvals.by_mode(self.settings.approval, written)
 
     async def handle_event(self, delivery: Delivery) -> bool:
         """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""

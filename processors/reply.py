@@ -14,9 +14,9 @@ instead of sending twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -29,7 +29,6 @@ from tenacity import (
 )
 
 from processors.bursts import (
-    KEY_LIFETIME,
     BurstResult,
     Outcome,
     Plan,
@@ -40,11 +39,10 @@ from processors.bursts import (
     summarize,
 )
 from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
-from processors.messages import Decline, Inbound, reply_key
+from processors.messages import Decline, Draft, Inbound, reply_key
 from schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
-    "KEY_LIFETIME",
     "BurstResult",
     "Inbound",
     "MailSender",
@@ -91,8 +89,8 @@ class MailSender(Protocol):
 
 
 ReplyWriter = Callable[[Sequence[Inbound]], Any]
-#: the writer step: the messages so far -> the text, or a Decline; raises WriterFailed
-Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline]]
+#: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed
+Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline | Draft]]
 #: new messages of the thread that reached the worker meanwhile (claimed for this reply)
 Newer = Callable[[], Awaitable[Sequence[Inbound]]]
 DeadLetter = Callable[[ReplyRecord, str, Sequence[Inbound]], Awaitable[None]]
@@ -105,10 +103,12 @@ async def _nothing_newer() -> Sequence[Inbound]:
 def simple_write(writer: ReplyWriter) -> Write:
     """A plain callable as the writer step, with no policy (unit tests, tools)."""
 
-    async def write(burst: Sequence[Inbound]) -> str | Decline:
+    async def write(burst: Sequence[Inbound]) -> str | Decline | Draft:
         text = writer(burst)
         if inspect.isawaitable(text):
             text = await text
+        if isinstance(text, Draft):
+            return text
         if text is None or isinstance(text, Decline):
             return text or Decline("the writer returned None")
         if not isinstance(text, str) or not text.strip():
@@ -134,7 +134,6 @@ async def reply_once(
     dead_letter: DeadLetter,
     now: Callable[[], datetime],
     policy: SendPolicy = SendPolicy(),
-    key_lifetime: timedelta = KEY_LIFETIME,
     replay: bool = False,
     on_retry: Callable[[], None] = lambda: None,
     channel: str = "agentmail",
@@ -142,21 +141,23 @@ async def reply_once(
     newer: Newer = _nothing_newer,
     supersede_max: int = 2,
     on_superseded: Callable[[], None] = lambda: None,
+    rewrite: Collection[str] = frozenset(),  # recorded, written again: a superseded draft's
 ) -> BurstResult:
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
     The burst is divided by the ledger (:func:`~processors.bursts.divide`). A recorded
-    *pending* reply is sent first with its stored text and key, wherever its message is in
-    the burst. The messages with no record get one reply, to the latest of them; if
-    ``newer`` finds messages of the thread that reached the worker while the writer was
-    composing, that text is not recorded: the writer is asked again with them too (at most
+    *pending* reply is finished first, wherever its message is in the burst: the thread is
+    read for it, and unless it is there it is sent with its stored text and key. The
+    messages with no record get one reply, to the latest of them; if ``newer`` finds
+    messages of the thread that reached the worker while the writer was composing, that
+    text is not recorded: the writer is asked again with them too (at most
     ``supersede_max`` times), and the one reply goes to the latest. Returns the burst's
     result (:func:`~processors.bursts.summarize`), with each reply's in ``parts``.
     """
-    at, latest = now(), ledger.get(split_burst(burst)[0].key)
+    latest = ledger.get(split_burst(burst)[0].key)
     division = divide(
         [
-            (m, plan(ledger.get(m.key), now=at, key_lifetime=key_lifetime, replay=replay))
+            (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), replay=replay))
             for m in burst
         ],
         latest.covers if latest is not None else None,
@@ -166,12 +167,11 @@ async def reply_once(
     acted: list[BurstResult] = []
     if division.covered_by is not None:  # the latest message's pending reply saw them
         await _cover(ledger, division.cover, division.covered_by, now, channel)
-    for message, step in division.finish:
+    for message, _ in division.finish:
         record = ledger.get(message.key)
         assert record is not None
         covered = division.cover if message.key == division.covered_by else ()
-        reconcile = step is Plan.RECONCILE
-        acted.append(await send(record, reconcile, [*covered, message], len(covered)))
+        acted.append(await send(record, True, [*covered, message], len(covered)))
     if division.write:
         composing = (ledger, write, newer, supersede_max, on_superseded, now, channel)
         written = await _compose(division.write, *composing, dead_letter)
@@ -253,6 +253,12 @@ async def _compose(
         log.info("reply declined by the writer", reason=written.reason, key=target.key)
         return BurstResult(Outcome.DECLINED, target.key)
     seen = tuple(m.key for m in covered)
+    if isinstance(written, Draft):  # a person approves it first: recorded, not sent
+        draft = dict(reply_text=written.text, reason=written.reason, covers=seen)
+        await ledger.put(base.with_state(ReplyState.AWAITING, **draft))
+        await _cover(ledger, covered, target.key, now, channel)
+        log.info("reply drafted; awaiting approval", reason=written.reason, key=target.key)
+        return BurstResult(Outcome.AWAITING, target.key)
     usage = getattr(written, "usage", None)  # the writer's reported cost (processors.agent.Text)
     record = base.with_state(ReplyState.PENDING, reply_text=str(written), covers=seen, usage=usage)
     await ledger.put(record)  # acknowledged before anything is sent
@@ -285,7 +291,8 @@ class _Sending:
     async def __call__(
         self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
     ) -> BurstResult:
-        """Send ``record`` with its key (a stale one reads the thread first); record the outcome.
+        """Send ``record`` with its key (``reconcile``: read the thread for it first); record
+        the outcome.
 
         ``burst``: the messages the reply answers, dead-lettered with it if it fails.
         """
@@ -332,6 +339,12 @@ class _Sending:
         await self.ledger.put(sent)
         log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
         return BurstResult(Outcome.SENT, record.key, sent_id)
+
+
+async def send_recorded(record: ReplyRecord, reconcile: bool, **parts: Any) -> BurstResult:
+    """Send a recorded *pending* reply (an approved draft) with its stored text and key;
+    ``parts``: the sender, ledger, dead_letter, policy, on_retry and may_retry."""
+    return await _Sending(**parts)(record, reconcile, (), 0)
 
 
 async def _send_or_find(sender: MailSender, record: ReplyRecord) -> tuple[str | None, str | None]:

@@ -33,8 +33,10 @@ def tenant_of(key: str, envelope: Any, inbox_id: str | None = None) -> str:
     return "" if value is None else str(value)
 
 
-def set_tenant(key: str, envelope: Any, inbound: Any) -> None:
-    """The tenant of the reply this task writes next (the pipeline, once per burst)."""
+def set_tenant(settings: Any, envelope: Any, inbound: Any) -> None:
+    """The tenant of the reply this task writes next (the pipeline, once per burst), under
+    ``settings.tenant_key`` (a settings stand-in without one: the inbox)."""
+    key = getattr(settings, "tenant_key", INBOX)
     current_tenant.set(tenant_of(key, envelope, getattr(inbound, "inbox_id", None)))
 
 

@@ -35,6 +35,7 @@ from aiohttp import web
 
 from foundation.kafka import Admin, TopicSpec, client_security
 from foundation.settings import Settings
+from processors import approving
 from processors.admission import admission_for, owned_share
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
@@ -243,6 +244,7 @@ def build_app(
     app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)
     view = WorkerView(settings, WebhookHealth(settings.agentmail_webhook_id))
     _wire_lifecycle(app, pipeline, settings, tick_interval_s, view.webhook)
+    share_model_budget(app, pipeline, settings)
     if pages is not None:  # faust's default web driver is aiohttp; its Application serves them
         application: web.Application = app.web.web_app  # type: ignore[attr-defined]
         application.add_routes(list(pages(view)))
@@ -270,7 +272,6 @@ def _wire_lifecycle(
     async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         pipeline.forget_state()  # the tables of this worker's partitions are recovered now
         log_recovery(app.tables.recovery)
-        share_model_budget(app, pipeline, settings)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
     wire_progress(app)
@@ -278,6 +279,8 @@ def _wire_lifecycle(
     if settings.reorder_window_ms > 0:
         interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
         app.timer(interval, name="onceonly.tick")(pipeline.tick)
+
+    approving.wire_sweep(app, pipeline)  # drafts: their metrics, and their timeout
 
     if settings.agentmail_webhook_id:
         agentmail = pipeline.channels["agentmail"]
@@ -310,12 +313,17 @@ def _wire_lifecycle(
     app.page("/metrics")(metrics_page)
 
 
-def share_model_budget(app: Any, pipeline: Pipeline, settings: Settings) -> None:
-    """ONCEONLY_MODEL_RPM/TPM hold for the group: this worker takes its partitions' share."""
-    assigned = app.consumer.assignment()
-    share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
-    pipeline.writer.admission.set_share(share)
-    pipeline.metrics.model_share.set(share)
+def share_model_budget(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
+    """ONCEONLY_MODEL_RPM/TPM hold for the group: at every rebalance, this worker takes the
+    share of the partitions it owns."""
+
+    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        assigned = app.consumer.assignment()
+        share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
+        pipeline.writer.admission.set_share(share)
+        pipeline.metrics.model_share.set(share)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
 
 
 async def render_metrics(registry: Any) -> bytes:

@@ -8,10 +8,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from schemas.approval import Approval
 from schemas.exceptions import SchemaError
 
+#: 4 added the *awaiting* state and ``approval`` (who decided on a draft, when, what);
 #: 2 added ``reason`` (why a reply was declined) and ``message_at`` (the answered
-#: message's own time); 4 added ``usage`` (what the writer's calls cost); older
+#: message's own time); 4 also added ``usage`` (what the writer's calls cost); older
 #: versions still decode
 LEDGER_VERSION = 4
 KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3, 4})
@@ -23,6 +25,8 @@ class ReplyState(StrEnum):
     COVERED = "covered"  #: answered by the reply to a later message of the same burst
     FAILED = "failed"  #: dead-lettered; retried only by an explicit replay
     DECLINED = "declined"  #: the writer chose not to answer; never asked again
+    #: a draft (text, reason, key) a person approves, edits or rejects before it is sent
+    AWAITING = "awaiting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,8 @@ class ReplyRecord:
     covers: tuple[str, ...] | None = None
     #: the writer's reported usage for this reply (version 4; None: not reported)
     usage: Usage | None = None
+    #: the decision applied to a draft (version 4; None: no person decided on it)
+    approval: Approval | None = None
     v: int = LEDGER_VERSION
 
     def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
@@ -99,6 +105,7 @@ class ReplyRecord:
             "message_at": self.message_at.isoformat() if self.message_at else None,
             "covers": list(self.covers) if self.covers is not None else None,
             "usage": self.usage.to_json() if self.usage is not None else None,
+            "approval": self.approval.to_json() if self.approval is not None else None,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -117,6 +124,8 @@ class ReplyRecord:
                 data["covers"] = tuple(str(key) for key in data["covers"])
             if data.get("usage") is not None:
                 data["usage"] = Usage.from_json(data["usage"])
+            if data.get("approval") is not None:
+                data["approval"] = Approval.from_json(data["approval"])
             data["v"] = LEDGER_VERSION
             return cls(**data)
         except SchemaError:

@@ -144,8 +144,12 @@ class Trace:
                 return f"answered by the reply to a later message ({record.covered_by})"
             if state is ReplyState.SENT:
                 return "answered"
+            if state is ReplyState.DECLINED and record.approval is not None:
+                return f"declined: {record.reason}"
             if state is ReplyState.DECLINED:
                 return f"declined by the writer: {record.reason or 'no reason given'}"
+            if state is ReplyState.AWAITING:
+                return f"awaiting approval: a draft ({record.reason or 'no reason given'})"
             if state is ReplyState.FAILED:
                 return "dead-lettered" + (" and retried" if self._retried else "")
             return "pending: the reply is recorded, its send is not confirmed yet"

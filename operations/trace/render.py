@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from operations.trace.model import DeliveryTrace, LedgerTrace, Skip, Trace
-from schemas.ledger import Usage
+from schemas.ledger import ReplyRecord, ReplyState, Usage
 
 
 def _plain(value: Any) -> Any:
@@ -77,6 +77,21 @@ def _deliveries(deliveries: tuple[DeliveryTrace, ...]) -> Table:
     return table
 
 
+def approval_rows(record: ReplyRecord) -> list[tuple[str, str]]:
+    """A draft's rows: what the writer drafted, the decision, who made it and when."""
+    approval = record.approval
+    if approval is None:
+        if record.state is ReplyState.AWAITING:
+            return [("draft", f"awaiting a decision since {_t(record.created_at)}")]
+        return []
+    decided = f"{approval.verdict.value} by {approval.by} at {_t(approval.at)}"
+    drafted = approval.draft_text if approval.draft_text is not None else record.reply_text
+    rows = [("draft", drafted or "-"), ("decision", decided)]
+    if record.state is ReplyState.SENT:
+        rows.append(("sent text", record.reply_text or "-"))
+    return rows
+
+
 def _ledger(entry: LedgerTrace) -> Table:
     record = entry.record
     table = Table(
@@ -98,6 +113,7 @@ def _ledger(entry: LedgerTrace) -> Table:
         rows.append(
             ("covering reply", f"{entry.covering.state.value}: {entry.covering.reply_text}")
         )
+    rows.extend(approval_rows(record))
     for name, value in rows:
         table.add_row(name, value)
     return table

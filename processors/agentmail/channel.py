@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from processors.agentmail.messages import (
-    AGENTMAIL_KEY_LIFETIME,
     agentmail_history,
     inbound_from_agentmail,
     skip_reason,
@@ -22,7 +20,6 @@ from schemas.envelope import Envelope
 class AgentMailChannel:
     sender: Any  #: AgentMailSender or DryRunOutbox: reply, find_reply, fetch
     name: str = "agentmail"
-    key_lifetime: timedelta = AGENTMAIL_KEY_LIFETIME
 
     async def inbound(self, envelope: Envelope) -> Inbound | Skip:
         message = envelope.payload().get("message") or {}

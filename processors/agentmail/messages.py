@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from email.utils import parseaddr
 from typing import Any
 
 from processors.messages import Inbound, ThreadMessage
 from processors.reply import Skip
-
-#: AgentMail keeps an idempotency key for 24 h after the send completes.
-AGENTMAIL_KEY_LIFETIME = timedelta(hours=24)
-
 
 #: AgentMail event types that are mail but not mail to answer.
 NOT_REAL_MAIL = frozenset(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -13,7 +13,6 @@ from foundation.settings import Settings
 from processors.messages import Inbound, ThreadMessage
 from processors.nylas.messages import (
     ANSWERABLE,
-    NYLAS_KEY_LIFETIME,
     as_mapping,
     inbound_from_nylas,
     own_message,
@@ -29,7 +28,6 @@ class NylasChannel:
     sender: Any  #: NylasSender or DryRunOutbox: reply, find_reply, fetch
     own_address: str | None = None  #: configured; else the sender reads it from the grant
     name: str = "nylas"
-    key_lifetime: timedelta = NYLAS_KEY_LIFETIME
 
     async def inbound(self, envelope: Envelope) -> Inbound | Skip:
         if envelope.event_type not in ANSWERABLE:

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from email.utils import parseaddr
 from typing import Any
 
 from processors.messages import Inbound
-
-#: Nylas keeps an Idempotency-Key for 1 hour after the first request.
-NYLAS_KEY_LIFETIME = timedelta(hours=1)
-
 
 #: the notification types that carry a new message to answer
 ANSWERABLE = frozenset({"message.created", "message.created.truncated"})

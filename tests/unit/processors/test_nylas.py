@@ -32,7 +32,6 @@ from processors.messages import Inbound, reply_key
 from processors.nylas.channel import NylasChannel, nylas_channel
 from processors.nylas.errors import classify
 from processors.nylas.messages import (
-    NYLAS_KEY_LIFETIME,
     find_nylas_reply,
     inbound_from_nylas,
     is_replay,
@@ -229,7 +228,6 @@ def test_the_channel_is_registered_only_when_nylas_is_configured(tmp_path: Path)
         registry=CollectorRegistry(),
     )
     assert real is not None and isinstance(real.sender, NylasSender)
-    assert real.key_lifetime == NYLAS_KEY_LIFETIME == timedelta(hours=1)
     assert real.own_address == AGENT
 
 
@@ -332,7 +330,6 @@ class Harness:
             policy=SendPolicy(
                 attempts=attempts, backoff_initial_s=backoff_s, backoff_max_s=backoff_s * 5
             ),
-            key_lifetime=NYLAS_KEY_LIFETIME,
             channel="nylas",
         )
 

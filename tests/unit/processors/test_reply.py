@@ -92,12 +92,12 @@ def _record(state: ReplyState, created: datetime = T0) -> ReplyRecord:
         (_record(ReplyState.SENT), Plan.SKIP_SENT),
         (_record(ReplyState.COVERED), Plan.SKIP_COVERED),
         (_record(ReplyState.FAILED), Plan.SKIP_FAILED),
-        (_record(ReplyState.PENDING), Plan.SEND),
+        (_record(ReplyState.PENDING), Plan.RECONCILE),
         (_record(ReplyState.PENDING, T0 - timedelta(hours=25)), Plan.RECONCILE),
     ],
 )
 def test_the_plan_follows_the_ledger_record(record: ReplyRecord | None, expected: Plan) -> None:
-    assert plan(record, now=T0 + timedelta(minutes=1)) is expected
+    assert plan(record) is expected
 
 
 def test_a_burst_answers_its_latest_message() -> None:
@@ -381,13 +381,13 @@ def test_a_message_labelled_sent_is_the_agents_own_whoever_it_is_from() -> None:
 def test_a_declined_record_is_never_written_again_even_on_a_replay() -> None:
     declined = ReplyRecord("k", INBOX, "<m@x>", "agentmail:t", ReplyState.DECLINED, T0)
 
-    assert plan(declined, now=T0, replay=True) is Plan.SKIP_DECLINED
+    assert plan(declined, replay=True) is Plan.SKIP_DECLINED
 
 
 def test_a_replay_of_a_failed_writer_asks_the_writer_again() -> None:
     failed = ReplyRecord("k", INBOX, "<m@x>", "agentmail:t", ReplyState.FAILED, T0)
 
-    assert plan(failed, now=T0, replay=True) is Plan.WRITE
+    assert plan(failed, replay=True) is Plan.WRITE
 
 
 class _Ordered(MemoryLedger):
@@ -814,10 +814,26 @@ async def test_a_replay_asks_the_writer_again_for_a_failed_record_without_text()
     assert (result.outcome, writer.calls) == (Outcome.SENT, [1])
 
 
-def test_a_pending_record_exactly_the_key_lifetime_old_is_still_sent() -> None:
-    record = _record(ReplyState.PENDING, T0)
+async def test_a_fresh_pending_record_whose_reply_reached_an_api_ignoring_keys_sends_nothing(
+    mail: FakeAgentMail,
+) -> None:
+    # a worker paused after its send reached the API and before it recorded it sent; its
+    # partition's next owner finds the pending record a minute later, and this API does not
+    # honour idempotency keys: only reading the thread first keeps the customer at one email
+    harness = Harness(mail, now=T0 + timedelta(minutes=1))
+    message = _seed(mail, "<m1@x>")
+    pending = ReplyRecord(
+        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "first text"
+    )
+    await harness.ledger.put(pending)
+    mail.ignore_keys()
+    await harness.sender.reply(pending)  # the paused worker's send
 
-    assert plan(record, now=T0 + timedelta(hours=24)) is Plan.SEND
+    result = await harness.run([message])
+
+    assert result.outcome is Outcome.ALREADY
+    assert [entry.text for entry in mail.outbox] == ["first text"]
+    assert harness.ledger.get(message.key).state is ReplyState.SENT  # type: ignore[union-attr]
 
 
 async def test_an_async_writer_is_awaited() -> None:

@@ -1,0 +1,267 @@
+"""Approval with real worker processes, the real broker and the local AgentMail server:
+a draft, decided from the CLI and the HTTP API, is sent once, with the approved text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from schemas.ledger import ReplyRecord, ReplyState
+from testkit import payloads
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    ledger_records,
+    onceonly,
+    until,
+    writer_env,
+)
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "approve-token"
+
+
+def _post(port: int, key: str, body: dict[str, Any], token: str | None = TOKEN) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/approvals/{key}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}
+        | ({"Authorization": f"Bearer {token}"} if token else {}),
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return int(answer.status), json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read())
+
+
+async def _draft(stack: Stack, message_id: str = "<m1@x>", thread: str = "thr-a") -> ReplyRecord:
+    """Deliver one message and wait for its draft to be recorded awaiting approval."""
+    await stack.deliver(stack.seed(message_id, thread))
+    found: list[ReplyRecord] = []
+
+    def drafted() -> bool:
+        found[:] = [r for r in ledger_records(stack).values() if r.state is ReplyState.AWAITING]
+        return bool(found)
+
+    await until(stack, drafted, "a draft awaiting approval")
+    return found[0]
+
+
+def _worker(stack: Stack, name: str = "w1", **env: str) -> Any:
+    return stack.worker(
+        name, ONCEONLY_APPROVAL="always", ONCEONLY_OPS_TOKEN=TOKEN, **writer_env(stack), **env
+    )
+
+
+async def test_always_a_draft_approved_from_the_cli_is_sent_once_with_its_text(
+    stack_factory: Callable[..., Stack], tmp_path: Any
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    _worker(stack)
+    draft = await _draft(stack)
+    assert stack.mail.outbox == []
+    listed = onceonly(stack, "approvals", "list", "--json")
+    assert [json.loads(line)["key"] for line in listed.stdout.splitlines()] == [draft.key]
+
+    approved = onceonly(stack, "approvals", "approve", draft.key, "--by", "ana")
+
+    assert approved.returncode == 0, approved.stderr
+    answer = json.loads(approved.stdout)
+    assert (answer["status"], answer["state"], answer["decided_by"]) == ("applied", "sent", "ana")
+    [email] = stack.mail.outbox
+    assert (email.text, email.idempotency_key) == (draft.reply_text, draft.key)
+    record = ledger_records(stack)[draft.key]
+    assert record.state is ReplyState.SENT
+    assert record.approval is not None and record.approval.by == "ana"
+    again = onceonly(stack, "approvals", "approve", draft.key, "--by", "bob")
+    assert json.loads(again.stdout)["status"] == "already"
+    assert len(stack.mail.outbox) == 1
+    traced = onceonly(stack, "trace", draft.key).stdout
+    assert "approved by ana" in traced and "sent text" in traced
+    assert (draft.reply_text or "")[:40] in traced
+
+
+async def test_two_approvals_at_once_from_the_api_and_the_cli_send_one_email(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+    edit = stack.tmp / "edit.txt"
+    edit.write_text("the CLI's edit")
+
+    api, cli = await asyncio.gather(
+        asyncio.to_thread(_post, worker.port, draft.key, {"action": "approve", "by": "slack-bot"}),
+        asyncio.to_thread(
+            onceonly, stack, "approvals", "approve", draft.key, "--text-file", str(edit)
+        ),
+    )
+
+    await stack.until_sent(1)
+    [email] = stack.mail.outbox
+    record = ledger_records(stack)[draft.key]
+    assert record.state is ReplyState.SENT and record.approval is not None
+    by_cli = record.approval.by != "slack-bot"
+    assert email.text == ("the CLI's edit" if by_cli else draft.reply_text)
+    cli_status = json.loads(cli.stdout)["status"]
+    if by_cli:  # the plain approval after the edit: the same decision, nothing more sent
+        assert (cli_status, api[0], api[1]["status"]) == ("applied", 200, "already")
+    else:  # the edit after the plain approval: refused with the state, never sent
+        assert (api[1]["status"], cli_status, cli.returncode) == ("applied", "refused", 1)
+
+
+async def test_a_rejected_draft_sends_nothing_and_is_declined_with_the_reason(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+
+    rejected = onceonly(stack, "approvals", "reject", draft.key, "--reason", "wrong amount")
+    late = _post(worker.port, draft.key, {"action": "approve", "by": "bob"})
+
+    assert rejected.returncode == 0, rejected.stderr
+    record = ledger_records(stack)[draft.key]
+    assert record.state is ReplyState.DECLINED
+    assert record.reason is not None and record.reason.endswith("wrong amount")
+    assert late[0] == 409 and late[1]["state"] == "declined"
+    # the same message again (a redelivery, a replay, catch-up): skipped, not drafted again
+    again = payloads.agentmail_received(inbox_id=INBOX, thread_id="thr-a", message_id="<m1@x>")
+    await stack.deliver(again)
+    await until(stack, lambda: "reason=skip_declined" in worker.log(), "the redelivery skipped")
+    assert stack.mail.outbox == []
+
+
+async def test_a_wrong_token_is_403_and_an_unknown_key_404_and_neither_changes_anything(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+    before = ledger_records(stack)
+
+    wrong = _post(worker.port, draft.key, {"action": "approve", "by": "x"}, token="nope")
+    none = _post(worker.port, draft.key, {"action": "approve", "by": "x"}, token=None)
+    unknown = _post(worker.port, "reply-" + "0" * 64, {"action": "approve", "by": "x"})
+
+    assert (wrong[0], none[0], unknown[0]) == (403, 403, 404)
+    assert ledger_records(stack) == before
+    assert stack.mail.outbox == []
+    ok = _post(worker.port, draft.key, {"action": "approve", "by": "ana", "text": "edited"})
+    assert ok[0] == 200 and ok[1]["state"] == "sent"
+    assert [e.text for e in stack.mail.outbox] == ["edited"]
+
+
+async def test_a_worker_killed_during_the_approved_send_leaves_it_to_the_next_owner(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+    stack.mail.set_latency(10)  # the send hangs: the worker is killed during it
+
+    api = asyncio.ensure_future(
+        asyncio.to_thread(
+            _post, worker.port, draft.key, {"action": "approve", "by": "ana", "text": "approved"}
+        )
+    )
+
+    def approved() -> bool:
+        record = ledger_records(stack).get(draft.key)
+        return record is not None and record.state is ReplyState.PENDING
+
+    await until(stack, approved, "the approval recorded")
+    worker.kill()
+    await asyncio.gather(api, return_exceptions=True)
+    stack.mail.set_latency(0)
+    _worker(stack, "w2", state_of="w1")
+
+    await stack.until_sent(1)
+    await until(
+        stack, lambda: ledger_records(stack)[draft.key].state is ReplyState.SENT, "recorded sent"
+    )
+    assert [(e.text, e.idempotency_key) for e in stack.mail.outbox] == [("approved", draft.key)]
+
+
+async def test_a_newer_message_supersedes_the_waiting_draft_and_the_old_is_refused(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    old = await _draft(stack)
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+    newer: list[ReplyRecord] = []
+
+    def redrafted() -> bool:
+        records = ledger_records(stack).values()
+        newer[:] = [r for r in records if r.state is ReplyState.AWAITING and r.key != old.key]
+        return bool(newer)
+
+    await until(stack, redrafted, "a new draft covering both messages")
+    [new] = newer
+
+    refused = onceonly(stack, "approvals", "approve", old.key, "--by", "ana")
+    approved = _post(worker.port, new.key, {"action": "approve", "by": "ana"})
+
+    assert new.covers == (old.key,) and new.message_id == "<m2@x>"
+    assert ledger_records(stack)[old.key].covered_by == new.key
+    assert refused.returncode == 1
+    assert f"superseded by the newer reply {new.key}" in refused.stderr + refused.stdout
+    assert approved[0] == 200 and approved[1]["state"] == "sent"
+    [email] = stack.mail.outbox
+    assert (email.replied_to_message_id, email.text) == ("<m2@x>", new.reply_text)
+    assert "2 message(s)" in (new.reply_text or "")  # the writer saw both
+
+
+async def test_after_a_restart_drafts_are_listed_approvable_and_time_out_from_their_draft(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    timeout_s = 25.0
+    env = {"ONCEONLY_APPROVAL_TIMEOUT": str(timeout_s), "ONCEONLY_APPROVAL_ON_TIMEOUT": "decline"}
+    worker = _worker(stack, **env)
+    first = await _draft(stack, "<a@x>", "thr-a")
+    await stack.deliver(stack.seed("<b@x>", "thr-b"))
+    drafts: dict[str, ReplyRecord] = {}
+
+    def both() -> bool:
+        records = ledger_records(stack).values()
+        drafts.update({r.key: r for r in records if r.state is ReplyState.AWAITING})
+        return len(drafts) == 2
+
+    await until(stack, both, "two drafts")
+    second = next(r for r in drafts.values() if r.key != first.key)
+    while (time.time() - second.created_at.timestamp()) < 15:  # a restart late in the wait
+        await asyncio.sleep(0.2)
+    worker.kill()
+    restarted = time.time()
+    _worker(stack, "w2", state_of="w1", **env)
+
+    listed = onceonly(stack, "approvals", "list", "--json")
+    keys = {json.loads(line)["key"] for line in listed.stdout.splitlines()}
+    approved = onceonly(stack, "approvals", "approve", first.key, "--by", "ana")
+
+    def timed_out() -> bool:
+        return ledger_records(stack)[second.key].state is ReplyState.DECLINED
+
+    await until(stack, timed_out, "the second draft declined by the timeout", timeout_s=60)
+    declined = ledger_records(stack)[second.key]
+    assert keys == {first.key, second.key}
+    assert json.loads(approved.stdout)["state"] == "sent"
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<a@x>"]
+    assert declined.approval is not None and declined.approval.verdict.value == "timed_out"
+    waited = declined.approval.at.timestamp() - second.created_at.timestamp()
+    assert waited >= timeout_s  # never early
+    assert (
+        declined.approval.at.timestamp() - restarted < timeout_s
+    )  # from the draft, not the restart

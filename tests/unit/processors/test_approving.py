@@ -1,0 +1,193 @@
+"""A draft through the pipeline, then decisions applied as the partition's owner applies them:
+against the local AgentMail server, no broker (the ledger in memory)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ingest import normalise
+from processors.agent import Writer, WriterPolicy
+from processors.agentmail.channel import AgentMailChannel
+from processors.agentmail.sender import AgentMailSender
+from processors.approvals import Answer, apply
+from processors.approving import decide
+from processors.holds import Delivery
+from processors.metrics import WorkerMetrics
+from processors.pipeline import Pipeline
+from schemas.approval import Action, ApprovalDecision, Verdict
+from schemas.ledger import ReplyRecord, ReplyState
+from testkit import payloads
+from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.fakes.ledger import MemoryLedger
+from tests.unit.processors._pipeline import bare_pipeline
+
+INBOX = "support@agentmail.to"
+T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+class _DeadLetters:
+    async def record_reply(self, record: Any, reason: str, envelopes: Any) -> None:
+        raise AssertionError(f"dead-lettered: {reason}")
+
+
+@pytest.fixture
+async def mail() -> AsyncIterator[FakeAgentMail]:
+    fake = FakeAgentMail()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> Pipeline:
+    settings = SimpleNamespace(reorder_window_ms=0, send_attempts=2, supersede_max=2, approval=mode)
+    sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
+    return bare_pipeline(
+        settings,
+        ledger=MemoryLedger(),
+        channels={"agentmail": AgentMailChannel(sender)},
+        writer=Writer(writer or (lambda burst: "the model's draft"), WriterPolicy(attempts=1)),
+        dead_letters=_DeadLetters(),
+        metrics=WorkerMetrics(),
+    )
+
+
+def _delivery(mail: FakeAgentMail, n: int = 1) -> Delivery:
+    message_id, at, text = f"<m{n}@example.com>", f"2026-11-29T10:0{n}:00.000Z", f"message {n}"
+    mail.seed_message(INBOX, message_id=message_id, thread_id="thr-a", timestamp=at, text=text)
+    payload = payloads.agentmail_received(
+        inbox_id=INBOX, thread_id="thr-a", message_id=message_id, timestamp=at, text=text
+    )
+    return Delivery(normalise.agentmail(json.dumps(payload), {}, datetime.now(UTC)), (0, n))
+
+
+async def _drafted(mail: FakeAgentMail, pipeline: Pipeline) -> str:
+    delivery = _delivery(mail)
+    outcomes: dict[str, bool] = {}
+    await pipeline.act([delivery], outcomes)
+    assert outcomes == {delivery.envelope.event_id: True}  # acknowledged: a draft is done
+    [record] = pipeline.ledger.records.values()
+    assert record.state is ReplyState.AWAITING
+    return str(record.key)
+
+
+def _decision(
+    key: str, ident: str, action: Action = Action.APPROVE, text: str | None = None, by: str = "ana"
+) -> ApprovalDecision:
+    return ApprovalDecision(
+        ident, key, "agentmail:thr-a", action, by, datetime.now(UTC), text, "no" if text else None
+    )
+
+
+async def test_always_drafts_and_an_approval_sends_the_draft_once(mail: FakeAgentMail) -> None:
+    pipeline = _pipeline(mail)
+    key = await _drafted(mail, pipeline)
+    assert mail.outbox == []
+
+    sent = await decide(pipeline, _decision(key, "d-1"))
+    again = await decide(pipeline, _decision(key, "d-2", by="bob"))  # a second approval
+
+    assert [(e.text, e.idempotency_key) for e in mail.outbox] == [("the model's draft", key)]
+    assert sent is not None and again is not None
+    assert sent.state is again.state is ReplyState.SENT
+    assert sent.approval is not None and sent.approval.by == "ana"
+    states = [w.state for w in pipeline.ledger.writes]  # type: ignore[attr-defined]
+    assert states == [ReplyState.AWAITING, ReplyState.PENDING, ReplyState.SENT]
+
+
+async def test_an_edit_is_what_the_mail_api_receives(mail: FakeAgentMail) -> None:
+    pipeline = _pipeline(mail)
+    key = await _drafted(mail, pipeline)
+
+    await decide(pipeline, _decision(key, "d-1", text="a person's words"))
+    late = await decide(pipeline, _decision(key, "d-2", text="a late edit", by="bob"))
+
+    assert [e.text for e in mail.outbox] == ["a person's words"]
+    assert late is not None and late.approval is not None
+    assert (late.approval.verdict, late.approval.by) == (Verdict.EDITED, "ana")
+
+
+async def test_a_rejection_sends_nothing_and_records_why(mail: FakeAgentMail) -> None:
+    pipeline = _pipeline(mail)
+    key = await _drafted(mail, pipeline)
+
+    declined = await decide(pipeline, _decision(key, "d-1", Action.REJECT))
+    after = await decide(pipeline, _decision(key, "d-2"))
+
+    assert mail.outbox == []
+    assert declined is not None and after is not None
+    assert after.state is ReplyState.DECLINED
+    assert declined.reason == "rejected by ana: rejected"
+
+
+async def test_an_approval_recorded_but_not_sent_is_sent_when_it_comes_again(
+    mail: FakeAgentMail,
+) -> None:
+    # the worker was killed after the pending record: the decision record comes back
+    pipeline = _pipeline(mail)
+    key = await _drafted(mail, pipeline)
+    pending = apply(pipeline.ledger.get(key), _decision(key, "d-1", text="edited")).record
+    assert pending is not None
+    await pipeline.ledger.put(pending)
+
+    sent = await decide(pipeline, _decision(key, "d-1", text="edited"))
+
+    assert [e.text for e in mail.outbox] == ["edited"]
+    assert sent is not None and sent.state is ReplyState.SENT
+
+
+async def test_never_sends_the_writers_text_without_a_draft(mail: FakeAgentMail) -> None:
+    pipeline = _pipeline(mail, mode="never")
+    await pipeline.act([_delivery(mail)], {})
+
+    assert [e.text for e in mail.outbox] == ["the model's draft"]
+
+
+async def test_a_newer_message_supersedes_the_waiting_draft_and_one_reply_covers_both(
+    mail: FakeAgentMail,
+) -> None:
+    seen: list[list[str | None]] = []
+
+    def writer(burst: Any) -> str:
+        seen.append([m.text for m in burst])
+        return f"draft for {len(burst)} message(s)"
+
+    pipeline = _pipeline(mail, writer=writer)
+    old = await _drafted(mail, pipeline)
+    newer = _delivery(mail, 2)
+
+    outcomes: dict[str, bool] = {}
+    await pipeline.act([newer], outcomes)
+
+    records = pipeline.ledger.records  # type: ignore[attr-defined]
+    new_key = next(k for k, r in records.items() if r.state is ReplyState.AWAITING)
+    assert seen == [["message 1"], ["message 1", "message 2"]]  # drafted again with both
+    assert records[new_key].reply_text == "draft for 2 message(s)"
+    assert records[new_key].covers == (old,)
+    assert (records[old].state, records[old].covered_by) == (ReplyState.COVERED, new_key)
+    refused = await decide(pipeline, _decision(old, "d-old"))
+    assert refused is not None and refused.state is ReplyState.COVERED
+    assert mail.outbox == []
+    await decide(pipeline, _decision(new_key, "d-new"))
+    assert [(e.text, e.replied_to_message_id) for e in mail.outbox] == [
+        ("draft for 2 message(s)", "<m2@example.com>")
+    ]
+    await pipeline.act([newer], {})  # the newer message again: nothing is drafted again
+    assert len(seen) == 2
+
+
+def test_a_decision_on_a_superseded_draft_is_refused_naming_the_newer_reply() -> None:
+    from processors.approvals import supersede
+
+    draft = ReplyRecord("reply-old", "i", "<m@x>", "agentmail:t", ReplyState.AWAITING, T0, "d")
+    gone = supersede(draft, "reply-new")
+
+    applied = apply(gone, _decision("reply-old", "d-1"))
+
+    assert applied.answer is Answer.REFUSED
+    assert "superseded by the newer reply reply-new" in applied.detail

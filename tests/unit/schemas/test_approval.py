@@ -1,0 +1,68 @@
+"""Approval records on the wire, and the ledger record's version 4."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from schemas.approval import Action, Approval, ApprovalDecision, Verdict
+from schemas.exceptions import SchemaError
+from schemas.ledger import LEDGER_VERSION, ReplyRecord, ReplyState
+
+AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
+DECISION = ApprovalDecision(
+    "d-1", "reply-abc", "agentmail:thr_1", Action.APPROVE, "ana", AT, text="Édité", reason=None
+)
+
+
+def test_a_decision_survives_encoding_unchanged() -> None:
+    assert ApprovalDecision.decode(DECISION.encode()) == DECISION
+
+
+def test_a_decision_of_an_unknown_version_is_refused() -> None:
+    data = json.loads(DECISION.encode())
+    data["v"] = 7
+
+    with pytest.raises(SchemaError, match="version 7"):
+        ApprovalDecision.decode(json.dumps(data))
+
+
+def test_a_decision_with_an_unknown_action_is_refused() -> None:
+    data = json.loads(DECISION.encode())
+    data["action"] = "maybe"
+
+    with pytest.raises(SchemaError, match="cannot be decoded"):
+        ApprovalDecision.decode(json.dumps(data))
+
+
+def test_an_awaiting_draft_with_its_approval_survives_the_ledger() -> None:
+    approval = Approval(Verdict.EDITED, "ana", AT, "d-1", draft_text="the writer's text")
+    record = ReplyRecord(
+        "reply-abc",
+        "i",
+        "<m@x>",
+        "agentmail:t",
+        ReplyState.AWAITING,
+        AT,
+        "edited",
+        approval=approval,
+    )
+
+    decoded = ReplyRecord.decode(record.encode())
+
+    assert decoded == record
+    assert decoded.v == LEDGER_VERSION == 4
+
+
+def test_a_version_3_record_still_decodes_without_an_approval() -> None:
+    record = ReplyRecord("reply-abc", "i", "<m@x>", "agentmail:t", ReplyState.SENT, AT, "hi")
+    data = json.loads(record.encode())
+    del data["approval"]
+    data["v"] = 3
+
+    decoded = ReplyRecord.decode(json.dumps(data))
+
+    assert decoded.approval is None
+    assert decoded.state is ReplyState.SENT
