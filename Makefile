@@ -61,6 +61,14 @@ bench-scale: $(STAMP) jars
 bench-agent: $(STAMP) jars
 	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
 
+# Flow control for the model: two workers under ONCEONLY_MODEL_RPM=600 with a 0.5 s model
+# (2,000 messages), a model answering 429 with Retry-After: 2 for 10 s, and tenant A's flood
+# of 5,000 messages against tenant B's 10. Report: bench/results/flow-<date>.md.
+# Smaller: make bench-flow BENCH_FLOW_ARGS='--smoke'
+.PHONY: bench-flow
+bench-flow: $(STAMP) jars
+	$(BIN)/python -m bench.flow $(BENCH_FLOW_ARGS)
+
 # Backpressure at every window: 50,000 threads of 50 KB produced first, then one worker with
 # an async writer of 1 s (window 2,000 ms, concurrency 64) drains them: time beside the floor
 # (threads x writer-s / concurrency), peak RSS, rebalances, emails per thread, fence-to-send.

@@ -167,6 +167,16 @@ class Settings(BaseSettings):
     writer_concurrency: int = Field(default=64, ge=1)
     #: one writer call past this is a failure (retried); a sync writer's thread runs on
     writer_timeout_s: float = Field(default=120.0, gt=0)
+    #: the model's requests / tokens per minute for the whole worker group (unset: no
+    #: limit); each worker takes its share by the deliveries partitions it owns
+    model_rpm: float | None = Field(default=None, gt=0)
+    model_tpm: float | None = Field(default=None, gt=0)
+    #: tokens a call is charged against model_tpm until a writer reports its usage
+    model_tokens_estimate: int = Field(default=1000, ge=1)
+    #: who shares the writer slots fairly: "inbox" (inbox or grant) or an envelope field
+    tenant_key: str = "inbox"
+    #: writer calls in flight per tenant, at most (unset: up to writer_concurrency)
+    tenant_concurrency: int | None = Field(default=None, ge=1)
     #: writer calls per reply before the burst is dead-lettered (writer_failed)
     writer_attempts: int = Field(default=3, ge=1)
     #: first backoff between writer attempts (random exponential, at most 30 s)
@@ -261,6 +271,19 @@ class Settings(BaseSettings):
                 "ONCEONLY_KAFKA_SASL_USERNAME and ONCEONLY_KAFKA_SASL_PASSWORD"
             )
         return self
+
+    @field_validator("tenant_key")
+    @classmethod
+    def _tenant_field(cls, value: str) -> str:
+        from schemas.envelope import Envelope
+
+        fields = ["inbox", *Envelope.__dataclass_fields__]
+        if value not in fields:
+            raise ValueError(
+                f"ONCEONLY_TENANT_KEY={value!r} names no envelope field; use one of "
+                + ", ".join(fields)
+            )
+        return value
 
     @field_validator("log_level")
     @classmethod

@@ -1,7 +1,8 @@
 """The operator page: ``/ops`` on the worker's web port.
 
 It shows the dead letters with their reason (and a retry button), the recent skips, a
-trace lookup, the consumer lag per partition and the watched webhook's health. It reads
+trace lookup, the consumer lag per partition, the watched webhook's health and today's
+model usage per tenant (:mod:`operations.costs`). It reads
 the topics; a retry goes through :func:`operations.replay.retry_dead_letters`, the path
 of ``onceonly dead-letters retry``, and needs ``ONCEONLY_OPS_TOKEN`` (a form field
 ``token`` or an ``Authorization: Bearer`` header). With the token unset the page is
@@ -33,6 +34,7 @@ from foundation.settings import Settings
 from operations.approvals import drafts, ledger_reader
 from operations.approvals_view import DraftRow, decided_notice, draft_rows
 from operations.approvals_web import ApprovalsApi
+from operations.costs import today_table
 from operations.ops_template import render
 from operations.ops_view import (
     OpsView,
@@ -174,6 +176,7 @@ class OpsPage:
                 settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic
             ),
         )
+        usage = section("the model usage in the ledger", lambda: today_table(settings))
         drafts = section("the drafts awaiting approval", lambda: read_drafts(settings))
         skips = trace = None
         if sources.skips is not None:
@@ -191,6 +194,7 @@ class OpsPage:
             skips=None if skips is None else await skips,
             trace_available=sources.trace is not None,
             trace=None if trace is None else await trace,
+            usage=await usage,
             drafts=await drafts,
             **extra,
         )

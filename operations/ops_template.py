@@ -119,6 +119,18 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% elif v.trace %}<pre>{{ v.trace.value.text }}</pre>{% endif %}
 {% endif %}
 
+<h2 id="usage">Model usage today (UTC)</h2>
+{% if v.usage is none %}<p class="unknown">Model usage: not read.</p>
+{% elif v.usage.error %}<p class="bad">{{ v.usage.error }}</p>
+{% elif not v.usage.value.rows %}<p>No reply recorded today reported its usage.</p>
+{% else %}
+<table>
+<tr>{% for c in v.usage.value.columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for r in v.usage.value.rows %}<tr>{% for cell in r %}<td>{{ cell }}</td>{% endfor %}</tr>
+{% endfor %}
+</table>
+{% endif %}
+
 <h2 id="lag">Lag per partition</h2>
 {% if v.lag.error %}<p class="bad">{{ v.lag.error }}</p>
 {% else %}

@@ -79,6 +79,8 @@ class OpsView:
     trace: Read[TraceView] | None = None  #: None: nothing looked up
     notice: str | None = None
     refusal: Refusal | None = None
+    #: today's model usage per tenant (operations.costs); None: not read
+    usage: Read[Table] | None = None
     #: the drafts awaiting a person (operations.approvals_view.DraftRow); None: not read
     drafts: Read[list[Any]] | None = None
 

@@ -13,9 +13,13 @@ needs: the thread's history on request and keyed effects) and returns one of:
   ``ONCEONLY_WRITER_ATTEMPTS`` calls, then :class:`WriterFailed` (the worker
   dead-letters the burst with reason ``writer_failed`` and goes on).
 
-At most ``ONCEONLY_WRITER_CONCURRENCY`` calls are in flight per worker (the knob for a
-model's rate limit); a sync writer runs in a thread pool of that size, never on the
-event loop, so heartbeats, ticks and other conversations go on while it runs.
+At most ``ONCEONLY_WRITER_CONCURRENCY`` calls are in flight per worker; a sync writer
+runs in a thread pool of that size, never on the event loop, so heartbeats, ticks and
+other conversations go on while it runs. Each call is admitted by
+:class:`~processors.admission.Admission`: free slots round-robin between tenants, the
+group's rate limits, the model's 429 pauses (a 429 with Retry-After is tried again
+without counting an attempt, up to ``THROTTLED_MAX`` times). A writer reports what a
+call cost with ``burst.report_usage(model, input_tokens, output_tokens)``.
 """
 
 from __future__ import annotations
@@ -27,14 +31,18 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 import structlog
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
+from processors.admission import Admission, Ticket
 from processors.exceptions import ProcessorError, Rebalancing, WriterFailed
+from processors.flow import model_of, retry_after_s
 from processors.messages import Decline, Draft, Inbound, ThreadMessage
+from processors.tenants import current_tenant
+from schemas.ledger import Usage
 
 log = structlog.get_logger("onceonly.agent")
 
@@ -71,6 +79,12 @@ class Burst(Sequence[Inbound]):
     _read_history: History = _no_history
     _loop: asyncio.AbstractEventLoop | None = None
     _cache: list[Sequence[ThreadMessage]] = field(default_factory=list)
+    _usage: list[Usage] = field(default_factory=list)
+
+    def report_usage(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        """What this call cost: recorded with the reply, counted by model, charged against
+        ``ONCEONLY_MODEL_TPM``. Call it once per model call (a sync writer may too)."""
+        self._usage.append(Usage(str(model), int(input_tokens), int(output_tokens)))
 
     @overload
     def __getitem__(self, index: int) -> Inbound: ...
@@ -101,8 +115,30 @@ class Burst(Sequence[Inbound]):
         return asyncio.run_coroutine_threadsafe(self.history(), self._loop).result()
 
 
+class Text(str):
+    """The reply text, with what its writer calls cost (``usage``, None: not reported)."""
+
+    usage: Usage | None = None
+
+
 Written = str | Decline | Draft
+
+
+def with_usage(written: Written, usage: Sequence[Usage]) -> Written:
+    """The text or Decline carrying the sum of the calls' reported usage (if any)."""
+    if not usage or isinstance(written, Draft):
+        return written
+    total = functools.reduce(lambda a, b: a + b, usage)
+    if isinstance(written, Decline):
+        return replace(written, usage=total)
+    text = Text(written)
+    text.usage = total
+    return text
+
+
 UserWriter = Callable[[Burst], Any]
+#: 429s with Retry-After one reply may meet before it fails (they count no attempt)
+THROTTLED_MAX = 50
 
 
 def outcome_of(value: Any) -> Written:
@@ -150,14 +186,20 @@ class Writer:
         policy: WriterPolicy = WriterPolicy(),
         *,
         on_call: Callable[[str, float], None] = lambda outcome, seconds: None,
+        admission: Admission | None = None,
+        on_usage: Callable[[Usage], None] = lambda usage: None,
     ) -> None:
         self.writer = writer
         self.policy = policy
         self.on_call = on_call
+        self.on_usage = on_usage
         self._async = is_async(writer)
-        self._slots = asyncio.Semaphore(policy.concurrency)
+        self.admission = admission or Admission(policy.concurrency)
         self._pool: ThreadPoolExecutor | None = None
-        self.in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self.admission.in_flight
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -171,36 +213,56 @@ class Writer:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _call_once(self, burst: Burst) -> Written:
-        async with self._slots:
-            self.in_flight += 1
-            started = time.monotonic()
-            outcome = "error"
-            try:
-                if self._async:
-                    call: Awaitable[Any] = self.writer(burst)
-                else:
-                    # the writer's thread runs in this task's context, so what it asks of
-                    # the loop (``effects.once_sync``) is done for the record being answered
-                    loop = asyncio.get_running_loop()
-                    run = functools.partial(contextvars.copy_context().run, self.writer, burst)
-                    call = loop.run_in_executor(self._executor(), run)
-                try:
-                    value = await asyncio.wait_for(call, self.policy.timeout_s)
-                except TimeoutError:
-                    outcome = "timeout"
-                    raise WriterTimeout(
-                        f"the reply writer ran past {self.policy.timeout_s:g} s "
-                        "(ONCEONLY_WRITER_TIMEOUT_S)"
-                    ) from None
-                if inspect.isawaitable(value):  # a sync function that returned a coroutine
-                    value = await asyncio.wait_for(value, self.policy.timeout_s)
-                written = outcome_of(value)
-                outcome = "declined" if isinstance(written, Decline) else "written"
-                outcome = "drafted" if isinstance(written, Draft) else outcome
-                return written
-            finally:
-                self.in_flight -= 1
-                self.on_call(outcome, time.monotonic() - started)
+        ticket = await self.admission.enter(current_tenant.get())
+        started = time.monotonic()
+        outcome = "error"
+        ok, throttled = False, None
+        try:
+            written = await self._run(burst)
+            ok = True
+            outcome = "declined" if isinstance(written, Decline) else "written"
+            outcome = "drafted" if isinstance(written, Draft) else outcome
+            return written
+        except WriterTimeout:
+            outcome = "timeout"
+            raise
+        except Exception as exc:
+            throttled = retry_after_s(exc, time.time())
+            if throttled is not None:
+                outcome = "throttled"
+                self.admission.model = model_of(exc) or self.admission.model
+            raise
+        finally:
+            self._settle(ticket, burst, ok, throttled)
+            self.on_call(outcome, time.monotonic() - started)
+
+    def _settle(self, ticket: Ticket, burst: Burst, ok: bool, throttled: float | None) -> None:
+        used = burst._usage
+        for usage in used:
+            self.on_usage(usage)
+        if used:
+            self.admission.model = used[-1].model
+        tokens = float(sum(u.total for u in used)) if used else None
+        self.admission.leave(ticket, ok=ok, retry_after_s=throttled, tokens=tokens)
+
+    async def _run(self, burst: Burst) -> Written:
+        if self._async:
+            call: Awaitable[Any] = self.writer(burst)
+        else:
+            # the writer's thread runs in this task's context, so what it asks of
+            # the loop (``effects.once_sync``) is done for the record being answered
+            loop = asyncio.get_running_loop()
+            run = functools.partial(contextvars.copy_context().run, self.writer, burst)
+            call = loop.run_in_executor(self._executor(), run)
+        try:
+            value = await asyncio.wait_for(call, self.policy.timeout_s)
+        except TimeoutError:
+            raise WriterTimeout(
+                f"the reply writer ran past {self.policy.timeout_s:g} s (ONCEONLY_WRITER_TIMEOUT_S)"
+            ) from None
+        if inspect.isawaitable(value):  # a sync function that returned a coroutine
+            value = await asyncio.wait_for(value, self.policy.timeout_s)
+        return outcome_of(value)
 
     async def write(
         self,
@@ -213,22 +275,43 @@ class Writer:
         """The reply text or a Decline; raises :class:`WriterFailed` after the last attempt."""
         loop = asyncio.get_running_loop()
         cache: list[Sequence[ThreadMessage]] = []  # history read once, whatever the attempts
+        usage: list[Usage] = []  # every call's, whatever the attempts
         attempt = 0
+        throttled = 0  # 429s with Retry-After: the admission waits, no attempt is counted
+        backoff = wait_random_exponential(
+            multiplier=self.policy.backoff_initial_s, max=self.policy.backoff_max_s
+        )
+
+        def was_throttled(state: RetryCallState) -> bool:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            return exc is not None and retry_after_s(exc, time.time()) is not None
+
+        def stop(state: RetryCallState) -> bool:
+            if was_throttled(state):  # the model asked to wait: the pause waits, up to a cap
+                return throttled > THROTTLED_MAX
+            return attempt - throttled >= self.policy.attempts
+
+        def wait(state: RetryCallState) -> float:
+            return 0.0 if was_throttled(state) else float(backoff(state))
+
         try:
             async for retry in AsyncRetrying(
-                stop=stop_after_attempt(self.policy.attempts),
-                wait=wait_random_exponential(
-                    multiplier=self.policy.backoff_initial_s, max=self.policy.backoff_max_s
-                ),
-                retry=retry_if_exception(_retryable),
-                reraise=True,
+                stop=stop, wait=wait, retry=retry_if_exception(_retryable), reraise=True
             ):
                 with retry:
                     attempt += 1
                     if attempt > 1:
                         log.warning("writer retry", attempt=attempt, **(ids or {}))
                     burst = Burst(tuple(messages), effects, attempt, history, loop, cache)
-                    return await self._call_once(burst)
+                    try:
+                        written = await self._call_once(burst)
+                    except Exception as exc:
+                        if retry_after_s(exc, time.time()) is not None:
+                            throttled += 1
+                        raise
+                    finally:
+                        usage.extend(burst._usage)
+                    return with_usage(written, usage)
         except (asyncio.CancelledError, Rebalancing):
             raise
         except Exception as exc:

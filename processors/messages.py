@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 def reply_key(inbox_id: str, message_id: str) -> str:
@@ -51,6 +52,8 @@ class Decline:
     """What a writer returns to answer nothing: recorded as *declined*, with the reason."""
 
     reason: str = "declined by the writer"
+    #: what the writer's calls cost (:class:`schemas.ledger.Usage`), set by the worker
+    usage: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ class WorkerMetrics:
             registry=self.registry,
         )
         self._writer_metrics()
+        self._flow_metrics()
         self._approval_metrics()
 
     def _writer_metrics(self) -> None:
@@ -97,6 +98,46 @@ class WorkerMetrics:
             "Records taken from the deliveries topic and not yet finished.",
             registry=self.registry,
         )
+
+    def _flow_metrics(self) -> None:
+        """Flow control for the model (:mod:`processors.admission`) and what replies cost."""
+        self.writer_tokens = Counter(
+            "onceonly_writer_tokens",
+            "Tokens the reply writer reported, by model and kind (input, output).",
+            ["model", "kind"],
+            registry=self.registry,
+        )
+        self.model_pauses = Counter(
+            "onceonly_model_pauses",
+            "Pauses of every writer call to a model after it answered 429 with Retry-After.",
+            ["model"],
+            registry=self.registry,
+        )
+        self.model_paused_seconds = Counter(
+            "onceonly_model_paused_seconds",
+            "Seconds of those pauses (as Retry-After asked).",
+            ["model"],
+            registry=self.registry,
+        )
+        self.model_share = Gauge(
+            "onceonly_model_share",
+            "This worker's share of ONCEONLY_MODEL_RPM/TPM: its partitions / the topic's.",
+            registry=self.registry,
+        )
+        self.writer_admission_wait = Histogram(
+            "onceonly_writer_admission_wait_seconds",
+            "How long writer calls waited for a slot, their tenant's turn, the rate or a pause.",
+            buckets=(0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+
+    def writer_usage(self, usage: Any) -> None:
+        self.writer_tokens.labels(usage.model, "input").inc(usage.input_tokens)
+        self.writer_tokens.labels(usage.model, "output").inc(usage.output_tokens)
+
+    def model_paused(self, model: str, seconds: float) -> None:
+        self.model_pauses.labels(model).inc()
+        self.model_paused_seconds.labels(model).inc(seconds)
 
     def _approval_metrics(self) -> None:
         """Drafts and the decisions on them (ONCEONLY_APPROVAL)."""

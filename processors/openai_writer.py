@@ -13,7 +13,9 @@ through ``burst.history()`` (one API call, made because it asks); it lets the SD
 errors (429, 5xx, timeouts) propagate, so the worker retries it with backoff and
 dead-letters the burst after ``ONCEONLY_WRITER_ATTEMPTS``; the SDK's own retries are
 off, so a retry is the worker's and is counted; and it declines (returns None) when the
-model answers with the agreed word ``NO_REPLY``.
+model answers with the agreed word ``NO_REPLY``. It reports each call's usage (the
+response's ``usage``), which the worker records with the reply; a 429's ``Retry-After``
+(on the SDK's ``RateLimitError``) pauses the worker's calls to the model for that long.
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ class OpenAIWriter:
             output_tokens=getattr(usage, "completion_tokens", None),
             response_model=getattr(completion, "model", None),
         )
+        if usage is not None:  # what the call cost: in the ledger, the metrics, the TPM budget
+            burst.report_usage(
+                getattr(completion, "model", None) or self.model,
+                usage.prompt_tokens or 0,
+                usage.completion_tokens or 0,
+            )
         text = (completion.choices[0].message.content or "").strip()
         if not text or text == NO_REPLY:
             return Decline("the model chose not to reply")

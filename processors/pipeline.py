@@ -22,7 +22,7 @@ import structlog
 
 from foundation import tracing
 from foundation.settings import Settings
-from processors import approvals, approving, reorder
+from processors import approvals, approving, reorder, tenants
 from processors.agent import Writer
 from processors.channels import Channel
 from processors.claims import claim, finish
@@ -320,6 +320,7 @@ class Pipeline:
         burst = await self._inbounds(mail, outcomes)
         if not burst:
             return
+        tenants.set_tenant(self.settings, mail[0].envelope, burst[-1])  # whose turn
         answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
         recorded: list[Inbound] = []  #: newer messages with a ledger record of their own
 

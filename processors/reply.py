@@ -247,7 +247,8 @@ async def _compose(
     target, covered = split_burst(messages)
     base = _record_for(target, ReplyState.PENDING, now(), channel)
     if isinstance(written, Decline):
-        await ledger.put(base.with_state(ReplyState.DECLINED, reason=written.reason))
+        declined = base.with_state(ReplyState.DECLINED, reason=written.reason, usage=written.usage)
+        await ledger.put(declined)
         await _cover(ledger, covered, target.key, now, channel)
         log.info("reply declined by the writer", reason=written.reason, key=target.key)
         return BurstResult(Outcome.DECLINED, target.key)
@@ -258,7 +259,8 @@ async def _compose(
         await _cover(ledger, covered, target.key, now, channel)
         log.info("reply drafted; awaiting approval", reason=written.reason, key=target.key)
         return BurstResult(Outcome.AWAITING, target.key)
-    record = base.with_state(ReplyState.PENDING, reply_text=written, covers=seen)
+    usage = getattr(written, "usage", None)  # the writer's reported cost (processors.agent.Text)
+    record = base.with_state(ReplyState.PENDING, reply_text=str(written), covers=seen, usage=usage)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages
 

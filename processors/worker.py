@@ -37,6 +37,7 @@ from foundation import tracing
 from foundation.kafka import Admin, TopicSpec, client_security
 from foundation.settings import Settings
 from processors import approving
+from processors.admission import admission_for, owned_share
 from processors.agent import Writer, WriterPolicy
 from processors.agentmail.channel import AgentMailChannel
 from processors.agentmail.sender import AgentMailSender
@@ -126,6 +127,17 @@ def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: Off
     return lanes
 
 
+def _writer(settings: Settings, writer: ReplyWriter | None, metrics: WorkerMetrics) -> Writer:
+    """The writer step: the user's writer under the policy, admitted by slot, tenant, rate."""
+    return Writer(
+        writer or load_writer(settings.reply_writer),
+        writer_policy(settings),
+        on_call=metrics.writer_call,
+        admission=admission_for(settings, metrics),
+        on_usage=metrics.writer_usage,
+    )
+
+
 def _pipeline(
     app: faust.App,
     settings: Settings,
@@ -155,11 +167,7 @@ def _pipeline(
         holds=Holds(parts.holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
         ledger=TableLedger(parts.replies, fence=fence.check),
         channels={"agentmail": AgentMailChannel(sender)},
-        writer=Writer(
-            writer or load_writer(settings.reply_writer),
-            writer_policy(settings),
-            on_call=metrics.writer_call,
-        ),
+        writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
             parts.dead_letters, metrics, clock, settings.record_max_bytes, settings.envelope_mac_key
         ),
@@ -237,6 +245,7 @@ def build_app(
     app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)
     view = WorkerView(settings, WebhookHealth(settings.agentmail_webhook_id))
     _wire_lifecycle(app, pipeline, settings, tick_interval_s, view.webhook)
+    share_model_budget(app, pipeline, settings)
     if pages is not None:  # faust's default web driver is aiohttp; its Application serves them
         application: web.Application = app.web.web_app  # type: ignore[attr-defined]
         application.add_routes(list(pages(view)))
@@ -303,6 +312,19 @@ def _wire_lifecycle(
         )
 
     app.page("/metrics")(metrics_page)
+
+
+def share_model_budget(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
+    """ONCEONLY_MODEL_RPM/TPM hold for the group: at every rebalance, this worker takes the
+    share of the partitions it owns."""
+
+    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        assigned = app.consumer.assignment()
+        share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
+        pipeline.writer.admission.set_share(share)
+        pipeline.metrics.model_share.set(share)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
 
 
 async def render_metrics(registry: Any) -> bytes:

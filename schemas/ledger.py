@@ -13,7 +13,8 @@ from schemas.exceptions import SchemaError
 
 #: 4 added the *awaiting* state and ``approval`` (who decided on a draft, when, what);
 #: 2 added ``reason`` (why a reply was declined) and ``message_at`` (the answered
-#: message's own time); version 1 records still decode
+#: message's own time); 4 also added ``usage`` (what the writer's calls cost); older
+#: versions still decode
 LEDGER_VERSION = 4
 KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3, 4})
 
@@ -26,6 +27,32 @@ class ReplyState(StrEnum):
     DECLINED = "declined"  #: the writer chose not to answer; never asked again
     #: a draft (text, reason, key) a person approves, edits or rejects before it is sent
     AWAITING = "awaiting"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a reply's writer calls cost, as the writer reported it (version 4)."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        model = self.model if self.model == other.model else f"{self.model}+{other.model}"
+        return Usage(
+            model, self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "input": self.input_tokens, "output": self.output_tokens}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Usage:
+        return cls(str(data["model"]), int(data["input"]), int(data["output"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +77,8 @@ class ReplyRecord:
     #: the keys of the burst's other messages, which the writer saw and this reply covers
     #: (version 3; None: written before, when a reply covered whatever came with it)
     covers: tuple[str, ...] | None = None
+    #: the writer's reported usage for this reply (version 4; None: not reported)
+    usage: Usage | None = None
     #: the decision applied to a draft (version 4; None: no person decided on it)
     approval: Approval | None = None
     v: int = LEDGER_VERSION
@@ -75,6 +104,7 @@ class ReplyRecord:
             "reason": self.reason,
             "message_at": self.message_at.isoformat() if self.message_at else None,
             "covers": list(self.covers) if self.covers is not None else None,
+            "usage": self.usage.to_json() if self.usage is not None else None,
             "approval": self.approval.to_json() if self.approval is not None else None,
             "v": self.v,
         }
@@ -92,6 +122,8 @@ class ReplyRecord:
                 data["message_at"] = datetime.fromisoformat(data["message_at"])
             if data.get("covers") is not None:
                 data["covers"] = tuple(str(key) for key in data["covers"])
+            if data.get("usage") is not None:
+                data["usage"] = Usage.from_json(data["usage"])
             if data.get("approval") is not None:
                 data["approval"] = Approval.from_json(data["approval"])
             data["v"] = LEDGER_VERSION

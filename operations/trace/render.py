@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from operations.trace.model import DeliveryTrace, LedgerTrace, Skip, Trace
-from schemas.ledger import ReplyRecord, ReplyState
+from schemas.ledger import ReplyRecord, ReplyState, Usage
 
 
 def _plain(value: Any) -> Any:
@@ -107,6 +107,7 @@ def _ledger(entry: LedgerTrace) -> Table:
         ("last error", record.error or "-"),
         ("covered by", record.covered_by or "-"),
         ("reason", record.reason or "-"),
+        ("cost", _cost(record.usage)),
         ("history", " → ".join(f"{c.state.value} {_t(c.at)}" for c in entry.history)),
     ]
     if entry.covering is not None:
@@ -117,6 +118,12 @@ def _ledger(entry: LedgerTrace) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _cost(usage: Usage | None) -> str:
+    if usage is None:
+        return "-"
+    return f"{usage.model}: {usage.input_tokens} in + {usage.output_tokens} out tokens"
 
 
 def render(trace: Trace) -> RenderableType:

@@ -234,3 +234,24 @@ def test_the_dedupe_key_finds_the_event_as_its_event_id_does() -> None:
     trace = assemble("agentmail:evt-1", _answered())
 
     assert trace is not None and trace.matched == "event_id" and len(trace.deliveries) == 1
+
+
+def test_what_the_reply_cost_is_in_the_text_and_the_json() -> None:
+    from schemas.ledger import Usage
+
+    sources = _answered()
+    usage = Usage("gpt-4o-mini", 812, 64)
+    sent = _ledger(
+        ReplyState.SENT, T0 + 2400, reply_text="Sure, Friday.", sent_message_id="s1", usage=usage
+    )
+    sources = Sources(sources.deliveries, sources.events, sources.holds, [sources.ledger[0], sent])
+    trace = assemble(MESSAGE, sources)
+    assert trace is not None
+
+    assert "gpt-4o-mini: 812 in + 64 out tokens" in render_text(trace)
+    data = json.loads(json.dumps(to_json(trace)))
+    assert data["ledger"][0]["record"]["usage"] == {
+        "model": "gpt-4o-mini",
+        "input_tokens": 812,
+        "output_tokens": 64,
+    }

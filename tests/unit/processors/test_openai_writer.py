@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -81,3 +82,37 @@ async def test_the_sdks_error_reaches_the_worker(model: FakeChatModel) -> None:
 
     with pytest.raises(RateLimitError):
         await _writer(model)(_Burst(burst))  # type: ignore[arg-type]
+
+
+async def test_the_tokens_the_model_reports_come_back_with_the_reply(
+    model: FakeChatModel,
+) -> None:
+    from schemas.ledger import Usage
+
+    model.usage = (812, 64)
+    seen: list[Usage] = []
+
+    text = await Writer(_writer(model), on_usage=seen.append).write([MESSAGE])
+
+    assert getattr(text, "usage", None) == Usage("local-model", 812, 64)
+    assert seen == [Usage("local-model", 812, 64)]
+
+
+async def test_a_429_with_retry_after_pauses_every_call_of_the_worker(
+    model: FakeChatModel,
+) -> None:
+    import asyncio
+
+    model.throttle(seconds=1.0, retry_after_s=0.5)
+    writer = Writer(_writer(model), WriterPolicy(attempts=1, backoff_initial_s=0.001))
+
+    texts = await asyncio.gather(*(writer.write([MESSAGE]) for _ in range(8)))
+
+    assert texts == ["Thanks for your message."] * 8
+    refused = [at for at, status in model.calls if status == 429]
+    first = model.calls[0][0]
+    # the 8 calls of the first moment, then one probe per pause: never 8 again
+    later = [at for at in refused if at > first + 0.1]
+    assert len(later) <= 2
+    assert all(b - a >= 0.45 for a, b in itertools.pairwise(later))
+    assert len([s for _, s in model.calls if s == 200]) == 8

@@ -47,7 +47,11 @@ async def mail() -> AsyncIterator[FakeAgentMail]:
 
 def _pipeline(mail: FakeAgentMail, writer: Any) -> Pipeline:
     settings = SimpleNamespace(
-        reorder_window_ms=0, send_attempts=2, supersede_max=2, approval="never"
+        reorder_window_ms=0,
+        send_attempts=2,
+        supersede_max=2,
+        approval="never",
+        tenant_key="inbox",
     )
     sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
     return bare_pipeline(

@@ -52,3 +52,25 @@ def test_the_messages_own_time_survives_a_round_trip() -> None:
     record = ReplyRecord("k", "i", "<m@x>", "agentmail:t", ReplyState.SENT, at, message_at=at)
 
     assert ReplyRecord.decode(record.encode()).message_at == at
+
+
+def test_usage_survives_a_round_trip_and_a_version_3_record_decodes_without_it() -> None:
+    from dataclasses import replace
+
+    from schemas.ledger import LEDGER_VERSION, Usage
+
+    costed = replace(FULL, usage=Usage("gpt-4o-mini", 120, 35))
+    assert LEDGER_VERSION == 4
+    assert ReplyRecord.decode(costed.encode()).usage == Usage("gpt-4o-mini", 120, 35)
+    older = json.loads(FULL.encode())
+    del older["usage"]
+    older["v"] = 3
+    assert ReplyRecord.decode(json.dumps(older)).usage is None
+
+
+def test_usages_add_up() -> None:
+    from schemas.ledger import Usage
+
+    assert Usage("m", 1, 2) + Usage("m", 10, 20) == Usage("m", 11, 22)
+    assert (Usage("a", 1, 0) + Usage("b", 0, 1)).model == "a+b"
+    assert Usage("m", 3, 4).total == 7

@@ -1,0 +1,158 @@
+"""The flow-control benchmark's stack: fresh topics, the fake model and mail APIs, workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench._proc_stack import base_env, scrape
+from bench._procs import Broker, ServerProcess, create_topics
+from devstack.ports import free_port
+from foundation.kafka import AsyncProducer, producer_config_from
+from foundation.settings import Settings
+from ingest import normalise
+from testkit import payloads
+from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.fakes.openai_server import FakeChatModel
+
+
+@dataclass
+class Stack:
+    """One run: fresh topics, the two fake APIs, the workers and a producer."""
+
+    broker: Broker
+    work: Path
+    partitions: int
+    topics: dict[str, str] = field(default_factory=dict)
+    app_id: str = field(default_factory=lambda: f"onceonly-flow-{uuid.uuid4().hex[:6]}")
+    mail: FakeAgentMail = field(default_factory=FakeAgentMail)
+    chat: FakeChatModel = field(default_factory=FakeChatModel)
+    workers: list[ServerProcess] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    producer: AsyncProducer | None = None
+
+    def __post_init__(self) -> None:
+        self.topics = create_topics(
+            self.broker.bootstrap, self.partitions, f"{self.app_id}-{secrets.token_hex(2)}"
+        )
+        self.mail.start_in_thread()
+        self.chat.start_in_thread()
+        settings = Settings(kafka_bootstrap=self.broker.bootstrap)
+        self.producer = AsyncProducer(producer_config_from(settings))
+
+    def worker(self, **extra: str) -> None:
+        name = f"w{len(self.workers) + 1}"
+        data, port = self.work / self.app_id / name, free_port()
+        data.mkdir(parents=True)
+        env = base_env(
+            {
+                **self.topics,
+                "ONCEONLY_KAFKA_BOOTSTRAP": self.broker.bootstrap,
+                "ONCEONLY_PARTITIONS": str(self.partitions),
+                "ONCEONLY_APP_ID": self.app_id,
+                "ONCEONLY_DATA_DIR": str(data),
+                "ONCEONLY_RUN_DIR": str(data / "run"),
+                "ONCEONLY_WORKER_PORT": str(port),
+                "ONCEONLY_AGENTMAIL_BASE_URL": self.mail.base_url,
+                "AGENTMAIL_API_KEY": "bench",
+                "ONCEONLY_REPLY_WRITER": "processors.openai_writer:reply",
+                "OPENAI_BASE_URL": f"{self.chat.base_url}/v1",
+                "OPENAI_API_KEY": "bench",
+                "OPENAI_MODEL": "bench-model",
+                "ONCEONLY_WRITER_BACKOFF_S": "0.1",
+                **extra,
+            }
+        )
+        log = self.work / f"{self.app_id}-{name}.log"
+        process = ServerProcess(name, [sys.executable, "-m", "onceonly", "worker"], env, log)
+        process.start()
+        self.workers.append(process)
+        self.ports.append(port)
+
+    async def wait_shares(self, share: float, timeout_s: float = 180) -> None:
+        """Until every worker has its share of the budget (its partitions assigned)."""
+        wanted = f"{share:.1f}" if share in (0.5, 1.0) else str(share)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [scrape(port) or {} for port in self.ports]
+            if all(f"{m.get('onceonly_model_share', -1):.1f}" == wanted for m in found):
+                return
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"the workers never reached share {share}; see {self.work}")
+
+    async def deliver(self, inbox: str, names: list[str]) -> dict[str, float]:
+        """One message per thread to ``inbox``, produced at once; message id -> acked at."""
+        acked: dict[str, float] = {}
+        assert self.producer is not None
+
+        async def one(name: str) -> None:
+            message_id = f"<{name}@bench.example>"
+            self.mail.seed_message(inbox, message_id=message_id, thread_id=name)
+            body = json.dumps(
+                payloads.agentmail_received(
+                    inbox_id=inbox, thread_id=name, message_id=message_id, text=f"hi {name}"
+                )
+            )
+            envelope = normalise.agentmail(body, {}, datetime.now(UTC))
+            await self.producer.produce(  # type: ignore[union-attr]
+                self.topics["ONCEONLY_DELIVERIES_TOPIC"],
+                envelope.encode(),
+                key=envelope.thread_key.encode(),
+                headers=envelope.headers(),
+            )
+            acked[message_id] = time.monotonic()
+
+        for start in range(0, len(names), 500):
+            await asyncio.gather(*(one(n) for n in names[start : start + 500]))
+        return acked
+
+    async def answered(
+        self, ids: set[str], timeout_s: float, seen: dict[str, float] | None = None
+    ) -> dict[str, float]:
+        """Message id -> when its email was first seen (polled every 50 ms)."""
+        seen = {} if seen is None else seen
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not ids <= set(seen):
+            now = time.monotonic()
+            for entry in self.mail.outbox:
+                if entry.replied_to_message_id in ids:
+                    seen.setdefault(entry.replied_to_message_id, now)
+            await asyncio.sleep(0.05)
+        return seen
+
+    def written_at(self) -> dict[str, float]:
+        """Message id -> when its reply's text was recorded (the ledger record's
+        ``created_at``, as monotonic time): where the writer's part of a wait ends."""
+        from foundation.kafka import ranges, read
+        from schemas.ledger import ReplyRecord
+
+        topic = self.topics["ONCEONLY_LEDGER_TOPIC"]
+        offset = time.time() - time.monotonic()
+        out: dict[str, float] = {}
+        for message in read(
+            self.broker.bootstrap, topic, ranges(self.broker.bootstrap, topic, from_offset=0)
+        ):
+            if message.value() is None:
+                continue
+            record = ReplyRecord.decode(message.value())
+            out.setdefault(record.message_id, record.created_at.timestamp() - offset)
+        return out
+
+    def sent_to(self) -> Counter[str]:
+        return Counter(e.replied_to_message_id for e in self.mail.outbox)
+
+    def close(self) -> None:
+        for process in self.workers:
+            process.stop()
+        if self.producer is not None:
+            self.producer.close(timeout_s=2)
+        self.mail.stop_in_thread()
+        self.chat.stop_in_thread()

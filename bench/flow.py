@@ -1,0 +1,280 @@
+"""Flow-control benchmark: the group's rate limit, the model's 429s, fairness between tenants.
+
+``python -m bench.flow`` (``make bench-flow``) runs, on one embedded broker (or the cluster
+named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id, real
+``onceonly worker`` processes with the openai example writer
+(``processors.openai_writer:reply``) against the local chat-completions server
+(``testkit.fakes.openai_server``, which notes when each request came and answers after
+``latency``), and the local AgentMail server. Deliveries are produced to the deliveries
+topic as ingest would (the clock starts at the broker's ack, which precedes ingest's 204):
+
+(A) **rate**: ``--workers`` workers with ``ONCEONLY_MODEL_RPM=--rpm``, a ``--latency`` s
+    model, ``--messages`` messages at once, one per thread. Target: at most RPM model calls
+    in any 60 s window (10/s +- 10 % at 600), replies at >= 0.9 x RPM/60 a second.
+(B) **429**: one worker; the model answers 429 with ``Retry-After: --retry-after`` for
+    ``--throttle`` s while ``--throttled-messages`` messages come in. Target: after the
+    calls in flight at the first 429, at most one call per ``--retry-after`` s until the
+    window ends; every message answered once afterwards, none dead-lettered.
+(C) **fairness**: one worker at ``--concurrency``; tenant A (an inbox) posts ``--flood``
+    messages at once, tenant B ``--tenant-b`` once A's first replies are out, and
+    ``--tenant-b`` more once the worker has taken all of A's records. Target: B's p99
+    from its produce to its email <= window + 2 x model latency + 1 s.
+
+The report is ``<--out>/flow-<date>.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from bench import _flow_figures as fig
+from bench._flow_stack import Stack
+from bench._machine import loadavg, revision
+from bench._proc_stack import scrape
+from bench._procs import Broker, console, kafka
+from bench._report import RESULTS_DIR, about, command_line, execute, machine_table, report_path
+
+# --------------------------------------------------------------------------- the runs
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    workers: int
+    rpm: float
+    latency_s: float
+    messages: int
+    throttle_s: float
+    retry_after_s: float
+    throttled_messages: int
+    concurrency: int
+    flood: int
+    tenant_b: int
+    window_ms: int
+    flood_latency_s: float
+    partitions: int
+    runs: str
+
+
+async def run_rate(opts: Options, stack: Stack) -> list[str]:
+    """(A): the group's RPM over ``--workers`` workers."""
+    stack.chat.latency_s = opts.latency_s
+    for _ in range(opts.workers):
+        stack.worker(ONCEONLY_MODEL_RPM=f"{opts.rpm:g}", ONCEONLY_REORDER_WINDOW_MS="0")
+    await stack.wait_shares(1 / opts.workers)
+    acked = await stack.deliver("rate@bench.example", [f"r{n}" for n in range(opts.messages)])
+    budget_s = opts.messages / (opts.rpm / 60) * 1.5 + 120
+    answered = await stack.answered(set(acked), budget_s)
+    calls = [at for at, status in stack.chat.calls if status == 200]
+    most = fig.most_in_window(calls, 60.0)
+    call_rate, reply_rate = fig.rate(calls), fig.rate(list(answered.values()))
+    per_s = opts.rpm / 60
+    twice = sum(1 for n in stack.sent_to().values() if n > 1)
+    ok_window = most <= opts.rpm
+    ok_rate = reply_rate >= 0.9 * per_s
+    return [
+        f"## (A) The group's rate: {opts.workers} workers, ONCEONLY_MODEL_RPM={opts.rpm:g}, "
+        f"a {opts.latency_s:g} s model, {opts.messages} messages at once",
+        "",
+        "| figure | value | target | met |",
+        "| --- | --- | --- | --- |",
+        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | "
+        f"{fig.met(ok_window)} |",
+        f"| model calls a second, first to last | {call_rate:.2f} | {per_s:g} +- 10 % | "
+        f"{fig.met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
+        f"| replies a second, first to last | {reply_rate:.2f} | >= {0.9 * per_s:.2f} | "
+        f"{fig.met(ok_rate)} |",
+        f"| answered / answered twice | {len(answered)} / {twice} | {opts.messages} / 0 | "
+        f"{fig.met(len(answered) == opts.messages and twice == 0)} |",
+        "",
+    ]
+
+
+async def run_throttle(opts: Options, stack: Stack) -> list[str]:
+    """(B): a model that answers 429 with Retry-After for a while."""
+    stack.chat.latency_s = 0.1
+    stack.worker(ONCEONLY_REORDER_WINDOW_MS="0")
+    await stack.wait_shares(1.0)
+    stack.chat.throttle(opts.throttle_s, opts.retry_after_s)
+    until = time.monotonic() + opts.throttle_s
+    names = [f"q{n}" for n in range(opts.throttled_messages)]
+    acked = await stack.deliver("throttle@bench.example", names)
+    answered = await stack.answered(set(acked), opts.throttle_s + 180)
+    refused = [at for at, status in stack.chat.calls if status == 429]
+    first_wave = [at for at in refused if at <= refused[0] + 0.5] if refused else []
+    probes = fig.probes_in_pause(refused, refused[0], until) if refused else []
+    allowed = (until - refused[0]) / opts.retry_after_s + 1 if refused else 0
+    spacing = min(fig.gaps(probes), default=float("nan"))
+    twice = sum(1 for n in stack.sent_to().values() if n > 1)
+    return [
+        f"## (B) 429 with Retry-After: {opts.retry_after_s:g} for {opts.throttle_s:g} s, "
+        f"{opts.throttled_messages} messages, one worker",
+        "",
+        "| figure | value | target | met |",
+        "| --- | --- | --- | --- |",
+        f"| calls in flight when the first 429 came back (answered 429) | {len(first_wave)} | "
+        "(not limited: they had started) | |",
+        f"| calls after those, while the model still refused | {len(probes)} | "
+        f"<= {allowed:.0f} (one per {opts.retry_after_s:g} s) | "
+        f"{fig.met(len(probes) <= allowed)} |",
+        f"| shortest gap between those calls | {spacing:.2f} s | >= {opts.retry_after_s:g} s | "
+        f"{fig.met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
+        f"| answered / answered twice | {len(answered)} / {twice} | "
+        f"{opts.throttled_messages} / 0 | "
+        f"{fig.met(len(answered) == opts.throttled_messages and twice == 0)} |",
+        "",
+    ]
+
+
+async def run_fairness(opts: Options, stack: Stack) -> list[str]:
+    """(C): tenant A's flood against tenant B's few messages, twice: B posts once A's
+    first replies are out (A's records may still be being read), and once the worker has
+    taken all of A's records (A's flood waits for the model)."""
+    stack.chat.latency_s = opts.flood_latency_s
+    stack.worker(
+        ONCEONLY_REORDER_WINDOW_MS=str(opts.window_ms),
+        ONCEONLY_WRITER_CONCURRENCY=str(opts.concurrency),
+        ONCEONLY_MAX_PENDING=str(max(4096, 2 * (opts.flood + opts.tenant_b))),
+    )
+    await stack.wait_shares(1.0)
+    started = time.monotonic()
+    flood = asyncio.ensure_future(
+        stack.deliver("a@bench.example", [f"a{n}" for n in range(opts.flood)])
+    )
+    a_ids = {f"<a{n}@bench.example>" for n in range(opts.flood)}
+    seen_a: dict[str, float] = {}
+    while len(seen_a) < opts.concurrency * 2:  # A's flood is being answered
+        await stack.answered(a_ids, 0.2, seen_a)
+    early = await _tenant_b(stack, "b", opts, seen_a)
+    await flood
+
+    def all_read() -> bool:
+        pending = (scrape(stack.ports[0]) or {}).get("onceonly_pending_records", 0.0)
+        return pending + len(seen_a) >= opts.flood
+
+    while not all_read():
+        await stack.answered(a_ids, 0.5, seen_a)
+    read = await _tenant_b(stack, "c", opts, seen_a)
+    budget = opts.flood / (opts.concurrency / opts.flood_latency_s) * 3 + 120
+    await stack.answered(a_ids, budget, seen_a)
+    drain = max(seen_a.values(), default=started) - started
+    written = stack.written_at()  # B's texts recorded: the writer's part of the wait
+    metrics = scrape(stack.ports[0]) or {}
+    target = opts.window_ms / 1000 + 2 * opts.flood_latency_s + 1
+    return [
+        f"## (C) Fairness: tenant A floods {opts.flood} messages, tenant B posts "
+        f"{opts.tenant_b} during it, twice; one worker at concurrency {opts.concurrency}, a "
+        f"{opts.flood_latency_s:g} s model, window {opts.window_ms} ms",
+        "",
+        "| figure | value | target | met |",
+        "| --- | --- | --- | --- |",
+        *_b_rows("B once A's first replies are out", early, written, target, opts),
+        *_b_rows("B once the worker took all of A's records", read, written, target, opts),
+        f"| A answered in all | {len(seen_a)} (in {drain:.0f} s) | {opts.flood} | "
+        f"{fig.met(len(seen_a) == opts.flood)} |",
+        f"| answered twice | {sum(1 for n in stack.sent_to().values() if n > 1)} | 0 | |",
+        f"| worker: mean writer call / mean wait for admission | "
+        f"{fig.mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
+        f"{fig.mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
+        "",
+    ]
+
+
+Posted = tuple[dict[str, float], dict[str, float], int]
+
+
+async def _tenant_b(stack: Stack, prefix: str, opts: Options, seen_a: dict[str, float]) -> Posted:
+    """B's messages: when each was acked, when each was answered, A's replies by then."""
+    names = [f"{prefix}{n}" for n in range(opts.tenant_b)]
+    acked = await stack.deliver("b@bench.example", names)
+    return acked, await stack.answered(set(acked), 120), len(seen_a)
+
+
+def _b_rows(
+    label: str, posted: Posted, written: dict[str, float], target: float, opts: Options
+) -> list[str]:
+    acked, seen, a_then = posted
+    waits = [seen[m] - acked[m] for m in seen]
+    to_text = [written[m] - acked[m] for m in acked if m in written]
+    p99 = fig.percentile(waits, 99)
+    return [
+        f"| {label} (A's replies out then: {a_then}): p50 / p99 / max from produce to "
+        f"email | {fig.percentile(waits, 50):.2f} / {p99:.2f} / "
+        f"{max(waits, default=float('nan')):.2f} s | p99 <= {target:g} s | "
+        f"{fig.met(len(waits) == opts.tenant_b and p99 <= target)} |",
+        f"| the same, p99 from produce to its text recorded | "
+        f"{fig.percentile(to_text, 99):.2f} s | | |",
+    ]
+
+
+RUNS = {"rate": run_rate, "throttle": run_throttle, "fairness": run_fairness}
+
+
+async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
+    lines: list[str] = []
+    for name in opts.runs.split(","):
+        body = RUNS[name]
+        console.print(f"run {name} …")
+        stack = Stack(broker, work, opts.partitions)
+        try:
+            lines += await body(opts, stack)
+        finally:
+            stack.close()
+        console.print("\n".join(lines[-8:]))
+    return lines
+
+
+@click.command()
+@click.option("--workers", default=2, show_default=True)
+@click.option("--rpm", default=600.0, show_default=True)
+@click.option("--latency", "latency_s", default=0.5, show_default=True)
+@click.option("--messages", default=2000, show_default=True)
+@click.option("--throttle", "throttle_s", default=10.0, show_default=True)
+@click.option("--retry-after", "retry_after_s", default=2.0, show_default=True)
+@click.option("--throttled-messages", default=200, show_default=True)
+@click.option("--concurrency", default=64, show_default=True)
+@click.option("--flood", default=5000, show_default=True)
+@click.option("--tenant-b", default=10, show_default=True)
+@click.option("--window-ms", default=2000, show_default=True)
+@click.option("--flood-latency", "flood_latency_s", default=1.0, show_default=True)
+@click.option("--partitions", default=8, show_default=True)
+@click.option("--runs", default="rate,throttle,fairness", show_default=True)
+@click.option("--smoke", is_flag=True, help="small sizes: a minute or two")
+@click.option("--out", type=click.Path(path_type=Path), default=RESULTS_DIR)
+def main(smoke: bool, out: Path, **values: object) -> None:
+    """The flow-control benchmark; see the module's docstring."""
+    if smoke:
+        values.update(messages=120, rpm=120.0, flood=600, tenant_b=5, throttled_messages=30)
+    opts = Options(**values)  # type: ignore[arg-type]
+    load_before = loadavg()
+
+    def body() -> list[str]:
+        with tempfile.TemporaryDirectory(prefix="onceonly-bench-flow-") as tmp:
+            work = Path(tmp)
+            with kafka(work) as broker:
+                lines = asyncio.run(run_all(opts, broker, work))
+                items = about(broker.about, load_before, revision())
+        return [
+            f"# Flow control for the model, {datetime.now(UTC).date().isoformat()}",
+            "",
+            f"`{command_line('bench.flow')}`; see bench/flow.py for what each run does.",
+            "",
+            *lines,
+            *machine_table(items),
+        ]
+
+    report = execute(body)
+    out.mkdir(parents=True, exist_ok=True)
+    path = report_path(out, "flow", datetime.now(UTC).date().isoformat())
+    path.write_text("\n".join(report) + "\n", encoding="utf-8")
+    console.print(f"report: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Flow control for the model, on real worker processes: the openai example writer against
+the local chat-completions server, the real broker and AgentMail's API on loopback.
+
+Scaled to fit the suite; the full sizes are ``make bench-flow`` (bench/flow.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from processors.messages import reply_key
+from schemas.ledger import Usage
+from testkit import payloads
+from testkit.fakes.openai_server import FakeChatModel
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    dead_letters,
+    ledger_records,
+    onceonly,
+    sent_to,
+    until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def chat() -> Iterator[FakeChatModel]:
+    fake = FakeChatModel()
+    fake.start_in_thread()
+    yield fake
+    fake.stop_in_thread()
+
+
+def openai_env(chat: FakeChatModel, **extra: str) -> dict[str, str]:
+    return {
+        "ONCEONLY_REPLY_WRITER": "processors.openai_writer:reply",
+        "OPENAI_BASE_URL": f"{chat.base_url}/v1",
+        "OPENAI_API_KEY": "test",
+        "OPENAI_MODEL": "local-model",
+        "ONCEONLY_WRITER_BACKOFF_S": "0.1",
+        **extra,
+    }
+
+
+def most_in_window(times: list[float], window_s: float) -> int:
+    times = sorted(times)
+    most, j = 0, 0
+    for i, at in enumerate(times):
+        while times[j] <= at - window_s:
+            j += 1
+        most = max(most, i - j + 1)
+    return most
+
+
+async def _deliver(stack: Stack, inbox: str, names: list[str]) -> dict[str, float]:
+    """One message per thread to ``inbox``; returns message id -> when it was produced."""
+    produced: dict[str, float] = {}
+    for name in names:
+        message_id = f"<{name}@example.com>"
+        stack.mail.seed_message(inbox, message_id=message_id, thread_id=name)
+        payload = payloads.agentmail_received(
+            inbox_id=inbox, thread_id=name, message_id=message_id, text=f"hello {name}"
+        )
+        await stack.deliver(payload)
+        produced[message_id] = time.monotonic()
+    return produced
+
+
+async def _shares(stack: Stack, workers: list[Any], share: str) -> None:
+    await until(
+        stack,
+        lambda: all(f"onceonly_model_share {share}" in w.metrics() for w in workers),
+        f"every worker's share of the budget at {share}",
+        timeout_s=120,
+    )
+
+
+async def test_two_workers_keep_to_the_groups_rpm_not_twice_it(
+    stack_factory: Callable[..., Stack], chat: FakeChatModel
+) -> None:
+    # 60 a minute for the group: 1 call a second, 0.5 for each worker. A limit applied per
+    # worker would make 2 a second here, 20 calls in 10 s where the group allows 10.
+    stack = stack_factory(reorder_window_ms=0, partitions=8)
+    chat.latency_s = 0.2
+    chat.usage = (120, 30)
+    env = openai_env(chat, ONCEONLY_MODEL_RPM="60")
+    workers = [stack.worker("w1", **env), stack.worker("w2", **env)]
+    await _shares(stack, workers, "0.5")
+
+    produced = await _deliver(stack, INBOX, [f"t{n}" for n in range(30)])
+    await until(stack, lambda: len(chat.calls) >= 14, "14 model calls", timeout_s=60)
+
+    starts = [at for at, _ in chat.calls]
+    assert most_in_window(starts, 10.0) <= 10 + 2  # one more per worker at a window's edge
+    assert most_in_window(starts[:14], 10.0) >= 8  # and at >= 0.8 x the rate meanwhile
+    await until(stack, lambda: len(stack.mail.outbox) >= 30, "30 emails", timeout_s=120)
+    assert sent_to(stack) == Counter({m: 1 for m in produced})
+    # what each reply cost is in the ledger and in the metrics
+    ledger = ledger_records(stack)
+    assert {ledger[reply_key(INBOX, m)].usage for m in produced} == {Usage("local-model", 120, 30)}
+    counted = sum(
+        _counter(w.metrics(), 'onceonly_writer_tokens_total{kind="input",model="local-model"}')
+        for w in workers
+    )
+    assert counted == 30 * 120
+    # and shown: by onceonly trace, and on the operator page with the day's totals
+    traced = onceonly(stack, "trace", next(iter(produced)))
+    assert "local-model: 120 in + 30 out tokens" in traced.stdout, traced.stderr
+    with urllib.request.urlopen(f"http://127.0.0.1:{workers[0].port}/ops", timeout=30) as page:
+        html = page.read().decode()
+    usage = html[html.index('id="usage"') : html.index('id="lag"')]
+    assert f"<td>{INBOX}</td><td>local-model</td><td>30</td><td>3600</td><td>900</td>" in usage
+
+
+def _counter(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_a_429_with_retry_after_pauses_the_worker_and_every_message_is_answered_once(
+    stack_factory: Callable[..., Stack], chat: FakeChatModel
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    chat.latency_s = 0.1
+    worker = stack.worker(**openai_env(chat, ONCEONLY_WRITER_ATTEMPTS="2"))
+    await until(stack, lambda: "worker ready" in worker.log(), "the worker", timeout_s=120)
+    await _shares(stack, [worker], "1.0")
+
+    chat.throttle(seconds=10, retry_after_s=2)
+    throttled_from = time.monotonic()
+    produced = await _deliver(stack, INBOX, [f"t{n}" for n in range(12)])
+    await until(stack, lambda: len(stack.mail.outbox) >= 12, "12 emails", timeout_s=90)
+
+    refused = [at for at, status in chat.calls if status == 429]
+    first = refused[0]
+    # the calls already started when the first 429 came back, then one probe per pause
+    later = [at for at in refused if at > first + 0.5]
+    assert len(later) <= (throttled_from + 10 - first) / 2 + 1
+    assert all(b - a >= 1.9 for a, b in itertools.pairwise(later))
+    assert sent_to(stack) == Counter({m: 1 for m in produced})
+    assert dead_letters(stack) == []  # a 429 counted no attempt
+    assert "model paused: it answered 429" in worker.log()
+    assert _counter(worker.metrics(), 'onceonly_model_pauses_total{model="local-model"}') >= 2
+
+
+async def test_one_tenants_flood_delays_anothers_message_by_about_one_call(
+    stack_factory: Callable[..., Stack], chat: FakeChatModel
+) -> None:
+    window_s, latency_s = 1.0, 0.5
+    stack = stack_factory(reorder_window_ms=int(window_s * 1000))
+    chat.latency_s = latency_s
+    worker = stack.worker(**openai_env(chat, ONCEONLY_WRITER_CONCURRENCY="8"))
+    await until(stack, lambda: "worker ready" in worker.log(), "the worker", timeout_s=120)
+
+    # A: 400 messages at once, 25 s of model time at 8 in flight; B: 5, once A's flood runs
+    flood = asyncio.ensure_future(_deliver(stack, "a@agentmail.to", [f"a{n}" for n in range(400)]))
+    await until(stack, lambda: len(stack.mail.outbox) >= 16, "A's first emails", timeout_s=60)
+    b_sent = await _deliver(stack, "b@agentmail.to", [f"b{n}" for n in range(5)])
+    answered: dict[str, float] = {}
+
+    def b_answered() -> bool:
+        for entry in stack.mail.outbox:
+            if entry.replied_to_message_id in b_sent:
+                answered.setdefault(entry.replied_to_message_id, time.monotonic())
+        return len(answered) == 5
+
+    await until(stack, b_answered, "B's 5 emails", timeout_s=60)
+    a_left = 400 - sum(1 for e in stack.mail.outbox if e.inbox_id == "a@agentmail.to")
+    waits = [answered[m] - b_sent[m] for m in b_sent]
+    assert a_left > 100  # B was answered in the middle of A's flood
+    assert max(waits) <= window_s + 2 * latency_s + 1 + 0.5  # + the test's polling
+    await flood

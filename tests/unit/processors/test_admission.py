@@ -1,0 +1,189 @@
+"""Writer calls admitted by slot, tenant turn, group rate and model pause (real event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from processors.admission import Admission, owned_share
+from processors.agent import Burst, Text, Writer, WriterPolicy
+from processors.exceptions import WriterFailed
+from processors.flow import Limits, ModelThrottled
+from processors.messages import Decline, Inbound
+from processors.tenants import current_tenant
+from schemas.ledger import Usage
+
+T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+FAST = {"backoff_initial_s": 0.001, "backoff_max_s": 0.002}
+
+
+def _message(n: int = 1) -> Inbound:
+    return Inbound("inbox@x", f"<m{n}@x>", "agentmail:t", "t", f"evt-{n}", T0, "c@x", "Hi", "hi")
+
+
+async def test_calls_start_at_the_workers_share_of_the_rate() -> None:
+    admission = Admission(64, limits=Limits(rpm=12_000, share=0.5))  # 100 calls a second
+    started: list[float] = []
+
+    async def call() -> None:
+        ticket = await admission.enter("t")
+        started.append(time.monotonic())
+        admission.leave(ticket, ok=True)
+
+    await asyncio.gather(*(call() for _ in range(31)))
+    # never faster than the share; slower only by the event loop's lateness (a loaded machine)
+    assert 0.299 <= started[-1] - started[0] < 0.6
+    gaps = [b - a for a, b in itertools.pairwise(started)]
+    assert min(gaps) >= 0.009
+
+
+async def test_a_new_share_applies_to_calls_waiting() -> None:
+    admission = Admission(8, limits=Limits(rpm=60, share=0.0))
+    waiting = asyncio.ensure_future(admission.enter("t"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # no partitions, no budget: it waits, it does not fail
+    admission.set_share(1.0)
+    ticket = await asyncio.wait_for(waiting, 1)
+    admission.leave(ticket, ok=True)
+
+
+async def test_a_429_pauses_every_call_then_one_probes() -> None:
+    admission = Admission(8)
+    first = await admission.enter("t")
+    others = [asyncio.ensure_future(admission.enter("t")) for _ in range(4)]
+    await asyncio.sleep(0)
+    tickets = [await o for o in others]
+    for t in tickets:
+        admission.leave(t, ok=True)
+    admission.leave(first, ok=False, retry_after_s=0.2)
+    paused_at = time.monotonic()
+    waiters = [asyncio.ensure_future(admission.enter("t")) for _ in range(5)]
+    probe = await asyncio.wait_for(asyncio.shield(waiters[0]), 1)
+    assert time.monotonic() - paused_at >= 0.19
+    assert probe.probe
+    await asyncio.sleep(0.05)
+    assert not any(w.done() for w in waiters[1:])  # the probe is alone
+    admission.leave(probe, ok=True)
+    for w in waiters[1:]:
+        admission.leave(await asyncio.wait_for(w, 1), ok=True)
+
+
+async def test_a_flooding_tenant_delays_another_by_one_call_at_most() -> None:
+    admission = Admission(2)
+    served: list[str] = []
+
+    async def call(tenant: str) -> None:
+        ticket = await admission.enter(tenant)
+        served.append(tenant)
+        await asyncio.sleep(0.01)
+        admission.leave(ticket, ok=True)
+
+    flood = [asyncio.ensure_future(call("A")) for _ in range(40)]
+    await asyncio.sleep(0.035)
+    late = asyncio.ensure_future(call("B"))
+    await asyncio.gather(*flood, late)
+    position = served.index("B")
+    a_before = served[:position].count("A")
+    # A had taken ~8 calls by the time B came; B is served within the next 2 slots freed
+    assert a_before <= 8 + 2
+
+
+async def test_a_cancelled_waiter_leaves_no_slot_taken() -> None:
+    admission = Admission(1)
+    held = await admission.enter("t")
+    waiting = asyncio.ensure_future(admission.enter("t"))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    admission.leave(held, ok=True)
+    ticket = await asyncio.wait_for(admission.enter("t"), 1)
+    assert admission.in_flight == 1
+    admission.leave(ticket, ok=True)
+    assert admission.in_flight == 0
+
+
+def test_the_share_is_the_partitions_owned_of_the_topic() -> None:
+    class TP:
+        def __init__(self, topic: str, partition: int) -> None:
+            self.topic, self.partition = topic, partition
+
+    assigned = [TP("d", 0), TP("d", 3), TP("d-changelog", 1), TP("other", 2)]
+    assert owned_share(assigned, "d", 8) == 0.25
+    assert owned_share([], "d", 8) == 0.0
+
+
+async def test_429s_count_no_attempt_and_the_call_is_answered_after_the_pause() -> None:
+    calls: list[float] = []
+
+    async def throttled(burst: Burst) -> str:
+        calls.append(time.monotonic())
+        if len(calls) <= 4:
+            raise ModelThrottled(0.05)
+        if len(calls) == 5:
+            raise RuntimeError("500")  # the one failure that counts: attempt 1 of 2
+        return "ok"
+
+    writer = Writer(throttled, WriterPolicy(attempts=2, **FAST))
+    assert await writer.write([_message()]) == "ok"
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert len(calls) == 6
+    assert min(gaps[:4]) >= 0.045  # each try waited for the pause, not for a backoff
+
+
+async def test_other_failures_still_count_their_attempts() -> None:
+    async def broken(burst: Burst) -> str:
+        raise RuntimeError("500")
+
+    with pytest.raises(WriterFailed):
+        await Writer(broken, WriterPolicy(attempts=2, **FAST)).write([_message()])
+
+
+async def test_reported_usage_comes_back_with_the_text_summed_over_attempts() -> None:
+    seen: list[Usage] = []
+
+    async def costly(burst: Burst) -> str:
+        burst.report_usage("m1", 100, 20)
+        if burst.attempt == 1:
+            raise RuntimeError("500")
+        return "Hello"
+
+    writer = Writer(costly, WriterPolicy(attempts=2, **FAST), on_usage=seen.append)
+    written = await writer.write([_message()])
+    assert isinstance(written, Text) and written == "Hello"
+    assert written.usage == Usage("m1", 200, 40)
+    assert seen == [Usage("m1", 100, 20), Usage("m1", 100, 20)]
+
+
+async def test_a_decline_carries_its_usage_and_no_report_means_none() -> None:
+    async def declines(burst: Burst) -> Decline:
+        burst.report_usage("m1", 7, 1)
+        return Decline("auto-reply")
+
+    written = await Writer(declines).write([_message()])
+    assert isinstance(written, Decline) and written.usage == Usage("m1", 7, 1)
+    plain = await Writer(lambda burst: "Hi").write([_message()])
+    assert type(plain) is str
+
+
+async def test_the_writer_waits_in_its_tenants_turn() -> None:
+    admission = Admission(1, per_tenant=1)
+    order: list[str] = []
+
+    async def write(burst: Burst) -> str:
+        order.append(current_tenant.get())
+        await asyncio.sleep(0.005)
+        return "ok"
+
+    writer = Writer(write, admission=admission)
+
+    async def as_tenant(tenant: str, n: int) -> object:
+        current_tenant.set(tenant)
+        return await writer.write([_message(n)])
+
+    await asyncio.gather(*(as_tenant("A", n) for n in range(6)), as_tenant("B", 99))
+    assert order.index("B") <= 2
