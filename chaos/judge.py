@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
+from chaos.approvals import ApprovalFigures
+from chaos.approvals import judge as judge_approvals
 from chaos.common import (
     DEAD_LETTER_TOPIC,
     LEDGER_TOPIC,
 )
+from chaos.decider import Decider
 from chaos.figures import Figures, Span
 from chaos.letters import LostFigures, naming_answered
 from chaos.stack import Stack
@@ -18,6 +21,8 @@ from chaos.verdict import Verdict
 
 class Judge(Stack):
     """The verdict of a run, read once the run is over."""
+
+    decider: Decider | None = None  #: the approval mode's decider (--approvals)
 
     async def verdict(self) -> Verdict:
         from operations.catchup import read_ledger
@@ -33,7 +38,11 @@ class Judge(Stack):
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
         by_key = {reply_key(i, mid): (i, mid) for i, mid in expected}
         covered = _covered(expected, per, ledger, by_key, reply_key)
-        missing = sorted(p for p in expected if per[p] == 0 and p not in covered)
+        approvals, rejected = self._approvals(outbox, ledger, expected, by_key, reply_key)
+        covered |= _covered(expected, per, ledger, by_key, reply_key, rejected)
+        missing = sorted(
+            p for p in expected if per[p] == 0 and p not in covered and p not in rejected
+        )
         doubled = {p: c for p, c in per.items() if p in expected and c > 1}
         unexpected = {p: c for p, c in per.items() if p not in expected}
         answered = {reply_key(*p): f"{p[1]} in {p[0]}" for p in expected if per[p] or p in covered}
@@ -49,6 +58,8 @@ class Judge(Stack):
             emails=len(outbox),
             answered=sum(1 for p in expected if per[p] >= 1),
             covered=len(covered),
+            rejected=len(rejected),
+            approvals=approvals,
             missing=missing,
             doubled=doubled,
             unexpected=unexpected,
@@ -78,6 +89,31 @@ class Judge(Stack):
         verdict.findings = self.findings(verdict, ledger, reply_key, outbox)
         verdict.timeline = self._timeline()
         return verdict
+
+    def _approvals(
+        self,
+        outbox: list[dict[str, Any]],
+        ledger: dict[str, Any],
+        expected: dict[tuple[str, str], Any],
+        by_key: dict[str, tuple[str, str]],
+        key_of: Any,
+    ) -> tuple[ApprovalFigures | None, set[tuple[str, str]]]:
+        """The approval mode's figures, and the messages whose draft was rejected (answered
+        by a decline: no email expected)."""
+        if self.decider is None:
+            return None, set()
+        emails: dict[str, list[str | None]] = defaultdict(list)
+        for e in outbox:
+            emails[key_of(e["inbox_id"], e["replied_to_message_id"])].append(e.get("text"))
+        d = self.decider
+        figures = judge_approvals(d.decisions, d.listed, d.twice, ledger, emails)
+        figures.redecided = d.redecided
+        rejected = {
+            by_key[k]
+            for k, r in ledger.items()
+            if k in by_key and r.state.value == "declined" and not emails.get(k)
+        }
+        return figures, rejected
 
     async def _dead_letters(self) -> list[Any] | None:
         """The dead letters, or None when the topic cannot be read."""
@@ -201,14 +237,22 @@ class Judge(Stack):
 
 
 def _covered(
-    expected: Any, per: Counter[Any], ledger: dict[str, Any], by_key: dict[str, Any], key_of: Any
+    expected: Any,
+    per: Counter[Any],
+    ledger: dict[str, Any],
+    by_key: dict[str, Any],
+    key_of: Any,
+    rejected: set[tuple[str, str]] | None = None,
 ) -> set[tuple[str, str]]:
-    """Messages with no email of their own whose ledger says a burst's one email covered them."""
+    """Messages with no email of their own whose ledger says a burst's one email covered them
+    (with ``rejected``: covered by a reply whose draft was rejected, so no email at all)."""
     covered: set[tuple[str, str]] = set()
     for pair in expected:
         record = ledger.get(key_of(*pair))
         if per[pair] == 0 and record is not None and record.state.value == "covered":
             coverer = by_key.get(record.covered_by or "")
-            if coverer is not None and per[coverer] == 1:
+            if coverer is None:
+                continue
+            if (per[coverer] == 1) if rejected is None else (coverer in rejected):
                 covered.add(pair)
     return covered

@@ -256,6 +256,13 @@ from chaos.writers import parse_range
 @click.option("--delivery-timeout-s", default=600.0, show_default=True)
 @click.option("--drain-timeout-s", default=1200.0, show_default=True)
 @click.option("--seed", type=int, default=None, help="Random seed (printed; default: random).")
+@click.option(
+    "--approvals",
+    default=0.0,
+    show_default=True,
+    help="Share of the messages whose replies are drafts (ONCEONLY_APPROVAL=writer) that a "
+    "decider approves, edits or rejects at random times, sometimes twice (chaos/decider.py).",
+)
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None)
 @click.option("--keep", is_flag=True, help="Keep the run directory even if the run passes.")
 @click.option("--record", is_flag=True, help="Write chaos/results/<date>-<size>.md too.")
@@ -346,6 +353,8 @@ def _options(kwargs: dict[str, Any]) -> Options:
         raise click.BadParameter("need at least one message, one worker and a positive rate")
     if not 0 <= opts.lost < 1 or not 0 <= opts.writer_long_share <= 1:
         raise click.BadParameter("--lost and --writer-long-share are shares (0 to 1)")
+    if not 0 <= opts.approvals <= 1 or (opts.approvals and opts.writer != WRITER_SLOW):
+        raise click.BadParameter("--approvals is a share (0 to 1) and needs --writer slow")
     if opts.writer_calls_longest_s >= WRITER_TIMEOUT_S:
         raise click.BadParameter(
             f"writer calls must end within the workers' writer timeout ({WRITER_TIMEOUT_S:g} s)"
