@@ -108,11 +108,10 @@ class Judge(Stack):
         d = self.decider
         figures = judge_approvals(d.decisions, d.listed, d.twice, ledger, emails)
         figures.redecided = d.redecided
-        rejected = {
-            by_key[k]
-            for k, r in ledger.items()
-            if k in by_key and r.state.value == "declined" and not emails.get(k)
-        }
+        declined = {k for k, r in ledger.items() if k in by_key and r.state.value == "declined"}
+        rejecting = {x.key for x in d.decisions if x.action == "reject"}
+        figures.problems += [f"{k}: declined, never rejected" for k in sorted(declined - rejecting)]
+        rejected = {by_key[k] for k in declined if not emails.get(k)}
         return figures, rejected
 
     async def _dead_letters(self) -> list[Any] | None:
@@ -250,9 +249,21 @@ def _covered(
     for pair in expected:
         record = ledger.get(key_of(*pair))
         if per[pair] == 0 and record is not None and record.state.value == "covered":
-            coverer = by_key.get(record.covered_by or "")
+            coverer = by_key.get(_last_coverer(ledger, record.covered_by or ""))
             if coverer is None:
                 continue
             if (per[coverer] == 1) if rejected is None else (coverer in rejected):
                 covered.add(pair)
     return covered
+
+
+def _last_coverer(ledger: dict[str, Any], key: str) -> str:
+    """The end of a chain of covers: a draft covering older messages, itself superseded by
+    a newer message's reply (which then covers them all), and so on."""
+    seen = {key}
+    while (record := ledger.get(key)) is not None and record.state.value == "covered":
+        key = record.covered_by or ""
+        if key in seen:
+            break
+        seen.add(key)
+    return key
