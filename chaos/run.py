@@ -78,6 +78,15 @@ its partitions go to the other worker), then continued; it *survived* if the sam
 still runs 30 s later. ``--lost`` (1 %) of the messages, among those with no duplicate,
 lose their webhook: it is never POSTed, and only the catch-up below can find them.
 
+**Approvals** (``--approvals SHARE``, ``make chaos-approvals``): the workers run with
+``ONCEONLY_APPROVAL=writer`` and the slow writer returns ``Draft`` for that share of the
+messages (from the seed and the message id: ``chaos/approvals.py``); a decider
+(``chaos/decider.py``) lists the drafts (``GET /approvals`` on a live worker) and, after a
+random delay, approves, edits or rejects each, 30 % of them twice (the API twice, the API
+and ``onceonly approvals`` at once, an approval and an edit at once), while the workers are
+killed. A rejected message is answered by its decline (no email); every approved draft
+must have one email, with the approved text (the edit, if one was applied).
+
 **Then**: wait until the workers are idle (consumer lag 0 and the outbox unchanged for a
 while), ``onceonly replay --from-offset 0`` (the whole deliveries topic), wait again,
 ``onceonly catch-up --inbox <inbox> --since <run start>`` for every inbox (it answers the
