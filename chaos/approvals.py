@@ -116,7 +116,9 @@ class ApprovalFigures:
     def ok(self) -> bool:
         return not self.problems and not self.undecided
 
-    def rows(self) -> list[tuple[str, str]]:
+    def rows(self, rejected: int) -> list[tuple[str, str]]:
+        """The report's rows; ``rejected``: the messages answered by a rejection (no email,
+        those covered by a rejected draft too)."""
         return [
             (
                 "approvals: drafts",
@@ -139,7 +141,8 @@ class ApprovalFigures:
             (
                 "approvals: outcome",
                 f"{self.sent:,} sent as approved ({self.edited_sent:,} edited), "
-                f"{self.rejected:,} rejected (no email), {self.superseded:,} superseded by a "
+                f"{self.rejected:,} rejected (no email; {rejected:,} messages answered by a "
+                f"rejection), {self.superseded:,} superseded by a "
                 f"newer message; broken: {len(self.problems):,} (target 0)",
             ),
         ]

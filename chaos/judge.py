@@ -33,18 +33,13 @@ class Judge(Stack):
         stats = await self._stats()
         ledger = await asyncio.to_thread(read_ledger, self.bootstrap, LEDGER_TOPIC)
         found = await self._dead_letters()
-        letters = -1 if found is None else len(found)
         per = Counter((e["inbox_id"], e["replied_to_message_id"]) for e in outbox)
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
         by_key = {reply_key(i, mid): (i, mid) for i, mid in expected}
-        covered = _covered(expected, per, ledger, by_key, reply_key)
         approvals, rejected = self._approvals(outbox, ledger, expected, by_key, reply_key)
-        covered |= _covered(expected, per, ledger, by_key, reply_key, rejected)
-        missing = sorted(
-            p for p in expected if per[p] == 0 and p not in covered and p not in rejected
-        )
+        covered = _covered(expected, per, ledger, by_key, reply_key, rejected)
+        missing = sorted(p for p in expected if per[p] == 0 and not {p} & (covered | rejected))
         doubled = {p: c for p, c in per.items() if p in expected and c > 1}
-        unexpected = {p: c for p, c in per.items() if p not in expected}
         answered = {reply_key(*p): f"{p[1]} in {p[0]}" for p in expected if per[p] or p in covered}
         await asyncio.to_thread(self.writer_log.refresh)
         verdict = Verdict(
@@ -62,7 +57,7 @@ class Judge(Stack):
             approvals=approvals,
             missing=missing,
             doubled=doubled,
-            unexpected=unexpected,
+            unexpected={p: c for p, c in per.items() if p not in expected},
             kills=self.kills,
             crashes=self.crashes,
             broker_restarts=self.broker_restarts,
@@ -70,7 +65,7 @@ class Judge(Stack):
             injected=dict(self.injected),
             reply_calls=int(stats["requests"].get("reply", 0)),
             ledger_states=dict(Counter(r.state.value for r in ledger.values())),
-            dead_letters=letters,
+            dead_letters=-1 if found is None else len(found),
             letters_naming_answered=naming_answered(
                 [(d.offset, d.letter) for d in found or []], answered, reply_key
             ),
@@ -243,8 +238,8 @@ def _covered(
     key_of: Any,
     rejected: set[tuple[str, str]] | None = None,
 ) -> set[tuple[str, str]]:
-    """Messages with no email of their own whose ledger says a burst's one email covered them
-    (with ``rejected``: covered by a reply whose draft was rejected, so no email at all)."""
+    """Messages with no email of their own whose ledger says a burst's one email covered them,
+    or a reply whose draft was rejected (``rejected``: no email at all)."""
     covered: set[tuple[str, str]] = set()
     for pair in expected:
         record = ledger.get(key_of(*pair))
@@ -252,7 +247,7 @@ def _covered(
             coverer = by_key.get(_last_coverer(ledger, record.covered_by or ""))
             if coverer is None:
                 continue
-            if (per[coverer] == 1) if rejected is None else (coverer in rejected):
+            if per[coverer] == 1 or coverer in (rejected or set()):
                 covered.add(pair)
     return covered
 

@@ -134,6 +134,7 @@ class Verdict:
             ),
             *pause_rows(self.pauses, o.pauses),
             *self.lost.rows(),
+            *(self.approvals.rows(self.rejected) if self.approvals else []),
         ]
 
     def lines(self) -> list[str]:
@@ -145,12 +146,10 @@ class Verdict:
             ("emails", f"{self.emails:,}"),
             ("distinct answered", f"{self.answered:,}"),
             ("covered by a burst reply", f"{self.covered:,}"),
-            *([("drafts rejected (no email)", f"{self.rejected:,}")] if self.approvals else []),
             ("missing", f"{len(self.missing):,}"),
             ("doubled", f"{len(self.doubled):,} messages with more than one email"),
             ("emails to unknown messages", f"{len(self.unexpected):,}"),
             *self._fault_rows(),
-            *(self.approvals.rows() if self.approvals else []),
             *self.figures.rows(),
             (
                 "emails after each phase",

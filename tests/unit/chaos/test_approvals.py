@@ -184,6 +184,6 @@ def test_a_message_covered_by_a_superseded_draft_is_covered_by_the_newer_reply()
 
     covered = _covered(set(pairs.values()), per, ledger, pairs, key_of)
     assert covered == {pairs["k0"], pairs["k1"]}
-    rejected = {pairs["k2"]}
+    rejected = {pairs["k2"]}  # no email: its draft was rejected
     assert _covered(set(pairs.values()), Counter(), ledger, pairs, key_of, rejected) == covered
     assert _covered(set(pairs.values()), Counter(), ledger, pairs, key_of) == set()
