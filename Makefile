@@ -110,7 +110,7 @@ bench-tracing: $(STAMP) jars
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants
 
-.PHONY: chaos chaos-ci chaos-cluster chaos-pauses
+.PHONY: chaos chaos-ci chaos-cluster chaos-pauses chaos-approvals
 
 # Chaos: real broker, ingest, 2 workers and a faulty AgentMail; exactly one email per message.
 chaos: $(STAMP) jars
@@ -129,6 +129,12 @@ chaos-cluster: $(STAMP) jars
 chaos-pauses: $(STAMP) jars
 	$(BIN)/python -m chaos.run --pauses 3 --record
 	$(BIN)/python -m chaos.run --pauses 3 --window-ms 2000 --record
+
+# Approvals: 20 % of the replies are drafts (ONCEONLY_APPROVAL=writer) that a decider approves,
+# edits or rejects at random times, sometimes twice (API twice, API and CLI, approve and edit),
+# while workers are SIGKILLed: 0 missing, 0 doubled, every approved text sent as approved.
+chaos-approvals: $(STAMP) jars
+	$(BIN)/python -m chaos.run --messages 1000 --threads 200 --approvals 0.2 --kills 2 --rate 10 --record
 
 # The CI size of the chaos run: 500 messages, 1 worker kill, 1 broker restart, a replay.
 chaos-ci: $(STAMP) jars

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import re
 import time
 from datetime import UTC, datetime
@@ -18,11 +19,12 @@ from chaos.common import (
     first_of,
     now,
 )
+from chaos.decider import Decider
 from chaos.judge import Judge
 from chaos.load import Load
 from chaos.pauses import Pauses
 from chaos.plan import BrokerFault, PauseFault, Plan, broker_faults, build_plan, pause_faults
-from chaos.stack import Snapshot
+from chaos.stack import OPS_TOKEN, Snapshot
 from chaos.verdict import Verdict
 
 
@@ -128,7 +130,8 @@ class Chaos(BrokerFaults, Pauses, Judge):
             lag = await self._lag(trace=True)
             await asyncio.to_thread(self.writer_log.refresh)
             writing = self.writer_log.in_flight(w.pid for w in self.workers if w.alive)
-            if now_counts != last or lag != 0 or writing or self.broker_busy:
+            deciding = self.decider is not None and self.decider.busy
+            if now_counts != last or lag != 0 or writing or self.broker_busy or deciding:
                 last, since = now_counts, now()
             if now() - since >= stable_s:
                 quiet = True
@@ -274,6 +277,17 @@ class Chaos(BrokerFaults, Pauses, Judge):
                 asyncio.create_task(self.inject_faults(self._times[2], t0)),
                 asyncio.create_task(self.report_progress()),
             ]
+            if self.opts.approvals:
+                self.decider = Decider(
+                    rng=random.Random(self.opts.seed + 1),
+                    session=self._session,
+                    urls=self.worker_urls,
+                    token=OPS_TOKEN,
+                    cli=self._cli,
+                    run_dir=self.run_dir,
+                    elapsed=self.elapsed,
+                )
+                background.append(asyncio.create_task(self.decider.run()))
             try:
                 await self._phases(plan, background, t0)
             finally:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
+from chaos.approvals import ApprovalFigures
+from chaos.approvals import judge as judge_approvals
 from chaos.common import (
     DEAD_LETTER_TOPIC,
     LEDGER_TOPIC,
 )
+from chaos.decider import Decider
 from chaos.figures import Figures, Span
 from chaos.letters import LostFigures, naming_answered
 from chaos.stack import Stack
@@ -18,6 +21,8 @@ from chaos.verdict import Verdict
 
 class Judge(Stack):
     """The verdict of a run, read once the run is over."""
+
+    decider: Decider | None = None  #: the approval mode's decider (--approvals)
 
     async def verdict(self) -> Verdict:
         from operations.catchup import read_ledger
@@ -28,14 +33,13 @@ class Judge(Stack):
         stats = await self._stats()
         ledger = await asyncio.to_thread(read_ledger, self.bootstrap, LEDGER_TOPIC)
         found = await self._dead_letters()
-        letters = -1 if found is None else len(found)
         per = Counter((e["inbox_id"], e["replied_to_message_id"]) for e in outbox)
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
         by_key = {reply_key(i, mid): (i, mid) for i, mid in expected}
-        covered = _covered(expected, per, ledger, by_key, reply_key)
-        missing = sorted(p for p in expected if per[p] == 0 and p not in covered)
+        approvals, rejected = self._approvals(outbox, ledger, expected, by_key, reply_key)
+        covered = _covered(expected, per, ledger, by_key, reply_key, rejected)
+        missing = sorted(p for p in expected if per[p] == 0 and not {p} & (covered | rejected))
         doubled = {p: c for p, c in per.items() if p in expected and c > 1}
-        unexpected = {p: c for p, c in per.items() if p not in expected}
         answered = {reply_key(*p): f"{p[1]} in {p[0]}" for p in expected if per[p] or p in covered}
         await asyncio.to_thread(self.writer_log.refresh)
         verdict = Verdict(
@@ -49,9 +53,11 @@ class Judge(Stack):
             emails=len(outbox),
             answered=sum(1 for p in expected if per[p] >= 1),
             covered=len(covered),
+            rejected=len(rejected),
+            approvals=approvals,
             missing=missing,
             doubled=doubled,
-            unexpected=unexpected,
+            unexpected={p: c for p, c in per.items() if p not in expected},
             kills=self.kills,
             crashes=self.crashes,
             broker_restarts=self.broker_restarts,
@@ -59,7 +65,7 @@ class Judge(Stack):
             injected=dict(self.injected),
             reply_calls=int(stats["requests"].get("reply", 0)),
             ledger_states=dict(Counter(r.state.value for r in ledger.values())),
-            dead_letters=letters,
+            dead_letters=-1 if found is None else len(found),
             letters_naming_answered=naming_answered(
                 [(d.offset, d.letter) for d in found or []], answered, reply_key
             ),
@@ -78,6 +84,30 @@ class Judge(Stack):
         verdict.findings = self.findings(verdict, ledger, reply_key, outbox)
         verdict.timeline = self._timeline()
         return verdict
+
+    def _approvals(
+        self,
+        outbox: list[dict[str, Any]],
+        ledger: dict[str, Any],
+        expected: dict[tuple[str, str], Any],
+        by_key: dict[str, tuple[str, str]],
+        key_of: Any,
+    ) -> tuple[ApprovalFigures | None, set[tuple[str, str]]]:
+        """The approval mode's figures, and the messages whose draft was rejected (answered
+        by a decline: no email expected)."""
+        if self.decider is None:
+            return None, set()
+        emails: dict[str, list[str | None]] = defaultdict(list)
+        for e in outbox:
+            emails[key_of(e["inbox_id"], e["replied_to_message_id"])].append(e.get("text"))
+        d = self.decider
+        figures = judge_approvals(d.decisions, d.listed, d.twice, ledger, emails)
+        figures.redecided = d.redecided
+        declined = {k for k, r in ledger.items() if k in by_key and r.state.value == "declined"}
+        rejecting = {x.key for x in d.decisions if x.action == "reject"}
+        figures.problems += [f"{k}: declined, never rejected" for k in sorted(declined - rejecting)]
+        rejected = {by_key[k] for k in declined if not emails.get(k)}
+        return figures, rejected
 
     async def _dead_letters(self) -> list[Any] | None:
         """The dead letters, or None when the topic cannot be read."""
@@ -201,14 +231,34 @@ class Judge(Stack):
 
 
 def _covered(
-    expected: Any, per: Counter[Any], ledger: dict[str, Any], by_key: dict[str, Any], key_of: Any
+    expected: Any,
+    per: Counter[Any],
+    ledger: dict[str, Any],
+    by_key: dict[str, Any],
+    key_of: Any,
+    rejected: set[tuple[str, str]] | None = None,
 ) -> set[tuple[str, str]]:
-    """Messages with no email of their own whose ledger says a burst's one email covered them."""
+    """Messages with no email of their own whose ledger says a burst's one email covered them,
+    or a reply whose draft was rejected (``rejected``: no email at all)."""
     covered: set[tuple[str, str]] = set()
     for pair in expected:
         record = ledger.get(key_of(*pair))
         if per[pair] == 0 and record is not None and record.state.value == "covered":
-            coverer = by_key.get(record.covered_by or "")
-            if coverer is not None and per[coverer] == 1:
+            coverer = by_key.get(_last_coverer(ledger, record.covered_by or ""))
+            if coverer is None:
+                continue
+            if per[coverer] == 1 or coverer in (rejected or set()):
                 covered.add(pair)
     return covered
+
+
+def _last_coverer(ledger: dict[str, Any], key: str) -> str:
+    """The end of a chain of covers: a draft covering older messages, itself superseded by
+    a newer message's reply (which then covers them all), and so on."""
+    seen = {key}
+    while (record := ledger.get(key)) is not None and record.state.value == "covered":
+        key = record.covered_by or ""
+        if key in seen:
+            break
+        seen.add(key)
+    return key

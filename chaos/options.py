@@ -56,6 +56,9 @@ class Options:
     delivery_timeout_s: float
     drain_timeout_s: float
     seed: int
+    #: --approvals: the share of the messages whose replies are drafts a decider approves,
+    #: edits or rejects (0: no approval mode)
+    approvals: float
     run_dir: Path | None
     keep: bool
     record: bool
@@ -75,6 +78,8 @@ class Options:
             size += "-pauses"
         if self.keys_ignored:
             size += "-keys-ignored"
+        if self.approvals:
+            size += f"-approvals-{self.approvals:g}"
         return size
 
     @property
@@ -104,5 +109,6 @@ class Options:
             f"--rate {self.rate:g} --late-duplicate-delay-s {self.late_duplicate_delay_s:g} "
             f"--window-ms {self.window_ms} --fail-rate {self.fail_rate:g} "
             f"--lose-rate {self.lose_rate:g} --latency-spikes {self.latency_spikes} "
-            f"--seed {self.seed}"
+            + (f"--approvals {self.approvals:g} " if self.approvals else "")
+            + f"--seed {self.seed}"
         )

@@ -78,6 +78,15 @@ its partitions go to the other worker), then continued; it *survived* if the sam
 still runs 30 s later. ``--lost`` (1 %) of the messages, among those with no duplicate,
 lose their webhook: it is never POSTed, and only the catch-up below can find them.
 
+**Approvals** (``--approvals SHARE``, ``make chaos-approvals``): the workers run with
+``ONCEONLY_APPROVAL=writer`` and the slow writer returns ``Draft`` for that share of the
+messages (from the seed and the message id: ``chaos/approvals.py``); a decider
+(``chaos/decider.py``) lists the drafts (``GET /approvals`` on a live worker) and, after a
+random delay, approves, edits or rejects each, 30 % of them twice (the API twice, the API
+and ``onceonly approvals`` at once, an approval and an edit at once), while the workers are
+killed. A rejected message is answered by its decline (no email); every approved draft
+must have one email, with the approved text (the edit, if one was applied).
+
 **Then**: wait until the workers are idle (consumer lag 0 and the outbox unchanged for a
 while), ``onceonly replay --from-offset 0`` (the whole deliveries topic), wait again,
 ``onceonly catch-up --inbox <inbox> --since <run start>`` for every inbox (it answers the
@@ -256,6 +265,13 @@ from chaos.writers import parse_range
 @click.option("--delivery-timeout-s", default=600.0, show_default=True)
 @click.option("--drain-timeout-s", default=1200.0, show_default=True)
 @click.option("--seed", type=int, default=None, help="Random seed (printed; default: random).")
+@click.option(
+    "--approvals",
+    default=0.0,
+    show_default=True,
+    help="Share of the messages whose replies are drafts (ONCEONLY_APPROVAL=writer) that a "
+    "decider approves, edits or rejects at random times, sometimes twice (chaos/decider.py).",
+)
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None)
 @click.option("--keep", is_flag=True, help="Keep the run directory even if the run passes.")
 @click.option("--record", is_flag=True, help="Write chaos/results/<date>-<size>.md too.")
@@ -346,6 +362,8 @@ def _options(kwargs: dict[str, Any]) -> Options:
         raise click.BadParameter("need at least one message, one worker and a positive rate")
     if not 0 <= opts.lost < 1 or not 0 <= opts.writer_long_share <= 1:
         raise click.BadParameter("--lost and --writer-long-share are shares (0 to 1)")
+    if not 0 <= opts.approvals <= 1 or (opts.approvals and opts.writer != WRITER_SLOW):
+        raise click.BadParameter("--approvals is a share (0 to 1) and needs --writer slow")
     if opts.writer_calls_longest_s >= WRITER_TIMEOUT_S:
         raise click.BadParameter(
             f"writer calls must end within the workers' writer timeout ({WRITER_TIMEOUT_S:g} s)"

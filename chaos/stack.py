@@ -42,6 +42,9 @@ from chaos.writers import WriterConfig
 from devstack.ports import free_port
 from testkit import signing
 
+#: ONCEONLY_OPS_TOKEN of an approval run: the decider's bearer token
+OPS_TOKEN = "chaos-ops-token"
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -145,6 +148,8 @@ class Stack:
                 "ONCEONLY_LOG_LEVEL": "INFO",
             }
         )
+        if self.opts.approvals:  # the writer's Drafts wait; the decider decides (HTTP, CLI)
+            env.update({"ONCEONLY_APPROVAL": "writer", "ONCEONLY_OPS_TOKEN": OPS_TOKEN})
         env.update(extra)
         return env
 
@@ -316,6 +321,8 @@ class Stack:
             long_seconds=self.opts.writer_long_s,
             long_share=self.opts.writer_long_share,
             log_dir=self.writer_log.directory,
+            approval_share=self.opts.approvals,
+            approval_seed=self.opts.seed,
         )
         return {
             "ONCEONLY_REPLY_WRITER": "chaos.writers:slow",
@@ -349,6 +356,11 @@ class Stack:
             if now() > deadline:
                 raise ChaosError(f"workers not ready within {timeout_s:g} s")
             await asyncio.sleep(0.5)
+
+    def worker_urls(self) -> list[str]:
+        """The web ports (``/approvals``) of the workers running now."""
+        ports = [w.env["ONCEONLY_WORKER_PORT"] for w in self.workers if w.alive]
+        return [f"http://127.0.0.1:{port}" for port in ports]
 
     # ---------------------------------------------------------------- background work
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from chaos.approvals import ApprovalFigures
 from chaos.figures import Figures
 from chaos.letters import LostFigures
 from chaos.load import LoadStats
@@ -56,6 +57,9 @@ class Verdict:
     pauses: list[PauseRecord] = field(default_factory=list)
     lost: LostFigures = field(default_factory=lambda: LostFigures(0, 0, 0))
     findings: list[str] = field(default_factory=list)
+    #: messages whose draft was rejected: answered by a decline, no email (--approvals)
+    rejected: int = 0
+    approvals: ApprovalFigures | None = None
     timeline: list[str] = field(default_factory=list)
 
     @property
@@ -64,7 +68,8 @@ class Verdict:
             not self.missing
             and not self.doubled
             and not self.unexpected
-            and self.emails == self.messages - self.covered
+            and self.emails == self.messages - self.covered - self.rejected
+            and (self.approvals is None or self.approvals.ok)
             and not self.load.never_accepted
             and self.settled
             and self.dead_letters >= 0
@@ -129,6 +134,7 @@ class Verdict:
             ),
             *pause_rows(self.pauses, o.pauses),
             *self.lost.rows(),
+            *(self.approvals.rows(self.rejected) if self.approvals else []),
         ]
 
     def lines(self) -> list[str]:
@@ -182,6 +188,8 @@ class Verdict:
             ("unknown", [f"{m} in {i}: {c} emails" for (i, m), c in self.unexpected.items()]),
             ("never accepted", self.load.never_accepted),
             ("dead letters naming answered messages", self.letters_naming_answered),
+            ("approvals broken", self.approvals.problems if self.approvals else []),
+            ("drafts undecided", self.approvals.undecided if self.approvals else []),
         ):
             if items:
                 out.append(

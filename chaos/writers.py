@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from processors.messages import Inbound
+from chaos.approvals import REASON, SEED_VAR, SHARE_VAR, needs_approval
+from processors.messages import Draft, Inbound
 
 LOG_DIR_VAR = "CHAOS_WRITER_LOG_DIR"
 SECONDS_VAR = "CHAOS_WRITER_S"
@@ -61,6 +62,9 @@ class WriterConfig:
     long_seconds: tuple[float, float] = (30.0, 60.0)
     long_share: float = 0.0
     log_dir: Path | None = None
+    #: the share of the messages whose replies are drafts (--approvals), and the run's seed
+    approval_share: float = 0.0
+    approval_seed: int = 0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str] = os.environ) -> WriterConfig:
@@ -70,6 +74,8 @@ class WriterConfig:
             long_seconds=parse_range(env.get(LONG_SECONDS_VAR, "30-60")),
             long_share=float(env.get(LONG_SHARE_VAR, "0")),
             log_dir=Path(log_dir) if log_dir else None,
+            approval_share=float(env.get(SHARE_VAR, "0")),
+            approval_seed=int(env.get(SEED_VAR, "0")),
         )
 
     def env(self) -> dict[str, str]:
@@ -81,7 +87,14 @@ class WriterConfig:
         }
         if self.log_dir is not None:
             out[LOG_DIR_VAR] = str(self.log_dir)
+        if self.approval_share > 0:
+            out[SHARE_VAR] = f"{self.approval_share:g}"
+            out[SEED_VAR] = str(self.approval_seed)
         return out
+
+    def drafts(self, burst: Sequence[Inbound]) -> bool:
+        """Whether this burst's reply is a draft: its latest message is in the share."""
+        return needs_approval(self.approval_seed, burst[-1].message_id, self.approval_share)
 
     def draw(self, rng: random.Random) -> float:
         """One call's length, in seconds."""
@@ -127,8 +140,9 @@ def _state() -> tuple[WriterConfig, _Log, random.Random]:
     return config, _Log(config.log_dir), random.Random()
 
 
-async def slow(burst: Sequence[Inbound]) -> str:
-    """The chaos writer: seconds to a minute, a new text each call, every call logged."""
+async def slow(burst: Sequence[Inbound]) -> str | Draft:
+    """The chaos writer: seconds to a minute, a new text each call, every call logged; a
+    ``Draft`` when the burst's latest message is in the approval share (--approvals)."""
     config, log, rng = _state()
     call = log.next_id()
     sleep_s = config.draw(rng)
@@ -151,5 +165,6 @@ async def slow(burst: Sequence[Inbound]) -> str:
         log.write({"event": "end", "call": call, "t": time.time(), "text": None})
         raise
     text = compose(burst, rng)
-    log.write({"event": "end", "call": call, "t": time.time(), "text": text})
-    return text
+    draft = config.drafts(burst)
+    log.write({"event": "end", "call": call, "t": time.time(), "text": text, "draft": draft})
+    return Draft(text, reason=REASON) if draft else text

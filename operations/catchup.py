@@ -108,6 +108,11 @@ def window_line(label: str, window: Window, now: datetime) -> str:
     return f"listed {label} from {start} to {end} ({window.why})"
 
 
+#: a reply in one of these states is final: catch-up neither counts it fed nor waits for it
+#: (*declined*: the writer or a person said no; no email will come)
+SETTLED = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
+
+
 @dataclass
 class Summary:
     found: int = 0
@@ -125,7 +130,7 @@ class Summary:
     ) -> None:
         """Feed one answerable message, counted as already answered or as fed."""
         record = ledger.get(key)
-        if record is not None and record.state in (ReplyState.SENT, ReplyState.COVERED):
+        if record is not None and record.state in SETTLED:
             self.skipped_answered += 1  # fed all the same: the ledger skips it
         else:
             self.fed.append(key)
@@ -134,8 +139,7 @@ class Summary:
             await result
 
     def answered(self, ledger: Mapping[str, ReplyRecord]) -> int:
-        done = {ReplyState.SENT, ReplyState.COVERED}
-        return sum(1 for key in self.fed if key in ledger and ledger[key].state in done)
+        return sum(1 for key in self.fed if key in ledger and ledger[key].state in SETTLED)
 
 
 async def catch_up(

@@ -81,7 +81,13 @@ async def test_slow_logs_a_start_and_an_end_with_the_text(
     start, end = (json.loads(line) for line in path.read_text().splitlines())
     assert start["event"] == "start" and start["worker"] == "chaos-w1"
     assert start["keys"] == [inbound(1).key, inbound(2).key]
-    assert end == {"event": "end", "call": start["call"], "t": end["t"], "text": text}
+    assert end == {
+        "event": "end",
+        "call": start["call"],
+        "t": end["t"],
+        "text": text,
+        "draft": False,
+    }
 
     log = WriterLog(tmp_path)
     log.refresh()
