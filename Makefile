@@ -150,3 +150,10 @@ chaos-ci: $(STAMP) jars
 .PHONY: compose-test
 compose-test: $(STAMP) jars
 	$(BIN)/python -m devstack.compose_test $(COMPOSE_TEST_ARGS)
+
+# The same with docker-compose.cluster.yml: three KRaft nodes healthy, the deliveries topic
+# at 3 replicas all in sync, one reply, the node leading the most partitions killed, a
+# second reply, down -v. Report: compose/results/compose-cluster-<date>.md.
+.PHONY: compose-cluster-test
+compose-cluster-test: $(STAMP) jars
+	nice -n 19 $(BIN)/python -m devstack.compose_cluster

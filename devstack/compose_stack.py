@@ -126,9 +126,15 @@ def run(
 class Stack:
     """One compose project of docker-compose.yml, run with podman-compose."""
 
-    def __init__(self, project: str, variables: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        project: str,
+        variables: Mapping[str, str],
+        files: Sequence[Path] = (COMPOSE_FILE,),
+    ) -> None:
         self.project = project
         self.variables = dict(variables)
+        self.files = tuple(files)  #: docker-compose.yml, then any override, in order
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, **self.variables, **extra}
@@ -138,7 +144,8 @@ class Stack:
         return f"{self.project}_{service}_{number}"
 
     def compose(self, *args: str, timeout: float = 600) -> str:
-        command = ["podman-compose", "-p", self.project, "-f", str(COMPOSE_FILE), *args]
+        files = [arg for path in self.files for arg in ("-f", str(path))]
+        command = ["podman-compose", "-p", self.project, *files, *args]
         return run(command, env=self.env(), timeout=timeout)
 
     def up(self, *services: str) -> None:

@@ -101,20 +101,20 @@ def wait_spread(stack: Stack, run_dir: Path, workers: int, log: Log) -> tuple[st
     raise StackError(f"the partitions of {topic} never spread over {workers} workers:\n{text}")
 
 
-def onceonly_send(secret: str, log: Log) -> str:
+def onceonly_send(secret: str, log: Log, *, bootstrap: str = HOST_BOOTSTRAP, count: int = 3) -> str:
     """``onceonly send --url`` from this host to the compose ingest (the ledger read on
     Kafka's host listener)."""
     env = {
         **os.environ,
         "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": secret,
-        "ONCEONLY_KAFKA_BOOTSTRAP": HOST_BOOTSTRAP,
+        "ONCEONLY_KAFKA_BOOTSTRAP": bootstrap,
         "ONCEONLY_RUN_DIR": str(ROOT / ".run" / "compose" / "send"),
     }
-    command = [sys.executable, "-m", "onceonly", "send", "--url", INGEST_URL, "--count", "3"]
-    command += ["--wait", "60"]
+    command = [sys.executable, "-m", "onceonly", "send", "--url", INGEST_URL]
+    command += ["--count", str(count), "--wait", "60"]
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     out = (result.stdout + result.stderr).strip()
-    log("$ onceonly send --url " + INGEST_URL + " --count 3\n" + out)
+    log(f"$ onceonly send --url {INGEST_URL} --count {count}\n{out}")
     if result.returncode != 0:
         raise StackError(f"onceonly send failed (exit {result.returncode})")
     return out

@@ -23,10 +23,14 @@ CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 #: ``kafka-console-consumer.sh``: print a topic's records (Kafka 4 moved it out of ``kafka.tools``).
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 
+#: ``kafka-topics.sh``: create, list, describe topics (partitions, replicas, in-sync replicas).
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+
 #: the scripts' names, without ``kafka-`` and ``.sh``, for ``python -m devstack.kafka_tools``
 TOOLS: Mapping[str, str] = {
     "consumer-groups": CONSUMER_GROUPS,
     "console-consumer": CONSOLE_CONSUMER,
+    "topics": TOPICS,
 }
 
 #: the broker's log4j2 config: WARN and above to stderr, everything to ``<logs_dir>/server.log``
