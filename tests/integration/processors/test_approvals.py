@@ -162,13 +162,13 @@ async def test_a_wrong_token_is_403_and_an_unknown_key_404_and_neither_changes_a
     assert [e.text for e in stack.mail.outbox] == ["edited"]
 
 
-async def test_a_worker_killed_during_the_approved_send_leaves_it_to_the_next_owner(
+async def test_a_worker_killed_right_after_the_approval_was_recorded_leaves_it_to_the_next_owner(
     stack_factory: Callable[..., Stack],
 ) -> None:
     stack = stack_factory(reorder_window_ms=0)
     worker = _worker(stack)
     draft = await _draft(stack)
-    stack.mail.set_latency(10)  # the send hangs: the worker is killed during it
+    stack.mail.set_latency(10)  # the send waits before the API handles it: nothing is sent
 
     api = asyncio.ensure_future(
         asyncio.to_thread(
@@ -187,6 +187,34 @@ async def test_a_worker_killed_during_the_approved_send_leaves_it_to_the_next_ow
     _worker(stack, "w2", state_of="w1")
 
     await stack.until_sent(1)
+    await until(
+        stack, lambda: ledger_records(stack)[draft.key].state is ReplyState.SENT, "recorded sent"
+    )
+    assert [(e.text, e.idempotency_key) for e in stack.mail.outbox] == [("approved", draft.key)]
+
+
+async def test_a_worker_killed_during_the_approved_send_is_not_sent_again_by_the_next_owner(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the API sent the approved email but its answer never reached the killed worker; the
+    # API ignores keys, so only the next owner's look in the thread keeps it to one email
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    draft = await _draft(stack)
+    stack.mail.ignore_keys()
+    stack.mail.faults.answer_delay_s = 8  # ends before the fake stops; the kill comes first
+
+    api = asyncio.ensure_future(
+        asyncio.to_thread(
+            _post, worker.port, draft.key, {"action": "approve", "by": "ana", "text": "approved"}
+        )
+    )
+    await stack.until_sent(1)  # the email is out; its answer is held
+    worker.kill()
+    await asyncio.gather(api, return_exceptions=True)
+    stack.mail.faults.answer_delay_s = 0
+    _worker(stack, "w2", state_of="w1")
+
     await until(
         stack, lambda: ledger_records(stack)[draft.key].state is ReplyState.SENT, "recorded sent"
     )
