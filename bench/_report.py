@@ -13,12 +13,13 @@ import math
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -311,3 +312,23 @@ def execute(body: Callable[[], T]) -> T:
     except (BenchError, OnceOnlyError, subprocess.SubprocessError) as exc:
         console.print(f"[red]bench: {exc}[/]")
         sys.exit(1)
+
+
+def run_on_broker(
+    prefix: str, collect: Callable[[Any, Path], T]
+) -> tuple[T, list[tuple[str, str]]]:
+    """Run ``collect(broker, folder)`` on a broker of its own, in a temporary folder that
+    ``prefix`` names, under :func:`execute`: its results, and the report's description of
+    the machine (:func:`about`; the load average and the code are taken at the start, as
+    the processes run the code as it is then)."""
+    from bench._machine import loadavg, revision
+    from bench._procs import kafka
+
+    load_before, code = loadavg(), revision()
+
+    def body() -> tuple[T, str]:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp, kafka(Path(tmp)) as broker:
+            return collect(broker, Path(tmp)), broker.about
+
+    results, kafka_about = execute(body)
+    return results, about(kafka_about, load_before, code)

@@ -28,7 +28,6 @@ import asyncio
 import base64
 import math
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,21 +39,19 @@ from rich.table import Table
 
 from bench import _agent_load as load
 from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
-from bench._machine import loadavg, revision
 from bench._model import LATENCY_S
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
-from bench._procs import Broker, CpuWindow, console, create_topics, kafka
+from bench._procs import Broker, CpuWindow, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
     RESULTS_DIR,
-    about,
     command_line,
-    execute,
     fmt_cpu,
     machine_table,
     met,
     report_path,
+    run_on_broker,
 )
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
@@ -377,17 +374,10 @@ def main(
         instant_count if instant_count is not None else (500 if smoke else 2000),
         Settings.from_env().partitions,
     )
-    load_before, code = loadavg(), revision()
-
-    def body() -> tuple[Results, str]:
-        with (
-            tempfile.TemporaryDirectory(prefix="onceonly-bench-agent-") as tmp,
-            kafka(Path(tmp)) as broker,
-        ):
-            return collect(opts, broker, Path(tmp)), broker.about
-
-    results, kafka_about = execute(body)
-    path = write_markdown(opts, results, about(kafka_about, load_before, code), out)
+    results, about_items = run_on_broker(
+        "onceonly-bench-agent-", lambda broker, work: collect(opts, broker, work)
+    )
+    path = write_markdown(opts, results, about_items, out)
     console.print(f"written to {path}")
 
 

@@ -41,7 +41,6 @@ import math
 import os
 import secrets
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -60,11 +59,10 @@ from bench._ingest_results import (
 )
 from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool
-from bench._machine import loadavg, revision
 from bench._openloop import build_generator, open_loop
 from bench._options import IngestOptions, ingest_options, results_dir_option
-from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics, kafka
-from bench._report import about, command_line, execute, write_report
+from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
+from bench._report import command_line, run_on_broker, write_report
 from bench._servers import ROUTE, local_url
 from bench._wrk import WrkLoad, wrk_closed_loop
 
@@ -374,19 +372,14 @@ def main(ingest: IngestOptions, results_dir: Path) -> None:
     """Deliveries/s, p50/p99 and CPU per delivery of every process, under wrk, of (a) bare
     aiohttp, (b) + svix verify, (c) onceonly ingest, (c2) with 2 ingest processes, (m) with
     the envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING."""
-    load_before = loadavg()
-    code = revision()
-
-    def body() -> tuple[Results, str]:
-        with tempfile.TemporaryDirectory(prefix="onceonly-bench-") as tmp, kafka(Path(tmp)) as b:
-            return collect(ingest, b, Path(tmp)), b.about
-
-    results, kafka_about = execute(body)
+    results, about_items = run_on_broker(
+        "onceonly-bench-", lambda broker, work: collect(ingest, broker, work)
+    )
     md, png = write_report(
         "ingest",
         "Ingest benchmark",
         [section(results)],
-        about(kafka_about, load_before, code),
+        about_items,
         command_line("bench.ingest"),
         results_dir,
     )

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,7 +50,6 @@ from typing import TYPE_CHECKING
 import click
 
 from bench._changelog_fill import fill_changelog
-from bench._machine import loadavg, revision
 from bench._options import ProcessorOptions, processor_options, results_dir_option
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
@@ -59,8 +57,13 @@ from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
-from bench._procs import Broker, console, create_topics, kafka
-from bench._report import CONTENDED_PERCENT, about, command_line, execute, write_report
+from bench._procs import Broker, console, create_topics
+from bench._report import (
+    CONTENDED_PERCENT,
+    command_line,
+    run_on_broker,
+    write_report,
+)
 
 if TYPE_CHECKING:
     pass
@@ -192,22 +195,14 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
 def main(processors: ProcessorOptions, results_dir: Path) -> None:
     """Events/s of a plain faust agent vs onceonly's worker, RSS with many dedupe entries,
     and restart-to-first-event."""
-    load_before = loadavg()
-    code = revision()  # at the start: the processes run the code as it is now
-
-    def body() -> tuple[Results, str]:
-        with (
-            tempfile.TemporaryDirectory(prefix="onceonly-bench-proc-") as tmp,
-            kafka(Path(tmp)) as broker,
-        ):
-            return collect(processors, broker, Path(tmp)), broker.about
-
-    results, kafka_about = execute(body)
+    results, about_items = run_on_broker(
+        "onceonly-bench-proc-", lambda broker, work: collect(processors, broker, work)
+    )
     md, png = write_report(
         "processors",
         "Processor benchmark",
         [section(results)],
-        about(kafka_about, load_before, code),
+        about_items,
         command_line("bench.processors"),
         results_dir,
     )

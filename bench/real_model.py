@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,10 +35,15 @@ from pathlib import Path
 import click
 
 from bench._agent_load import AgentBench
-from bench._machine import loadavg, revision
 from bench._proc_stack import get_json
-from bench._procs import BenchError, Broker, console, create_topics, kafka
-from bench._report import RESULTS_DIR, about, command_line, execute, machine_table, report_path
+from bench._procs import BenchError, Broker, console, create_topics
+from bench._report import (
+    RESULTS_DIR,
+    command_line,
+    machine_table,
+    report_path,
+    run_on_broker,
+)
 from bench._stack_run import Run, Setup, run
 from devstack import llm
 from testkit import samples
@@ -261,17 +265,10 @@ def main(
 
     partitions = Settings.from_env().partitions
     opts = Options(rate, count, saturated_rate, saturated_count, threads, partitions)
-    load_before, code = loadavg(), revision()
-
-    def body() -> tuple[Results, str]:
-        with (
-            tempfile.TemporaryDirectory(prefix="onceonly-bench-model-") as tmp,
-            kafka(Path(tmp)) as broker,
-        ):
-            return collect(opts, broker, Path(tmp)), broker.about
-
-    results, kafka_about = execute(body)
-    path = write_markdown(opts, results, about(kafka_about, load_before, code), out)
+    results, about_items = run_on_broker(
+        "onceonly-bench-model-", lambda broker, work: collect(opts, broker, work)
+    )
+    path = write_markdown(opts, results, about_items, out)
     console.print(f"written to {path}")
 
 

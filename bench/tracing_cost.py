@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,10 +30,15 @@ from typing import Any
 
 import click
 
-from bench._machine import loadavg, revision
 from bench._proc_stack import base_env, get_json
-from bench._procs import Broker, ServerProcess, console, kafka
-from bench._report import RESULTS_DIR, about, command_line, execute, machine_table, report_path
+from bench._procs import Broker, ServerProcess, console
+from bench._report import (
+    RESULTS_DIR,
+    command_line,
+    machine_table,
+    report_path,
+    run_on_broker,
+)
 from bench._stack_run import Run, Setup, run
 from devstack.ports import free_port
 from foundation import tracing
@@ -278,17 +282,10 @@ def main(rate: float, count: int, rounds: int, window_ms: int, calls: int, out: 
     from foundation.settings import Settings
 
     opts = Options(rate, count, rounds, window_ms, calls, Settings.from_env().partitions)
-    load_before, code = loadavg(), revision()
-
-    def body() -> tuple[Results, str]:
-        with (
-            tempfile.TemporaryDirectory(prefix="onceonly-bench-tracing-") as tmp,
-            kafka(Path(tmp)) as broker,
-        ):
-            return collect(opts, broker, Path(tmp)), broker.about
-
-    results, kafka_about = execute(body)
-    path = write_markdown(opts, results, about(kafka_about, load_before, code), out)
+    results, about_items = run_on_broker(
+        "onceonly-bench-tracing-", lambda broker, work: collect(opts, broker, work)
+    )
+    path = write_markdown(opts, results, about_items, out)
     console.print(f"written to {path}")
 
 
