@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from devstack.children import stop_child
 from devstack.ports import free_port
 from foundation.errors import OnceOnlyError
 
@@ -157,13 +158,7 @@ class ModelServer:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process)
         self.process = None
 
     def __enter__(self) -> ModelServer:

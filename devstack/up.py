@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devstack.broker import EmbeddedBroker
+from devstack.children import stop_child
 from foundation.kafka import Admin, client_security
 from foundation.settings import Settings
 from foundation.topics import topic_specs
@@ -65,12 +66,7 @@ def worker_process(echo: Echo) -> Iterator[None]:
     try:
         yield
     finally:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        stop_child(worker, timeout_s=30)
 
 
 def run_until_signal(coro: Coroutine[Any, Any, None]) -> None:
