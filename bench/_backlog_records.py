@@ -31,7 +31,7 @@ def body_text(n: int, size: int) -> str:
 def backlog_records(count: int, tag: str, body_kb: int) -> Iterator[Record]:
     """What ingest produces for ``count`` events, each the one message of a thread of its
     own (thread and Message-ID from ``tag`` and the index), its text ``body_kb`` KB."""
-    from ingest import normalise
+    from onceonly.ingest import normalise
 
     now = datetime.now(UTC)
     size = body_kb * 1024

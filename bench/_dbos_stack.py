@@ -38,7 +38,7 @@ Message = tuple[str, Record]  #: (Message-ID, the record ingest would produce)
 def envelopes(tag: str, count: int, start: int = 0) -> list[Message]:
     """``count`` distinct AgentMail ``message.received`` records, each in a thread of its
     own, as ingest produces them (the envelope, keyed by thread)."""
-    from ingest import normalise
+    from onceonly.ingest import normalise
 
     now = datetime.now(UTC)
     out: list[Message] = []

@@ -16,9 +16,9 @@ from pathlib import Path
 from bench._proc_stack import base_env, scrape
 from bench._procs import Broker, ServerProcess, create_topics
 from devstack.ports import free_port
-from foundation.kafka import AsyncProducer, producer_config_from
-from foundation.settings import Settings
-from ingest import normalise
+from onceonly.foundation.kafka import AsyncProducer, producer_config_from
+from onceonly.foundation.settings import Settings
+from onceonly.ingest import normalise
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.openai_server import FakeChatModel
@@ -63,7 +63,7 @@ class Stack:
                 "ONCEONLY_WORKER_PORT": str(port),
                 "ONCEONLY_AGENTMAIL_BASE_URL": self.mail.base_url,
                 "AGENTMAIL_API_KEY": "bench",
-                "ONCEONLY_REPLY_WRITER": "processors.openai_writer:reply",
+                "ONCEONLY_REPLY_WRITER": "onceonly.processors.openai_writer:reply",
                 "OPENAI_BASE_URL": f"{self.chat.base_url}/v1",
                 "OPENAI_API_KEY": "bench",
                 "OPENAI_MODEL": "bench-model",
@@ -131,8 +131,8 @@ class Stack:
     def written_at(self) -> dict[str, float]:
         """Message id -> when its reply's text was recorded (the ledger record's
         ``created_at``, as monotonic time): where the writer's part of a wait ends."""
-        from foundation.kafka import ranges, read
-        from schemas.ledger import ReplyRecord
+        from onceonly.foundation.kafka import ranges, read
+        from onceonly.schemas.ledger import ReplyRecord
 
         topic = self.topics["ONCEONLY_LEDGER_TOPIC"]
         offset = time.time() - time.monotonic()

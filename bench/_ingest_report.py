@@ -303,7 +303,7 @@ def _how(r: Results) -> list[str]:
         "measurement (JIT); (c), (c2), (m) produce to `onceonly-bench.deliveries`, "
         f"{r.partitions} partitions",
         "servers, each its own process: (a) aiohttp handler reading the body, 204; "
-        "(b) the same + `ingest.verify.verify_svix`; (c) `onceonly ingest` "
+        "(b) the same + `onceonly.ingest.verify.verify_svix`; (c) `onceonly ingest` "
         "(log level WARNING), acks=all, idempotent producer; (c2) the same with "
         "ONCEONLY_INGEST_PROCESSES=2 (a parent, two children on one port); (m) (c) with "
         "ONCEONLY_ENVELOPE_SECRET; (d) (b) + `INSERT INTO deliveries (event_id, body) VALUES "

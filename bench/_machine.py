@@ -89,9 +89,9 @@ def revision() -> str:
     """The commit the code under test comes from, and whether it had local changes."""
     try:
         head = _git("rev-parse", "--short", "HEAD")
-        dirty = _git("status", "--porcelain", "--", "processors", "onceonly", "schemas", "ingest")
+        dirty = _git("status", "--porcelain", "--", "onceonly")
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
     if dirty:
-        return f"{head}, with uncommitted changes under processors/ onceonly/ schemas/ ingest/"
+        return f"{head}, with uncommitted changes under onceonly/"
     return head

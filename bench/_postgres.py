@@ -96,7 +96,7 @@ def _as_user() -> list[str]:
 def _base_dir() -> Path:
     """A new directory for the data directory, under the project's run directory when
     the service user can reach it there, else under the system's temporary directory."""
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     run_dir = (ROOT / Settings.from_env().run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from bench._load import agentmail_body
 from bench._procs import BenchError, console
 
 if TYPE_CHECKING:
-    from schemas.envelope import Envelope
+    from onceonly.schemas.envelope import Envelope
 
 Record = tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]  # key, value, headers
 
@@ -30,7 +30,7 @@ def as_record(envelope: Envelope) -> Record:
 def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
     """What ingest produces for ``count`` distinct AgentMail ``message.received`` events
     (~1.5 KB bodies, 1024 threads, every message and event id distinct)."""
-    from ingest import normalise
+    from onceonly.ingest import normalise
 
     now = datetime.now(UTC)
     for n in range(start, start + count):
@@ -41,7 +41,7 @@ def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
 def stripe_records(count: int, tag: str) -> Iterator[Record]:
     """What ingest produces for ``count`` distinct Stripe ``invoice.paid`` events, one
     invoice (so one thread key) each: deduped and recorded, no effect handler."""
-    from ingest import normalise
+    from onceonly.ingest import normalise
 
     now = datetime.now(UTC)
     created = int(now.timestamp())
@@ -74,7 +74,7 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
     return the seconds it took. Raises BenchError if any record is not stored."""
     from confluent_kafka import Producer
 
-    from foundation.kafka import producer_config
+    from onceonly.foundation.kafka import producer_config
 
     failures: list[str] = []
 
@@ -123,7 +123,7 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
 
 def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
     """Distinct reply keys whose latest ledger record says ``sent``, read from the topic."""
-    from foundation.kafka import read_to_end
+    from onceonly.foundation.kafka import read_to_end
 
     latest: dict[bytes, str] = {}
     for msg in read_to_end(bootstrap, topic, timeout_s=60):

@@ -52,18 +52,18 @@ _FILLS = {
     "in (3) (`--takeover-fill worker`)",
     "changelog": "Its entries were written straight to the events changelog "
     "(`--takeover-fill changelog`, `bench._changelog_fill`): two records each, the claim and "
-    "the outcome, made by the worker's own `processors.dedupe` functions in its encoding, "
+    "the outcome, made by the worker's own `onceonly.processors.dedupe` functions in its encoding, "
     "under its keys; the recovery replays them as it replays the worker's own",
 }
 
 
 def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
     """(5) ms of CPU per reply of the SDK call alone: ``AgentMailSender.reply`` (the worker's
-    sender: the SDK over ``processors.agentmail.transport.ApiClient``), ``calls`` times one
+    sender: the SDK over ``onceonly.processors.agentmail.transport.ApiClient``), ``calls`` times one
     after the other in this process, against the instant mail server. 1000 / this is the most
     replies one Python process could send per second if it did nothing else."""
-    from processors.agentmail.sender import AgentMailSender
-    from schemas.ledger import ReplyRecord, ReplyState
+    from onceonly.processors.agentmail.sender import AgentMailSender
+    from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
     def record(n: int) -> ReplyRecord:
         return ReplyRecord(
@@ -282,7 +282,7 @@ def section(r: Results) -> Section:
     ]
     how = [
         f"records: {r.events:,} distinct AgentMail `message.received` envelopes "
-        "(~1.5 KB bodies over 1024 threads), made by `ingest.normalise.agentmail` and "
+        "(~1.5 KB bodies over 1024 threads), made by `onceonly.ingest.normalise.agentmail` and "
         f"produced before (1) and (2) start, on {r.partitions} partitions; (1) and (2) read "
         "the same records, one after the other, each with a consumer group of its own",
         "(1) `bench._plain_faust`: faust App as onceonly's (session 10 s, heartbeat 1 s, "
@@ -291,7 +291,7 @@ def section(r: Results) -> Section:
         "event to its last",
         f"(2) `python -m onceonly worker`, `ONCEONLY_REORDER_WINDOW_MS=0`, log level "
         f"{r.log_level}, real `AgentMailSender` (the SDK, its httpx client "
-        "`processors.agentmail.transport.ApiClient` over aiohttp) against "
+        "`onceonly.processors.agentmail.transport.ApiClient` over aiohttp) against "
         "`bench._instant_mail`, which "
         "answers the reply endpoint at once; rate from the first reply the mail server "
         "received to the last (one reply per record)",

@@ -189,7 +189,7 @@ def kafka(run_dir: Path) -> Iterator[Broker]:
         yield Broker(external, f"external cluster at {external} (ONCEONLY_KAFKA_BOOTSTRAP)", None)
         return
     from devstack.broker import EmbeddedBroker, free_port, kafka_classpath
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     # Resolve the jars once into the project's run directory (as `make jars` does) and
     # reuse that classpath, so that the temporary run directory does not run Maven again.
@@ -213,9 +213,9 @@ def kafka(run_dir: Path) -> Iterator[Broker]:
 def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str]:
     """Topics shaped as onceonly's, named ``<prefix>.*``; the variables that point
     ingest or a worker at them."""
-    from foundation.kafka import Admin
-    from foundation.settings import Settings
-    from foundation.topics import topic_specs
+    from onceonly.foundation.kafka import Admin
+    from onceonly.foundation.settings import Settings
+    from onceonly.foundation.topics import topic_specs
 
     names = {
         "ONCEONLY_DELIVERIES_TOPIC": f"{prefix}.deliveries",

@@ -301,7 +301,7 @@ def execute(body: Callable[[], T]) -> T:
     """Run a benchmark: SIGTERM stops it as Ctrl-C does (every process it started is
     stopped on the way out), exit 130 then; exit 1 with the message when it cannot run."""
     from bench._procs import BenchError, console
-    from foundation.errors import OnceOnlyError
+    from onceonly.foundation.errors import OnceOnlyError
 
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:

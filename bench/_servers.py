@@ -4,7 +4,7 @@
     (a) an aiohttp POST handler that reads the body and answers 204.
 ``python -m bench._servers svix --port N``
     (b) the same handler plus Svix verification of the raw body and headers
-    (:func:`ingest.verify.verify_svix`, which wraps ``svix.webhooks.Webhook``);
+    (:func:`onceonly.ingest.verify.verify_svix`, which wraps ``svix.webhooks.Webhook``);
     the secret comes from ``ONCEONLY_AGENTMAIL_WEBHOOK_SECRET``, as for ingest.
 ``python -m bench._servers postgres --port N --dsn DSN [--pool-size P]``
     (d) the reference design of AgentMail's webhook article: (b), then
@@ -31,8 +31,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ingest.exceptions import VerificationError
-from ingest.verify import verify_svix
+from onceonly.ingest.exceptions import VerificationError
+from onceonly.ingest.verify import verify_svix
 
 ROUTE = "/webhooks/agentmail"
 

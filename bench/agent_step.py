@@ -14,7 +14,7 @@ cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and a
 (B) the same with ``--hang-fraction`` of the messages (evenly spread) hanging in the
     writer until ``ONCEONLY_WRITER_TIMEOUT_S``; the latencies are the other messages';
 (C) with ``--instant``: the worker's CPU per reply with the instant writer
-    (``processors.writer:acknowledge``) and window 0, over ``--instant-count`` records
+    (``onceonly.processors.writer:acknowledge``) and window 0, over ``--instant-count`` records
     produced straight to Kafka (``bench.processors`` (2), same code).
 
 Targets (the issue): replies/s >= 0.8 x concurrency / mean writer latency (1.0 s), p99 <=
@@ -267,7 +267,8 @@ def notes(opts: Options, r: Results) -> list[str]:
         )
     if not math.isnan(r.instant_ms):
         lines.append(
-            f"(C) `processors.writer:acknowledge`, window 0, {opts.instant_count:,} records "
+            "(C) `onceonly.processors.writer:acknowledge`, window 0, "
+            f"{opts.instant_count:,} records "
             f"produced straight to Kafka (as `bench.processors` (2)): {r.instant_rate:,.0f} "
             f"replies/s; CPU, % of one core: {r.instant_cpu}"
         )
@@ -362,7 +363,7 @@ def main(
     smoke: bool,
 ) -> None:
     """Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls."""
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     opts = Options(
         rate if rate is not None else (20.0 if smoke else 55.0),

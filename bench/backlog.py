@@ -320,7 +320,7 @@ def main(
     results_dir: Path,
 ) -> None:
     """Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."""
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     defaults = Settings.from_env()
     plan = Plan(

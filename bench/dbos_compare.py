@@ -274,7 +274,7 @@ def main(
     smoke: bool,
 ) -> None:
     """onceonly's worker and a DBOS Transact app on the same records, then a SIGKILL each."""
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     opts = Options(
         rate if rate is not None else (20.0 if smoke else 50.0),

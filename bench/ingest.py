@@ -4,7 +4,7 @@
 (``python -m bench``, which ``make bench`` runs, measures this and the processors):
 
 (a) a bare aiohttp POST handler that reads the body and answers 204;
-(b) the same handler with Svix verification only (``ingest.verify.verify_svix``);
+(b) the same handler with Svix verification only (``onceonly.ingest.verify.verify_svix``);
 (c) onceonly ingest (``onceonly ingest``) producing to a real broker with acks=all;
 (d) the reference design of AgentMail's webhook article: (b), then
     ``INSERT ... ON CONFLICT DO NOTHING`` into PostgreSQL (Debian's package, started by
@@ -94,7 +94,7 @@ def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
     Returns how many records it stored."""
     from confluent_kafka import Producer
 
-    from foundation.kafka import producer_config
+    from onceonly.foundation.kafka import producer_config
 
     producer = Producer(
         producer_config(
@@ -353,7 +353,7 @@ async def run_all(
 
 def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
     """Run the ingest benchmark against ``broker``; print its figures."""
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     partitions = Settings.from_env().partitions
     topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)

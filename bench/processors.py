@@ -156,7 +156,7 @@ def _throughput(bench: Bench, opts: ProcessorOptions, r: Results, partitions: in
 
 def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     """Run the processor benchmark against ``broker``, in ``work``; print its figures."""
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     began = time.monotonic()
     partitions = Settings.from_env().partitions

@@ -8,7 +8,8 @@
     times, off and then on, in CPU microseconds per reply (the exporter's thread
     included, after a flush);
 (2) the whole stack, alternately off and on (``--rounds`` of each): ``onceonly ingest``
-    and one ``onceonly worker`` with the instant writer (``processors.writer:acknowledge``),
+    and one ``onceonly worker`` with the instant writer
+    (``onceonly.processors.writer:acknowledge``),
     the reorder window at ``--window-ms``, an open loop of ``--count`` deliveries at
     ``--rate``/s; ingest's and the worker's CPU per reply, replies/s, p50 and p99 from
     the 204 to the reply, and the spans the receiver got per reply.
@@ -41,7 +42,7 @@ from bench._report import (
 )
 from bench._stack_run import Run, Setup, run
 from devstack.ports import free_port
-from foundation import tracing
+from onceonly.foundation import tracing
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class Options:
 
     def worker(self) -> dict[str, str]:
         return {
-            "ONCEONLY_REPLY_WRITER": "processors.writer:acknowledge",
+            "ONCEONLY_REPLY_WRITER": "onceonly.processors.writer:acknowledge",
             "ONCEONLY_REORDER_WINDOW_MS": str(self.window_ms),
         }
 
@@ -279,7 +280,7 @@ def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out:
 )
 def main(rate: float, count: int, rounds: int, window_ms: int, calls: int, out: Path) -> None:
     """Per-reply cost of OpenTelemetry tracing, on against off, in one run."""
-    from foundation.settings import Settings
+    from onceonly.foundation.settings import Settings
 
     opts = Options(rate, count, rounds, window_ms, calls, Settings.from_env().partitions)
     results, about_items = run_on_broker(

@@ -18,7 +18,7 @@ from chaos.plan import (
     under_replicated,
 )
 from chaos.stack import Stack
-from foundation.kafka import BrokerUnavailable, PartitionState
+from onceonly.foundation.kafka import BrokerUnavailable, PartitionState
 
 #: how long a node may take to be back in every partition's in-sync replicas
 IN_SYNC_TIMEOUT_S = 180.0

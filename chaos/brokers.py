@@ -21,7 +21,7 @@ from devstack.cluster import LocalCluster
 from devstack.exceptions import BrokerError
 from devstack.jvm import tail
 from devstack.ports import free_port, free_run_of_ports
-from foundation.kafka import Admin, PartitionState
+from onceonly.foundation.kafka import Admin, PartitionState
 
 
 class ChaosBroker(Protocol):
@@ -42,7 +42,7 @@ class ChaosBroker(Protocol):
 
 
 class SingleBroker(Proc):
-    """``onceonly broker`` (the embedded KRaft broker) as a process; its JVM leads its own
+    """``python -m devstack broker`` (the embedded KRaft broker) as a process; its JVM leads its own
     session, so a stop goes through the command, which stops the JVM cleanly."""
 
     nodes = 1
@@ -50,7 +50,7 @@ class SingleBroker(Proc):
     def __init__(self, run_dir: Path, env: dict[str, str], log_path: Path) -> None:
         self.port = free_port()
         env = {**env, "ONCEONLY_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.port}"}
-        super().__init__("broker", [sys.executable, "-m", "onceonly", "broker"], env, log_path)
+        super().__init__("broker", [sys.executable, "-m", "devstack", "broker"], env, log_path)
         self.run_dir = run_dir
 
     @property
@@ -90,7 +90,7 @@ class SingleBroker(Proc):
 
 
 class ClusterBroker:
-    """``onceonly broker --nodes N``'s cluster (devstack's LocalCluster), run from this
+    """``python -m devstack broker --nodes N``'s cluster (devstack's LocalCluster), run from this
     process so that one node at a time can be killed, stopped and started: node ``n`` in
     ``<run_dir>/broker-<n>/``, on a run of free ports. Each node's log is its
     ``logs/server.log``, its console (WARN and above) ``logs/console.log``."""

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from foundation.settings import DEFAULT_TOPICS
+from onceonly.foundation.settings import DEFAULT_TOPICS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "chaos" / "results"

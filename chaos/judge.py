@@ -25,8 +25,8 @@ class Judge(Stack):
     decider: Decider | None = None  #: the approval mode's decider (--approvals)
 
     async def verdict(self) -> Verdict:
-        from operations.catchup import read_ledger
-        from processors.messages import reply_key
+        from onceonly.operations.catchup import read_ledger
+        from onceonly.processors.messages import reply_key
 
         assert self.plan is not None and self.load is not None
         outbox = (await self._mail("GET", "/_control/outbox"))["outbox"]
@@ -111,7 +111,7 @@ class Judge(Stack):
 
     async def _dead_letters(self) -> list[Any] | None:
         """The dead letters, or None when the topic cannot be read."""
-        from operations.replay import ReplayError, dead_letters
+        from onceonly.operations.replay import ReplayError, dead_letters
 
         try:
             return await asyncio.to_thread(dead_letters, self.bootstrap, DEAD_LETTER_TOPIC)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from chaos.common import iso
-from foundation.kafka import PartitionState
+from onceonly.foundation.kafka import PartitionState
 from testkit import payloads
 
 # --------------------------------------------------------------------------- the plan

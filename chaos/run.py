@@ -14,7 +14,8 @@
     python -m chaos.run --pauses 3            # keys ignored: pauses, no kills
 
 **Set-up**, every part a real process, in a fresh run directory (a temporary one unless
-``--run-dir``): a Kafka broker (``onceonly broker``, the embedded single-node KRaft broker,
+``--run-dir``): a Kafka broker (``python -m devstack broker``, the embedded single-node KRaft
+broker,
 on free ports), the topics (``onceonly topics``), the fake AgentMail server
 (``python -m testkit.fakes.agentmail_server``) seeded over its control API with every message
 of every inbox, ``onceonly ingest`` (a ``whsec_`` secret; ``ONCEONLY_PRODUCE_TIMEOUT_MS``
@@ -36,7 +37,7 @@ is the default with ``--pauses``; then the faults only the keys can absorb (a SI
 between a send and its record, a broker restart, a response lost after sending, a send
 timed out while the server still sends) default to 0.
 
-**On a cluster** (``--nodes 3``): instead of the single broker, ``onceonly broker --nodes
+**On a cluster** (``--nodes 3``): instead of the single broker, ``python -m devstack broker --nodes
 3``'s cluster (devstack's ``LocalCluster``, run from the chaos process so that one node at a
 time can be killed and started: ``chaos/brokers.py``), three combined broker + controller
 JVMs on a run of free ports; ``onceonly topics``, ingest and the workers get the whole
@@ -173,7 +174,8 @@ from chaos.writers import parse_range
     type=click.IntRange(1, 5),
     default=1,
     show_default=True,
-    help="1: the single embedded broker; 3 to 5: a local cluster (onceonly broker --nodes N).",
+    help="1: the single embedded broker; 3 to 5: a local cluster "
+    "(python -m devstack broker --nodes N).",
 )
 @click.option(
     "--leader-kills",

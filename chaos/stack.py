@@ -193,7 +193,7 @@ class Stack:
     async def _lag(self, *, trace: bool = False) -> int | None:
         """The worker group's total lag, or None when it cannot be read whole (the broker
         is down, or the answer does not cover every partition)."""
-        from foundation.kafka import BrokerUnavailable, consumer_lag
+        from onceonly.foundation.kafka import BrokerUnavailable, consumer_lag
 
         if self.broker_busy:
             return None
@@ -281,7 +281,7 @@ class Stack:
         """The replicas and min.insync.replicas of onceonly's topics; on a cluster, refuse
         to go on unless each has 3 replicas and 2 in sync to write (onceonly's default on
         3 brokers or more)."""
-        from foundation.kafka import Admin
+        from onceonly.foundation.kafka import Admin
 
         admin = Admin(self.bootstrap)
         names = [DELIVERIES_TOPIC, LEDGER_TOPIC, DEAD_LETTER_TOPIC]

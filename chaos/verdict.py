@@ -109,7 +109,7 @@ class Verdict:
             f"{span(o.writer_long_s)} s, a new text each call; {o.writer_concurrency} calls "
             "in flight per worker at most"
             if o.writer == WRITER_SLOW
-            else "processors.writer:acknowledge (instant)"
+            else "onceonly.processors.writer:acknowledge (instant)"
         )
         return [
             (

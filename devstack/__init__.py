@@ -1,1 +1,2 @@
-"""The local development stack: an embedded Kafka broker and `onceonly up`. Not product code."""
+"""The local development stack: an embedded Kafka broker and `python -m devstack up`. Not product
+code."""

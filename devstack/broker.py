@@ -37,8 +37,8 @@ from devstack.jvm import (
 )
 from devstack.ports import LOOPBACK as _LOOPBACK
 from devstack.ports import accepts_connections, free_port, port_is_free
-from foundation.kafka import Admin, BrokerUnavailable
-from foundation.settings import DEFAULT_BROKER_HEAP_MB, DEFAULT_KAFKA_PORT
+from onceonly.foundation.kafka import Admin, BrokerUnavailable
+from onceonly.foundation.settings import DEFAULT_BROKER_HEAP_MB, DEFAULT_KAFKA_PORT
 
 LOG4J2_CONFIG = OPS_KAFKA_DIR / "log4j2.properties"
 SERVER_PROPERTIES_TEMPLATE = OPS_KAFKA_DIR / "server.properties.template"

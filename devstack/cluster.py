@@ -5,7 +5,7 @@ bootstrap port + n - 1, for the quorum on a controller port of its own; every no
 formatted once with the one cluster id kept in ``<run_dir>/cluster.id``. The nodes start
 together (a quorum forms only once a majority of controllers is up) and stop together;
 one node can be killed and restarted alone, as the failure tests do. Under
-``onceonly broker --nodes N``, :class:`devstack.up.ClusterSupervisor` reports a node that
+``python -m devstack broker --nodes N``, :class:`devstack.up.ClusterSupervisor` reports a node that
 died and restarts it on its data while the others keep serving.
 """
 
@@ -24,7 +24,7 @@ from devstack.exceptions import BrokerError
 from devstack.jars import OPS_KAFKA_DIR
 from devstack.jvm import new_cluster_id
 from devstack.ports import LOOPBACK, free_port
-from foundation.settings import Settings
+from onceonly.foundation.settings import Settings
 
 CLUSTER_TEMPLATE = OPS_KAFKA_DIR / "server-cluster.properties.template"
 #: each node's heap at most: three JVMs share a small machine

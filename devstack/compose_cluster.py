@@ -7,7 +7,7 @@ Uses the images ``make compose-test`` builds (built first if one is missing), br
 the three Kafka nodes and waits for each one's health check, then the topics, ingest and
 one worker; checks with Kafka's own ``kafka-topics --describe`` that every deliveries
 partition has 3 replicas, all in sync, and ``min.insync.replicas=2``; posts a signed
-sample with ``onceonly send --url`` and finds its one reply in the dry-run outbox; kills
+sample with ``python -m devstack send --url`` and finds its one reply in the dry-run outbox; kills
 the Kafka node leading the most deliveries partitions (``podman kill``: SIGKILL, and no
 restart), waits until the others have taken over (ISR of two), posts a second sample and
 finds its one reply; then ``down -v``. The report goes to the report folder.
@@ -33,7 +33,7 @@ from devstack.compose_stack import COMPOSE_FILE, Stack, StackError, replies_per_
 from devstack.compose_test import Log, onceonly_send, stack_variables
 from devstack.jars import kafka_classpath
 from devstack.kafka_tools import TOPICS, run_tool
-from foundation.settings import DEFAULT_TOPICS
+from onceonly.foundation.settings import DEFAULT_TOPICS
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_FILE = ROOT / "docker-compose.cluster.yml"
@@ -222,7 +222,7 @@ def write_report(report_dir: Path, figures: dict[str, object], log_lines: list[s
         "`python -m devstack.compose_cluster` (make compose-cluster-test): docker-compose.yml",
         "with docker-compose.cluster.yml under podman-compose 1.0.3, podman 4.3.1 (runc),",
         "the images built here by `make compose-test`. Prometheus and Grafana not started.",
-        "A sample (`onceonly send --count 1`) is a thread of two messages: one reply.",
+        "A sample (`python -m devstack send --count 1`) is a thread of two messages: one reply.",
         "",
         f"Result: {'FAILED: ' + str(error) if error else 'passed'}",
         "",

@@ -3,7 +3,7 @@
 No registry of images is needed: a Debian bookworm root made with ``debootstrap`` from
 Debian's archive (cached as a tarball under ``.run/compose/``) is imported with podman;
 on it Debian's Python (``compose/python/``), the onceonly image (the root ``Dockerfile``
-with ``BASE_IMAGE``), Kafka from the Maven jars ``onceonly broker`` runs
+with ``BASE_IMAGE``), Kafka from the Maven jars ``python -m devstack broker`` runs
 (``compose/kafka/``) and Prometheus from Debian's package (``compose/prometheus/``).
 Every step runs under ``nice -n 19``; podman and friends are installed with apt-get
 where missing, and podman told to use runc and cgroupfs (``CONTAINERS_CONF``) if it

@@ -69,7 +69,8 @@ def summary(
         f"- build, every image (debootstrap included): {build_s:.0f} s",
         "- every service healthy (Kafka, topics done, ingest, worker, Prometheus): "
         + (f"{healthy:.1f} s after the first `up`" if isinstance(healthy, float) else "no"),
-        f"- replies through the stack after `onceonly send`: {figures.get('first replies', '-')}",
+        "- replies through the stack after `python -m devstack send`: "
+        f"{figures.get('first replies', '-')}",
         f"- partitions of onceonly.deliveries over 3 workers: {figures.get('spread', '-')}",
         f"- a worker SIGKILLed mid-load: {figures.get('load', '-')}",
         f"- the whole run (build, test, down -v): {figures.get('total s', '-')} s",
@@ -122,7 +123,7 @@ def write_report(
             "",
         ]
     if "send" in figures:
-        lines += ["## onceonly send --url", "", "```", str(figures["send"]), "```", ""]
+        lines += ["## python -m devstack send --url", "", "```", str(figures["send"]), "```", ""]
     lines += ["## Log", "", "```", *log_lines, "```", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

@@ -4,7 +4,7 @@
 
 Builds the images here (devstack.compose_images), brings the stack up in the order of its
 ``depends_on`` conditions and waits for every health check (Grafana is left out: it
-cannot be had here), posts a signed sample with ``onceonly send --url`` and checks the
+cannot be had here), posts a signed sample with ``python -m devstack send --url`` and checks the
 reply in the dry-run outbox of the workers' volume, scales the workers to three and
 shows the deliveries partitions spread over them (Kafka's ``kafka-consumer-groups``),
 kills one worker container with SIGKILL in the middle of a load and counts the replies
@@ -37,7 +37,7 @@ from devstack.compose_stack import (
 )
 from devstack.jars import kafka_classpath
 from devstack.kafka_tools import CONSUMER_GROUPS, run_tool
-from foundation.settings import DEFAULT_TOPICS
+from onceonly.foundation.settings import DEFAULT_TOPICS
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "onceonly-compose-test"
@@ -102,7 +102,7 @@ def wait_spread(stack: Stack, run_dir: Path, workers: int, log: Log) -> tuple[st
 
 
 def onceonly_send(secret: str, log: Log, *, bootstrap: str = HOST_BOOTSTRAP, count: int = 3) -> str:
-    """``onceonly send --url`` from this host to the compose ingest (the ledger read on
+    """``python -m devstack send --url`` from this host to the compose ingest (the ledger read on
     Kafka's host listener)."""
     env = {
         **os.environ,
@@ -110,13 +110,13 @@ def onceonly_send(secret: str, log: Log, *, bootstrap: str = HOST_BOOTSTRAP, cou
         "ONCEONLY_KAFKA_BOOTSTRAP": bootstrap,
         "ONCEONLY_RUN_DIR": str(ROOT / ".run" / "compose" / "send"),
     }
-    command = [sys.executable, "-m", "onceonly", "send", "--url", INGEST_URL]
+    command = [sys.executable, "-m", "devstack", "send", "--url", INGEST_URL]
     command += ["--count", str(count), "--wait", "60"]
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     out = (result.stdout + result.stderr).strip()
-    log(f"$ onceonly send --url {INGEST_URL} --count {count}\n{out}")
+    log(f"$ python -m devstack send --url {INGEST_URL} --count {count}\n{out}")
     if result.returncode != 0:
-        raise StackError(f"onceonly send failed (exit {result.returncode})")
+        raise StackError(f"python -m devstack send failed (exit {result.returncode})")
     return out
 
 
@@ -163,7 +163,7 @@ def first_reply(stack: Stack, secret: str, figures: dict[str, object], log: Log)
     figures["send"] = onceonly_send(secret, log)
     outbox = stack.outbox_lines()
     first = replies_per_message(outbox)
-    log(f"dry-run outbox after onceonly send: {len(outbox)} line(s): {first}")
+    log(f"dry-run outbox after python -m devstack send: {len(outbox)} line(s): {first}")
     if not outbox or any(len(keys) != 1 for keys in first.values()):
         raise StackError(f"expected one reply per message in the outbox, found {first}")
     figures["first replies"] = len(outbox)

@@ -1,10 +1,11 @@
 """A local development secret for AgentMail, so ``make run`` answers a first event.
 
-With no provider secret set, ``onceonly up`` creates ``$ONCEONLY_RUN_DIR/agentmail-dev-secret``
+With no provider secret set, ``python -m devstack up`` creates
+``$ONCEONLY_RUN_DIR/agentmail-dev-secret``
 once (a Svix ``whsec_`` secret of 24 random bytes, readable by its owner only), configures
 ingest (every ingest process: through the environment its children inherit) and the
 worker with it and prints it, as ``stripe listen`` prints its secret.
-``onceonly send`` finds it there too. A secret in the environment always wins.
+``python -m devstack send`` finds it there too. A secret in the environment always wins.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from foundation.settings import Settings
+from onceonly.foundation.settings import Settings
 
 FILE_NAME = "agentmail-dev-secret"
 VARIABLE = "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET"
@@ -40,7 +41,7 @@ def new_secret() -> str:
 
 
 def read_dev_secret(run_dir: Path) -> str | None:
-    """The development secret under ``run_dir``, if ``onceonly up`` made one."""
+    """The development secret under ``run_dir``, if ``python -m devstack up`` made one."""
     try:
         return (run_dir / FILE_NAME).read_text().strip() or None
     except FileNotFoundError:
@@ -66,6 +67,6 @@ def with_dev_secret(settings: Settings, secret: str) -> Settings:
 
 
 def dev_secret_env(secret: str) -> dict[str, str]:
-    """The variable that hands ``secret`` to the processes ``onceonly up`` starts: the
+    """The variable that hands ``secret`` to the processes ``python -m devstack up`` starts: the
     ingest processes of ONCEONLY_INGEST_PROCESSES > 1 read their settings afresh."""
     return {VARIABLE: secret}

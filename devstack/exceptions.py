@@ -1,6 +1,6 @@
 """Errors of the development stack."""
 
-from foundation.errors import OnceOnlyError
+from onceonly.foundation.errors import OnceOnlyError
 
 #: lines of a tool's own output an error quotes
 OUTPUT_TAIL_LINES = 25

@@ -89,7 +89,9 @@ def with_tools_jar(classpath: str, version: str) -> str:
     # <repository>/org/apache/kafka/kafka-clients/<version>/kafka-clients-<version>.jar
     tools = clients.parent.parent.parent / TOOLS_ARTIFACT / version / tools_jar_name(version)
     if not tools.is_file():
-        raise BrokerError(f"mvn did not fetch {tools}: run onceonly broker --fetch-only again")
+        raise BrokerError(
+            f"mvn did not fetch {tools}: run python -m devstack broker --fetch-only again"
+        )
     if str(tools) in entries:
         return classpath
     return os.pathsep.join([*entries, str(tools)])

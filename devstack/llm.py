@@ -26,7 +26,7 @@ from pathlib import Path
 
 from devstack.children import stop_child
 from devstack.ports import free_port
-from foundation.errors import OnceOnlyError
+from onceonly.foundation.errors import OnceOnlyError
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / ".run"

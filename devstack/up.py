@@ -1,8 +1,8 @@
-"""``onceonly up``: the local stack around ingest (a broker if local, the topics, a worker)."""
+"""``python -m devstack up``: the local stack around ingest (a broker if local, the topics, a
+worker)."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import os
@@ -11,16 +11,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from devstack.broker import EmbeddedBroker
 from devstack.children import stop_child
-from foundation.kafka import Admin, client_security
-from foundation.settings import Settings
-from foundation.topics import topic_specs
+from onceonly.foundation.kafka import Admin, client_security
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
 
 Echo = Callable[[str], Any]
 
@@ -67,20 +67,6 @@ def worker_process(echo: Echo) -> Iterator[None]:
         yield
     finally:
         stop_child(worker, timeout_s=30)
-
-
-def run_until_signal(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a coroutine until SIGINT or SIGTERM, then cancel it and let it clean up."""
-
-    async def runner() -> None:
-        task = asyncio.ensure_future(coro)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run(runner())
 
 
 class ForegroundBroker(Protocol):
@@ -168,7 +154,7 @@ class _Watch:
 
 
 class ClusterSupervisor:
-    """Runs a local cluster for ``onceonly broker --nodes N`` and keeps its nodes up.
+    """Runs a local cluster for ``python -m devstack broker --nodes N`` and keeps its nodes up.
 
     A node whose JVM exits on its own (a crash, ``kill -9``) is reported on stderr with its
     node id, pid, exit code and log, while the other nodes keep serving. It is started again
@@ -327,7 +313,8 @@ class ClusterSupervisor:
 
 
 def run_foreground(broker: ForegroundBroker | ClusterSupervisor) -> int:
-    """``onceonly broker``: run a broker (or a supervised cluster) until SIGINT or SIGTERM,
+    """``python -m devstack broker``: run a broker (or a supervised cluster) until SIGINT or
+    SIGTERM,
     then stop it cleanly. Returns 0 after a requested stop, 1 if the broker died on its own
     (a cluster: once every node is down and none will be restarted). A cluster's node that
     dies is reported and restarted (:class:`ClusterSupervisor`); SIGUSR1 restarts those down."""

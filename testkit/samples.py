@@ -1,4 +1,4 @@
-"""Sample deliveries for ``onceonly send``, signed with the providers' own code.
+"""Sample deliveries for ``python -m devstack send``, signed with the providers' own code.
 
 The default is the case onceonly exists for, on AgentMail: a customer's message
 delivered three times (a Svix retry is the same event, the same ``svix-id``), out of
@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from ingest import normalise
+from onceonly.ingest import normalise
 from testkit import payloads, signing
 
 PROVIDERS = ("agentmail", "nylas", "stripe", "github", "standard/<source>")
@@ -113,7 +113,8 @@ def agentmail_story(secret: str, *, copies: int, now: datetime) -> list[Sample]:
 def samples(
     route: str, secret: str, *, copies: int, body: bytes | None = None, now: datetime
 ) -> list[Sample]:
-    """What ``onceonly send`` posts: the AgentMail story, or one event ``copies`` times."""
+    """What ``python -m devstack send`` posts: the AgentMail story, or one event ``copies``
+    times."""
     if route == "agentmail" and body is None:
         return agentmail_story(secret, copies=copies, now=now)
     payload = body if body is not None else json.dumps(_default_payload(route, now)).encode()

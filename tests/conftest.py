@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from foundation.kafka import (
+from onceonly.foundation.kafka import (
     Admin,
     AsyncProducer,
     TopicMissing,
     producer_config_from,
     read_to_end,
 )
-from foundation.settings import Settings
-from foundation.topics import topic_specs
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
 
 if TYPE_CHECKING:
     from devstack.cluster import LocalCluster
@@ -65,7 +65,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A local three-node KRaft cluster (``onceonly broker --nodes 3``) for the session,
+    """A local three-node KRaft cluster (``python -m devstack broker --nodes 3``) for the session,
     started only by the tests that ask for it: three JVMs are heavy on a small machine.
     A test that kills a node restarts it (``cluster.node(n).start()``) before it ends."""
     from devstack.cluster import LocalCluster
@@ -86,7 +86,7 @@ SASL_USER = ("onceonly", "onceonly-test-secret")
 
 @pytest.fixture(scope="session")
 def kafka_sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """``onceonly broker --nodes 3 --sasl``: the three-node cluster behind a SCRAM-SHA-256
+    """``python -m devstack broker --nodes 3 --sasl``: the three-node cluster behind a SCRAM-SHA-256
     listener, for the session; started only by the tests that ask for it."""
     from devstack.cluster import LocalCluster, ScramUser
     from devstack.ports import free_run_of_ports

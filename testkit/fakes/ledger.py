@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.ledger import ReplyRecord
+from onceonly.schemas.ledger import ReplyRecord
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from foundation.kafka import AsyncProducer
-from foundation.settings import Settings
+from onceonly.foundation.kafka import AsyncProducer
+from onceonly.foundation.settings import Settings
 from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.integration.workers import Stack
 

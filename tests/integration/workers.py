@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from devstack.ports import free_port
-from foundation.kafka import AsyncProducer
-from foundation.settings import Settings
-from ingest import normalise
-from schemas.ledger import ReplyRecord
+from onceonly.foundation.kafka import AsyncProducer
+from onceonly.foundation.settings import Settings
+from onceonly.ingest import normalise
+from onceonly.schemas.ledger import ReplyRecord
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.processes import Supervised

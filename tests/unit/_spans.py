@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from foundation import tracing
+from onceonly.foundation import tracing
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Every import points down: records, foundation, services, operations, the command.
+"""Every import points down: records, foundation, services, operations, the command, the
+public surface; and the product never imports the checkout's development tools.
 
 The layer order is written once, here. A package may import its own modules and any
 package of a lower layer; never one of its own layer or above. Imports inside functions
@@ -13,15 +14,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = ROOT / "onceonly"
 
 LAYERS: list[set[str]] = [
-    {"schemas"},  # records on every topic, versioned; the root error
-    {"foundation"},  # errors, settings, logging, the Kafka seam
-    {"ingest", "processors"},  # the two services
-    {"operations", "devstack", "testkit"},  # replay, catch-up...; the local stack; test support
-    {"onceonly"},  # the command: parses and prints
+    {"onceonly.schemas"},  # records on every topic, versioned; the root error
+    {"onceonly.foundation"},  # errors, settings, logging, the Kafka seam
+    {"onceonly.ingest", "onceonly.processors"},  # the two services
+    {"onceonly.operations"},  # replay, catch-up, trace, the operator page
+    {"onceonly.cli"},  # the command: parses and prints
+    {"onceonly"},  # the public surface: onceonly/__init__.py, onceonly.testing
 ]
 LAYER_OF = {package: n for n, packages in enumerate(LAYERS) for package in packages}
+#: the checkout's tools: they may import the product, never the other way round
+DEVELOPMENT = {"devstack", "testkit", "bench", "chaos", "tests"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -35,25 +40,62 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def layer_package(dotted: str) -> str | None:
+    """The layer package that holds module ``dotted`` (the longest prefix in the layers)."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        if (prefix := ".".join(parts[:n])) in LAYER_OF:
+            return prefix
+    return None
+
+
+def _dotted(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def _modules() -> list[Path]:
-    return sorted(p for package in LAYER_OF for p in (ROOT / package).rglob("*.py"))
+    return sorted(PRODUCT.rglob("*.py"))
 
 
 def test_every_product_package_is_in_a_layer() -> None:
-    ours = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    ours = {f"onceonly.{p.name}" for p in PRODUCT.iterdir() if (p / "__init__.py").exists()}
 
-    assert ours - {"tests", "bench", "chaos"} == set(LAYER_OF)
+    assert ours | {"onceonly"} == set(LAYER_OF)
+
+
+def test_the_repository_has_one_product_package_beside_the_development_tools() -> None:
+    top = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+
+    assert top == {"onceonly"} | DEVELOPMENT
+
+
+def test_layer_package_is_the_longest_prefix() -> None:
+    assert layer_package("onceonly.processors.agentmail.sender") == "onceonly.processors"
+    assert layer_package("onceonly.testing") == "onceonly"
+    assert layer_package("onceonly_other") is None
+    assert layer_package("faust") is None
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_imports_its_own_layer_or_above(path: Path) -> None:
-    package = path.relative_to(ROOT).parts[0]
+    package = layer_package(_dotted(path))
+    assert package is not None
     upward = [
         f"line {line}: {name}"
         for line, name in _imports(path)
-        if (top := name.split(".")[0]) in LAYER_OF
-        and top != package
-        and LAYER_OF[top] >= LAYER_OF[package]
+        if (target := layer_package(name)) is not None
+        and target != package
+        and LAYER_OF[target] >= LAYER_OF[package]
     ]
 
     assert not upward, f"{package} (layer {LAYER_OF[package]}) imports upwards: {upward}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_product_never_imports_the_development_tools(path: Path) -> None:
+    found = [
+        f"line {line}: {name}" for line, name in _imports(path) if name.split(".")[0] in DEVELOPMENT
+    ]
+
+    assert not found, f"{_dotted(path)} imports the checkout's tools: {found}"

@@ -13,11 +13,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [
-    "schemas",
-    "foundation",
-    "ingest",
-    "processors",
-    "operations",
     "devstack",
     "testkit",
     "onceonly",

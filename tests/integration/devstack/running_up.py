@@ -1,4 +1,4 @@
-"""`onceonly up` as a child process on free ports, for the tests of the local stack."""
+"""`python -m devstack up` as a child process on free ports, for the tests of the local stack."""
 
 from __future__ import annotations
 
@@ -60,11 +60,11 @@ def up_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 @contextmanager
 def running_up(tmp: Path, env: dict[str, str]) -> Iterator[Up]:
-    """Start `onceonly up`, wait for its "Ctrl-C stops everything", kill it at the end."""
+    """Start `python -m devstack up`, wait for its "Ctrl-C stops everything", kill it at the end."""
     log = tmp / "up.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "onceonly", "up"],
+            [sys.executable, "-m", "devstack", "up"],
             env=env,
             cwd=ROOT,
             stdout=out,

@@ -1,4 +1,5 @@
-"""`onceonly broker --nodes 3`: three real JVMs, one cluster; a node killed from outside is
+"""`python -m devstack broker --nodes 3`: three real JVMs, one cluster; a node killed from outside
+is
 reported and restarted on its data while the other two serve; Ctrl-C stops them all.
 
 The tests share one run of the command (a cluster start is slow on a small machine): the
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from devstack.jars import kafka_classpath
-from foundation.kafka import (
+from onceonly.foundation.kafka import (
     Admin,
     AsyncProducer,
     Delivered,
@@ -80,7 +81,7 @@ class Command:
 
 
 class Commands:
-    """The one run of ``onceonly broker --nodes 3`` the tests share."""
+    """The one run of ``python -m devstack broker --nodes 3`` the tests share."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
@@ -105,7 +106,7 @@ class Commands:
             }
         )
         log = run_dir.parent / f"{run_dir.name}.log"
-        command = [sys.executable, "-m", "onceonly", "broker", "--nodes", "3"]
+        command = [sys.executable, "-m", "devstack", "broker", "--nodes", "3"]
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [*command, "--restart-delay", str(RESTART_DELAY_S)],

@@ -1,4 +1,5 @@
-"""A first `make run` with no secret set: a development secret, `onceonly send`, a quiet console."""
+"""A first `make run` with no secret set: a development secret, `python -m devstack send`, a quiet
+console."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def test_the_development_secret_is_kept_under_the_run_directory(first_run: Up) -
 
 def test_send_reports_one_reply_for_three_deliveries_and_a_newer_message(first_run: Up) -> None:
     sent = subprocess.run(
-        [sys.executable, "-m", "onceonly", "send", "--wait", "90"],
+        [sys.executable, "-m", "devstack", "send", "--wait", "90"],
         env=first_run.env,
         cwd=ROOT,
         capture_output=True,

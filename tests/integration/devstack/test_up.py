@@ -1,4 +1,5 @@
-"""`onceonly up` (what `make run` runs): a whole local stack, from a signed POST to a reply."""
+"""`python -m devstack up` (what `make run` runs): a whole local stack, from a signed POST to a
+reply."""
 
 from __future__ import annotations
 

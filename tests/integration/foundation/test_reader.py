@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from foundation.kafka import Admin, TopicSpec, producer_config, read_batches, sync_producer
+from onceonly.foundation.kafka import Admin, TopicSpec, producer_config, read_batches, sync_producer
 
 pytestmark = pytest.mark.integration
 

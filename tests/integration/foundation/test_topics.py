@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from foundation.kafka import Admin, AsyncProducer, TopicMismatch, TopicSpec
-from foundation.settings import Settings
-from foundation.topics import topic_specs
+from onceonly.foundation.kafka import Admin, AsyncProducer, TopicMismatch, TopicSpec
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
 
 pytestmark = pytest.mark.integration
 

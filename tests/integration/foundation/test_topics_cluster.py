@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from devstack.cluster import LocalCluster
-from foundation.kafka import Admin, TopicMismatch, TopicSpec
-from foundation.settings import Settings
-from foundation.topics import topic_specs
+from onceonly.foundation.kafka import Admin, TopicMismatch, TopicSpec
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
 
 pytestmark = pytest.mark.integration
 

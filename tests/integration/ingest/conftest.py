@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from foundation.settings import Settings
+from onceonly.foundation.settings import Settings
 from tests.integration.ingest.hostile_live import LiveIngest, _secrets
 
 

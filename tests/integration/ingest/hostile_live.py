@@ -17,9 +17,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from foundation.kafka import Admin, AsyncProducer, producer_config_from
-from foundation.settings import Settings
-from ingest.app import Ingest
+from onceonly.foundation.kafka import Admin, AsyncProducer, producer_config_from
+from onceonly.foundation.settings import Settings
+from onceonly.ingest.app import Ingest
 from testkit import signing
 from tests.conftest import consume_all
 
@@ -99,7 +99,7 @@ class LiveIngest:
         self.thread.start()
         self.producer = AsyncProducer(producer_config_from(settings))
         self.ingest = Ingest(settings, self.producer, Admin(settings.kafka_bootstrap))
-        # as ingest.app.serve runs it: no access log
+        # as onceonly.ingest.app.serve runs it: no access log
         self.runner = web.AppRunner(self.ingest.app(), access_log=None, handle_signals=False)
         self.port = self.run(self._start())
         self.url = f"http://127.0.0.1:{self.port}"

@@ -21,7 +21,7 @@ import stripe
 import svix.webhooks
 from hypothesis import strategies as st
 
-from ingest.app import KNOWN_PROVIDERS
+from onceonly.ingest.app import KNOWN_PROVIDERS
 from testkit import signing
 from tests.integration.ingest.hostile_live import (
     MAX_BODY,

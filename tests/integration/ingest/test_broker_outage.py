@@ -12,11 +12,11 @@ from pydantic import SecretStr
 
 from devstack.broker import EmbeddedBroker
 from devstack.ports import free_port
-from foundation.kafka import Admin, AsyncProducer, producer_config_from
-from foundation.settings import Settings
-from foundation.topics import topic_specs
-from ingest.app import Ingest
-from schemas.envelope import Envelope
+from onceonly.foundation.kafka import Admin, AsyncProducer, producer_config_from
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
+from onceonly.ingest.app import Ingest
+from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 from tests.conftest import consume_all
 

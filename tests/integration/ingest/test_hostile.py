@@ -6,7 +6,7 @@ reason on ``/metrics``, secrets never appear in logs or answers, the timestamp t
 holds, and the body limit is enforced before a body is read whole.
 
 Each test runs ingest on a real TCP port (``LiveIngest``: an aiohttp ``AppRunner`` on an
-event loop of its own thread, configured like ``ingest.app.serve``) with all five
+event loop of its own thread, configured like ``onceonly.ingest.app.serve``) with all five
 providers configured and fresh topics, and drives it from the test's thread: the
 Hypothesis examples and Schemathesis cases of one test share one app, so the counters
 and the deliveries topic can be compared with everything sent once they have all run.

@@ -25,9 +25,9 @@ import stripe
 import structlog
 import svix.webhooks
 
-import ingest.app
-from foundation.logs import configure_logging
-from ingest import verify
+import onceonly.ingest.app
+from onceonly.foundation.logs import configure_logging
+from onceonly.ingest import verify
 from testkit import payloads, signing
 from tests.integration.ingest.hostile_live import (
     ROUTES,
@@ -143,7 +143,7 @@ def cli_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], io.St
         finally:
             sys.stderr = stderr
         # a fresh proxy: the module's own may already be cached on an earlier configuration
-        monkeypatch.setattr(ingest.app, "log", structlog.get_logger("onceonly.ingest"))
+        monkeypatch.setattr(onceonly.ingest.app, "log", structlog.get_logger("onceonly.ingest"))
         return stream
 
     yield configure

@@ -12,10 +12,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import SecretStr
 
-from foundation.kafka import Admin
-from foundation.settings import Settings
-from ingest.app import Ingest
-from schemas.envelope import Envelope
+from onceonly.foundation.kafka import Admin
+from onceonly.foundation.settings import Settings
+from onceonly.ingest.app import Ingest
+from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 from tests.conftest import consume_all
 
@@ -295,7 +295,7 @@ async def test_envelope_carries_the_payload_timestamp_and_ids(
 async def test_with_an_envelope_secret_every_record_carries_its_mac(
     ingest_factory: Callable[..., Awaitable[tuple[Client, Settings]]],
 ) -> None:
-    from schemas.envelope import has_valid_mac
+    from onceonly.schemas.envelope import has_valid_mac
 
     client, settings = await ingest_factory(envelope_secret=SecretStr("shared-secret"))
     body, headers = _agentmail(GOOD)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from devstack.ports import free_port
-from foundation.settings import Settings
-from ingest.processes import ready_pids
+from onceonly.foundation.settings import Settings
+from onceonly.ingest.processes import ready_pids
 from testkit import payloads, signing
 from tests.conftest import consume_all
 

@@ -1,4 +1,5 @@
-"""Slow, idle, numerous and vanishing clients against ingest as ``ingest.app.serve`` runs it.
+"""Slow, idle, numerous and vanishing clients against ingest as ``onceonly.ingest.app.serve`` runs
+it.
 
 Each test starts ``serve`` itself (port 0, all five providers, fresh topics, small limits)
 on the test's event loop and talks to it over raw sockets on loopback, so the timers,
@@ -23,8 +24,8 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-import ingest.app
-from foundation.settings import Settings
+import onceonly.ingest.app
+from onceonly.foundation.settings import Settings
 from testkit import payloads, signing
 
 pytestmark = pytest.mark.integration
@@ -89,12 +90,14 @@ def head(method: str, path: str, headers: dict[str, str], *, length: int | None 
 
 
 class Served:
-    """``ingest.app.serve`` running on this loop, at the port it bound."""
+    """``onceonly.ingest.app.serve`` running on this loop, at the port it bound."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self.task = asyncio.create_task(ingest.app.serve(settings, ready=self.ready.set_result))
+        self.task = asyncio.create_task(
+            onceonly.ingest.app.serve(settings, ready=self.ready.set_result)
+        )
         self.port = 0
 
     async def start(self) -> Served:
@@ -304,7 +307,7 @@ async def test_a_client_that_drops_mid_body_is_counted_and_logged_once_without_t
     body = payloads.dumps(payloads.nylas_message())
     with structlog.testing.capture_logs() as logged:
         # a fresh proxy: the module's own may be cached on an earlier configuration
-        monkeypatch.setattr(ingest.app, "log", structlog.get_logger("onceonly.ingest"))
+        monkeypatch.setattr(onceonly.ingest.app, "log", structlog.get_logger("onceonly.ingest"))
         _, writer = await served.connect()
         writer.write(head("POST", "/webhooks/nylas", signing.nylas_headers(body), length=len(body)))
         writer.write(body[: len(body) // 2])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.ledger import ReplyState
+from onceonly.schemas.ledger import ReplyState
 from tests.integration.operations.test_ops_page import _submit, browser, chromium
 from tests.integration.workers import Stack, ledger_records, until, writer_env
 

@@ -27,8 +27,8 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from devstack.ports import free_port
-from foundation.kafka import Admin
-from ingest.app import Ingest
+from onceonly.foundation.kafka import Admin
+from onceonly.ingest.app import Ingest
 from testkit import payloads, signing
 from testkit.processes import Supervised
 from tests.integration.debian import install_debian_packages

@@ -20,9 +20,9 @@ import pytest
 
 from devstack.jars import kafka_classpath, pom_kafka_version
 from devstack.kafka_tools import CONSOLE_CONSUMER, CONSUMER_GROUPS, run_tool
-from foundation.kafka import consumer_lag
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.foundation.kafka import consumer_lag
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
     ROOT,
@@ -34,7 +34,7 @@ from tests.integration.workers import (
 
 pytestmark = pytest.mark.integration
 
-SESSION_S = 10  # the worker's broker session (processors.faust_app)
+SESSION_S = 10  # the worker's broker session (onceonly.processors.faust_app)
 
 
 @pytest.fixture(scope="module")

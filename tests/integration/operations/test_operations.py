@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
     Stack,

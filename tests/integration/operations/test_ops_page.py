@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Page, async_playwright
 
-from operations.replay import DeadLetter, dead_letters
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.operations.replay import DeadLetter, dead_letters
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from tests.integration.debian import install_debian_packages
 from tests.integration.workers import INBOX, Stack, ledger_records, until
 
@@ -164,7 +164,7 @@ async def test_without_ops_token_the_page_is_read_only_and_refuses_retries(
 async def test_the_page_lists_a_duplicate_among_the_skips_and_traces_the_message(
     stack_factory: Callable[..., Stack], chromium: Path, tmp_path: Path
 ) -> None:
-    from operations.trace import recent_skips
+    from onceonly.operations.trace import recent_skips
 
     stack = stack_factory()
     worker = stack.worker()

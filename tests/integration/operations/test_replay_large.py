@@ -26,9 +26,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from devstack.jars import kafka_classpath
 from devstack.jvm import find_java
-from foundation.kafka import read_batches
-from foundation.settings import Settings
-from schemas.envelope import REPLAY_HEADER
+from onceonly.foundation.kafka import read_batches
+from onceonly.foundation.settings import Settings
+from onceonly.schemas.envelope import REPLAY_HEADER
 from tests.integration.workers import ROOT, Stack, worker_env
 
 pytestmark = pytest.mark.integration

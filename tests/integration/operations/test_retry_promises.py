@@ -4,7 +4,7 @@ Real broker, real worker processes, the command run as a user would: a letter is
 only when what it held was sent again and acknowledged; a retry without the worker's
 secret is refused; a forged letter planted on the dead-letter topic is never sent; a
 record the broker refuses leaves its letter open and the command fails. And ``onceonly
-up`` with two ingest processes and no secret answers ``onceonly send``.
+up`` with two ingest processes and no secret answers ``python -m devstack send``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from ingest import normalise
-from schemas.envelope import Envelope
+from onceonly.ingest import normalise
+from onceonly.schemas.envelope import Envelope
 from tests.conftest import consume_all
 from tests.integration.devstack.running_up import running_up, up_env, wait_for
 from tests.integration.workers import ROOT, Stack, until, worker_env
@@ -223,7 +223,7 @@ def test_up_with_two_ingest_processes_and_no_secret_answers_send(
     with running_up(tmp_path, env) as up:
         wait_for(lambda: "worker ready" in up.output(), 120, "the worker", up.log)
         sent = subprocess.run(
-            [sys.executable, "-m", "onceonly", "send", "--wait", "90"],
+            [sys.executable, "-m", "devstack", "send", "--wait", "90"],
             env=up.env,
             cwd=ROOT,
             capture_output=True,

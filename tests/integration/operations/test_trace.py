@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from operations.trace import Trace, find, recent_skips
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.operations.trace import Trace, find, recent_skips
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import INBOX, Stack, onceonly, until
 
 pytestmark = pytest.mark.integration

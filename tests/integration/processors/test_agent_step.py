@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import INBOX, Stack, ledger_records, until
 from tests.integration.workers import dead_letters as _dead_letters
 from tests.integration.workers import model_calls as _calls

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from tests.integration.workers import (
     INBOX,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
 from tests.conftest import consume_all
 from tests.integration.workers import INBOX, Stack, ledger_records, onceonly, until

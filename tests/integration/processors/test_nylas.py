@@ -1,6 +1,6 @@
 """Nylas end to end: real broker, real worker processes, the Nylas v3 API on loopback.
 
-Deliveries are produced as ingest makes them (``ingest.normalise.nylas`` on a Nylas
+Deliveries are produced as ingest makes them (``onceonly.ingest.normalise.nylas`` on a Nylas
 notification); the workers run ``onceonly worker`` with ``NYLAS_API_KEY`` and
 ``ONCEONLY_NYLAS_API_URI`` pointing at ``testkit/fakes/nylas_server.py``, and reply
 through the real ``nylas`` SDK.
@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from foundation.kafka import AsyncProducer
-from foundation.settings import Settings
-from ingest import normalise
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.foundation.kafka import AsyncProducer
+from onceonly.foundation.settings import Settings
+from onceonly.ingest import normalise
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
 from testkit.fakes.nylas_server import FakeNylas
 from tests.integration.workers import (

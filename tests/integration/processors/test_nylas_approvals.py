@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from processors.messages import reply_key
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.integration.processors.test_approvals import TOKEN, _post
 from tests.integration.processors.test_nylas import GRANT, NylasStack, nylas, nylas_stack
 from tests.integration.workers import ledger_records, until, writer_env

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ingest import normalise
+from onceonly.ingest import normalise
 from testkit import payloads
 from tests.conftest import consume_all
 from tests.integration.workers import INBOX, Stack, until

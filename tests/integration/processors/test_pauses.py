@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from foundation.kafka import consumer_lag
-from processors.messages import reply_key
-from schemas.ledger import ReplyState
+from onceonly.foundation.kafka import consumer_lag
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
     Stack,
@@ -28,7 +28,7 @@ from tests.integration.workers import sent_to as _sent_to
 
 pytestmark = pytest.mark.integration
 
-SESSION_S = 10  # the worker's broker session (processors.faust_app)
+SESSION_S = 10  # the worker's broker session (onceonly.processors.faust_app)
 
 
 def _env(stack: Stack, **extra: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from schemas.ledger import EventEntry, EventState
+from onceonly.schemas.ledger import EventEntry, EventState
 from tests.conftest import consume_all
 from tests.integration.workers import Stack, WorkerProcess
 from tests.integration.workers import until as _until

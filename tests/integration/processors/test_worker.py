@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from ingest import normalise
-from processors.messages import reply_key
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.ingest import normalise
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from tests.conftest import consume_all
 from tests.integration.workers import (

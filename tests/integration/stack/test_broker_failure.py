@@ -22,11 +22,11 @@ from confluent_kafka.admin import AdminClient
 from pydantic import SecretStr
 
 from devstack.cluster import LocalCluster
-from foundation.kafka import Admin, AsyncProducer, ProduceFailed, producer_config_from
-from foundation.settings import Settings
-from foundation.topics import topic_specs
-from ingest.app import Ingest
-from schemas.envelope import Envelope
+from onceonly.foundation.kafka import Admin, AsyncProducer, ProduceFailed, producer_config_from
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
+from onceonly.ingest.app import Ingest
+from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.conftest import consume_all

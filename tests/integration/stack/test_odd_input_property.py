@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.ports import free_port
-from schemas.envelope import Envelope
+from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 from testkit.processes import Supervised
 from tests.conftest import consume_all

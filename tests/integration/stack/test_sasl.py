@@ -1,5 +1,5 @@
 """onceonly on a cluster that needs credentials: the session's SCRAM-SHA-256 cluster
-(``onceonly broker --nodes 3 --sasl``). With the right password ingest, a worker, replay
+(``python -m devstack broker --nodes 3 --sasl``). With the right password ingest, a worker, replay
 and lag work; with a wrong one each fails with an error that names the credentials, in
 bounded time, instead of waiting for a broker that will never let it in."""
 
@@ -16,10 +16,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
 from devstack.cluster import LocalCluster
-from foundation.kafka import Admin, AsyncProducer, client_security, producer_config_from
-from foundation.settings import Settings
-from foundation.topics import topic_specs
-from ingest.app import Ingest
+from onceonly.foundation.kafka import Admin, AsyncProducer, client_security, producer_config_from
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
+from onceonly.ingest.app import Ingest
 from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.conftest import SASL_USER

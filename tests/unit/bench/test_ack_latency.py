@@ -7,7 +7,7 @@ import math
 from prometheus_client import generate_latest
 
 from bench._ack_latency import ack_buckets, quantile_bound
-from ingest.metrics import IngestMetrics
+from onceonly.ingest.metrics import IngestMetrics
 
 
 def _scrape(metrics: IngestMetrics) -> dict[float, float]:

@@ -239,7 +239,7 @@ def test_samples_keep_the_first_and_the_last() -> None:
 
 
 def test_a_backlog_record_is_one_thread_with_a_body_of_the_size_asked() -> None:
-    from schemas.envelope import Envelope
+    from onceonly.schemas.envelope import Envelope
 
     (key, value, _), second = list(backlog_records(2, "t", 4))
     envelope = Envelope.decode(value)

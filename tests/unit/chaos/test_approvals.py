@@ -22,8 +22,8 @@ from chaos.approvals import (
     needs_approval,
 )
 from chaos.writers import WriterConfig
-from processors.messages import Draft, Inbound
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.messages import Draft, Inbound
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 
 def inbound(n: int) -> Inbound:

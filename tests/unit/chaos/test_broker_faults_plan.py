@@ -17,7 +17,7 @@ from chaos.plan import (
     led_elsewhere,
     under_replicated,
 )
-from foundation.kafka import PartitionState
+from onceonly.foundation.kafka import PartitionState
 
 TOPIC = "deliveries"
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from devstack.compose_health import probe_url, role_of
 from devstack.compose_images import build_command, missing_packages
 from devstack.compose_report import operator_view
 from devstack.compose_stack import (
@@ -21,6 +20,7 @@ from devstack.compose_stack import (
     replies_per_message,
     reply_verdict,
 )
+from onceonly.operations.container_health import probe_url, role_of
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -131,11 +131,11 @@ def test_the_kafka_image_reads_its_settings_as_the_official_image_does() -> None
 def test_the_report_reads_user_health_check_and_ports_off_an_image() -> None:
     inspected = {
         "Config": {"User": "onceonly", "ExposedPorts": {"8000/tcp": {}, "6066/tcp": {}}},
-        "Healthcheck": {"Test": ["CMD", "python3", "-m", "devstack.compose_health"]},
+        "Healthcheck": {"Test": ["CMD", "python3", "-m", "onceonly.operations.container_health"]},
     }
     assert operator_view(inspected) == {
         "user": "onceonly",
-        "health check": "python3 -m devstack.compose_health",
+        "health check": "python3 -m onceonly.operations.container_health",
         "ports": "6066/tcp 8000/tcp",
     }
     assert operator_view({"Config": {}}) == {

@@ -12,7 +12,7 @@ from devstack.dev_secret import (
     read_dev_secret,
     with_dev_secret,
 )
-from foundation.settings import Settings
+from onceonly.foundation.settings import Settings
 
 
 def test_a_new_secret_is_a_svix_secret_kept_under_the_run_directory(tmp_path: Path) -> None:

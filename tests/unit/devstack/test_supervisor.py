@@ -1,4 +1,4 @@
-"""The supervisor of ``onceonly broker --nodes N``: a node that dies is reported and
+"""The supervisor of ``python -m devstack broker --nodes N``: a node that dies is reported and
 restarted on its data, at a bounded rate, while the others keep running."""
 
 from __future__ import annotations

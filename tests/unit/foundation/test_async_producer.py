@@ -9,8 +9,8 @@ import time
 import pytest
 
 from devstack.ports import free_port
-from foundation.kafka import AsyncProducer, ProduceFailed, producer_config
-from foundation.kafka._producer import (
+from onceonly.foundation.kafka import AsyncProducer, ProduceFailed, producer_config
+from onceonly.foundation.kafka._producer import (
     POLL_FAST_S,
     POLL_PATIENCE_S,
     POLL_SLOW_S,

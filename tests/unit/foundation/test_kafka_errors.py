@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from foundation.kafka import (
+from onceonly.foundation.kafka import (
     BrokerUnavailable,
     KafkaAdapterError,
     ProduceFailed,

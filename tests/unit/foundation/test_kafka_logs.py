@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from foundation.kafka._config import client_config
-from foundation.kafka._logs import BrokerWaitFilter, WaitState, is_broker_wait, wait_line
+from onceonly.foundation.kafka._config import client_config
+from onceonly.foundation.kafka._logs import BrokerWaitFilter, WaitState, is_broker_wait, wait_line
 
 REFUSED = (
     "FAIL [rdkafka#producer-1] [thrd:127.0.0.1:9092/bootstrap]: 127.0.0.1:9092/bootstrap: "

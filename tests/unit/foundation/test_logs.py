@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from foundation.logs import CHATTY, TRANSIENT, configure_logging
+from onceonly.foundation.logs import CHATTY, TRANSIENT, configure_logging
 
 
 class Stderr:

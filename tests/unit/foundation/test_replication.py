@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from foundation.kafka import (
+from onceonly.foundation.kafka import (
     KafkaAdapterError,
     cluster_size,
     replicated_config,
     replication_factor,
 )
-from foundation.kafka import topic_problems as problems_of
-from foundation.settings import Settings
-from foundation.topics import topic_specs
+from onceonly.foundation.kafka import topic_problems as problems_of
+from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
 
 
 @pytest.mark.parametrize(("brokers", "factor"), [(1, 1), (2, 1), (3, 3), (5, 3)])

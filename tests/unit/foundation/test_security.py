@@ -8,10 +8,10 @@ import faust
 import pytest
 from pydantic import SecretStr
 
-from foundation.errors import ConfigError
-from foundation.kafka import client_security, producer_config_from
-from foundation.settings import Settings
-from processors.faust_app import faust_credentials
+from onceonly.foundation.errors import ConfigError
+from onceonly.foundation.kafka import client_security, producer_config_from
+from onceonly.foundation.settings import Settings
+from onceonly.processors.faust_app import faust_credentials
 
 
 def _scram(**overrides: object) -> Settings:

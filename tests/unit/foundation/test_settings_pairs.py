@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from foundation.errors import ConfigError
-from foundation.settings import Settings
+from onceonly.foundation.errors import ConfigError
+from onceonly.foundation.settings import Settings
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

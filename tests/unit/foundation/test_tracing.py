@@ -10,8 +10,8 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from foundation import tracing
-from foundation.errors import ConfigError
+from onceonly.foundation import tracing
+from onceonly.foundation.errors import ConfigError
 from tests.unit._spans import named as _named
 from tests.unit._spans import spans as spans
 

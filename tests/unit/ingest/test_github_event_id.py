@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from multidict import CIMultiDict, CIMultiDictProxy
 from pydantic import SecretStr
 
-from foundation.settings import Settings
-from ingest.app import providers_from_settings
-from schemas.envelope import Envelope
+from onceonly.foundation.settings import Settings
+from onceonly.ingest.app import providers_from_settings
+from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 
 RECEIVED = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

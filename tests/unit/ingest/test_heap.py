@@ -1,4 +1,5 @@
-"""ingest.heap: what is alive at start-up is frozen, and young collections run less often."""
+"""onceonly.ingest.heap: what is alive at start-up is frozen, and young collections run less
+often."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ingest import heap
+from onceonly.ingest import heap
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
 from devstack.ports import free_port
-from foundation.kafka import Admin, AsyncProducer, producer_config_from
-from foundation.settings import Settings
-from ingest.app import Ingest
+from onceonly.foundation.kafka import Admin, AsyncProducer, producer_config_from
+from onceonly.foundation.settings import Settings
+from onceonly.ingest.app import Ingest
 from testkit import payloads, signing
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from ingest.metrics import ACK_BUCKETS, IngestMetrics
+from onceonly.ingest.metrics import ACK_BUCKETS, IngestMetrics
 
 #: every bucket, its bounds exactly, between them, below the first and beyond the last
 _SECONDS = [0.0, 0.0004, *ACK_BUCKETS, *(b * 1.5 for b in ACK_BUCKETS), 12.0, 3600.0]

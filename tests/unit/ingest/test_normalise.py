@@ -1,4 +1,5 @@
-"""ingest.normalise: each provider's verified body becomes the envelope the README describes.
+"""onceonly.ingest.normalise: each provider's verified body becomes the envelope the README
+describes.
 
 Each test compares whole envelopes (or one field of one) built from a small body, so a
 changed thread key, id, time or flag fails it.
@@ -15,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from ingest import normalise
-from ingest.exceptions import PayloadError
-from schemas.envelope import Envelope
+from onceonly.ingest import normalise
+from onceonly.ingest.exceptions import PayloadError
+from onceonly.schemas.envelope import Envelope
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 AT = "2026-11-30T10:00:00Z"

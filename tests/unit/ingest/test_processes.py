@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from foundation.settings import Settings, usable_cores
-from ingest.processes import mark_ready, ready_pids, reserve_port, restart_due, started
+from onceonly.foundation.settings import Settings, usable_cores
+from onceonly.ingest.processes import mark_ready, ready_pids, reserve_port, restart_due, started
 
 
 def test_the_reserved_port_can_be_bound_again_by_a_child() -> None:

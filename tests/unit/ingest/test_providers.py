@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from foundation.errors import ConfigError
-from foundation.settings import Settings
-from ingest.app import providers_from_settings
+from onceonly.foundation.errors import ConfigError
+from onceonly.foundation.settings import Settings
+from onceonly.ingest.app import providers_from_settings
 from testkit import signing
 
 

@@ -9,8 +9,8 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from pydantic import SecretStr
 
-from foundation.settings import Settings
-from ingest.app import _PLAIN_NAME, Ingest
+from onceonly.foundation.settings import Settings
+from onceonly.ingest.app import _PLAIN_NAME, Ingest
 from testkit import signing
 
 

@@ -14,8 +14,8 @@ from datetime import datetime, tzinfo
 import pytest
 import standardwebhooks.webhooks
 
-from ingest.exceptions import VerificationError
-from ingest.verify import VERIFIERS, verify_github, verify_standard, verify_svix
+from onceonly.ingest.exceptions import VerificationError
+from onceonly.ingest.verify import VERIFIERS, verify_github, verify_standard, verify_svix
 
 SVIX_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SVIX_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"

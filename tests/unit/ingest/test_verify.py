@@ -1,4 +1,4 @@
-"""ingest.verify: each provider's signature scheme, over the raw body bytes.
+"""onceonly.ingest.verify: each provider's signature scheme, over the raw body bytes.
 
 Signatures are made with the providers' own signing code where they ship one:
 ``svix.webhooks.Webhook.sign``, ``standardwebhooks.Webhook.sign`` and stripe's
@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from foundation.errors import ConfigError
-from ingest.exceptions import VerificationError
-from ingest.verify import (
+from onceonly.foundation.errors import ConfigError
+from onceonly.ingest.exceptions import VerificationError
+from onceonly.ingest.verify import (
     VERIFIERS,
     Verifier,
     check_secret,

@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from operations.approvals import Status, decision_for, drafts, judge
-from operations.approvals_web import bearer, parse_decision, token_refusal
-from processors.approvals import apply
-from schemas.approval import Action
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.operations.approvals import Status, decision_for, drafts, judge
+from onceonly.operations.approvals_web import bearer, parse_decision, token_refusal
+from onceonly.processors.approvals import apply
+from onceonly.schemas.approval import Action
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 DRAFT = ReplyRecord("reply-k", "i", "<m@x>", "agentmail:t", ReplyState.AWAITING, T0, "draft")

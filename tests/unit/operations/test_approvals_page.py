@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from operations.approvals_view import decided_notice, draft_rows
-from operations.ops_template import render
-from operations.ops_view import Health, OpsView, Read
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.operations.approvals_view import decided_notice, draft_rows
+from onceonly.operations.ops_template import render
+from onceonly.operations.ops_view import Health, OpsView, Read
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 HOSTILE = '<script>alert("x")</script>'

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from operations.catchup import last_answered
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.operations.catchup import last_answered
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 INBOX = "support@agentmail.to"
 
@@ -42,7 +42,7 @@ async def test_a_declined_reply_is_settled_not_fed_nor_waited_for() -> None:
     it answered, and does not wait its --wait-s for an email that will not come."""
     from dataclasses import replace
 
-    from operations.catchup import Summary
+    from onceonly.operations.catchup import Summary
 
     declined = replace(
         _record("d", written="2026-12-01T10:00:00", message=None), state=ReplyState.DECLINED

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from operations.catchup import LOOK_BACK, Window, window_for, window_line
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.operations.catchup import LOOK_BACK, Window, window_for, window_line
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 INBOX = "support@agentmail.to"
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

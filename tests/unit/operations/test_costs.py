@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from operations.costs import day_totals
-from operations.ops_template import render
-from schemas.ledger import ReplyRecord, ReplyState, Usage
+from onceonly.operations.costs import day_totals
+from onceonly.operations.ops_template import render
+from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from tests.unit.operations.test_ops_template import _view
 
 DAY = date(2026, 12, 2)
@@ -38,13 +38,13 @@ def test_each_reply_counts_once_per_tenant_and_model_dearest_first() -> None:
 def test_a_day_with_no_usage_has_no_rows_and_the_page_says_so() -> None:
     table = day_totals([_record("k1", "a@x", None)], DAY)
     assert table.rows == ()
-    from operations.ops_view import Read
+    from onceonly.operations.ops_view import Read
 
     assert "No reply recorded today reported its usage" in render(_view(usage=Read(table)))
 
 
 def test_the_page_shows_the_totals_escaped() -> None:
-    from operations.ops_view import Read
+    from onceonly.operations.ops_view import Read
 
     table = day_totals([_record("k1", "<b>a@x</b>", Usage("m", 3, 4))], DAY)
     page = render(_view(usage=Read(table)))

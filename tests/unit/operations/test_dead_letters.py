@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from operations.replay import DeadLetter, Plan, letters_with_outcomes, missing_secret, settle
-from schemas.dead_letter import Resend
+from onceonly.operations.replay import (
+    DeadLetter,
+    Plan,
+    letters_with_outcomes,
+    missing_secret,
+    settle,
+)
+from onceonly.schemas.dead_letter import Resend
 from tests.unit.schemas.test_dead_letter import ENVELOPE
 
 

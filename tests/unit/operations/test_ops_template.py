@@ -7,11 +7,11 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from foundation.kafka import PartitionLag
-from foundation.settings import Settings
-from operations.ops_page import OpsSources, attempt, lookup
-from operations.ops_template import render
-from operations.ops_view import Health, LetterRow, OpsView, Read, Table, TraceView
+from onceonly.foundation.kafka import PartitionLag
+from onceonly.foundation.settings import Settings
+from onceonly.operations.ops_page import OpsSources, attempt, lookup
+from onceonly.operations.ops_template import render
+from onceonly.operations.ops_view import Health, LetterRow, OpsView, Read, Table, TraceView
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -115,7 +115,7 @@ def test_a_section_that_could_not_be_read_says_why() -> None:
 
 
 class _TraceModule:
-    """Shaped like operations.trace: find(settings, ident), render_text(trace)."""
+    """Shaped like onceonly.operations.trace: find(settings, ident), render_text(trace)."""
 
     @staticmethod
     def find(settings: Settings, ident: str) -> dict[str, str] | None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from pydantic import SecretStr
 
-from operations.ops_view import (
+from onceonly.operations.ops_view import (
     Refusal,
     authorize,
     choose_letter,
@@ -18,8 +18,8 @@ from operations.ops_view import (
     trace_ident,
     webhook_health,
 )
-from operations.replay import DeadLetter
-from processors.health import WebhookHealth
+from onceonly.operations.replay import DeadLetter
+from onceonly.processors.health import WebhookHealth
 
 TOKEN = SecretStr("s3cret-operator-token")
 

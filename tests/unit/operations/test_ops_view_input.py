@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from operations.ops_view import (
+from onceonly.operations.ops_view import (
     Refusal,
     authorize,
     given_token,
@@ -14,7 +14,7 @@ from operations.ops_view import (
     parse_id,
     retry_refusal,
 )
-from operations.replay import RetryReport
+from onceonly.operations.replay import RetryReport
 
 TOKEN = SecretStr("s3cret-operator-token")
 

@@ -1,10 +1,10 @@
-"""What `onceonly send` says of each delivery, from ingest's answers and the ledger."""
+"""What `python -m devstack send` says of each delivery, from ingest's answers and the ledger."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from operations.outcomes import (
+from onceonly.operations.outcomes import (
     Sent,
     outcomes,
     wait_for_replies,
@@ -12,7 +12,7 @@ from operations.outcomes import (
     waiting_for,
     worker_verdicts,
 )
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 

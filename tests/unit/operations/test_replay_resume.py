@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from foundation.kafka import ProduceFailed, TopicMissing, TopicRange
-from foundation.kafka._producer import BulkProducer, resume_offset
-from foundation.kafka._reader import format_ranges, parse_ranges, within
-from onceonly.replay import _stopped_note
+from onceonly.cli.replay import _stopped_note
+from onceonly.foundation.kafka import ProduceFailed, TopicMissing, TopicRange
+from onceonly.foundation.kafka._producer import BulkProducer, resume_offset
+from onceonly.foundation.kafka._reader import format_ranges, parse_ranges, within
 
 
 def test_ranges_are_written_and_read_back() -> None:

@@ -6,12 +6,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest import normalise
-from operations.trace import Record, Sources, assemble, render_text, to_json
-from processors.messages import reply_key
-from schemas.decision import DecisionRecord, Stage
-from schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.ingest import normalise
+from onceonly.operations.trace import Record, Sources, assemble, render_text, to_json
+from onceonly.processors.messages import reply_key
+from onceonly.schemas.decision import DecisionRecord, Stage
+from onceonly.schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 
 INBOX = "support@agentmail.to"
@@ -237,7 +237,7 @@ def test_the_dedupe_key_finds_the_event_as_its_event_id_does() -> None:
 
 
 def test_what_the_reply_cost_is_in_the_text_and_the_json() -> None:
-    from schemas.ledger import Usage
+    from onceonly.schemas.ledger import Usage
 
     sources = _answered()
     usage = Usage("gpt-4o-mini", 812, 64)

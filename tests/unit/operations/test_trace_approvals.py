@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from operations.trace.render import approval_rows
-from schemas.approval import Approval, Verdict
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.operations.trace.render import approval_rows
+from onceonly.schemas.approval import Approval, Verdict
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 DRAFT = ReplyRecord("reply-k", "i", "<m@x>", "agentmail:t", ReplyState.AWAITING, T0, "drafted")

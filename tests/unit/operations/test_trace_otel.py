@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from ingest import normalise
-from operations.trace import Record, Sources, assemble, render_text, to_json
-from schemas.envelope import Envelope
+from onceonly.ingest import normalise
+from onceonly.operations.trace import Record, Sources, assemble, render_text, to_json
+from onceonly.schemas.envelope import Envelope
 from testkit import payloads
 
 T0 = 1_764_583_200_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.pipeline import Pipeline
+from onceonly.processors.pipeline import Pipeline
 
 
 def bare_pipeline(settings: Any, **parts: Any) -> Pipeline:

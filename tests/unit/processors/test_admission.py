@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from processors.admission import Admission, owned_share
-from processors.agent import Burst, Text, Writer, WriterPolicy
-from processors.exceptions import WriterFailed
-from processors.flow import Limits, ModelThrottled
-from processors.messages import Decline, Inbound
-from processors.tenants import current_tenant
-from schemas.ledger import Usage
+from onceonly.processors.admission import Admission, owned_share
+from onceonly.processors.agent import Burst, Text, Writer, WriterPolicy
+from onceonly.processors.exceptions import WriterFailed
+from onceonly.processors.flow import Limits, ModelThrottled
+from onceonly.processors.messages import Decline, Inbound
+from onceonly.processors.tenants import current_tenant
+from onceonly.schemas.ledger import Usage
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 FAST = {"backoff_initial_s": 0.001, "backoff_max_s": 0.002}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from processors.approvals import Answer, apply
-from schemas.approval import Action, ApprovalDecision, Verdict
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.approvals import Answer, apply
+from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 DRAFT = ReplyRecord(
@@ -134,8 +134,8 @@ def test_a_decision_on_a_superseded_draft_names_the_newer_one() -> None:
 
 
 def test_a_recalled_message_comes_before_the_newer_one_whatever_the_clocks() -> None:
-    from processors.approvals import recall
-    from processors.messages import Inbound, ThreadMessage
+    from onceonly.processors.approvals import recall
+    from onceonly.processors.messages import Inbound, ThreadMessage
 
     newer = Inbound("i", "<m2@x>", "agentmail:t", "t", "evt-2", T0, "c@x", "Hi", "second")
     skewed = ThreadMessage("<m1@x>", "c@x", "first", T0 + timedelta(hours=1))
@@ -154,7 +154,7 @@ def test_a_recalled_message_comes_before_the_newer_one_whatever_the_clocks() -> 
 
 
 def test_drafts_are_surveyed_from_their_ledger_time() -> None:
-    from processors.approvals import survey
+    from onceonly.processors.approvals import survey
 
     old = DRAFT.with_state(ReplyState.AWAITING, key="reply-old", created_at=T0)
     new = DRAFT.with_state(
@@ -170,7 +170,7 @@ def test_drafts_are_surveyed_from_their_ledger_time() -> None:
 
 
 def test_a_timed_out_draft_is_declined_once_and_a_late_approval_refused() -> None:
-    from processors.approvals import timeout_decision
+    from onceonly.processors.approvals import timeout_decision
 
     decision = timeout_decision(DRAFT, T0 + timedelta(hours=24), timedelta(hours=24))
     applied = apply(DRAFT, decision)
@@ -186,6 +186,6 @@ def test_a_timed_out_draft_is_declined_once_and_a_late_approval_refused() -> Non
 
 
 def test_the_drafts_are_surveyed_a_quarter_timeout_apart_within_bounds() -> None:
-    from processors.approving import sweep_interval_s
+    from onceonly.processors.approving import sweep_interval_s
 
     assert [sweep_interval_s(s) for s in (2, 40, 86400)] == [1.0, 10.0, 60.0]

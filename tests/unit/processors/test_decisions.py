@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from ingest import normalise
-from processors.decisions import Decisions
-from processors.holds import Delivery
-from schemas.decision import DecisionRecord, Stage
-from schemas.exceptions import SchemaError
+from onceonly.ingest import normalise
+from onceonly.processors.decisions import Decisions
+from onceonly.processors.holds import Delivery
+from onceonly.schemas.decision import DecisionRecord, Stage
+from onceonly.schemas.exceptions import SchemaError
 from testkit import payloads
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from processors.dedupe import Retention, Verdict, decide, expired, finished
-from schemas.ledger import EventEntry, EventState
+from onceonly.processors.dedupe import Retention, Verdict, decide, expired, finished
+from onceonly.schemas.ledger import EventEntry, EventState
 
 HERE = (3, 41)
 ELSEWHERE = (3, 57)

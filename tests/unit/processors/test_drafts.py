@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from processors.agent import Writer, outcome_of
-from processors.agentmail.sender import AgentMailSender
-from processors.approvals import ALWAYS_REASON, by_mode
-from processors.messages import Decline, Draft, Inbound
-from processors.reply import Outcome, Plan, SendPolicy, plan, reply_once, simple_write
-from schemas.approval import Approval, Verdict
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.agent import Writer, outcome_of
+from onceonly.processors.agentmail.sender import AgentMailSender
+from onceonly.processors.approvals import ALWAYS_REASON, by_mode
+from onceonly.processors.messages import Decline, Draft, Inbound
+from onceonly.processors.reply import Outcome, Plan, SendPolicy, plan, reply_once, simple_write
+from onceonly.schemas.approval import Approval, Verdict
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
 

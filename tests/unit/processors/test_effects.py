@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 import structlog
 
-from ingest import normalise
-from processors.effects import (
+from onceonly.ingest import normalise
+from onceonly.processors.effects import (
     EffectConflict,
     EffectPlan,
     EffectRecord,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from processors.fence import Rounds
+from onceonly.processors.fence import Rounds
 
 
 class Coordinator:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.flow import Gcra, Limits, ModelThrottled, Pause, model_of, retry_after_s
+from onceonly.processors.flow import Gcra, Limits, ModelThrottled, Pause, model_of, retry_after_s
 
 
 def _starts(limits: Limits, arrivals: list[float], horizon: float) -> list[float]:

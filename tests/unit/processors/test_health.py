@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from processors.health import WebhookHealth, check_webhook
-from processors.metrics import WorkerMetrics
+from onceonly.processors.health import WebhookHealth, check_webhook
+from onceonly.processors.metrics import WorkerMetrics
 
 
 class _Webhooks:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from processors import reorder
-from processors.holds import Delivery, Holds, Verdict
+from onceonly.processors import reorder
+from onceonly.processors.holds import Delivery, Holds, Verdict
 
 NOW_MS = 1_000_000
 WINDOW_MS = 2000
@@ -61,7 +61,7 @@ def _delivery(n: int, text: str) -> Delivery:
     import json as _json
     from datetime import UTC, datetime
 
-    from ingest import normalise
+    from onceonly.ingest import normalise
     from testkit import payloads
 
     payload = payloads.agentmail_received(thread_id="t-big", event_id=f"evt-{n}", text=text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from processors.lanes import Dropped, Job, Lanes
+from onceonly.processors.lanes import Dropped, Job, Lanes
 
 
 class _Acks:

@@ -24,25 +24,32 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from requests.structures import CaseInsensitiveDict
 
-from foundation.settings import Settings
-from ingest import normalise
-from operations import catchup
-from processors.exceptions import SendError, SendFailure
-from processors.messages import Inbound, reply_key
-from processors.nylas.channel import NylasChannel, nylas_channel
-from processors.nylas.errors import classify
-from processors.nylas.messages import (
+from onceonly.foundation.settings import Settings
+from onceonly.ingest import normalise
+from onceonly.operations import catchup
+from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.messages import Inbound, reply_key
+from onceonly.processors.nylas.channel import NylasChannel, nylas_channel
+from onceonly.processors.nylas.errors import classify
+from onceonly.processors.nylas.messages import (
     find_nylas_reply,
     inbound_from_nylas,
     is_replay,
     own_message,
     reply_subject,
 )
-from processors.nylas.sender import NylasSender, replay_counter
-from processors.outbox import DryRunOutbox
-from processors.reply import BurstResult, Outcome, SendPolicy, Skip, reply_once, simple_write
-from schemas.envelope import Envelope
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.nylas.sender import NylasSender, replay_counter
+from onceonly.processors.outbox import DryRunOutbox
+from onceonly.processors.reply import (
+    BurstResult,
+    Outcome,
+    SendPolicy,
+    Skip,
+    reply_once,
+    simple_write,
+)
+from onceonly.schemas.envelope import Envelope
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.ledger import MemoryLedger
 from testkit.fakes.nylas_server import FakeNylas

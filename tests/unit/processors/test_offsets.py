@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.offsets import OffsetBook, PartitionOffsets
+from onceonly.processors.offsets import OffsetBook, PartitionOffsets
 
 TP = ("deliveries", 0)
 

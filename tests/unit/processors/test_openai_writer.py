@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI, RateLimitError
 
-from processors.agent import Writer, WriterPolicy
-from processors.messages import Decline, Inbound, ThreadMessage
-from processors.openai_writer import OpenAIWriter
+from onceonly.processors.agent import Writer, WriterPolicy
+from onceonly.processors.messages import Decline, Inbound, ThreadMessage
+from onceonly.processors.openai_writer import OpenAIWriter
 from testkit.fakes.openai_server import FakeChatModel
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -87,7 +87,7 @@ async def test_the_sdks_error_reaches_the_worker(model: FakeChatModel) -> None:
 async def test_the_tokens_the_model_reports_come_back_with_the_reply(
     model: FakeChatModel,
 ) -> None:
-    from schemas.ledger import Usage
+    from onceonly.schemas.ledger import Usage
 
     model.usage = (812, 64)
     seen: list[Usage] = []

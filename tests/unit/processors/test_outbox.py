@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from processors.outbox import DryRunOutbox
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.outbox import DryRunOutbox
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 AT = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from ingest import normalise
-from processors.agent import Writer, WriterPolicy
-from processors.agentmail.channel import AgentMailChannel
-from processors.agentmail.sender import AgentMailSender
-from processors.holds import Delivery
-from processors.metrics import WorkerMetrics
-from processors.pipeline import Pipeline
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.ingest import normalise
+from onceonly.processors.agent import Writer, WriterPolicy
+from onceonly.processors.agentmail.channel import AgentMailChannel
+from onceonly.processors.agentmail.sender import AgentMailSender
+from onceonly.processors.holds import Delivery
+from onceonly.processors.metrics import WorkerMetrics
+from onceonly.processors.pipeline import Pipeline
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
@@ -140,7 +140,7 @@ async def test_the_metrics_page_never_blocks_the_event_loop() -> None:
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import GaugeMetricFamily
 
-    from processors.worker import render_metrics
+    from onceonly.processors.worker import render_metrics
 
     class SlowLag:  # a broker that takes its time to answer the lag query
         def collect(self) -> Any:

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import structlog
 
-from processors.agentmail.messages import find_sent_reply, skip_reason
-from processors.agentmail.sender import AgentMailSender
-from processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
-from processors.messages import Decline, Inbound, reply_key
-from processors.reply import (
+from onceonly.processors.agentmail.messages import find_sent_reply, skip_reason
+from onceonly.processors.agentmail.sender import AgentMailSender
+from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
+from onceonly.processors.messages import Decline, Inbound, reply_key
+from onceonly.processors.reply import (
     BurstResult,
     Outcome,
     Plan,
@@ -27,7 +27,7 @@ from processors.reply import (
     simple_write,
     split_burst,
 )
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
 

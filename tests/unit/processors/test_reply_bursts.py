@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from processors.bursts import Plan, divide, summarize
-from processors.exceptions import SendError, SendFailure
-from processors.messages import Inbound
-from processors.reply import BurstResult, Outcome, SendPolicy, reply_once, simple_write
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.bursts import Plan, divide, summarize
+from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.messages import Inbound
+from onceonly.processors.reply import BurstResult, Outcome, SendPolicy, reply_once, simple_write
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.ledger import MemoryLedger
 
 INBOX = "support@agentmail.to"

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 from rocksdict import Options, Rdict
 
-from foundation.settings import Settings
-from processors.dedupe import Retention
-from processors.sweep import Sweeper
-from schemas.ledger import EventEntry, EventState
+from onceonly.foundation.settings import Settings
+from onceonly.processors.dedupe import Retention
+from onceonly.processors.sweep import Sweeper
+from onceonly.schemas.ledger import EventEntry, EventState
 
 DAY_MS = 24 * 3600 * 1000
 NOW_MS = 100 * DAY_MS

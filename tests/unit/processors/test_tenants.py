@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.tenants import FairScheduler, tenant_of
-from schemas.envelope import Envelope
+from onceonly.processors.tenants import FairScheduler, tenant_of
+from onceonly.schemas.envelope import Envelope
 
 
 def _drain(scheduler: FairScheduler[str], slots: int) -> list[str]:
@@ -131,8 +131,8 @@ def test_the_tenant_is_the_inbox_by_default_or_any_envelope_field() -> None:
 def test_a_tenant_key_that_names_no_envelope_field_is_refused() -> None:
     import pytest
 
-    from foundation.errors import ConfigError
-    from foundation.settings import Settings
+    from onceonly.foundation.errors import ConfigError
+    from onceonly.foundation.settings import Settings
 
     assert Settings.from_env(tenant_key="account_id").tenant_key == "account_id"
     with pytest.raises(ConfigError, match="ONCEONLY_TENANT_KEY='inbx' names no envelope field"):

@@ -10,15 +10,15 @@ import pytest
 from openai import AsyncOpenAI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from foundation import tracing
-from ingest import normalise
-from ingest.app import _record
-from processors.agent import Writer
-from processors.claims import claim
-from processors.holds import Delivery, Holds
-from processors.messages import Inbound
-from processors.openai_writer import OpenAIWriter
-from schemas.envelope import REPLAY_HEADER
+from onceonly.foundation import tracing
+from onceonly.ingest import normalise
+from onceonly.ingest.app import _record
+from onceonly.processors.agent import Writer
+from onceonly.processors.claims import claim
+from onceonly.processors.holds import Delivery, Holds
+from onceonly.processors.messages import Inbound
+from onceonly.processors.openai_writer import OpenAIWriter
+from onceonly.schemas.envelope import REPLAY_HEADER
 from testkit import payloads
 from testkit.fakes.openai_server import FakeChatModel
 from tests.unit._spans import named

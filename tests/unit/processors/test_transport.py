@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 
 from devstack.ports import free_port
-from processors.agentmail.sender import AgentMailSender, agentmail_client
-from processors.agentmail.transport import AiohttpTransport, ApiClient
-from processors.exceptions import SendError, SendFailure
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.agentmail.sender import AgentMailSender, agentmail_client
+from onceonly.processors.agentmail.transport import AiohttpTransport, ApiClient
+from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 
 INBOX = "agent@agentmail.to"

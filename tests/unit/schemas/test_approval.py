@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.approval import Action, Approval, ApprovalDecision, Verdict
-from schemas.exceptions import SchemaError
-from schemas.ledger import LEDGER_VERSION, ReplyRecord, ReplyState
+from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict
+from onceonly.schemas.exceptions import SchemaError
+from onceonly.schemas.ledger import LEDGER_VERSION, ReplyRecord, ReplyState
 
 AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
 DECISION = ApprovalDecision(

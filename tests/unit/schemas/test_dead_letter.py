@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.dead_letter import (
+from onceonly.schemas.dead_letter import (
     LETTER_VERSION,
     Original,
     Resend,
@@ -19,7 +19,7 @@ from schemas.dead_letter import (
     readmittable,
     resendable,
 )
-from schemas.envelope import Envelope, mac_of
+from onceonly.schemas.envelope import Envelope, mac_of
 
 KEY = b"the-workers-secret"
 OLD = b"the-secret-before-the-rotation"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from ingest import normalise
-from ingest.exceptions import PayloadError
-from schemas.envelope import MAC_HEADER, Envelope, has_valid_mac
-from schemas.exceptions import SchemaError
+from onceonly.ingest import normalise
+from onceonly.ingest.exceptions import PayloadError
+from onceonly.schemas.envelope import MAC_HEADER, Envelope, has_valid_mac
+from onceonly.schemas.exceptions import SchemaError
 from testkit import payloads
 
 ENVELOPE = Envelope(

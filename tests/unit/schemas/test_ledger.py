@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.exceptions import SchemaError
-from schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.exceptions import SchemaError
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 FULL = ReplyRecord(
     key="reply-abc",
@@ -46,7 +46,7 @@ def test_a_record_of_an_unknown_version_is_refused() -> None:
 def test_the_messages_own_time_survives_a_round_trip() -> None:
     from datetime import UTC, datetime
 
-    from schemas.ledger import ReplyRecord, ReplyState
+    from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
     at = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
     record = ReplyRecord("k", "i", "<m@x>", "agentmail:t", ReplyState.SENT, at, message_at=at)
@@ -57,7 +57,7 @@ def test_the_messages_own_time_survives_a_round_trip() -> None:
 def test_usage_survives_a_round_trip_and_a_version_3_record_decodes_without_it() -> None:
     from dataclasses import replace
 
-    from schemas.ledger import LEDGER_VERSION, Usage
+    from onceonly.schemas.ledger import LEDGER_VERSION, Usage
 
     costed = replace(FULL, usage=Usage("gpt-4o-mini", 120, 35))
     assert LEDGER_VERSION == 4
@@ -69,7 +69,7 @@ def test_usage_survives_a_round_trip_and_a_version_3_record_decodes_without_it()
 
 
 def test_usages_add_up() -> None:
-    from schemas.ledger import Usage
+    from onceonly.schemas.ledger import Usage
 
     assert Usage("m", 1, 2) + Usage("m", 10, 20) == Usage("m", 11, 22)
     assert (Usage("a", 1, 0) + Usage("b", 0, 1)).model == "a+b"

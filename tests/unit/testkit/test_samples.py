@@ -1,4 +1,5 @@
-"""The sample deliveries of `onceonly send`, signed so that ingest's verification accepts them."""
+"""The sample deliveries of `python -m devstack send`, signed so that ingest's verification accepts
+them."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""processors.agentmail.messages: an AgentMail message as the worker reads it, and its thread."""
+"""onceonly.processors.agentmail.messages: an AgentMail message as the worker reads it, and its
+thread."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from processors.agentmail.messages import agentmail_history, inbound_from_agentmail
-from processors.messages import Inbound, ThreadMessage
+from onceonly.processors.agentmail.messages import agentmail_history, inbound_from_agentmail
+from onceonly.processors.messages import Inbound, ThreadMessage
 
 FALLBACK = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

@@ -1,0 +1,3 @@
+from devstack.cli import main
+
+main()

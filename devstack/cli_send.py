@@ -1,0 +1,100 @@
+"""``python -m devstack send``: sign and post sample deliveries, then say what became of each."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import click
+
+from onceonly.cli.startup import settings_from_env
+from onceonly.foundation.settings import Settings
+
+
+def signing_secrets(settings: Settings) -> dict[str, str]:
+    """Route to secret, as ingest has them; AgentMail falls back to ``python -m devstack up``'s dev
+    secret."""
+    from devstack.dev_secret import read_dev_secret
+
+    out: dict[str, str] = {}
+    for route, secret in (
+        ("agentmail", settings.agentmail_webhook_secret),
+        ("nylas", settings.nylas_webhook_secret),
+        ("stripe", settings.stripe_webhook_secret),
+        ("github", settings.github_webhook_secret),
+    ):
+        if secret is not None:
+            out[route] = secret.get_secret_value()
+    for source, secret in settings.standard_webhook_secrets.items():
+        out[f"standard/{source}"] = secret.get_secret_value()
+    if "agentmail" not in out and (dev := read_dev_secret(settings.run_dir)) is not None:
+        out["agentmail"] = dev
+    return out
+
+
+def _deliveries_of(settings: Settings, event_id: str) -> list[tuple[int, int, str]]:
+    """(partition, offset, outcome) of each delivery of ``event_id``, from its trace."""
+    from onceonly.operations.trace import find
+
+    trace = find(settings, event_id)
+    if trace is None:
+        return []
+    return [(d.partition, d.offset, d.outcome) for d in trace.deliveries if d.event_id == event_id]
+
+
+@click.command()
+@click.option(
+    "--provider",
+    default="agentmail",
+    show_default=True,
+    help="agentmail, nylas, stripe, github or standard/<source>.",
+)
+@click.option("--url", help="Ingest's base URL (default: ONCEONLY_INGEST_HOST and _PORT).")
+@click.option("--count", default=3, show_default=True, type=click.IntRange(1, 100))
+@click.option(
+    "--file",
+    "payload_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Send this JSON body instead of the sample.",
+)
+@click.option(
+    "--wait", "wait_s", default=30.0, show_default=True, help="Seconds to wait for replies."
+)
+def send(
+    provider: str, url: str | None, count: int, payload_file: Path | None, wait_s: float
+) -> None:
+    """Sign and post sample events to a running ingest, then report what happened to each.
+
+    By default: an AgentMail message.received delivered COUNT times, out of order with a
+    newer message of the same thread sent first.
+    """
+    from onceonly.operations.catchup import read_ledger
+    from onceonly.operations.outcomes import Sent, outcomes, wait_for_replies, wait_for_verdicts
+    from testkit.samples import SampleError, post_all, samples, secret_for
+
+    settings = settings_from_env()
+    base = url or f"http://{settings.ingest_host}:{settings.ingest_port}"
+    try:
+        secret = secret_for(provider, signing_secrets(settings))
+        body = payload_file.read_bytes() if payload_file is not None else None
+        batch = samples(provider, secret, copies=count, body=body, now=datetime.now(UTC))
+    except (SampleError, OSError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    posted = asyncio.run(post_all(base, batch))
+    sent = [
+        Sent(p.sample.label, p.status, p.detail, p.sample.event_id, p.sample.message_id)
+        for p in posted
+    ]
+    for item in sent:
+        click.echo(f"posted     {item.label}: HTTP {item.status or 'no answer'}")
+    replies = wait_for_replies(
+        sent, lambda: read_ledger(settings.kafka_bootstrap, settings.ledger_topic), wait_s=wait_s
+    )
+    seen = wait_for_verdicts(sent, partial(_deliveries_of, settings), wait_s=min(wait_s, 15.0))
+    dry_run = settings.agentmail_api_key is None
+    for outcome in outcomes(sent, replies, dry_run=dry_run, seen=seen):
+        click.echo(f"{outcome.label}: {outcome.verdict}")
+        if outcome.reply_text:
+            click.echo(f"    reply: {outcome.reply_text.strip()[:300]}")

@@ -1,0 +1,215 @@
+"""The ``onceonly`` command. Each subcommand reads the settings once and passes them down."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+import structlog
+
+from onceonly.cli.approvals import approvals
+from onceonly.cli.dead_letters import dead_letters
+from onceonly.cli.replay import replay
+from onceonly.cli.startup import run_until_signal, settings_from_env
+from onceonly.foundation.errors import ConfigError, OnceOnlyError
+from onceonly.foundation.settings import Settings
+
+log = structlog.get_logger("onceonly")
+
+
+def _settings() -> Settings:
+    return settings_from_env()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="onceonly")
+def main() -> None:
+    """onceonly: verify webhooks, record them durably in Kafka, act on each exactly once.
+
+    Configuration comes from ONCEONLY_* environment variables (see the README).
+    """
+
+
+@main.command()
+def topics() -> None:
+    """Create the topics onceonly needs; fail on a topic with the wrong shape."""
+    from onceonly.foundation.kafka import Admin, client_security
+    from onceonly.foundation.topics import topic_specs
+
+    settings = _settings()
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+    for status in admin.ensure_topics(topic_specs(settings)):
+        verb = "created" if status.created else "ok"
+        click.echo(
+            f"{verb:8} {status.name} ({status.partitions} partitions, {status.replicas} replicas)"
+        )
+
+
+@main.command()
+@click.option(
+    "--one-of",
+    type=click.Path(file_okay=False, path_type=Path),
+    hidden=True,
+    help="Internal: one of ONCEONLY_INGEST_PROCESSES, started by their parent.",
+)
+def ingest(one_of: Path | None) -> None:
+    """Run the webhook ingest service (aiohttp) in the foreground.
+
+    With ONCEONLY_INGEST_PROCESSES > 1: that many processes on the one port, under this one.
+    """
+    from onceonly.ingest.app import serve
+    from onceonly.ingest.processes import run_processes
+
+    settings = _settings()
+    if one_of is None and settings.ingest_processes > 1:
+        sys.exit(run_processes(settings))
+    run_until_signal(serve(settings, one_of=one_of))
+
+
+@main.command()
+def worker() -> None:
+    """Run one processing worker (faust): dedupe, reorder, reply once; /ops on its web port."""
+    from onceonly.operations import trace
+    from onceonly.operations.ops_page import OpsSources, ops_pages
+    from onceonly.processors.worker import run_worker
+
+    settings = _settings()
+    run_worker(settings, pages=ops_pages(OpsSources(trace=trace, skips=trace.recent_skips)))
+
+
+@main.command(name="catch-up")
+@click.option("--inbox", "inbox_id", help="The AgentMail inbox to catch up.")
+@click.option("--nylas-grant", "nylas_grant", help="The Nylas grant (id) to catch up instead.")
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
+    help="List messages after this time (default: 7 days back, or further back to the "
+    "inbox's last message recorded before then).",
+)
+@click.option("--wait-s", default=120.0, show_default=True, help="How long to wait for replies.")
+def catch_up(
+    inbox_id: str | None, nylas_grant: str | None, since: datetime | None, wait_s: float
+) -> None:
+    """List an inbox's messages after a time and answer the unanswered ones, once.
+
+    Without --since it lists from 7 days back, or from the inbox's last message recorded
+    in the ledger before then if that is earlier: an outage that ended in the last 7 days
+    is listed whole, whatever was answered since. It says which window it listed."""
+    from onceonly.foundation.kafka import client_security
+    from onceonly.operations import catchup
+
+    if (inbox_id is None) == (nylas_grant is None):
+        raise click.UsageError("name one of --inbox (AgentMail) or --nylas-grant (Nylas)")
+    settings = _settings()
+    try:
+        account, label, lister = catchup.lister_for(settings, inbox_id, nylas_grant)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    from rich.console import Console
+    from rich.progress import Progress
+
+    ledger = catchup.read_ledger(
+        settings.kafka_bootstrap, settings.ledger_topic, security=client_security(settings)
+    )
+    now = datetime.now(UTC)
+    window = catchup.window_for(ledger, account, now, since=since)
+    if window is None:
+        raise click.ClickException(
+            f"the ledger ({settings.ledger_topic}) records no message of {label}, so nothing "
+            "says where its mail began to be answered: say where to start with --since"
+        )
+    start = window.start
+    console = Console()
+    try:
+        with Progress(console=console) as progress:
+            task = progress.add_task(f"listing {label} after {start.isoformat()}", total=None)
+            summary = asyncio.run(
+                catchup.feed_unanswered(
+                    settings, lister, start, ledger, progress=lambda: progress.advance(task)
+                )
+            )
+    except OnceOnlyError as exc:  # the mail API refused or could not be reached
+        raise click.ClickException(f"could not list the messages of {label}: {exc}") from exc
+    with console.status("waiting for the worker to answer"):
+        answered = catchup.wait_for_answers(settings, summary, wait_s)
+    console.print(catchup.window_line(label, window, now), soft_wrap=True)
+    console.print(
+        f"found {summary.found}, answered {answered}, "
+        f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
+        f"({summary.skipped_sent_by_agent} sent by the agent, "
+        f"{summary.skipped_answered} already answered), "
+        f"pending {len(summary.fed) - answered}"
+    )
+
+
+@main.command()
+def lag() -> None:
+    """Consumer lag of the worker group, per partition of the deliveries topic."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from onceonly.foundation.kafka import client_security, consumer_lag
+
+    settings = _settings()
+    rows = consumer_lag(
+        settings.kafka_bootstrap,
+        settings.app_id,
+        settings.deliveries_topic,
+        security=client_security(settings),
+    )
+    table = Table(
+        "topic", "partition", "log end", "committed", "lag", title=f"group {settings.app_id}"
+    )
+    for row in rows:
+        committed = "-" if row.committed is None else str(row.committed)
+        table.add_row(row.topic, str(row.partition), str(row.end), committed, str(row.lag))
+    table.add_row("all", "", "", "", str(sum(r.lag for r in rows)))
+    Console().print(table)
+
+
+@main.command()
+@click.argument("ident", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON, for scripts.")
+def trace(ident: str, as_json: bool) -> None:
+    """What happened to one message: ID is a message id, an event id or a reply key.
+
+    Every delivery of it (partition, offset, time, replayed or not), the dedupe verdicts,
+    when its thread's buffer released it, the ledger record and the dead letters that
+    name it. Reads the topics; needs no worker. Exits 1 if no topic names ID.
+    """
+    import json
+
+    from rich.console import Console
+
+    from onceonly.operations import trace as traces
+
+    settings = _settings()
+    found = traces.find(settings, ident)
+    if found is None:
+        raise click.ClickException(
+            f"no delivery, ledger record or dead letter names {ident!r} (in "
+            f"{settings.deliveries_topic}, {settings.ledger_topic}, "
+            f"{settings.dead_letter_topic}); give a message id, an event id or a reply key. "
+            "Deliveries are kept 7 days"
+        )
+    if as_json:
+        click.echo(json.dumps(traces.to_json(found), ensure_ascii=False, indent=2))
+        return
+    Console().print(traces.render(found))
+
+
+main.add_command(approvals)
+main.add_command(dead_letters)
+main.add_command(replay)
+
+
+def run() -> None:
+    """Entry point: map our errors to a one-line message and exit status 1."""
+    try:
+        main(standalone_mode=True)
+    except OnceOnlyError as exc:
+        click.echo(f"onceonly: {exc}", err=True)
+        sys.exit(1)

@@ -1,0 +1,62 @@
+"""confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
+
+from onceonly.foundation.kafka._admin import Admin, PartitionState, TopicSpec, TopicStatus
+from onceonly.foundation.kafka._errors import adapter_error
+from onceonly.foundation.kafka._lag import PartitionLag, consumer_lag
+from onceonly.foundation.kafka._producer import (
+    PARTITIONER,
+    AsyncProducer,
+    Delivered,
+    producer_config,
+    producer_config_from,
+    sync_producer,
+)
+from onceonly.foundation.kafka._reader import TopicRange, ranges, read, read_batches, read_to_end
+from onceonly.foundation.kafka._replication import (
+    cluster_size,
+    replicated_config,
+    replication_factor,
+    topic_problems,
+)
+from onceonly.foundation.kafka._security import Security, client_security
+from onceonly.foundation.kafka.exceptions import (
+    AuthenticationFailed,
+    BrokerUnavailable,
+    KafkaAdapterError,
+    ProduceFailed,
+    TopicMismatch,
+    TopicMissing,
+)
+
+__all__ = [
+    "PARTITIONER",
+    "Admin",
+    "AsyncProducer",
+    "AuthenticationFailed",
+    "BrokerUnavailable",
+    "Delivered",
+    "KafkaAdapterError",
+    "PartitionLag",
+    "PartitionState",
+    "ProduceFailed",
+    "Security",
+    "TopicMismatch",
+    "TopicMissing",
+    "TopicRange",
+    "TopicSpec",
+    "TopicStatus",
+    "adapter_error",
+    "client_security",
+    "cluster_size",
+    "consumer_lag",
+    "producer_config",
+    "producer_config_from",
+    "ranges",
+    "read",
+    "read_batches",
+    "read_to_end",
+    "replicated_config",
+    "replication_factor",
+    "sync_producer",
+    "topic_problems",
+]

@@ -1,0 +1,244 @@
+"""The one topic reader: a range of each partition, or everything up to the current end."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from onceonly.foundation.kafka._admin import Admin
+from onceonly.foundation.kafka._config import client_config
+from onceonly.foundation.kafka._errors import adapter_error
+from onceonly.foundation.kafka._security import Security
+from onceonly.foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMissing
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRange:
+    partition: int
+    start: int  #: first offset read
+    end: int  #: one past the last offset read
+
+    @property
+    def count(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def format_ranges(ranges: Iterable[TopicRange]) -> str:
+    """``partition:start-end`` for each range, comma-separated: what :func:`parse_ranges`
+    reads back (a command line's way to say where a copy stopped)."""
+    return ",".join(f"{r.partition}:{r.start}-{r.end}" for r in ranges)
+
+
+def parse_ranges(text: str) -> list[TopicRange]:
+    """The ranges :func:`format_ranges` wrote; ValueError, saying what is wrong, if not."""
+    out: list[TopicRange] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        found = re.fullmatch(r"(\d+):(\d+)-(\d+)", part)
+        if found is None:
+            raise ValueError(f"{part!r} is not partition:from-to (e.g. 3:1200-5000)")
+        partition, start, end = (int(g) for g in found.groups())
+        if start > end or partition in {r.partition for r in out}:
+            raise ValueError(f"{part!r}: a range ends after it starts, one per partition")
+        out.append(TopicRange(partition, start, end))
+    if not out:
+        raise ValueError(f"{text!r} names no range: give partition:from-to,...")
+    return out
+
+
+def within(wanted: Iterable[TopicRange], current: Iterable[TopicRange]) -> list[TopicRange]:
+    """``wanted`` cut to what the topic holds now (``current``: each partition from its
+    first record to its end); TopicMissing for a partition the topic does not have."""
+    held = {r.partition: r for r in current}
+    out = []
+    for r in wanted:
+        now = held.get(r.partition)
+        if now is None:
+            raise TopicMissing(
+                f"partition {r.partition} is not in the topic (it has {len(held)}); "
+                "give the ranges a replay of this topic printed"
+            )
+        out.append(
+            TopicRange(r.partition, min(max(r.start, now.start), now.end), min(r.end, now.end))
+        )
+    return out
+
+
+def _consumer(bootstrap: str, security: Security | None) -> Consumer:
+    """A reader that belongs to no group's offsets (a fresh group id, no commits)."""
+    return Consumer(
+        client_config(
+            bootstrap,
+            **{
+                "group.id": f"onceonly-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                **(security or {}),
+            },
+        )
+    )
+
+
+def _watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int]:
+    """A new topic's partitions answer NOT_LEADER for a moment after creation: retry."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise adapter_error(exc, f"read the offsets of {topic}[{partition}]") from exc
+            time.sleep(0.2)
+
+
+def ranges(
+    bootstrap: str,
+    topic: str,
+    *,
+    from_offset: int | None = None,
+    from_time: datetime | None = None,
+    partition: int | None = None,
+    timeout_s: float = 10.0,
+    security: Security | None = None,
+) -> list[TopicRange]:
+    """Per partition: from the offset (or the first record at or after the time) to the end."""
+    if (from_offset is None) == (from_time is None):
+        raise KafkaAdapterError("give exactly one of a start offset and a start time")
+    partitions = Admin(bootstrap, security=security).topic_partitions().get(topic)
+    if partitions is None:
+        raise TopicMissing(f"topic {topic} does not exist; check its name or run onceonly topics")
+    if partition is not None and not 0 <= partition < partitions:
+        raise TopicMissing(f"{topic} has partitions 0..{partitions - 1}, not {partition}")
+    chosen = range(partitions) if partition is None else [partition]
+    consumer = _consumer(bootstrap, security)
+    try:
+        out = []
+        for p in chosen:
+            low, high = _watermarks(consumer, topic, p, timeout_s)
+            if from_offset is not None:
+                start = max(low, from_offset)
+            else:
+                assert from_time is not None
+                wanted = TopicPartition(topic, p, int(from_time.timestamp() * 1000))
+                [found] = consumer.offsets_for_times([wanted], timeout=timeout_s)
+                start = high if found.offset < 0 else max(low, found.offset)
+            out.append(TopicRange(p, min(start, high), high))
+        return out
+    except KafkaException as exc:
+        raise adapter_error(exc, f"read the offsets of {topic}") from exc
+    finally:
+        consumer.close()
+
+
+def read(
+    bootstrap: str,
+    topic: str,
+    wanted: list[TopicRange],
+    *,
+    poll_timeout_s: float = 5.0,
+    security: Security | None = None,
+) -> Iterator[Any]:
+    """The records of the ranges, partition by partition (confluent Messages)."""
+    consumer = _consumer(bootstrap, security)
+    try:
+        for step in (r for r in wanted if r.count):
+            consumer.assign([TopicPartition(topic, step.partition, step.start)])
+            while True:
+                msg = consumer.poll(poll_timeout_s)
+                if msg is None:
+                    raise BrokerUnavailable(
+                        f"no record arrived from {topic}[{step.partition}] within "
+                        f"{poll_timeout_s:g} s; is the broker up?"
+                    )
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise adapter_error(error, f"read {topic}[{step.partition}]")
+                offset = int(msg.offset() or 0)
+                if offset >= step.end:
+                    break
+                yield msg
+                if offset + 1 >= step.end:
+                    break
+    finally:
+        consumer.close()
+
+
+#: the longest a bulk read waits for a list to fill before it takes what it has
+_BATCH_WAIT_S = 0.05
+
+
+def read_batches(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    first: int,
+    last: int,
+    *,
+    batch: int = 10_000,
+    poll_timeout_s: float = 5.0,
+    security: Security | None = None,
+) -> Iterator[list[Any]]:
+    """The records of ``topic[partition]`` from offset ``first`` to ``last`` (both included),
+    in lists of up to ``batch`` confluent Messages: the bulk path, one call per list instead
+    of one per record. A compacted topic has gaps: offsets missing from the range are not
+    waited for. Stops at ``last`` or at the partition's end, whichever comes first."""
+    consumer = _consumer(bootstrap, security)
+    try:
+        consumer.assign([TopicPartition(topic, partition, first)])
+        quiet_since = time.monotonic()
+        while True:
+            # librdkafka's consume waits for a full list or its timeout, the end of the
+            # partition included: ask often, take what has arrived
+            msgs = consumer.consume(num_messages=batch, timeout=_BATCH_WAIT_S)
+            if not msgs:
+                if time.monotonic() - quiet_since > poll_timeout_s:
+                    raise BrokerUnavailable(
+                        f"no record arrived from {topic}[{partition}] within "
+                        f"{poll_timeout_s:g} s; is the broker up?"
+                    )
+                continue
+            quiet_since = time.monotonic()
+            out: list[Any] = []
+            done = False
+            for msg in msgs:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        done = True
+                        break
+                    raise adapter_error(error, f"read {topic}[{partition}]")
+                if int(msg.offset() or 0) > last:
+                    done = True
+                    break
+                out.append(msg)
+            if out:
+                yield out
+                done = done or int(out[-1].offset() or 0) >= last
+            if done:
+                return
+    except KafkaException as exc:
+        raise adapter_error(exc, f"read {topic}[{partition}]") from exc
+    finally:
+        consumer.close()
+
+
+def read_to_end(
+    bootstrap: str, topic: str, *, timeout_s: float = 10.0, security: Security | None = None
+) -> list[Any]:
+    """Every record of ``topic`` from the beginning to its current end."""
+    wanted = ranges(bootstrap, topic, from_offset=0, timeout_s=timeout_s, security=security)
+    return list(read(bootstrap, topic, wanted, security=security))

@@ -1,0 +1,183 @@
+"""Deciding on drafts from where people work: the CLI, the operator page, the HTTP API.
+
+Every path does the same (:func:`decide`): read the reply's record from the ledger topic
+(unknown: :class:`UnknownReply`, nothing produced); judge the decision against it with
+the worker's own pure :func:`~onceonly.processors.approvals.apply` (a decision that cannot move
+the draft, one that comes after an approval was applied, is answered at once with the
+reply's state, and nothing is produced); otherwise produce it to the deliveries topic,
+keyed by the thread, and wait (at most ``wait_s``) until the partition's owner has
+applied a decision (and sent an approved reply), then judge again: the answer says
+whether *this* decision moved the draft or another one did first. Nothing here writes
+the ledger or sends mail: the partition's owner alone does, in the thread's order.
+
+The ledger topic is read whole on every call (as ``onceonly catch-up`` reads it): fine
+for a support inbox's ledger, slow for millions of replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from onceonly.foundation.errors import OnceOnlyError
+from onceonly.foundation.settings import Settings
+from onceonly.processors.approvals import Answer, apply
+from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, Action, ApprovalDecision
+from onceonly.schemas.envelope import MAC_HEADER, mac_of
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+#: how long a decision's maker waits for the worker to apply it, by default
+WAIT_S = 30.0
+POLL_S = 0.5
+
+
+class UnknownReply(OnceOnlyError):
+    """No reply with this key in the ledger."""
+
+
+class Status(StrEnum):
+    APPLIED = "applied"  #: this decision moved the draft
+    ALREADY = "already"  #: the same decision was applied before (another maker's, a retry)
+    REFUSED = "refused"  #: the reply is not a draft any more, or is superseded; the state says
+    WAITING = "waiting"  #: produced; not applied within the wait (no worker running?)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a decision's maker is told: what became of it and the reply's state."""
+
+    status: Status
+    key: str
+    state: str
+    detail: str
+    decision_id: str
+    record: ReplyRecord
+
+    def to_json(self) -> dict[str, Any]:
+        approval = self.record.approval
+        return {
+            "status": self.status.value,
+            "key": self.key,
+            "state": self.state,
+            "detail": self.detail,
+            "decision_id": self.decision_id,
+            "text": self.record.reply_text,
+            "decided_by": approval.by if approval else None,
+            "decided_at": approval.at.isoformat() if approval else None,
+            "verdict": approval.verdict.value if approval else None,
+        }
+
+
+ReadLedger = Callable[[], Mapping[str, ReplyRecord]]
+
+
+def ledger_reader(settings: Settings) -> ReadLedger:
+    from onceonly.foundation.kafka import client_security
+    from onceonly.operations.catchup import read_ledger
+
+    security = client_security(settings)
+    return lambda: read_ledger(settings.kafka_bootstrap, settings.ledger_topic, security)
+
+
+def drafts(ledger: Mapping[str, ReplyRecord]) -> list[ReplyRecord]:
+    """The drafts awaiting a decision, oldest first."""
+    waiting = [r for r in ledger.values() if r.state is ReplyState.AWAITING]
+    return sorted(waiting, key=lambda r: (r.created_at, r.key))
+
+
+def decision_for(
+    record: ReplyRecord,
+    action: Action,
+    by: str,
+    *,
+    text: str | None = None,
+    reason: str | None = None,
+    at: datetime | None = None,
+) -> ApprovalDecision:
+    if action is Action.REJECT and not (reason and reason.strip()):
+        raise OnceOnlyError("a rejection needs a reason (--reason, or the form's reason)")
+    return ApprovalDecision(
+        decision_id=uuid.uuid4().hex,
+        key=record.key,
+        thread_key=record.thread_key,
+        action=action,
+        by=by,
+        at=at or datetime.now(UTC),
+        text=text,
+        reason=reason,
+    )
+
+
+def judge(record: ReplyRecord, decision: ApprovalDecision) -> Outcome:
+    """What became of ``decision``, from the reply's current record."""
+    mine = record.approval is not None and record.approval.decision_id == decision.decision_id
+    if mine:
+        status, detail = Status.APPLIED, record.state.value
+    else:
+        applied = apply(record, decision)
+        status = {
+            Answer.APPLIED: Status.WAITING,
+            Answer.ALREADY: Status.ALREADY,
+            Answer.REFUSED: Status.REFUSED,
+        }[applied.answer]
+        detail = applied.detail
+    return Outcome(status, record.key, record.state.value, detail, decision.decision_id, record)
+
+
+Produce = Callable[[ApprovalDecision], Any]
+
+
+def producer(settings: Settings) -> Produce:
+    """Produce a decision to the deliveries topic, keyed by its thread (signed with
+    ONCEONLY_ENVELOPE_SECRET when it is set), and wait for the broker's acknowledgement."""
+    from onceonly.foundation.kafka import AsyncProducer, producer_config_from
+
+    async def produce(decision: ApprovalDecision) -> None:
+        value = decision.encode()
+        headers = [(APPROVAL_HEADER, str(APPROVAL_VERSION).encode())]
+        if settings.envelope_mac_key is not None:
+            headers.append((MAC_HEADER, mac_of(value, settings.envelope_mac_key)))
+        kafka = AsyncProducer(producer_config_from(settings))
+        try:
+            await kafka.produce(
+                settings.deliveries_topic, value, key=decision.thread_key.encode(), headers=headers
+            )
+        finally:
+            kafka.close()
+
+    return produce
+
+
+async def decide(
+    read: ReadLedger,
+    produce: Produce,
+    key: str,
+    action: Action,
+    by: str,
+    *,
+    text: str | None = None,
+    reason: str | None = None,
+    wait_s: float = WAIT_S,
+) -> Outcome:
+    """Make a decision on the draft ``key`` and say what became of it (module docstring)."""
+    record = (await asyncio.to_thread(read)).get(key)
+    if record is None:
+        raise UnknownReply(f"no reply {key} in the ledger; see onceonly approvals list")
+    decision = decision_for(record, action, by, text=text, reason=reason)
+    before = judge(record, decision)
+    if before.status is not Status.WAITING:
+        return before  # it would move nothing: not produced
+    await produce(decision)
+    deadline = time.monotonic() + wait_s
+    while True:
+        current = (await asyncio.to_thread(read)).get(key, record)
+        settled = current.state not in (ReplyState.AWAITING, ReplyState.PENDING)
+        if settled or time.monotonic() >= deadline:
+            return judge(current, decision)
+        await asyncio.sleep(POLL_S)

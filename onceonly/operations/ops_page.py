@@ -1,0 +1,255 @@
+"""The operator page: ``/ops`` on the worker's web port.
+
+It shows the dead letters with their reason (and a retry button), the recent skips, a
+trace lookup, the consumer lag per partition, the watched webhook's health and today's
+model usage per tenant (:mod:`onceonly.operations.costs`). It reads
+the topics; a retry goes through :func:`onceonly.operations.replay.retry_dead_letters`, the path
+of ``onceonly dead-letters retry``, and needs ``ONCEONLY_OPS_TOKEN`` (a form field
+``token`` or an ``Authorization: Bearer`` header). With the token unset the page is
+read-only. A letter the retry cannot send (nothing to resend, a MAC that does not verify,
+a record the broker refused) stays open, and the page says why (409 or 503).
+
+The trace lookup and the recent skips come from injected sources (:class:`OpsSources`);
+without one, its section says "not available". The reading functions block on the broker
+and run in threads; what each section says is decided in :mod:`onceonly.operations.ops_view`;
+the aiohttp handlers only parse, authorize and render (:mod:`onceonly.operations.ops_template`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+import structlog
+from aiohttp import web
+
+from onceonly.foundation.errors import OnceOnlyError
+from onceonly.foundation.kafka import client_security, consumer_lag
+from onceonly.foundation.settings import Settings
+from onceonly.operations.approvals import drafts, ledger_reader
+from onceonly.operations.approvals_view import DraftRow, decided_notice, draft_rows
+from onceonly.operations.approvals_web import ApprovalsApi
+from onceonly.operations.costs import today_table
+from onceonly.operations.ops_template import render
+from onceonly.operations.ops_view import (
+    OpsView,
+    Read,
+    Refusal,
+    TraceView,
+    authorize,
+    choose_letter,
+    given_token,
+    int_param,
+    letter_rows,
+    not_a_letter,
+    parse_id,
+    retried_notice,
+    retry_refusal,
+    skip_table,
+    trace_ident,
+    webhook_health,
+)
+from onceonly.operations.replay import DeadLetter, dead_letters, missing_secret, retry_dead_letters
+from onceonly.processors.health import WebhookHealth
+from onceonly.processors.worker import WorkerView
+
+log = structlog.get_logger("onceonly.ops")
+
+T = TypeVar("T")
+
+#: the longest id the trace lookup takes (reply keys are 70 characters)
+MAX_IDENT = 512
+SKIPS_LIMIT = 50
+#: the page shows ids, reasons and (in a trace) reply texts: never cached, never framed
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+class TraceSource(Protocol):
+    """Finds what happened to a message id, an event id or a reply key (None: nothing
+    names it), and renders it as text. A module with these two functions is one."""
+
+    def find(self, settings: Settings, ident: str, /) -> object | None: ...
+
+    def render_text(self, trace: Any, /) -> str: ...
+
+
+class RecentSkips(Protocol):
+    """The latest skips, newest first, each with its reason and ids (dataclasses)."""
+
+    def __call__(self, settings: Settings, limit: int, /) -> Sequence[object]: ...
+
+
+@dataclass(frozen=True)
+class OpsSources:
+    """What the page shows that other modules read; None: the section is not available."""
+
+    trace: TraceSource | None = None
+    skips: RecentSkips | None = None
+
+
+# -- reading (blocking: run in threads) -------------------------------------------------
+
+
+def attempt(what: str, read: Callable[[], T]) -> Read[T]:
+    """Read one section; a failure becomes the section's error, never the page's."""
+    try:
+        return Read(read())
+    except Exception as exc:  # a source may fail any way: the rest of the page still shows
+        log.warning("operator page: a section could not be read", section=what, error=repr(exc))
+        return Read(error=f"could not read {what}: {exc}")
+
+
+def lookup(settings: Settings, source: TraceSource, ident: str) -> TraceView:
+    if len(ident) > MAX_IDENT:
+        raise ValueError(f"an id is at most {MAX_IDENT} characters")
+    found = source.find(settings, ident)
+    return TraceView(ident, None if found is None else source.render_text(found))
+
+
+def read_letters(settings: Settings) -> list[DeadLetter]:
+    security = client_security(settings)
+    return dead_letters(settings.kafka_bootstrap, settings.dead_letter_topic, security)
+
+
+def read_drafts(settings: Settings) -> list[DraftRow]:
+    return draft_rows(drafts(ledger_reader(settings)()), datetime.now(UTC))
+
+
+def retry_letter(settings: Settings, letter_id: int) -> int | Refusal:
+    """Retry one open dead letter: the events it sent again, or why it stays open."""
+    letters = read_letters(settings)
+    chosen = choose_letter(letters, letter_id)
+    if isinstance(chosen, Refusal):
+        return chosen
+    needed = missing_secret(letters, [chosen], settings.envelope_mac_key)
+    if needed is not None:
+        return Refusal(409, f"dead letter {letter_id} was not retried: {needed}")
+    report = retry_dead_letters(
+        settings.kafka_bootstrap,
+        settings.deliveries_topic,
+        [chosen],
+        dead_letter_topic=settings.dead_letter_topic,
+        mac_key=settings.envelope_mac_key,
+        security=client_security(settings),
+    )
+    return retry_refusal(letter_id, report) or report.events
+
+
+# -- the aiohttp handlers ----------------------------------------------------------------
+
+
+class OpsPage:
+    def __init__(self, settings: Settings, health: WebhookHealth, sources: OpsSources) -> None:
+        self.settings = settings
+        self.health = health
+        self.sources = sources
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/ops", self.show),
+            web.post(r"/ops/dead-letters/{id:\d+}/retry", self.retry),
+        ]
+
+    async def gather(self, ident: str | None, **extra: Any) -> OpsView:
+        """Every section, read side by side in threads."""
+        settings, sources = self.settings, self.sources
+
+        def section(what: str, read: Callable[[], T]) -> asyncio.Future[Read[T]]:
+            return asyncio.ensure_future(asyncio.to_thread(attempt, what, read))
+
+        letters = section("the dead-letter topic", lambda: letter_rows(read_letters(settings)))
+        lag = section(
+            "the consumer lag",
+            lambda: consumer_lag(
+                settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic
+            ),
+        )
+        usage = section("the model usage in the ledger", lambda: today_table(settings))
+        drafts = section("the drafts awaiting approval", lambda: read_drafts(settings))
+        skips = trace = None
+        if sources.skips is not None:
+            recent = sources.skips
+            skips = section("the recent skips", lambda: skip_table(recent(settings, SKIPS_LIMIT)))
+        if sources.trace is not None and ident is not None:
+            found = sources.trace
+            trace = section(f"the trace of {ident[:80]}", lambda: lookup(settings, found, ident))
+        return OpsView(
+            app_id=settings.app_id,
+            writable=settings.ops_token is not None,
+            webhook=webhook_health(self.health, time.time()),
+            letters=await letters,
+            lag=await lag,
+            skips=None if skips is None else await skips,
+            trace_available=sources.trace is not None,
+            trace=None if trace is None else await trace,
+            usage=await usage,
+            drafts=await drafts,
+            **extra,
+        )
+
+    @staticmethod
+    def html(view: OpsView, status: int = 200) -> web.Response:
+        return web.Response(
+            text=render(view), status=status, content_type="text/html", headers=HEADERS
+        )
+
+    async def show(self, request: web.Request) -> web.Response:
+        view = await self.gather(trace_ident(request.query))
+        decided = decided_notice(request.query)
+        if decided is not None:
+            view = dataclasses.replace(view, notice=decided)
+        retried = int_param(request.query, "retried")
+        if retried is not None and view.letters.value is not None:
+            view = dataclasses.replace(view, notice=retried_notice(view.letters.value, retried))
+        return self.html(view)
+
+    async def retry(self, request: web.Request) -> web.Response:
+        """Retry one dead letter, then show the page again (303); or refuse and say why."""
+        form = await request.post()
+        token = given_token(form.get("token"), request.headers.get("Authorization"))
+        text = request.match_info["id"]
+        refusal = authorize(self.settings.ops_token, token) or await self._retry(text)
+        log.warning(
+            "operator page: retry refused",
+            letter=text[:40],
+            status=refusal.status,
+            reason=refusal.message,
+        )
+        return self.html(await self.gather(None, refusal=refusal), status=refusal.status)
+
+    async def _retry(self, text: str) -> Refusal:
+        """Why the letter ``text`` names stays open; raises the redirect once it was sent."""
+        letter_id = parse_id(text)
+        if letter_id is None:
+            return not_a_letter(text)
+        try:
+            outcome = await asyncio.to_thread(retry_letter, self.settings, letter_id)
+        except (OnceOnlyError, ValueError) as exc:  # the broker, most likely
+            return Refusal(503, f"the retry of dead letter {letter_id} failed: {exc}")
+        if isinstance(outcome, Refusal):
+            return outcome
+        log.info("operator page: dead letter retried", letter=letter_id, events=outcome)
+        raise web.HTTPSeeOther(f"/ops?retried={letter_id}#dead-letters")
+
+
+def ops_pages(sources: OpsSources | None = None) -> Callable[[WorkerView], list[web.RouteDef]]:
+    """The operator page's routes for the worker: ``run_worker(settings, pages=...)``."""
+    chosen = sources or OpsSources()
+
+    def pages(view: WorkerView) -> list[web.RouteDef]:
+        approvals = ApprovalsApi(view.settings).routes()  # POST /approvals/{key}
+        return OpsPage(view.settings, view.webhook, chosen).routes() + approvals
+
+    return pages

@@ -1,0 +1,199 @@
+"""Approval: which replies wait for a person, and what a person's decision does to one.
+
+Pure decisions, no I/O: :func:`by_mode` (``ONCEONLY_APPROVAL``) turns a writer's answer
+into a :class:`~onceonly.processors.messages.Draft` or not; :func:`apply` decides what a decision
+does to the reply's ledger record. The worker applies decisions on the thread's lane
+(:mod:`onceonly.processors.approving`).
+
+A draft is recorded *awaiting*. An approval moves it to *pending* with the approved text
+(the edit, if any) and the :class:`~onceonly.schemas.approval.Approval` (who, when, what); the
+pending record is then sent like any other, with the reply's key. A rejection records it
+*declined* with the reason. Whatever comes after the first decision applied changes
+nothing: a second approval with the same text is answered with the reply's state (one
+email), an edit or a rejection is refused with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+import structlog
+
+from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
+from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+log = structlog.get_logger("onceonly.approvals")
+
+Written = str | Decline | Draft
+
+ALWAYS_REASON = "ONCEONLY_APPROVAL=always"
+
+
+def by_mode(mode: str, written: Written) -> Written:
+    """The writer's answer under ``ONCEONLY_APPROVAL``: ``always`` makes every text a draft,
+    ``writer`` keeps the writer's drafts, ``never`` sends a draft's text as it is."""
+    if isinstance(written, Decline):
+        return written
+    if mode == "always" and isinstance(written, str):
+        return Draft(written, ALWAYS_REASON)
+    if mode == "never" and isinstance(written, Draft):
+        log.info("a Draft sent without approval (ONCEONLY_APPROVAL=never)", reason=written.reason)
+        return written.text
+    return written
+
+
+class Answer(StrEnum):
+    """What became of a decision."""
+
+    APPLIED = "applied"  #: this decision moved the draft (to pending, or declined)
+    ALREADY = "already"  #: the same approval was applied before: nothing more is sent
+    REFUSED = "refused"  #: it came too late or names a reply that is not a draft
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A decision's effect: the record to write (None: nothing to write) and why."""
+
+    answer: Answer
+    record: ReplyRecord | None
+    detail: str
+
+
+def _state_of(record: ReplyRecord) -> str:
+    detail = record.state.value
+    if record.approval is not None:
+        a = record.approval
+        detail += f" ({a.verdict.value} by {a.by} at {a.at.isoformat()})"
+    if record.state is ReplyState.COVERED and record.covered_by:
+        detail += f"; superseded by the newer reply {record.covered_by}"
+    return detail
+
+
+def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
+    """What ``decision`` does to the reply's current ledger ``record``.
+
+    Only a draft (*awaiting*) moves: an approval to *pending* with the approved text, a
+    rejection to *declined*. Once a decision was applied, the same approval again (two
+    people, a double click, a bot's retry) is ``ALREADY``; an edit to another text, a
+    rejection, an approval of a declined draft are ``REFUSED`` with the reply's state.
+    """
+    if record is None:
+        return Applied(Answer.REFUSED, None, f"no reply {decision.key} in the ledger")
+    if record.state is not ReplyState.AWAITING:
+        if _repeats(record, decision):
+            return Applied(Answer.ALREADY, None, _state_of(record))
+        refused = f"refused: the reply is {_state_of(record)}"
+        return Applied(Answer.REFUSED, None, refused)
+    if decision.action is not Action.APPROVE:
+        timed_out = decision.action is Action.TIME_OUT
+        verdict = Verdict.TIMED_OUT if timed_out else Verdict.REJECTED
+        why = decision.reason or verdict.value
+        approval = Approval(verdict, decision.by, decision.at, decision.decision_id)
+        reason = why if timed_out else f"rejected by {decision.by}: {why}"
+        declined = record.with_state(ReplyState.DECLINED, reason=reason, approval=approval)
+        return Applied(Answer.APPLIED, declined, "declined")
+    edited = decision.text is not None and decision.text != record.reply_text
+    if decision.text is not None and not decision.text.strip():
+        return Applied(Answer.REFUSED, None, "refused: the edited text is empty")
+    approval = Approval(
+        Verdict.EDITED if edited else Verdict.APPROVED,
+        decision.by,
+        decision.at,
+        decision.decision_id,
+        draft_text=record.reply_text if edited else None,
+    )
+    text = decision.text if edited else record.reply_text
+    pending = record.with_state(ReplyState.PENDING, reply_text=text, approval=approval)
+    return Applied(Answer.APPLIED, pending, "pending")
+
+
+def _repeats(record: ReplyRecord, decision: ApprovalDecision) -> bool:
+    """Whether ``decision`` only repeats the decision already applied to ``record``."""
+    if record.approval is None or record.approval.decision_id == decision.decision_id:
+        return record.approval is not None  # the very decision, read again
+    if record.approval.verdict is Verdict.REJECTED:
+        return decision.action is Action.REJECT
+    if record.approval.verdict is Verdict.TIMED_OUT:
+        return decision.action is Action.TIME_OUT
+    if record.approval.verdict not in (Verdict.APPROVED, Verdict.EDITED):
+        return False
+    return decision.action is Action.APPROVE and decision.text in (None, record.reply_text)
+
+
+# -- a newer message of the thread supersedes a waiting draft ---------------------------
+
+
+def superseded_by(record: ReplyRecord | None, burst: Collection[str]) -> bool:
+    """Whether ``record`` is a draft that the burst (its message keys) supersedes: one
+    still awaiting, or one marked superseded by a message of this very burst whose new
+    reply was not recorded yet (a crash in between)."""
+    if record is None or record.approval is not None or record.reply_text is None:
+        return False
+    if record.state is ReplyState.AWAITING:
+        return True
+    return record.state is ReplyState.COVERED and record.covered_by in burst
+
+
+def supersede(draft: ReplyRecord, by: str) -> ReplyRecord:
+    """The draft, superseded by the reply to the newer message ``by``: *covered* by it, so
+    a decision on it is refused naming ``by``, and its message is never answered twice."""
+    return draft.with_state(ReplyState.COVERED, covered_by=by, reason=f"superseded by {by}")
+
+
+def recall(message: ThreadMessage, like: Inbound) -> Inbound:
+    """An earlier message of the thread (from its history) as the writer is given it: before
+    ``like`` (the burst's latest), whatever the clocks say, so the reply still answers it."""
+    before = like.occurred_at - timedelta(milliseconds=1)
+    when = min(message.timestamp, before) if message.timestamp else before
+    return replace(
+        like,
+        message_id=message.message_id,
+        event_id=f"recalled:{message.message_id}",
+        occurred_at=when,
+        sender=message.sender,
+        subject=message.subject,
+        text=message.text,
+        labels=(),
+    )
+
+
+# -- drafts do not wait forever -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """The drafts awaiting a decision on this worker's partitions, as the metrics show them."""
+
+    waiting: int
+    oldest_age_s: float  #: 0 with none waiting
+    overdue: tuple[ReplyRecord, ...]  #: waiting past the timeout, oldest first
+
+
+def survey(records: Iterable[ReplyRecord], now: datetime, timeout: timedelta) -> Survey:
+    """How many drafts wait, the oldest's age and those past ``timeout``, each measured from
+    its ledger record's time (the draft's), so a restart neither resets nor loses it."""
+    drafts = sorted(
+        (r for r in records if r.state is ReplyState.AWAITING), key=lambda r: r.created_at
+    )
+    oldest = (now - drafts[0].created_at).total_seconds() if drafts else 0.0
+    overdue = tuple(r for r in drafts if now - r.created_at >= timeout)
+    return Survey(len(drafts), max(0.0, oldest), overdue)
+
+
+def timeout_decision(record: ReplyRecord, now: datetime, timeout: timedelta) -> ApprovalDecision:
+    """The worker's own decision on an overdue draft (ONCEONLY_APPROVAL_ON_TIMEOUT=decline);
+    its id is the draft's, so two workers' (a rebalance) apply once."""
+    hours = timeout.total_seconds() / 3600
+    return ApprovalDecision(
+        decision_id=f"timeout-{record.key}",
+        key=record.key,
+        thread_key=record.thread_key,
+        action=Action.TIME_OUT,
+        by="onceonly",
+        at=now,
+        reason=f"timed out: no decision within ONCEONLY_APPROVAL_TIMEOUT ({hours:g} h)",
+    )

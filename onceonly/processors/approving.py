@@ -1,0 +1,222 @@
+"""The worker's side of approval: a decision record, applied on its thread's lane.
+
+A decision (:class:`~onceonly.schemas.approval.ApprovalDecision`) comes on the deliveries topic,
+keyed by the thread, with the ``onceonly-approval`` header: the partition's owner takes
+it in the thread's order, wherever it was made. On the thread's lane (so never beside a
+reply of the same thread) :func:`~onceonly.processors.approvals.apply` decides; what it decides is
+written to the ledger (acknowledged, fenced) and then, for a reply now *pending*, the
+approved text is sent with the reply's key. The decision record is acknowledged only
+after that: a worker killed between the approval and the send leaves the record to the
+next owner, which finds the reply *pending* (the same approval again is ``already``) and
+sends the stored text with the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from onceonly.processors.approvals import (
+    Answer,
+    apply,
+    recall,
+    supersede,
+    superseded_by,
+    survey,
+    timeout_decision,
+)
+from onceonly.processors.faust_app import set_current
+from onceonly.processors.lanes import Job
+from onceonly.processors.messages import Inbound, reply_key
+from onceonly.processors.reply import BurstResult, SendPolicy, reply_once, send_recorded
+from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
+from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
+from onceonly.schemas.exceptions import SchemaError
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+if TYPE_CHECKING:
+    from onceonly.processors.pipeline import Pipeline
+
+__all__ = ["APPROVAL_HEADER", "admit"]
+
+log = structlog.get_logger("onceonly.approvals")
+
+BAD_MAC = (
+    "the approval decision has no valid onceonly-mac: forged, or made without "
+    "ONCEONLY_ENVELOPE_SECRET; it was not applied"
+)
+
+
+async def admit(pipeline: Pipeline, event: Any) -> None:
+    """Route one decision record to its thread's lane (an unreadable one is dead-lettered)."""
+    message = event.message
+    partition, offset = int(message.partition), int(message.offset)
+    problem: tuple[str, str] | None = None
+    decision: ApprovalDecision | None = None
+    if pipeline.mac_key is not None and not has_valid_mac(
+        event.value, message.headers or (), pipeline.mac_key
+    ):
+        problem = (BAD_MAC, "bad_mac")
+    else:
+        try:
+            decision = ApprovalDecision.decode(event.value)
+        except SchemaError as exc:
+            problem = (str(exc), "unreadable")
+    if decision is None:
+        reason, check = problem or ("no decision", "unreadable")
+        log.error(
+            "approval decision not applied; dead-lettered", partition=partition, offset=offset
+        )
+        await pipeline.dead_letters.record_unreadable(event.value, partition, offset, reason, check)
+        await pipeline.lanes.ack_now(event)
+        return
+    job = Job(_run, [event], kind="approval", item=(pipeline, decision))
+    await pipeline.lanes.submit(decision.thread_key.encode(), job)
+
+
+async def _run(job: Job) -> None:
+    pipeline, decision = job.item
+    set_current(job.records[0])
+    await decide(pipeline, decision)
+
+
+async def decide(pipeline: Pipeline, decision: ApprovalDecision) -> ReplyRecord | None:
+    """Apply ``decision`` to its reply's record, then send the reply if it is pending."""
+    ids = {"key": decision.key, "decision_id": decision.decision_id, "by": decision.by}
+    applied = apply(pipeline.ledger.get(decision.key), decision)
+    pipeline.metrics.approval_decision(applied.answer.value, applied.record)
+    if applied.record is not None:
+        await pipeline.ledger.put(applied.record)  # acknowledged before anything is sent
+        log.info(
+            "approval decision applied", action=decision.action.value, state=applied.detail, **ids
+        )
+    elif applied.answer is Answer.REFUSED:
+        log.warning("approval decision refused", detail=applied.detail, **ids)
+    else:
+        log.info("approval decision repeated; nothing more to do", state=applied.detail, **ids)
+    record: ReplyRecord | None = pipeline.ledger.get(decision.key)
+    if record is None or record.state is not ReplyState.PENDING or record.approval is None:
+        return record
+    # a decision applied just now: nothing was sent; one read again (a crash came between
+    # the approval and the send's record): the thread is read for the reply first
+    return await _send(pipeline, record, reconcile=applied.record is None)
+
+
+async def _send(pipeline: Pipeline, record: ReplyRecord, reconcile: bool) -> ReplyRecord | None:
+    """Send an approved *pending* reply with its stored text and key."""
+    channel = pipeline.channels[record.channel]
+
+    async def dead_letter(failed: ReplyRecord, reason: str, messages: Any) -> None:
+        await pipeline.dead_letters.record_reply(failed, reason, [])
+
+    sender = pipeline.fence.sender(channel.sender) if pipeline.fence else channel.sender
+    await send_recorded(
+        record,
+        reconcile,
+        ledger=pipeline.ledger,
+        sender=sender,
+        dead_letter=dead_letter,
+        policy=SendPolicy(attempts=pipeline.settings.send_attempts),
+        on_retry=pipeline.metrics.send_retries.inc,
+        may_retry=pipeline.flowing,
+    )
+    sent: ReplyRecord | None = pipeline.ledger.get(record.key)
+    if sent is not None and sent.state is ReplyState.SENT:
+        pipeline.metrics.replies.inc()
+    return sent
+
+
+async def answer(pipeline: Pipeline, burst: Sequence[Inbound], **kw: Any) -> BurstResult:
+    """:func:`~onceonly.processors.reply.reply_once`, where a newer message supersedes a waiting
+    draft.
+
+    With approval on, a burst with a new message (no ledger record) looks through the
+    thread's earlier messages (the mail API's thread: one read) for a draft still awaiting
+    a decision. Each one found is marked superseded by the burst's latest message
+    (acknowledged) *before* the writer is asked again, with the draft's messages (recalled
+    from the thread) and the new ones together; a decision on the old draft is then
+    refused naming the newer reply. A crash in between leaves the draft marked superseded
+    by a message of this burst, which the redelivery finds again (``superseded_by``).
+    """
+    ledger, channel = pipeline.ledger, pipeline.channels[kw["channel"]]
+    fresh = [m for m in burst if ledger.get(m.key) is None]
+    if pipeline.settings.approval == "never" or not fresh:
+        return await reply_once(burst, **kw)
+    target = max(burst, key=lambda m: (m.occurred_at, m.event_id))
+    try:
+        earlier = await channel.history(target)
+    except Exception as exc:  # the thread cannot be read: answer the new messages alone
+        log.warning("thread not read; a waiting draft is not superseded", error=repr(exc))
+        return await reply_once(burst, **kw)
+    keys = {m.key for m in burst}
+    by_key = {reply_key(target.inbox_id, m.message_id): m for m in earlier if not m.own}
+    drafts = [r for k in by_key if superseded_by(r := ledger.get(k), keys) and r is not None]
+    if not drafts:
+        return await reply_once(burst, **kw)
+    rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}
+    for draft in drafts:
+        if draft.state is ReplyState.AWAITING:
+            await ledger.put(supersede(draft, target.key))  # before the writer is asked
+            pipeline.metrics.approval_decisions.labels("superseded").inc()
+        log.info("draft superseded by a newer message", key=draft.key, newer=target.key)
+    recalled = [recall(by_key[k], target) for k in sorted(rewrite) if k not in keys]
+    return await reply_once([*recalled, *burst], rewrite=frozenset(rewrite), **kw)
+
+
+#: the bytes every awaiting record holds: the sweep decodes no other record
+AWAITING = b'"state":"awaiting"'
+
+
+def sweep_interval_s(timeout_s: float) -> float:
+    """How often the drafts are surveyed: a quarter of the timeout, between 1 s and 60 s."""
+    return max(1.0, min(60.0, timeout_s / 4))
+
+
+def wire_sweep(app: Any, pipeline: Pipeline) -> None:
+    """With approval on, :func:`sweep` on a faust timer of the worker's ``app``."""
+    settings = pipeline.settings
+    if settings.approval == "never":
+        return
+    acted: set[str] = set()
+
+    async def drafts() -> None:
+        await sweep(pipeline, acted)
+
+    every = sweep_interval_s(settings.approval_timeout.total_seconds())
+    app.timer(every, name="onceonly.drafts")(drafts)
+
+
+async def sweep(pipeline: Pipeline, acted: set[str]) -> None:
+    """Survey the drafts of this worker's partitions (its ledger store): the metrics, and
+    for each draft past ONCEONLY_APPROVAL_TIMEOUT a decline (a decision on the thread's
+    partition, applied like a person's) or an alert, once per draft (``acted``)."""
+    settings, table = pipeline.settings, pipeline.ledger.table
+    records = [ReplyRecord.decode(raw) for raw in table.values() if AWAITING in bytes(raw)]
+    now = pipeline.now()
+    found = survey(records, now, settings.approval_timeout)
+    pipeline.metrics.drafts(found.waiting, found.oldest_age_s, len(found.overdue))
+    for record in found.overdue:
+        if record.key in acted:
+            continue
+        acted.add(record.key)
+        age_h = round((now - record.created_at).total_seconds() / 3600, 2)
+        if settings.approval_on_timeout == "alert":
+            log.error(
+                "DRAFT WAITING PAST ONCEONLY_APPROVAL_TIMEOUT: decide on it "
+                "(onceonly approvals list / approve / reject)",
+                key=record.key,
+                age_h=age_h,
+                thread_key=record.thread_key,
+            )
+            continue
+        decision = timeout_decision(record, now, settings.approval_timeout)
+        value = decision.encode()
+        headers = {APPROVAL_HEADER: str(APPROVAL_VERSION).encode()}
+        if pipeline.mac_key is not None:
+            headers[MAC_HEADER] = mac_of(value, pipeline.mac_key)
+        await pipeline.deliveries.send(
+            key=decision.thread_key.encode(), value=value, headers=headers
+        )
+        log.warning("draft timed out; declining it", key=record.key, age_h=age_h)

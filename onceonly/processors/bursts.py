@@ -1,0 +1,155 @@
+"""What a burst of one thread's messages is owed, decided from each message's ledger record.
+
+A message is covered only by a reply whose writer saw it. So a released burst is divided:
+
+* a message with a *pending* record (or, on a replay, a failed send's) is finished with
+  its stored text and key, wherever it comes in the burst: the writer is never asked again.
+  The thread is read for that reply first (:attr:`Plan.RECONCILE`): the worker that wrote
+  the record may have sent it and stopped (killed, or paused until its partitions moved)
+  before recording it sent, and a mail API need not honour the key;
+* a message recorded sent, covered, declined or failed is done;
+* the messages with no record are written together, once, and their reply goes to the
+  latest of them, which covers the others. When the burst's latest message has a pending
+  record, the ones its writer saw (the record's ``covers``) are covered by it instead:
+  that record was written just before their records, so a crash between the two leaves
+  exactly this; the others (a late arrival, a caught-up message) are written anew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from onceonly.processors.messages import Inbound
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+
+class Plan(StrEnum):
+    WRITE = "write"  #: no record: write the reply, record it, then send
+    #: a pending record: look in the thread for its reply, else send its stored text and key
+    RECONCILE = "reconcile"
+    SKIP_SENT = "skip_sent"
+    SKIP_COVERED = "skip_covered"
+    SKIP_FAILED = "skip_failed"
+    SKIP_DECLINED = "skip_declined"
+    SKIP_AWAITING = "skip_awaiting"  #: a draft waits for a person: never written again
+
+
+#: the plans of a recorded reply that is sent with its stored text
+FINISH = frozenset({Plan.RECONCILE})
+
+
+def plan(record: ReplyRecord | None, *, replay: bool = False) -> Plan:
+    if record is None:
+        return Plan.WRITE
+    match record.state:
+        case ReplyState.SENT:
+            return Plan.SKIP_SENT
+        case ReplyState.COVERED:
+            return Plan.SKIP_COVERED
+        case ReplyState.DECLINED:
+            return Plan.SKIP_DECLINED  # the writer's decision stands, replay or not
+        case ReplyState.AWAITING:
+            return Plan.SKIP_AWAITING  # sent once a person approves it, replay or not
+        case ReplyState.FAILED if not replay:
+            return Plan.SKIP_FAILED
+        case ReplyState.FAILED if record.reply_text is None:
+            return Plan.WRITE  # the writer failed: a replay asks it again
+    return Plan.RECONCILE
+
+
+def _order(message: Inbound) -> tuple[datetime, str]:
+    return message.occurred_at, message.event_id
+
+
+def split_burst(burst: Sequence[Inbound]) -> tuple[Inbound, tuple[Inbound, ...]]:
+    """The message to answer (the latest) and the ones its reply covers."""
+    messages = sorted(burst, key=_order)
+    return messages[-1], tuple(messages[:-1])
+
+
+@dataclass(frozen=True, slots=True)
+class Division:
+    """A burst's messages by what each is owed, each part oldest first."""
+
+    #: no record: answered by one new reply, to the latest of them, whose writer sees them all
+    write: tuple[Inbound, ...] = ()
+    #: no record, older than the latest message's pending reply, which covers them
+    cover: tuple[Inbound, ...] = ()
+    #: a recorded reply each, sent with its stored text and key (the latest's last)
+    finish: tuple[tuple[Inbound, Plan], ...] = ()
+    #: answered, declined or failed before: nothing to do
+    done: tuple[tuple[Inbound, Plan], ...] = ()
+    #: the key of the latest message's pending reply, which covers :attr:`cover`
+    covered_by: str | None = None
+
+
+def divide(
+    planned: Iterable[tuple[Inbound, Plan]], covers: Collection[str] | None = None
+) -> Division:
+    """Each message of a burst (with its :func:`plan`) by what it is owed; ``covers`` is
+    what the latest message's recorded reply covers (None: a record from before version 3,
+    which covers every older message with no record).
+
+    A message that came twice (two events) is written with both, finished or done once.
+    """
+    pairs = sorted(planned, key=lambda pair: _order(pair[0]))
+    unrecorded = tuple(m for m, step in pairs if step is Plan.WRITE)
+    finish: dict[str, tuple[Inbound, Plan]] = {}
+    done: dict[str, tuple[Inbound, Plan]] = {}
+    for message, step in pairs:
+        if step is not Plan.WRITE:
+            (finish if step in FINISH else done).setdefault(message.key, (message, step))
+    finished, handled = tuple(finish.values()), tuple(done.values())
+    if pairs and pairs[-1][1] in FINISH:  # the latest message's reply is recorded
+        latest = pairs[-1][0].key
+        seen = tuple(m for m in unrecorded if covers is None or m.key in covers)
+        unseen = tuple(m for m in unrecorded if m not in seen)
+        return Division(write=unseen, cover=seen, finish=finished, done=handled, covered_by=latest)
+    return Division(write=unrecorded, finish=finished, done=handled)
+
+
+class Outcome(StrEnum):
+    SENT = "sent"
+    ALREADY = "already"  #: sent or covered before, or found in the thread; nothing to do
+    FAILED = "failed"  #: dead-lettered
+    DECLINED = "declined"  #: the writer chose not to answer
+    AWAITING = "awaiting"  #: a draft recorded for a person to approve
+
+
+@dataclass(frozen=True, slots=True)
+class BurstResult:
+    outcome: Outcome
+    key: str
+    sent_message_id: str | None = None
+    #: a burst's result names one reply; this holds each reply's result (the one named too)
+    parts: tuple[BurstResult, ...] = field(default=(), compare=False)
+
+
+def already(message: Inbound, step: Plan, record: ReplyRecord | None) -> BurstResult:
+    """The result for a message the ledger says is done."""
+    outcome = Outcome.DECLINED if step is Plan.SKIP_DECLINED else Outcome.ALREADY
+    outcome = Outcome.AWAITING if step is Plan.SKIP_AWAITING else outcome
+    return BurstResult(outcome, message.key, record.sent_message_id if record else None)
+
+
+_RANK = {
+    Outcome.ALREADY: 0,
+    Outcome.DECLINED: 1,
+    Outcome.AWAITING: 1,
+    Outcome.SENT: 2,
+    Outcome.FAILED: 3,
+}
+
+
+def summarize(acted: Sequence[BurstResult], done: Sequence[BurstResult]) -> BurstResult:
+    """The burst's one result: of the replies acted on now, a failure before a send before a
+    decline before a reply found in the thread (the last acted on of equals); with none acted
+    on, the latest done message's. ``parts`` holds every one."""
+    if not acted and not done:
+        raise ValueError("an empty burst has no result")
+    named = sorted(acted, key=lambda r: _RANK[r.outcome])[-1] if acted else done[-1]
+    return dataclasses.replace(named, parts=(*done, *acted))

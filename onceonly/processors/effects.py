@@ -1,0 +1,192 @@
+"""The effect ledger for events that are not mail (Stripe, GitHub, Standard Webhooks).
+
+A handler, named by ``ONCEONLY_EVENT_HANDLER="module:function"``, gets each deduped,
+reordered event and an :class:`Effects` object. Every irreversible thing it does goes
+through ``effects.once(action, payload, perform)``:
+
+* the effect key is ``effect-`` + the provider, the event id and the action name;
+* the canonical payload hash (sorted-key JSON, SHA-256) is stored with the key, in the
+  compacted ledger, acknowledged by the broker, *before* ``perform(key)`` runs;
+* ``perform`` receives the key, to pass on as the callee's own idempotency key;
+* a repeat with the same payload returns the stored result without performing again;
+* a second use of a key with a *different* payload is refused (:class:`EffectConflict`)
+  and the worker dead-letters the event.
+
+Example handler::
+
+    async def handle(envelope, effects):
+        event = envelope.payload()
+        if event["type"] == "invoice.paid":
+            await effects.once("send_receipt", {"invoice": event["data"]["object"]["id"]},
+                               lambda key: receipts.send(..., idempotency_key=key))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+import structlog
+
+from onceonly.processors.exceptions import ProcessorError
+from onceonly.schemas.envelope import Envelope
+from onceonly.schemas.exceptions import SchemaError
+
+log = structlog.get_logger("onceonly.effects")
+
+EFFECT_VERSION = 1
+
+
+class EffectConflict(ProcessorError):
+    """An effect key was used again with a different payload: a bug, never a retry."""
+
+
+class EffectState(StrEnum):
+    PENDING = "pending"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    key: str
+    payload_hash: str
+    state: EffectState
+    created_at: str
+    result: Any = None
+    kind: str = "effect"
+    v: int = EFFECT_VERSION
+
+    def encode(self) -> bytes:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return json.dumps(data, separators=(",", ":"), default=str).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> EffectRecord:
+        try:
+            data = json.loads(value)
+            if data.get("kind") != "effect" or data.get("v") != EFFECT_VERSION:
+                raise SchemaError(f"not an effect record of version {EFFECT_VERSION}")
+            data["state"] = EffectState(data["state"])
+            return cls(**data)
+        except SchemaError:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SchemaError(f"effect record cannot be decoded: {exc!r}") from exc
+
+
+def effect_key(subject: Envelope | str, action: str) -> str:
+    """``effect-<sha256(subject, action)>``: stable, and safe as any API's key.
+
+    The subject is an event (its ``provider:event_id``) for event handlers, and the
+    answered message's reply key for reply writers.
+    """
+    basis = subject.dedupe_key if isinstance(subject, Envelope) else subject
+    digest = hashlib.sha256(f"{basis}\n{action}".encode()).hexdigest()
+    return f"effect-{digest}"
+
+
+def payload_hash(payload: Mapping[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class EffectPlan(StrEnum):
+    PERFORM = "perform"
+    DONE = "done"
+    CONFLICT = "conflict"
+
+
+def decide_effect(record: EffectRecord | None, digest: str) -> EffectPlan:
+    if record is not None and record.payload_hash != digest:
+        return EffectPlan.CONFLICT
+    if record is not None and record.state is EffectState.DONE:
+        return EffectPlan.DONE
+    return EffectPlan.PERFORM  # new, or pending: perform again with the same key
+
+
+class RawLedger(Protocol):
+    def get_raw(self, key: str) -> bytes | None: ...
+
+    async def put_raw(self, key: str, value: bytes) -> None: ...
+
+
+Perform = Callable[[str], Any]
+EventHandler = Callable[[Envelope, "Effects"], Awaitable[None] | None]
+
+
+class Effects:
+    """What a handler may do once: ``await effects.once(action, payload, perform)``.
+
+    ``subject`` is the event (handlers) or the answered message's reply key (writers);
+    the effect key is that subject and the action.
+    """
+
+    def __init__(
+        self,
+        subject: Envelope | str,
+        ledger: RawLedger,
+        now: Callable[[], datetime],
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.subject = subject
+        self.ledger = ledger
+        self.now = now
+        self.loop = loop  #: the worker's event loop, for ``once_sync`` from a writer's thread
+
+    @property
+    def _name(self) -> str:
+        return (
+            f"event {self.subject.event_id}"
+            if isinstance(self.subject, Envelope)
+            else f"message {self.subject}"
+        )
+
+    def once_sync(self, action: str, payload: Mapping[str, Any], perform: Perform) -> Any:
+        """``once`` for a sync reply writer, which runs in a thread beside the event loop."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("once_sync() is for sync writers run by the worker")
+        return asyncio.run_coroutine_threadsafe(self.once(action, payload, perform), loop).result()
+
+    async def once(self, action: str, payload: Mapping[str, Any], perform: Perform) -> Any:
+        key = effect_key(self.subject, action)
+        digest = payload_hash(payload)
+        raw = self.ledger.get_raw(key)
+        record = EffectRecord.decode(raw) if raw is not None else None
+        ids = {"key": key, "action": action, "subject": self._name}
+        match decide_effect(record, digest):
+            case EffectPlan.CONFLICT:
+                raise EffectConflict(
+                    f"effect {action!r} of {self._name} was recorded with "
+                    "another payload; refusing to perform it again: inspect the dead letter"
+                )
+            case EffectPlan.DONE:
+                assert record is not None
+                log.info("effect skipped: already done", **ids)
+                return record.result
+        if record is None:
+            record = EffectRecord(key, digest, EffectState.PENDING, self.now().isoformat())
+            await self.ledger.put_raw(key, record.encode())  # acknowledged before acting
+        result = perform(key)
+        if inspect.isawaitable(result):
+            result = await result
+        await self.ledger.put_raw(
+            key, replace(record, state=EffectState.DONE, result=result).encode()
+        )
+        log.info("effect done", **ids)
+        return result
+
+
+async def run_handler(handler: EventHandler, envelope: Envelope, effects: Effects) -> None:
+    outcome = handler(envelope, effects)
+    if inspect.isawaitable(outcome):
+        await outcome

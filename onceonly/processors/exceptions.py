@@ -1,0 +1,52 @@
+"""Errors of the processors."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from onceonly.foundation.errors import OnceOnlyError
+
+
+class ProcessorError(OnceOnlyError):
+    """Base class of the processors' errors."""
+
+
+class SendFailure(StrEnum):
+    RETRY = "retryable"  #: 409 in flight, 429, 5xx, timeout: back off, same key
+    CONFLICT = "key_conflict"  #: 409, the key was used with different content: never retry
+    REJECTED = "rejected"  #: any other 4xx: a bug or a refused message; dead-letter
+
+
+class SendError(ProcessorError):
+    """The mail API did not confirm a send; ``failure`` says what the policy does next."""
+
+    def __init__(self, failure: SendFailure, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.status = status
+
+
+class Rebalancing(ProcessorError):
+    """A rebalance began while a reply was being retried: the worker must let it go.
+
+    Retrying on would hold up the rebalance (faust waits for every record in flight)
+    past the group's rebalance timeout, and the partition's next owner would answer the
+    same record while this worker still writes to its ledger. The worker exits instead,
+    without acknowledging the record, and the next owner resumes the reply from the
+    ledger with the same key.
+    """
+
+
+class WriterFailed(ProcessorError):
+    """The reply writer raised or timed out on every attempt; the burst is dead-lettered."""
+
+    def __init__(self, message: str, *, attempts: int, last_error: str) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.last_error = last_error
+
+
+class Fenced(Rebalancing):
+    """This worker no longer owns the partition it was working for (its session expired
+    during a pause, or the group moved the partition): it writes and sends nothing more
+    for it, and leaves the records to the partition's owner."""

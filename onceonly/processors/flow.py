@@ -1,0 +1,217 @@
+"""Flow control for the model, as pure state: the group's rate limits and the model's pauses.
+
+Nothing here sleeps or reads a clock: every method is given ``now`` (seconds, monotonic),
+so the decisions are unit-tested with a clock of the test's own.
+
+* :class:`Gcra`: the generic cell rate algorithm (a token bucket kept as one number, the
+  *theoretical arrival time*). A call may start while ``tat <= now + tolerance``; starting
+  moves ``tat`` on by ``cost / rate``. The cost is added *after* the check, so a call
+  dearer than the whole burst still starts (once the budget is back to zero), and the
+  long-run rate holds whatever the costs.
+* :class:`Limits`: ``ONCEONLY_MODEL_RPM`` and ``ONCEONLY_MODEL_TPM`` together, at this
+  worker's share of the group's budget. Tokens are charged when a call starts at the
+  estimate (the mean of the writer's reported usage so far, ``ONCEONLY_MODEL_TOKENS_ESTIMATE``
+  before the first report) and corrected by the reported usage when it ends.
+* :class:`Pause`: the model's own back-pressure. A 429 with ``Retry-After`` stops new
+  calls until then; after it one call goes alone (the probe), and the others start when
+  it succeeds, so a model still limiting sees one call per pause, not every waiting call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+INF = math.inf
+
+
+@dataclass
+class Gcra:
+    """A rate of ``rate`` units a second, ``burst`` units at once (at least one call)."""
+
+    rate: float
+    burst: float = 1.0
+    tat: float = -INF
+
+    @property
+    def tolerance(self) -> float:
+        return max(0.0, self.burst - 1.0) / self.rate if self.rate > 0 else 0.0
+
+    def delay(self, now: float) -> float:
+        """How long until a call may start (0: now; ``inf``: the rate is zero)."""
+        if self.rate <= 0:
+            return INF
+        return max(0.0, self.tat - self.tolerance - now)
+
+    def take(self, now: float, cost: float = 1.0) -> None:
+        """A call starts now and costs ``cost`` units."""
+        if self.rate > 0:
+            self.tat = max(self.tat, now) + cost / self.rate
+
+    def adjust(self, now: float, cost: float) -> None:
+        """Charge (or give back, if negative) ``cost`` units for a call already started."""
+        if self.rate > 0:
+            self.tat = max(self.tat + cost / self.rate, now - self.tolerance)
+
+
+@dataclass
+class Limits:
+    """The group's requests and tokens per minute, at this worker's ``share`` of them."""
+
+    rpm: float | None = None
+    tpm: float | None = None
+    share: float = 1.0
+    #: tokens a call is charged before any call reported its usage
+    estimate: float = 1000.0
+    _requests: Gcra | None = None
+    _tokens: Gcra | None = None
+    _reported: list[float] = field(default_factory=lambda: [0.0, 0.0])  # total, count
+
+    def __post_init__(self) -> None:
+        self._requests = Gcra(0.0) if self.rpm else None
+        self._tokens = Gcra(0.0) if self.tpm else None
+        self.set_share(self.share)
+
+    @property
+    def active(self) -> bool:
+        return self._requests is not None or self._tokens is not None
+
+    def set_share(self, share: float) -> None:
+        """This worker's part of the group's budget (its partitions / the topic's)."""
+        self.share = max(0.0, min(1.0, share))
+        if self._requests is not None and self.rpm:
+            self._requests.rate = self.rpm * self.share / 60
+        if self._tokens is not None and self.tpm:
+            self._tokens.rate = self.tpm * self.share / 60
+
+    def tokens_per_call(self) -> float:
+        total, count = self._reported
+        return total / count if count else self.estimate
+
+    def delay(self, now: float) -> float:
+        return max(
+            self._requests.delay(now) if self._requests else 0.0,
+            self._tokens.delay(now) if self._tokens else 0.0,
+        )
+
+    def take(self, now: float) -> float:
+        """A call starts: charge it; returns the tokens charged (for :meth:`settle`)."""
+        charged = self.tokens_per_call()
+        if self._requests is not None:
+            self._requests.take(now)
+        if self._tokens is not None:
+            self._tokens.take(now, charged)
+        return charged
+
+    def settle(self, now: float, charged: float, used: float | None) -> None:
+        """A call ended having used ``used`` tokens (None: not reported)."""
+        if used is None:
+            return
+        self._reported[0] += used
+        self._reported[1] += 1
+        if self._tokens is not None:
+            self._tokens.adjust(now, used - charged)
+
+
+@dataclass
+class Pause:
+    """The model said 429 and how long to wait: new calls wait, then one probes."""
+
+    until: float = -INF
+    #: after a pause, until a call succeeds: only one call (the probe) at a time
+    probing: bool = False
+    probe_out: bool = False
+
+    def throttled(self, now: float, retry_after_s: float) -> bool:
+        """A call was answered 429; returns True when this starts (or extends) a pause."""
+        until = now + max(0.0, retry_after_s)
+        self.probing = True
+        self.probe_out = False
+        if until <= self.until:
+            return False
+        self.until = until
+        return True
+
+    def delay(self, now: float) -> float | None:
+        """Seconds until a call may start; None: wait for the probe's outcome."""
+        if now < self.until:
+            return self.until - now
+        if self.probing and self.probe_out:
+            return None
+        return 0.0
+
+    def start(self) -> bool:
+        """A call starts (``delay`` said 0); True if it is the probe."""
+        if self.probing:
+            self.probe_out = True
+            return True
+        return False
+
+    def ended(self, probe: bool, ok: bool) -> None:
+        """A call that was not throttled ended (``ok``: the model answered)."""
+        if probe:
+            self.probe_out = False
+            if ok:
+                self.probing = False
+
+
+def retry_after_s(exc: BaseException, now_epoch: float) -> float | None:
+    """The pause a model asked for: a 429 whose response says ``Retry-After`` (seconds or
+    an HTTP date) or ``retry-after-ms``; None for any other failure. Works with the
+    ``openai`` SDK's ``RateLimitError`` (and any error with ``status_code`` and
+    ``response.headers``), and with :class:`~onceonly.processors.exceptions.ModelThrottled`."""
+    given = getattr(exc, "retry_after_s", None)
+    if isinstance(given, int | float):
+        return max(0.0, float(given))
+    if getattr(exc, "status_code", None) != 429:
+        return None
+    headers: Any = getattr(getattr(exc, "response", None), "headers", None) or {}
+    try:
+        millis = headers.get("retry-after-ms")
+        if millis is not None:
+            return max(0.0, float(millis) / 1000)
+        value = headers.get("retry-after")
+    except AttributeError:
+        return None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(str(value)).timestamp() - now_epoch)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def model_of(exc: BaseException) -> str | None:
+    """The model a throttled call asked for, where the error says: ``model`` on the error
+    (:class:`ModelThrottled`), else the JSON body of the request it carries (the
+    ``openai`` SDK's errors carry their ``httpx`` request)."""
+    given = getattr(exc, "model", None)
+    if isinstance(given, str) and given:
+        return given
+    content = getattr(getattr(exc, "request", None), "content", None)
+    if not isinstance(content, bytes | bytearray) or b'"model"' not in content:
+        return None
+    try:
+        model = json.loads(content).get("model")
+    except (ValueError, AttributeError):
+        return None
+    return str(model) if model else None
+
+
+class ModelThrottled(Exception):
+    """What a writer (not on the openai SDK) raises for a model's 429: the worker pauses
+    new calls for ``retry_after_s`` and tries this one again, without counting an attempt."""
+
+    def __init__(
+        self, retry_after_s: float, message: str = "the model answered 429", model: str = ""
+    ) -> None:
+        super().__init__(f"{message}; retry after {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
+        self.model = model

@@ -1,0 +1,228 @@
+"""The ``holds`` table: each thread's reorder buffer, and which buffers hold events.
+
+A delivery is held in its thread's buffer (a changelog-backed table, so it survives a
+crash: its offset is committed once it is there). A tick releases the buffers whose
+window has passed; the released events stay in the buffer until they are processed
+(:meth:`Holds.settle`), so a crash mid-reply releases them again. Events being
+processed are *busy*: a second release, or a reply that takes in newer messages of its
+thread, skips them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from onceonly.foundation import tracing
+from onceonly.processors import reorder
+from onceonly.schemas.envelope import REPLAY_HEADER, Envelope
+
+
+class Verdict(StrEnum):
+    HELD = "held"
+    REPEAT = "repeat"  #: that event is held already
+    FULL = "full"  #: the buffer is at its size limit: process the delivery at once
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One record of the deliveries topic as the pipeline processes it."""
+
+    envelope: Envelope
+    #: (partition, offset) of the record that carried it: the owner of its dedupe claim
+    position: tuple[int, int]
+    replay: bool = False
+    late: bool = False
+    #: its record's W3C trace context (onceonly.foundation.tracing), kept while it is held
+    trace: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(
+        cls, envelope: Envelope, position: tuple[int, int], headers: Mapping[str, bytes]
+    ) -> Delivery:
+        """The delivery a record carries: replayed or not, and its trace context."""
+        return cls(
+            envelope, position, REPLAY_HEADER in headers, trace=tracing.carrier(headers.items())
+        )
+
+    @property
+    def sort_key(self) -> reorder.SortKey:
+        return (int(self.envelope.occurred_at.timestamp() * 1000), self.envelope.event_id)
+
+
+def log_ids(envelope: Envelope) -> dict[str, str]:
+    """The ids every log line about an envelope carries."""
+    return {
+        "provider": envelope.provider,
+        "event_id": envelope.event_id,
+        "thread_key": envelope.thread_key,
+    }
+
+
+def _decode(raw: bytes) -> reorder.ThreadBuffer:
+    return reorder.ThreadBuffer.from_json(json.loads(raw))
+
+
+def _encode(buffer: reorder.ThreadBuffer) -> bytes:
+    return json.dumps(buffer.to_json()).encode()
+
+
+class Holds:
+    """The reorder buffers of this worker's threads, over a table of bytes to bytes."""
+
+    def __init__(
+        self, table: MutableMapping[bytes, bytes], window_ms: int, max_bytes: int = 1 << 20
+    ) -> None:
+        self.table = table
+        self.window_ms = window_ms
+        #: a buffer's record past this would be refused by the broker: hold no more in it
+        self.max_bytes = max_bytes
+        #: thread key -> partition of the buffers holding events; None: read the table
+        self._index: dict[bytes, int] | None = None
+        #: thread key -> when its oldest held event arrived (ms), beside the index: a tick
+        #: finds the due threads without decoding a buffer (their bodies can be large)
+        self._opened: dict[bytes, int] = {}
+        #: thread key -> sort keys of its events being processed now
+        self._busy: dict[bytes, set[reorder.SortKey]] = {}
+
+    def buffer(self, key: bytes) -> reorder.ThreadBuffer | None:
+        raw = self.table.get(key)
+        return _decode(raw) if raw else None
+
+    def hold(self, delivery: Delivery, *, now_ms: int) -> Verdict:
+        """Hold a delivery in its thread's buffer, unless it is held already (a repeat) or
+        the buffer's record would pass ``max_bytes`` (then it is processed at once)."""
+        with tracing.hold(delivery.trace, delivery.envelope.event_id) as span:
+            verdict = self._hold(delivery, now_ms)
+            span.set("onceonly.verdict", verdict.value)
+            return verdict
+
+    def _hold(self, delivery: Delivery, now_ms: int) -> Verdict:
+        envelope = delivery.envelope
+        key = envelope.thread_key.encode()
+        partition = delivery.position[0]
+        buffer = self.buffer(key) or reorder.ThreadBuffer(partition=partition)
+        item = {
+            "envelope": envelope.to_json(),
+            "position": list(delivery.position),
+            "replay": delivery.replay,
+        }
+        if delivery.trace:
+            item["trace"] = dict(delivery.trace)
+        updated = reorder.hold(buffer, reorder.Held(delivery.sort_key, now_ms, item))
+        if updated is buffer:
+            return Verdict.REPEAT
+        value = _encode(updated)
+        if len(value) > self.max_bytes:
+            return Verdict.FULL
+        self.table[key] = value
+        self.index()[key] = partition
+        self._opened[key] = updated.opened_ms or now_ms
+        return Verdict.HELD
+
+    # -- the index of buffers that hold events ------------------------------------
+    def index(self) -> dict[bytes, int]:
+        """Thread key -> partition of every buffer that holds events, kept in memory.
+
+        A ``holds`` entry outlives its events (it keeps the thread's release watermark
+        for as long as the dedupe retention), so ticks look only at these keys instead of
+        decoding the whole table. Read from the table after each rebalance's recovery.
+        """
+        if self._index is None:
+            self._index, self._opened = {}, {}
+            for key, raw in self.table.items():
+                buffer = _decode(raw)
+                if buffer.held:
+                    self._index[bytes(key)] = buffer.partition
+                    self._opened[bytes(key)] = buffer.opened_ms or 0
+        return self._index
+
+    def forget(self) -> None:
+        """The partitions changed: read the held buffers from the table again."""
+        self._index = None
+        self._busy.clear()
+
+    def _unindex(self, key: bytes) -> None:
+        self.index().pop(key, None)
+        self._opened.pop(key, None)
+
+    def _window_passed(self, key: bytes, now_ms: int) -> bool:
+        return self._opened.get(key, now_ms) + self.window_ms <= now_ms
+
+    def due_keys(
+        self, partition: int, *, now_ms: int, skip: Collection[bytes] = ()
+    ) -> Iterator[bytes]:
+        """Threads of ``partition`` with events not busy whose window has passed, one at a
+        time (the caller may wait between them). Decided from the index: a buffer is read
+        only when some of its events are busy, never for a thread merely waiting."""
+        for key, p in list(self.index().items()):
+            if p != partition or key in skip or not self._window_passed(key, now_ms):
+                continue
+            if key not in self._busy:
+                yield key
+                continue
+            buffer = self.buffer(key)
+            if buffer is None or not buffer.held:
+                self._unindex(key)
+                continue
+            busy = frozenset(self._busy.get(key, ()))
+            if reorder.take(buffer, now_ms=now_ms, window_ms=self.window_ms, busy=busy).events:
+                yield key
+
+    def due_partitions(self, *, now_ms: int) -> set[int]:
+        """Partitions (of this worker) holding a buffer whose window has passed (from the
+        index alone: no buffer is read)."""
+        return {p for key, p in self.index().items() if self._window_passed(key, now_ms)}
+
+    # -- releasing ------------------------------------------------------------------
+    def take(
+        self,
+        key: bytes,
+        *,
+        now_ms: int,
+        window_ms: int | None = None,
+    ) -> list[Delivery]:
+        """The thread's held events to process now (marked busy), oldest first."""
+        buffer = self.buffer(key)
+        if buffer is None:
+            return []
+        busy = frozenset(self._busy.get(key, ()))
+        window = self.window_ms if window_ms is None else window_ms
+        out = reorder.take(buffer, now_ms=now_ms, window_ms=window, busy=busy)
+        if out.events:
+            self._busy.setdefault(key, set()).update(h.sort_key for h in out.events)
+        return [
+            Delivery(
+                Envelope.from_json(h.item["envelope"]),
+                (int(h.item["position"][0]), int(h.item["position"][1])),
+                bool(h.item.get("replay")),
+                h.sort_key in out.late,
+                tuple(h.item.get("trace", {}).items()),
+            )
+            for h in out.events
+        ]
+
+    def settle(self, key: bytes, done: list[Delivery], *, now_ms: int) -> None:
+        """Processed: out of the buffer (read again now, it may have grown meanwhile)."""
+        keys = frozenset(d.sort_key for d in done)
+        self.release_busy(key, done)
+        buffer = self.buffer(key)
+        if buffer is None:
+            return
+        settled = reorder.settle(buffer, keys, now_ms=now_ms)
+        if settled is not buffer:
+            self.table[key] = _encode(settled)
+        if not settled.held:
+            self._unindex(key)
+        else:
+            self._opened[key] = settled.opened_ms or now_ms
+
+    def release_busy(self, key: bytes, taken: list[Delivery]) -> None:
+        """These events are no longer busy: processed, or dropped (released again later)."""
+        busy = self._busy.get(key)
+        if busy is not None:
+            busy.difference_update(d.sort_key for d in taken)
+            if not busy:
+                del self._busy[key]

@@ -1,0 +1,95 @@
+"""Expiry: dedupe entries older than their provider's retention go, in slices, with
+tombstones."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from onceonly.processors import dedupe, reorder
+from onceonly.schemas.ledger import EventEntry
+
+log = structlog.get_logger("onceonly.sweep")
+
+
+@dataclass
+class Sweeper:
+    """Sweeps each partition's expired dedupe entries, a slice per record received.
+
+    A pass starts every ``every_s`` (the first one a whole interval after a start or a
+    rebalance) and reads the partition's own store ``slice`` entries at a time, one slice
+    per record the partition receives, so a store of a million entries never blocks the
+    event loop for more than a few milliseconds.
+    """
+
+    events: Any  #: the faust ``events`` table (its ``.data`` is the RocksDB store)
+    holds: Any  #: the ``holds`` table
+    retention: dedupe.Retention
+    clock: Callable[[], float]
+    every_s: float = 600.0
+    slice: int = 5000
+    _last: dict[int, float] = field(default_factory=dict)
+    #: partition -> the last key a pass has read (None: from the start)
+    _from: dict[int, bytes | None] = field(default_factory=dict)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def maybe_sweep(self, partition: int) -> None:
+        now = self.clock()
+        if partition not in self._from:
+            if now - self._last.setdefault(partition, now) < self.every_s:
+                return
+            self._last[partition] = now
+            self._from[partition] = None
+        after = self._from.pop(partition)
+        last = self.sweep(partition, after=after)
+        if last is not None:
+            self._from[partition] = last
+
+    def _own_entries(self, partition: int, after: bytes | None) -> list[tuple[bytes, bytes]]:
+        """Up to ``slice`` entries of this partition's own store, after ``after``."""
+        store = self.events.data
+        db = store._db_for_partition(partition)
+        bookkeeping = getattr(store, "offset_key", None)  # faust keeps its offset in the DB
+        out: list[tuple[bytes, bytes]] = []
+        for key, raw in db.items(from_key=after):
+            if (after is not None and key == after) or key == bookkeeping:
+                continue
+            out.append((bytes(key), bytes(raw)))
+            if len(out) >= self.slice:
+                break
+        return out
+
+    def sweep(self, partition: int, after: bytes | None = None) -> bytes | None:
+        """Delete expired dedupe entries of one slice of this partition (with tombstones).
+
+        Returns the last key read, to go on from, or None once the partition is done.
+        """
+        entries = self._own_entries(partition, after)
+        mine = [(key, EventEntry.from_json(json.loads(raw))) for key, raw in entries]
+        old = list(dedupe.expired(mine, now_ms=self.now_ms(), retention=self.retention))
+        for key in old:
+            del self.events[key]
+        if old:
+            log.info("dedupe entries expired", partition=partition, count=len(old))
+        if len(entries) >= self.slice:
+            return entries[-1][0]
+        # the pass is over: threads idle for as long keep only a release watermark
+        idle = [
+            key
+            for key, raw in self.holds.items()
+            if reorder.idle(
+                reorder.ThreadBuffer.from_json(json.loads(raw)),
+                partition=partition,
+                now_ms=self.now_ms(),
+                retention_ms=self.retention.for_key(key),
+            )
+        ]
+        for key in idle:
+            del self.holds[key]
+        return None

@@ -1,0 +1,378 @@
+"""The faust worker: a thin loop around the pipeline.
+
+One agent (concurrency 1) reads the deliveries topic with manual acknowledgements and
+hands each record to :meth:`Pipeline.admit`, which only routes it: to its thread's
+reorder buffer or lane (:mod:`onceonly.processors.lanes`). Lanes acknowledge each record once its
+work is done, and faust commits each partition up to its oldest record not yet
+acknowledged; so no batch waits for its slowest conversation, and a crash never skips an
+unfinished record.
+
+Three changelog-backed RocksDB tables, all written with the record's own event current,
+so each write lands in the store and changelog partition of the thread it belongs to:
+
+* ``events``: dedupe entries keyed ``provider:event_id``;
+* ``holds``: each thread's reorder buffer (:mod:`onceonly.processors.holds`);
+* ``replies``: the reply ledger, whose changelog *is* the compacted ledger topic
+  (:class:`onceonly.processors.tables.TableLedger`).
+
+Held events are released by *ticks*: a timer sends an empty record, marked with the
+``onceonly-tick`` header, to each partition that holds a due buffer; the agent meets it
+in that partition's order and queues a release on each due thread's lane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+import structlog
+from aiohttp import web
+
+from onceonly.foundation import tracing
+from onceonly.foundation.kafka import Admin, TopicSpec, client_security
+from onceonly.foundation.settings import Settings
+from onceonly.processors import approving
+from onceonly.processors.admission import admission_for, owned_share
+from onceonly.processors.agent import Writer, WriterPolicy
+from onceonly.processors.agentmail.channel import AgentMailChannel
+from onceonly.processors.agentmail.sender import AgentMailSender
+from onceonly.processors.consumer import draining_consumer
+from onceonly.processors.dead_letters import DeadLetters
+from onceonly.processors.decisions import Decisions
+from onceonly.processors.dedupe import Retention
+from onceonly.processors.faust_app import Topology, current_position, faust_app, topology
+from onceonly.processors.fence import Fence
+from onceonly.processors.health import WebhookHealth, check_webhook
+from onceonly.processors.holds import Holds
+from onceonly.processors.lanes import Lanes
+from onceonly.processors.metrics import LagCollector, WorkerMetrics
+from onceonly.processors.nylas.channel import nylas_channel
+from onceonly.processors.offsets import OffsetBook
+from onceonly.processors.outbox import DryRunOutbox
+from onceonly.processors.pipeline import Pipeline
+from onceonly.processors.progress import Worker, log_recovery, wire_progress
+from onceonly.processors.reply import ReplyWriter
+from onceonly.processors.sweep import Sweeper
+from onceonly.processors.tables import TableLedger
+from onceonly.processors.writer import load_callable, load_writer
+
+log = structlog.get_logger("onceonly.worker")
+
+Clock = Callable[[], float]  # epoch seconds
+
+#: exit code of a worker that must stop without acknowledging what it took
+EXIT_REDELIVER = 70
+#: how long one ownership check waits for the group coordinator; with no answer by then
+#: (the coordinator unreachable or moving) it asks again, writing and sending nothing
+FENCE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """What pages mounted from the layers above may read of a running worker."""
+
+    settings: Settings
+    webhook: WebhookHealth = field(default_factory=lambda: WebhookHealth(None))
+
+
+#: pages from the layers above (the operator page, ``onceonly.operations.ops_page``): given the
+#: worker's view, the aiohttp routes to serve on the worker's web port
+Pages = Callable[[WorkerView], Iterable[web.AbstractRouteDef]]
+
+
+def _fatal(exc: BaseException) -> None:
+    """A failure of the worker itself (the broker gone past every retry): exit, ack nothing."""
+    log.error("worker failure; exiting so its records are read again", error=repr(exc))
+    os._exit(EXIT_REDELIVER)
+
+
+def writer_policy(settings: Settings) -> WriterPolicy:
+    return WriterPolicy(
+        concurrency=settings.writer_concurrency,
+        timeout_s=settings.writer_timeout_s,
+        attempts=settings.writer_attempts,
+        backoff_initial_s=settings.writer_backoff_s,
+    )
+
+
+def _mail_sender(settings: Settings) -> Any:
+    key = settings.agentmail_api_key
+    if key is None:
+        return DryRunOutbox(settings.run_dir / "dry-run-outbox.jsonl")
+    return AgentMailSender(
+        key.get_secret_value(),
+        base_url=settings.agentmail_base_url,
+        timeout_s=settings.send_timeout_s,
+    )
+
+
+def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: OffsetBook) -> Lanes:
+    def forget(records: Iterable[Any]) -> None:  # dropped: faust must not wait for them
+        unacked = app.consumer.unacked
+        for record in records:
+            unacked.discard(record.message)
+
+    async def ack(record: Any) -> None:  # finished: its offset may be committed
+        message = record.message
+        book.finish(message.tp, message.offset, message)
+        record.ack()
+        metrics.pending_records.set(lanes.pending)
+
+    lanes = Lanes(ack=ack, forget=forget, on_fatal=_fatal, max_pending=settings.max_pending)
+    return lanes
+
+
+def _writer(settings: Settings, writer: ReplyWriter | None, metrics: WorkerMetrics) -> Writer:
+    """The writer step: the user's writer under the policy, admitted by slot, tenant, rate."""
+    return Writer(
+        writer or load_writer(settings.reply_writer),
+        writer_policy(settings),
+        on_call=metrics.writer_call,
+        admission=admission_for(settings, metrics),
+        on_usage=metrics.writer_usage,
+    )
+
+
+def _pipeline(
+    app: faust.App,
+    settings: Settings,
+    parts: Topology,
+    sender: Any,
+    writer: ReplyWriter | None,
+    clock: Clock,
+    book: OffsetBook,
+) -> Pipeline:
+    metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
+    retention = Retention.of(settings)
+    handler = settings.event_handler
+
+    async def confirm(tp: Any, generation: int) -> bool:
+        consumer: Any = app.consumer  # onceonly.processors.consumer.TrackingConsumer
+        return bool(await consumer.confirm_owner(tp, generation, FENCE_TIMEOUT_S))
+
+    fence = Fence(
+        confirm,
+        current_position,
+        on_fenced=metrics.fenced.inc,
+        on_gap=metrics.fence_to_send.observe,
+    )
+    pipeline = Pipeline(
+        settings=settings,
+        events=parts.events,
+        holds=Holds(parts.holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
+        ledger=TableLedger(parts.replies, fence=fence.check),
+        channels={"agentmail": AgentMailChannel(sender)},
+        writer=_writer(settings, writer, metrics),
+        dead_letters=DeadLetters(
+            parts.dead_letters, metrics, clock, settings.record_max_bytes, settings.envelope_mac_key
+        ),
+        deliveries=parts.deliveries,
+        metrics=metrics,
+        lanes=_lanes(app, settings, metrics, book),
+        sweeper=Sweeper(
+            parts.events,
+            parts.holds,
+            retention=retention,
+            clock=clock,
+            every_s=settings.dedupe_sweep_s or max(1.0, retention.shortest_ms / 100_000),
+        ),
+        handler=load_callable(handler, "ONCEONLY_EVENT_HANDLER") if handler else None,
+        clock=clock,
+        retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
+        flowing=app.flow_control.is_active,
+        mac_key=settings.envelope_mac_key,
+        decisions=Decisions(parts.decisions, clock),
+        fence=fence,
+    )
+    outbox = sender if isinstance(sender, DryRunOutbox) else None
+    nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
+    if nylas is not None:
+        pipeline.channels["nylas"] = nylas
+    return pipeline
+
+
+def build_app(
+    settings: Settings,
+    *,
+    sender: Any = None,
+    writer: ReplyWriter | None = None,
+    clock: Clock = time.time,
+    tick_interval_s: float | None = None,
+    pages: Pages | None = None,
+    replication: int | None = None,
+) -> tuple[faust.App, Pipeline]:
+    """A worker app for these settings. Nothing runs until a faust Worker starts it.
+
+    ``pages`` adds routes to the worker's web port beside ``/metrics``. ``replication``
+    (default: ONCEONLY_REPLICATION_FACTOR, else decided from the number of brokers, as for
+    onceonly's own topics) applies to the changelogs faust creates."""
+    if replication is None:
+        admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+        replication = admin.replication_for(settings.replication_factor)
+    app = faust_app(settings, replication)
+    parts = topology(app, settings, replication)
+    sender = sender if sender is not None else _mail_sender(settings)
+    book = OffsetBook()
+    pipeline = _pipeline(app, settings, parts, sender, writer, clock, book)
+    lanes = pipeline.lanes
+
+    async def drain() -> None:
+        await lanes.drain(settings.drain_grace_s)
+        pipeline.forget_state()
+
+    app.transport.Consumer = draining_consumer(drain, book)  # type: ignore[misc]
+
+    async def process(stream: Any) -> None:
+        within = settings.batch_wait_ms / 1000
+        # take_events acknowledges each batch as the next is asked for, whatever its work:
+        # commits follow the book instead, where a record is finished by its lane
+        async for records in stream.noack().take_events(settings.batch_max, within=within):
+            for record in records:
+                if not app.flow_control.is_active():
+                    # a rebalance began (the lanes may be drained already): the rest of the
+                    # batch is neither taken nor started; it is read again after the seek
+                    break
+                message = record.message
+                book.take(message.tp, message.offset, message)
+                await pipeline.admit(record)
+            pipeline.metrics.pending_records.set(lanes.pending)
+
+    app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)
+    view = WorkerView(settings, WebhookHealth(settings.agentmail_webhook_id))
+    _wire_lifecycle(app, pipeline, settings, tick_interval_s, view.webhook)
+    share_model_budget(app, pipeline, settings)
+    if pages is not None:  # faust's default web driver is aiohttp; its Application serves them
+        application: web.Application = app.web.web_app  # type: ignore[attr-defined]
+        application.add_routes(list(pages(view)))
+    return app, pipeline
+
+
+def _wire_lifecycle(
+    app: faust.App,
+    pipeline: Pipeline,
+    settings: Settings,
+    tick_interval_s: float | None,
+    health: WebhookHealth,
+) -> None:
+    """Timers, signals and the web page around the pipeline."""
+
+    async def close_senders(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        pipeline.writer.close()
+        for channel in pipeline.channels.values():
+            close = getattr(channel.sender, "aclose", None)
+            if close is not None:
+                await close()
+
+    app.on_before_shutdown.connect(close_senders)
+
+    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        pipeline.forget_state()  # the tables of this worker's partitions are recovered now
+        log_recovery(app.tables.recovery)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
+    wire_progress(app)
+
+    if settings.reorder_window_ms > 0:
+        interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
+        app.timer(interval, name="onceonly.tick")(pipeline.tick)
+
+    approving.wire_sweep(app, pipeline)  # drafts: their metrics, and their timeout
+
+    if settings.agentmail_webhook_id:
+        agentmail = pipeline.channels["agentmail"]
+
+        async def webhook_health() -> None:
+            await check_webhook(
+                settings.agentmail_webhook_id, agentmail.sender, pipeline.metrics, health
+            )
+
+        app.task(webhook_health)  # once at start-up: timers first wait an interval
+        app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
+    pipeline.metrics.registry.register(
+        LagCollector(
+            settings.kafka_bootstrap,
+            settings.app_id,
+            [settings.deliveries_topic],
+            client_security(settings),
+        )
+    )
+
+    async def metrics_page(web: Any, request: Any) -> Any:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        pipeline.metrics.writer_in_flight.set(pipeline.writer.in_flight)
+        return web.bytes(
+            await render_metrics(pipeline.metrics.registry),
+            content_type=CONTENT_TYPE_LATEST.split(";")[0],
+        )
+
+    app.page("/metrics")(metrics_page)
+
+
+def share_model_budget(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
+    """ONCEONLY_MODEL_RPM/TPM hold for the group: at every rebalance, this worker takes the
+    share of the partitions it owns."""
+
+    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        assigned = app.consumer.assignment()
+        share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
+        pipeline.writer.admission.set_share(share)
+        pipeline.metrics.model_share.set(share)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
+
+
+async def render_metrics(registry: Any) -> bytes:
+    """The Prometheus page, rendered in a thread: the lag gauge asks the broker (blocking
+    calls of up to seconds), which must never stall the event loop the lanes run on."""
+    from prometheus_client import generate_latest
+
+    return await asyncio.to_thread(generate_latest, registry)
+
+
+def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:
+    """Block until the broker answers: faust exits at once if it cannot bootstrap, so a
+    worker started during a broker outage would only crash-loop under its supervisor.
+    Refused credentials raise AuthenticationFailed at once: waiting would not help."""
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+    next_log = 0.0
+    while not admin.ping(2.0, refused_raises=True):
+        if time.monotonic() >= next_log:
+            log.warning("waiting for the broker", bootstrap=settings.kafka_bootstrap)
+            next_log = time.monotonic() + log_every_s
+        time.sleep(1.0)
+
+
+def changelog_specs(settings: Settings) -> list[TopicSpec]:
+    """The changelogs faust would create for the events and holds tables, created first
+    (replicated and checked as onceonly's own topics): on a cluster, faust's assignor
+    reads metadata right after creating a topic, from a broker that may not list it yet,
+    and would then leave that table's partitions unassigned."""
+    return [
+        TopicSpec(
+            f"{settings.app_id}-{table}-changelog",
+            settings.partitions,
+            config={"cleanup.policy": "compact"},
+            replication=settings.replication_factor,
+        )
+        for table in ("events", "holds")
+    ]
+
+
+def run_worker(settings: Settings, pages: Pages | None = None) -> None:
+    """``onceonly worker``: one faust worker in the foreground, once the broker answers;
+    ``pages`` are served on its web port (the command passes the operator page)."""
+    wait_for_broker(settings)
+    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+    admin.ensure_topics(changelog_specs(settings))
+    offset = settings.clock_offset_s
+    clock = (lambda: time.time() + offset) if offset else time.time
+    app, _ = build_app(settings, clock=clock, pages=pages)
+    tracing.configure("onceonly-worker")  # after the writer's import: it may install a provider
+    # our logging (onceonly.foundation.logs), not mode's: one format for ingest and the worker
+    Worker(app, override_logging=False, quiet=True).execute_from_commandline()

@@ -1,0 +1,135 @@
+"""Test support for the code you give onceonly: your reply writer and your event handlers.
+
+As :mod:`structlog.testing` does for logging, this module lets a test call your writer
+the way the worker calls it, with no broker, worker or mail API::
+
+    from onceonly import Decline
+    from onceonly.testing import call_writer, inbound
+
+    async def test_an_unsubscribe_is_declined() -> None:
+        written = await call_writer(mywriter.reply, inbound("please unsubscribe me"))
+        assert isinstance(written, Decline)
+
+``make_burst`` gives a burst to call a writer with yourself. ``burst.effects`` is the
+worker's own :class:`~onceonly.Effects` over an in-memory
+ledger (:class:`MemoryLedger`): an effect is performed once per message and action, a
+repeat returns the recorded result, and the same action with another payload raises
+:class:`~onceonly.EffectConflict`, exactly as in the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from onceonly.processors.agent import Burst, Writer, WriterPolicy
+from onceonly.processors.effects import Effects
+from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
+
+__all__ = ["MemoryLedger", "call_writer", "inbound", "make_burst"]
+
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class MemoryLedger:
+    """The ledger an :class:`~onceonly.Effects` writes, kept in a dict (``records``)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, bytes] = {}
+
+    def get_raw(self, key: str) -> bytes | None:
+        return self.records.get(key)
+
+    async def put_raw(self, key: str, value: bytes) -> None:
+        self.records[key] = value
+
+
+def inbound(
+    text: str | None,
+    *,
+    message_id: str = "<m1@example.com>",
+    sender: str = "customer@example.com",
+    subject: str | None = "Hello",
+    thread_id: str = "thread-1",
+    inbox_id: str = "agent@example.com",
+    occurred_at: datetime = _EPOCH,
+    labels: Iterable[str] = ("received",),
+) -> Inbound:
+    """One received message, as a writer is given it; every field but the text defaults."""
+    return Inbound(
+        inbox_id=inbox_id,
+        message_id=message_id,
+        thread_key=f"{inbox_id}:{thread_id}",
+        thread_id=thread_id,
+        event_id=f"evt-{message_id}",
+        occurred_at=occurred_at,
+        sender=sender,
+        subject=subject,
+        text=text,
+        labels=tuple(labels),
+    )
+
+
+def make_burst(
+    *messages: Inbound,
+    history: Iterable[ThreadMessage] = (),
+    attempt: int = 1,
+    ledger: MemoryLedger | None = None,
+    now: Callable[[], datetime] = lambda: _EPOCH,
+) -> Burst:
+    """A burst of ``messages`` (oldest first) whose ``history()`` returns ``history`` and
+    whose effects record in ``ledger`` (a new :class:`MemoryLedger` if none is given)."""
+    if not messages:
+        raise ValueError("a burst holds at least one message: make_burst(inbound('...'))")
+    earlier = tuple(history)
+
+    async def read_history() -> tuple[ThreadMessage, ...]:
+        return earlier
+
+    effects = Effects(messages[-1].key, ledger if ledger is not None else MemoryLedger(), now)
+    return Burst(tuple(messages), effects=effects, attempt=attempt, _read_history=read_history)
+
+
+async def call_writer(
+    writer: Callable[[Burst], Any],
+    *messages: Inbound,
+    history: Iterable[ThreadMessage] = (),
+    ledger: MemoryLedger | None = None,
+    attempts: int = 1,
+    timeout_s: float = 120.0,
+    now: Callable[[], datetime] = lambda: _EPOCH,
+) -> str | Decline | Draft:
+    """Call ``writer`` with ``messages`` through the worker's own writer runner: an async
+    writer on this loop, a sync one in a thread (where ``history_sync`` and
+    ``effects.once_sync`` work), timed out after ``timeout_s``, tried ``attempts`` times
+    (with no backoff), its return value checked as the worker checks it. Returns the reply
+    text (a ``str`` whose ``usage`` holds what the writer reported), a ``Decline``
+    (``None`` becomes one) or a ``Draft``; raises the worker's ``WriterFailed`` (an
+    :class:`~onceonly.OnceOnlyError`) where the worker would dead-letter the message."""
+    if not messages:
+        raise ValueError("call_writer(writer, inbound('...')): give at least one message")
+    earlier = tuple(history)
+
+    async def read_history() -> tuple[ThreadMessage, ...]:
+        return earlier
+
+    effects = Effects(
+        messages[-1].key,
+        ledger if ledger is not None else MemoryLedger(),
+        now,
+        loop=asyncio.get_running_loop(),
+    )
+    policy = WriterPolicy(
+        concurrency=1,
+        timeout_s=timeout_s,
+        attempts=attempts,
+        backoff_initial_s=0.0,
+        backoff_max_s=0.0,
+    )
+    runner = Writer(writer, policy)
+    try:
+        return await runner.write(messages, effects=effects, history=read_history)
+    finally:
+        runner.close()

@@ -1,0 +1,78 @@
+"""What a user imports: ``onceonly``'s ``__all__``, each name documented and importable."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import onceonly
+import onceonly.testing
+
+#: the documented surface; a change here is a change to every user's code
+PUBLIC = {
+    "Burst",
+    "ConfigError",
+    "Decline",
+    "Draft",
+    "EffectConflict",
+    "Effects",
+    "Envelope",
+    "Inbound",
+    "ModelThrottled",
+    "OnceOnlyError",
+    "ThreadMessage",
+    "Usage",
+    "WriterFailed",
+    "__version__",
+}
+
+
+def test_all_is_the_documented_surface() -> None:
+    assert set(onceonly.__all__) == PUBLIC
+
+
+def test_every_public_name_resolves_and_has_a_docstring() -> None:
+    undocumented = [
+        name
+        for name in onceonly.__all__
+        if name != "__version__" and not (getattr(onceonly, name).__doc__ or "").strip()
+    ]
+
+    assert not undocumented
+
+
+def test_star_import_gives_exactly_the_surface() -> None:
+    namespace: dict[str, object] = {}
+    exec("from onceonly import *", namespace)
+
+    assert set(namespace) - {"__builtins__"} == PUBLIC
+
+
+def test_the_testing_module_exports_what_it_documents() -> None:
+    assert set(onceonly.testing.__all__) == {"MemoryLedger", "call_writer", "inbound", "make_burst"}
+    for name in onceonly.testing.__all__:
+        assert getattr(onceonly.testing, name).__doc__
+
+
+def test_the_errors_share_one_root() -> None:
+    for name in ("ConfigError", "EffectConflict", "WriterFailed"):
+        assert issubclass(getattr(onceonly, name), onceonly.OnceOnlyError)
+
+
+def test_importing_onceonly_starts_no_stream_framework() -> None:
+    """A writer's module imports ``onceonly``; that must not pull faust or Kafka clients."""
+    code = (
+        "import sys, onceonly, onceonly.testing; "
+        "print(sorted(m for m in ('faust', 'aiokafka', 'confluent_kafka', 'rocksdict') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_version_is_the_distributions() -> None:
+    metadata = importlib.import_module("importlib.metadata")
+
+    assert onceonly.__version__ == metadata.version("onceonly")
