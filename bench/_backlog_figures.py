@@ -13,7 +13,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from onceonly.processors.progress import JOINED, JOINING
+from onceonly.processors.runtime.progress import JOINED, JOINING
 
 #: The worker's peak RSS must stay under this (the issue: "under 1 GB"), in MiB.
 RSS_TARGET_MB = 1024.0

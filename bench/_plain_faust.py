@@ -3,7 +3,8 @@
 ``python -m bench._plain_faust --bootstrap B --topic T --app-id A --data-dir D \
 --partitions P --expect N --out result.json``
 
-The faust App is built as :func:`onceonly.processors.worker.build_app` builds onceonly's (same
+The faust App is built as :func:`onceonly.processors.runtime.worker.build_app` builds onceonly's
+(same
 broker, session and heartbeat settings, raw bytes codec, ``stream_wait_empty``), without
 what a counter has no use for: no tables (so the in-memory store instead of RocksDB) and
 no web server. One agent, concurrency 1, iterates ``stream.events()`` exactly as the

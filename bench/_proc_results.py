@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench._proc_takeover import Takeover
 from bench._report import fmt_cpu as _cpu
-from onceonly.processors.progress import JOINED, JOINING, READY, STARTING
+from onceonly.processors.runtime.progress import JOINED, JOINING, READY, STARTING
 
 # --------------------------------------------------------------------------- figures
 
@@ -115,7 +115,8 @@ class Results:
         return self.worker.rate / self.plain.rate
 
 
-#: the worker's progress lines (onceonly.processors.progress) that mark the steps of its start
+#: the worker's progress lines (onceonly.processors.runtime.progress) that mark the steps of its
+# start
 LOG_MARKS = {
     STARTING: "worker starting (imports done)",
     JOINING: "joining the consumer group",

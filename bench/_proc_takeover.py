@@ -22,7 +22,7 @@ from bench._load import agentmail_body
 from bench._proc_records import Record, as_record
 from bench._proc_stack import get_json, group_rss_mb, kill_hard, wait_progress
 from bench._procs import BenchError, ServerProcess, console, cpu_seconds
-from onceonly.processors.progress import JOINED, READY, RECOVERED
+from onceonly.processors.runtime.progress import JOINED, READY, RECOVERED
 
 #: a takeover of millions of entries may take minutes: the stall allowed
 TAKEOVER_STALL_S = 1800.0

@@ -25,7 +25,7 @@ from chaos.writer_log import Call
 WAIT_FOR_CALLS_S = 30.0
 #: a paused worker survived if it still runs, the same process, this long after it continued
 WATCH_S = 30.0
-#: the workers' broker session (onceonly/processors/faust_app.py: broker_session_timeout)
+#: the workers' broker session (onceonly/processors/runtime/app.py: broker_session_timeout)
 SESSION_S = 10.0
 
 

@@ -74,7 +74,7 @@ def worker() -> None:
     """Run one processing worker (faust): dedupe, reorder, reply once; /ops on its web port."""
     from onceonly.operations import trace
     from onceonly.operations.ops_page import OpsSources, ops_pages
-    from onceonly.processors.worker import run_worker
+    from onceonly.processors.runtime.worker import run_worker
 
     settings = _settings()
     run_worker(settings, pages=ops_pages(OpsSources(trace=trace, skips=trace.recent_skips)))

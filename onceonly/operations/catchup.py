@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agentmail import AsyncAgentMail
-
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import client_security
 from onceonly.foundation.settings import Settings
@@ -143,7 +141,7 @@ class Summary:
 
 
 async def catch_up(
-    client: AsyncAgentMail,
+    client: Any,  # the AgentMail SDK client (onceonly.processors.agentmail.sender)
     inbox_id: str,
     since: datetime,
     *,

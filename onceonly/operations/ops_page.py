@@ -56,7 +56,7 @@ from onceonly.operations.ops_view import (
 )
 from onceonly.operations.replay import DeadLetter, dead_letters, missing_secret, retry_dead_letters
 from onceonly.processors.health import WebhookHealth
-from onceonly.processors.worker import WorkerView
+from onceonly.processors.runtime.worker import WorkerView
 
 log = structlog.get_logger("onceonly.ops")
 

@@ -27,9 +27,9 @@ from onceonly.processors.approvals import (
     survey,
     timeout_decision,
 )
-from onceonly.processors.faust_app import set_current
 from onceonly.processors.lanes import Job
 from onceonly.processors.messages import Inbound, reply_key
+from onceonly.processors.records import Record
 from onceonly.processors.reply import BurstResult, SendPolicy, reply_once, send_recorded
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
@@ -49,14 +49,13 @@ BAD_MAC = (
 )
 
 
-async def admit(pipeline: Pipeline, event: Any) -> None:
+async def admit(pipeline: Pipeline, event: Record) -> None:
     """Route one decision record to its thread's lane (an unreadable one is dead-lettered)."""
-    message = event.message
-    partition, offset = int(message.partition), int(message.offset)
+    partition, offset = event.partition, event.offset
     problem: tuple[str, str] | None = None
     decision: ApprovalDecision | None = None
     if pipeline.mac_key is not None and not has_valid_mac(
-        event.value, message.headers or (), pipeline.mac_key
+        event.value, event.headers, pipeline.mac_key
     ):
         problem = (BAD_MAC, "bad_mac")
     else:
@@ -78,7 +77,7 @@ async def admit(pipeline: Pipeline, event: Any) -> None:
 
 async def _run(job: Job) -> None:
     pipeline, decision = job.item
-    set_current(job.records[0])
+    job.records[0].enter()
     await decide(pipeline, decision)
 
 
@@ -174,26 +173,12 @@ def sweep_interval_s(timeout_s: float) -> float:
     return max(1.0, min(60.0, timeout_s / 4))
 
 
-def wire_sweep(app: Any, pipeline: Pipeline) -> None:
-    """With approval on, :func:`sweep` on a faust timer of the worker's ``app``."""
-    settings = pipeline.settings
-    if settings.approval == "never":
-        return
-    acted: set[str] = set()
-
-    async def drafts() -> None:
-        await sweep(pipeline, acted)
-
-    every = sweep_interval_s(settings.approval_timeout.total_seconds())
-    app.timer(every, name="onceonly.drafts")(drafts)
-
-
 async def sweep(pipeline: Pipeline, acted: set[str]) -> None:
     """Survey the drafts of this worker's partitions (its ledger store): the metrics, and
     for each draft past ONCEONLY_APPROVAL_TIMEOUT a decline (a decision on the thread's
     partition, applied like a person's) or an alert, once per draft (``acted``)."""
     settings, table = pipeline.settings, pipeline.ledger.table
-    records = [ReplyRecord.decode(raw) for raw in table.values() if AWAITING in bytes(raw)]
+    records = [ReplyRecord.decode(raw) for raw in table.values() if AWAITING in raw]
     now = pipeline.now()
     found = survey(records, now, settings.approval_timeout)
     pipeline.metrics.drafts(found.waiting, found.oldest_age_s, len(found.overdue))

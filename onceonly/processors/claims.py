@@ -6,7 +6,7 @@ The decisions are :mod:`onceonly.processors.dedupe`'s; this holds only the table
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -14,13 +14,14 @@ import structlog
 from onceonly.foundation import tracing
 from onceonly.processors import dedupe
 from onceonly.processors.holds import Delivery, log_ids
+from onceonly.processors.records import KeyValues
 from onceonly.schemas.ledger import EventEntry
 
 log = structlog.get_logger("onceonly.worker")
 
 
 def claim(
-    events: MutableMapping[bytes, bytes],
+    events: KeyValues,
     deliveries: Sequence[Delivery],
     *,
     now_ms: int,
@@ -61,7 +62,7 @@ def claim(
 
 
 def finish(
-    events: MutableMapping[bytes, bytes],
+    events: KeyValues,
     claimed: Sequence[Delivery],
     outcomes: dict[str, bool],
     *,

@@ -11,12 +11,13 @@ thread, skips them.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping, MutableMapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from onceonly.foundation import tracing
 from onceonly.processors import reorder
+from onceonly.processors.records import KeyValues
 from onceonly.schemas.envelope import REPLAY_HEADER, Envelope
 
 
@@ -72,9 +73,7 @@ def _encode(buffer: reorder.ThreadBuffer) -> bytes:
 class Holds:
     """The reorder buffers of this worker's threads, over a table of bytes to bytes."""
 
-    def __init__(
-        self, table: MutableMapping[bytes, bytes], window_ms: int, max_bytes: int = 1 << 20
-    ) -> None:
+    def __init__(self, table: KeyValues, window_ms: int, max_bytes: int = 1 << 20) -> None:
         self.table = table
         self.window_ms = window_ms
         #: a buffer's record past this would be refused by the broker: hold no more in it

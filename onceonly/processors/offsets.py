@@ -13,7 +13,7 @@ durably in the holds table; a partition's commit point is its lowest taken recor
 finished, or one past the highest taken when all are. A record that is never finished
 (dropped by a drain) holds its partition's commit point until the next assignment, when
 the book starts again from the committed offsets. Nothing here knows faust: the consumer
-(:mod:`onceonly.processors.consumer`) asks this book instead of its own.
+(:mod:`onceonly.processors.runtime.consumer`) asks this book instead of its own.
 """
 
 from __future__ import annotations

@@ -30,14 +30,15 @@ from onceonly.processors.dead_letters import DeadLetters, for_reply
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.effects import Effects, EventHandler
 from onceonly.processors.exceptions import Rebalancing, SendError
-from onceonly.processors.faust_app import set_current
 from onceonly.processors.fence import Fence
 from onceonly.processors.handling import handle_event
 from onceonly.processors.holds import Delivery, Holds, Verdict
 from onceonly.processors.holds import log_ids as _ids
 from onceonly.processors.lanes import Dropped, Job, Lanes
+from onceonly.processors.ledger import TableLedger
 from onceonly.processors.messages import Inbound
 from onceonly.processors.metrics import WorkerMetrics
+from onceonly.processors.records import Record, Table, Topic
 from onceonly.processors.reply import Outcome, SendPolicy, Skip, split_burst
 from onceonly.processors.sweep import Sweeper
 from onceonly.schemas.decision import Stage
@@ -61,13 +62,13 @@ class Pipeline:
     """Dedupe, reorder and reply once, over the worker's tables and lanes."""
 
     settings: Settings
-    events: Any  #: faust Table ``events``: dedupe entries, bytes -> bytes
+    events: Table  #: dedupe entries
     holds: Holds
-    ledger: Any  #: TableLedger
+    ledger: TableLedger
     channels: dict[str, Channel]
     writer: Writer
     dead_letters: DeadLetters
-    deliveries: Any  #: faust Topic, for ticks
+    deliveries: Topic  #: for ticks and the drafts' timeouts
     metrics: WorkerMetrics
     lanes: Lanes
     sweeper: Sweeper
@@ -99,12 +100,11 @@ class Pipeline:
         return datetime.fromtimestamp(self.clock(), tz=UTC)
 
     # -- the agent loop: route each record ------------------------------------------
-    async def admit(self, event: Any) -> None:
+    async def admit(self, event: Record) -> None:
         """Route one record; returns without waiting for any model or send."""
-        message = event.message
-        headers = dict(message.headers or ())
-        partition, offset = int(message.partition), int(message.offset)
-        set_current(event)
+        headers = {name: value for name, value in event.headers if value is not None}
+        partition, offset = event.partition, event.offset
+        event.enter()
         if TICK_HEADER in headers:
             self._ticking.pop(partition, None)
             await self.on_tick(partition, event)
@@ -112,9 +112,7 @@ class Pipeline:
             return
         if approving.APPROVAL_HEADER in headers:  # a person's decision on a draft
             return await approving.admit(self, event)
-        if self.mac_key is not None and not has_valid_mac(
-            event.value, message.headers or (), self.mac_key
-        ):
+        if self.mac_key is not None and not has_valid_mac(event.value, event.headers, self.mac_key):
             log.error(
                 "record without a valid MAC; dead-lettered", partition=partition, offset=offset
             )
@@ -143,7 +141,7 @@ class Pipeline:
             await self._hold(event, key, delivery)
         self.sweeper.maybe_sweep(partition)
 
-    async def _hold(self, event: Any, key: bytes, delivery: Delivery) -> None:
+    async def _hold(self, event: Record, key: bytes, delivery: Delivery) -> None:
         envelope = delivery.envelope
         try:
             verdict = self.holds.hold(delivery, now_ms=self.now_ms())
@@ -160,7 +158,7 @@ class Pipeline:
             self.decisions.skipped(delivery, Stage.HOLD, "duplicate")
         await self.lanes.ack_now(event)  # durable in the holds table (or dead-lettered)
 
-    async def on_tick(self, partition: int, event: Any) -> None:
+    async def on_tick(self, partition: int, event: Record) -> None:
         """Queue a release on the lane of each thread of ``partition`` that is due."""
         for key in self.holds.due_keys(partition, now_ms=self.now_ms(), skip=self._releasing):
             self._releasing.add(key)
@@ -183,13 +181,13 @@ class Pipeline:
     # -- a lane's jobs ----------------------------------------------------------------
     async def _deliver(self, job: Job) -> None:
         """Window 0: one delivery, as it came."""
-        set_current(job.records[0])
+        job.records[0].enter()
         await self.process(job, [job.item])
 
     async def _release(self, job: Job) -> None:
         """A due thread's held events, released together in payload order."""
         key, tick = job.item
-        set_current(tick)
+        tick.enter()
         taken: list[Delivery] = []
         try:
             taken = self.holds.take(key, now_ms=self.now_ms())

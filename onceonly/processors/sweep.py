@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
 from onceonly.processors import dedupe, reorder
+from onceonly.processors.records import Table
 from onceonly.schemas.ledger import EventEntry
 
 log = structlog.get_logger("onceonly.sweep")
@@ -26,8 +26,8 @@ class Sweeper:
     event loop for more than a few milliseconds.
     """
 
-    events: Any  #: the faust ``events`` table (its ``.data`` is the RocksDB store)
-    holds: Any  #: the ``holds`` table
+    events: Table  #: the ``events`` table: dedupe entries
+    holds: Table  #: the ``holds`` table
     retention: dedupe.Retention
     clock: Callable[[], float]
     every_s: float = 600.0
@@ -53,14 +53,9 @@ class Sweeper:
 
     def _own_entries(self, partition: int, after: bytes | None) -> list[tuple[bytes, bytes]]:
         """Up to ``slice`` entries of this partition's own store, after ``after``."""
-        store = self.events.data
-        db = store._db_for_partition(partition)
-        bookkeeping = getattr(store, "offset_key", None)  # faust keeps its offset in the DB
         out: list[tuple[bytes, bytes]] = []
-        for key, raw in db.items(from_key=after):
-            if (after is not None and key == after) or key == bookkeeping:
-                continue
-            out.append((bytes(key), bytes(raw)))
+        for entry in self.events.own_entries(partition, after):
+            out.append(entry)
             if len(out) >= self.slice:
                 break
         return out

@@ -99,3 +99,28 @@ def test_the_product_never_imports_the_development_tools(path: Path) -> None:
     ]
 
     assert not found, f"{_dotted(path)} imports the checkout's tools: {found}"
+
+
+#: each third-party framework behind one seam: only that package imports it
+SEAMS = {
+    "faust": "onceonly.processors.runtime",
+    "mode": "onceonly.processors.runtime",
+    "aiokafka": "onceonly.processors.runtime",
+    "rocksdict": "onceonly.processors.runtime",
+    "confluent_kafka": "onceonly.foundation.kafka",
+    "agentmail": "onceonly.processors.agentmail",
+    "nylas": "onceonly.processors.nylas",
+}
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_framework_is_imported_only_behind_its_seam(path: Path) -> None:
+    module = _dotted(path)
+    outside = [
+        f"line {line}: {name} (only {SEAMS[top]} may)"
+        for line, name in _imports(path)
+        if (top := name.split(".")[0]) in SEAMS
+        and not (module == SEAMS[top] or module.startswith(SEAMS[top] + "."))
+    ]
+
+    assert not outside, f"{module} reaches past a seam: {outside}"

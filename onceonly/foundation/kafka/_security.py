@@ -1,7 +1,7 @@
 """How every onceonly client connects: the one place that turns the security settings
 (``ONCEONLY_KAFKA_SECURITY_PROTOCOL``, SASL mechanism, user, password, CA file) into
 librdkafka's configuration. The worker's faust/aiokafka side is built from the same
-settings in :func:`onceonly.processors.faust_app.faust_credentials`."""
+settings in :func:`onceonly.processors.runtime.app.faust_credentials`."""
 
 from __future__ import annotations
 

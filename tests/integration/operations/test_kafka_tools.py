@@ -34,7 +34,7 @@ from tests.integration.workers import (
 
 pytestmark = pytest.mark.integration
 
-SESSION_S = 10  # the worker's broker session (onceonly.processors.faust_app)
+SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from tests.integration.workers import sent_to as _sent_to
 
 pytestmark = pytest.mark.integration
 
-SESSION_S = 10  # the worker's broker session (onceonly.processors.faust_app)
+SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
 
 
 def _env(stack: Stack, **extra: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import client_security, producer_config_from
 from onceonly.foundation.settings import Settings
-from onceonly.processors.faust_app import faust_credentials
+from onceonly.processors.runtime.app import faust_credentials
 
 
 def _scram(**overrides: object) -> Settings:

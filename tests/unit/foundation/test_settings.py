@@ -39,7 +39,7 @@ def test_the_linger_variable_reaches_the_producer_config(monkeypatch: pytest.Mon
 def test_a_worker_is_a_static_member_named_after_its_host_and_state() -> None:
     from pathlib import Path
 
-    from onceonly.processors.faust_app import worker_id
+    from onceonly.processors.runtime.app import worker_id
 
     here = Settings(data_dir=Path("/var/lib/onceonly/a"))
 
@@ -76,7 +76,7 @@ def test_a_bad_per_provider_retention_is_refused_naming_the_variable(
 
 
 def test_the_standby_variable_reaches_faust(monkeypatch: pytest.MonkeyPatch) -> None:
-    from onceonly.processors.faust_app import faust_app
+    from onceonly.processors.runtime.app import faust_app
 
     monkeypatch.delenv("ONCEONLY_STANDBY_REPLICAS", raising=False)
     assert faust_app(Settings.from_env()).conf.table_standby_replicas == 1
@@ -86,7 +86,7 @@ def test_the_standby_variable_reaches_faust(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_stream_buffer_variable_reaches_faust(monkeypatch: pytest.MonkeyPatch) -> None:
-    from onceonly.processors.faust_app import faust_app
+    from onceonly.processors.runtime.app import faust_app
 
     monkeypatch.setenv("ONCEONLY_STREAM_BUFFER_MAXSIZE", "65536")
 

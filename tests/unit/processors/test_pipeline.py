@@ -140,7 +140,7 @@ async def test_the_metrics_page_never_blocks_the_event_loop() -> None:
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import GaugeMetricFamily
 
-    from onceonly.processors.worker import render_metrics
+    from onceonly.processors.runtime.lifecycle import render_metrics
 
     class SlowLag:  # a broker that takes its time to answer the lag query
         def collect(self) -> Any:

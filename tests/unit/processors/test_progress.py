@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from onceonly.processors.progress import ChangelogPartition, partition_counts, recovery_counts
+from onceonly.processors.runtime.progress import (
+    ChangelogPartition,
+    partition_counts,
+    recovery_counts,
+)
 
 EVENTS0, EVENTS1 = ChangelogPartition("events", 0), ChangelogPartition("events", 1)
 HOLDS0 = ChangelogPartition("holds", 0)

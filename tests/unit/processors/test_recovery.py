@@ -12,7 +12,7 @@ import rocksdict
 from confluent_kafka import Message
 from faust.types import TP
 
-from onceonly.processors.recovery import (
+from onceonly.processors.runtime.recovery import (
     OFFSET_KEY,
     BulkLoad,
     Span,

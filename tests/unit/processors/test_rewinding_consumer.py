@@ -17,7 +17,7 @@ import pytest
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 
-from onceonly.processors.consumer import RewindingConsumer
+from onceonly.processors.runtime.consumer import RewindingConsumer
 
 STREAM = "deliveries"
 CHANGELOG = "app-events-changelog"

@@ -13,6 +13,7 @@ from rocksdict import Options, Rdict
 
 from onceonly.foundation.settings import Settings
 from onceonly.processors.dedupe import Retention
+from onceonly.processors.runtime.tables import FaustTable
 from onceonly.processors.sweep import Sweeper
 from onceonly.schemas.ledger import EventEntry, EventState
 
@@ -21,7 +22,7 @@ NOW_MS = 100 * DAY_MS
 
 
 class _Table:
-    """The two things the sweep uses of a faust table: its store's DB and ``del``."""
+    """What the sweep reaches of a faust table through FaustTable: its store's DB and ``del``."""
 
     def __init__(self, db: Rdict) -> None:
         self.db = db
@@ -46,7 +47,9 @@ def _pipeline(events: _Table, slice_size: int, **by_provider: timedelta) -> Swee
     retention = Retention.of(
         Settings(dedupe_retention=timedelta(days=7), dedupe_retention_by_provider=by_provider)
     )
-    return Sweeper(events, {}, retention=retention, clock=lambda: NOW_MS / 1000, slice=slice_size)
+    return Sweeper(
+        FaustTable(events), {}, retention=retention, clock=lambda: NOW_MS / 1000, slice=slice_size
+    )
 
 
 def _put(db: Rdict, n: int, age_days: int, provider: str = "agentmail") -> bytes:

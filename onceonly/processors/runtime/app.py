@@ -1,8 +1,9 @@
 """The faust App of a worker: its settings, static membership id, credentials, topics and
-tables. Building it starts nothing (:mod:`onceonly.processors.worker` runs it)."""
+tables. Building it starts nothing (:mod:`onceonly.processors.runtime.worker` runs it)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import socket
 import ssl
@@ -17,8 +18,9 @@ from faust.streams import _current_event
 
 from onceonly.foundation.kafka import client_security, replicated_config
 from onceonly.foundation.settings import Settings
-from onceonly.processors.recovery import BulkRestore, table_manager
-from onceonly.processors.tables import rocks_options
+from onceonly.processors.records import Record
+from onceonly.processors.runtime.recovery import BulkRestore, table_manager
+from onceonly.processors.runtime.tables import rocks_options
 
 
 def worker_id(settings: Settings, host: str | None = None) -> str:
@@ -37,7 +39,7 @@ def worker_id(settings: Settings, host: str | None = None) -> str:
 def faust_app(settings: Settings, replication: int = 1) -> faust.App:
     """The faust App: RocksDB tables, static membership, ``replication`` copies of the
     topics faust creates (the changelogs, the assignor's), and table recovery that loads a
-    partition far behind its changelog in bulk (:mod:`onceonly.processors.recovery`)."""
+    partition far behind its changelog in bulk (:mod:`onceonly.processors.runtime.recovery`)."""
     restore = BulkRestore(
         settings.kafka_bootstrap, client_security(settings), settings.restore_bulk_min_records
     )
@@ -148,6 +150,19 @@ def set_current(event: Any) -> None:
     message = event.message
     generation = message.generation_id  # None: unknown, which no generation confirms
     _position.set((message.tp, -1 if generation is None else int(generation)))
+
+
+def record_of(event: Any) -> Record:
+    """faust's event as the worker's typed :class:`~onceonly.processors.records.Record`."""
+    message = event.message
+    return Record(
+        value=event.value,
+        headers=tuple(message.headers or ()),
+        partition=int(message.partition),
+        offset=int(message.offset),
+        handle=event,
+        _enter=functools.partial(set_current, event),
+    )
 
 
 def current_position() -> tuple[Any, int] | None:

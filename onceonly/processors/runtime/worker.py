@@ -13,7 +13,7 @@ so each write lands in the store and changelog partition of the thread it belong
 * ``events``: dedupe entries keyed ``provider:event_id``;
 * ``holds``: each thread's reorder buffer (:mod:`onceonly.processors.holds`);
 * ``replies``: the reply ledger, whose changelog *is* the compacted ledger topic
-  (:class:`onceonly.processors.tables.TableLedger`).
+  (:class:`onceonly.processors.ledger.TableLedger`).
 
 Held events are released by *ticks*: a timer sends an empty record, marked with the
 ``onceonly-tick`` header, to each partition that holds a due buffer; the agent meets it
@@ -22,7 +22,6 @@ in that partition's order and queues a release on each due thread's lane.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -36,29 +35,37 @@ from aiohttp import web
 from onceonly.foundation import tracing
 from onceonly.foundation.kafka import Admin, TopicSpec, client_security
 from onceonly.foundation.settings import Settings
-from onceonly.processors import approving
-from onceonly.processors.admission import admission_for, owned_share
+from onceonly.processors.admission import admission_for
 from onceonly.processors.agent import Writer, WriterPolicy
 from onceonly.processors.agentmail.channel import AgentMailChannel
 from onceonly.processors.agentmail.sender import AgentMailSender
-from onceonly.processors.consumer import draining_consumer
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.dedupe import Retention
-from onceonly.processors.faust_app import Topology, current_position, faust_app, topology
 from onceonly.processors.fence import Fence
-from onceonly.processors.health import WebhookHealth, check_webhook
+from onceonly.processors.health import WebhookHealth
 from onceonly.processors.holds import Holds
 from onceonly.processors.lanes import Lanes
-from onceonly.processors.metrics import LagCollector, WorkerMetrics
+from onceonly.processors.ledger import TableLedger
+from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.nylas.channel import nylas_channel
 from onceonly.processors.offsets import OffsetBook
 from onceonly.processors.outbox import DryRunOutbox
 from onceonly.processors.pipeline import Pipeline
-from onceonly.processors.progress import Worker, log_recovery, wire_progress
+from onceonly.processors.records import Record
 from onceonly.processors.reply import ReplyWriter
+from onceonly.processors.runtime.app import (
+    Topology,
+    current_position,
+    faust_app,
+    record_of,
+    topology,
+)
+from onceonly.processors.runtime.consumer import draining_consumer
+from onceonly.processors.runtime.lifecycle import share_model_budget, wire_lifecycle
+from onceonly.processors.runtime.progress import Worker
+from onceonly.processors.runtime.tables import FaustTable
 from onceonly.processors.sweep import Sweeper
-from onceonly.processors.tables import TableLedger
 from onceonly.processors.writer import load_callable, load_writer
 
 log = structlog.get_logger("onceonly.worker")
@@ -112,15 +119,16 @@ def _mail_sender(settings: Settings) -> Any:
 
 
 def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: OffsetBook) -> Lanes:
-    def forget(records: Iterable[Any]) -> None:  # dropped: faust must not wait for them
+    def forget(records: Iterable[Record]) -> None:  # dropped: faust must not wait for them
         unacked = app.consumer.unacked
         for record in records:
-            unacked.discard(record.message)
+            unacked.discard(record.handle.message)
 
-    async def ack(record: Any) -> None:  # finished: its offset may be committed
-        message = record.message
+    async def ack(record: Record) -> None:  # finished: its offset may be committed
+        event = record.handle
+        message = event.message
         book.finish(message.tp, message.offset, message)
-        record.ack()
+        event.ack()
         metrics.pending_records.set(lanes.pending)
 
     lanes = Lanes(ack=ack, forget=forget, on_fatal=_fatal, max_pending=settings.max_pending)
@@ -152,9 +160,10 @@ def _pipeline(
     handler = settings.event_handler
 
     async def confirm(tp: Any, generation: int) -> bool:
-        consumer: Any = app.consumer  # onceonly.processors.consumer.TrackingConsumer
+        consumer: Any = app.consumer  # onceonly.processors.runtime.consumer.TrackingConsumer
         return bool(await consumer.confirm_owner(tp, generation, FENCE_TIMEOUT_S))
 
+    events, holds = FaustTable(parts.events), FaustTable(parts.holds)
     fence = Fence(
         confirm,
         current_position,
@@ -163,9 +172,9 @@ def _pipeline(
     )
     pipeline = Pipeline(
         settings=settings,
-        events=parts.events,
-        holds=Holds(parts.holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
-        ledger=TableLedger(parts.replies, fence=fence.check),
+        events=events,
+        holds=Holds(holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
+        ledger=TableLedger(FaustTable(parts.replies), fence=fence.check),
         channels={"agentmail": AgentMailChannel(sender)},
         writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
@@ -175,8 +184,8 @@ def _pipeline(
         metrics=metrics,
         lanes=_lanes(app, settings, metrics, book),
         sweeper=Sweeper(
-            parts.events,
-            parts.holds,
+            events,
+            holds,
             retention=retention,
             clock=clock,
             every_s=settings.dedupe_sweep_s or max(1.0, retention.shortest_ms / 100_000),
@@ -239,100 +248,17 @@ def build_app(
                     break
                 message = record.message
                 book.take(message.tp, message.offset, message)
-                await pipeline.admit(record)
+                await pipeline.admit(record_of(record))
             pipeline.metrics.pending_records.set(lanes.pending)
 
     app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)
     view = WorkerView(settings, WebhookHealth(settings.agentmail_webhook_id))
-    _wire_lifecycle(app, pipeline, settings, tick_interval_s, view.webhook)
+    wire_lifecycle(app, pipeline, settings, tick_interval_s, view.webhook)
     share_model_budget(app, pipeline, settings)
     if pages is not None:  # faust's default web driver is aiohttp; its Application serves them
         application: web.Application = app.web.web_app  # type: ignore[attr-defined]
         application.add_routes(list(pages(view)))
     return app, pipeline
-
-
-def _wire_lifecycle(
-    app: faust.App,
-    pipeline: Pipeline,
-    settings: Settings,
-    tick_interval_s: float | None,
-    health: WebhookHealth,
-) -> None:
-    """Timers, signals and the web page around the pipeline."""
-
-    async def close_senders(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        pipeline.writer.close()
-        for channel in pipeline.channels.values():
-            close = getattr(channel.sender, "aclose", None)
-            if close is not None:
-                await close()
-
-    app.on_before_shutdown.connect(close_senders)
-
-    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        pipeline.forget_state()  # the tables of this worker's partitions are recovered now
-        log_recovery(app.tables.recovery)
-
-    app.on_rebalance_complete.connect(on_rebalance_complete)
-    wire_progress(app)
-
-    if settings.reorder_window_ms > 0:
-        interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
-        app.timer(interval, name="onceonly.tick")(pipeline.tick)
-
-    approving.wire_sweep(app, pipeline)  # drafts: their metrics, and their timeout
-
-    if settings.agentmail_webhook_id:
-        agentmail = pipeline.channels["agentmail"]
-
-        async def webhook_health() -> None:
-            await check_webhook(
-                settings.agentmail_webhook_id, agentmail.sender, pipeline.metrics, health
-            )
-
-        app.task(webhook_health)  # once at start-up: timers first wait an interval
-        app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
-    pipeline.metrics.registry.register(
-        LagCollector(
-            settings.kafka_bootstrap,
-            settings.app_id,
-            [settings.deliveries_topic],
-            client_security(settings),
-        )
-    )
-
-    async def metrics_page(web: Any, request: Any) -> Any:
-        from prometheus_client import CONTENT_TYPE_LATEST
-
-        pipeline.metrics.writer_in_flight.set(pipeline.writer.in_flight)
-        return web.bytes(
-            await render_metrics(pipeline.metrics.registry),
-            content_type=CONTENT_TYPE_LATEST.split(";")[0],
-        )
-
-    app.page("/metrics")(metrics_page)
-
-
-def share_model_budget(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
-    """ONCEONLY_MODEL_RPM/TPM hold for the group: at every rebalance, this worker takes the
-    share of the partitions it owns."""
-
-    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        assigned = app.consumer.assignment()
-        share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
-        pipeline.writer.admission.set_share(share)
-        pipeline.metrics.model_share.set(share)
-
-    app.on_rebalance_complete.connect(on_rebalance_complete)
-
-
-async def render_metrics(registry: Any) -> bytes:
-    """The Prometheus page, rendered in a thread: the lag gauge asks the broker (blocking
-    calls of up to seconds), which must never stall the event loop the lanes run on."""
-    from prometheus_client import generate_latest
-
-    return await asyncio.to_thread(generate_latest, registry)
 
 
 def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:

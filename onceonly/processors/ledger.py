@@ -1,11 +1,11 @@
-"""The worker's tables: RocksDB options, and the reply ledger over its table."""
+"""The reply ledger over the worker's ``replies`` table."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from onceonly.foundation.settings import Settings
+from onceonly.processors.records import Table
 from onceonly.schemas.ledger import ReplyRecord
 
 
@@ -21,8 +21,8 @@ class TableLedger:
     with the same key, which the mail API answers from its idempotency record.
     """
 
-    def __init__(self, table: Any, fence: Callable[[str], Awaitable[Any]] | None = None) -> None:
-        self.table = table  # a faust Table: bytes -> bytes
+    def __init__(self, table: Table, fence: Callable[[str], Awaitable[Any]] | None = None) -> None:
+        self.table = table
         #: awaited before each write: raises Fenced once the record's partition is not ours
         self.fence = fence
 
@@ -41,15 +41,4 @@ class TableLedger:
         raw = key.encode()
         if self.fence is not None:
             await self.fence("a ledger record")
-        await self.table.send_changelog(self.table.partition_for_key(raw), raw, value)
-        self.table.data[raw] = value  # the store alone: the topic has the record already
-
-
-def rocks_options(settings: Settings, scale: float = 1.0) -> dict[str, int]:
-    return {
-        "block_cache_size": max(1 << 20, int(settings.rocksdb_block_cache_bytes * scale)),
-        "write_buffer_size": max(1 << 20, int(settings.rocksdb_write_buffer_bytes * scale)),
-        "max_write_buffer_number": 2,
-        "max_open_files": 256,
-        "target_file_size_base": 8 << 20,
-    }
+        await self.table.write_through(raw, value)

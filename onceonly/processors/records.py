@@ -1,0 +1,74 @@
+"""What the stream runtime (:mod:`onceonly.processors.runtime`, the one seam over faust)
+hands the rest of the worker: records read, tables kept, topics written; typed here so
+that nothing else needs to know faust's objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class Record:
+    """One record of the deliveries topic, as the runtime read it.
+
+    ``enter()`` makes it the record the calling task works for: the tables write to its
+    partition and the fence checks that partition (the runtime's doing). ``handle`` is
+    the runtime's own object for the record (acknowledged through the lanes' ``ack``);
+    nothing outside the runtime looks inside it.
+    """
+
+    value: bytes
+    #: as read, in order: a header given twice stays twice (a MAC check counts them)
+    headers: tuple[tuple[str, bytes | None], ...]
+    partition: int
+    offset: int
+    handle: Any = None
+    _enter: Callable[[], None] = field(default=_nothing, repr=False)
+
+    def enter(self) -> None:
+        self._enter()
+
+
+class KeyValues(Protocol):
+    """What a table is to the decisions that read and write it (a dict in their tests)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+    def __setitem__(self, key: bytes, value: bytes) -> None: ...
+    def items(self) -> Any: ...
+
+
+class Table(KeyValues, Protocol):
+    """A changelog-backed table of the worker's partitions: bytes to bytes.
+
+    Writes go to the store of the current record's partition (see :meth:`Record.enter`),
+    then to the changelog, as faust sends them; ``write_through`` goes the other way
+    (changelog first, acknowledged, then the store) for what must never run ahead of
+    its topic (the reply ledger)."""
+
+    def __delitem__(self, key: bytes) -> None: ...
+    def values(self) -> Iterator[bytes]: ...
+    def own_entries(self, partition: int, after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """The entries of ``partition``'s own store in key order, after ``after``."""
+        ...
+
+    async def write_through(self, key: bytes, value: bytes) -> None: ...
+
+
+class Topic(Protocol):
+    """A topic the worker produces to (its records acknowledged by the broker)."""
+
+    async def send(
+        self,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        partition: int | None = None,
+        headers: Mapping[str, bytes] | None = None,
+    ) -> Any: ...

@@ -1,0 +1,117 @@
+"""What runs around the agent loop: timers (ticks, drafts, the webhook's health), the
+rebalance signals, the senders' shutdown, the model budget's share and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import faust
+import structlog
+
+from onceonly.foundation.kafka import client_security
+from onceonly.foundation.settings import Settings
+from onceonly.processors import approving
+from onceonly.processors.admission import owned_share
+from onceonly.processors.health import WebhookHealth, check_webhook
+from onceonly.processors.metrics import LagCollector
+from onceonly.processors.pipeline import Pipeline
+from onceonly.processors.runtime.progress import log_recovery, wire_progress
+
+log = structlog.get_logger("onceonly.worker")
+
+
+def wire_lifecycle(
+    app: faust.App,
+    pipeline: Pipeline,
+    settings: Settings,
+    tick_interval_s: float | None,
+    health: WebhookHealth,
+) -> None:
+    """Timers, signals and the web page around the pipeline."""
+
+    async def close_senders(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        pipeline.writer.close()
+        for channel in pipeline.channels.values():
+            close = getattr(channel.sender, "aclose", None)
+            if close is not None:
+                await close()
+
+    app.on_before_shutdown.connect(close_senders)
+
+    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        pipeline.forget_state()  # the tables of this worker's partitions are recovered now
+        log_recovery(app.tables.recovery)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
+    wire_progress(app)
+
+    if settings.reorder_window_ms > 0:
+        interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
+        app.timer(interval, name="onceonly.tick")(pipeline.tick)
+
+    _wire_drafts(app, pipeline, settings)
+
+    if settings.agentmail_webhook_id:
+        agentmail = pipeline.channels["agentmail"]
+
+        async def webhook_health() -> None:
+            await check_webhook(
+                settings.agentmail_webhook_id, agentmail.sender, pipeline.metrics, health
+            )
+
+        app.task(webhook_health)  # once at start-up: timers first wait an interval
+        app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
+    pipeline.metrics.registry.register(
+        LagCollector(
+            settings.kafka_bootstrap,
+            settings.app_id,
+            [settings.deliveries_topic],
+            client_security(settings),
+        )
+    )
+
+    async def metrics_page(web: Any, request: Any) -> Any:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        pipeline.metrics.writer_in_flight.set(pipeline.writer.in_flight)
+        return web.bytes(
+            await render_metrics(pipeline.metrics.registry),
+            content_type=CONTENT_TYPE_LATEST.split(";")[0],
+        )
+
+    app.page("/metrics")(metrics_page)
+
+
+def _wire_drafts(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
+    """With approval on, the drafts' survey on a timer: their metrics, and their timeout."""
+    if settings.approval == "never":
+        return
+    acted: set[str] = set()
+
+    async def drafts() -> None:
+        await approving.sweep(pipeline, acted)
+
+    every = approving.sweep_interval_s(settings.approval_timeout.total_seconds())
+    app.timer(every, name="onceonly.drafts")(drafts)
+
+
+def share_model_budget(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
+    """ONCEONLY_MODEL_RPM/TPM hold for the group: at every rebalance, this worker takes the
+    share of the partitions it owns."""
+
+    async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        assigned = app.consumer.assignment()
+        share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
+        pipeline.writer.admission.set_share(share)
+        pipeline.metrics.model_share.set(share)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)
+
+
+async def render_metrics(registry: Any) -> bytes:
+    """The Prometheus page, rendered in a thread: the lag gauge asks the broker (blocking
+    calls of up to seconds), which must never stall the event loop the lanes run on."""
+    from prometheus_client import generate_latest
+
+    return await asyncio.to_thread(generate_latest, registry)

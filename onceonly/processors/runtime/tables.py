@@ -1,0 +1,59 @@
+"""The worker's tables over faust's: RocksDB options, and :class:`FaustTable`, the typed
+:class:`~onceonly.processors.records.Table` the rest of the worker uses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from onceonly.foundation.settings import Settings
+
+
+class FaustTable:
+    """A faust Table of bytes, behind :class:`~onceonly.processors.records.Table`.
+
+    The only code that reaches into faust's table internals: the RocksDB store of one
+    partition (``_db_for_partition``), the bookkeeping key faust keeps in it, and the
+    changelog send (``send_changelog``)."""
+
+    def __init__(self, table: Any) -> None:
+        self.faust = table
+
+    def get(self, key: bytes) -> bytes | None:
+        raw = self.faust.get(key)
+        return bytes(raw) if raw is not None else None
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.faust[key] = value
+
+    def __delitem__(self, key: bytes) -> None:
+        del self.faust[key]
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return ((bytes(k), bytes(v)) for k, v in self.faust.items())
+
+    def values(self) -> Iterator[bytes]:
+        return (bytes(v) for v in self.faust.values())
+
+    def own_entries(self, partition: int, after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        store = self.faust.data
+        db = store._db_for_partition(partition)
+        bookkeeping = getattr(store, "offset_key", None)  # faust keeps its offset in the DB
+        for key, raw in db.items(from_key=after):
+            if (after is not None and key == after) or key == bookkeeping:
+                continue
+            yield bytes(key), bytes(raw)
+
+    async def write_through(self, key: bytes, value: bytes) -> None:
+        await self.faust.send_changelog(self.faust.partition_for_key(key), key, value)
+        self.faust.data[key] = value  # the store alone: the topic has the record already
+
+
+def rocks_options(settings: Settings, scale: float = 1.0) -> dict[str, int]:
+    return {
+        "block_cache_size": max(1 << 20, int(settings.rocksdb_block_cache_bytes * scale)),
+        "write_buffer_size": max(1 << 20, int(settings.rocksdb_write_buffer_bytes * scale)),
+        "max_write_buffer_number": 2,
+        "max_open_files": 256,
+        "target_file_size_base": 8 << 20,
+    }
