@@ -159,3 +159,10 @@ compose-test: $(STAMP) jars
 .PHONY: compose-cluster-test
 compose-cluster-test: $(STAMP) jars
 	nice -n 19 $(BIN)/python -m devstack.compose_cluster
+
+# The documentation site (mkdocs, the API reference by mkdocstrings from the docstrings of
+# onceonly's public surface) into .run/site; --strict: any warning (a broken link or anchor,
+# a page outside the nav, a docstring it cannot read) fails the build.
+.PHONY: docs
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict -d .run/site

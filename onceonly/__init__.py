@@ -1,13 +1,15 @@
 """onceonly: act on webhooks without ever acting twice.
 
-The public surface is what this module exports (``__all__``) and :mod:`onceonly.testing`;
+The public surface is what this module exports (``__all__``) and ``onceonly.testing``;
 every subpackage (``onceonly.ingest``, ``onceonly.processors``, ...) is internal and may
-change between releases. A reply writer needs only these names::
+change between releases. A reply writer needs only these names:
 
-    from onceonly import Burst, Decline, Draft
+```python
+from onceonly import Burst, Decline, Draft
 
-    async def reply(burst: Burst) -> str | Decline | Draft:
-        ...
+async def reply(burst: Burst) -> str | Decline | Draft:
+    ...
+```
 
 and is named by ``ONCEONLY_REPLY_WRITER=yourmodule:reply``; an event handler (Stripe,
 GitHub, Standard Webhooks) is ``handler(envelope: Envelope, effects: Effects)``, named by

@@ -1,20 +1,22 @@
 """Test support for the code you give onceonly: your reply writer and your event handlers.
 
-As :mod:`structlog.testing` does for logging, this module lets a test call your writer
-the way the worker calls it, with no broker, worker or mail API::
+As ``structlog.testing`` does for logging, this module lets a test call your writer
+the way the worker calls it, with no broker, worker or mail API:
 
-    from onceonly import Decline
-    from onceonly.testing import call_writer, inbound
+```python
+from onceonly import Decline
+from onceonly.testing import call_writer, inbound
 
-    async def test_an_unsubscribe_is_declined() -> None:
-        written = await call_writer(mywriter.reply, inbound("please unsubscribe me"))
-        assert isinstance(written, Decline)
+async def test_an_unsubscribe_is_declined() -> None:
+    written = await call_writer(mywriter.reply, inbound("please unsubscribe me"))
+    assert isinstance(written, Decline)
+```
 
 ``make_burst`` gives a burst to call a writer with yourself. ``burst.effects`` is the
-worker's own :class:`~onceonly.Effects` over an in-memory
-ledger (:class:`MemoryLedger`): an effect is performed once per message and action, a
-repeat returns the recorded result, and the same action with another payload raises
-:class:`~onceonly.EffectConflict`, exactly as in the worker.
+worker's own [`Effects`][onceonly.Effects] over an in-memory
+ledger ([`MemoryLedger`][onceonly.testing.MemoryLedger]): an effect is performed once per
+message and action, a repeat returns the recorded result, and the same action with another
+payload raises [`EffectConflict`][onceonly.EffectConflict], exactly as in the worker.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class MemoryLedger:
-    """The ledger an :class:`~onceonly.Effects` writes, kept in a dict (``records``)."""
+    """The ledger an [`Effects`][onceonly.Effects] writes, kept in a dict (``records``)."""
 
     def __init__(self) -> None:
         self.records: dict[str, bytes] = {}
 
     def get_raw(self, key: str) -> bytes | None:
+        """The record stored under ``key``, or ``None``."""
         return self.records.get(key)
 
     async def put_raw(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` (in the worker: produced and acknowledged first)."""
         self.records[key] = value
 
 
@@ -80,7 +84,8 @@ def make_burst(
     now: Callable[[], datetime] = lambda: _EPOCH,
 ) -> Burst:
     """A burst of ``messages`` (oldest first) whose ``history()`` returns ``history`` and
-    whose effects record in ``ledger`` (a new :class:`MemoryLedger` if none is given)."""
+    whose effects record in ``ledger`` (a new [`MemoryLedger`][onceonly.testing.MemoryLedger]
+    if none is given)."""
     if not messages:
         raise ValueError("a burst holds at least one message: make_burst(inbound('...'))")
     earlier = tuple(history)
@@ -106,8 +111,9 @@ async def call_writer(
     ``effects.once_sync`` work), timed out after ``timeout_s``, tried ``attempts`` times
     (with no backoff), its return value checked as the worker checks it. Returns the reply
     text (a ``str`` whose ``usage`` holds what the writer reported), a ``Decline``
-    (``None`` becomes one) or a ``Draft``; raises the worker's ``WriterFailed`` (an
-    :class:`~onceonly.OnceOnlyError`) where the worker would dead-letter the message."""
+    (``None`` becomes one) or a ``Draft``; raises the worker's
+    [`WriterFailed`][onceonly.WriterFailed] (an [`OnceOnlyError`][onceonly.OnceOnlyError])
+    where the worker would dead-letter the message."""
     if not messages:
         raise ValueError("call_writer(writer, inbound('...')): give at least one message")
     earlier = tuple(history)

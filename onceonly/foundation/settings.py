@@ -2,7 +2,7 @@
 
 Every command builds a :class:`Settings` once (``Settings.from_env()``) and
 passes it down; nothing else in the code base reads the environment. Every
-variable is documented in the README's "Configuration" table.
+variable is documented in the "Configuration" page of the docs (docs/configuration.md).
 """
 
 from __future__ import annotations

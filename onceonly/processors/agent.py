@@ -69,13 +69,16 @@ class Burst(Sequence[Inbound]):
     ``await burst.history()`` reads the thread's earlier messages from the mail API (the
     agent's own replies included) on the first call only; a writer that never calls it
     costs no API call. ``burst.effects.once(action, payload, perform)`` performs an
-    effect once per answered message and action (see :mod:`onceonly.processors.effects`).
+    effect once per answered message and action (see [`Effects`][onceonly.Effects]).
     Sync writers (run in a thread) use ``history_sync()`` and ``effects.once_sync``.
     """
 
     messages: tuple[Inbound, ...]
+    """The thread's new messages, oldest first; the burst is also a sequence of them."""
     effects: Any = None
+    """The [`Effects`][onceonly.Effects] of the answered message (the latest)."""
     attempt: int = 1
+    """Which call of the writer this is for the burst: 1, then 2, ... when called again."""
     _read_history: History = _no_history
     _loop: asyncio.AbstractEventLoop | None = None
     _cache: list[Sequence[ThreadMessage]] = field(default_factory=list)
@@ -101,9 +104,11 @@ class Burst(Sequence[Inbound]):
 
     @property
     def latest(self) -> Inbound:
+        """The newest message: the one the reply answers (it covers the others)."""
         return self.messages[-1]
 
     async def history(self) -> Sequence[ThreadMessage]:
+        """The thread's earlier messages, from the mail API; read on the first call only."""
         if not self._cache:
             self._cache.append(tuple(await self._read_history()))
         return self._cache[0]

@@ -158,6 +158,12 @@ class Effects:
         return asyncio.run_coroutine_threadsafe(self.once(action, payload, perform), loop).result()
 
     async def once(self, action: str, payload: Mapping[str, Any], perform: Perform) -> Any:
+        """Perform ``action`` once for this subject: ``perform(key)`` runs only if the
+        ledger has no finished record of it, and its result is recorded and returned; a
+        repeat returns the recorded result. The payload's hash is recorded (acknowledged
+        by the broker) before ``perform`` runs, and ``key`` is meant to be passed on as
+        the callee's own idempotency key. The same action with another payload raises
+        [`EffectConflict`][onceonly.EffectConflict]."""
         key = effect_key(self.subject, action)
         digest = payload_hash(payload)
         raw = self.ledger.get_raw(key)

@@ -47,7 +47,8 @@ def has_valid_mac(
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """A verified delivery, normalised. Field meanings are in the README's envelope table."""
+    """A verified delivery, normalised. Field meanings are in the envelope table of the
+    documentation (*Webhooks and the envelope*, docs/webhooks.md)."""
 
     provider: str
     event_id: str

@@ -34,11 +34,15 @@ class Usage:
     """What a reply's writer calls cost, as the writer reported it (version 4)."""
 
     model: str
+    """The model named by the writer (``a+b`` when a reply's calls named two)."""
     input_tokens: int = 0
+    """Prompt tokens, summed over the reply's calls."""
     output_tokens: int = 0
+    """Completion tokens, summed over the reply's calls."""
 
     @property
     def total(self) -> int:
+        """Input and output tokens together."""
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:

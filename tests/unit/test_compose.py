@@ -137,7 +137,8 @@ DOCKERFILES = [
         p for p in (COMPOSE.parent / "compose").glob("*/Dockerfile") if p.parent.name != "python"
     ),
 ]
-README = COMPOSE.parent / "README.md"
+#: what an operator reads: the README and the documentation site's pages
+DOCUMENTS = [COMPOSE.parent / "README.md", *sorted((COMPOSE.parent / "docs").glob("*.md"))]
 #: every service that keeps running has a health check, but the one-shot topics and
 #: Grafana (not run by `make compose-test`: no image of it can be had there)
 UNCHECKED = {"topics", "grafana"}
@@ -155,9 +156,9 @@ def _instructions(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-def image_problems(path: Path, readme_ports: set[str]) -> list[str]:
+def image_problems(path: Path, doc_ports: set[str]) -> list[str]:
     """What a careful operator would refuse in a Dockerfile: root at run time, no health
-    check, a port the README does not name, a secret-like ENV or ARG."""
+    check, a port the documentation does not name, a secret-like ENV or ARG."""
     steps = _instructions(path)
     problems = []
     users = [rest for word, rest in steps if word == "USER"]
@@ -167,21 +168,20 @@ def image_problems(path: Path, readme_ports: set[str]) -> list[str]:
         problems.append("no HEALTHCHECK")
     for word, rest in steps:
         if word == "EXPOSE":
-            problems += [
-                f"EXPOSE {p}: not in README" for p in rest.split() if p not in readme_ports
-            ]
+            problems += [f"EXPOSE {p}: not in the docs" for p in rest.split() if p not in doc_ports]
         if word in {"ENV", "ARG"} and SECRET_NAME.search(rest):
             problems.append(f"{word} {rest}: a secret baked into the image")
     return problems
 
 
-def _readme_ports() -> set[str]:
-    return set(re.findall(r"(?<![\d.])(\d{4,5})(?![\d.])", README.read_text(encoding="utf-8")))
+def _documented_ports() -> set[str]:
+    text = "\n".join(path.read_text(encoding="utf-8") for path in DOCUMENTS)
+    return set(re.findall(r"(?<![\d.])(\d{4,5})(?![\d.])", text))
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(COMPOSE.parent)))
 def test_every_image_is_one_an_operator_would_accept(path: Path) -> None:
-    assert image_problems(path, _readme_ports()) == []
+    assert image_problems(path, _documented_ports()) == []
 
 
 def test_the_image_check_catches_root_no_health_check_strange_ports_and_secrets(
@@ -193,7 +193,7 @@ def test_the_image_check_catches_root_no_health_check_strange_ports_and_secrets(
         "runs as root: end with USER <non-root>",
         "no HEALTHCHECK",
         "ENV API_KEY=abc: a secret baked into the image",
-        "EXPOSE 31337: not in README",
+        "EXPOSE 31337: not in the docs",
     ]
 
 

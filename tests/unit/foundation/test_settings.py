@@ -1,4 +1,4 @@
-"""The settings object: every variable it reads is documented in the README."""
+"""The settings object: every variable it reads is documented on the Configuration page."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import producer_config_from
 from onceonly.foundation.settings import Settings
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+#: the documentation site's table of every variable (docs/configuration.md)
+CONFIGURATION = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
 
 def _variable(name: str) -> str:
@@ -24,8 +25,8 @@ def _variable(name: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
-def test_every_setting_is_documented_in_the_readme(name: str) -> None:
-    assert f"`{_variable(name)}`" in README.read_text(encoding="utf-8")
+def test_every_setting_is_documented_on_the_configuration_page(name: str) -> None:
+    assert f"`{_variable(name)}`" in CONFIGURATION.read_text(encoding="utf-8")
 
 
 def test_the_linger_variable_reaches_the_producer_config(monkeypatch: pytest.MonkeyPatch) -> None:
