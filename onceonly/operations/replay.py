@@ -38,6 +38,7 @@ from onceonly.foundation.kafka import (
 from onceonly.foundation.kafka._producer import Copied, Headers, copy_ranges
 from onceonly.foundation.kafka._reader import within
 from onceonly.schemas import dead_letter
+from onceonly.schemas.dead_letter import RECORD_CHECKS
 from onceonly.schemas.envelope import MAC_HEADER, REPLAY_HEADER, TICK_HEADER
 
 
@@ -378,7 +379,7 @@ def readmit_dead_letters(
     ``vouch``, whatever they hold (see :func:`onceonly.schemas.dead_letter.readmittable`)."""
     plans: list[tuple[DeadLetter, Plan]] = []
     for letter in letters:
-        has_record = letter.letter.get("check") in ("bad_mac", "not_an_envelope")
+        has_record = letter.letter.get("check") in RECORD_CHECKS
         found = (
             original_record(bootstrap, deliveries_topic, letter, security) if has_record else None
         )

@@ -32,6 +32,7 @@ from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
 from onceonly.processors.reply import BurstResult, SendPolicy, reply_once, send_recorded
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
+from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -52,19 +53,19 @@ BAD_MAC = (
 async def admit(pipeline: Pipeline, event: Record) -> None:
     """Route one decision record to its thread's lane (an unreadable one is dead-lettered)."""
     partition, offset = event.partition, event.offset
-    problem: tuple[str, str] | None = None
+    problem: tuple[str, Check] | None = None
     decision: ApprovalDecision | None = None
     if pipeline.mac_key is not None and not has_valid_mac(
         event.value, event.headers, pipeline.mac_key
     ):
-        problem = (BAD_MAC, "bad_mac")
+        problem = (BAD_MAC, Check.BAD_MAC)
     else:
         try:
             decision = ApprovalDecision.decode(event.value)
         except SchemaError as exc:
-            problem = (str(exc), "unreadable")
+            problem = (str(exc), Check.UNREADABLE)
     if decision is None:
-        reason, check = problem or ("no decision", "unreadable")
+        reason, check = problem or ("no decision", Check.UNREADABLE)
         log.error(
             "approval decision not applied; dead-lettered", partition=partition, offset=offset
         )

@@ -17,7 +17,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from onceonly.processors.metrics import WorkerMetrics
-from onceonly.schemas.dead_letter import encode_letter, envelope_fields
+from onceonly.schemas.dead_letter import (
+    Check,
+    encode_letter,
+    envelope_fields,
+    failure_letter,
+    reply_check,
+    unreadable_letter,
+)
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord
 
@@ -52,38 +59,22 @@ class DeadLetters:
         partition: int,
         offset: int,
         error: str,
-        check: str = "not_an_envelope",
+        check: Check = Check.NOT_AN_ENVELOPE,
     ) -> None:
-        await self._write(
-            {
-                "reason": error,
-                "check": check,
-                "partition": partition,
-                "offset": offset,
-                "value": (value or b"").decode("utf-8", "replace")[:65536],
-            }
-        )
+        await self._write(unreadable_letter(value, partition, offset, error, check))
 
     async def record_failure(
-        self, envelopes: Sequence[Envelope], *, check: str, error: str
+        self, envelopes: Sequence[Envelope], *, check: Check, error: str
     ) -> None:
-        await self._write(
-            {
-                "reason": f"{check}: {error}",
-                "check": check,
-                "last_error": error,
-                **envelope_fields(envelopes, self.mac_key),
-            }
-        )
+        await self._write(failure_letter(envelopes, check, error, self.mac_key))
 
     async def record_reply(
         self, record: ReplyRecord, reason: str, envelopes: Sequence[Envelope]
     ) -> None:
-        check = "writer_failed" if reason.startswith("writer_failed") else "send_failed"
         await self._write(
             {
                 "reason": reason,
-                "check": check,
+                "check": reply_check(reason).value,
                 "key": record.key,
                 "attempts": record.attempts,
                 "last_error": record.error,

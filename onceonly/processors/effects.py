@@ -28,7 +28,7 @@ import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -36,50 +36,14 @@ from typing import Any, Protocol
 import structlog
 
 from onceonly.processors.exceptions import ProcessorError
+from onceonly.schemas.effect import EffectRecord, EffectState
 from onceonly.schemas.envelope import Envelope
-from onceonly.schemas.exceptions import SchemaError
 
 log = structlog.get_logger("onceonly.effects")
-
-EFFECT_VERSION = 1
 
 
 class EffectConflict(ProcessorError):
     """An effect key was used again with a different payload: a bug, never a retry."""
-
-
-class EffectState(StrEnum):
-    PENDING = "pending"
-    DONE = "done"
-
-
-@dataclass(frozen=True, slots=True)
-class EffectRecord:
-    key: str
-    payload_hash: str
-    state: EffectState
-    created_at: str
-    result: Any = None
-    kind: str = "effect"
-    v: int = EFFECT_VERSION
-
-    def encode(self) -> bytes:
-        data = asdict(self)
-        data["state"] = self.state.value
-        return json.dumps(data, separators=(",", ":"), default=str).encode()
-
-    @classmethod
-    def decode(cls, value: bytes) -> EffectRecord:
-        try:
-            data = json.loads(value)
-            if data.get("kind") != "effect" or data.get("v") != EFFECT_VERSION:
-                raise SchemaError(f"not an effect record of version {EFFECT_VERSION}")
-            data["state"] = EffectState(data["state"])
-            return cls(**data)
-        except SchemaError:
-            raise
-        except (ValueError, TypeError, KeyError) as exc:
-            raise SchemaError(f"effect record cannot be decoded: {exc!r}") from exc
 
 
 def effect_key(subject: Envelope | str, action: str) -> str:

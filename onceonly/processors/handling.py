@@ -13,6 +13,7 @@ from onceonly.processors.effects import EffectConflict, Effects, EventHandler, r
 from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.holds import Delivery
 from onceonly.processors.metrics import WorkerMetrics
+from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 
 log = structlog.get_logger("onceonly.worker")
@@ -47,7 +48,7 @@ async def handle_event(parts: Parts, delivery: Delivery) -> bool:
     except Rebalancing:  # the partition is not ours (Fenced): its owner runs the handler
         raise
     except Exception as exc:
-        check = "effect_conflict" if isinstance(exc, EffectConflict) else "handler_failed"
+        check = Check.EFFECT_CONFLICT if isinstance(exc, EffectConflict) else Check.HANDLER_FAILED
         log.error("event handler failed; dead-lettered", reason=check, error=repr(exc), **ids)
         await parts.dead_letters.record_failure([envelope], check=check, error=str(exc))
         return False

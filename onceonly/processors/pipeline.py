@@ -41,6 +41,7 @@ from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.records import Record, Table, Topic
 from onceonly.processors.reply import Outcome, SendPolicy, Skip, split_burst
 from onceonly.processors.sweep import Sweeper
+from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 from onceonly.schemas.envelope import TICK_HEADER, Envelope, has_valid_mac
 from onceonly.schemas.exceptions import SchemaError
@@ -117,7 +118,7 @@ class Pipeline:
                 "record without a valid MAC; dead-lettered", partition=partition, offset=offset
             )
             await self.dead_letters.record_unreadable(
-                event.value, partition, offset, BAD_MAC, "bad_mac"
+                event.value, partition, offset, BAD_MAC, Check.BAD_MAC
             )
             await self.lanes.ack_now(event)
             return
@@ -146,7 +147,7 @@ class Pipeline:
         try:
             verdict = self.holds.hold(delivery, now_ms=self.now_ms())
         except Exception as exc:  # an odd envelope (a date out of range): dead-letter it
-            await self._dead_letter_deliveries([delivery], "record_failed", exc)
+            await self._dead_letter_deliveries([delivery], Check.RECORD_FAILED, exc)
             verdict = Verdict.HELD
         if verdict is Verdict.FULL:  # too large to hold: processed now, not reordered
             log.warning("thread buffer full; delivery processed at once", **_ids(envelope))
@@ -265,12 +266,12 @@ class Pipeline:
                     await asyncio.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
                     continue
                 log.exception("processing failed; dead-lettered", **_ids(claimed[0].envelope))
-                await self._dead_letter_deliveries(claimed, "record_failed", exc)
+                await self._dead_letter_deliveries(claimed, Check.RECORD_FAILED, exc)
                 for delivery in claimed:
                     outcomes[delivery.envelope.event_id] = False
 
     async def _dead_letter_deliveries(
-        self, deliveries: Sequence[Delivery], check: str, exc: BaseException
+        self, deliveries: Sequence[Delivery], check: Check, exc: BaseException
     ) -> None:
         envelopes = [d.envelope for d in deliveries]
         await self.dead_letters.record_failure(envelopes, check=check, error=repr(exc))
@@ -289,7 +290,7 @@ class Pipeline:
             except SendError as exc:
                 log.error("could not read the message from the mail API", error=str(exc), **ids)
                 await self.dead_letters.record_failure(
-                    [envelope], check="fetch_failed", error=str(exc)
+                    [envelope], check=Check.FETCH_FAILED, error=str(exc)
                 )
                 outcomes[envelope.event_id] = False
                 continue

@@ -20,6 +20,7 @@ import hmac
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from onceonly.schemas.envelope import MAC_HEADER, Envelope, mac_of
@@ -30,8 +31,35 @@ LETTER_VERSION = 2
 KNOWN_LETTER_VERSIONS = frozenset({1, 2})
 #: a note of the topic that names the letters a retry sent again
 RETRIED_KIND = "retried"
+
+
+class Check(StrEnum):
+    """Which check a dead letter failed: its ``check`` field."""
+
+    #: the reply writer failed every attempt (or returned what no reply can be)
+    WRITER_FAILED = "writer_failed"
+    #: the mail API refused the send, or failed every attempt
+    SEND_FAILED = "send_failed"
+    #: processing the record failed every attempt
+    RECORD_FAILED = "record_failed"
+    #: the message could not be read from the mail API
+    FETCH_FAILED = "fetch_failed"
+    #: the record is not an envelope (no envelope to send again: the record is kept)
+    NOT_AN_ENVELOPE = "not_an_envelope"
+    #: the record has no valid MAC under ONCEONLY_ENVELOPE_SECRET (the record is kept)
+    BAD_MAC = "bad_mac"
+    #: a record of the topic that is not a JSON object, or a decision that cannot be read
+    UNREADABLE = "unreadable"
+    #: an effect's key was used again with another payload
+    EFFECT_CONFLICT = "effect_conflict"
+    #: ONCEONLY_EVENT_HANDLER raised (a handler is not retried)
+    HANDLER_FAILED = "handler_failed"
+
+
 #: the check of a record of the topic that is not a JSON object (onceonly never writes one)
-UNREADABLE = "unreadable"
+UNREADABLE = Check.UNREADABLE
+#: checks whose letter keeps the record itself, not envelopes
+RECORD_CHECKS = frozenset({Check.BAD_MAC, Check.NOT_AN_ENVELOPE})
 SECRET = "ONCEONLY_ENVELOPE_SECRET"
 #: how ``dead-letters readmit`` is given the secret before a rotation
 PREVIOUS_SECRET = "the previous secret (--previous-secret-file)"
@@ -43,6 +71,36 @@ def envelope_fields(envelopes: Sequence[Envelope], mac_key: bytes | None) -> dic
     if mac_key is not None:
         fields["macs"] = [mac_of(e.encode(), mac_key).decode() for e in envelopes]
     return fields
+
+
+def unreadable_letter(
+    value: bytes | None, partition: int, offset: int, error: str, check: Check
+) -> dict[str, Any]:
+    """The letter of a record that was not processed: the record itself, where it was."""
+    return {
+        "reason": error,
+        "check": check.value,
+        "partition": partition,
+        "offset": offset,
+        "value": (value or b"").decode("utf-8", "replace")[:65536],
+    }
+
+
+def failure_letter(
+    envelopes: Sequence[Envelope], check: Check, error: str, mac_key: bytes | None
+) -> dict[str, Any]:
+    """The letter of envelopes whose processing failed: what a retry sends again."""
+    return {
+        "reason": f"{check.value}: {error}",
+        "check": check.value,
+        "last_error": error,
+        **envelope_fields(envelopes, mac_key),
+    }
+
+
+def reply_check(reason: str) -> Check:
+    """A failed reply's check, from the reason its ledger record gives."""
+    return Check.WRITER_FAILED if reason.startswith(Check.WRITER_FAILED) else Check.SEND_FAILED
 
 
 def _dumps(letter: Mapping[str, Any]) -> bytes:
@@ -113,7 +171,7 @@ class Resend:
 
 def carries_macs(letter: Mapping[str, Any]) -> bool:
     """True when the letter was written by a worker that checks MACs."""
-    return bool(letter.get("macs")) or letter.get("check") == "bad_mac"
+    return bool(letter.get("macs")) or letter.get("check") == Check.BAD_MAC
 
 
 def _version_problem(letter: Mapping[str, Any]) -> str | None:
@@ -130,13 +188,13 @@ def nothing_to_resend(letter: Mapping[str, Any]) -> str:
     """Why a letter without envelopes stays open (pure)."""
     check = letter.get("check")
     where = f"partition {letter.get('partition')} offset {letter.get('offset')}"
-    if check == "bad_mac":
+    if check == Check.BAD_MAC:
         return (
             f"it holds no envelope: the record at {where} of the deliveries topic had no "
             "valid MAC (forged, or written before the secret was set or rotated); if it is "
             "genuine, re-admit it: onceonly dead-letters readmit <id>"
         )
-    if check == "not_an_envelope" or "offset" in letter:
+    if check == Check.NOT_AN_ENVELOPE or "offset" in letter:
         return f"it holds no envelope: the record at {where} was not one, so nothing can be sent"
     omitted = letter.get("envelopes_omitted")
     if isinstance(omitted, list) and omitted:
@@ -251,7 +309,7 @@ def readmittable(
                 return _refused(f"the MAC of event {envelope.event_id}")
             out.append(Resend(envelope, None))
         return [_signed(r, current) for r in out]
-    if letter.get("check") not in ("bad_mac", "not_an_envelope"):
+    if letter.get("check") not in RECORD_CHECKS:
         return _version_problem(letter) or nothing_to_resend(letter)
     record = _record_value(letter, original, keys, vouch)
     if isinstance(record, str):

@@ -188,3 +188,40 @@ def test_readmit_of_a_record_that_is_no_envelope_says_so() -> None:
     why = readmittable(letter, Original(b"null", None), current=KEY, previous=None, vouch=True)
 
     assert isinstance(why, str) and "not an envelope" in why
+
+
+def test_every_check_a_letter_can_name_is_documented() -> None:
+    from pathlib import Path
+
+    from onceonly.schemas.dead_letter import Check
+
+    docs = "".join(p.read_text() for p in Path(__file__).parents[3].joinpath("docs").glob("*.md"))
+
+    assert [c.value for c in Check if f"`{c.value}`" not in docs] == []
+
+
+def test_an_unreadable_letter_keeps_the_record_and_names_its_check() -> None:
+    from onceonly.schemas.dead_letter import Check, unreadable_letter
+
+    letter = unreadable_letter(b"\xffnot json", 3, 42, "not an envelope", Check.BAD_MAC)
+
+    assert (letter["check"], letter["partition"], letter["offset"]) == ("bad_mac", 3, 42)
+    assert letter["value"].endswith("not json")
+
+
+def test_a_failure_letter_holds_the_envelopes_a_retry_sends_again() -> None:
+    from onceonly.schemas.dead_letter import Check, failure_letter
+
+    envelope = ENVELOPE
+    letter = failure_letter([envelope], Check.FETCH_FAILED, "503", mac_key=b"k" * 32)
+
+    assert letter["reason"] == "fetch_failed: 503" and letter["check"] == "fetch_failed"
+    assert letter["envelopes"] == [envelope.to_json()]
+    assert letter["macs"] == [mac_of(envelope.encode(), b"k" * 32).decode()]
+
+
+def test_a_failed_replys_check_follows_its_reason() -> None:
+    from onceonly.schemas.dead_letter import Check, reply_check
+
+    assert reply_check("writer_failed: 3 attempts") is Check.WRITER_FAILED
+    assert reply_check("the mail API refused: 422") is Check.SEND_FAILED
