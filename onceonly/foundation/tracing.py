@@ -284,7 +284,7 @@ Process = TypeVar("Process", bound=Callable[..., Awaitable[Any]])
 
 
 def processing(method: Process) -> Process:
-    """Decorates ``Pipeline.process(self, job, deliveries, ...)``: the deliveries'
+    """Decorates ``Conversation.process(self, job, deliveries, ...)``: the deliveries'
     ``onceonly.process`` span around it, current for every step it takes."""
 
     @functools.wraps(method)

@@ -31,6 +31,7 @@ from onceonly.processors.lanes import Job
 from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
 from onceonly.processors.reply import BurstResult, SendPolicy, reply_once, send_recorded
+from onceonly.processors.reply_parts import ReplyParts
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
@@ -38,7 +39,7 @@ from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 if TYPE_CHECKING:
-    from onceonly.processors.pipeline import Pipeline
+    from onceonly.processors.parts import WorkerParts
 
 __all__ = ["APPROVAL_HEADER", "admit"]
 
@@ -50,14 +51,12 @@ BAD_MAC = (
 )
 
 
-async def admit(pipeline: Pipeline, event: Record) -> None:
+async def admit(parts: WorkerParts, event: Record) -> None:
     """Route one decision record to its thread's lane (an unreadable one is dead-lettered)."""
     partition, offset = event.partition, event.offset
     problem: tuple[str, Check] | None = None
     decision: ApprovalDecision | None = None
-    if pipeline.mac_key is not None and not has_valid_mac(
-        event.value, event.headers, pipeline.mac_key
-    ):
+    if parts.mac_key is not None and not has_valid_mac(event.value, event.headers, parts.mac_key):
         problem = (BAD_MAC, Check.BAD_MAC)
     else:
         try:
@@ -69,26 +68,26 @@ async def admit(pipeline: Pipeline, event: Record) -> None:
         log.error(
             "approval decision not applied; dead-lettered", partition=partition, offset=offset
         )
-        await pipeline.dead_letters.record_unreadable(event.value, partition, offset, reason, check)
-        await pipeline.lanes.ack_now(event)
+        await parts.dead_letters.record_unreadable(event.value, partition, offset, reason, check)
+        await parts.lanes.ack_now(event)
         return
-    job = Job(_run, [event], kind="approval", item=(pipeline, decision))
-    await pipeline.lanes.submit(decision.thread_key.encode(), job)
+    job = Job(_run, [event], kind="approval", item=(parts, decision))
+    await parts.lanes.submit(decision.thread_key.encode(), job)
 
 
 async def _run(job: Job) -> None:
-    pipeline, decision = job.item
+    parts, decision = job.item
     job.records[0].enter()
-    await decide(pipeline, decision)
+    await decide(parts, decision)
 
 
-async def decide(pipeline: Pipeline, decision: ApprovalDecision) -> ReplyRecord | None:
+async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord | None:
     """Apply ``decision`` to its reply's record, then send the reply if it is pending."""
     ids = {"key": decision.key, "decision_id": decision.decision_id, "by": decision.by}
-    applied = apply(pipeline.ledger.get(decision.key), decision)
-    pipeline.metrics.approval_decision(applied.answer.value, applied.record)
+    applied = apply(parts.ledger.get(decision.key), decision)
+    parts.metrics.approval_decision(applied.answer.value, applied.record)
     if applied.record is not None:
-        await pipeline.ledger.put(applied.record)  # acknowledged before anything is sent
+        await parts.ledger.put(applied.record)  # acknowledged before anything is sent
         log.info(
             "approval decision applied", action=decision.action.value, state=applied.detail, **ids
         )
@@ -96,39 +95,44 @@ async def decide(pipeline: Pipeline, decision: ApprovalDecision) -> ReplyRecord 
         log.warning("approval decision refused", detail=applied.detail, **ids)
     else:
         log.info("approval decision repeated; nothing more to do", state=applied.detail, **ids)
-    record: ReplyRecord | None = pipeline.ledger.get(decision.key)
+    record: ReplyRecord | None = parts.ledger.get(decision.key)
     if record is None or record.state is not ReplyState.PENDING or record.approval is None:
         return record
     # a decision applied just now: nothing was sent; one read again (a crash came between
     # the approval and the send's record): the thread is read for the reply first
-    return await _send(pipeline, record, reconcile=applied.record is None)
+    return await _send(parts, record, reconcile=applied.record is None)
 
 
-async def _send(pipeline: Pipeline, record: ReplyRecord, reconcile: bool) -> ReplyRecord | None:
+async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> ReplyRecord | None:
     """Send an approved *pending* reply with its stored text and key."""
-    channel = pipeline.channels[record.channel]
+    channel = parts.channels[record.channel]
 
     async def dead_letter(failed: ReplyRecord, reason: str, messages: Any) -> None:
-        await pipeline.dead_letters.record_reply(failed, reason, [])
+        await parts.dead_letters.record_reply(failed, reason, [])
 
-    sender = pipeline.fence.sender(channel.sender) if pipeline.fence else channel.sender
-    await send_recorded(
-        record,
-        reconcile,
-        ledger=pipeline.ledger,
+    sender = parts.fence.sender(channel.sender) if parts.fence else channel.sender
+    reply = ReplyParts(
+        ledger=parts.ledger,
         sender=sender,
+        write=_no_writer,
         dead_letter=dead_letter,
-        policy=SendPolicy(attempts=pipeline.settings.send_attempts),
-        on_retry=pipeline.metrics.send_retries.inc,
-        may_retry=pipeline.flowing,
+        now=parts.now,
+        policy=SendPolicy(attempts=parts.settings.send_attempts),
+        on_retry=parts.metrics.send_retries.inc,
+        may_retry=parts.flowing,
     )
-    sent: ReplyRecord | None = pipeline.ledger.get(record.key)
+    await send_recorded(record, reconcile, reply)
+    sent: ReplyRecord | None = parts.ledger.get(record.key)
     if sent is not None and sent.state is ReplyState.SENT:
-        pipeline.metrics.replies.inc()
+        parts.metrics.replies.inc()
     return sent
 
 
-async def answer(pipeline: Pipeline, burst: Sequence[Inbound], **kw: Any) -> BurstResult:
+async def _no_writer(messages: Sequence[Inbound]) -> str:
+    raise AssertionError("an approved reply is sent with its stored text: no writer is asked")
+
+
+async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts) -> BurstResult:
     """:func:`~onceonly.processors.reply.reply_once`, where a newer message supersedes a waiting
     draft.
 
@@ -140,29 +144,29 @@ async def answer(pipeline: Pipeline, burst: Sequence[Inbound], **kw: Any) -> Bur
     refused naming the newer reply. A crash in between leaves the draft marked superseded
     by a message of this burst, which the redelivery finds again (``superseded_by``).
     """
-    ledger, channel = pipeline.ledger, pipeline.channels[kw["channel"]]
+    ledger, channel = parts.ledger, parts.channels[reply.channel]
     fresh = [m for m in burst if ledger.get(m.key) is None]
-    if pipeline.settings.approval == "never" or not fresh:
-        return await reply_once(burst, **kw)
+    if parts.settings.approval == "never" or not fresh:
+        return await reply_once(burst, reply)
     target = max(burst, key=lambda m: (m.occurred_at, m.event_id))
     try:
         earlier = await channel.history(target)
     except Exception as exc:  # the thread cannot be read: answer the new messages alone
         log.warning("thread not read; a waiting draft is not superseded", error=repr(exc))
-        return await reply_once(burst, **kw)
+        return await reply_once(burst, reply)
     keys = {m.key for m in burst}
     by_key = {reply_key(target.inbox_id, m.message_id): m for m in earlier if not m.own}
     drafts = [r for k in by_key if superseded_by(r := ledger.get(k), keys) and r is not None]
     if not drafts:
-        return await reply_once(burst, **kw)
+        return await reply_once(burst, reply)
     rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
             await ledger.put(supersede(draft, target.key))  # before the writer is asked
-            pipeline.metrics.approval_decisions.labels("superseded").inc()
+            parts.metrics.approval_decisions.labels("superseded").inc()
         log.info("draft superseded by a newer message", key=draft.key, newer=target.key)
     recalled = [recall(by_key[k], target) for k in sorted(rewrite) if k not in keys]
-    return await reply_once([*recalled, *burst], rewrite=frozenset(rewrite), **kw)
+    return await reply_once([*recalled, *burst], reply, rewrite=frozenset(rewrite))
 
 
 #: the bytes every awaiting record holds: the sweep decodes no other record
@@ -174,15 +178,15 @@ def sweep_interval_s(timeout_s: float) -> float:
     return max(1.0, min(60.0, timeout_s / 4))
 
 
-async def sweep(pipeline: Pipeline, acted: set[str]) -> None:
+async def sweep(parts: WorkerParts, acted: set[str]) -> None:
     """Survey the drafts of this worker's partitions (its ledger store): the metrics, and
     for each draft past ONCEONLY_APPROVAL_TIMEOUT a decline (a decision on the thread's
     partition, applied like a person's) or an alert, once per draft (``acted``)."""
-    settings, table = pipeline.settings, pipeline.ledger.table
+    settings, table = parts.settings, parts.ledger.table
     records = [ReplyRecord.decode(raw) for raw in table.values() if AWAITING in raw]
-    now = pipeline.now()
+    now = parts.now()
     found = survey(records, now, settings.approval_timeout)
-    pipeline.metrics.drafts(found.waiting, found.oldest_age_s, len(found.overdue))
+    parts.metrics.drafts(found.waiting, found.oldest_age_s, len(found.overdue))
     for record in found.overdue:
         if record.key in acted:
             continue
@@ -200,9 +204,7 @@ async def sweep(pipeline: Pipeline, acted: set[str]) -> None:
         decision = timeout_decision(record, now, settings.approval_timeout)
         value = decision.encode()
         headers = {APPROVAL_HEADER: str(APPROVAL_VERSION).encode()}
-        if pipeline.mac_key is not None:
-            headers[MAC_HEADER] = mac_of(value, pipeline.mac_key)
-        await pipeline.deliveries.send(
-            key=decision.thread_key.encode(), value=value, headers=headers
-        )
+        if parts.mac_key is not None:
+            headers[MAC_HEADER] = mac_of(value, parts.mac_key)
+        await parts.deliveries.send(key=decision.thread_key.encode(), value=value, headers=headers)
         log.warning("draft timed out; declining it", key=record.key, age_h=age_h)

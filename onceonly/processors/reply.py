@@ -14,19 +14,11 @@ instead of sending twice.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
 
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
 
 from onceonly.processors.bursts import (
     BurstResult,
@@ -38,22 +30,39 @@ from onceonly.processors.bursts import (
     split_burst,
     summarize,
 )
-from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
+from onceonly.processors.exceptions import WriterFailed
 from onceonly.processors.messages import Decline, Draft, Inbound, reply_key
+from onceonly.processors.reply_parts import (
+    DeadLetter,
+    Ledger,
+    MailSender,
+    Newer,
+    ReplyParts,
+    ReplyWriter,
+    SendPolicy,
+    Write,
+)
+from onceonly.processors.sending import Sending, send_recorded
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
     "BurstResult",
+    "DeadLetter",
     "Inbound",
+    "Ledger",
     "MailSender",
+    "Newer",
     "Outcome",
     "Plan",
+    "ReplyParts",
     "ReplyWriter",
     "SendPolicy",
     "Skip",
+    "Write",
     "plan",
     "reply_key",
     "reply_once",
+    "send_recorded",
     "simple_write",
     "split_burst",
 ]
@@ -65,39 +74,6 @@ class Skip(StrEnum):
     NOT_RECEIVED = "not_received"  #: an event type that is not an inbound message
     NOT_REAL_MAIL = "not_real_mail"  #: spam, blocked, unauthenticated
     OWN_MESSAGE = "own_message"  #: the agent's own outbound mail
-
-
-# -- the moving parts --------------------------------------------------------------
-
-
-class Ledger(Protocol):
-    def get(self, key: str) -> ReplyRecord | None: ...
-
-    async def put(self, record: ReplyRecord) -> None:
-        """Store the record; return only once the broker has acknowledged it."""
-
-
-class MailSender(Protocol):
-    async def reply(self, record: ReplyRecord) -> str:
-        """Send ``record.reply_text`` with ``record.key``; return the sent message id.
-
-        Raises :class:`SendError` whose ``failure`` says what the policy should do.
-        """
-
-    async def find_reply(self, record: ReplyRecord) -> str | None:
-        """Look in the thread for a reply already sent to ``record.message_id``."""
-
-
-ReplyWriter = Callable[[Sequence[Inbound]], Any]
-#: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed
-Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline | Draft]]
-#: new messages of the thread that reached the worker meanwhile (claimed for this reply)
-Newer = Callable[[], Awaitable[Sequence[Inbound]]]
-DeadLetter = Callable[[ReplyRecord, str, Sequence[Inbound]], Awaitable[None]]
-
-
-async def _nothing_newer() -> Sequence[Inbound]:
-    return ()
 
 
 def simple_write(writer: ReplyWriter) -> Write:
@@ -118,29 +94,10 @@ def simple_write(writer: ReplyWriter) -> Write:
     return write
 
 
-@dataclass(frozen=True, slots=True)
-class SendPolicy:
-    attempts: int = 5
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 30.0
-
-
 async def reply_once(
     burst: Sequence[Inbound],
+    parts: ReplyParts,
     *,
-    ledger: Ledger,
-    sender: MailSender,
-    write: Write,
-    dead_letter: DeadLetter,
-    now: Callable[[], datetime],
-    policy: SendPolicy = SendPolicy(),
-    replay: bool = False,
-    on_retry: Callable[[], None] = lambda: None,
-    channel: str = "agentmail",
-    may_retry: Callable[[], bool] = lambda: True,
-    newer: Newer = _nothing_newer,
-    supersede_max: int = 2,
-    on_superseded: Callable[[], None] = lambda: None,
     rewrite: Collection[str] = frozenset(),  # recorded, written again: a superseded draft's
 ) -> BurstResult:
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
@@ -148,22 +105,23 @@ async def reply_once(
     The burst is divided by the ledger (:func:`~onceonly.processors.bursts.divide`). A recorded
     *pending* reply is finished first, wherever its message is in the burst: the thread is
     read for it, and unless it is there it is sent with its stored text and key. The
-    messages with no record get one reply, to the latest of them; if ``newer`` finds
+    messages with no record get one reply, to the latest of them; if ``parts.newer`` finds
     messages of the thread that reached the worker while the writer was composing, that
     text is not recorded: the writer is asked again with them too (at most
     ``supersede_max`` times), and the one reply goes to the latest. Returns the burst's
     result (:func:`~onceonly.processors.bursts.summarize`), with each reply's in ``parts``.
     """
+    ledger, now, channel = parts.ledger, parts.now, parts.channel
     latest = ledger.get(split_burst(burst)[0].key)
     division = divide(
         [
-            (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), replay=replay))
+            (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), replay=parts.replay))
             for m in burst
         ],
         latest.covers if latest is not None else None,
     )
     done = [_skipped(ledger, message, step) for message, step in division.done]
-    send = _Sending(sender, ledger, dead_letter, policy, on_retry, may_retry)
+    send = Sending(parts)
     acted: list[BurstResult] = []
     if division.covered_by is not None:  # the latest message's pending reply saw them
         await _cover(ledger, division.cover, division.covered_by, now, channel)
@@ -173,8 +131,7 @@ async def reply_once(
         covered = division.cover if message.key == division.covered_by else ()
         acted.append(await send(record, True, [*covered, message], len(covered)))
     if division.write:
-        composing = (ledger, write, newer, supersede_max, on_superseded, now, channel)
-        written = await _compose(division.write, *composing, dead_letter)
+        written = await _compose(division.write, parts)
         if isinstance(written, BurstResult):
             acted.append(written)
         else:
@@ -208,15 +165,7 @@ def _record_for(target: Inbound, state: ReplyState, now: datetime, channel: str)
 
 
 async def _compose(
-    burst: Sequence[Inbound],
-    ledger: Ledger,
-    write: Write,
-    newer: Newer,
-    supersede_max: int,
-    on_superseded: Callable[[], None],
-    now: Callable[[], datetime],
-    channel: str,
-    dead_letter: DeadLetter,
+    burst: Sequence[Inbound], parts: ReplyParts
 ) -> BurstResult | tuple[ReplyRecord, tuple[Inbound, ...], list[Inbound]]:
     """Ask the writer (again, while newer messages arrive); record what it decided.
 
@@ -224,15 +173,16 @@ async def _compose(
     it answers (the burst and what superseded it), or the result when there is nothing to
     send (declined, or the writer failed and was dead-lettered).
     """
+    ledger, now, channel, write = parts.ledger, parts.now, parts.channel, parts.write
     messages = list(burst)
     try:
         written = await write(messages)
-        for _ in range(supersede_max):
-            more = [m for m in await newer() if ledger.get(m.key) is None]
+        for _ in range(parts.supersede_max):
+            more = [m for m in await parts.newer() if ledger.get(m.key) is None]
             if not more:
                 break
             messages.extend(more)
-            on_superseded()
+            parts.on_superseded()
             log.info("reply superseded by newer messages; writing again", newer=len(more))
             written = await write(messages)
     except WriterFailed as exc:
@@ -241,7 +191,7 @@ async def _compose(
         failed = failed.with_state(ReplyState.FAILED, attempts=exc.attempts, error=exc.last_error)
         await ledger.put(failed)
         reason = f"writer_failed after {exc.attempts} attempt(s): {exc.last_error}"
-        await dead_letter(failed, reason, messages)
+        await parts.dead_letter(failed, reason, messages)
         log.error("reply dead-lettered", reason=reason, key=target.key)
         return BurstResult(Outcome.FAILED, target.key)
     target, covered = split_burst(messages)
@@ -265,106 +215,6 @@ async def _compose(
     record = base.with_state(ReplyState.PENDING, reply_text=str(written), covers=seen, usage=usage)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages
-
-
-def _retrying(policy: SendPolicy) -> AsyncRetrying:
-    """Retry what the send policy calls retryable, with random exponential backoff."""
-    return AsyncRetrying(
-        stop=stop_after_attempt(policy.attempts),
-        wait=wait_random_exponential(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s),
-        retry=retry_if_exception(
-            lambda e: isinstance(e, SendError) and e.failure is SendFailure.RETRY
-        ),
-        reraise=True,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Sending:
-    """Sends a burst's recorded replies, under the send policy."""
-
-    sender: MailSender
-    ledger: Ledger
-    dead_letter: DeadLetter
-    policy: SendPolicy
-    on_retry: Callable[[], None]
-    may_retry: Callable[[], bool]
-
-    async def __call__(
-        self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
-    ) -> BurstResult:
-        """Send ``record`` with its key (``reconcile``: read the thread for it first); record
-        the outcome.
-
-        ``burst``: the messages the reply answers, dead-lettered with it if it fails.
-        """
-        ids = _ids(record)
-        reconciled = not reconcile
-        found: str | None = None
-        sent_id: str | None = None
-        attempts = 0
-        try:
-            async for attempt in _retrying(self.policy):
-                with attempt:
-                    attempts += 1
-                    if attempts > 1:
-                        if not self.may_retry():
-                            raise Rebalancing(
-                                f"a rebalance began while reply {record.key} was being retried "
-                                f"(attempt {attempts}); its next owner resumes it with the same key"
-                            )
-                        self.on_retry()
-                        log.warning("send retry with the same key", attempt=attempts, **ids)
-                    if not reconciled:
-                        found = await self.sender.find_reply(record)
-                        reconciled = True
-                    if found is None:
-                        sent_id, found = await _send_or_find(self.sender, record)
-        except SendError as exc:
-            reason = (
-                f"{exc.failure.value} after {attempts} attempt(s): {exc}"
-                if exc.failure is SendFailure.RETRY
-                else f"{exc.failure.value}: {exc}"
-            )
-            failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
-            await self.ledger.put(failed)
-            await self.dead_letter(failed, reason, burst)
-            log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
-            return BurstResult(Outcome.FAILED, record.key)
-
-        if found is not None:
-            log.info("reply found in the thread; recorded as sent", sent=found, **ids)
-            await self.ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
-            return BurstResult(Outcome.ALREADY, record.key, found)
-        assert sent_id is not None
-        sent = record.with_state(ReplyState.SENT, sent_message_id=sent_id, attempts=attempts)
-        await self.ledger.put(sent)
-        log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
-        return BurstResult(Outcome.SENT, record.key, sent_id)
-
-
-async def send_recorded(record: ReplyRecord, reconcile: bool, **parts: Any) -> BurstResult:
-    """Send a recorded *pending* reply (an approved draft) with its stored text and key;
-    ``parts``: the sender, ledger, dead_letter, policy, on_retry and may_retry."""
-    return await _Sending(**parts)(record, reconcile, (), 0)
-
-
-async def _send_or_find(sender: MailSender, record: ReplyRecord) -> tuple[str | None, str | None]:
-    """One send: (the sent id, None). A 409 key conflict means an email with this key exists
-    (another owner sent it, with another text): (None, that reply) if the thread has it;
-    without one in the thread the conflict stands, and is raised."""
-    try:
-        return await sender.reply(record), None
-    except SendError as exc:
-        if exc.failure is not SendFailure.CONFLICT:
-            raise
-        found = await sender.find_reply(record)
-        if found is None:
-            raise
-        log.warning(
-            "409 key conflict: another send with this key replied", sent=found, **_ids(record)
-        )
-        return None, found
 
 
 async def _cover(

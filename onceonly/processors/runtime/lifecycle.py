@@ -15,7 +15,7 @@ from onceonly.processors import approving
 from onceonly.processors.admission import owned_share
 from onceonly.processors.health import WebhookHealth, check_webhook
 from onceonly.processors.metrics import LagCollector
-from onceonly.processors.pipeline import Pipeline
+from onceonly.processors.router import Router
 from onceonly.processors.runtime.progress import log_recovery, wire_progress
 
 log = structlog.get_logger("onceonly.worker")
@@ -23,16 +23,16 @@ log = structlog.get_logger("onceonly.worker")
 
 def wire_lifecycle(
     app: faust.App,
-    pipeline: Pipeline,
+    router: Router,
     settings: Settings,
     tick_interval_s: float | None,
     health: WebhookHealth,
 ) -> None:
-    """Timers, signals and the web page around the pipeline."""
+    """Timers, signals and the web page around the router."""
 
     async def close_senders(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        pipeline.writer.close()
-        for channel in pipeline.channels.values():
+        router.parts.writer.close()
+        for channel in router.parts.channels.values():
             close = getattr(channel.sender, "aclose", None)
             if close is not None:
                 await close()
@@ -40,7 +40,7 @@ def wire_lifecycle(
     app.on_before_shutdown.connect(close_senders)
 
     async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        pipeline.forget_state()  # the tables of this worker's partitions are recovered now
+        router.forget_state()  # the tables of this worker's partitions are recovered now
         log_recovery(app.tables.recovery)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
@@ -48,21 +48,21 @@ def wire_lifecycle(
 
     if settings.reorder_window_ms > 0:
         interval = tick_interval_s or max(0.05, settings.reorder_window_ms / 4000)
-        app.timer(interval, name="onceonly.tick")(pipeline.tick)
+        app.timer(interval, name="onceonly.tick")(router.tick)
 
-    _wire_drafts(app, pipeline, settings)
+    _wire_drafts(app, router, settings)
 
     if settings.agentmail_webhook_id:
-        agentmail = pipeline.channels["agentmail"]
+        agentmail = router.parts.channels["agentmail"]
 
         async def webhook_health() -> None:
             await check_webhook(
-                settings.agentmail_webhook_id, agentmail.sender, pipeline.metrics, health
+                settings.agentmail_webhook_id, agentmail.sender, router.parts.metrics, health
             )
 
         app.task(webhook_health)  # once at start-up: timers first wait an interval
         app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
-    pipeline.metrics.registry.register(
+    router.parts.metrics.registry.register(
         LagCollector(
             settings.kafka_bootstrap,
             settings.app_id,
@@ -74,37 +74,37 @@ def wire_lifecycle(
     async def metrics_page(web: Any, request: Any) -> Any:
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        pipeline.metrics.writer_in_flight.set(pipeline.writer.in_flight)
+        router.parts.metrics.writer_in_flight.set(router.parts.writer.in_flight)
         return web.bytes(
-            await render_metrics(pipeline.metrics.registry),
+            await render_metrics(router.parts.metrics.registry),
             content_type=CONTENT_TYPE_LATEST.split(";")[0],
         )
 
     app.page("/metrics")(metrics_page)
 
 
-def _wire_drafts(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
+def _wire_drafts(app: faust.App, router: Router, settings: Settings) -> None:
     """With approval on, the drafts' survey on a timer: their metrics, and their timeout."""
     if settings.approval == "never":
         return
     acted: set[str] = set()
 
     async def drafts() -> None:
-        await approving.sweep(pipeline, acted)
+        await approving.sweep(router.parts, acted)
 
     every = approving.sweep_interval_s(settings.approval_timeout.total_seconds())
     app.timer(every, name="onceonly.drafts")(drafts)
 
 
-def share_model_budget(app: faust.App, pipeline: Pipeline, settings: Settings) -> None:
+def share_model_budget(app: faust.App, router: Router, settings: Settings) -> None:
     """ONCEONLY_MODEL_RPM/TPM hold for the group: at every rebalance, this worker takes the
     share of the partitions it owns."""
 
     async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         assigned = app.consumer.assignment()
         share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
-        pipeline.writer.admission.set_share(share)
-        pipeline.metrics.model_share.set(share)
+        router.parts.writer.admission.set_share(share)
+        router.parts.metrics.model_share.set(share)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
 

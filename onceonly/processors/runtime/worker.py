@@ -1,7 +1,8 @@
-"""The faust worker: a thin loop around the pipeline.
+"""The faust worker: a thin loop around the router.
 
 One agent (concurrency 1) reads the deliveries topic with manual acknowledgements and
-hands each record to :meth:`Pipeline.admit`, which only routes it: to its thread's
+hands each record to :meth:`~onceonly.processors.router.Router.admit`, which only routes it: to its
+thread's
 reorder buffer or lane (:mod:`onceonly.processors.lanes`). Lanes acknowledge each record once its
 work is done, and faust commits each partition up to its oldest record not yet
 acknowledged; so no batch waits for its slowest conversation, and a crash never skips an
@@ -51,9 +52,10 @@ from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.nylas.channel import nylas_channel
 from onceonly.processors.offsets import OffsetBook
 from onceonly.processors.outbox import DryRunOutbox
-from onceonly.processors.pipeline import Pipeline
+from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reply import ReplyWriter
+from onceonly.processors.router import Router
 from onceonly.processors.runtime.app import (
     Topology,
     current_position,
@@ -146,15 +148,15 @@ def _writer(settings: Settings, writer: ReplyWriter | None, metrics: WorkerMetri
     )
 
 
-def _pipeline(
+def _router(
     app: faust.App,
     settings: Settings,
-    parts: Topology,
+    topics: Topology,
     sender: Any,
     writer: ReplyWriter | None,
     clock: Clock,
     book: OffsetBook,
-) -> Pipeline:
+) -> Router:
     metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
     retention = Retention.of(settings)
     handler = settings.event_handler
@@ -163,24 +165,28 @@ def _pipeline(
         consumer: Any = app.consumer  # onceonly.processors.runtime.consumer.TrackingConsumer
         return bool(await consumer.confirm_owner(tp, generation, FENCE_TIMEOUT_S))
 
-    events, holds = FaustTable(parts.events), FaustTable(parts.holds)
+    events, holds = FaustTable(topics.events), FaustTable(topics.holds)
     fence = Fence(
         confirm,
         current_position,
         on_fenced=metrics.fenced.inc,
         on_gap=metrics.fence_to_send.observe,
     )
-    pipeline = Pipeline(
+    parts = WorkerParts(
         settings=settings,
         events=events,
         holds=Holds(holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
-        ledger=TableLedger(FaustTable(parts.replies), fence=fence.check),
+        ledger=TableLedger(FaustTable(topics.replies), fence=fence.check),
         channels={"agentmail": AgentMailChannel(sender)},
         writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
-            parts.dead_letters, metrics, clock, settings.record_max_bytes, settings.envelope_mac_key
+            topics.dead_letters,
+            metrics,
+            clock,
+            settings.record_max_bytes,
+            settings.envelope_mac_key,
         ),
-        deliveries=parts.deliveries,
+        deliveries=topics.deliveries,
         metrics=metrics,
         lanes=_lanes(app, settings, metrics, book),
         sweeper=Sweeper(
@@ -192,17 +198,16 @@ def _pipeline(
         ),
         handler=load_callable(handler, "ONCEONLY_EVENT_HANDLER") if handler else None,
         clock=clock,
-        retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000),
         flowing=app.flow_control.is_active,
         mac_key=settings.envelope_mac_key,
-        decisions=Decisions(parts.decisions, clock),
+        decisions=Decisions(topics.decisions, clock),
         fence=fence,
     )
     outbox = sender if isinstance(sender, DryRunOutbox) else None
     nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
     if nylas is not None:
-        pipeline.channels["nylas"] = nylas
-    return pipeline
+        parts.channels["nylas"] = nylas
+    return Router(parts, retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000))
 
 
 def build_app(
@@ -214,7 +219,7 @@ def build_app(
     tick_interval_s: float | None = None,
     pages: Pages | None = None,
     replication: int | None = None,
-) -> tuple[faust.App, Pipeline]:
+) -> tuple[faust.App, Router]:
     """A worker app for these settings. Nothing runs until a faust Worker starts it.
 
     ``pages`` adds routes to the worker's web port beside ``/metrics``. ``replication``
@@ -227,12 +232,12 @@ def build_app(
     parts = topology(app, settings, replication)
     sender = sender if sender is not None else _mail_sender(settings)
     book = OffsetBook()
-    pipeline = _pipeline(app, settings, parts, sender, writer, clock, book)
-    lanes = pipeline.lanes
+    router = _router(app, settings, parts, sender, writer, clock, book)
+    lanes = router.parts.lanes
 
     async def drain() -> None:
         await lanes.drain(settings.drain_grace_s)
-        pipeline.forget_state()
+        router.forget_state()
 
     app.transport.Consumer = draining_consumer(drain, book)  # type: ignore[misc]
 
@@ -248,17 +253,17 @@ def build_app(
                     break
                 message = record.message
                 book.take(message.tp, message.offset, message)
-                await pipeline.admit(record_of(record))
-            pipeline.metrics.pending_records.set(lanes.pending)
+                await router.admit(record_of(record))
+            router.parts.metrics.pending_records.set(lanes.pending)
 
     app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)
     view = WorkerView(settings, WebhookHealth(settings.agentmail_webhook_id))
-    wire_lifecycle(app, pipeline, settings, tick_interval_s, view.webhook)
-    share_model_budget(app, pipeline, settings)
+    wire_lifecycle(app, router, settings, tick_interval_s, view.webhook)
+    share_model_budget(app, router, settings)
     if pages is not None:  # faust's default web driver is aiohttp; its Application serves them
         application: web.Application = app.web.web_app  # type: ignore[attr-defined]
         application.add_routes(list(pages(view)))
-    return app, pipeline
+    return app, router
 
 
 def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:

@@ -1,14 +1,15 @@
-"""A worker Pipeline with only the parts a unit test gives it (no faust, no broker)."""
+"""A worker's Conversation with only the parts a unit test gives it (no faust, no broker)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from onceonly.processors.pipeline import Pipeline
+from onceonly.processors.conversation import Conversation
+from onceonly.processors.parts import WorkerParts
 
 
-def bare_pipeline(settings: Any, **parts: Any) -> Pipeline:
-    """``Pipeline`` with ``settings`` and ``parts``; every other collaborator is absent."""
+def bare_pipeline(settings: Any, **parts: Any) -> Conversation:
+    """A Conversation over ``settings`` and ``parts``; every other collaborator is absent."""
     absent: Any = None
     given: dict[str, Any] = {
         "events": {},
@@ -23,4 +24,4 @@ def bare_pipeline(settings: Any, **parts: Any) -> Pipeline:
         "sweeper": absent,
         **parts,
     }
-    return Pipeline(settings=settings, **given)
+    return Conversation(WorkerParts(settings=settings, **given))

@@ -17,9 +17,9 @@ from onceonly.processors.agentmail.channel import AgentMailChannel
 from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.approvals import Answer, apply
 from onceonly.processors.approving import decide
+from onceonly.processors.conversation import Conversation
 from onceonly.processors.holds import Delivery
 from onceonly.processors.metrics import WorkerMetrics
-from onceonly.processors.pipeline import Pipeline
 from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
@@ -44,7 +44,7 @@ async def mail() -> AsyncIterator[FakeAgentMail]:
     await fake.stop()
 
 
-def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> Pipeline:
+def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> Conversation:
     settings = SimpleNamespace(reorder_window_ms=0, send_attempts=2, supersede_max=2, approval=mode)
     sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
     return bare_pipeline(
@@ -66,12 +66,12 @@ def _delivery(mail: FakeAgentMail, n: int = 1) -> Delivery:
     return Delivery(normalise.agentmail(json.dumps(payload), {}, datetime.now(UTC)), (0, n))
 
 
-async def _drafted(mail: FakeAgentMail, pipeline: Pipeline) -> str:
+async def _drafted(mail: FakeAgentMail, pipeline: Conversation) -> str:
     delivery = _delivery(mail)
     outcomes: dict[str, bool] = {}
     await pipeline.act([delivery], outcomes)
     assert outcomes == {delivery.envelope.event_id: True}  # acknowledged: a draft is done
-    [record] = pipeline.ledger.records.values()
+    [record] = pipeline.parts.ledger.records.values()
     assert record.state is ReplyState.AWAITING
     return str(record.key)
 
@@ -89,14 +89,14 @@ async def test_always_drafts_and_an_approval_sends_the_draft_once(mail: FakeAgen
     key = await _drafted(mail, pipeline)
     assert mail.outbox == []
 
-    sent = await decide(pipeline, _decision(key, "d-1"))
-    again = await decide(pipeline, _decision(key, "d-2", by="bob"))  # a second approval
+    sent = await decide(pipeline.parts, _decision(key, "d-1"))
+    again = await decide(pipeline.parts, _decision(key, "d-2", by="bob"))  # a second approval
 
     assert [(e.text, e.idempotency_key) for e in mail.outbox] == [("the model's draft", key)]
     assert sent is not None and again is not None
     assert sent.state is again.state is ReplyState.SENT
     assert sent.approval is not None and sent.approval.by == "ana"
-    states = [w.state for w in pipeline.ledger.writes]  # type: ignore[attr-defined]
+    states = [w.state for w in pipeline.parts.ledger.writes]  # type: ignore[attr-defined]
     assert states == [ReplyState.AWAITING, ReplyState.PENDING, ReplyState.SENT]
 
 
@@ -104,8 +104,8 @@ async def test_an_edit_is_what_the_mail_api_receives(mail: FakeAgentMail) -> Non
     pipeline = _pipeline(mail)
     key = await _drafted(mail, pipeline)
 
-    await decide(pipeline, _decision(key, "d-1", text="a person's words"))
-    late = await decide(pipeline, _decision(key, "d-2", text="a late edit", by="bob"))
+    await decide(pipeline.parts, _decision(key, "d-1", text="a person's words"))
+    late = await decide(pipeline.parts, _decision(key, "d-2", text="a late edit", by="bob"))
 
     assert [e.text for e in mail.outbox] == ["a person's words"]
     assert late is not None and late.approval is not None
@@ -116,8 +116,8 @@ async def test_a_rejection_sends_nothing_and_records_why(mail: FakeAgentMail) ->
     pipeline = _pipeline(mail)
     key = await _drafted(mail, pipeline)
 
-    declined = await decide(pipeline, _decision(key, "d-1", Action.REJECT))
-    after = await decide(pipeline, _decision(key, "d-2"))
+    declined = await decide(pipeline.parts, _decision(key, "d-1", Action.REJECT))
+    after = await decide(pipeline.parts, _decision(key, "d-2"))
 
     assert mail.outbox == []
     assert declined is not None and after is not None
@@ -131,11 +131,11 @@ async def test_an_approval_recorded_but_not_sent_is_sent_when_it_comes_again(
     # the worker was killed after the pending record: the decision record comes back
     pipeline = _pipeline(mail)
     key = await _drafted(mail, pipeline)
-    pending = apply(pipeline.ledger.get(key), _decision(key, "d-1", text="edited")).record
+    pending = apply(pipeline.parts.ledger.get(key), _decision(key, "d-1", text="edited")).record
     assert pending is not None
-    await pipeline.ledger.put(pending)
+    await pipeline.parts.ledger.put(pending)
 
-    sent = await decide(pipeline, _decision(key, "d-1", text="edited"))
+    sent = await decide(pipeline.parts, _decision(key, "d-1", text="edited"))
 
     assert [e.text for e in mail.outbox] == ["edited"]
     assert sent is not None and sent.state is ReplyState.SENT
@@ -164,16 +164,16 @@ async def test_a_newer_message_supersedes_the_waiting_draft_and_one_reply_covers
     outcomes: dict[str, bool] = {}
     await pipeline.act([newer], outcomes)
 
-    records = pipeline.ledger.records  # type: ignore[attr-defined]
+    records = pipeline.parts.ledger.records  # type: ignore[attr-defined]
     new_key = next(k for k, r in records.items() if r.state is ReplyState.AWAITING)
     assert seen == [["message 1"], ["message 1", "message 2"]]  # drafted again with both
     assert records[new_key].reply_text == "draft for 2 message(s)"
     assert records[new_key].covers == (old,)
     assert (records[old].state, records[old].covered_by) == (ReplyState.COVERED, new_key)
-    refused = await decide(pipeline, _decision(old, "d-old"))
+    refused = await decide(pipeline.parts, _decision(old, "d-old"))
     assert refused is not None and refused.state is ReplyState.COVERED
     assert mail.outbox == []
-    await decide(pipeline, _decision(new_key, "d-new"))
+    await decide(pipeline.parts, _decision(new_key, "d-new"))
     assert [(e.text, e.replied_to_message_id) for e in mail.outbox] == [
         ("draft for 2 message(s)", "<m2@example.com>")
     ]

@@ -11,7 +11,15 @@ from onceonly.processors.agent import Writer, outcome_of
 from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.approvals import ALWAYS_REASON, by_mode
 from onceonly.processors.messages import Decline, Draft, Inbound
-from onceonly.processors.reply import Outcome, Plan, SendPolicy, plan, reply_once, simple_write
+from onceonly.processors.reply import (
+    Outcome,
+    Plan,
+    ReplyParts,
+    SendPolicy,
+    plan,
+    reply_once,
+    simple_write,
+)
 from onceonly.schemas.approval import Approval, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
@@ -109,12 +117,14 @@ async def test_a_draft_is_recorded_awaiting_with_its_covers_and_not_sent(
     async def run() -> Outcome:
         result = await reply_once(
             burst,
-            ledger=ledger,
-            sender=sender,
-            write=simple_write(writer),
-            dead_letter=_no_dead_letter,
-            now=lambda: T0,
-            policy=SendPolicy(attempts=1),
+            ReplyParts(
+                ledger=ledger,
+                sender=sender,
+                write=simple_write(writer),
+                dead_letter=_no_dead_letter,
+                now=lambda: T0,
+                policy=SendPolicy(attempts=1),
+            ),
         )
         return result.outcome
 

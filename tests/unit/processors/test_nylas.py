@@ -43,6 +43,7 @@ from onceonly.processors.outbox import DryRunOutbox
 from onceonly.processors.reply import (
     BurstResult,
     Outcome,
+    ReplyParts,
     SendPolicy,
     Skip,
     reply_once,
@@ -329,15 +330,17 @@ class Harness:
     ) -> BurstResult:
         return await reply_once(
             burst,
-            ledger=self.ledger,
-            sender=self.sender,
-            write=simple_write(self.writer),
-            dead_letter=self.dead_letter,
-            now=lambda: datetime.now(UTC),
-            policy=SendPolicy(
-                attempts=attempts, backoff_initial_s=backoff_s, backoff_max_s=backoff_s * 5
+            ReplyParts(
+                ledger=self.ledger,
+                sender=self.sender,
+                write=simple_write(self.writer),
+                dead_letter=self.dead_letter,
+                now=lambda: datetime.now(UTC),
+                policy=SendPolicy(
+                    attempts=attempts, backoff_initial_s=backoff_s, backoff_max_s=backoff_s * 5
+                ),
+                channel="nylas",
             ),
-            channel="nylas",
         )
 
     def replays(self) -> float:

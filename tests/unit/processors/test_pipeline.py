@@ -14,9 +14,9 @@ from onceonly.ingest import normalise
 from onceonly.processors.agent import Writer, WriterPolicy
 from onceonly.processors.agentmail.channel import AgentMailChannel
 from onceonly.processors.agentmail.sender import AgentMailSender
+from onceonly.processors.conversation import Conversation
 from onceonly.processors.holds import Delivery
 from onceonly.processors.metrics import WorkerMetrics
-from onceonly.processors.pipeline import Pipeline
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
@@ -45,7 +45,7 @@ async def mail() -> AsyncIterator[FakeAgentMail]:
     await fake.stop()
 
 
-def _pipeline(mail: FakeAgentMail, writer: Any) -> Pipeline:
+def _pipeline(mail: FakeAgentMail, writer: Any) -> Conversation:
     settings = SimpleNamespace(
         reorder_window_ms=0,
         send_attempts=2,
@@ -107,7 +107,7 @@ async def test_a_writer_that_always_fails_marks_its_events_failed(mail: FakeAgen
     await pipeline.act([delivery], outcomes)
 
     assert outcomes == {delivery.envelope.event_id: False}
-    assert pipeline.dead_letters.letters == [  # type: ignore[attr-defined]
+    assert pipeline.parts.dead_letters.letters == [  # type: ignore[attr-defined]
         ("writer_failed", [delivery.envelope.event_id])
     ]
     assert mail.outbox == []
@@ -128,7 +128,7 @@ async def test_an_unexpected_error_is_the_records_dead_letter_not_the_workers(
     await pipeline._guarded([delivery], outcomes, None)
 
     assert outcomes == {delivery.envelope.event_id: False}
-    assert pipeline.dead_letters.letters == [  # type: ignore[attr-defined]
+    assert pipeline.parts.dead_letters.letters == [  # type: ignore[attr-defined]
         ("record_failed", [delivery.envelope.event_id])
     ]
 
@@ -207,10 +207,10 @@ async def test_a_newer_message_with_a_pending_reply_is_sent_not_dropped_when_tak
         created_at=datetime.now(UTC),
         reply_text="recorded before the crash",
     )
-    await pipeline.ledger.put(pending)
+    await pipeline.parts.ledger.put(pending)
     claimed = [first]
 
-    async def newer() -> Any:  # what Pipeline.process does: the queued delivery, claimed
+    async def newer() -> Any:  # what Conversation.process does: the queued delivery, claimed
         if second in claimed:
             return []
         claimed.append(second)
@@ -220,5 +220,5 @@ async def test_a_newer_message_with_a_pending_reply_is_sent_not_dropped_when_tak
 
     sent = {e.replied_to_message_id: e.text for e in mail.outbox}
     assert sent == {"<m1@example.com>": "a reply to 1", "<m2@example.com>": pending.reply_text}
-    assert pipeline.ledger.get(inbound.key).state is ReplyState.SENT
+    assert pipeline.parts.ledger.get(inbound.key).state is ReplyState.SENT
     assert outcomes == {first.envelope.event_id: True, second.envelope.event_id: True}

@@ -19,14 +19,15 @@ from onceonly.processors.reply import (
     BurstResult,
     Outcome,
     Plan,
+    ReplyParts,
     SendPolicy,
     Skip,
-    _retrying,
     plan,
     reply_once,
     simple_write,
     split_burst,
 )
+from onceonly.processors.sending import _retrying
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
@@ -160,13 +161,15 @@ class Harness:
     ) -> BurstResult:
         return await reply_once(
             burst,
-            ledger=self.ledger,
-            sender=self.sender,
-            write=simple_write(self.writer),
-            dead_letter=self.dead_letter,
-            now=lambda: self.now,
-            policy=SendPolicy(attempts=attempts, backoff_initial_s=0.01, backoff_max_s=0.05),
-            may_retry=lambda: may_retry,
+            ReplyParts(
+                ledger=self.ledger,
+                sender=self.sender,
+                write=simple_write(self.writer),
+                dead_letter=self.dead_letter,
+                now=lambda: self.now,
+                policy=SendPolicy(attempts=attempts, backoff_initial_s=0.01, backoff_max_s=0.05),
+                may_retry=lambda: may_retry,
+            ),
         )
 
 
@@ -334,12 +337,14 @@ async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() 
 
     result = await reply_once(
         [message],
-        ledger=ledger,
-        sender=sender,
-        write=simple_write(CountingWriter()),
-        dead_letter=dead_letter,
-        now=lambda: T0 + timedelta(hours=25),
-        policy=SendPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02),
+        ReplyParts(
+            ledger=ledger,
+            sender=sender,
+            write=simple_write(CountingWriter()),
+            dead_letter=dead_letter,
+            now=lambda: T0 + timedelta(hours=25),
+            policy=SendPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02),
+        ),
     )
 
     assert result.outcome is Outcome.ALREADY
@@ -433,11 +438,13 @@ async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
 
     result = await reply_once(
         [message],
-        ledger=harness.ledger,
-        sender=harness.sender,
-        write=failing,
-        dead_letter=harness.dead_letter,
-        now=lambda: T0,
+        ReplyParts(
+            ledger=harness.ledger,
+            sender=harness.sender,
+            write=failing,
+            dead_letter=harness.dead_letter,
+            now=lambda: T0,
+        ),
     )
 
     assert result.outcome is Outcome.FAILED
@@ -452,11 +459,13 @@ async def test_a_declined_reply_is_recorded_and_nothing_is_sent(mail: FakeAgentM
 
     result = await reply_once(
         [message],
-        ledger=harness.ledger,
-        sender=harness.sender,
-        write=simple_write(lambda burst: Decline("out of office")),
-        dead_letter=harness.dead_letter,
-        now=lambda: T0,
+        ReplyParts(
+            ledger=harness.ledger,
+            sender=harness.sender,
+            write=simple_write(lambda burst: Decline("out of office")),
+            dead_letter=harness.dead_letter,
+            now=lambda: T0,
+        ),
     )
 
     assert result.outcome is Outcome.DECLINED
@@ -481,12 +490,14 @@ async def test_newer_messages_supersede_the_text_and_get_the_one_reply(mail: Fak
 
     result = await reply_once(
         [first],
-        ledger=harness.ledger,
-        sender=harness.sender,
-        write=simple_write(writer),
-        dead_letter=harness.dead_letter,
-        now=lambda: T0,
-        newer=newer,
+        ReplyParts(
+            ledger=harness.ledger,
+            sender=harness.sender,
+            write=simple_write(writer),
+            dead_letter=harness.dead_letter,
+            now=lambda: T0,
+            newer=newer,
+        ),
     )
 
     assert seen == [["<a@x>"], ["<a@x>", "<b@x>"]]
@@ -513,13 +524,15 @@ async def test_no_more_rewrites_than_supersede_max(mail: FakeAgentMail) -> None:
 
     await reply_once(
         [messages[0]],
-        ledger=harness.ledger,
-        sender=harness.sender,
-        write=simple_write(writer),
-        dead_letter=harness.dead_letter,
-        now=lambda: T0,
-        newer=newer,
-        supersede_max=2,
+        ReplyParts(
+            ledger=harness.ledger,
+            sender=harness.sender,
+            write=simple_write(writer),
+            dead_letter=harness.dead_letter,
+            now=lambda: T0,
+            newer=newer,
+            supersede_max=2,
+        ),
     )
 
     assert calls == [1, 2, 3]
@@ -542,13 +555,15 @@ async def test_a_failed_send_dead_letters_the_messages_that_superseded_the_first
 
     result = await reply_once(
         [first],
-        ledger=harness.ledger,
-        sender=harness.sender,
-        write=simple_write(lambda burst: "one reply"),
-        dead_letter=dead_letter,
-        now=lambda: T0,
-        newer=newer,
-        policy=SendPolicy(attempts=1),
+        ReplyParts(
+            ledger=harness.ledger,
+            sender=harness.sender,
+            write=simple_write(lambda burst: "one reply"),
+            dead_letter=dead_letter,
+            now=lambda: T0,
+            newer=newer,
+            policy=SendPolicy(attempts=1),
+        ),
     )
 
     assert result.outcome is Outcome.FAILED
@@ -596,12 +611,14 @@ async def _reply(
     options.setdefault("dead_letter", Letters())
     return await reply_once(
         burst,
-        ledger=ledger,
-        sender=sender or StubSender(),
-        write=simple_write(writer if callable(writer) else lambda burst: writer),
-        now=lambda: T0,
-        policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
-        **options,
+        ReplyParts(
+            ledger=ledger,
+            sender=sender or StubSender(),
+            write=simple_write(writer if callable(writer) else lambda burst: writer),
+            now=lambda: T0,
+            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+            **options,
+        ),
     )
 
 
@@ -725,11 +742,13 @@ async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
 
     result = await reply_once(
         [message],
-        ledger=ledger,
-        sender=StubSender(found="<r1@x>"),
-        write=simple_write(CountingWriter()),
-        dead_letter=Letters(),
-        now=lambda: T0 + timedelta(hours=25),
+        ReplyParts(
+            ledger=ledger,
+            sender=StubSender(found="<r1@x>"),
+            write=simple_write(CountingWriter()),
+            dead_letter=Letters(),
+            now=lambda: T0 + timedelta(hours=25),
+        ),
     )
 
     assert result == BurstResult(Outcome.ALREADY, message.key, "<r1@x>")
@@ -743,12 +762,14 @@ async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> 
 
     await reply_once(
         [message],
-        ledger=ledger,
-        sender=sender,
-        write=simple_write(CountingWriter()),
-        dead_letter=Letters(),
-        now=lambda: T0 + timedelta(hours=25),
-        policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+        ReplyParts(
+            ledger=ledger,
+            sender=sender,
+            write=simple_write(CountingWriter()),
+            dead_letter=Letters(),
+            now=lambda: T0 + timedelta(hours=25),
+            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+        ),
     )
 
     assert (sender.reads, len(sender.sent)) == (1, 1)

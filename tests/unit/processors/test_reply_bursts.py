@@ -18,7 +18,14 @@ import pytest
 from onceonly.processors.bursts import Plan, divide, summarize
 from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.messages import Inbound
-from onceonly.processors.reply import BurstResult, Outcome, SendPolicy, reply_once, simple_write
+from onceonly.processors.reply import (
+    BurstResult,
+    Outcome,
+    ReplyParts,
+    SendPolicy,
+    reply_once,
+    simple_write,
+)
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.ledger import MemoryLedger
 
@@ -108,12 +115,14 @@ class Run:
     async def __call__(self, burst: Sequence[Inbound]) -> BurstResult:
         return await reply_once(
             burst,
-            ledger=self.ledger,
-            sender=self.sender,
-            write=simple_write(self.writer),
-            dead_letter=self.letters,
-            now=lambda: self.now,
-            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+            ReplyParts(
+                ledger=self.ledger,
+                sender=self.sender,
+                write=simple_write(self.writer),
+                dead_letter=self.letters,
+                now=lambda: self.now,
+                policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
+            ),
         )
 
 

@@ -1,0 +1,250 @@
+"""One conversation's work, for one job of its thread's lane: claim the deliveries (dedupe),
+read their messages, reply once (or hand other events on), finish the dedupe entries.
+
+The router (:mod:`onceonly.processors.pipeline`) decides *when* a thread's deliveries are
+worked on; this decides *what* is done with them. It reaches the rest of the worker only
+through :class:`~onceonly.processors.parts.WorkerParts`, and each reply only through
+:class:`~onceonly.processors.reply_parts.ReplyParts`. A record's failure is that record's:
+whatever processing one raises is retried a bounded number of times, then dead-lettered
+with the error, and the worker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from onceonly.foundation import tracing
+from onceonly.processors import approvals, approving, tenants
+from onceonly.processors.channels import Channel
+from onceonly.processors.claims import claim, finish
+from onceonly.processors.dead_letters import for_reply
+from onceonly.processors.effects import Effects
+from onceonly.processors.exceptions import Rebalancing, SendError
+from onceonly.processors.handling import handle_event
+from onceonly.processors.holds import Delivery
+from onceonly.processors.holds import log_ids as _ids
+from onceonly.processors.lanes import Dropped, Job
+from onceonly.processors.messages import Inbound
+from onceonly.processors.parts import WorkerParts
+from onceonly.processors.reply import Outcome, SendPolicy, Skip, split_burst
+from onceonly.processors.reply_parts import ReplyParts
+from onceonly.schemas.dead_letter import Check
+from onceonly.schemas.decision import Stage
+
+log = structlog.get_logger("onceonly.worker")
+
+#: how often one record's processing is tried before it is dead-lettered
+RECORD_ATTEMPTS = 3
+
+
+class Conversation:
+    """The unit that owns a thread's work: claim, messages, reply, finish."""
+
+    def __init__(self, parts: WorkerParts) -> None:
+        self.parts = parts
+
+    def claim(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """The deliveries to act on: new events claimed in progress, duplicates skipped."""
+        skip = self.parts.decisions.dedupe
+        return claim(
+            self.parts.events,
+            deliveries,
+            now_ms=self.parts.now_ms(),
+            metrics=self.parts.metrics,
+            on_skip=skip,
+        )
+
+    def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
+        finish(self.parts.events, claimed, outcomes, now_ms=self.parts.now_ms())
+
+    @tracing.processing
+    async def process(
+        self, job: Job, deliveries: Sequence[Delivery], *, key: bytes | None = None
+    ) -> list[Delivery]:
+        """Dedupe, act, record the outcome. Returns every delivery it took care of."""
+        claimed = self.claim(deliveries)
+        taken = list(deliveries)
+        if not claimed:
+            return taken
+
+        async def newer() -> list[Inbound]:  # messages of the thread that came meanwhile
+            if key is not None:
+                fresh = self.parts.holds.take(key, now_ms=self.parts.now_ms(), window_ms=0)
+            else:
+                lane_key = claimed[0].envelope.thread_key.encode()
+                waiting = self.parts.lanes.queued(lane_key)
+                self.parts.lanes.absorb(lane_key, job, waiting)
+                fresh = [w.item for w in waiting]
+            taken.extend(fresh)
+            more = self.claim(fresh)
+            claimed.extend(more)
+            return await self._inbounds(more, outcomes)
+
+        outcomes: dict[str, bool] = {}
+        await self._guarded(claimed, outcomes, newer)
+        self.finish(claimed, outcomes)
+        return taken
+
+    async def _guarded(
+        self, claimed: list[Delivery], outcomes: dict[str, bool], newer: Any
+    ) -> None:
+        """``act``, retried a bounded number of times; then the records are dead-lettered."""
+        for attempt in range(1, RECORD_ATTEMPTS + 1):
+            try:
+                await self.act(claimed, outcomes, newer)
+                return
+            except (Dropped, asyncio.CancelledError):
+                raise
+            except Rebalancing as exc:
+                raise Dropped(str(exc)) from exc
+            except Exception as exc:
+                if not self.parts.flowing():
+                    raise Dropped(f"a rebalance began after {exc!r}") from exc
+                if attempt < RECORD_ATTEMPTS:
+                    log.warning(
+                        "processing failed; trying again",
+                        attempt=attempt,
+                        error=repr(exc),
+                        **_ids(claimed[0].envelope),
+                    )
+                    await asyncio.sleep(self.parts.retry_backoff_s * 2 ** (attempt - 1))
+                    continue
+                log.exception("processing failed; dead-lettered", **_ids(claimed[0].envelope))
+                await self._dead_letter_deliveries(claimed, Check.RECORD_FAILED, exc)
+                for delivery in claimed:
+                    outcomes[delivery.envelope.event_id] = False
+
+    async def _dead_letter_deliveries(
+        self, deliveries: Sequence[Delivery], check: Check, exc: BaseException
+    ) -> None:
+        envelopes = [d.envelope for d in deliveries]
+        await self.parts.dead_letters.record_failure(envelopes, check=check, error=repr(exc))
+
+    async def _inbounds(
+        self, claimed: Sequence[Delivery], outcomes: dict[str, bool]
+    ) -> list[Inbound]:
+        """The messages to answer among ``claimed`` (skips and fetch failures recorded)."""
+        found: list[Inbound] = []
+        for delivery in claimed:
+            envelope = delivery.envelope
+            ids = _ids(envelope)
+            channel = self.parts.channels[envelope.provider]
+            try:
+                inbound = await channel.inbound(envelope)
+            except SendError as exc:
+                log.error("could not read the message from the mail API", error=str(exc), **ids)
+                await self.parts.dead_letters.record_failure(
+                    [envelope], check=Check.FETCH_FAILED, error=str(exc)
+                )
+                outcomes[envelope.event_id] = False
+                continue
+            if isinstance(inbound, Skip):
+                self.parts.metrics.skips.labels(inbound.value).inc()
+                log.info(
+                    "message skipped", reason=inbound.value, message_id=envelope.message_id, **ids
+                )
+                self.parts.decisions.skipped(delivery, Stage.MESSAGE, inbound.value)
+                continue
+            found.append(inbound)
+        return found
+
+    async def act(
+        self, claimed: Sequence[Delivery], outcomes: dict[str, bool], newer: Any = None
+    ) -> None:
+        """Reply once to the answerable messages (one thread's); hand other events on."""
+        mail = [d for d in claimed if d.envelope.provider in self.parts.channels]
+        for delivery in claimed:
+            if delivery.envelope.provider not in self.parts.channels:
+                outcomes[delivery.envelope.event_id] = await self.handle_event(delivery)
+        if not mail:
+            return
+        provider = mail[0].envelope.provider
+        channel = self.parts.channels[provider]
+        burst = await self._inbounds(mail, outcomes)
+        if not burst:
+            return
+        tenants.set_tenant(self.parts.settings, mail[0].envelope, burst[-1])  # whose turn
+        answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
+        recorded: list[Inbound] = []  #: newer messages with a ledger record of their own
+
+        async def newer_here() -> list[Inbound]:
+            more = await newer() if newer is not None else []
+            mine = [m for m in more if m.thread_key == burst[0].thread_key]
+            # A newer message the ledger already has (a reply a killed worker recorded
+            # *pending*) is not taken into this reply, nor dropped: it is finished alone.
+            recorded.extend(m for m in mine if self.parts.ledger.get(m.key) is not None)
+            mine = [m for m in mine if self.parts.ledger.get(m.key) is None]
+            answering.update(m.event_id for m in mine)
+            return mine
+
+        ok = await self._reply(channel, burst, claimed, answering, newer_here)
+        for message in recorded:
+            alone = {message.event_id}
+            outcomes[message.event_id] = await self._reply(channel, [message], claimed, alone)
+        for delivery in claimed:  # a skipped message succeeded, whatever the reply did
+            event_id = delivery.envelope.event_id
+            if delivery.envelope.provider == provider:
+                outcomes.setdefault(event_id, ok or event_id not in answering)
+
+    async def _reply(
+        self,
+        channel: Channel,
+        burst: Sequence[Inbound],
+        claimed: Sequence[Delivery],
+        answering: set[str],
+        newer: Any = None,
+    ) -> bool:
+        """One reply to ``burst`` (:func:`~onceonly.processors.approving.answer`); False if it
+        failed."""
+        sender = self.parts.fence.sender(channel.sender) if self.parts.fence else channel.sender
+        parts = self.parts
+        reply = ReplyParts(
+            ledger=parts.ledger,
+            sender=tracing.traced_sender(sender),
+            write=functools.partial(self.write, channel),
+            dead_letter=for_reply(parts.dead_letters, lambda: (d.envelope for d in claimed)),
+            now=parts.now,
+            policy=SendPolicy(attempts=parts.settings.send_attempts),
+            replay=any(d.replay for d in claimed),
+            on_retry=parts.metrics.send_retries.inc,
+            may_retry=parts.flowing,
+            channel=channel.name,
+            **({"newer": newer} if newer is not None else {}),
+            supersede_max=parts.settings.supersede_max,
+            on_superseded=parts.metrics.superseded.inc,
+        )
+        result = await approving.answer(parts, burst, reply)
+        if result.outcome is Outcome.SENT:  # a burst may answer in more than one reply
+            self.parts.metrics.replies.inc(
+                sum(p.outcome is Outcome.SENT for p in result.parts) or 1
+            )
+        elif result.outcome is Outcome.DECLINED:
+            self.parts.metrics.skips.labels("declined").inc()
+        if result.outcome in (Outcome.ALREADY, Outcome.DECLINED):
+            answered = [d for d in claimed if d.envelope.event_id in answering]
+            self.parts.decisions.ledger_skip(self.parts.ledger.get(result.key), result, answered)
+        return result.outcome is not Outcome.FAILED
+
+    async def write(self, channel: Channel, messages: Sequence[Inbound]) -> Any:
+        """The writer step for a burst: its effects and history are the latest message's."""
+        target, _ = split_burst(messages)
+        effects = Effects(
+            target.key, self.parts.ledger, self.parts.now, loop=asyncio.get_running_loop()
+        )
+        with tracing.writing(target.key):
+            written = await self.parts.writer.write(
+                messages,
+                effects=effects,
+                history=lambda: channel.history(target),
+                ids={"key": target.key, "message_id": target.message_id},
+            )
+        return approvals.by_mode(self.parts.settings.approval, written)
+
+    async def handle_event(self, delivery: Delivery) -> bool:
+        """Hand a non-mail event to ONCEONLY_EVENT_HANDLER with an effect ledger."""
+        return await handle_event(self.parts, delivery)

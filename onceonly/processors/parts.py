@@ -1,0 +1,58 @@
+"""The worker's parts: what the router and each conversation reach, built once by the
+runtime (:mod:`onceonly.processors.runtime.worker`) as one typed object."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from onceonly.foundation.settings import Settings
+from onceonly.processors.agent import Writer
+from onceonly.processors.channels import Channel
+from onceonly.processors.dead_letters import DeadLetters
+from onceonly.processors.decisions import Decisions
+from onceonly.processors.effects import EventHandler
+from onceonly.processors.fence import Fence
+from onceonly.processors.holds import Holds
+from onceonly.processors.lanes import Lanes
+from onceonly.processors.ledger import TableLedger
+from onceonly.processors.metrics import WorkerMetrics
+from onceonly.processors.records import KeyValues, Topic
+from onceonly.processors.sweep import Sweeper
+
+Clock = Callable[[], float]  # epoch seconds
+
+
+@dataclass
+class WorkerParts:
+    """The worker's tables, topics, writer, mail channels, lanes, metrics and fence."""
+
+    settings: Settings
+    events: KeyValues  #: dedupe entries
+    holds: Holds
+    ledger: TableLedger
+    channels: dict[str, Channel]
+    writer: Writer
+    dead_letters: DeadLetters
+    deliveries: Topic  #: for ticks and the drafts' timeouts
+    metrics: WorkerMetrics
+    lanes: Lanes
+    sweeper: Sweeper
+    handler: EventHandler | None = None
+    clock: Clock = time.time
+    #: False while a rebalance is under way (the runtime has stopped the flow of records)
+    flowing: Callable[[], bool] = lambda: True
+    retry_backoff_s: float = 0.5
+    #: ONCEONLY_ENVELOPE_SECRET: records without a valid MAC are dead-lettered, never processed
+    mac_key: bytes | None = None
+    #: the decisions topic: each skip, written off the ack path (none: written nowhere)
+    decisions: Decisions = field(default_factory=Decisions)
+    fence: Fence | None = None  #: checked before each send (the ledger fences its writes)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), tz=UTC)

@@ -1,0 +1,83 @@
+"""What one reply reaches of the worker: the ledger and mail-sender protocols, the writer
+and dead-letter steps, the send policy, and :class:`ReplyParts`, which holds them all as
+one typed object for :func:`~onceonly.processors.reply.reply_once`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from onceonly.processors.messages import Decline, Draft, Inbound
+from onceonly.schemas.ledger import ReplyRecord
+
+
+class Ledger(Protocol):
+    def get(self, key: str) -> ReplyRecord | None: ...
+
+    async def put(self, record: ReplyRecord) -> None:
+        """Store the record; return only once the broker has acknowledged it."""
+
+
+class MailSender(Protocol):
+    async def reply(self, record: ReplyRecord) -> str:
+        """Send ``record.reply_text`` with ``record.key``; return the sent message id.
+
+        Raises :class:`SendError` whose ``failure`` says what the policy should do.
+        """
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        """Look in the thread for a reply already sent to ``record.message_id``."""
+
+
+ReplyWriter = Callable[[Sequence[Inbound]], Any]
+#: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed
+Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline | Draft]]
+#: new messages of the thread that reached the worker meanwhile (claimed for this reply)
+Newer = Callable[[], Awaitable[Sequence[Inbound]]]
+DeadLetter = Callable[[ReplyRecord, str, Sequence[Inbound]], Awaitable[None]]
+
+
+async def _nothing_newer() -> Sequence[Inbound]:
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class SendPolicy:
+    attempts: int = 5
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+
+def _no_op() -> None:
+    return None
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyParts:
+    """What one reply reaches of the worker, as one typed object: the ledger, the sender,
+    the writer step, the dead-letter step and the clock; the send policy; the thread's
+    newer messages; and the hooks the worker counts and stands down by."""
+
+    ledger: Ledger
+    sender: MailSender
+    write: Write
+    dead_letter: DeadLetter
+    now: Callable[[], datetime]
+    policy: SendPolicy = SendPolicy()
+    #: the burst comes from a replay (a catch-up, a retry): see :func:`plan`
+    replay: bool = False
+    channel: str = "agentmail"
+    #: messages of the thread that reached the worker while the writer was composing
+    newer: Newer = _nothing_newer
+    #: how often those make the writer write again before the reply is recorded
+    supersede_max: int = 2
+    on_retry: Callable[[], None] = _no_op
+    #: False once a rebalance began: a send is then not retried here (its next owner does)
+    may_retry: Callable[[], bool] = _always
+    on_superseded: Callable[[], None] = _no_op

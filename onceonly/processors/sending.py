@@ -1,0 +1,122 @@
+"""The send of a recorded reply: with its key, under the send policy, the thread read
+first where the reply may be there already; its outcome recorded in the ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from onceonly.processors.bursts import BurstResult, Outcome
+from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
+from onceonly.processors.messages import Inbound
+from onceonly.processors.reply_parts import MailSender, ReplyParts, SendPolicy
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+log = structlog.get_logger("onceonly.reply")
+
+
+def _ids(record: ReplyRecord | Inbound) -> dict[str, str]:
+    return {"key": record.key, "inbox_id": record.inbox_id, "message_id": record.message_id}
+
+
+def _retrying(policy: SendPolicy) -> AsyncRetrying:
+    """Retry what the send policy calls retryable, with random exponential backoff."""
+    return AsyncRetrying(
+        stop=stop_after_attempt(policy.attempts),
+        wait=wait_random_exponential(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s),
+        retry=retry_if_exception(
+            lambda e: isinstance(e, SendError) and e.failure is SendFailure.RETRY
+        ),
+        reraise=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Sending:
+    """Sends a burst's recorded replies, under the send policy."""
+
+    parts: ReplyParts
+
+    async def __call__(
+        self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
+    ) -> BurstResult:
+        """Send ``record`` with its key (``reconcile``: read the thread for it first); record
+        the outcome.
+
+        ``burst``: the messages the reply answers, dead-lettered with it if it fails.
+        """
+        ids = _ids(record)
+        reconciled = not reconcile
+        found: str | None = None
+        sent_id: str | None = None
+        attempts = 0
+        try:
+            parts = self.parts
+            async for attempt in _retrying(parts.policy):
+                with attempt:
+                    attempts += 1
+                    if attempts > 1:
+                        if not parts.may_retry():
+                            raise Rebalancing(
+                                f"a rebalance began while reply {record.key} was being retried "
+                                f"(attempt {attempts}); its next owner resumes it with the same key"
+                            )
+                        parts.on_retry()
+                        log.warning("send retry with the same key", attempt=attempts, **ids)
+                    if not reconciled:
+                        found = await parts.sender.find_reply(record)
+                        reconciled = True
+                    if found is None:
+                        sent_id, found = await _send_or_find(parts.sender, record)
+        except SendError as exc:
+            reason = (
+                f"{exc.failure.value} after {attempts} attempt(s): {exc}"
+                if exc.failure is SendFailure.RETRY
+                else f"{exc.failure.value}: {exc}"
+            )
+            failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
+            await self.parts.ledger.put(failed)
+            await self.parts.dead_letter(failed, reason, burst)
+            log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
+            return BurstResult(Outcome.FAILED, record.key)
+
+        if found is not None:
+            log.info("reply found in the thread; recorded as sent", sent=found, **ids)
+            await self.parts.ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
+            return BurstResult(Outcome.ALREADY, record.key, found)
+        assert sent_id is not None
+        sent = record.with_state(ReplyState.SENT, sent_message_id=sent_id, attempts=attempts)
+        await self.parts.ledger.put(sent)
+        log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
+        return BurstResult(Outcome.SENT, record.key, sent_id)
+
+
+async def send_recorded(record: ReplyRecord, reconcile: bool, parts: ReplyParts) -> BurstResult:
+    """Send a recorded *pending* reply (an approved draft) with its stored text and key."""
+    return await Sending(parts)(record, reconcile, (), 0)
+
+
+async def _send_or_find(sender: MailSender, record: ReplyRecord) -> tuple[str | None, str | None]:
+    """One send: (the sent id, None). A 409 key conflict means an email with this key exists
+    (another owner sent it, with another text): (None, that reply) if the thread has it;
+    without one in the thread the conflict stands, and is raised."""
+    try:
+        return await sender.reply(record), None
+    except SendError as exc:
+        if exc.failure is not SendFailure.CONFLICT:
+            raise
+        found = await sender.find_reply(record)
+        if found is None:
+            raise
+        log.warning(
+            "409 key conflict: another send with this key replied", sent=found, **_ids(record)
+        )
+        return None, found
