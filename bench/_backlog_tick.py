@@ -1,6 +1,6 @@
 """A tick's cost over held bodies, measured in the benchmark's own process.
 
-The worker's tick asks :meth:`onceonly.processors.holds.Holds.due_keys` which threads of a
+The worker's tick asks :meth:`onceonly.processors.reorder.holds.Holds.due_keys` which threads of a
 partition are due. In a backlog every held thread is due at once, so this times one
 ``due_keys`` over one partition's share of the backlog (at most :data:`MAX_HELD`
 threads), all past their window, held with the run's bodies and, as the baseline of the
@@ -24,7 +24,7 @@ BASELINE_KB = 1
 
 def tick_ms(held: int, body_kb: int, window_ms: int = 2000, repeats: int = 3) -> float:
     """The best of ``repeats`` ``due_keys`` over ``held`` due threads of ``body_kb`` KB."""
-    from onceonly.processors.holds import Delivery, Holds
+    from onceonly.processors.reorder.holds import Delivery, Holds
     from onceonly.schemas.envelope import Envelope
 
     holds = Holds({}, window_ms, max_bytes=1 << 30)

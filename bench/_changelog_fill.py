@@ -2,7 +2,8 @@
 worker would take hours to record (``--takeover-fill changelog``).
 
 Each entry is the two records the worker writes for an event it records (its claim, then
-its outcome), made by the worker's own functions (``onceonly.processors.dedupe``) in its own
+its outcome), made by the worker's own functions (``onceonly.processors.dedupe.decisions``) in its
+own
 encoding, under the key it uses (``stripe:<event id>``), on the partition the producer's
 murmur2 gives that key. A takeover replays them exactly as it replays the worker's own:
 the recovery reads bytes, it does not know who wrote them.
@@ -20,7 +21,7 @@ from bench._procs import console
 
 def dedupe_records(count: int, tag: str, now_ms: int | None = None) -> Iterator[Record]:
     """The events changelog's records of ``count`` recorded Stripe events: claim, outcome."""
-    from onceonly.processors import dedupe
+    from onceonly.processors.dedupe import decisions as dedupe
 
     now = int(time.time() * 1000) if now_ms is None else now_ms
     for n in range(count):

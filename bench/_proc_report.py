@@ -52,7 +52,8 @@ _FILLS = {
     "in (3) (`--takeover-fill worker`)",
     "changelog": "Its entries were written straight to the events changelog "
     "(`--takeover-fill changelog`, `bench._changelog_fill`): two records each, the claim and "
-    "the outcome, made by the worker's own `onceonly.processors.dedupe` functions in its encoding, "
+    "the outcome, made by the worker's own `onceonly.processors.dedupe.decisions` functions "
+    "in its encoding, "
     "under its keys; the recovery replays them as it replays the worker's own",
 }
 

@@ -39,8 +39,8 @@ NO_TESTS = {5, 33}
 
 @dataclass(frozen=True, slots=True)
 class Mutant:
-    name: str  #: e.g. onceonly.processors.dedupe.x_decide__mutmut_3
-    module: str  #: the file, e.g. onceonly/processors/dedupe.py
+    name: str  #: e.g. onceonly.processors.dedupe.decisions.x_decide__mutmut_3
+    module: str  #: the file, e.g. onceonly/processors/dedupe/decisions.py
     status: str  #: killed, survived, no tests, or another mutmut status
 
 

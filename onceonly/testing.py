@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from onceonly.processors.agent import Burst, Writer, WriterPolicy
-from onceonly.processors.effects import Effects
+from onceonly.processors.effects.once import Effects
 from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
 
 __all__ = ["MemoryLedger", "call_writer", "inbound", "make_burst"]

@@ -271,7 +271,7 @@ def process(carriers: Sequence[Carrier], thread_key: str) -> Off:
 
 
 class _Traced(Protocol):
-    """A delivery as the worker holds it (onceonly.processors.holds.Delivery)."""
+    """A delivery as the worker holds it (onceonly.processors.reorder.holds.Delivery)."""
 
     @property
     def trace(self) -> Carrier: ...

@@ -2,7 +2,8 @@
 
 Every path does the same (:func:`decide`): read the reply's record from the ledger topic
 (unknown: :class:`UnknownReply`, nothing produced); judge the decision against it with
-the worker's own pure :func:`~onceonly.processors.approvals.apply` (a decision that cannot move
+the worker's own pure :func:`~onceonly.processors.approval.decisions.apply` (a decision that cannot
+move
 the draft, one that comes after an approval was applied, is answered at once with the
 reply's state, and nothing is produced); otherwise produce it to the deliveries topic,
 keyed by the thread, and wait (at most ``wait_s``) until the partition's owner has
@@ -27,7 +28,7 @@ from typing import Any
 
 from onceonly.foundation.errors import OnceOnlyError
 from onceonly.foundation.settings import Settings
-from onceonly.processors.approvals import Answer, apply
+from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, Action, ApprovalDecision
 from onceonly.schemas.envelope import MAC_HEADER, mac_of
 from onceonly.schemas.ledger import ReplyRecord, ReplyState

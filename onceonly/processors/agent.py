@@ -8,7 +8,8 @@ needs: the thread's history on request and keyed effects) and returns one of:
 * ``None`` or :class:`Decline` ``(reason)``: no reply; the ledger records *declined* and
   the model is never asked again for that message;
 * :class:`Draft` ``(text, reason)``: a reply a person approves first
-  (``ONCEONLY_APPROVAL``, :mod:`onceonly.processors.approvals`): recorded *awaiting approval*;
+  (``ONCEONLY_APPROVAL``, :mod:`onceonly.processors.approval.decisions`): recorded *awaiting
+  approval*;
 * it raises, or runs past ``ONCEONLY_WRITER_TIMEOUT_S``: retried with backoff up to
   ``ONCEONLY_WRITER_ATTEMPTS`` calls, then :class:`WriterFailed` (the worker
   dead-letters the burst with reason ``writer_failed`` and goes on).
@@ -16,7 +17,7 @@ needs: the thread's history on request and keyed effects) and returns one of:
 At most ``ONCEONLY_WRITER_CONCURRENCY`` calls are in flight per worker; a sync writer
 runs in a thread pool of that size, never on the event loop, so heartbeats, ticks and
 other conversations go on while it runs. Each call is admitted by
-:class:`~onceonly.processors.admission.Admission`: free slots round-robin between tenants, the
+:class:`~onceonly.processors.flow.admission.Admission`: free slots round-robin between tenants, the
 group's rate limits, the model's 429 pauses (a 429 with Retry-After is tried again
 without counting an attempt, up to ``THROTTLED_MAX`` times). A writer reports what a
 call cost with ``burst.report_usage(model, input_tokens, output_tokens)``.
@@ -37,11 +38,11 @@ from typing import Any, overload
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
-from onceonly.processors.admission import Admission, Ticket
 from onceonly.processors.exceptions import ProcessorError, Rebalancing, WriterFailed
-from onceonly.processors.flow import model_of, retry_after_s
+from onceonly.processors.flow.admission import Admission, Ticket
+from onceonly.processors.flow.rate import model_of, retry_after_s
+from onceonly.processors.flow.tenants import current_tenant
 from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
-from onceonly.processors.tenants import current_tenant
 from onceonly.schemas.ledger import Usage
 
 log = structlog.get_logger("onceonly.agent")

@@ -19,18 +19,20 @@ from typing import Any
 import structlog
 
 from onceonly.foundation import tracing
-from onceonly.processors import approvals, approving, tenants
+from onceonly.processors.approval import applying as approving
+from onceonly.processors.approval import decisions as approvals
 from onceonly.processors.channels import Channel
-from onceonly.processors.claims import claim, finish
 from onceonly.processors.dead_letters import for_reply
-from onceonly.processors.effects import Effects
+from onceonly.processors.dedupe.claims import claim, finish
+from onceonly.processors.effects.handlers import handle_event
+from onceonly.processors.effects.once import Effects
 from onceonly.processors.exceptions import Rebalancing, SendError
-from onceonly.processors.handling import handle_event
-from onceonly.processors.holds import Delivery
-from onceonly.processors.holds import log_ids as _ids
+from onceonly.processors.flow import tenants
 from onceonly.processors.lanes import Dropped, Job
 from onceonly.processors.messages import Inbound
 from onceonly.processors.parts import WorkerParts
+from onceonly.processors.reorder.holds import Delivery
+from onceonly.processors.reorder.holds import log_ids as _ids
 from onceonly.processors.reply import Outcome, SendPolicy, Skip, split_burst
 from onceonly.processors.reply_parts import ReplyParts
 from onceonly.schemas.dead_letter import Check
@@ -199,7 +201,8 @@ class Conversation:
         answering: set[str],
         newer: Any = None,
     ) -> bool:
-        """One reply to ``burst`` (:func:`~onceonly.processors.approving.answer`); False if it
+        """One reply to ``burst`` (:func:`~onceonly.processors.approval.applying.answer`); False if
+        it
         failed."""
         sender = self.parts.fence.sender(channel.sender) if self.parts.fence else channel.sender
         parts = self.parts

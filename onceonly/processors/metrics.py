@@ -100,7 +100,7 @@ class WorkerMetrics:
         )
 
     def _flow_metrics(self) -> None:
-        """Flow control for the model (:mod:`onceonly.processors.admission`) and what replies
+        """Flow control for the model (:mod:`onceonly.processors.flow.admission`) and what replies
         cost."""
         self.writer_tokens = Counter(
             "onceonly_writer_tokens",

@@ -13,14 +13,14 @@ from onceonly.processors.agent import Writer
 from onceonly.processors.channels import Channel
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
-from onceonly.processors.effects import EventHandler
+from onceonly.processors.dedupe.sweep import Sweeper
+from onceonly.processors.effects.once import EventHandler
 from onceonly.processors.fence import Fence
-from onceonly.processors.holds import Holds
 from onceonly.processors.lanes import Lanes
 from onceonly.processors.ledger import TableLedger
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.records import KeyValues, Topic
-from onceonly.processors.sweep import Sweeper
+from onceonly.processors.reorder.holds import Holds
 
 Clock = Callable[[], float]  # epoch seconds
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import structlog
 
-from onceonly.processors import approving, reorder
+from onceonly.processors.approval import applying as approving
 from onceonly.processors.conversation import Conversation
-from onceonly.processors.holds import Delivery, Verdict
-from onceonly.processors.holds import log_ids as _ids
 from onceonly.processors.lanes import Job
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
+from onceonly.processors.reorder import window as reorder
+from onceonly.processors.reorder.holds import Delivery, Verdict
+from onceonly.processors.reorder.holds import log_ids as _ids
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 from onceonly.schemas.envelope import TICK_HEADER, Envelope, has_valid_mac

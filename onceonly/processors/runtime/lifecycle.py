@@ -11,8 +11,8 @@ import structlog
 
 from onceonly.foundation.kafka import client_security
 from onceonly.foundation.settings import Settings
-from onceonly.processors import approving
-from onceonly.processors.admission import owned_share
+from onceonly.processors.approval import applying as approving
+from onceonly.processors.flow.admission import owned_share
 from onceonly.processors.health import WebhookHealth, check_webhook
 from onceonly.processors.metrics import LagCollector
 from onceonly.processors.router import Router

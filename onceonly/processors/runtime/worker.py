@@ -12,7 +12,7 @@ Three changelog-backed RocksDB tables, all written with the record's own event c
 so each write lands in the store and changelog partition of the thread it belongs to:
 
 * ``events``: dedupe entries keyed ``provider:event_id``;
-* ``holds``: each thread's reorder buffer (:mod:`onceonly.processors.holds`);
+* ``holds``: each thread's reorder buffer (:mod:`onceonly.processors.reorder.holds`);
 * ``replies``: the reply ledger, whose changelog *is* the compacted ledger topic
   (:class:`onceonly.processors.ledger.TableLedger`).
 
@@ -36,16 +36,16 @@ from aiohttp import web
 from onceonly.foundation import tracing
 from onceonly.foundation.kafka import Admin, TopicSpec, client_security
 from onceonly.foundation.settings import Settings
-from onceonly.processors.admission import admission_for
 from onceonly.processors.agent import Writer, WriterPolicy
 from onceonly.processors.agentmail.channel import AgentMailChannel
 from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
-from onceonly.processors.dedupe import Retention
+from onceonly.processors.dedupe.decisions import Retention
+from onceonly.processors.dedupe.sweep import Sweeper
 from onceonly.processors.fence import Fence
+from onceonly.processors.flow.admission import admission_for
 from onceonly.processors.health import WebhookHealth
-from onceonly.processors.holds import Holds
 from onceonly.processors.lanes import Lanes
 from onceonly.processors.ledger import TableLedger
 from onceonly.processors.metrics import WorkerMetrics
@@ -54,6 +54,7 @@ from onceonly.processors.offsets import OffsetBook
 from onceonly.processors.outbox import DryRunOutbox
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
+from onceonly.processors.reorder.holds import Holds
 from onceonly.processors.reply import ReplyWriter
 from onceonly.processors.router import Router
 from onceonly.processors.runtime.app import (
@@ -67,7 +68,6 @@ from onceonly.processors.runtime.consumer import draining_consumer
 from onceonly.processors.runtime.lifecycle import share_model_budget, wire_lifecycle
 from onceonly.processors.runtime.progress import Worker
 from onceonly.processors.runtime.tables import FaustTable
-from onceonly.processors.sweep import Sweeper
 from onceonly.processors.writer import load_callable, load_writer
 
 log = structlog.get_logger("onceonly.worker")

@@ -10,7 +10,9 @@ from bench.wake_cost import wait
 def test_a_spinning_wait_spends_its_gap_on_the_cpu() -> None:
     before = time.thread_time()
     wait(0.05, spin=True)
-    assert time.thread_time() - before > 0.03
+    # a sleeping wait spends well under 1 ms; a spin spends what the scheduler gives it of
+    # the 50 ms, which on a loaded 2-core machine may be less than half
+    assert time.thread_time() - before > 0.01
 
 
 def test_a_sleeping_wait_leaves_the_cpu() -> None:

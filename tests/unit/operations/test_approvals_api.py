@@ -8,7 +8,7 @@ import pytest
 
 from onceonly.operations.approvals import Status, decision_for, drafts, judge
 from onceonly.operations.approvals_web import bearer, parse_decision, token_refusal
-from onceonly.processors.approvals import apply
+from onceonly.processors.approval.decisions import apply
 from onceonly.schemas.approval import Action
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 

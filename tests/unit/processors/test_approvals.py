@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from onceonly.processors.approvals import Answer, apply
+from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -134,7 +134,7 @@ def test_a_decision_on_a_superseded_draft_names_the_newer_one() -> None:
 
 
 def test_a_recalled_message_comes_before_the_newer_one_whatever_the_clocks() -> None:
-    from onceonly.processors.approvals import recall
+    from onceonly.processors.approval.decisions import recall
     from onceonly.processors.messages import Inbound, ThreadMessage
 
     newer = Inbound("i", "<m2@x>", "agentmail:t", "t", "evt-2", T0, "c@x", "Hi", "second")
@@ -154,7 +154,7 @@ def test_a_recalled_message_comes_before_the_newer_one_whatever_the_clocks() -> 
 
 
 def test_drafts_are_surveyed_from_their_ledger_time() -> None:
-    from onceonly.processors.approvals import survey
+    from onceonly.processors.approval.decisions import survey
 
     old = DRAFT.with_state(ReplyState.AWAITING, key="reply-old", created_at=T0)
     new = DRAFT.with_state(
@@ -170,7 +170,7 @@ def test_drafts_are_surveyed_from_their_ledger_time() -> None:
 
 
 def test_a_timed_out_draft_is_declined_once_and_a_late_approval_refused() -> None:
-    from onceonly.processors.approvals import timeout_decision
+    from onceonly.processors.approval.decisions import timeout_decision
 
     decision = timeout_decision(DRAFT, T0 + timedelta(hours=24), timedelta(hours=24))
     applied = apply(DRAFT, decision)
@@ -186,6 +186,6 @@ def test_a_timed_out_draft_is_declined_once_and_a_late_approval_refused() -> Non
 
 
 def test_the_drafts_are_surveyed_a_quarter_timeout_apart_within_bounds() -> None:
-    from onceonly.processors.approving import sweep_interval_s
+    from onceonly.processors.approval.applying import sweep_interval_s
 
     assert [sweep_interval_s(s) for s in (2, 40, 86400)] == [1.0, 10.0, 60.0]

@@ -15,11 +15,11 @@ from onceonly.ingest import normalise
 from onceonly.processors.agent import Writer, WriterPolicy
 from onceonly.processors.agentmail.channel import AgentMailChannel
 from onceonly.processors.agentmail.sender import AgentMailSender
-from onceonly.processors.approvals import Answer, apply
-from onceonly.processors.approving import decide
+from onceonly.processors.approval.applying import decide
+from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.processors.conversation import Conversation
-from onceonly.processors.holds import Delivery
 from onceonly.processors.metrics import WorkerMetrics
+from onceonly.processors.reorder.holds import Delivery
 from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
@@ -182,7 +182,7 @@ async def test_a_newer_message_supersedes_the_waiting_draft_and_one_reply_covers
 
 
 def test_a_decision_on_a_superseded_draft_is_refused_naming_the_newer_reply() -> None:
-    from onceonly.processors.approvals import supersede
+    from onceonly.processors.approval.decisions import supersede
 
     draft = ReplyRecord("reply-old", "i", "<m@x>", "agentmail:t", ReplyState.AWAITING, T0, "d")
     gone = supersede(draft, "reply-new")

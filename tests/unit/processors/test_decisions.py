@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from onceonly.ingest import normalise
 from onceonly.processors.decisions import Decisions
-from onceonly.processors.holds import Delivery
+from onceonly.processors.reorder.holds import Delivery
 from onceonly.schemas.decision import DecisionRecord, Stage
 from onceonly.schemas.exceptions import SchemaError
 from testkit import payloads

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onceonly.processors.dedupe import Retention, Verdict, decide, expired, finished
+from onceonly.processors.dedupe.decisions import Retention, Verdict, decide, expired, finished
 from onceonly.schemas.ledger import EventEntry, EventState
 
 HERE = (3, 41)

@@ -9,7 +9,7 @@ import pytest
 
 from onceonly.processors.agent import Writer, outcome_of
 from onceonly.processors.agentmail.sender import AgentMailSender
-from onceonly.processors.approvals import ALWAYS_REASON, by_mode
+from onceonly.processors.approval.decisions import ALWAYS_REASON, by_mode
 from onceonly.processors.messages import Decline, Draft, Inbound
 from onceonly.processors.reply import (
     Outcome,

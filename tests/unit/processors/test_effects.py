@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from onceonly.ingest import normalise
-from onceonly.processors.effects import (
+from onceonly.processors.effects.once import (
     EffectConflict,
     EffectPlan,
     EffectRecord,

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceonly.processors.flow import Gcra, Limits, ModelThrottled, Pause, model_of, retry_after_s
+from onceonly.processors.flow.rate import (
+    Gcra,
+    Limits,
+    ModelThrottled,
+    Pause,
+    model_of,
+    retry_after_s,
+)
 
 
 def _starts(limits: Limits, arrivals: list[float], horizon: float) -> list[float]:

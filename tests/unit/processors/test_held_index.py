@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from onceonly.processors import reorder
-from onceonly.processors.holds import Delivery, Holds, Verdict
+from onceonly.processors.reorder import window as reorder
+from onceonly.processors.reorder.holds import Delivery, Holds, Verdict
 
 NOW_MS = 1_000_000
 WINDOW_MS = 2000

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from onceonly.processors import reorder
-from onceonly.processors.reorder import Held, ThreadBuffer, hold, idle, release, ticks_due
+from onceonly.processors.reorder import window as reorder
+from onceonly.processors.reorder.window import Held, ThreadBuffer, hold, idle, release, ticks_due
 
 
 def _event(ts: int, event_id: str, arrived: int) -> Held:

@@ -12,9 +12,9 @@ import pytest
 from rocksdict import Options, Rdict
 
 from onceonly.foundation.settings import Settings
-from onceonly.processors.dedupe import Retention
+from onceonly.processors.dedupe.decisions import Retention
+from onceonly.processors.dedupe.sweep import Sweeper
 from onceonly.processors.runtime.tables import FaustTable
-from onceonly.processors.sweep import Sweeper
 from onceonly.schemas.ledger import EventEntry, EventState
 
 DAY_MS = 24 * 3600 * 1000

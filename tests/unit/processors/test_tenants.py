@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceonly.processors.tenants import FairScheduler, tenant_of
+from onceonly.processors.flow.tenants import FairScheduler, tenant_of
 from onceonly.schemas.envelope import Envelope
 
 

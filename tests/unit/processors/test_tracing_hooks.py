@@ -14,10 +14,10 @@ from onceonly.foundation import tracing
 from onceonly.ingest import normalise
 from onceonly.ingest.app import _record
 from onceonly.processors.agent import Writer
-from onceonly.processors.claims import claim
-from onceonly.processors.holds import Delivery, Holds
+from onceonly.processors.dedupe.claims import claim
 from onceonly.processors.messages import Inbound
 from onceonly.processors.openai_writer import OpenAIWriter
+from onceonly.processors.reorder.holds import Delivery, Holds
 from onceonly.schemas.envelope import REPLAY_HEADER
 from testkit import payloads
 from testkit.fakes.openai_server import FakeChatModel

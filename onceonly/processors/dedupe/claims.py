@@ -1,6 +1,7 @@
 """The ``events`` table: claiming deliveries before acting, recording how they ended.
 
-The decisions are :mod:`onceonly.processors.dedupe`'s; this holds only the table's side of them.
+The decisions are :mod:`onceonly.processors.dedupe.decisions`'s; this holds only the table's side
+of them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from typing import Any
 import structlog
 
 from onceonly.foundation import tracing
-from onceonly.processors import dedupe
-from onceonly.processors.holds import Delivery, log_ids
+from onceonly.processors.dedupe import decisions as dedupe
 from onceonly.processors.records import KeyValues
+from onceonly.processors.reorder.holds import Delivery, log_ids
 from onceonly.schemas.ledger import EventEntry
 
 log = structlog.get_logger("onceonly.worker")

@@ -9,10 +9,10 @@ import structlog
 
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
-from onceonly.processors.effects import EffectConflict, Effects, EventHandler, run_handler
+from onceonly.processors.effects.once import EffectConflict, Effects, EventHandler, run_handler
 from onceonly.processors.exceptions import Rebalancing
-from onceonly.processors.holds import Delivery
 from onceonly.processors.metrics import WorkerMetrics
+from onceonly.processors.reorder.holds import Delivery
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 

@@ -3,7 +3,8 @@
 A decision (:class:`~onceonly.schemas.approval.ApprovalDecision`) comes on the deliveries topic,
 keyed by the thread, with the ``onceonly-approval`` header: the partition's owner takes
 it in the thread's order, wherever it was made. On the thread's lane (so never beside a
-reply of the same thread) :func:`~onceonly.processors.approvals.apply` decides; what it decides is
+reply of the same thread) :func:`~onceonly.processors.approval.decisions.apply` decides; what it
+decides is
 written to the ledger (acknowledged, fenced) and then, for a reply now *pending*, the
 approved text is sent with the reply's key. The decision record is acknowledged only
 after that: a worker killed between the approval and the send leaves the record to the
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from onceonly.processors.approvals import (
+from onceonly.processors.approval.decisions import (
     Answer,
     apply,
     recall,

@@ -1,6 +1,7 @@
 """Admission of writer calls: a free slot, the tenant's turn, the group's rate, no pause.
 
-The asyncio side of :mod:`onceonly.processors.tenants` and :mod:`onceonly.processors.flow`. A
+The asyncio side of :mod:`onceonly.processors.flow.tenants` and
+:mod:`onceonly.processors.flow.rate`. A
 writer call
 waits in :meth:`Admission.enter` until all of these hold, then runs and tells
 :meth:`Admission.leave` how it ended:
@@ -28,8 +29,8 @@ from typing import Any
 import structlog
 
 from onceonly.foundation.settings import Settings
-from onceonly.processors.flow import INF, Limits, Pause
-from onceonly.processors.tenants import FairScheduler
+from onceonly.processors.flow.rate import INF, Limits, Pause
+from onceonly.processors.flow.tenants import FairScheduler
 
 log = structlog.get_logger("onceonly.agent")
 

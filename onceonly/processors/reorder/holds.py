@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from onceonly.foundation import tracing
-from onceonly.processors import reorder
 from onceonly.processors.records import KeyValues
+from onceonly.processors.reorder import window as reorder
 from onceonly.schemas.envelope import REPLAY_HEADER, Envelope
 
 

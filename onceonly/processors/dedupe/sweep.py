@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from onceonly.processors import dedupe, reorder
+from onceonly.processors.dedupe import decisions as dedupe
 from onceonly.processors.records import Table
+from onceonly.processors.reorder import window as reorder
 from onceonly.schemas.ledger import EventEntry
 
 log = structlog.get_logger("onceonly.sweep")
