@@ -24,7 +24,6 @@ from onceonly.foundation import tracing
 from onceonly.foundation.settings import Settings
 from onceonly.processors import approvals, approving, reorder, tenants
 from onceonly.processors.agent import Writer
-from onceonly.processors.channels import Channel
 from onceonly.processors.claims import claim, finish
 from onceonly.processors.dead_letters import DeadLetters, for_reply
 from onceonly.processors.decisions import Decisions
@@ -36,6 +35,7 @@ from onceonly.processors.handling import handle_event
 from onceonly.processors.holds import Delivery, Holds, Verdict
 from onceonly.processors.holds import log_ids as _ids
 from onceonly.processors.lanes import Dropped, Job, Lanes
+from onceonly.processors.mail.protocol import MailProvider
 from onceonly.processors.messages import Inbound
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reply import Outcome, SendPolicy, Skip, split_burst
@@ -64,7 +64,7 @@ class Pipeline:
     events: Any  #: faust Table ``events``: dedupe entries, bytes -> bytes
     holds: Holds
     ledger: Any  #: TableLedger
-    channels: dict[str, Channel]
+    channels: dict[str, MailProvider]
     writer: Writer
     dead_letters: DeadLetters
     deliveries: Any  #: faust Topic, for ticks
@@ -345,7 +345,7 @@ class Pipeline:
 
     async def _reply(
         self,
-        channel: Channel,
+        channel: MailProvider,
         burst: Sequence[Inbound],
         claimed: Sequence[Delivery],
         answering: set[str],
@@ -380,7 +380,7 @@ class Pipeline:
             self.decisions.ledger_skip(self.ledger.get(result.key), result, answered)
         return result.outcome is not Outcome.FAILED
 
-    async def write(self, channel: Channel, messages: Sequence[Inbound]) -> Any:
+    async def write(self, channel: MailProvider, messages: Sequence[Inbound]) -> Any:
         """The writer step for a burst: its effects and history are the latest message's."""
         target, _ = split_burst(messages)
         effects = Effects(target.key, self.ledger, self.now, loop=asyncio.get_running_loop())

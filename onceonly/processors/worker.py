@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +39,6 @@ from onceonly.foundation.settings import Settings
 from onceonly.processors import approving
 from onceonly.processors.admission import admission_for, owned_share
 from onceonly.processors.agent import Writer, WriterPolicy
-from onceonly.processors.agentmail.channel import AgentMailChannel
-from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.consumer import draining_consumer
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
@@ -50,10 +48,10 @@ from onceonly.processors.fence import Fence
 from onceonly.processors.health import WebhookHealth, check_webhook
 from onceonly.processors.holds import Holds
 from onceonly.processors.lanes import Lanes
+from onceonly.processors.mail.protocol import MailClient
+from onceonly.processors.mail.registry import mail_providers
 from onceonly.processors.metrics import LagCollector, WorkerMetrics
-from onceonly.processors.nylas.channel import nylas_channel
 from onceonly.processors.offsets import OffsetBook
-from onceonly.processors.outbox import DryRunOutbox
 from onceonly.processors.pipeline import Pipeline
 from onceonly.processors.progress import Worker, log_recovery, wire_progress
 from onceonly.processors.reply import ReplyWriter
@@ -100,17 +98,6 @@ def writer_policy(settings: Settings) -> WriterPolicy:
     )
 
 
-def _mail_sender(settings: Settings) -> Any:
-    key = settings.agentmail_api_key
-    if key is None:
-        return DryRunOutbox(settings.run_dir / "dry-run-outbox.jsonl")
-    return AgentMailSender(
-        key.get_secret_value(),
-        base_url=settings.agentmail_base_url,
-        timeout_s=settings.send_timeout_s,
-    )
-
-
 def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: OffsetBook) -> Lanes:
     def forget(records: Iterable[Any]) -> None:  # dropped: faust must not wait for them
         unacked = app.consumer.unacked
@@ -142,7 +129,7 @@ def _pipeline(
     app: faust.App,
     settings: Settings,
     parts: Topology,
-    sender: Any,
+    clients: Mapping[str, MailClient] | None,
     writer: ReplyWriter | None,
     clock: Clock,
     book: OffsetBook,
@@ -161,12 +148,12 @@ def _pipeline(
         on_fenced=metrics.fenced.inc,
         on_gap=metrics.fence_to_send.observe,
     )
-    pipeline = Pipeline(
+    return Pipeline(
         settings=settings,
         events=parts.events,
         holds=Holds(parts.holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
         ledger=TableLedger(parts.replies, fence=fence.check),
-        channels={"agentmail": AgentMailChannel(sender)},
+        channels=mail_providers(settings, registry=metrics.registry, clients=clients),
         writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
             parts.dead_letters, metrics, clock, settings.record_max_bytes, settings.envelope_mac_key
@@ -189,17 +176,12 @@ def _pipeline(
         decisions=Decisions(parts.decisions, clock),
         fence=fence,
     )
-    outbox = sender if isinstance(sender, DryRunOutbox) else None
-    nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
-    if nylas is not None:
-        pipeline.channels["nylas"] = nylas
-    return pipeline
 
 
 def build_app(
     settings: Settings,
     *,
-    sender: Any = None,
+    clients: Mapping[str, MailClient] | None = None,
     writer: ReplyWriter | None = None,
     clock: Clock = time.time,
     tick_interval_s: float | None = None,
@@ -210,15 +192,16 @@ def build_app(
 
     ``pages`` adds routes to the worker's web port beside ``/metrics``. ``replication``
     (default: ONCEONLY_REPLICATION_FACTOR, else decided from the number of brokers, as for
-    onceonly's own topics) applies to the changelogs faust creates."""
+    onceonly's own topics) applies to the changelogs faust creates. ``clients`` replaces
+    mail providers' API clients by name (else each is built from the settings:
+    :func:`onceonly.processors.mail.registry.mail_providers`)."""
     if replication is None:
         admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
         replication = admin.replication_for(settings.replication_factor)
     app = faust_app(settings, replication)
     parts = topology(app, settings, replication)
-    sender = sender if sender is not None else _mail_sender(settings)
     book = OffsetBook()
-    pipeline = _pipeline(app, settings, parts, sender, writer, clock, book)
+    pipeline = _pipeline(app, settings, parts, clients, writer, clock, book)
     lanes = pipeline.lanes
 
     async def drain() -> None:
@@ -264,9 +247,7 @@ def _wire_lifecycle(
     async def close_senders(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         pipeline.writer.close()
         for channel in pipeline.channels.values():
-            close = getattr(channel.sender, "aclose", None)
-            if close is not None:
-                await close()
+            await channel.sender.aclose()
 
     app.on_before_shutdown.connect(close_senders)
 
