@@ -28,8 +28,8 @@ from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.operations import catchup
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.mail.registry import mail_providers
+from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.nylas.channel import NylasChannel
 from onceonly.processors.nylas.dry_run import NylasDryRun
 from onceonly.processors.nylas.errors import classify
