@@ -84,8 +84,10 @@ def mail_providers(
     for name, entry in REGISTRY.items():
         if name not in given and not entry.configured(settings):
             continue
-        client = given.get(name) or entry.client(settings, registry)
-        out[name] = entry.channel(settings, client or entry.dry_run(settings, outbox))
+        client = given[name] if name in given else entry.client(settings, registry)
+        out[name] = entry.channel(
+            settings, entry.dry_run(settings, outbox) if client is None else client
+        )
     return out
 
 

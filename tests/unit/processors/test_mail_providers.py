@@ -204,3 +204,14 @@ async def test_a_dry_run_lists_nothing_and_fetches_nothing(name: str) -> None:
     assert dry.dry_run and await _listed(dry) == []
     with pytest.raises(SendError):
         await dry.fetch(GRANT, "m1")
+
+
+def test_a_given_client_replaces_the_one_the_settings_would_build(tmp_path: Path) -> None:
+    given = AgentMailDryRun(DryRunOutbox())
+
+    providers = mail_providers(
+        Settings(run_dir=tmp_path, agentmail_api_key=SecretStr("k")),  # a real one otherwise
+        clients={"agentmail": given},
+    )
+
+    assert list(providers) == ["agentmail"] and providers["agentmail"].sender is given
