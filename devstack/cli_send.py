@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from onceonly.cli.startup import settings_from_env
+from onceonly.foundation.providers import ALL
 from onceonly.foundation.settings import Settings
 
 
@@ -17,18 +18,9 @@ def signing_secrets(settings: Settings) -> dict[str, str]:
     """Route to secret, as ingest has them; AgentMail falls back to ``python -m devstack up``'s dev
     secret."""
     from devstack.dev_secret import read_dev_secret
+    from onceonly.foundation.providers import configured
 
-    out: dict[str, str] = {}
-    for route, secret in (
-        ("agentmail", settings.agentmail_webhook_secret),
-        ("nylas", settings.nylas_webhook_secret),
-        ("stripe", settings.stripe_webhook_secret),
-        ("github", settings.github_webhook_secret),
-    ):
-        if secret is not None:
-            out[route] = secret.get_secret_value()
-    for source, secret in settings.standard_webhook_secrets.items():
-        out[f"standard/{source}"] = secret.get_secret_value()
+    out = {route: secret for route, (_, secret) in configured(settings).items()}
     if "agentmail" not in out and (dev := read_dev_secret(settings.run_dir)) is not None:
         out["agentmail"] = dev
     return out
@@ -49,7 +41,7 @@ def _deliveries_of(settings: Settings, event_id: str) -> list[tuple[int, int, st
     "--provider",
     default="agentmail",
     show_default=True,
-    help="agentmail, nylas, stripe, github or standard/<source>.",
+    help=f"One of {', '.join(ALL)}.",
 )
 @click.option("--url", help="Ingest's base URL (default: ONCEONLY_INGEST_HOST and _PORT).")
 @click.option("--count", default=3, show_default=True, type=click.IntRange(1, 100))
@@ -72,6 +64,7 @@ def send(
     """
     from onceonly.operations.catchup import read_ledger
     from onceonly.operations.outcomes import Sent, outcomes, wait_for_replies, wait_for_verdicts
+    from onceonly.processors.mail.registry import dry_runs
     from testkit.samples import SampleError, post_all, samples, secret_for
 
     settings = settings_from_env()
@@ -93,7 +86,7 @@ def send(
         sent, lambda: read_ledger(settings.kafka_bootstrap, settings.ledger_topic), wait_s=wait_s
     )
     seen = wait_for_verdicts(sent, partial(_deliveries_of, settings), wait_s=min(wait_s, 15.0))
-    dry_run = settings.agentmail_api_key is None
+    dry_run = any(entry.name == provider for entry in dry_runs(settings))
     for outcome in outcomes(sent, replies, dry_run=dry_run, seen=seen):
         click.echo(f"{outcome.label}: {outcome.verdict}")
         if outcome.reply_text:

@@ -21,7 +21,10 @@ def up() -> None:
         with_dev_secret,
     )
     from devstack.up import local_stack
+    from onceonly.foundation.providers import ALL
     from onceonly.ingest.app import serve
+    from onceonly.processors.mail.registry import dry_runs
+    from onceonly.processors.outbox import OUTBOX_FILE
 
     settings = settings_from_env()
     dev_secret = None
@@ -44,17 +47,17 @@ def up() -> None:
                     "try        python -m devstack send   "
                     "(signs and posts a sample AgentMail event)"
                 )
-            for route in ("agentmail", "nylas", "stripe", "github", "standard/<source>"):
+            for route in ALL:
                 click.echo(f"webhook    POST {url}/webhooks/{route}")
             click.echo(f"metrics    {url}/metrics (ingest)")
             worker_url = f"http://{settings.worker_host}:{settings.worker_port}"
             click.echo(f"metrics    {worker_url}/metrics (worker)")
             writable = "" if settings.ops_token else ", read-only: no ONCEONLY_OPS_TOKEN"
             click.echo(f"operator   {worker_url}/ops (worker{writable})")
-            if settings.agentmail_api_key is None:
+            for entry in dry_runs(settings):
                 click.echo(
-                    "mail       dry run: no AGENTMAIL_API_KEY, replies are recorded in "
-                    f"{settings.run_dir}/dry-run-outbox.jsonl"
+                    f"mail       dry run: no {entry.key_variable}, replies are recorded in "
+                    f"{settings.run_dir / OUTBOX_FILE}"
                 )
             click.echo(f"health     {url}/healthz  {url}/readyz")
             click.echo("Ctrl-C stops everything.")

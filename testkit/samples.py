@@ -18,10 +18,11 @@ from typing import Any
 
 import aiohttp
 
+from onceonly.foundation.providers import ALL, by_name
 from onceonly.ingest import normalise
 from testkit import payloads, signing
 
-PROVIDERS = ("agentmail", "nylas", "stripe", "github", "standard/<source>")
+PROVIDERS = ALL  #: the routes, as ingest serves them (onceonly.foundation.providers)
 
 Signer = Callable[[bytes, str], dict[str, str]]
 
@@ -47,46 +48,52 @@ class Posted:
     detail: str  #: the answer's body (trimmed) or the connection error
 
 
-def _signer(route: str, msg_id: str) -> Signer:
-    """The provider's signing of one body (a fixed id: a retry carries the same one)."""
-    if route == "agentmail":
-        return lambda body, secret: signing.svix_headers(body, secret=secret, msg_id=msg_id)
-    if route.startswith("standard/"):
-        return lambda body, secret: signing.standard_headers(body, secret=secret, msg_id=msg_id)
-    if route == "stripe":
-        return lambda body, secret: signing.stripe_headers(body, secret=secret)
-    if route == "nylas":
-        return lambda body, secret: signing.nylas_headers(body, secret=secret)
-    if route == "github":
-        return lambda body, secret: signing.github_headers(body, secret=secret, delivery=msg_id)
-    raise SampleError(f"unknown provider {route!r}: use one of {', '.join(PROVIDERS)}")
+#: each verifier scheme's signing (``msg_id``: a fixed id, as a retry carries the same one)
+SIGNERS: Mapping[str, Callable[[str], Signer]] = {
+    "svix": lambda msg_id: (
+        lambda body, secret: signing.svix_headers(body, secret=secret, msg_id=msg_id)
+    ),
+    "standard": lambda msg_id: (
+        lambda body, secret: signing.standard_headers(body, secret=secret, msg_id=msg_id)
+    ),
+    "stripe": lambda msg_id: lambda body, secret: signing.stripe_headers(body, secret=secret),
+    "nylas": lambda msg_id: lambda body, secret: signing.nylas_headers(body, secret=secret),
+    "github": lambda msg_id: (
+        lambda body, secret: signing.github_headers(body, secret=secret, delivery=msg_id)
+    ),
+}
 
 
-def _normaliser(route: str) -> Any:
-    if route.startswith("standard/"):
-        return normalise.standard(route.split("/", 1)[1])
-    return getattr(normalise, route)
+def _route(route: str) -> str:
+    """The scheme that verifies ``route``; SampleError for a route ingest does not serve."""
+    try:
+        return by_name(route).verifier
+    except KeyError:
+        raise SampleError(
+            f"unknown provider {route!r}: use one of {', '.join(PROVIDERS)}"
+        ) from None
 
 
 def sign(label: str, route: str, payload: bytes, secret: str, msg_id: str | None = None) -> Sample:
     """One signed delivery, with the ids ingest will read from it."""
-    headers = _signer(route, msg_id or f"msg_{uuid.uuid4().hex}")(payload, secret)
-    envelope = _normaliser(route)(payload.decode(), headers, datetime.now(UTC))
+    headers = SIGNERS[_route(route)](msg_id or f"msg_{uuid.uuid4().hex}")(payload, secret)
+    envelope = normalise.for_route(route)(payload.decode(), headers, datetime.now(UTC))
     return Sample(label, route, payload, headers, envelope.event_id, envelope.message_id)
 
 
+#: the sample event of each provider with a route of its own
+DEFAULT_PAYLOADS: Mapping[str, Callable[[datetime], dict[str, Any]]] = {
+    "agentmail": lambda at: payloads.agentmail_received(timestamp=at.isoformat()),
+    "nylas": lambda at: payloads.nylas_message(message_id=f"msg-{uuid.uuid4().hex[:12]}"),
+    "stripe": lambda at: payloads.stripe_event(),
+    "github": lambda at: payloads.github_issue(number=int(uuid.uuid4().int % 100_000)),
+}
+
+
 def _default_payload(route: str, at: datetime) -> dict[str, Any]:
-    if route == "agentmail":
-        return payloads.agentmail_received(timestamp=at.isoformat())
-    if route == "nylas":
-        return payloads.nylas_message(message_id=f"msg-{uuid.uuid4().hex[:12]}")
-    if route == "stripe":
-        return payloads.stripe_event()
-    if route == "github":
-        return payloads.github_issue(number=int(uuid.uuid4().int % 100_000))
-    if route.startswith("standard/"):
+    if _route(route) == "standard":
         return payloads.standard_event(thread_id=f"case-{uuid.uuid4().hex[:8]}")
-    raise SampleError(f"unknown provider {route!r}: use one of {', '.join(PROVIDERS)}")
+    return DEFAULT_PAYLOADS[route](at)
 
 
 def agentmail_story(secret: str, *, copies: int, now: datetime) -> list[Sample]:
@@ -129,11 +136,8 @@ def secret_for(route: str, secrets: Mapping[str, str]) -> str:
     """The signing secret of ``route`` from ``secrets`` (provider or ``standard/<source>``)."""
     secret = secrets.get(route)
     if not secret:
-        variable = (
-            "ONCEONLY_STANDARD_WEBHOOK_SECRETS"
-            if route.startswith("standard/")
-            else f"ONCEONLY_{route.upper()}_WEBHOOK_SECRET"
-        )
+        _route(route)  # an unknown route is named as such
+        variable = by_name(route).variable
         raise SampleError(f"no secret for {route}: set {variable} (as ingest has it)")
     return secret
 

@@ -16,6 +16,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from onceonly.foundation.errors import ConfigError
+from onceonly.foundation.providers import NAMES
 
 
 def usable_cores() -> int:
@@ -42,7 +43,7 @@ DEFAULT_TOPICS = {
 
 
 #: the providers ingest verifies, as envelopes name them (besides ``standard.<source>``)
-PROVIDERS = ("agentmail", "nylas", "stripe", "github")
+PROVIDERS = NAMES
 
 
 def parse_pairs(value: object, variable: str, form: str) -> object:

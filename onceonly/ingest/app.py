@@ -30,10 +30,10 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import SecretStr
 
 from onceonly.foundation import tracing
 from onceonly.foundation.kafka import Admin, AsyncProducer, ProduceFailed, client_security
+from onceonly.foundation.providers import ALL, NAMES, ROUTES, configured
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import heap, limits, normalise, verify
 from onceonly.ingest.exceptions import PayloadError, VerificationError
@@ -58,58 +58,24 @@ class Provider:
 
 
 def providers_from_settings(settings: Settings) -> dict[str, Provider]:
-    """The providers whose secret is set; the others answer 404.
+    """The providers whose secret is set (:func:`onceonly.foundation.providers.configured`);
+    the others answer 404.
 
     A secret that could never verify anything (empty, not base64 for Svix and Standard
     Webhooks) is a ConfigError here, at start-up, rather than a failure per request.
     """
     out: dict[str, Provider] = {}
-
-    def add(
-        name: str,
-        kind: str,
-        secret: SecretStr | None,
-        fn: Callable[..., None],
-        norm: normalise.Normaliser,
-        **options: object,
-    ) -> None:
-        if secret is None:
-            return
-        value = secret.get_secret_value()
-        verify.check_secret(kind, value)
-        out[name] = Provider(name, partial(fn, secret=value, **options), norm)
-
-    add(
-        "agentmail",
-        "svix",
-        settings.agentmail_webhook_secret,
-        verify.verify_svix,
-        normalise.agentmail,
-    )
-    add("nylas", "nylas", settings.nylas_webhook_secret, verify.verify_nylas, normalise.nylas)
-    add("github", "github", settings.github_webhook_secret, verify.verify_github, normalise.github)
-    add(
-        "stripe",
-        "stripe",
-        settings.stripe_webhook_secret,
-        verify.verify_stripe,
-        normalise.stripe,
-        tolerance_s=settings.stripe_tolerance_s,
-    )
-    for source, secret in settings.standard_webhook_secrets.items():
-        add(
-            f"standard/{source}",
-            "standard",
-            secret,
-            verify.verify_standard,
-            normalise.standard(source),
-        )
+    for name, (route, secret) in configured(settings).items():
+        verify.check_secret(route.verifier, secret)
+        check: Callable[..., None] = verify.VERIFIERS[route.verifier]
+        fn = partial(check, secret=secret, **route.options(settings))
+        out[name] = Provider(name, fn, normalise.for_route(name))
     return out
 
 
-ALL_PROVIDERS = ("agentmail", "nylas", "stripe", "github", "standard/<source>")
+ALL_PROVIDERS = ALL
 #: route names that label metrics as themselves, configured or not; any other is "unknown"
-KNOWN_PROVIDERS = frozenset(ALL_PROVIDERS[:4])
+KNOWN_PROVIDERS = frozenset(NAMES)
 #: a provider name that is a path as it stands (``standard/<source>`` included): no
 #: character that the router would quote, decode or read as a pattern
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.~-]+(/[A-Za-z0-9_.~-]+)?")
@@ -367,12 +333,12 @@ async def serve(
     shared = one_of / "metrics" if one_of is not None else None
     admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
     ingest = Ingest(settings, producer, admin, shared_metrics=shared)
-    for name in ("agentmail", "nylas", "stripe", "github"):
-        if name not in ingest.providers:
+    for route in ROUTES:
+        if route.name not in ingest.providers:
             log.warning(
                 "provider not configured: its route answers 404",
-                provider=name,
-                variable=f"ONCEONLY_{name.upper()}_WEBHOOK_SECRET",
+                provider=route.name,
+                variable=route.variable,
             )
     runner = limits.app_runner(ingest.app(), settings)
     await runner.setup()

@@ -218,3 +218,19 @@ def standard(source: str) -> Normaliser:
         )
 
     return normalise
+
+
+#: the normaliser of each route of :data:`onceonly.foundation.providers.ROUTES`, by its name
+NORMALISERS: Mapping[str, Normaliser] = {
+    "agentmail": agentmail,
+    "nylas": nylas,
+    "stripe": stripe,
+    "github": github,
+}
+
+
+def for_route(name: str) -> Normaliser:
+    """The normaliser of the route ``name`` (``standard/<source>`` included)."""
+    if name.startswith("standard/"):
+        return standard(name.split("/", 1)[1])
+    return NORMALISERS[name]

@@ -1,18 +1,20 @@
-"""AgentMail catch-up: list what arrived while webhooks were not, and feed it through.
+"""Catch-up: list what arrived while webhooks were not, and feed it through.
 
 AgentMail disables an endpoint after ~5 days of failures and never redelivers what it
-missed; its own catch-up path is to list messages after a time. Each message labelled
-``received`` and not sent by the agent becomes an envelope, as if its webhook had come,
-with a deterministic event id, keyed by its thread. The reply ledger (keyed by inbox id
-and message id) skips those already answered. Without a start it lists a week back, or
-further to the account's last message recorded before then (:func:`window_for`), so mail
-answered since an outage never hides the mail the outage lost.
+missed; its own catch-up path is to list messages after a time, and Nylas's too. Each
+message the mail provider lists (``MailClient.messages_since``) that is not the agent's
+own becomes an envelope, as if its webhook had come
+(:meth:`~onceonly.processors.mail.protocol.MailProvider.missed`, then ingest's own
+normaliser), with a deterministic event id, keyed by its thread. The reply ledger (keyed
+by account and message id) skips those already answered. Without a start it lists a week
+back, or further to the account's last message recorded before then (:func:`window_for`),
+so mail answered since an outage never hides the mail the outage lost. The providers and
+their API clients come from :mod:`onceonly.processors.mail.registry`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,26 +26,16 @@ from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import client_security
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
-from onceonly.processors.agentmail.listing import is_answerable, list_messages
+from onceonly.processors.mail.protocol import MailProvider, Missed
+from onceonly.processors.mail.registry import catch_up_provider
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 
-def catch_up_event_id(inbox_id: str, message_id: str) -> str:
-    """The same message always gets the same id, so repeated catch-ups dedupe."""
-    return "catchup-" + hashlib.sha256(f"{inbox_id}\n{message_id}".encode()).hexdigest()[:32]
-
-
-def envelope_for(message: Mapping[str, Any], received_at: datetime) -> Envelope:
-    """The envelope ingest would have made from this message's message.received webhook."""
-    inbox_id = str(message["inbox_id"])
-    payload = {
-        "type": "event",
-        "event_type": "message.received",
-        "event_id": catch_up_event_id(inbox_id, str(message["message_id"])),
-        "message": dict(message),
-    }
-    return normalise.agentmail(json.dumps(payload, default=str), {}, received_at)
+def envelope_for(provider: str, missed: Missed, received_at: datetime) -> Envelope:
+    """The envelope ingest would have made from the webhook ``missed`` stands for."""
+    webhook = json.dumps(missed.webhook, default=str)
+    return normalise.for_route(provider)(webhook, {}, received_at)
 
 
 def last_answered(
@@ -141,27 +133,33 @@ class Summary:
 
 
 async def catch_up(
-    client: Any,  # the AgentMail SDK client (onceonly.processors.agentmail.sender)
-    inbox_id: str,
+    provider: MailProvider,
+    account: str,
     since: datetime,
     *,
     ledger: Mapping[str, ReplyRecord],
     feed: Callable[[Envelope], Any],
     progress: Callable[[], None] = lambda: None,
 ) -> Summary:
-    """Feed each unanswered received message through the pipeline; count what was found."""
+    """Feed each unanswered message ``provider`` lists for ``account`` after ``since`` through
+    the pipeline, oldest first; the account's own mail is counted as sent by the agent."""
     from onceonly.processors.messages import reply_key
 
+    listed: list[Missed] = []
     summary = Summary()
-    now = datetime.now(UTC)
-    async for message in list_messages(client, inbox_id, since):
+    async for message in provider.sender.messages_since(account, since):
         summary.found += 1
         progress()
-        if not is_answerable(message, inbox_id):
+        missed = await provider.missed(account, message)
+        if missed is None:
             summary.skipped_sent_by_agent += 1
-            continue
-        key = reply_key(inbox_id, str(message["message_id"]))
-        await summary.feed(key, envelope_for(message, now), ledger=ledger, feed=feed)
+        else:
+            listed.append(missed)
+    now = datetime.now(UTC)
+    for missed in sorted(listed, key=lambda m: (m.at, m.message_id)):
+        key = reply_key(account, missed.message_id)
+        envelope = envelope_for(provider.name, missed, now)
+        await summary.feed(key, envelope, ledger=ledger, feed=feed)
     return summary
 
 
@@ -185,68 +183,6 @@ def read_ledger(
     return out
 
 
-# -- Nylas ---------------------------------------------------------------------------
-
-#: bodies above this are left out of a catch-up envelope, which is then marked
-#: ``message.created.truncated`` so the worker fetches the message, as Nylas does > 1 MB
-NYLAS_INLINE_BODY_BYTES = 256 * 1024
-
-
-def nylas_envelope_for(message: Mapping[str, Any], received_at: datetime) -> Envelope:
-    """The envelope ingest would have made from this message's message.created webhook."""
-    grant_id = str(message["grant_id"])
-    obj = {**message, "object": "message"}
-    event_type = "message.created"
-    if len(str(obj.get("body") or "").encode()) > NYLAS_INLINE_BODY_BYTES:
-        obj.pop("body", None)
-        event_type = "message.created.truncated"
-    payload = {
-        "specversion": "1.0",
-        "type": event_type,
-        "source": "/onceonly/catch-up",
-        "id": catch_up_event_id(grant_id, str(message["id"])),
-        "time": int(message.get("date") or received_at.timestamp()),
-        "data": {"object": obj},
-    }
-    return normalise.nylas(json.dumps(payload, default=str), {}, received_at)
-
-
-async def catch_up_nylas(
-    sender: Any,
-    grant_id: str,
-    since: datetime,
-    *,
-    ledger: Mapping[str, ReplyRecord],
-    feed: Callable[[Envelope], Any],
-    progress: Callable[[], None] = lambda: None,
-) -> Summary:
-    """Nylas: feed each unanswered message the grant received after ``since``, oldest first.
-
-    ``sender`` is a :class:`onceonly.processors.nylas.NylasSender` (``messages_after``,
-    ``grant_address``). The grant's own mail (from its address, or in SENT) is counted
-    as sent by the agent and not fed.
-    """
-    from onceonly.processors.messages import reply_key
-    from onceonly.processors.nylas.messages import own_message
-
-    own = await sender.grant_address(grant_id)
-    messages: list[dict[str, Any]] = []
-    async for message in sender.messages_after(grant_id, since):
-        messages.append(message)
-        progress()
-    messages.sort(key=lambda m: (int(m.get("date") or 0), str(m.get("id"))))
-    summary = Summary(found=len(messages))
-    now = datetime.now(UTC)
-    for message in messages:
-        if own_message(message, own):
-            summary.skipped_sent_by_agent += 1
-            continue
-        key = reply_key(grant_id, str(message["id"]))
-        envelope = nylas_envelope_for({**message, "grant_id": grant_id}, now)
-        await summary.feed(key, envelope, ledger=ledger, feed=feed)
-    return summary
-
-
 # -- what ``onceonly catch-up`` runs -------------------------------------------------
 
 Lister = Callable[..., Awaitable["Summary"]]
@@ -255,36 +191,16 @@ Lister = Callable[..., Awaitable["Summary"]]
 def lister_for(
     settings: Settings, inbox_id: str | None, nylas_grant: str | None
 ) -> tuple[str, str, Lister]:
-    """(account, label, lister) for an AgentMail inbox or a Nylas grant; ConfigError if the
-    channel's API key is missing."""
+    """(account, label, lister) for an AgentMail inbox or a Nylas grant, over the provider
+    the registry builds; ConfigError if the provider's API key is missing."""
     if nylas_grant is not None:
-        from onceonly.processors.nylas.sender import NylasSender
-
-        if settings.nylas_api_key is None:
-            raise ConfigError("catch-up lists messages through Nylas: set NYLAS_API_KEY")
-        sender = NylasSender(
-            settings.nylas_api_key.get_secret_value(),
-            api_uri=settings.nylas_api_uri,
-            timeout_s=settings.send_timeout_s,
-            own_address=settings.nylas_grant_email,
-        )
-        return (
-            nylas_grant,
-            f"grant {nylas_grant}",
-            functools.partial(catch_up_nylas, sender, nylas_grant),
-        )
-    from onceonly.processors.agentmail.sender import agentmail_client
-
-    if inbox_id is None:
+        name, account, label = "nylas", nylas_grant, f"grant {nylas_grant}"
+    elif inbox_id is not None:
+        name, account, label = "agentmail", inbox_id, inbox_id
+    else:
         raise ConfigError("name an AgentMail inbox (--inbox) or a Nylas grant (--nylas-grant)")
-    if settings.agentmail_api_key is None:
-        raise ConfigError("catch-up lists messages through AgentMail: set AGENTMAIL_API_KEY")
-    client = agentmail_client(
-        settings.agentmail_api_key.get_secret_value(),
-        base_url=settings.agentmail_base_url,
-        timeout_s=settings.send_timeout_s,
-    )
-    return inbox_id, inbox_id, functools.partial(catch_up, client, inbox_id)
+    provider = catch_up_provider(settings, name)
+    return account, label, functools.partial(catch_up, provider, account)
 
 
 async def feed_unanswered(

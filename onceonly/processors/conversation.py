@@ -1,7 +1,7 @@
 """One conversation's work, for one job of its thread's lane: claim the deliveries (dedupe),
 read their messages, reply once (or hand other events on), finish the dedupe entries.
 
-The router (:mod:`onceonly.processors.pipeline`) decides *when* a thread's deliveries are
+The router (:mod:`onceonly.processors.router`) decides *when* a thread's deliveries are
 worked on; this decides *what* is done with them. It reaches the rest of the worker only
 through :class:`~onceonly.processors.parts.WorkerParts`, and each reply only through
 :class:`~onceonly.processors.reply_parts.ReplyParts`. A record's failure is that record's:
@@ -21,7 +21,6 @@ import structlog
 from onceonly.foundation import tracing
 from onceonly.processors.approval import applying as approving
 from onceonly.processors.approval import decisions as approvals
-from onceonly.processors.channels import Channel
 from onceonly.processors.dead_letters import for_reply
 from onceonly.processors.dedupe.claims import claim, finish
 from onceonly.processors.effects.handlers import handle_event
@@ -29,6 +28,7 @@ from onceonly.processors.effects.once import Effects
 from onceonly.processors.exceptions import Rebalancing, SendError
 from onceonly.processors.flow import tenants
 from onceonly.processors.lanes import Dropped, Job
+from onceonly.processors.mail.protocol import MailProvider
 from onceonly.processors.messages import Inbound
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.reorder.holds import Delivery
@@ -195,7 +195,7 @@ class Conversation:
 
     async def _reply(
         self,
-        channel: Channel,
+        channel: MailProvider,
         burst: Sequence[Inbound],
         claimed: Sequence[Delivery],
         answering: set[str],
@@ -233,7 +233,7 @@ class Conversation:
             self.parts.decisions.ledger_skip(self.parts.ledger.get(result.key), result, answered)
         return result.outcome is not Outcome.FAILED
 
-    async def write(self, channel: Channel, messages: Sequence[Inbound]) -> Any:
+    async def write(self, channel: MailProvider, messages: Sequence[Inbound]) -> Any:
         """The writer step for a burst: its effects and history are the latest message's."""
         target, _ = split_burst(messages)
         effects = Effects(

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 from onceonly.foundation.settings import Settings
 from onceonly.processors.agent import Writer
-from onceonly.processors.channels import Channel
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.dedupe.sweep import Sweeper
@@ -18,6 +17,7 @@ from onceonly.processors.effects.once import EventHandler
 from onceonly.processors.fence import Fence
 from onceonly.processors.lanes import Lanes
 from onceonly.processors.ledger import TableLedger
+from onceonly.processors.mail.protocol import MailProvider
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.records import KeyValues, Topic
 from onceonly.processors.reorder.holds import Holds
@@ -33,7 +33,7 @@ class WorkerParts:
     events: KeyValues  #: dedupe entries
     holds: Holds
     ledger: TableLedger
-    channels: dict[str, Channel]
+    channels: dict[str, MailProvider]
     writer: Writer
     dead_letters: DeadLetters
     deliveries: Topic  #: for ticks and the drafts' timeouts

@@ -1,24 +1,34 @@
-"""The AgentMail channel: an event's message to answer (fetched when left out), and its thread."""
+"""The AgentMail channel: an event's message to answer (fetched when left out), its thread,
+what catch-up feeds of a listing, and the factories the registry holds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from onceonly.foundation.settings import Settings
+from onceonly.processors.agentmail.dry_run import AgentMailDryRun
+from onceonly.processors.agentmail.listing import is_answerable
 from onceonly.processors.agentmail.messages import (
     agentmail_history,
     inbound_from_agentmail,
     skip_reason,
+    timestamp_of,
 )
+from onceonly.processors.agentmail.sender import AgentMailSender
+from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
 from onceonly.processors.messages import Inbound, ThreadMessage
+from onceonly.processors.outbox import DryRunOutbox
 from onceonly.processors.reply import Skip
 from onceonly.schemas.envelope import Envelope
 
 
 @dataclass
 class AgentMailChannel:
-    sender: Any  #: AgentMailSender or DryRunOutbox: reply, find_reply, fetch
+    sender: MailClient  #: AgentMailSender, or AgentMailDryRun without an API key
     name: str = "agentmail"
 
     async def inbound(self, envelope: Envelope) -> Inbound | Skip:
@@ -36,3 +46,45 @@ class AgentMailChannel:
     async def history(self, message: Inbound) -> Sequence[ThreadMessage]:
         messages = await self.sender.thread(message.inbox_id, message.thread_id)
         return agentmail_history(messages, message)
+
+    async def missed(self, account: str, message: Mapping[str, Any]) -> Missed | None:
+        """A received message not the agent's own, as its ``message.received`` webhook."""
+        if not is_answerable(message, account):
+            return None
+        message_id = str(message["message_id"])
+        when = timestamp_of(message.get("timestamp"))
+        webhook = {
+            "type": "event",
+            "event_type": "message.received",
+            "event_id": catch_up_event_id(account, message_id),
+            "message": dict(message),
+        }
+        return Missed(message_id, when.timestamp() if when else 0.0, webhook)
+
+
+# -- what the registry holds (onceonly.processors.mail.registry) ------------------------
+
+
+def configured(settings: Settings) -> bool:
+    """AgentMail is always answered: without AGENTMAIL_API_KEY, as a dry run."""
+    return True
+
+
+def client(settings: Settings, registry: CollectorRegistry | None = None) -> MailClient | None:
+    """The API client, if AGENTMAIL_API_KEY is set."""
+    key = settings.agentmail_api_key
+    if key is None:
+        return None
+    return AgentMailSender(
+        key.get_secret_value(),
+        base_url=settings.agentmail_base_url,
+        timeout_s=settings.send_timeout_s,
+    )
+
+
+def dry_run(settings: Settings, outbox: DryRunOutbox) -> MailClient:
+    return AgentMailDryRun(outbox)
+
+
+def channel(settings: Settings, sender: MailClient) -> AgentMailChannel:
+    return AgentMailChannel(sender)

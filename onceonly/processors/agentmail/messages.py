@@ -63,7 +63,7 @@ def inbound_from_agentmail(
     )
 
 
-def _when(value: Any) -> datetime | None:
+def timestamp_of(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value
     if isinstance(value, str):
@@ -91,7 +91,7 @@ def agentmail_history(
                 message_id=str(m.get("message_id", "")),
                 sender=sender,
                 text=str(text) if text is not None else None,
-                timestamp=_when(m.get("timestamp")),
+                timestamp=timestamp_of(m.get("timestamp")),
                 own=own,
                 subject=m.get("subject"),
             )

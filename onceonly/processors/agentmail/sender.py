@@ -3,6 +3,8 @@ to ours here and nowhere else."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -11,6 +13,7 @@ import structlog
 from agentmail import AgentMailEnvironment, AsyncAgentMail
 from agentmail.core.api_error import ApiError
 
+from onceonly.processors.agentmail.listing import list_messages
 from onceonly.processors.agentmail.messages import find_sent_reply
 from onceonly.processors.agentmail.transport import ApiClient
 from onceonly.processors.exceptions import SendError, SendFailure
@@ -92,6 +95,10 @@ class AgentMailSender:
         self.client = client
         self.timeout_s = timeout_s
 
+    @property
+    def dry_run(self) -> bool:
+        return False
+
     async def aclose(self) -> None:
         """Close the HTTP connections this sender opened (not those of a client given to it)."""
         if self._http is not None:
@@ -150,3 +157,14 @@ class AgentMailSender:
         except (ApiError, httpx.HTTPError) as exc:
             raise classify(exc) from exc
         return dict(message.model_dump(by_alias=True, mode="json"))
+
+    async def messages_since(self, inbox_id: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
+        """Every message of the inbox after ``since``, oldest first (catch-up)."""
+        try:
+            async for message in list_messages(self.client, inbox_id, since):
+                yield message
+        except (ApiError, httpx.HTTPError) as exc:
+            raise classify(exc) from exc
+
+    async def address(self, inbox_id: str) -> str | None:
+        return inbox_id  # an AgentMail inbox id is its address

@@ -1,16 +1,19 @@
-"""The Nylas channel: a notification's message to answer, its thread, and the factory."""
+"""The Nylas channel: a notification's message to answer, its thread, what catch-up feeds
+of a listing, and the factories the registry holds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry
 
 from onceonly.foundation.settings import Settings
+from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
 from onceonly.processors.messages import Inbound, ThreadMessage
+from onceonly.processors.nylas.dry_run import NylasDryRun
 from onceonly.processors.nylas.messages import (
     ANSWERABLE,
     as_mapping,
@@ -19,15 +22,37 @@ from onceonly.processors.nylas.messages import (
     sender_of,
 )
 from onceonly.processors.nylas.sender import NylasSender, replay_counter
+from onceonly.processors.outbox import DryRunOutbox
 from onceonly.processors.reply import Skip
 from onceonly.schemas.envelope import Envelope
+
+#: bodies above this are left out of a catch-up webhook, which is then marked
+#: ``message.created.truncated`` so the worker fetches the message, as Nylas does > 1 MB
+INLINE_BODY_BYTES = 256 * 1024
+
+
+@runtime_checkable
+class NylasClient(MailClient, Protocol):
+    """Nylas's client (:class:`NylasSender` or :class:`NylasDryRun`): a mail client that
+    also keeps who a reply to a message goes to, and its subject, from the notification."""
+
+    def remember(self, grant_id: str, message: Mapping[str, Any]) -> object: ...
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e11:
+        return datetime.fromtimestamp(value, UTC)
+    return None
 
 
 @dataclass
 class NylasChannel:
-    sender: Any  #: NylasSender or DryRunOutbox: reply, find_reply, fetch
+    sender: NylasClient  #: NylasSender, or NylasDryRun without an API key
     own_address: str | None = None  #: configured; else the sender reads it from the grant
     name: str = "nylas"
+
+    async def _own(self, grant_id: str) -> str | None:
+        return self.own_address or await self.sender.address(grant_id)
 
     async def inbound(self, envelope: Envelope) -> Inbound | Skip:
         if envelope.event_type not in ANSWERABLE:
@@ -37,14 +62,11 @@ class NylasChannel:
         message_id = envelope.message_id or ""
         if not grant_id or not message_id:
             return Skip.NOT_RECEIVED
-        if envelope.truncated or (not sender_of(obj) and isinstance(self.sender, NylasSender)):
+        if envelope.truncated or (not sender_of(obj) and not self.sender.dry_run):
             obj = await self.sender.fetch(grant_id, message_id)  # the body, and who sent it
-        remember = getattr(self.sender, "remember", None)
-        if remember is not None and sender_of(obj):
-            remember(grant_id, obj)
-        lookup = getattr(self.sender, "grant_address", None)
-        own = self.own_address or (await lookup(grant_id) if lookup else None)
-        if own_message(obj, own):
+        if sender_of(obj):
+            self.sender.remember(grant_id, obj)
+        if own_message(obj, await self._own(grant_id)):
             return Skip.OWN_MESSAGE
         return inbound_from_nylas(
             {**obj, "grant_id": grant_id, "id": message_id},
@@ -54,56 +76,80 @@ class NylasChannel:
         )
 
     async def history(self, message: Inbound) -> Sequence[ThreadMessage]:
-        thread = getattr(self.sender, "thread", None)
-        if thread is None or not message.thread_id:
+        if not message.thread_id:
             return ()
-        lookup = getattr(self.sender, "grant_address", None)
-        own = self.own_address or (await lookup(message.inbox_id) if lookup else None)
+        own = await self._own(message.inbox_id)
         out: list[ThreadMessage] = []
-        for m in await thread(message.inbox_id, message.thread_id):
+        for m in await self.sender.thread(message.inbox_id, message.thread_id):
             if m.get("id") == message.message_id:
                 break
-            when = m.get("date")
             out.append(
                 ThreadMessage(
                     message_id=str(m.get("id", "")),
                     sender=sender_of(m),
                     text=m.get("body") or m.get("snippet"),
-                    timestamp=(
-                        datetime.fromtimestamp(when, UTC)
-                        if isinstance(when, int | float) and abs(when) < 1e11
-                        else None
-                    ),
+                    timestamp=_timestamp(m.get("date")),
                     own=own_message(m, own),
                     subject=m.get("subject"),
                 )
             )
         return out
 
+    async def missed(self, account: str, message: Mapping[str, Any]) -> Missed | None:
+        """A message not the grant's own, as its ``message.created`` notification (bodies
+        above :data:`INLINE_BODY_BYTES` left out, as ``message.created.truncated``)."""
+        if own_message(message, await self._own(account)):
+            return None
+        message_id = str(message["id"])
+        obj = {**message, "grant_id": account, "object": "message"}
+        event_type = "message.created"
+        if len(str(obj.get("body") or "").encode()) > INLINE_BODY_BYTES:
+            obj.pop("body", None)
+            event_type = "message.created.truncated"
+        date = message.get("date")
+        at = float(date) if isinstance(date, int | float) and not isinstance(date, bool) else 0.0
+        webhook = {
+            "specversion": "1.0",
+            "type": event_type,
+            "source": "/onceonly/catch-up",
+            "id": catch_up_event_id(account, message_id),
+            "time": int(at) if at else None,
+            "data": {"object": obj},
+        }
+        return Missed(message_id, at, webhook)
 
-def nylas_channel(
-    settings: Settings, *, outbox: Any = None, registry: CollectorRegistry | None = None
-) -> NylasChannel | None:
-    """The Nylas channel if Nylas is configured (an API key, a webhook secret or an address).
 
-    Without ``NYLAS_API_KEY`` replies go to the dry-run ``outbox`` (AgentMail's, if given).
-    """
-    key = settings.nylas_api_key
-    own = settings.nylas_grant_email
-    if key is None and settings.nylas_webhook_secret is None and not own:
-        return None
-    if key is None:
-        from onceonly.processors.outbox import DryRunOutbox
+# -- what the registry holds (onceonly.processors.mail.registry) ------------------------
 
-        sender = outbox or DryRunOutbox(settings.run_dir / "dry-run-outbox.jsonl")
-        return NylasChannel(sender, own_address=own)
-    return NylasChannel(
-        NylasSender(
-            key.get_secret_value(),
-            api_uri=settings.nylas_api_uri,
-            timeout_s=settings.send_timeout_s,
-            own_address=own,
-            replays=replay_counter(registry),
-        ),
-        own_address=own,
+
+def configured(settings: Settings) -> bool:
+    """Nylas is answered if configured: an API key, a webhook secret or the grant's address."""
+    return bool(
+        settings.nylas_api_key is not None
+        or settings.nylas_webhook_secret is not None
+        or settings.nylas_grant_email
     )
+
+
+def client(settings: Settings, registry: CollectorRegistry | None = None) -> NylasSender | None:
+    """The API client, if NYLAS_API_KEY is set."""
+    key = settings.nylas_api_key
+    if key is None:
+        return None
+    return NylasSender(
+        key.get_secret_value(),
+        api_uri=settings.nylas_api_uri,
+        timeout_s=settings.send_timeout_s,
+        own_address=settings.nylas_grant_email,
+        replays=replay_counter(registry),
+    )
+
+
+def dry_run(settings: Settings, outbox: DryRunOutbox) -> NylasDryRun:
+    return NylasDryRun(outbox, own_address=settings.nylas_grant_email)
+
+
+def channel(settings: Settings, sender: MailClient) -> NylasChannel:
+    if not isinstance(sender, NylasClient):
+        raise TypeError(f"the Nylas channel needs a Nylas client, not {type(sender).__name__}")
+    return NylasChannel(sender, own_address=settings.nylas_grant_email)

@@ -87,6 +87,13 @@ class NylasSender:
         #: (grant, message) -> (to, subject) of the reply, from the event or a fetch
         self._reply_fields: OrderedDict[tuple[str, str], ReplyFields] = OrderedDict()
 
+    @property
+    def dry_run(self) -> bool:
+        return False
+
+    async def aclose(self) -> None:
+        """The SDK's client (requests, run in threads) holds no connection to close."""
+
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
@@ -170,7 +177,7 @@ class NylasSender:
         response = await self._read(self.client.messages.find, grant_id, message_id, params)
         return dict(response.data.to_dict())
 
-    async def grant_address(self, grant_id: str) -> str | None:
+    async def address(self, grant_id: str) -> str | None:
         """The grant's own address: configured, or read from the grant (once)."""
         if self.own_address:
             return self.own_address
@@ -199,7 +206,7 @@ class NylasSender:
             log.warning("reconcile: the message or thread is gone", key=record.key, error=str(exc))
             return None
         ids = [i for i in thread.data.message_ids or () if i != record.message_id]
-        own = await self.grant_address(record.inbox_id)
+        own = await self.address(record.inbox_id)
         for message_id in reversed(ids[-RECONCILE_LOOKUPS:]):  # the newest first
             try:
                 candidate = await self.fetch(record.inbox_id, message_id, headers=True)
@@ -218,7 +225,7 @@ class NylasSender:
         ids = list(thread.data.message_ids or ())[-RECONCILE_LOOKUPS:]
         return [await self.fetch(grant_id, message_id) for message_id in ids]
 
-    async def messages_after(self, grant_id: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
+    async def messages_since(self, grant_id: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
         """Every message the grant received at or after ``since``, page by page."""
         token: str | None = None
         while True:
@@ -234,6 +241,3 @@ class NylasSender:
             token = page.next_cursor
             if not token:
                 return
-
-
-# -- the channel ---------------------------------------------------------------------

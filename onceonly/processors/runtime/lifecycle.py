@@ -33,9 +33,7 @@ def wire_lifecycle(
     async def close_senders(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         router.parts.writer.close()
         for channel in router.parts.channels.values():
-            close = getattr(channel.sender, "aclose", None)
-            if close is not None:
-                await close()
+            await channel.sender.aclose()
 
     app.on_before_shutdown.connect(close_senders)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +37,6 @@ from onceonly.foundation import tracing
 from onceonly.foundation.kafka import Admin, TopicSpec, client_security
 from onceonly.foundation.settings import Settings
 from onceonly.processors.agent import Writer, WriterPolicy
-from onceonly.processors.agentmail.channel import AgentMailChannel
-from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.dedupe.decisions import Retention
@@ -48,10 +46,10 @@ from onceonly.processors.flow.admission import admission_for
 from onceonly.processors.health import WebhookHealth
 from onceonly.processors.lanes import Lanes
 from onceonly.processors.ledger import TableLedger
+from onceonly.processors.mail.protocol import MailClient
+from onceonly.processors.mail.registry import mail_providers
 from onceonly.processors.metrics import WorkerMetrics
-from onceonly.processors.nylas.channel import nylas_channel
 from onceonly.processors.offsets import OffsetBook
-from onceonly.processors.outbox import DryRunOutbox
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reorder.holds import Holds
@@ -109,17 +107,6 @@ def writer_policy(settings: Settings) -> WriterPolicy:
     )
 
 
-def _mail_sender(settings: Settings) -> Any:
-    key = settings.agentmail_api_key
-    if key is None:
-        return DryRunOutbox(settings.run_dir / "dry-run-outbox.jsonl")
-    return AgentMailSender(
-        key.get_secret_value(),
-        base_url=settings.agentmail_base_url,
-        timeout_s=settings.send_timeout_s,
-    )
-
-
 def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: OffsetBook) -> Lanes:
     def forget(records: Iterable[Record]) -> None:  # dropped: faust must not wait for them
         unacked = app.consumer.unacked
@@ -152,7 +139,7 @@ def _router(
     app: faust.App,
     settings: Settings,
     topics: Topology,
-    sender: Any,
+    clients: Mapping[str, MailClient] | None,
     writer: ReplyWriter | None,
     clock: Clock,
     book: OffsetBook,
@@ -177,7 +164,7 @@ def _router(
         events=events,
         holds=Holds(holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
         ledger=TableLedger(FaustTable(topics.replies), fence=fence.check),
-        channels={"agentmail": AgentMailChannel(sender)},
+        channels=mail_providers(settings, registry=metrics.registry, clients=clients),
         writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
             topics.dead_letters,
@@ -203,17 +190,13 @@ def _router(
         decisions=Decisions(topics.decisions, clock),
         fence=fence,
     )
-    outbox = sender if isinstance(sender, DryRunOutbox) else None
-    nylas = nylas_channel(settings, outbox=outbox, registry=metrics.registry)
-    if nylas is not None:
-        parts.channels["nylas"] = nylas
     return Router(parts, retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000))
 
 
 def build_app(
     settings: Settings,
     *,
-    sender: Any = None,
+    clients: Mapping[str, MailClient] | None = None,
     writer: ReplyWriter | None = None,
     clock: Clock = time.time,
     tick_interval_s: float | None = None,
@@ -224,15 +207,16 @@ def build_app(
 
     ``pages`` adds routes to the worker's web port beside ``/metrics``. ``replication``
     (default: ONCEONLY_REPLICATION_FACTOR, else decided from the number of brokers, as for
-    onceonly's own topics) applies to the changelogs faust creates."""
+    onceonly's own topics) applies to the changelogs faust creates. ``clients`` replaces
+    mail providers' API clients by name (else each is built from the settings:
+    :func:`onceonly.processors.mail.registry.mail_providers`)."""
     if replication is None:
         admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
         replication = admin.replication_for(settings.replication_factor)
     app = faust_app(settings, replication)
     parts = topology(app, settings, replication)
-    sender = sender if sender is not None else _mail_sender(settings)
     book = OffsetBook()
-    router = _router(app, settings, parts, sender, writer, clock, book)
+    router = _router(app, settings, parts, clients, writer, clock, book)
     lanes = router.parts.lanes
 
     async def drain() -> None:

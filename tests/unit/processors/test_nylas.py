@@ -28,8 +28,10 @@ from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.operations import catchup
 from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.mail.registry import mail_providers
 from onceonly.processors.messages import Inbound, reply_key
-from onceonly.processors.nylas.channel import NylasChannel, nylas_channel
+from onceonly.processors.nylas.channel import NylasChannel
+from onceonly.processors.nylas.dry_run import NylasDryRun
 from onceonly.processors.nylas.errors import classify
 from onceonly.processors.nylas.messages import (
     find_nylas_reply,
@@ -102,7 +104,7 @@ def _api_error(status: int, kind: str, headers: dict[str, str] | None = None) ->
     ],
 )
 async def test_types_other_than_message_created_are_never_answered(event_type: str) -> None:
-    channel = NylasChannel(DryRunOutbox(), own_address=AGENT)
+    channel = NylasChannel(NylasDryRun(DryRunOutbox()), own_address=AGENT)
 
     found = await channel.inbound(_envelope(event_type=event_type, **{"from": [{"email": "c@x"}]}))
 
@@ -110,7 +112,7 @@ async def test_types_other_than_message_created_are_never_answered(event_type: s
 
 
 async def test_a_message_created_becomes_an_inbound_keyed_by_grant_and_message() -> None:
-    channel = NylasChannel(DryRunOutbox(), own_address=AGENT)
+    channel = NylasChannel(NylasDryRun(DryRunOutbox()), own_address=AGENT)
     envelope = _envelope(
         **{"from": [{"name": "C", "email": CUSTOMER}], "body": "<p>hi</p>", "date": 1_764_410_000}
     )
@@ -126,7 +128,7 @@ async def test_a_message_created_becomes_an_inbound_keyed_by_grant_and_message()
 
 
 async def test_the_agents_own_outbound_mail_is_skipped() -> None:
-    channel = NylasChannel(DryRunOutbox(), own_address=AGENT)
+    channel = NylasChannel(NylasDryRun(DryRunOutbox()), own_address=AGENT)
     mine = _envelope(**{"from": [{"email": AGENT.upper()}]})
     filed_in_sent = _envelope(**{"from": [{"email": "alias@acme.example"}], "folders": ["SENT"]})
 
@@ -222,20 +224,20 @@ def test_the_replay_header_is_read_case_insensitively() -> None:
 
 def test_the_channel_is_registered_only_when_nylas_is_configured(tmp_path: Path) -> None:
     base = {"run_dir": tmp_path}
-    assert nylas_channel(Settings(**base)) is None  # type: ignore[arg-type]
+    assert "nylas" not in mail_providers(Settings(**base))  # type: ignore[arg-type]
 
-    outbox = DryRunOutbox()
-    dry = nylas_channel(
+    dry = mail_providers(
         Settings(nylas_webhook_secret=SecretStr("s"), **base),  # type: ignore[arg-type]
-        outbox=outbox,
     )
-    assert dry is not None and dry.sender is outbox
+    agentmail, nylas = dry["agentmail"].sender, dry["nylas"].sender
+    assert isinstance(nylas, NylasDryRun) and nylas.dry_run
+    assert nylas.outbox is agentmail.outbox  # type: ignore[attr-defined]  # one outbox
 
-    real = nylas_channel(
+    real = mail_providers(
         Settings(nylas_api_key=SecretStr("k"), nylas_grant_email=AGENT, **base),  # type: ignore[arg-type]
         registry=CollectorRegistry(),
-    )
-    assert real is not None and isinstance(real.sender, NylasSender)
+    )["nylas"]
+    assert isinstance(real, NylasChannel) and isinstance(real.sender, NylasSender)
     assert real.own_address == AGENT
 
 
@@ -258,18 +260,23 @@ def test_the_api_uri_defaults_to_the_us_region(monkeypatch: pytest.MonkeyPatch) 
     assert Settings.from_env().nylas_api_uri == "https://api.us.nylas.com"
 
 
-def test_a_catch_up_envelope_is_what_ingest_makes_and_leaves_big_bodies_out() -> None:
+async def test_a_catch_up_envelope_is_what_ingest_makes_and_leaves_big_bodies_out() -> None:
+    channel = NylasChannel(NylasDryRun(DryRunOutbox()), own_address=AGENT)
     message = {
         "id": "m1",
-        "grant_id": GRANT,
         "thread_id": "t1",
         "date": 1_764_410_000,
         "from": [{"email": CUSTOMER}],
         "body": "hi",
     }
 
-    small = catchup.nylas_envelope_for(message, NOW)
-    big = catchup.nylas_envelope_for({**message, "body": "x" * (300 * 1024)}, NOW)
+    async def envelope(message: dict[str, Any]) -> Envelope:
+        missed = await channel.missed(GRANT, message)
+        assert missed is not None
+        return catchup.envelope_for("nylas", missed, NOW)
+
+    small = await envelope(message)
+    big = await envelope({**message, "body": "x" * (300 * 1024)})
 
     assert (small.provider, small.event_type, small.thread_key) == (
         "nylas",
@@ -277,9 +284,10 @@ def test_a_catch_up_envelope_is_what_ingest_makes_and_leaves_big_bodies_out() ->
         "nylas:t1",
     )
     assert (small.account_id, small.message_id) == (GRANT, "m1")
-    assert small.event_id == catchup.nylas_envelope_for(message, NOW).event_id  # deterministic
+    assert small.event_id == (await envelope(message)).event_id  # deterministic
     assert big.truncated and big.event_type == "message.created.truncated"
     assert "body" not in big.payload()["data"]["object"]
+    assert await channel.missed(GRANT, {**message, "from": [{"email": AGENT}]}) is None
 
 
 # -- against the local Nylas server, through the SDK ---------------------------------
@@ -592,8 +600,8 @@ async def test_catch_up_feeds_the_unanswered_messages_only(nylas: FakeNylas) -> 
     async def feed(envelope: Envelope) -> None:
         fed.append(envelope)
 
-    summary = await catchup.catch_up_nylas(
-        harness.sender, GRANT, datetime(2026, 6, 1, tzinfo=UTC), ledger=ledger, feed=feed
+    summary = await catchup.catch_up(
+        harness.channel, GRANT, datetime(2026, 6, 1, tzinfo=UTC), ledger=ledger, feed=feed
     )
 
     assert old["id"] not in {e.message_id for e in fed}
@@ -613,7 +621,7 @@ async def test_a_fetch_that_fails_is_a_send_error(nylas: FakeNylas) -> None:
 
 
 async def test_a_notification_without_a_message_object_is_skipped_not_a_crash() -> None:
-    channel = NylasChannel(DryRunOutbox(), own_address=AGENT)
+    channel = NylasChannel(NylasDryRun(DryRunOutbox()), own_address=AGENT)
     body = json.dumps({"id": "n1", "type": "message.created", "time": 1, "data": "oops"})
 
     assert await channel.inbound(normalise.nylas(body, {}, NOW)) is Skip.NOT_RECEIVED
