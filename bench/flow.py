@@ -3,7 +3,7 @@
 ``python -m bench.flow`` (``make bench-flow``) runs, on one embedded broker (or the cluster
 named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id, real
 ``onceonly worker`` processes with the openai example writer
-(``onceonly.processors.openai_writer:reply``) against the local chat-completions server
+(``onceonly.processors.writer.openai:reply``) against the local chat-completions server
 (``testkit.fakes.openai_server``, which notes when each request came and answers after
 ``latency``), and the local AgentMail server. Deliveries are produced to the deliveries
 topic as ingest would (the clock starts at the broker's ack, which precedes ingest's 204):

@@ -1,4 +1,4 @@
-"""A real language model behind ``onceonly.processors.openai_writer``: SmolLM2-135M-Instruct in
+"""A real language model behind ``onceonly.processors.writer.openai``: SmolLM2-135M-Instruct in
 llama-cpp-python's OpenAI-compatible server, on this CPU (``devstack.llm``).
 
 ``python -m bench.real_model`` (``make real-model``), on one embedded broker:
@@ -6,7 +6,7 @@ llama-cpp-python's OpenAI-compatible server, on this CPU (``devstack.llm``).
 (0) builds the model server once (cached under ``.run/``; the seconds it took are
     reported) and starts it on loopback;
 (S) the sample: ``onceonly ingest`` and one ``onceonly worker`` (real processes) with
-    ``ONCEONLY_REPLY_WRITER=onceonly.processors.openai_writer:reply`` pointed at it, the instant
+    ``ONCEONLY_REPLY_WRITER=onceonly.processors.writer.openai:reply`` pointed at it, the instant
     mail server as AgentMail; ``python -m devstack send``'s AgentMail sample (message B, then an
     older message A of the same thread three times) is POSTed to ingest, and the reply
     text the model wrote is printed;
@@ -64,7 +64,7 @@ class Results:
 
 def worker_env(server: llm.ModelServer) -> dict[str, str]:
     return {
-        "ONCEONLY_REPLY_WRITER": "onceonly.processors.openai_writer:reply",
+        "ONCEONLY_REPLY_WRITER": "onceonly.processors.writer.openai:reply",
         "OPENAI_BASE_URL": server.base_url,
         "OPENAI_API_KEY": "local",  # the SDK wants one; the local server reads none
         "OPENAI_MODEL": llm.ALIAS,

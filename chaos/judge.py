@@ -26,7 +26,7 @@ class Judge(Stack):
 
     async def verdict(self) -> Verdict:
         from onceonly.operations.catchup import read_ledger
-        from onceonly.processors.messages import reply_key
+        from onceonly.processors.writer.contract import reply_key
 
         assert self.plan is not None and self.load is not None
         outbox = (await self._mail("GET", "/_control/outbox"))["outbox"]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from chaos.approvals import REASON, SEED_VAR, SHARE_VAR, needs_approval
-from onceonly.processors.messages import Draft, Inbound
+from onceonly.processors.writer.contract import Draft, Inbound
 
 LOG_DIR_VAR = "CHAOS_WRITER_LOG_DIR"
 SECONDS_VAR = "CHAOS_WRITER_S"

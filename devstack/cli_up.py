@@ -23,8 +23,8 @@ def up() -> None:
     from devstack.up import local_stack
     from onceonly.foundation.providers import ALL
     from onceonly.ingest.app import serve
+    from onceonly.processors.mail.outbox import OUTBOX_FILE
     from onceonly.processors.mail.registry import dry_runs
-    from onceonly.processors.outbox import OUTBOX_FILE
 
     settings = settings_from_env()
     dev_secret = None

@@ -17,11 +17,11 @@ GitHub, Standard Webhooks) is ``handler(envelope: Envelope, effects: Effects)``,
 """
 
 from onceonly.foundation.errors import ConfigError
-from onceonly.processors.agent import Burst
 from onceonly.processors.effects.once import EffectConflict, Effects
 from onceonly.processors.exceptions import WriterFailed
 from onceonly.processors.flow.rate import ModelThrottled
-from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.writer.contract import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.writer.runner import Burst
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.exceptions import OnceOnlyError
 from onceonly.schemas.ledger import Usage

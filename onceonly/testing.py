@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from onceonly.processors.agent import Burst, Writer, WriterPolicy
 from onceonly.processors.effects.once import Effects
-from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.writer.contract import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.writer.runner import Burst, Writer, WriterPolicy
 
 __all__ = ["MemoryLedger", "call_writer", "inbound", "make_burst"]
 

@@ -4,7 +4,7 @@ read their messages, reply once (or hand other events on), finish the dedupe ent
 The router (:mod:`onceonly.processors.router`) decides *when* a thread's deliveries are
 worked on; this decides *what* is done with them. It reaches the rest of the worker only
 through :class:`~onceonly.processors.parts.WorkerParts`, and each reply only through
-:class:`~onceonly.processors.reply_parts.ReplyParts`. A record's failure is that record's:
+:class:`~onceonly.processors.reply.parts.ReplyParts`. A record's failure is that record's:
 whatever processing one raises is retried a bounded number of times, then dead-lettered
 with the error, and the worker goes on.
 """
@@ -29,12 +29,12 @@ from onceonly.processors.exceptions import Rebalancing, SendError
 from onceonly.processors.flow import tenants
 from onceonly.processors.lanes import Dropped, Job
 from onceonly.processors.mail.protocol import MailProvider
-from onceonly.processors.messages import Inbound
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reorder.holds import log_ids as _ids
-from onceonly.processors.reply import Outcome, SendPolicy, Skip, split_burst
-from onceonly.processors.reply_parts import ReplyParts
+from onceonly.processors.reply.once import Outcome, SendPolicy, Skip, split_burst
+from onceonly.processors.reply.parts import ReplyParts
+from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from onceonly.processors.reorder.holds import Delivery
-from onceonly.processors.reply import BurstResult, Outcome
+from onceonly.processors.reply.once import BurstResult, Outcome
 from onceonly.schemas.decision import DecisionRecord, Stage
 from onceonly.schemas.ledger import ReplyRecord
 

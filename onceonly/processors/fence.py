@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from onceonly.processors.exceptions import Fenced
-from onceonly.processors.reply import MailSender
+from onceonly.processors.reply.once import MailSender
 from onceonly.schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.fence")

@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from onceonly.foundation.settings import Settings
-from onceonly.processors.agent import Writer
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.dedupe.sweep import Sweeper
 from onceonly.processors.effects.once import EventHandler
 from onceonly.processors.fence import Fence
 from onceonly.processors.lanes import Lanes
-from onceonly.processors.ledger import TableLedger
 from onceonly.processors.mail.protocol import MailProvider
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.records import KeyValues, Topic
 from onceonly.processors.reorder.holds import Holds
+from onceonly.processors.reply.ledger import TableLedger
+from onceonly.processors.writer.runner import Writer
 
 Clock = Callable[[], float]  # epoch seconds
 

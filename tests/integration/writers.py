@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from onceonly.processors.messages import Inbound
+from onceonly.processors.writer.contract import Inbound
 
 
 def unique(burst: Sequence[Inbound]) -> str:

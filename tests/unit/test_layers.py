@@ -71,7 +71,7 @@ def test_the_repository_has_one_product_package_beside_the_development_tools() -
 
 
 def test_layer_package_is_the_longest_prefix() -> None:
-    assert layer_package("onceonly.processors.agentmail.sender") == "onceonly.processors"
+    assert layer_package("onceonly.processors.mail.agentmail.sender") == "onceonly.processors"
     assert layer_package("onceonly.testing") == "onceonly"
     assert layer_package("onceonly_other") is None
     assert layer_package("faust") is None
@@ -108,8 +108,8 @@ SEAMS = {
     "aiokafka": "onceonly.processors.runtime",
     "rocksdict": "onceonly.processors.runtime",
     "confluent_kafka": "onceonly.foundation.kafka",
-    "agentmail": "onceonly.processors.agentmail",
-    "nylas": "onceonly.processors.nylas",
+    "agentmail": "onceonly.processors.mail.agentmail",
+    "nylas": "onceonly.processors.mail.nylas",
 }
 
 

@@ -29,10 +29,10 @@ from onceonly.processors.approval.decisions import (
     timeout_decision,
 )
 from onceonly.processors.lanes import Job
-from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
-from onceonly.processors.reply import BurstResult, SendPolicy, reply_once, send_recorded
-from onceonly.processors.reply_parts import ReplyParts
+from onceonly.processors.reply.once import BurstResult, SendPolicy, reply_once, send_recorded
+from onceonly.processors.reply.parts import ReplyParts
+from onceonly.processors.writer.contract import Inbound, reply_key
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
@@ -134,7 +134,8 @@ async def _no_writer(messages: Sequence[Inbound]) -> str:
 
 
 async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts) -> BurstResult:
-    """:func:`~onceonly.processors.reply.reply_once`, where a newer message supersedes a waiting
+    """:func:`~onceonly.processors.reply.once.reply_once`, where a newer message supersedes a
+    waiting
     draft.
 
     With approval on, a burst with a new message (no ledger record) looks through the

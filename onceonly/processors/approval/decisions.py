@@ -1,7 +1,8 @@
 """Approval: which replies wait for a person, and what a person's decision does to one.
 
 Pure decisions, no I/O: :func:`by_mode` (``ONCEONLY_APPROVAL``) turns a writer's answer
-into a :class:`~onceonly.processors.messages.Draft` or not; :func:`apply` decides what a decision
+into a :class:`~onceonly.processors.writer.contract.Draft` or not; :func:`apply` decides what a
+decision
 does to the reply's ledger record. The worker applies decisions on the thread's lane
 (:mod:`onceonly.processors.approval.applying`).
 
@@ -22,7 +23,7 @@ from enum import StrEnum
 
 import structlog
 
-from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.writer.contract import Decline, Draft, Inbound, ThreadMessage
 from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 

@@ -16,10 +16,10 @@ from pydantic import SecretStr
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.providers import Route, by_name
 from onceonly.foundation.settings import Settings
-from onceonly.processors.agentmail import channel as agentmail
+from onceonly.processors.mail.agentmail import channel as agentmail
+from onceonly.processors.mail.nylas import channel as nylas
+from onceonly.processors.mail.outbox import OUTBOX_FILE, DryRunOutbox
 from onceonly.processors.mail.protocol import MailClient, MailProvider
-from onceonly.processors.nylas import channel as nylas
-from onceonly.processors.outbox import OUTBOX_FILE, DryRunOutbox
 
 __all__ = ["REGISTRY", "Registered", "catch_up_provider", "dry_runs", "mail_providers"]
 

@@ -14,7 +14,7 @@ so each write lands in the store and changelog partition of the thread it belong
 * ``events``: dedupe entries keyed ``provider:event_id``;
 * ``holds``: each thread's reorder buffer (:mod:`onceonly.processors.reorder.holds`);
 * ``replies``: the reply ledger, whose changelog *is* the compacted ledger topic
-  (:class:`onceonly.processors.ledger.TableLedger`).
+  (:class:`onceonly.processors.reply.ledger.TableLedger`).
 
 Held events are released by *ticks*: a timer sends an empty record, marked with the
 ``onceonly-tick`` header, to each partition that holds a due buffer; the agent meets it
@@ -36,7 +36,6 @@ from aiohttp import web
 from onceonly.foundation import tracing
 from onceonly.foundation.kafka import Admin, TopicSpec, client_security
 from onceonly.foundation.settings import Settings
-from onceonly.processors.agent import Writer, WriterPolicy
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.dedupe.decisions import Retention
@@ -45,7 +44,6 @@ from onceonly.processors.fence import Fence
 from onceonly.processors.flow.admission import admission_for
 from onceonly.processors.health import WebhookHealth
 from onceonly.processors.lanes import Lanes
-from onceonly.processors.ledger import TableLedger
 from onceonly.processors.mail.protocol import MailClient
 from onceonly.processors.mail.registry import mail_providers
 from onceonly.processors.metrics import WorkerMetrics
@@ -53,7 +51,8 @@ from onceonly.processors.offsets import OffsetBook
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reorder.holds import Holds
-from onceonly.processors.reply import ReplyWriter
+from onceonly.processors.reply.ledger import TableLedger
+from onceonly.processors.reply.once import ReplyWriter
 from onceonly.processors.router import Router
 from onceonly.processors.runtime.app import (
     Topology,
@@ -66,7 +65,8 @@ from onceonly.processors.runtime.consumer import draining_consumer
 from onceonly.processors.runtime.lifecycle import share_model_budget, wire_lifecycle
 from onceonly.processors.runtime.progress import Worker
 from onceonly.processors.runtime.tables import FaustTable
-from onceonly.processors.writer import load_callable, load_writer
+from onceonly.processors.writer.loading import load_callable, load_writer
+from onceonly.processors.writer.runner import Writer, WriterPolicy
 
 log = structlog.get_logger("onceonly.worker")
 

@@ -21,7 +21,7 @@ import pytest
 from devstack.jars import kafka_classpath, pom_kafka_version
 from devstack.kafka_tools import CONSOLE_CONSUMER, CONSUMER_GROUPS, run_tool
 from onceonly.foundation.kafka import consumer_lag
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,

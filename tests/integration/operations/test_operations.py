@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,

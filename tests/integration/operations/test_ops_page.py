@@ -19,7 +19,7 @@ import pytest
 from playwright.async_api import Page, async_playwright
 
 from onceonly.operations.replay import DeadLetter, dead_letters
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.debian import install_debian_packages
 from tests.integration.workers import INBOX, Stack, ledger_records, until

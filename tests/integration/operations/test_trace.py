@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from onceonly.operations.trace import Trace, find, recent_skips
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import INBOX, Stack, onceonly, until
 

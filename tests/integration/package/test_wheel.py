@@ -149,7 +149,7 @@ def test_a_writer_module_outside_the_repository_runs_on_the_public_surface(
         """
         import asyncio, json
         from onceonly import Decline
-        from onceonly.processors.writer import load_writer
+        from onceonly.processors.writer.loading import load_writer
         from onceonly.testing import MemoryLedger, call_writer, inbound
 
         async def main():

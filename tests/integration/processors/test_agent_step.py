@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import INBOX, Stack, ledger_records, until
 from tests.integration.workers import dead_letters as _dead_letters

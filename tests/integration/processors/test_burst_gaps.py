@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
 from tests.conftest import consume_all

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import Usage
 from testkit import payloads
 from testkit.fakes.openai_server import FakeChatModel
@@ -42,7 +42,7 @@ def chat() -> Iterator[FakeChatModel]:
 
 def openai_env(chat: FakeChatModel, **extra: str) -> dict[str, str]:
     return {
-        "ONCEONLY_REPLY_WRITER": "onceonly.processors.openai_writer:reply",
+        "ONCEONLY_REPLY_WRITER": "onceonly.processors.writer.openai:reply",
         "OPENAI_BASE_URL": f"{chat.base_url}/v1",
         "OPENAI_API_KEY": "test",
         "OPENAI_MODEL": "local-model",

@@ -23,7 +23,7 @@ import pytest
 from onceonly.foundation.kafka import AsyncProducer
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
 from testkit.fakes.nylas_server import FakeNylas

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.integration.processors.test_approvals import TOKEN, _post
 from tests.integration.processors.test_nylas import GRANT, NylasStack, nylas, nylas_stack

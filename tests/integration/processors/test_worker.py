@@ -12,7 +12,7 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from onceonly.ingest import normalise
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from tests.conftest import consume_all

@@ -1,4 +1,4 @@
-"""A real language model behind ``onceonly.processors.openai_writer``: SmolLM2-135M-Instruct in
+"""A real language model behind ``onceonly.processors.writer.openai``: SmolLM2-135M-Instruct in
 llama-cpp-python's server (``devstack.llm``), a real worker process, the real broker and
 AgentMail's API on loopback. Runs where the server is built (``make real-model`` builds
 it under ``.run/``); skipped elsewhere, saying so."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devstack import llm
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import INBOX, Stack, ledger_records
 
@@ -32,7 +32,7 @@ async def test_the_reply_is_the_text_the_model_wrote_recorded_then_sent_once(
 ) -> None:
     stack = stack_factory(reorder_window_ms=0)
     stack.worker(
-        ONCEONLY_REPLY_WRITER="onceonly.processors.openai_writer:reply",
+        ONCEONLY_REPLY_WRITER="onceonly.processors.writer.openai:reply",
         OPENAI_BASE_URL=model.base_url,
         OPENAI_API_KEY="local",
         OPENAI_MODEL=llm.ALIAS,

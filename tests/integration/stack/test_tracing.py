@@ -1,6 +1,6 @@
 """One OpenTelemetry trace from ingest to the send, through real processes: a signed
 AgentMail delivery is posted to a real ingest process, a real worker answers it with
-``onceonly.processors.openai_writer`` (the ``openai`` SDK against a local chat-completions server),
+``onceonly.processors.writer.openai`` (the ``openai`` SDK against a local chat-completions server),
 and both export over OTLP/HTTP: to a receiver in this test (``opentelemetry-proto``), and
 to Jaeger built from its Go module (``devstack.jaeger``, where it is built). ``onceonly
 trace`` then prints the same trace id, which Jaeger's query API answers for."""
@@ -79,7 +79,7 @@ async def _answer_one(
     port = free_port()
     ingest = _ingest(stack, port, endpoint)
     stack.worker(
-        ONCEONLY_REPLY_WRITER="onceonly.processors.openai_writer:reply",
+        ONCEONLY_REPLY_WRITER="onceonly.processors.writer.openai:reply",
         OPENAI_BASE_URL=f"{chat.base_url}/v1",
         OPENAI_API_KEY="test",
         OPENAI_MODEL=MODEL,

@@ -6,7 +6,7 @@ import json
 
 from bench._dbos_inbound import Inbound, parse
 from bench._dbos_stack import envelopes
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 
 
 def test_the_dbos_apps_key_is_onceonlys_reply_key() -> None:

@@ -22,7 +22,7 @@ from chaos.approvals import (
     needs_approval,
 )
 from chaos.writers import WriterConfig
-from onceonly.processors.messages import Draft, Inbound
+from onceonly.processors.writer.contract import Draft, Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 

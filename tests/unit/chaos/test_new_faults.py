@@ -17,7 +17,7 @@ from chaos.pauses import PauseRecord, pause_rows
 from chaos.plan import build_plan, pause_faults
 from chaos.run import main
 from chaos.writer_log import Call
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 
 BASE = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -14,7 +14,7 @@ import pytest
 from chaos import writers
 from chaos.writer_log import Call, WriterFigures, WriterLog
 from chaos.writers import WriterConfig, compose, parse_range
-from onceonly.processors.messages import Inbound
+from onceonly.processors.writer.contract import Inbound
 
 
 def inbound(n: int, inbox: str = "chaos-0@agentmail.to") -> Inbound:

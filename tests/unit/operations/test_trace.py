@@ -8,7 +8,7 @@ from typing import Any
 
 from onceonly.ingest import normalise
 from onceonly.operations.trace import Record, Sources, assemble, render_text, to_json
-from onceonly.processors.messages import reply_key
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.decision import DecisionRecord, Stage
 from onceonly.schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
 from onceonly.schemas.ledger import ReplyRecord, ReplyState

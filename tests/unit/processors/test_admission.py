@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from onceonly.processors.agent import Burst, Text, Writer, WriterPolicy
 from onceonly.processors.exceptions import WriterFailed
 from onceonly.processors.flow.admission import Admission, owned_share
 from onceonly.processors.flow.rate import Limits, ModelThrottled
 from onceonly.processors.flow.tenants import current_tenant
-from onceonly.processors.messages import Decline, Inbound
+from onceonly.processors.writer.contract import Decline, Inbound
+from onceonly.processors.writer.runner import Burst, Text, Writer, WriterPolicy
 from onceonly.schemas.ledger import Usage
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from onceonly.processors.agent import Burst, Writer, WriterPolicy, outcome_of
 from onceonly.processors.exceptions import Fenced, WriterFailed
-from onceonly.processors.messages import Decline, Inbound, ThreadMessage
+from onceonly.processors.writer.contract import Decline, Inbound, ThreadMessage
+from onceonly.processors.writer.runner import Burst, Writer, WriterPolicy, outcome_of
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 FAST = {"backoff_initial_s": 0.001, "backoff_max_s": 0.002}

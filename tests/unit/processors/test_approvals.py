@@ -135,7 +135,7 @@ def test_a_decision_on_a_superseded_draft_names_the_newer_one() -> None:
 
 def test_a_recalled_message_comes_before_the_newer_one_whatever_the_clocks() -> None:
     from onceonly.processors.approval.decisions import recall
-    from onceonly.processors.messages import Inbound, ThreadMessage
+    from onceonly.processors.writer.contract import Inbound, ThreadMessage
 
     newer = Inbound("i", "<m2@x>", "agentmail:t", "t", "evt-2", T0, "c@x", "Hi", "second")
     skewed = ThreadMessage("<m1@x>", "c@x", "first", T0 + timedelta(hours=1))

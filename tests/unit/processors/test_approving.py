@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from onceonly.ingest import normalise
-from onceonly.processors.agent import Writer, WriterPolicy
-from onceonly.processors.agentmail.channel import AgentMailChannel
-from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.approval.applying import decide
 from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.processors.conversation import Conversation
+from onceonly.processors.mail.agentmail.channel import AgentMailChannel
+from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reorder.holds import Delivery
+from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads

@@ -7,11 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from onceonly.processors.agent import Writer, outcome_of
-from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.approval.decisions import ALWAYS_REASON, by_mode
-from onceonly.processors.messages import Decline, Draft, Inbound
-from onceonly.processors.reply import (
+from onceonly.processors.mail.agentmail.sender import AgentMailSender
+from onceonly.processors.reply.once import (
     Outcome,
     Plan,
     ReplyParts,
@@ -20,6 +18,8 @@ from onceonly.processors.reply import (
     reply_once,
     simple_write,
 )
+from onceonly.processors.writer.contract import Decline, Draft, Inbound
+from onceonly.processors.writer.runner import Writer, outcome_of
 from onceonly.schemas.approval import Approval, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail

@@ -15,14 +15,14 @@ from pydantic import SecretStr
 
 from onceonly.foundation.providers import MAIL
 from onceonly.foundation.settings import Settings
-from onceonly.processors.agentmail.channel import AgentMailChannel
-from onceonly.processors.agentmail.dry_run import AgentMailDryRun
+from onceonly.processors.mail.agentmail.channel import AgentMailChannel
+from onceonly.processors.mail.agentmail.dry_run import AgentMailDryRun
+from onceonly.processors.mail.nylas.channel import NylasChannel
+from onceonly.processors.mail.nylas.dry_run import NylasDryRun
+from onceonly.processors.mail.outbox import DryRunOutbox
 from onceonly.processors.mail.protocol import MailClient, MailProvider
 from onceonly.processors.mail.registry import REGISTRY, Registered, dry_runs, mail_providers
-from onceonly.processors.messages import Inbound, ThreadMessage
-from onceonly.processors.nylas.channel import NylasChannel
-from onceonly.processors.nylas.dry_run import NylasDryRun
-from onceonly.processors.outbox import DryRunOutbox
+from onceonly.processors.writer.contract import Inbound, ThreadMessage
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 AT = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

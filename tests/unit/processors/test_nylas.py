@@ -28,21 +28,20 @@ from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.operations import catchup
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.mail.registry import mail_providers
-from onceonly.processors.messages import Inbound, reply_key
-from onceonly.processors.nylas.channel import NylasChannel
-from onceonly.processors.nylas.dry_run import NylasDryRun
-from onceonly.processors.nylas.errors import classify
-from onceonly.processors.nylas.messages import (
+from onceonly.processors.mail.nylas.channel import NylasChannel
+from onceonly.processors.mail.nylas.dry_run import NylasDryRun
+from onceonly.processors.mail.nylas.errors import classify
+from onceonly.processors.mail.nylas.messages import (
     find_nylas_reply,
     inbound_from_nylas,
     is_replay,
     own_message,
     reply_subject,
 )
-from onceonly.processors.nylas.sender import NylasSender, replay_counter
-from onceonly.processors.outbox import DryRunOutbox
-from onceonly.processors.reply import (
+from onceonly.processors.mail.nylas.sender import NylasSender, replay_counter
+from onceonly.processors.mail.outbox import DryRunOutbox
+from onceonly.processors.mail.registry import mail_providers
+from onceonly.processors.reply.once import (
     BurstResult,
     Outcome,
     ReplyParts,
@@ -51,6 +50,7 @@ from onceonly.processors.reply import (
     reply_once,
     simple_write,
 )
+from onceonly.processors.writer.contract import Inbound, reply_key
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads

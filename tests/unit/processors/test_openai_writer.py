@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI, RateLimitError
 
-from onceonly.processors.agent import Writer, WriterPolicy
-from onceonly.processors.messages import Decline, Inbound, ThreadMessage
-from onceonly.processors.openai_writer import OpenAIWriter
+from onceonly.processors.writer.contract import Decline, Inbound, ThreadMessage
+from onceonly.processors.writer.openai import OpenAIWriter
+from onceonly.processors.writer.runner import Writer, WriterPolicy
 from testkit.fakes.openai_server import FakeChatModel
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

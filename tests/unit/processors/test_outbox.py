@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from onceonly.processors.outbox import DryRunOutbox
+from onceonly.processors.mail.outbox import DryRunOutbox
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 AT = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

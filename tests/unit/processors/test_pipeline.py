@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from onceonly.ingest import normalise
-from onceonly.processors.agent import Writer, WriterPolicy
-from onceonly.processors.agentmail.channel import AgentMailChannel
-from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.conversation import Conversation
+from onceonly.processors.mail.agentmail.channel import AgentMailChannel
+from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reorder.holds import Delivery
+from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail

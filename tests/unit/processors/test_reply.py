@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 import structlog
 
-from onceonly.processors.agentmail.messages import find_sent_reply, skip_reason
-from onceonly.processors.agentmail.sender import AgentMailSender
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
-from onceonly.processors.messages import Decline, Inbound, reply_key
-from onceonly.processors.reply import (
+from onceonly.processors.mail.agentmail.messages import find_sent_reply, skip_reason
+from onceonly.processors.mail.agentmail.sender import AgentMailSender
+from onceonly.processors.reply.once import (
     BurstResult,
     Outcome,
     Plan,
@@ -27,7 +26,8 @@ from onceonly.processors.reply import (
     simple_write,
     split_burst,
 )
-from onceonly.processors.sending import _retrying
+from onceonly.processors.reply.sending import _retrying
+from onceonly.processors.writer.contract import Decline, Inbound, reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from onceonly.processors.bursts import Plan, divide, summarize
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.messages import Inbound
-from onceonly.processors.reply import (
+from onceonly.processors.reply.bursts import Plan, divide, summarize
+from onceonly.processors.reply.once import (
     BurstResult,
     Outcome,
     ReplyParts,
@@ -26,6 +25,7 @@ from onceonly.processors.reply import (
     reply_once,
     simple_write,
 )
+from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.ledger import MemoryLedger
 

@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from onceonly.foundation import tracing
 from onceonly.ingest import normalise
 from onceonly.ingest.app import _record
-from onceonly.processors.agent import Writer
 from onceonly.processors.dedupe.claims import claim
-from onceonly.processors.messages import Inbound
-from onceonly.processors.openai_writer import OpenAIWriter
 from onceonly.processors.reorder.holds import Delivery, Holds
+from onceonly.processors.writer.contract import Inbound
+from onceonly.processors.writer.openai import OpenAIWriter
+from onceonly.processors.writer.runner import Writer
 from onceonly.schemas.envelope import REPLAY_HEADER
 from testkit import payloads
 from testkit.fakes.openai_server import FakeChatModel

@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 
 from devstack.ports import free_port
-from onceonly.processors.agentmail.sender import AgentMailSender, agentmail_client
-from onceonly.processors.agentmail.transport import AiohttpTransport, ApiClient
 from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.mail.agentmail.sender import AgentMailSender, agentmail_client
+from onceonly.processors.mail.agentmail.transport import AiohttpTransport, ApiClient
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 

@@ -1,4 +1,4 @@
-"""onceonly.processors.agentmail.messages: an AgentMail message as the worker reads it, and its
+"""onceonly.processors.mail.agentmail.messages: an AgentMail message as the worker reads it, and its
 thread."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from onceonly.processors.agentmail.messages import agentmail_history, inbound_from_agentmail
-from onceonly.processors.messages import Inbound, ThreadMessage
+from onceonly.processors.mail.agentmail.messages import agentmail_history, inbound_from_agentmail
+from onceonly.processors.writer.contract import Inbound, ThreadMessage
 
 FALLBACK = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 AT = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

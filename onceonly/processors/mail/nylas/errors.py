@@ -11,7 +11,7 @@ from nylas.models.errors import (  # type: ignore[import-untyped]
 )
 
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.nylas.messages import is_replay
+from onceonly.processors.mail.nylas.messages import is_replay
 
 
 def classify(exc: BaseException) -> SendError:

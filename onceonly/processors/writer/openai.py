@@ -4,7 +4,7 @@ Chat completions over any OpenAI-compatible server: OpenAI, vLLM, Ollama, a host
 one. The SDK reads ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL`` itself; ``OPENAI_MODEL``
 picks the model. Use it as it is::
 
-    ONCEONLY_REPLY_WRITER=onceonly.processors.openai_writer:reply
+    ONCEONLY_REPLY_WRITER=onceonly.processors.writer.openai:reply
 
 or build your own around :class:`OpenAIWriter` (a client, a model, a system prompt).
 
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from onceonly.foundation import tracing
-from onceonly.processors.agent import Burst
-from onceonly.processors.messages import Decline, ThreadMessage
+from onceonly.processors.writer.contract import Decline, ThreadMessage
+from onceonly.processors.writer.runner import Burst
 
 SYSTEM_PROMPT = (
     "You are a helpful support agent answering email. Reply to the customer's latest "
@@ -87,7 +87,7 @@ _default: OpenAIWriter | None = None
 
 
 async def reply(burst: Burst) -> str | Decline:
-    """``ONCEONLY_REPLY_WRITER=onceonly.processors.openai_writer:reply``: the client is built
+    """``ONCEONLY_REPLY_WRITER=onceonly.processors.writer.openai:reply``: the client is built
     once."""
     global _default
     if _default is None:

@@ -1,7 +1,7 @@
 """Reply once: skips, the send policy, and :func:`reply_once`, which answers a burst.
 
 The decisions are pure functions (those about bursts and ledger records in
-:mod:`onceonly.processors.bursts`). :func:`reply_once` strings them together against
+:mod:`onceonly.processors.reply.bursts`). :func:`reply_once` strings them together against
 three small protocols (a ledger that acknowledges writes, a mail sender, a reply
 writer), so it runs the same under the faust worker and in unit tests.
 
@@ -20,7 +20,8 @@ from enum import StrEnum
 
 import structlog
 
-from onceonly.processors.bursts import (
+from onceonly.processors.exceptions import WriterFailed
+from onceonly.processors.reply.bursts import (
     BurstResult,
     Outcome,
     Plan,
@@ -30,9 +31,7 @@ from onceonly.processors.bursts import (
     split_burst,
     summarize,
 )
-from onceonly.processors.exceptions import WriterFailed
-from onceonly.processors.messages import Decline, Draft, Inbound, reply_key
-from onceonly.processors.reply_parts import (
+from onceonly.processors.reply.parts import (
     DeadLetter,
     Ledger,
     MailSender,
@@ -42,7 +41,8 @@ from onceonly.processors.reply_parts import (
     SendPolicy,
     Write,
 )
-from onceonly.processors.sending import Sending, send_recorded
+from onceonly.processors.reply.sending import Sending, send_recorded
+from onceonly.processors.writer.contract import Decline, Draft, Inbound, reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
@@ -102,14 +102,15 @@ async def reply_once(
 ) -> BurstResult:
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
-    The burst is divided by the ledger (:func:`~onceonly.processors.bursts.divide`). A recorded
+    The burst is divided by the ledger (:func:`~onceonly.processors.reply.bursts.divide`). A
+    recorded
     *pending* reply is finished first, wherever its message is in the burst: the thread is
     read for it, and unless it is there it is sent with its stored text and key. The
     messages with no record get one reply, to the latest of them; if ``parts.newer`` finds
     messages of the thread that reached the worker while the writer was composing, that
     text is not recorded: the writer is asked again with them too (at most
     ``supersede_max`` times), and the one reply goes to the latest. Returns the burst's
-    result (:func:`~onceonly.processors.bursts.summarize`), with each reply's in ``parts``.
+    result (:func:`~onceonly.processors.reply.bursts.summarize`), with each reply's in ``parts``.
     """
     ledger, now, channel = parts.ledger, parts.now, parts.channel
     latest = ledger.get(split_burst(burst)[0].key)
@@ -211,7 +212,7 @@ async def _compose(
         return BurstResult(Outcome.AWAITING, target.key)
     usage = getattr(
         written, "usage", None
-    )  # the writer's reported cost (onceonly.processors.agent.Text)
+    )  # the writer's reported cost (onceonly.processors.writer.runner.Text)
     record = base.with_state(ReplyState.PENDING, reply_text=str(written), covers=seen, usage=usage)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages

@@ -13,10 +13,10 @@ import structlog
 from agentmail import AgentMailEnvironment, AsyncAgentMail
 from agentmail.core.api_error import ApiError
 
-from onceonly.processors.agentmail.listing import list_messages
-from onceonly.processors.agentmail.messages import find_sent_reply
-from onceonly.processors.agentmail.transport import ApiClient
 from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.mail.agentmail.listing import list_messages
+from onceonly.processors.mail.agentmail.messages import find_sent_reply
+from onceonly.processors.mail.agentmail.transport import ApiClient
 from onceonly.schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.mail")

@@ -14,10 +14,10 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from onceonly.processors.bursts import BurstResult, Outcome
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
-from onceonly.processors.messages import Inbound
-from onceonly.processors.reply_parts import MailSender, ReplyParts, SendPolicy
+from onceonly.processors.reply.bursts import BurstResult, Outcome
+from onceonly.processors.reply.parts import MailSender, ReplyParts, SendPolicy
+from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")

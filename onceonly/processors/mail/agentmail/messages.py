@@ -7,8 +7,8 @@ from datetime import datetime
 from email.utils import parseaddr
 from typing import Any
 
-from onceonly.processors.messages import Inbound, ThreadMessage
-from onceonly.processors.reply import Skip
+from onceonly.processors.reply.once import Skip
+from onceonly.processors.writer.contract import Inbound, ThreadMessage
 
 #: AgentMail event types that are mail but not mail to answer.
 NOT_REAL_MAIL = frozenset(

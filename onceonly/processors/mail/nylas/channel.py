@@ -11,19 +11,19 @@ from typing import Any, Protocol, runtime_checkable
 from prometheus_client import CollectorRegistry
 
 from onceonly.foundation.settings import Settings
-from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
-from onceonly.processors.messages import Inbound, ThreadMessage
-from onceonly.processors.nylas.dry_run import NylasDryRun
-from onceonly.processors.nylas.messages import (
+from onceonly.processors.mail.nylas.dry_run import NylasDryRun
+from onceonly.processors.mail.nylas.messages import (
     ANSWERABLE,
     as_mapping,
     inbound_from_nylas,
     own_message,
     sender_of,
 )
-from onceonly.processors.nylas.sender import NylasSender, replay_counter
-from onceonly.processors.outbox import DryRunOutbox
-from onceonly.processors.reply import Skip
+from onceonly.processors.mail.nylas.sender import NylasSender, replay_counter
+from onceonly.processors.mail.outbox import DryRunOutbox
+from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
+from onceonly.processors.reply.once import Skip
+from onceonly.processors.writer.contract import Inbound, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 
 #: bodies above this are left out of a catch-up webhook, which is then marked

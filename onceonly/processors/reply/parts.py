@@ -1,6 +1,6 @@
 """What one reply reaches of the worker: the ledger and mail-sender protocols, the writer
 and dead-letter steps, the send policy, and :class:`ReplyParts`, which holds them all as
-one typed object for :func:`~onceonly.processors.reply.reply_once`."""
+one typed object for :func:`~onceonly.processors.reply.once.reply_once`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from onceonly.processors.messages import Decline, Draft, Inbound
+from onceonly.processors.writer.contract import Decline, Draft, Inbound
 from onceonly.schemas.ledger import ReplyRecord
 
 

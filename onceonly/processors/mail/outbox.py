@@ -4,7 +4,7 @@
 every provider's dry run). :class:`DryRun` is the part of a provider's dry-run client
 that does not depend on the provider's shapes; each provider package subclasses it with
 :meth:`DryRun.shaped`, its sent replies as the provider's API would return them in a
-thread (``onceonly.processors.agentmail.dry_run``, ``onceonly.processors.nylas.dry_run``).
+thread (``onceonly.processors.mail.agentmail.dry_run``, ``onceonly.processors.mail.nylas.dry_run``).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from onceonly.foundation.errors import ConfigError
-from onceonly.processors.messages import Inbound
-from onceonly.processors.reply import ReplyWriter
+from onceonly.processors.reply.once import ReplyWriter
+from onceonly.processors.writer.contract import Inbound
 
 
 def acknowledge(burst: Sequence[Inbound]) -> str:

@@ -42,7 +42,7 @@ from onceonly.processors.exceptions import ProcessorError, Rebalancing, WriterFa
 from onceonly.processors.flow.admission import Admission, Ticket
 from onceonly.processors.flow.rate import model_of, retry_after_s
 from onceonly.processors.flow.tenants import current_tenant
-from onceonly.processors.messages import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.writer.contract import Decline, Draft, Inbound, ThreadMessage
 from onceonly.schemas.ledger import Usage
 
 log = structlog.get_logger("onceonly.agent")

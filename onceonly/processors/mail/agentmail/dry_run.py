@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from onceonly.processors.outbox import DryRun
+from onceonly.processors.mail.outbox import DryRun
 
 
 @dataclass

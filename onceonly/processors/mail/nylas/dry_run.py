@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from onceonly.processors.outbox import DryRun, sent_at
+from onceonly.processors.mail.outbox import DryRun, sent_at
 
 
 @dataclass

@@ -10,19 +10,19 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from onceonly.foundation.settings import Settings
-from onceonly.processors.agentmail.dry_run import AgentMailDryRun
-from onceonly.processors.agentmail.listing import is_answerable
-from onceonly.processors.agentmail.messages import (
+from onceonly.processors.mail.agentmail.dry_run import AgentMailDryRun
+from onceonly.processors.mail.agentmail.listing import is_answerable
+from onceonly.processors.mail.agentmail.messages import (
     agentmail_history,
     inbound_from_agentmail,
     skip_reason,
     timestamp_of,
 )
-from onceonly.processors.agentmail.sender import AgentMailSender
+from onceonly.processors.mail.agentmail.sender import AgentMailSender
+from onceonly.processors.mail.outbox import DryRunOutbox
 from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
-from onceonly.processors.messages import Inbound, ThreadMessage
-from onceonly.processors.outbox import DryRunOutbox
-from onceonly.processors.reply import Skip
+from onceonly.processors.reply.once import Skip
+from onceonly.processors.writer.contract import Inbound, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 
 

@@ -1,7 +1,7 @@
 """Nylas's sender through its SDK: replies with the Idempotency-Key, reconcile, listing.
 
 The channel turns a Nylas ``message.created`` notification (``.truncated`` ones fetched
-by id first) into an :class:`~onceonly.processors.reply.Inbound`; the worker then runs the same
+by id first) into an :class:`~onceonly.processors.reply.once.Inbound`; the worker then runs the same
 reply-once path as for AgentMail, with the same ledger, burst rule and dead letters.
 
 The sender calls the ``nylas`` SDK (6.x, synchronous: run in a thread) and maps its
@@ -27,8 +27,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from onceonly.foundation.settings import NYLAS_US_API_URI
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.nylas.errors import classify
-from onceonly.processors.nylas.messages import (
+from onceonly.processors.mail.nylas.errors import classify
+from onceonly.processors.mail.nylas.messages import (
     IDEMPOTENCY_HEADER,
     MAX_KEY_LENGTH,
     RECONCILE_LOOKUPS,
