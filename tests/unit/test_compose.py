@@ -224,3 +224,15 @@ def test_the_images_default_to_public_ones() -> None:
     for name, service in services.items():
         image = DEFAULTED.sub(lambda m: m["default"], str(service.get("image", "")))
         assert image and not image.startswith("localhost/"), f"{name}: {image}"
+
+
+def test_the_default_writer_of_the_compose_workers_loads() -> None:
+    """The workers' ONCEONLY_REPLY_WRITER default names a writer the package has (a module
+    moved without this default once left every compose worker unable to start)."""
+    from onceonly.processors.writer.loading import load_writer
+
+    defaults = re.findall(r"\$\{ONCEONLY_REPLY_WRITER:-([^}]+)\}", COMPOSE.read_text())
+
+    assert defaults
+    for spec in defaults:
+        assert callable(load_writer(spec))
