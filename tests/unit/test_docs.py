@@ -101,3 +101,16 @@ def test_the_readme_keeps_the_newcomers_sections() -> None:
     assert headings[:3] == ["The two commands", "The first five minutes", "The writer contract"]
     assert "from onceonly import Burst, Decline, Draft" in readme
     assert "from onceonly.testing import" in readme
+
+
+def test_every_source_path_the_docs_name_exists() -> None:
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    missing = [
+        f"{page.name}: {path}"
+        for page in pages
+        for path in sorted(set(re.findall(r"\bonceonly/[\w/]+\.py\b", page.read_text())))
+        if not (root / path).exists()
+    ]
+
+    assert not missing
