@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.reply.parts import FoundReply
 from onceonly.schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.mail")
@@ -51,7 +52,7 @@ class DryRunOutbox:
     async def find_reply(self, record: ReplyRecord) -> str | None:
         for entry in self.sent:
             if entry["key"] == record.key:
-                return str(entry["sent_message_id"])
+                return FoundReply(str(entry["sent_message_id"]), entry.get("reply_text"))
         return None
 
     def in_thread(self, channel: str, thread_id: str) -> list[dict[str, Any]]:

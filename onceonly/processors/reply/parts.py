@@ -20,6 +20,18 @@ class Ledger(Protocol):
         """Store the record; return only once the broker has acknowledged it."""
 
 
+class FoundReply(str):
+    """The id of a reply found in the thread, with the text the thread holds for it
+    (``text``; None where the provider's copy is not plain text to compare)."""
+
+    text: str | None
+
+    def __new__(cls, message_id: str, text: str | None = None) -> FoundReply:
+        found = super().__new__(cls, message_id)
+        found.text = text
+        return found
+
+
 class MailSender(Protocol):
     async def reply(self, record: ReplyRecord) -> str:
         """Send ``record.reply_text`` with ``record.key``; return the sent message id.

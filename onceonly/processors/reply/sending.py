@@ -4,7 +4,7 @@ first where the reply may be there already; its outcome recorded in the ledger."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 from tenacity import (
@@ -90,13 +90,29 @@ class Sending:
 
         if found is not None:
             log.info("reply found in the thread; recorded as sent", sent=found, **ids)
-            await self.parts.ledger.put(record.with_state(ReplyState.SENT, sent_message_id=found))
+            await self.parts.ledger.put(as_found(record, found))
             return BurstResult(Outcome.ALREADY, record.key, found)
         assert sent_id is not None
         sent = record.with_state(ReplyState.SENT, sent_message_id=sent_id, attempts=attempts)
         await self.parts.ledger.put(sent)
         log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
         return BurstResult(Outcome.SENT, record.key, sent_id)
+
+
+def as_found(record: ReplyRecord, found: str) -> ReplyRecord:
+    """``record`` *sent* as the thread has it: with the thread's text where it holds
+    another (a worker that woke after its partition moved may have recorded its own text
+    after the owner's email went out: the ledger then says what the customer read)."""
+    text = getattr(found, "text", None)
+    sent = record.with_state(ReplyState.SENT, sent_message_id=str(found))
+    if text is None or text.strip() == (record.reply_text or "").strip():
+        return sent
+    log.warning(
+        "the thread holds another text than the ledger's; recorded the thread's",
+        sent=str(found),
+        **_ids(record),
+    )
+    return replace(sent, reply_text=text)
 
 
 async def send_recorded(record: ReplyRecord, reconcile: bool, parts: ReplyParts) -> BurstResult:

@@ -920,3 +920,26 @@ async def test_a_sent_reply_is_logged_with_its_ids_attempts_and_the_messages_it_
         "inbox_id": INBOX,
         "message_id": "<b@x>",
     }
+
+
+async def test_a_reply_found_with_another_text_is_recorded_as_the_thread_has_it(
+    mail: FakeAgentMail,
+) -> None:
+    # the partition's owner sent its text; a worker that woke after the partition moved had
+    # recorded its own pending text after that (no fence reaches a write already under way):
+    # the next reconcile finds the email and records what the customer read, not the late text
+    harness = Harness(mail, now=T0 + timedelta(minutes=1))
+    message = _seed(mail, "<m1@x>")
+    owners = ReplyRecord(
+        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "owner's text"
+    )
+    await harness.sender.reply(owners)  # the owner's email
+    late = owners.with_state(ReplyState.PENDING, reply_text="the woken worker's text")
+    await harness.ledger.put(late)
+
+    result = await harness.run([message])
+
+    recorded = harness.ledger.get(message.key)
+    assert result.outcome is Outcome.ALREADY and len(mail.outbox) == 1
+    assert recorded is not None and recorded.state is ReplyState.SENT
+    assert recorded.reply_text == "owner's text"

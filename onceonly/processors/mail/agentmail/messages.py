@@ -8,6 +8,7 @@ from email.utils import parseaddr
 from typing import Any
 
 from onceonly.processors.reply.once import Skip
+from onceonly.processors.reply.parts import FoundReply
 from onceonly.processors.writer.contract import Inbound, ThreadMessage
 
 #: AgentMail event types that are mail but not mail to answer.
@@ -28,12 +29,18 @@ def skip_reason(event_type: str, message: Inbound) -> Skip | None:
     return None
 
 
-def find_sent_reply(thread_messages: Iterable[Mapping[str, Any]], message_id: str) -> str | None:
-    """The id of a message labelled sent that replies to ``message_id``, if the thread has one."""
+def find_sent_reply(
+    thread_messages: Iterable[Mapping[str, Any]], message_id: str
+) -> FoundReply | None:
+    """The message labelled sent that replies to ``message_id``, if the thread has one: its
+    id, with its text."""
     for message in thread_messages:
         labels = message.get("labels") or ()
         if "sent" in labels and message.get("in_reply_to") == message_id:
-            return str(message.get("message_id"))
+            text = message.get("text")
+            return FoundReply(
+                str(message.get("message_id")), text if isinstance(text, str) else None
+            )
     return None
 
 
