@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
 from devstack.cluster import LocalCluster
-from onceonly.foundation.kafka import Admin, AsyncProducer, client_security, producer_config_from
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, client_security
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 from onceonly.ingest.app import Ingest
@@ -92,7 +92,7 @@ async def _post(client: TestClient, n: int, stack: Stack) -> int:
 
 
 async def _ingest(settings: Settings) -> tuple[TestClient, AsyncProducer]:
-    producer = AsyncProducer(producer_config_from(settings))
+    producer = AsyncProducer(Connection.from_settings(settings))
     admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
     client = TestClient(TestServer(Ingest(settings, producer, admin).app()))
     await client.start_server()
