@@ -1,4 +1,8 @@
-"""confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
+"""confluent-kafka behind one typed adapter: producing with acks, topics, broker checks.
+
+Every client takes a :class:`Connection` (``Connection.from_settings(settings)``): the
+bootstrap, the security settings and the timeouts travel together, so none is built
+without the credentials."""
 
 from onceonly.foundation.kafka._admin import Admin, PartitionState, TopicSpec, TopicStatus
 from onceonly.foundation.kafka._connection import Connection
