@@ -16,7 +16,7 @@ from pathlib import Path
 from bench._proc_stack import base_env, scrape
 from bench._procs import Broker, ServerProcess, create_topics
 from devstack.ports import free_port
-from onceonly.foundation.kafka import AsyncProducer, producer_config_from
+from onceonly.foundation.kafka import AsyncProducer, Connection
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from testkit import payloads
@@ -46,7 +46,7 @@ class Stack:
         self.mail.start_in_thread()
         self.chat.start_in_thread()
         settings = Settings(kafka_bootstrap=self.broker.bootstrap)
-        self.producer = AsyncProducer(producer_config_from(settings))
+        self.producer = AsyncProducer(Connection.from_settings(settings))
 
     def worker(self, **extra: str) -> None:
         name = f"w{len(self.workers) + 1}"
@@ -131,15 +131,14 @@ class Stack:
     def written_at(self) -> dict[str, float]:
         """Message id -> when its reply's text was recorded (the ledger record's
         ``created_at``, as monotonic time): where the writer's part of a wait ends."""
-        from onceonly.foundation.kafka import ranges, read
+        from onceonly.foundation.kafka import Connection, ranges, read
         from onceonly.schemas.ledger import ReplyRecord
 
         topic = self.topics["ONCEONLY_LEDGER_TOPIC"]
         offset = time.time() - time.monotonic()
         out: dict[str, float] = {}
-        for message in read(
-            self.broker.bootstrap, topic, ranges(self.broker.bootstrap, topic, from_offset=0)
-        ):
+        connection = Connection(self.broker.bootstrap)
+        for message in read(connection, topic, ranges(connection, topic, from_offset=0)):
             if message.value() is None:
                 continue
             record = ReplyRecord.decode(message.value())

@@ -74,7 +74,7 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
     return the seconds it took. Raises BenchError if any record is not stored."""
     from confluent_kafka import Producer
 
-    from onceonly.foundation.kafka import producer_config
+    from onceonly.foundation.kafka import Connection, producer_config
 
     failures: list[str] = []
 
@@ -84,10 +84,12 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
 
     producer = Producer(
         producer_config(
-            bootstrap,
-            timeout_ms=120_000,
-            max_record_bytes=8 * 1024 * 1024,
-            linger_ms=20,
+            Connection(
+                bootstrap,
+                produce_timeout_ms=120_000,
+                record_max_bytes=8 * 1024 * 1024,
+                produce_linger_ms=20,
+            ),
             **{
                 "batch.num.messages": 10_000,
                 "batch.size": 1_000_000,
@@ -123,10 +125,10 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
 
 def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
     """Distinct reply keys whose latest ledger record says ``sent``, read from the topic."""
-    from onceonly.foundation.kafka import read_to_end
+    from onceonly.foundation.kafka import Connection, read_to_end
 
     latest: dict[bytes, str] = {}
-    for msg in read_to_end(bootstrap, topic, timeout_s=60):
+    for msg in read_to_end(Connection(bootstrap, request_timeout_s=60), topic):
         key, value = msg.key(), msg.value()
         if key is not None and value is not None:
             latest[key] = json.loads(value).get("state", "")

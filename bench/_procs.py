@@ -213,7 +213,7 @@ def kafka(run_dir: Path) -> Iterator[Broker]:
 def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str]:
     """Topics shaped as onceonly's, named ``<prefix>.*``; the variables that point
     ingest or a worker at them."""
-    from onceonly.foundation.kafka import Admin
+    from onceonly.foundation.kafka import Admin, Connection
     from onceonly.foundation.settings import Settings
     from onceonly.foundation.topics import topic_specs
 
@@ -231,5 +231,5 @@ def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str
         dead_letter_topic=names["ONCEONLY_DEAD_LETTER_TOPIC"],
         decisions_topic=names["ONCEONLY_DECISIONS_TOPIC"],
     )
-    Admin(bootstrap).ensure_topics(topic_specs(settings))
+    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
     return names

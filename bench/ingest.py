@@ -94,13 +94,11 @@ def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
     Returns how many records it stored."""
     from confluent_kafka import Producer
 
-    from onceonly.foundation.kafka import producer_config
+    from onceonly.foundation.kafka import Connection, producer_config
 
     producer = Producer(
         producer_config(
-            bootstrap,
-            timeout_ms=10_000,
-            max_record_bytes=8 * 1024 * 1024,
+            Connection(bootstrap, produce_timeout_ms=10_000, record_max_bytes=8 * 1024 * 1024),
             log_level=3,  # a new broker's "coordinator load in progress" retries are normal
         )
     )

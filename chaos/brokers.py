@@ -21,7 +21,7 @@ from devstack.cluster import LocalCluster
 from devstack.exceptions import BrokerError
 from devstack.jvm import tail
 from devstack.ports import free_port, free_run_of_ports
-from onceonly.foundation.kafka import Admin, PartitionState
+from onceonly.foundation.kafka import Admin, Connection, PartitionState
 
 
 class ChaosBroker(Protocol):
@@ -141,7 +141,7 @@ class ClusterBroker:
     def states(self, timeout_s: float = 5.0) -> list[PartitionState]:
         """Every partition's leader and in-sync replicas, from a fresh metadata request.
         Raises BrokerUnavailable."""
-        return Admin(self.bootstrap, log_level=2).partition_states(timeout_s)
+        return Admin(Connection(self.bootstrap), log_level=2).partition_states(timeout_s)
 
     def log_tail(self, lines: int = 25) -> str:
         return "\n".join(

@@ -17,6 +17,7 @@ from chaos.figures import Figures, Span
 from chaos.letters import LostFigures, naming_answered
 from chaos.stack import Stack
 from chaos.verdict import Verdict
+from onceonly.foundation.kafka import Connection
 
 
 class Judge(Stack):
@@ -31,7 +32,7 @@ class Judge(Stack):
         assert self.plan is not None and self.load is not None
         outbox = (await self._mail("GET", "/_control/outbox"))["outbox"]
         stats = await self._stats()
-        ledger = await asyncio.to_thread(read_ledger, self.bootstrap, LEDGER_TOPIC)
+        ledger = await asyncio.to_thread(read_ledger, Connection(self.bootstrap), LEDGER_TOPIC)
         found = await self._dead_letters()
         per = Counter((e["inbox_id"], e["replied_to_message_id"]) for e in outbox)
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
@@ -114,7 +115,8 @@ class Judge(Stack):
         from onceonly.operations.replay import ReplayError, dead_letters
 
         try:
-            return await asyncio.to_thread(dead_letters, self.bootstrap, DEAD_LETTER_TOPIC)
+            connection = Connection(self.bootstrap)
+            return await asyncio.to_thread(dead_letters, connection, DEAD_LETTER_TOPIC)
         except ReplayError:
             return None
 

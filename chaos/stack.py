@@ -193,13 +193,13 @@ class Stack:
     async def _lag(self, *, trace: bool = False) -> int | None:
         """The worker group's total lag, or None when it cannot be read whole (the broker
         is down, or the answer does not cover every partition)."""
-        from onceonly.foundation.kafka import BrokerUnavailable, consumer_lag
+        from onceonly.foundation.kafka import BrokerUnavailable, Connection, consumer_lag
 
         if self.broker_busy:
             return None
         try:
             rows = await asyncio.to_thread(
-                consumer_lag, self.bootstrap, APP_ID, DELIVERIES_TOPIC, timeout_s=5.0
+                consumer_lag, Connection(self.bootstrap), APP_ID, DELIVERIES_TOPIC, timeout_s=5.0
             )
         except BrokerUnavailable as exc:
             if trace:
@@ -281,9 +281,9 @@ class Stack:
         """The replicas and min.insync.replicas of onceonly's topics; on a cluster, refuse
         to go on unless each has 3 replicas and 2 in sync to write (onceonly's default on
         3 brokers or more)."""
-        from onceonly.foundation.kafka import Admin
+        from onceonly.foundation.kafka import Admin, Connection
 
-        admin = Admin(self.bootstrap)
+        admin = Admin(Connection(self.bootstrap))
         names = [DELIVERIES_TOPIC, LEDGER_TOPIC, DEAD_LETTER_TOPIC]
         shapes = admin.topic_shapes()
         configs = admin.topic_configs(names)

@@ -37,7 +37,7 @@ from devstack.jvm import (
 )
 from devstack.ports import LOOPBACK as _LOOPBACK
 from devstack.ports import accepts_connections, free_port, port_is_free
-from onceonly.foundation.kafka import Admin, BrokerUnavailable
+from onceonly.foundation.kafka import Admin, BrokerUnavailable, Connection
 from onceonly.foundation.settings import DEFAULT_BROKER_HEAP_MB, DEFAULT_KAFKA_PORT
 
 LOG4J2_CONFIG = OPS_KAFKA_DIR / "log4j2.properties"
@@ -349,17 +349,16 @@ class EmbeddedBroker:
         config: dict[str, Any] = {
             "socket.connection.setup.timeout.ms": 2000,
             "log_level": 2,  # only critical librdkafka messages while the broker boots
-            **self.client_config(),
         }
-        admin = Admin(self.bootstrap, **config)
+        admin = Admin(self.connection(), **config)
         try:
             return self.node_id in admin.broker_ids(max(timeout_s, 0.5))
         except BrokerUnavailable:
             return False
 
-    def client_config(self) -> dict[str, str]:
-        """librdkafka settings a client needs besides the bootstrap (SASL on a cluster node)."""
-        return {}
+    def connection(self) -> Connection:
+        """How a client reaches this broker (SASL on a cluster node of a SASL cluster)."""
+        return Connection(self.bootstrap)
 
     def _early_exit_message(self, code: int) -> str:
         output = "\n".join(self._stderr_tail) or tail(self.log_path)

@@ -62,6 +62,7 @@ def send(
     By default: an AgentMail message.received delivered COUNT times, out of order with a
     newer message of the same thread sent first.
     """
+    from onceonly.foundation.kafka import Connection
     from onceonly.operations.catchup import read_ledger
     from onceonly.operations.outcomes import Sent, outcomes, wait_for_replies, wait_for_verdicts
     from onceonly.processors.mail.registry import dry_runs
@@ -82,8 +83,9 @@ def send(
     ]
     for item in sent:
         click.echo(f"posted     {item.label}: HTTP {item.status or 'no answer'}")
+    connection = Connection.from_settings(settings)
     replies = wait_for_replies(
-        sent, lambda: read_ledger(settings.kafka_bootstrap, settings.ledger_topic), wait_s=wait_s
+        sent, lambda: read_ledger(connection, settings.ledger_topic), wait_s=wait_s
     )
     seen = wait_for_verdicts(sent, partial(_deliveries_of, settings), wait_s=min(wait_s, 15.0))
     dry_run = any(entry.name == provider for entry in dry_runs(settings))

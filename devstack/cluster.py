@@ -24,6 +24,7 @@ from devstack.exceptions import BrokerError
 from devstack.jars import OPS_KAFKA_DIR
 from devstack.jvm import new_cluster_id
 from devstack.ports import LOOPBACK, free_port
+from onceonly.foundation.kafka import Connection
 from onceonly.foundation.settings import Settings
 
 CLUSTER_TEMPLATE = OPS_KAFKA_DIR / "server-cluster.properties.template"
@@ -150,8 +151,8 @@ class ClusterNode(EmbeddedBroker):
         credential = f'[name="{user.username}",password="{user.password}"]'
         return [arg for m in SCRAM_MECHANISMS for arg in ("--add-scram", f"{m}={credential}")]
 
-    def client_config(self) -> dict[str, str]:
-        return {} if self.user is None else self.user.client_config()
+    def connection(self) -> Connection:
+        return Connection(self.bootstrap, {} if self.user is None else self.user.client_config())
 
     @property
     def exit_code(self) -> int | None:
@@ -234,8 +235,9 @@ class LocalCluster:
     def node(self, node_id: int) -> ClusterNode:
         return self.nodes[node_id - 1]
 
-    def client_config(self) -> dict[str, str]:
-        return {} if self.user is None else self.user.client_config()
+    def connection(self) -> Connection:
+        """How a client reaches the cluster: every node's address, SASL with its user."""
+        return Connection(self.bootstrap, {} if self.user is None else self.user.client_config())
 
     def is_running(self) -> bool:
         return all(node.is_running() for node in self.nodes)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from devstack.broker import EmbeddedBroker
 from devstack.children import stop_child
-from onceonly.foundation.kafka import Admin, client_security
+from onceonly.foundation.kafka import Admin, Connection
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 
@@ -33,7 +33,7 @@ def port_of(bootstrap: str) -> int:
 def local_stack(settings: Settings, echo: Echo) -> Iterator[None]:
     """A broker (if the bootstrap is local and nothing answers), the topics, one worker."""
     with contextlib.ExitStack() as stack:
-        admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+        admin = Admin(Connection.from_settings(settings))
         if settings.is_local_broker and not admin.ping(2.0):
             stack.enter_context(local_broker(settings, echo))
         for status in admin.ensure_topics(topic_specs(settings)):

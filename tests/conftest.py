@@ -15,13 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from onceonly.foundation.kafka import (
-    Admin,
-    AsyncProducer,
-    TopicMissing,
-    producer_config_from,
-    read_to_end,
-)
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, TopicMissing, read_to_end
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 
@@ -127,7 +121,7 @@ def topics_factory() -> Callable[[Settings], Settings]:
     """Create a settings object's topics on its broker; return the settings."""
 
     def make(settings: Settings) -> Settings:
-        Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings))
+        Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
         return settings
 
     return make
@@ -139,7 +133,7 @@ async def producer_factory() -> AsyncIterator[Callable[[Settings], AsyncProducer
     made: list[AsyncProducer] = []
 
     def make(settings: Settings) -> AsyncProducer:
-        producer = AsyncProducer(producer_config_from(settings))
+        producer = AsyncProducer(Connection.from_settings(settings))
         made.append(producer)
         return producer
 
@@ -148,10 +142,10 @@ async def producer_factory() -> AsyncIterator[Callable[[Settings], AsyncProducer
         producer.close(timeout_s=1)
 
 
-def consume_all(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
-    """Every record of ``topic`` from the beginning to its current end (confluent Messages);
-    none for a topic that does not exist yet."""
+def consume_all(settings: Settings, topic: str) -> list[Any]:
+    """Every record of ``topic`` on the settings' brokers from the beginning to its current
+    end (confluent Messages); none for a topic that does not exist yet."""
     try:
-        return read_to_end(bootstrap, topic, timeout_s=timeout_s)
+        return read_to_end(Connection.from_settings(settings), topic)
     except TopicMissing:
         return []

@@ -36,11 +36,11 @@ def main() -> None:
 @main.command()
 def topics() -> None:
     """Create the topics onceonly needs; fail on a topic with the wrong shape."""
-    from onceonly.foundation.kafka import Admin, client_security
+    from onceonly.foundation.kafka import Admin, Connection
     from onceonly.foundation.topics import topic_specs
 
     settings = _settings()
-    admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+    admin = Admin(Connection.from_settings(settings))
     for status in admin.ensure_topics(topic_specs(settings)):
         verb = "created" if status.created else "ok"
         click.echo(
@@ -98,7 +98,7 @@ def catch_up(
     Without --since it lists from 7 days back, or from the inbox's last message recorded
     in the ledger before then if that is earlier: an outage that ended in the last 7 days
     is listed whole, whatever was answered since. It says which window it listed."""
-    from onceonly.foundation.kafka import client_security
+    from onceonly.foundation.kafka import Connection
     from onceonly.operations import catchup
 
     if (inbox_id is None) == (nylas_grant is None):
@@ -111,9 +111,7 @@ def catch_up(
     from rich.console import Console
     from rich.progress import Progress
 
-    ledger = catchup.read_ledger(
-        settings.kafka_bootstrap, settings.ledger_topic, security=client_security(settings)
-    )
+    ledger = catchup.read_ledger(Connection.from_settings(settings), settings.ledger_topic)
     now = datetime.now(UTC)
     window = catchup.window_for(ledger, account, now, since=since)
     if window is None:
@@ -151,14 +149,11 @@ def lag() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from onceonly.foundation.kafka import client_security, consumer_lag
+    from onceonly.foundation.kafka import Connection, consumer_lag
 
     settings = _settings()
     rows = consumer_lag(
-        settings.kafka_bootstrap,
-        settings.app_id,
-        settings.deliveries_topic,
-        security=client_security(settings),
+        Connection.from_settings(settings), settings.app_id, settings.deliveries_topic
     )
     table = Table(
         "topic", "partition", "log end", "committed", "lag", title=f"group {settings.app_id}"

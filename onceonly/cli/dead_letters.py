@@ -21,12 +21,10 @@ if TYPE_CHECKING:
 
 
 def _letters(settings: Settings) -> list[DeadLetter]:
-    from onceonly.foundation.kafka import client_security
+    from onceonly.foundation.kafka import Connection
     from onceonly.operations.replay import dead_letters as read
 
-    return read(
-        settings.kafka_bootstrap, settings.dead_letter_topic, security=client_security(settings)
-    )
+    return read(Connection.from_settings(settings), settings.dead_letter_topic)
 
 
 def _chosen(letters: list[DeadLetter], ids: tuple[int, ...]) -> list[DeadLetter]:
@@ -100,7 +98,7 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
     envelopes whose MAC verifies are sent: a letter planted on the dead-letter topic is
     not. Letters left open are printed on stderr with the reason; the exit status is 1.
     """
-    from onceonly.foundation.kafka import client_security
+    from onceonly.foundation.kafka import Connection
     from onceonly.operations.replay import missing_secret, retry_dead_letters
 
     settings = settings_from_env()
@@ -110,12 +108,11 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
     if refusal is not None:
         raise click.ClickException(f"retry refused, nothing was sent: {refusal}")
     report = retry_dead_letters(
-        settings.kafka_bootstrap,
+        Connection.from_settings(settings),
         settings.deliveries_topic,
         chosen,
         dead_letter_topic=settings.dead_letter_topic,
         mac_key=settings.envelope_mac_key,
-        security=client_security(settings),
     )
     _report(report, "re-sent")
 
@@ -144,7 +141,7 @@ def dead_letters_readmit(
     secret carry no MAC: nothing tells them from forged ones, so they are sent only with
     --vouch. Letters left open are printed on stderr with the reason; the exit status is 1.
     """
-    from onceonly.foundation.kafka import client_security
+    from onceonly.foundation.kafka import Connection
     from onceonly.operations.replay import readmit_dead_letters
 
     settings = settings_from_env()
@@ -161,13 +158,12 @@ def dead_letters_readmit(
             raise click.UsageError(f"{previous_secret_file} is empty: it should hold a secret")
     chosen = _chosen(_letters(settings), ids)
     report = readmit_dead_letters(
-        settings.kafka_bootstrap,
+        Connection.from_settings(settings),
         settings.deliveries_topic,
         chosen,
         current=current,
         previous=previous,
         vouch=vouch,
         dead_letter_topic=settings.dead_letter_topic,
-        security=client_security(settings),
     )
     _report(report, "re-admitted")

@@ -109,7 +109,7 @@ def replay(
     """
     from rich.console import Console
 
-    from onceonly.foundation.kafka import client_security
+    from onceonly.foundation.kafka import Connection
     from onceonly.operations import replay as replays
 
     if resume and partition is not None:
@@ -117,15 +117,14 @@ def replay(
     settings = settings_from_env()
     if from_time is not None and from_time.tzinfo is None:
         from_time = from_time.replace(tzinfo=UTC)
-    security, topic = client_security(settings), settings.deliveries_topic
+    connection, topic = Connection.from_settings(settings), settings.deliveries_topic
     plans = replays.plan(
-        settings.kafka_bootstrap,
+        connection,
         topic,
         from_offset=from_offset,
         from_time=from_time,
         partition=partition,
         resume=resume,
-        security=security,
     )
     console, total = Console(), sum(p.count for p in plans)
     console.print(_plan_table(topic, plans))
@@ -133,14 +132,7 @@ def replay(
         console.print("dry run: nothing replayed" if dry_run else "nothing to replay")
         return
     with _stop_on_signal() as stopped, _progress(console, total, "replaying") as advance:
-        done = replays.replay(
-            settings.kafka_bootstrap,
-            topic,
-            plans,
-            advance=advance,
-            stop=stopped.is_set,
-            security=security,
-        )
+        done = replays.replay(connection, topic, plans, advance=advance, stop=stopped.is_set)
     if not done.left:
         console.print(
             f"replayed {done.sent} records (ticks skipped); workers will process them in order"

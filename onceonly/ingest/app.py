@@ -32,7 +32,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from onceonly.foundation import tracing
-from onceonly.foundation.kafka import Admin, AsyncProducer, ProduceFailed, client_security
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, ProduceFailed
 from onceonly.foundation.providers import ALL, NAMES, ROUTES, configured
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import heap, limits, normalise, verify
@@ -326,12 +326,11 @@ async def serve(
 
     ``one_of``: this process is one of ``ONCEONLY_INGEST_PROCESSES`` (onceonly.ingest.processes),
     whose parent keeps its state there: it shares the port and the metrics."""
-    from onceonly.foundation.kafka import producer_config_from
-
     tracing.configure("onceonly-ingest")
-    producer = AsyncProducer(producer_config_from(settings))
+    connection = Connection.from_settings(settings)
+    producer = AsyncProducer(connection)
     shared = one_of / "metrics" if one_of is not None else None
-    admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+    admin = Admin(connection)
     ingest = Ingest(settings, producer, admin, shared_metrics=shared)
     for route in ROUTES:
         if route.name not in ingest.providers:

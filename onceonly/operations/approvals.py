@@ -79,11 +79,11 @@ ReadLedger = Callable[[], Mapping[str, ReplyRecord]]
 
 
 def ledger_reader(settings: Settings) -> ReadLedger:
-    from onceonly.foundation.kafka import client_security
+    from onceonly.foundation.kafka import Connection
     from onceonly.operations.catchup import read_ledger
 
-    security = client_security(settings)
-    return lambda: read_ledger(settings.kafka_bootstrap, settings.ledger_topic, security)
+    connection = Connection.from_settings(settings)
+    return lambda: read_ledger(connection, settings.ledger_topic)
 
 
 def drafts(ledger: Mapping[str, ReplyRecord]) -> list[ReplyRecord]:
@@ -137,14 +137,14 @@ Produce = Callable[[ApprovalDecision], Any]
 def producer(settings: Settings) -> Produce:
     """Produce a decision to the deliveries topic, keyed by its thread (signed with
     ONCEONLY_ENVELOPE_SECRET when it is set), and wait for the broker's acknowledgement."""
-    from onceonly.foundation.kafka import AsyncProducer, producer_config_from
+    from onceonly.foundation.kafka import AsyncProducer, Connection
 
     async def produce(decision: ApprovalDecision) -> None:
         value = decision.encode()
         headers = [(APPROVAL_HEADER, str(APPROVAL_VERSION).encode())]
         if settings.envelope_mac_key is not None:
             headers.append((MAC_HEADER, mac_of(value, settings.envelope_mac_key)))
-        kafka = AsyncProducer(producer_config_from(settings))
+        kafka = AsyncProducer(Connection.from_settings(settings))
         try:
             await kafka.produce(
                 settings.deliveries_topic, value, key=decision.thread_key.encode(), headers=headers

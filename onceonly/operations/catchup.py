@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from onceonly.foundation.errors import ConfigError
-from onceonly.foundation.kafka import client_security
+from onceonly.foundation.kafka import Connection
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.processors.mail.protocol import MailProvider, Missed
@@ -163,15 +163,13 @@ async def catch_up(
     return summary
 
 
-def read_ledger(
-    bootstrap: str, topic: str, security: Mapping[str, str] | None = None
-) -> dict[str, ReplyRecord]:
+def read_ledger(connection: Connection, topic: str) -> dict[str, ReplyRecord]:
     """The compacted reply ledger as a dict (the latest record per key; effects left out)."""
     from onceonly.foundation.kafka import read_to_end
     from onceonly.schemas.exceptions import SchemaError
 
     out: dict[str, ReplyRecord] = {}
-    for msg in read_to_end(bootstrap, topic, security=dict(security or {})):
+    for msg in read_to_end(connection, topic):
         key = (msg.key() or b"").decode()
         if msg.value() is None:
             out.pop(key, None)
@@ -212,9 +210,9 @@ async def feed_unanswered(
     progress: Callable[[], None] = lambda: None,
 ) -> Summary:
     """List the account's mail after ``start`` and feed the unanswered through the pipeline."""
-    from onceonly.foundation.kafka import AsyncProducer, producer_config_from
+    from onceonly.foundation.kafka import AsyncProducer
 
-    producer = AsyncProducer(producer_config_from(settings))
+    producer = AsyncProducer(Connection.from_settings(settings))
 
     mac_key = settings.envelope_mac_key
 
@@ -238,9 +236,7 @@ def wait_for_answers(settings: Settings, summary: Summary, wait_s: float) -> int
     deadline = time.monotonic() + wait_s
     answered = 0
     while summary.fed:
-        current = read_ledger(
-            settings.kafka_bootstrap, settings.ledger_topic, client_security(settings)
-        )
+        current = read_ledger(Connection.from_settings(settings), settings.ledger_topic)
         answered = summary.answered(current)
         if answered >= len(summary.fed) or time.monotonic() > deadline:
             break

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time
 
-from onceonly.foundation.kafka import client_security, ranges, read
+from onceonly.foundation.kafka import Connection, ranges, read
 from onceonly.foundation.settings import Settings
 from onceonly.operations.ops_view import Table
 from onceonly.schemas.exceptions import SchemaError
@@ -47,12 +47,11 @@ def day_totals(records: Iterable[ReplyRecord], day: date) -> Table:
 def ledger_records(settings: Settings, day: date) -> list[ReplyRecord]:
     """The ledger's records written since ``day`` began (UTC) that decode as replies (an
     effect's record shares the ledger). A page read: never on a hot path."""
-    security = client_security(settings)
     since = datetime.combine(day, time.min, tzinfo=UTC)
-    bootstrap, topic = settings.kafka_bootstrap, settings.ledger_topic
-    wanted = ranges(bootstrap, topic, from_time=since, security=security)
+    connection, topic = Connection.from_settings(settings), settings.ledger_topic
+    wanted = ranges(connection, topic, from_time=since)
     out: list[ReplyRecord] = []
-    for message in read(bootstrap, topic, wanted, security=security):
+    for message in read(connection, topic, wanted):
         value = message.value()
         try:
             if value is not None:

@@ -29,7 +29,7 @@ import structlog
 from aiohttp import web
 
 from onceonly.foundation.errors import OnceOnlyError
-from onceonly.foundation.kafka import client_security, consumer_lag
+from onceonly.foundation.kafka import Connection, PartitionLag, consumer_lag
 from onceonly.foundation.settings import Settings
 from onceonly.operations.approvals import drafts, ledger_reader
 from onceonly.operations.approvals_view import DraftRow, decided_notice, draft_rows
@@ -119,8 +119,13 @@ def lookup(settings: Settings, source: TraceSource, ident: str) -> TraceView:
 
 
 def read_letters(settings: Settings) -> list[DeadLetter]:
-    security = client_security(settings)
-    return dead_letters(settings.kafka_bootstrap, settings.dead_letter_topic, security)
+    return dead_letters(Connection.from_settings(settings), settings.dead_letter_topic)
+
+
+def read_lag(settings: Settings) -> list[PartitionLag]:
+    """The worker group's lag on the deliveries topic."""
+    connection = Connection.from_settings(settings)
+    return consumer_lag(connection, settings.app_id, settings.deliveries_topic)
 
 
 def read_drafts(settings: Settings) -> list[DraftRow]:
@@ -137,12 +142,11 @@ def retry_letter(settings: Settings, letter_id: int) -> int | Refusal:
     if needed is not None:
         return Refusal(409, f"dead letter {letter_id} was not retried: {needed}")
     report = retry_dead_letters(
-        settings.kafka_bootstrap,
+        Connection.from_settings(settings),
         settings.deliveries_topic,
         [chosen],
         dead_letter_topic=settings.dead_letter_topic,
         mac_key=settings.envelope_mac_key,
-        security=client_security(settings),
     )
     return retry_refusal(letter_id, report) or report.events
 
@@ -170,12 +174,7 @@ class OpsPage:
             return asyncio.ensure_future(asyncio.to_thread(attempt, what, read))
 
         letters = section("the dead-letter topic", lambda: letter_rows(read_letters(settings)))
-        lag = section(
-            "the consumer lag",
-            lambda: consumer_lag(
-                settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic
-            ),
-        )
+        lag = section("the consumer lag", lambda: read_lag(settings))
         usage = section("the model usage in the ledger", lambda: today_table(settings))
         drafts = section("the drafts awaiting approval", lambda: read_drafts(settings))
         skips = trace = None

@@ -20,17 +20,16 @@ import json
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from onceonly.foundation.errors import OnceOnlyError
 from onceonly.foundation.kafka import (
+    Connection,
     KafkaAdapterError,
-    Security,
     TopicMissing,
     TopicRange,
-    producer_config,
     ranges,
     read,
     sync_producer,
@@ -51,14 +50,13 @@ PartitionPlan = TopicRange
 
 
 def plan(
-    bootstrap: str,
+    connection: Connection,
     topic: str,
     *,
     from_offset: int | None = None,
     from_time: datetime | None = None,
     partition: int | None = None,
     resume: Sequence[TopicRange] = (),
-    security: Security | None = None,
 ) -> list[PartitionPlan]:
     """Per partition: from where (the offset, or the first record at or after the time) to
     the end; or, with ``resume``, the ranges a replay that stopped printed."""
@@ -66,12 +64,11 @@ def plan(
         raise ReplayError("give exactly one of --from-offset, --from-time and --resume")
     try:
         found = ranges(
-            bootstrap,
+            connection,
             topic,
             from_offset=0 if resume else from_offset,
             from_time=from_time,
             partition=partition,
-            security=security,
         )
         return within(resume, found) if resume else found
     except TopicMissing as exc:
@@ -80,19 +77,21 @@ def plan(
         raise ReplayError(str(exc)) from exc
 
 
-def records(
-    bootstrap: str, topic: str, plans: list[PartitionPlan], security: Security | None = None
-) -> Iterator[Any]:
+def records(connection: Connection, topic: str, plans: list[PartitionPlan]) -> Iterator[Any]:
     """The records of the planned ranges, partition by partition (confluent Messages)."""
     try:
-        yield from read(bootstrap, topic, plans, security=security)
+        yield from read(connection, topic, plans)
     except KafkaAdapterError as exc:
         raise ReplayError(str(exc)) from exc
 
 
-def _producer(bootstrap: str, security: Security | None) -> Any:
-    config = producer_config(bootstrap, timeout_ms=30_000, max_record_bytes=8 << 20)
-    return sync_producer({**config, **(security or {})})
+def _bulk(connection: Connection) -> Connection:
+    """The connection of a bulk copy: 30 s for an acknowledgement, records up to 8 MB."""
+    return replace(connection, produce_timeout_ms=30_000, record_max_bytes=8 << 20)
+
+
+def _producer(connection: Connection) -> Any:
+    return sync_producer(_bulk(connection))
 
 
 #: the replay's producer, by name: a broker's quota can hold a replay back (client.id)
@@ -102,13 +101,12 @@ Replayed = Copied
 
 
 def replay(
-    bootstrap: str,
+    connection: Connection,
     topic: str,
     plans: list[PartitionPlan],
     *,
     advance: Callable[[int], None] = lambda n: None,
     stop: Callable[[], bool] = lambda: False,
-    security: Security | None = None,
 ) -> Replayed:
     """Produce the planned records again with the replay header (ticks are not copied),
     waiting on the broker whenever its queue is full; what is not known to be copied when
@@ -122,13 +120,18 @@ def replay(
         return [*kept, (REPLAY_HEADER, replay_id)]
 
     # what waits in memory for the broker: 20,000 records or 64 MB, whichever comes first
-    memory = {"queue.buffering.max.messages": 20_000, "queue.buffering.max.kbytes": 64 << 10}
-    config = producer_config(
-        bootstrap, timeout_ms=30_000, max_record_bytes=8 << 20, linger_ms=20, **memory
-    )
-    config["client.id"] = REPLAY_CLIENT_ID
+    memory: dict[str, Any] = {
+        "queue.buffering.max.messages": 20_000,
+        "queue.buffering.max.kbytes": 64 << 10,
+    }
     return copy_ranges(
-        config, topic, plans, headers=headers, advance=advance, stop=stop, security=security
+        replace(_bulk(connection), produce_linger_ms=20),
+        topic,
+        plans,
+        headers=headers,
+        advance=advance,
+        stop=stop,
+        **{**memory, "client.id": REPLAY_CLIENT_ID},
     )
 
 
@@ -177,10 +180,10 @@ def letters_with_outcomes(records: list[tuple[int, dict[str, Any]]]) -> list[Dea
     ]
 
 
-def dead_letters(bootstrap: str, topic: str, security: Security | None = None) -> list[DeadLetter]:
+def dead_letters(connection: Connection, topic: str) -> list[DeadLetter]:
     """Every letter of the dead-letter topic, with its latest retry."""
-    wanted = plan(bootstrap, topic, from_offset=0, security=security)
-    found = records(bootstrap, topic, wanted, security)
+    wanted = plan(connection, topic, from_offset=0)
+    found = records(connection, topic, wanted)
     parsed = [(int(msg.offset()), dead_letter.parse_record(msg.value())) for msg in found]
     return letters_with_outcomes(parsed)
 
@@ -256,15 +259,14 @@ def settle(
 
 
 def _send(
-    bootstrap: str,
+    connection: Connection,
     deliveries_topic: str,
     plans: Sequence[tuple[DeadLetter, Plan]],
     *,
     dead_letter_topic: str | None,
-    security: Security | None,
 ) -> RetryReport:
     """Produce what the plans allow, as a replay; note the letters that were acknowledged."""
-    producer = _producer(bootstrap, security)
+    producer = _producer(connection)
     replay_id = uuid.uuid4().hex.encode()
     acked: Counter[int] = Counter()
     errors: dict[int, list[str]] = defaultdict(list)
@@ -322,25 +324,22 @@ def _note(producer: Any, topic: str, report: RetryReport, replay_id: bytes) -> N
 
 
 def retry_dead_letters(
-    bootstrap: str,
+    connection: Connection,
     deliveries_topic: str,
     letters: Sequence[DeadLetter],
     *,
     dead_letter_topic: str | None = None,
     mac_key: bytes | None = None,
-    security: Security | None = None,
 ) -> RetryReport:
     """Send the dead letters' envelopes through the pipeline again, as a replay: with
     ``mac_key`` only those whose MAC verifies; then note on the dead-letter topic which
     letters were acknowledged, so a later retry of all takes only the open ones."""
     plans = [(x, dead_letter.resendable(x.letter, mac_key)) for x in letters]
-    return _send(
-        bootstrap, deliveries_topic, plans, dead_letter_topic=dead_letter_topic, security=security
-    )
+    return _send(connection, deliveries_topic, plans, dead_letter_topic=dead_letter_topic)
 
 
 def original_record(
-    bootstrap: str, topic: str, letter: DeadLetter, security: Security | None = None
+    connection: Connection, topic: str, letter: DeadLetter
 ) -> dead_letter.Original | None:
     """The deliveries record a ``bad_mac`` (or ``not_an_envelope``) letter names, if the
     topic still holds it."""
@@ -348,23 +347,21 @@ def original_record(
     if not isinstance(partition, int) or not isinstance(offset, int):
         return None
     try:
-        [step] = ranges(
-            bootstrap, topic, from_offset=offset, partition=partition, security=security
-        )
+        [step] = ranges(connection, topic, from_offset=offset, partition=partition)
     except TopicMissing:
         return None
     except KafkaAdapterError as exc:
         raise ReplayError(str(exc)) from exc
     if not step.start == offset < step.end:
         return None
-    for msg in records(bootstrap, topic, [TopicRange(partition, offset, offset + 1)], security):
+    for msg in records(connection, topic, [TopicRange(partition, offset, offset + 1)]):
         macs = [v for k, v in msg.headers() or () if k == MAC_HEADER]
         return dead_letter.Original(msg.value(), macs[0] if len(macs) == 1 else None)
     return None
 
 
 def readmit_dead_letters(
-    bootstrap: str,
+    connection: Connection,
     deliveries_topic: str,
     letters: Sequence[DeadLetter],
     *,
@@ -372,7 +369,6 @@ def readmit_dead_letters(
     previous: bytes | None = None,
     vouch: bool = False,
     dead_letter_topic: str | None = None,
-    security: Security | None = None,
 ) -> RetryReport:
     """Send again, signed with the ``current`` secret, what letters written before it was
     set or rotated hold: what verifies under ``previous`` (or ``current``), or, with
@@ -380,9 +376,7 @@ def readmit_dead_letters(
     plans: list[tuple[DeadLetter, Plan]] = []
     for letter in letters:
         has_record = letter.letter.get("check") in RECORD_CHECKS
-        found = (
-            original_record(bootstrap, deliveries_topic, letter, security) if has_record else None
-        )
+        found = original_record(connection, deliveries_topic, letter) if has_record else None
         readmit = dead_letter.readmittable(
             letter.letter,
             found,
@@ -391,6 +385,4 @@ def readmit_dead_letters(
             vouch=vouch,
         )
         plans.append((letter, readmit))
-    return _send(
-        bootstrap, deliveries_topic, plans, dead_letter_topic=dead_letter_topic, security=security
-    )
+    return _send(connection, deliveries_topic, plans, dead_letter_topic=dead_letter_topic)

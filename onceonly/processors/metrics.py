@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import structlog
@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from onceonly.foundation.kafka import BrokerUnavailable, consumer_lag
+from onceonly.foundation.kafka import BrokerUnavailable, Connection, consumer_lag
 
 log = structlog.get_logger("onceonly.worker")
 
@@ -190,15 +190,8 @@ class WorkerMetrics:
 class LagCollector(Collector):
     """``onceonly_consumer_lag{topic, partition}``, read from the broker at scrape time."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        group: str,
-        topics: Iterable[str],
-        security: Mapping[str, str] | None = None,
-    ) -> None:
-        self.bootstrap = bootstrap
-        self.security = dict(security or {})
+    def __init__(self, connection: Connection, group: str, topics: Iterable[str]) -> None:
+        self.connection = connection
         self.group = group
         self.topics = list(topics)
 
@@ -210,9 +203,7 @@ class LagCollector(Collector):
         )
         for topic in self.topics:
             try:
-                for row in consumer_lag(
-                    self.bootstrap, self.group, topic, timeout_s=2.0, security=self.security
-                ):
+                for row in consumer_lag(self.connection, self.group, topic, timeout_s=2.0):
                     gauge.add_metric([row.topic, str(row.partition)], row.lag)
             except BrokerUnavailable as exc:
                 log.warning("consumer lag not available", error=str(exc))

@@ -177,7 +177,7 @@ class Stack:
 
 
 def ledger_records(stack: Stack) -> dict[str, ReplyRecord]:
-    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.ledger_topic)
+    records = consume_all(stack.settings, stack.settings.ledger_topic)
     return {r.key().decode(): ReplyRecord.decode(r.value()) for r in records if r.value()}
 
 
@@ -235,7 +235,7 @@ def model_calls(stack: Stack, event: str = "start") -> list[dict[str, Any]]:
 
 
 def dead_letters(stack: Stack) -> list[dict[str, Any]]:
-    records = consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
+    records = consume_all(stack.settings, stack.settings.dead_letter_topic)
     return [json.loads(r.value()) for r in records]
 
 

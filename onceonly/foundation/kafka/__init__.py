@@ -1,6 +1,11 @@
-"""confluent-kafka behind one typed adapter: producing with acks, topics, broker checks."""
+"""confluent-kafka behind one typed adapter: producing with acks, topics, broker checks.
+
+Every client takes a :class:`Connection` (``Connection.from_settings(settings)``): the
+bootstrap, the security settings and the timeouts travel together, so none is built
+without the credentials."""
 
 from onceonly.foundation.kafka._admin import Admin, PartitionState, TopicSpec, TopicStatus
+from onceonly.foundation.kafka._connection import Connection
 from onceonly.foundation.kafka._errors import adapter_error
 from onceonly.foundation.kafka._lag import PartitionLag, consumer_lag
 from onceonly.foundation.kafka._producer import (
@@ -8,7 +13,6 @@ from onceonly.foundation.kafka._producer import (
     AsyncProducer,
     Delivered,
     producer_config,
-    producer_config_from,
     sync_producer,
 )
 from onceonly.foundation.kafka._reader import TopicRange, ranges, read, read_batches, read_to_end
@@ -34,6 +38,7 @@ __all__ = [
     "AsyncProducer",
     "AuthenticationFailed",
     "BrokerUnavailable",
+    "Connection",
     "Delivered",
     "KafkaAdapterError",
     "PartitionLag",
@@ -50,7 +55,6 @@ __all__ = [
     "cluster_size",
     "consumer_lag",
     "producer_config",
-    "producer_config_from",
     "ranges",
     "read",
     "read_batches",

@@ -15,7 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from onceonly.foundation.kafka._config import client_config
+from onceonly.foundation.kafka._connection import Connection
 from onceonly.foundation.kafka._errors import adapter_error
 from onceonly.foundation.kafka._replication import (
     cluster_size,
@@ -69,20 +69,12 @@ class Admin:
     """The operations onceonly needs from a broker, with errors mapped to ours."""
 
     def __init__(
-        self,
-        bootstrap: str,
-        *,
-        timeout_s: float = 10.0,
-        security: Mapping[str, str] | None = None,
-        **extra: Any,
+        self, connection: Connection, *, timeout_s: float | None = None, **extra: Any
     ) -> None:
-        self.bootstrap = bootstrap
-        self.timeout_s = timeout_s
+        self.bootstrap = connection.bootstrap
+        self.timeout_s = connection.request_timeout_s if timeout_s is None else timeout_s
         self._auth = AuthWatch()
-        config: dict[str, Any] = {"error_cb": self._auth}
-        self._client = AdminClient(
-            client_config(bootstrap, **{**config, **(security or {}), **extra})
-        )
+        self._client = AdminClient(connection.config(**{"error_cb": self._auth, **extra}))
 
     def _metadata(self, timeout_s: float | None) -> Any:
         """A metadata request; AuthenticationFailed if the credentials were refused, else

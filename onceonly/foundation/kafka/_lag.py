@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from onceonly.foundation.kafka._config import client_config
-from onceonly.foundation.kafka._security import AuthWatch, Security
+from onceonly.foundation.kafka._connection import Connection
+from onceonly.foundation.kafka._security import AuthWatch
 from onceonly.foundation.kafka.exceptions import BrokerUnavailable
 
 
@@ -28,12 +28,7 @@ class PartitionLag:
 
 
 def consumer_lag(
-    bootstrap: str,
-    group: str,
-    topic: str,
-    *,
-    timeout_s: float = 5.0,
-    security: Security | None = None,
+    connection: Connection, group: str, topic: str, *, timeout_s: float | None = None
 ) -> list[PartitionLag]:
     """Per partition: the log end, the group's committed offset, and the difference.
 
@@ -41,17 +36,12 @@ def consumer_lag(
     group: the AdminClient's list_consumer_group_offsets can crash the process on a group
     the broker has not seen yet (confluent-kafka-python #1982).
     """
+    bootstrap = connection.bootstrap
+    if timeout_s is None:
+        timeout_s = connection.read_timeout_s
     auth = AuthWatch()
     consumer = Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": group,
-                "enable.auto.commit": False,
-                "error_cb": auth,
-                **(security or {}),
-            },
-        )
+        connection.config(**{"group.id": group, "enable.auto.commit": False, "error_cb": auth})
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)

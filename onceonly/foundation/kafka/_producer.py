@@ -9,14 +9,13 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _ConfluentProducer
 
-from onceonly.foundation.kafka._config import client_config
+from onceonly.foundation.kafka._connection import Connection
 from onceonly.foundation.kafka._reader import TopicRange, read_batches
-from onceonly.foundation.kafka._security import Security, SecuritySettings, client_security
 from onceonly.foundation.kafka.exceptions import KafkaAdapterError, ProduceFailed
 
 #: The partitioner every producer in onceonly uses: murmur2 like the Java client and
@@ -36,15 +35,16 @@ class Delivered(NamedTuple):
     offset: int
 
 
-def producer_config(
-    bootstrap: str, *, timeout_ms: int, max_record_bytes: int, linger_ms: int = 5, **extra: Any
-) -> dict[str, Any]:
-    """The settings every onceonly producer shares: durable, ordered, murmur2-partitioned.
+def producer_config(connection: Connection, **extra: Any) -> dict[str, Any]:
+    """The settings every onceonly producer shares: durable, ordered, murmur2-partitioned,
+    with the connection's brokers, security, timeout, linger and record size; ``extra``
+    last (librdkafka names).
 
-    ``linger_ms`` trades a few ms of latency for batches: at 1 ms a loaded broker spends
+    The linger trades a few ms of latency for batches: at 1 ms a loaded broker spends
     about twice the CPU per record that it spends at 5 ms (``make bench``, ingest (c)).
     """
-    config: dict[str, Any] = client_config(bootstrap)
+    timeout_ms = connection.produce_timeout_ms
+    config: dict[str, Any] = connection.config()
     config |= {
         "acks": "all",
         "enable.idempotence": True,
@@ -52,8 +52,8 @@ def producer_config(
         # A record not acknowledged within the timeout is failed locally, so we never
         # report success for it; the webhook sender retries and dedupe absorbs repeats.
         "message.timeout.ms": timeout_ms,
-        "linger.ms": linger_ms,
-        "message.max.bytes": max_record_bytes,
+        "linger.ms": connection.produce_linger_ms,
+        "message.max.bytes": connection.record_max_bytes,
         "socket.connection.setup.timeout.ms": min(timeout_ms, 10_000),
         "reconnect.backoff.max.ms": 1000,
     }
@@ -61,37 +61,10 @@ def producer_config(
     return config
 
 
-class ProducerSettings(SecuritySettings, Protocol):
-    """What :func:`producer_config_from` reads (``onceonly.foundation.settings.Settings`` has
-    it)."""
-
-    @property
-    def kafka_bootstrap(self) -> str: ...
-    @property
-    def produce_timeout_ms(self) -> int: ...
-    @property
-    def produce_linger_ms(self) -> int: ...
-    @property
-    def record_max_bytes(self) -> int: ...
-
-
-def producer_config_from(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
-    """:func:`producer_config` with the broker, security, timeout, linger and record size
-    of ``settings``."""
-    return producer_config(
-        settings.kafka_bootstrap,
-        timeout_ms=settings.produce_timeout_ms,
-        max_record_bytes=settings.record_max_bytes,
-        linger_ms=settings.produce_linger_ms,
-        **client_security(settings),
-        **extra,
-    )
-
-
-def sync_producer(config: dict[str, Any]) -> Any:
+def sync_producer(connection: Connection, **extra: Any) -> Any:
     """A plain confluent-kafka Producer for bulk copies (replay, dead-letter retry, loads),
-    built from :func:`producer_config`; the caller flushes it."""
-    return _ConfluentProducer(config)
+    configured by :func:`producer_config`; the caller flushes it."""
+    return _ConfluentProducer(producer_config(connection, **extra))
 
 
 #: a record's headers, as confluent-kafka takes them
@@ -195,30 +168,28 @@ class Copied:
 
 
 def copy_ranges(
-    config: dict[str, Any],
+    connection: Connection,
     topic: str,
     wanted: Sequence[TopicRange],
     *,
     headers: Callable[[Message], Headers | None],
     advance: Callable[[int], None] = lambda n: None,
     stop: Callable[[], bool] = lambda: False,
-    security: Security | None = None,
     ack_s: float = 30.0,
+    **extra: Any,
 ) -> Copied:
     """Produce each record of ``wanted`` again, to its own partition of ``topic``, with the
     headers ``headers(record)`` gives (None: not copied); read in lists, waiting on the
     broker whenever its queue is full. Stops at the broker's first refusal, a read that
     fails, or once ``stop()`` says so, after the copies in flight are acknowledged
-    (``ack_s`` at most): what is not known to be copied is in :attr:`Copied.left`."""
-    copier = BulkProducer({**config, **(security or {})})
-    bootstrap = str(config["bootstrap.servers"])
+    (``ack_s`` at most): what is not known to be copied is in :attr:`Copied.left`.
+    The producer is :func:`producer_config`'s with ``extra``."""
+    copier = BulkProducer(producer_config(connection, **extra))
     why: str | None = None
     try:
         for step in (r for r in wanted if r.count):
             last = step.end - 1
-            for batch in read_batches(
-                bootstrap, topic, step.partition, step.start, last, security=security
-            ):
+            for batch in read_batches(connection, topic, step.partition, step.start, last):
                 for msg in batch:
                     copier.copy(topic, msg, headers(msg))
                 advance(len(batch))
@@ -250,13 +221,14 @@ class AsyncProducer:
     no cross-thread wake-up per record.
     """
 
-    def __init__(self, config: dict[str, Any], *, timeout_s: float | None = None) -> None:
+    def __init__(
+        self, connection: Connection, *, timeout_s: float | None = None, **extra: Any
+    ) -> None:
+        config = producer_config(connection, **extra)
         self._producer = _ConfluentProducer(config)
         #: a record not acknowledged by then fails with ProduceFailed (librdkafka's own
         #: message.timeout.ms fails it too, but only at its next scan, up to a second later)
-        self.timeout_s = (
-            timeout_s if timeout_s is not None else config.get("message.timeout.ms", 30_000) / 1000
-        )
+        self.timeout_s = timeout_s if timeout_s is not None else config["message.timeout.ms"] / 1000
         #: (deadline, future) in the order produced: the deadlines only grow, so the timer
         #: that serves delivery reports fails the expired ones from the front, with no
         #: timer of their own

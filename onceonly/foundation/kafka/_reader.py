@@ -13,9 +13,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceonly.foundation.kafka._admin import Admin
-from onceonly.foundation.kafka._config import client_config
+from onceonly.foundation.kafka._connection import Connection
 from onceonly.foundation.kafka._errors import adapter_error
-from onceonly.foundation.kafka._security import Security
 from onceonly.foundation.kafka.exceptions import BrokerUnavailable, KafkaAdapterError, TopicMissing
 
 
@@ -70,18 +69,16 @@ def within(wanted: Iterable[TopicRange], current: Iterable[TopicRange]) -> list[
     return out
 
 
-def _consumer(bootstrap: str, security: Security | None) -> Consumer:
+def _consumer(connection: Connection) -> Consumer:
     """A reader that belongs to no group's offsets (a fresh group id, no commits)."""
     return Consumer(
-        client_config(
-            bootstrap,
+        connection.config(
             **{
                 "group.id": f"onceonly-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
-                **(security or {}),
-            },
+            }
         )
     )
 
@@ -104,25 +101,24 @@ def _watermarks(
 
 
 def ranges(
-    bootstrap: str,
+    connection: Connection,
     topic: str,
     *,
     from_offset: int | None = None,
     from_time: datetime | None = None,
     partition: int | None = None,
-    timeout_s: float = 10.0,
-    security: Security | None = None,
 ) -> list[TopicRange]:
     """Per partition: from the offset (or the first record at or after the time) to the end."""
     if (from_offset is None) == (from_time is None):
         raise KafkaAdapterError("give exactly one of a start offset and a start time")
-    partitions = Admin(bootstrap, security=security).topic_partitions().get(topic)
+    timeout_s = connection.request_timeout_s
+    partitions = Admin(connection).topic_partitions().get(topic)
     if partitions is None:
         raise TopicMissing(f"topic {topic} does not exist; check its name or run onceonly topics")
     if partition is not None and not 0 <= partition < partitions:
         raise TopicMissing(f"{topic} has partitions 0..{partitions - 1}, not {partition}")
     chosen = range(partitions) if partition is None else [partition]
-    consumer = _consumer(bootstrap, security)
+    consumer = _consumer(connection)
     try:
         out = []
         for p in chosen:
@@ -142,16 +138,11 @@ def ranges(
         consumer.close()
 
 
-def read(
-    bootstrap: str,
-    topic: str,
-    wanted: list[TopicRange],
-    *,
-    poll_timeout_s: float = 5.0,
-    security: Security | None = None,
-) -> Iterator[Any]:
-    """The records of the ranges, partition by partition (confluent Messages)."""
-    consumer = _consumer(bootstrap, security)
+def read(connection: Connection, topic: str, wanted: list[TopicRange]) -> Iterator[Any]:
+    """The records of the ranges, partition by partition (confluent Messages); each waits
+    at most the connection's ``read_timeout_s``."""
+    poll_timeout_s = connection.read_timeout_s
+    consumer = _consumer(connection)
     try:
         for step in (r for r in wanted if r.count):
             consumer.assign([TopicPartition(topic, step.partition, step.start)])
@@ -182,21 +173,20 @@ _BATCH_WAIT_S = 0.05
 
 
 def read_batches(
-    bootstrap: str,
+    connection: Connection,
     topic: str,
     partition: int,
     first: int,
     last: int,
     *,
     batch: int = 10_000,
-    poll_timeout_s: float = 5.0,
-    security: Security | None = None,
 ) -> Iterator[list[Any]]:
     """The records of ``topic[partition]`` from offset ``first`` to ``last`` (both included),
     in lists of up to ``batch`` confluent Messages: the bulk path, one call per list instead
     of one per record. A compacted topic has gaps: offsets missing from the range are not
     waited for. Stops at ``last`` or at the partition's end, whichever comes first."""
-    consumer = _consumer(bootstrap, security)
+    poll_timeout_s = connection.read_timeout_s
+    consumer = _consumer(connection)
     try:
         consumer.assign([TopicPartition(topic, partition, first)])
         quiet_since = time.monotonic()
@@ -236,9 +226,6 @@ def read_batches(
         consumer.close()
 
 
-def read_to_end(
-    bootstrap: str, topic: str, *, timeout_s: float = 10.0, security: Security | None = None
-) -> list[Any]:
+def read_to_end(connection: Connection, topic: str) -> list[Any]:
     """Every record of ``topic`` from the beginning to its current end."""
-    wanted = ranges(bootstrap, topic, from_offset=0, timeout_s=timeout_s, security=security)
-    return list(read(bootstrap, topic, wanted, security=security))
+    return list(read(connection, topic, ranges(connection, topic, from_offset=0)))

@@ -1,7 +1,8 @@
-"""How every onceonly client connects: the one place that turns the security settings
+"""How every onceonly client authenticates: the one place that turns the security settings
 (``ONCEONLY_KAFKA_SECURITY_PROTOCOL``, SASL mechanism, user, password, CA file) into
-librdkafka's configuration. The worker's faust/aiokafka side is built from the same
-settings in :func:`onceonly.processors.runtime.app.faust_credentials`."""
+librdkafka's configuration, which :meth:`Connection.from_settings` carries to every client.
+The worker's faust/aiokafka side is built from the same settings in
+:func:`onceonly.processors.runtime.app.faust_credentials`."""
 
 from __future__ import annotations
 

@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from onceonly.foundation.errors import OnceOnlyError
-from onceonly.foundation.kafka import KafkaAdapterError, TopicMissing, TopicRange, ranges, read
+from onceonly.foundation.kafka import (
+    Connection,
+    KafkaAdapterError,
+    TopicMissing,
+    TopicRange,
+    ranges,
+    read,
+)
 from onceonly.foundation.settings import Settings
 from onceonly.operations.trace.assemble import REPLY_PREFIX, Sources, assemble, decisions, envelopes
 from onceonly.operations.trace.model import Record, Skip, Trace
@@ -39,19 +46,19 @@ def _record(msg: Any) -> Record:
     )
 
 
-def _ranges(bootstrap: str, topic: str, partitions: set[int] | None) -> list[TopicRange]:
-    found = ranges(bootstrap, topic, from_offset=0)
+def _ranges(connection: Connection, topic: str, partitions: set[int] | None) -> list[TopicRange]:
+    found = ranges(connection, topic, from_offset=0)
     return [r for r in found if partitions is None or r.partition in partitions]
 
 
 def scan(
-    bootstrap: str, topic: str, keep: Keep, partitions: set[int] | None = None
+    connection: Connection, topic: str, keep: Keep, partitions: set[int] | None = None
 ) -> list[Record]:
     """The records of ``topic`` (of ``partitions``, or all) that ``keep`` keeps; none for a
     topic that does not exist (a changelog before any worker ran)."""
     try:
-        wanted = _ranges(bootstrap, topic, partitions)
-        return [r for r in map(_record, read(bootstrap, topic, wanted)) if keep(r)]
+        wanted = _ranges(connection, topic, partitions)
+        return [r for r in map(_record, read(connection, topic, wanted)) if keep(r)]
     except TopicMissing:
         return []
     except KafkaAdapterError as exc:
@@ -75,7 +82,9 @@ def _changelog(settings: Settings, table: str) -> str:
     return f"{settings.app_id}-{table}-changelog"
 
 
-def _covering(bootstrap: str, topic: str, ledger: list[Record], parts: set[int]) -> list[Record]:
+def _covering(
+    connection: Connection, topic: str, ledger: list[Record], parts: set[int]
+) -> list[Record]:
     """The ledger records of the replies that cover these (a burst's earlier messages)."""
     keys = set()
     for record in ledger:
@@ -85,42 +94,42 @@ def _covering(bootstrap: str, topic: str, ledger: list[Record], parts: set[int])
             continue
         if isinstance(covered_by, dict) and covered_by.get("covered_by"):
             keys.add(str(covered_by["covered_by"]).encode())
-    return scan(bootstrap, topic, lambda r: r.key in keys, parts) if keys else []
+    return scan(connection, topic, lambda r: r.key in keys, parts) if keys else []
 
 
 def _by_reply_key(settings: Settings, key: str) -> tuple[list[Record], list[Record], set[int]]:
     """A reply key: its ledger record names the message, on the thread's partition."""
-    bootstrap, wanted = settings.kafka_bootstrap, key.encode()
-    ledger = scan(bootstrap, settings.ledger_topic, lambda r: r.key == wanted)
+    connection, wanted = Connection.from_settings(settings), key.encode()
+    ledger = scan(connection, settings.ledger_topic, lambda r: r.key == wanted)
     parts = {r.partition for r in ledger}
     messages = [str(json.loads(r.value)["message_id"]) for r in ledger if r.value]
     if not messages:
         return [], ledger, parts
     needles = _contains(_needles(messages))
-    return scan(bootstrap, settings.deliveries_topic, needles, parts), ledger, parts
+    return scan(connection, settings.deliveries_topic, needles, parts), ledger, parts
 
 
 def _by_id(settings: Settings, ident: str) -> tuple[list[Record], list[Record], set[int]]:
     """An event or message id: the deliveries that contain it, then its thread's ledger."""
-    bootstrap = settings.kafka_bootstrap
+    connection = Connection.from_settings(settings)
     # ``provider:event_id`` (a dedupe key, as the logs print it): the record has the id alone
     bare = ident.split(":", 1)[1] if ":" in ident else ident
-    deliveries = scan(bootstrap, settings.deliveries_topic, _contains(_needles({ident, bare})))
+    deliveries = scan(connection, settings.deliveries_topic, _contains(_needles({ident, bare})))
     parts = {r.partition for r in deliveries}
     messages = [ident, *(d.envelope.message_id or "" for d in envelopes(deliveries))]
     # no delivery left (the topic keeps 7 days): the ledger may still have the message
     in_ledger = _contains(_needles(m for m in messages if m))
-    ledger = scan(bootstrap, settings.ledger_topic, in_ledger, parts or None)
+    ledger = scan(connection, settings.ledger_topic, in_ledger, parts or None)
     return deliveries, ledger, parts or {r.partition for r in ledger}
 
 
 def find(settings: Settings, ident: str) -> Trace | None:
     """The trace of a message id, an event id or a reply key; None if no topic names it."""
-    bootstrap = settings.kafka_bootstrap
+    connection = Connection.from_settings(settings)
     ident = ident.strip()
     by_key = ident.startswith(REPLY_PREFIX)
     deliveries, ledger, parts = (_by_reply_key if by_key else _by_id)(settings, ident)
-    ledger += _covering(bootstrap, settings.ledger_topic, ledger, parts)
+    ledger += _covering(connection, settings.ledger_topic, ledger, parts)
     found = envelopes(deliveries)
     keys = {d.envelope.dedupe_key.encode() for d in found}
     threads = {d.envelope.thread_key.encode() for d in found}
@@ -128,14 +137,14 @@ def find(settings: Settings, ident: str) -> Trace | None:
     parts = parts if found else set()  # nothing to look for in the per-thread topics
 
     def per_thread(topic: str, keep: Keep) -> list[Record]:
-        return scan(bootstrap, topic, keep, parts) if parts else []
+        return scan(connection, topic, keep, parts) if parts else []
 
     sources = Sources(
         deliveries=deliveries,
         events=per_thread(_changelog(settings, "events"), lambda r: r.key in keys),
         holds=per_thread(_changelog(settings, "holds"), lambda r: r.key in threads),
         ledger=ledger,
-        dead_letters=scan(bootstrap, settings.dead_letter_topic, lambda r: True),
+        dead_letters=scan(connection, settings.dead_letter_topic, lambda r: True),
         decisions=per_thread(settings.decisions_topic, events),
     )
     return assemble(ident, sources)
@@ -143,13 +152,13 @@ def find(settings: Settings, ident: str) -> Trace | None:
 
 def recent_skips(settings: Settings, limit: int = 50) -> list[Skip]:
     """The latest ``limit`` skips of the worker (newest first), with their reasons and ids."""
-    bootstrap, topic = settings.kafka_bootstrap, settings.decisions_topic
+    connection, topic = Connection.from_settings(settings), settings.decisions_topic
     try:
         tails = [
             TopicRange(r.partition, max(r.start, r.end - limit), r.end)
-            for r in ranges(bootstrap, topic, from_offset=0)
+            for r in ranges(connection, topic, from_offset=0)
         ]
-        found = decisions(map(_record, read(bootstrap, topic, tails)))
+        found = decisions(map(_record, read(connection, topic, tails)))
     except TopicMissing:
         return []
     except KafkaAdapterError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 import faust
 from faust.streams import _current_event
 
-from onceonly.foundation.kafka import client_security, replicated_config
+from onceonly.foundation.kafka import Connection, replicated_config
 from onceonly.foundation.settings import Settings
 from onceonly.processors.records import Record
 from onceonly.processors.runtime.recovery import BulkRestore, table_manager
@@ -40,9 +40,7 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
     """The faust App: RocksDB tables, static membership, ``replication`` copies of the
     topics faust creates (the changelogs, the assignor's), and table recovery that loads a
     partition far behind its changelog in bulk (:mod:`onceonly.processors.runtime.recovery`)."""
-    restore = BulkRestore(
-        settings.kafka_bootstrap, client_security(settings), settings.restore_bulk_min_records
-    )
+    restore = BulkRestore(Connection.from_settings(settings), settings.restore_bulk_min_records)
     return faust.App(
         settings.app_id,
         broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],

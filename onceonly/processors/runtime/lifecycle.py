@@ -9,7 +9,7 @@ from typing import Any
 import faust
 import structlog
 
-from onceonly.foundation.kafka import client_security
+from onceonly.foundation.kafka import Connection
 from onceonly.foundation.settings import Settings
 from onceonly.processors.approval import applying as approving
 from onceonly.processors.flow.admission import owned_share
@@ -62,10 +62,7 @@ def wire_lifecycle(
         app.timer(settings.webhook_poll_s, name="onceonly.webhook")(webhook_health)
     router.parts.metrics.registry.register(
         LagCollector(
-            settings.kafka_bootstrap,
-            settings.app_id,
-            [settings.deliveries_topic],
-            client_security(settings),
+            Connection.from_settings(settings), settings.app_id, [settings.deliveries_topic]
         )
     )
 

@@ -36,7 +36,7 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP
 
-from onceonly.foundation.kafka import Security, read_batches
+from onceonly.foundation.kafka import Connection, read_batches
 
 log = logging.getLogger("onceonly.recovery")
 
@@ -137,22 +137,13 @@ class BulkLoad:
 class BulkRestore:
     """Where and when to load in bulk: the brokers, the credentials, the threshold."""
 
-    bootstrap: str
-    security: Security | None
+    connection: Connection
     min_records: int
     batch: int = 10_000
 
     def reader(self) -> BatchReader:
         def read(topic: str, partition: int, first: int, last: int) -> Iterator[list[Any]]:
-            return read_batches(
-                self.bootstrap,
-                topic,
-                partition,
-                first,
-                last,
-                batch=self.batch,
-                security=self.security,
-            )
+            return read_batches(self.connection, topic, partition, first, last, batch=self.batch)
 
         return read
 

@@ -34,7 +34,7 @@ import structlog
 from aiohttp import web
 
 from onceonly.foundation import tracing
-from onceonly.foundation.kafka import Admin, TopicSpec, client_security
+from onceonly.foundation.kafka import Admin, Connection, TopicSpec
 from onceonly.foundation.settings import Settings
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
@@ -211,7 +211,7 @@ def build_app(
     mail providers' API clients by name (else each is built from the settings:
     :func:`onceonly.processors.mail.registry.mail_providers`)."""
     if replication is None:
-        admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+        admin = Admin(Connection.from_settings(settings), log_level=2)
         replication = admin.replication_for(settings.replication_factor)
     app = faust_app(settings, replication)
     parts = topology(app, settings, replication)
@@ -254,11 +254,11 @@ def wait_for_broker(settings: Settings, *, log_every_s: float = 30.0) -> None:
     """Block until the broker answers: faust exits at once if it cannot bootstrap, so a
     worker started during a broker outage would only crash-loop under its supervisor.
     Refused credentials raise AuthenticationFailed at once: waiting would not help."""
-    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+    admin = Admin(Connection.from_settings(settings), log_level=2)
     next_log = 0.0
     while not admin.ping(2.0, refused_raises=True):
         if time.monotonic() >= next_log:
-            log.warning("waiting for the broker", bootstrap=settings.kafka_bootstrap)
+            log.warning("waiting for the broker", bootstrap=admin.bootstrap)
             next_log = time.monotonic() + log_every_s
         time.sleep(1.0)
 
@@ -283,7 +283,7 @@ def run_worker(settings: Settings, pages: Pages | None = None) -> None:
     """``onceonly worker``: one faust worker in the foreground, once the broker answers;
     ``pages`` are served on its web port (the command passes the operator page)."""
     wait_for_broker(settings)
-    admin = Admin(settings.kafka_bootstrap, security=client_security(settings), log_level=2)
+    admin = Admin(Connection.from_settings(settings), log_level=2)
     admin.ensure_topics(changelog_specs(settings))
     offset = settings.clock_offset_s
     clock = (lambda: time.time() + offset) if offset else time.time

@@ -27,10 +27,10 @@ from devstack.jars import kafka_classpath
 from onceonly.foundation.kafka import (
     Admin,
     AsyncProducer,
+    Connection,
     Delivered,
     TopicMissing,
     TopicSpec,
-    producer_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -160,10 +160,8 @@ def _min_insync(admin: Admin, topic: str) -> str | None:
 
 
 async def _produce_to_each_partition(bootstrap: str, topic: str) -> list[Delivered]:
-    config = producer_config(
-        bootstrap, timeout_ms=PRODUCE_TIMEOUT_MS, max_record_bytes=1_000_000, log_level=3
-    )
-    producer = AsyncProducer(config)
+    connection = Connection(bootstrap, produce_timeout_ms=PRODUCE_TIMEOUT_MS)
+    producer = AsyncProducer(connection, log_level=3)
     try:
         return list(
             await asyncio.gather(
@@ -178,7 +176,7 @@ def test_a_node_killed_from_outside_is_reported_and_restarted_while_the_others_s
     commands: Commands,
 ) -> None:
     command = commands.running()
-    admin = Admin(command.bootstrap)
+    admin = Admin(Connection(command.bootstrap))
     topic = "survives-a-node"
     [status] = admin.ensure_topics([TopicSpec(topic, partitions=3, replication=3)])
     assert status.replicas == 3
@@ -202,7 +200,9 @@ def test_a_node_killed_from_outside_is_reported_and_restarted_while_the_others_s
     command.wait_for(lambda: "kafka node 2 is back at" in command.output(), 120, "restart")
     assert command.node_pid(2) != pids[2] and _is_jvm(command.node_pid(2))
     assert _meta(command.run_dir, 2) == data_before  # its own data, not formatted afresh
-    command.wait_for(lambda: Admin(survivors).broker_ids(5) == {1, 2, 3}, 30, "3 brokers")
+    command.wait_for(
+        lambda: Admin(Connection(survivors)).broker_ids(5) == {1, 2, 3}, 30, "3 brokers"
+    )
     assert {n: command.node_pid(n) for n in (1, 3)} == {1: pids[1], 3: pids[3]}
 
 
@@ -211,7 +211,7 @@ def test_three_nodes_answer_on_three_ports_with_one_cluster_id_and_stop_on_ctrl_
 ) -> None:
     command = commands.running()
     for n in range(3):  # each node answers on its own port, and knows the others
-        assert Admin(f"127.0.0.1:{command.port + n}").broker_ids() == {1, 2, 3}
+        assert Admin(Connection(f"127.0.0.1:{command.port + n}")).broker_ids() == {1, 2, 3}
     ids = [_meta(command.run_dir, n)["cluster.id"] for n in (1, 2, 3)]
     assert len(set(ids)) == 1
     assert (command.run_dir / "cluster.id").read_text().strip() == ids[0]

@@ -6,17 +6,21 @@ import uuid
 
 import pytest
 
-from onceonly.foundation.kafka import Admin, TopicSpec, producer_config, read_batches, sync_producer
+from onceonly.foundation.kafka import (
+    Admin,
+    Connection,
+    TopicSpec,
+    read_batches,
+    sync_producer,
+)
 
 pytestmark = pytest.mark.integration
 
 
 def _topic_with(kafka_bootstrap: str, count: int) -> str:
     topic = f"reader-{uuid.uuid4().hex[:8]}"
-    Admin(kafka_bootstrap).ensure_topics([TopicSpec(topic, partitions=1)])
-    producer = sync_producer(
-        producer_config(kafka_bootstrap, timeout_ms=10_000, max_record_bytes=1 << 20)
-    )
+    Admin(Connection(kafka_bootstrap)).ensure_topics([TopicSpec(topic, partitions=1)])
+    producer = sync_producer(Connection(kafka_bootstrap, produce_timeout_ms=10_000))
     for n in range(count):
         producer.produce(topic, key=f"k{n}".encode(), value=f"v{n}".encode(), partition=0)
     producer.flush(10)
@@ -28,7 +32,7 @@ def test_batches_hold_the_range_in_order_and_stop_at_its_last_offset(
 ) -> None:
     topic = _topic_with(kafka_bootstrap, 50)
 
-    batches = list(read_batches(kafka_bootstrap, topic, 0, 5, 44, batch=8))
+    batches = list(read_batches(Connection(kafka_bootstrap), topic, 0, 5, 44, batch=8))
 
     offsets = [m.offset() for b in batches for m in b]
     assert offsets == list(range(5, 45))
@@ -39,6 +43,8 @@ def test_batches_hold_the_range_in_order_and_stop_at_its_last_offset(
 def test_a_range_past_the_end_stops_at_the_partition_end(kafka_bootstrap: str) -> None:
     topic = _topic_with(kafka_bootstrap, 10)
 
-    offsets = [m.offset() for b in read_batches(kafka_bootstrap, topic, 0, 0, 99) for m in b]
+    offsets = [
+        m.offset() for b in read_batches(Connection(kafka_bootstrap), topic, 0, 0, 99) for m in b
+    ]
 
     assert offsets == list(range(10))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from onceonly.foundation.kafka import Admin, AsyncProducer, TopicMismatch, TopicSpec
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, TopicMismatch, TopicSpec
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 
@@ -22,7 +22,7 @@ def test_ensure_topics_creates_then_accepts_what_it_created(
     settings_factory: Callable[..., Settings],
 ) -> None:
     settings = settings_factory(partitions=4)
-    admin = Admin(settings.kafka_bootstrap)
+    admin = Admin(Connection.from_settings(settings))
 
     first = admin.ensure_topics(topic_specs(settings))
     second = admin.ensure_topics(topic_specs(settings))
@@ -39,7 +39,7 @@ def test_a_topic_with_another_partition_count_is_refused(
     settings_factory: Callable[..., Settings],
 ) -> None:
     settings = settings_factory(partitions=4)
-    admin = Admin(settings.kafka_bootstrap)
+    admin = Admin(Connection.from_settings(settings))
     admin.ensure_topics(topic_specs(settings))
     wider = settings.model_copy(update={"partitions": 8})
 
@@ -52,7 +52,7 @@ class _LaggingMetadata(Admin):
     has not heard of a new topic answers."""
 
     def __init__(self, bootstrap: str, hidden: str) -> None:
-        super().__init__(bootstrap)
+        super().__init__(Connection(bootstrap))
         self.hidden: str | None = hidden
 
     def topic_shapes(
@@ -69,7 +69,9 @@ def test_a_topic_the_metadata_did_not_list_yet_is_checked_not_taken_as_created(
     kafka_bootstrap: str,
 ) -> None:
     name = f"deliveries-{uuid.uuid4().hex[:8]}"
-    Admin(kafka_bootstrap).ensure_topics([TopicSpec(name, 2, config={"cleanup.policy": "delete"})])
+    Admin(Connection(kafka_bootstrap)).ensure_topics(
+        [TopicSpec(name, 2, config={"cleanup.policy": "delete"})]
+    )
     lagging = _LaggingMetadata(kafka_bootstrap, hidden=name)
 
     with pytest.raises(TopicMismatch, match=r"has 2 partitions, onceonly is configured for 4"):
@@ -78,7 +80,7 @@ def test_a_topic_the_metadata_did_not_list_yet_is_checked_not_taken_as_created(
 
 def test_a_ledger_that_is_not_compacted_is_refused(kafka_bootstrap: str) -> None:
     name = f"ledger-{uuid.uuid4().hex[:8]}"
-    admin = Admin(kafka_bootstrap)
+    admin = Admin(Connection(kafka_bootstrap))
     admin.ensure_topics([TopicSpec(name, 2, config={"cleanup.policy": "delete"})])
 
     with pytest.raises(TopicMismatch, match=r"cleanup\.policy=delete, onceonly needs"):
@@ -89,7 +91,7 @@ def test_the_topics_command_exits_non_zero_on_a_mismatch(
     settings_factory: Callable[..., Settings],
 ) -> None:
     settings = settings_factory(partitions=2)
-    Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings))
+    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
     env = {
         **os.environ,
         "ONCEONLY_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,

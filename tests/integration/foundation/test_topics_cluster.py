@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from devstack.cluster import LocalCluster
-from onceonly.foundation.kafka import Admin, TopicMismatch, TopicSpec
+from onceonly.foundation.kafka import Admin, Connection, TopicMismatch, TopicSpec
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 
@@ -33,7 +33,7 @@ def test_on_three_brokers_every_topic_gets_three_replicas_and_min_insync_two(
     kafka_cluster: LocalCluster,
 ) -> None:
     settings = _settings(kafka_cluster)
-    admin = Admin(settings.kafka_bootstrap)
+    admin = Admin(Connection.from_settings(settings))
 
     statuses = admin.ensure_topics(topic_specs(settings))
 
@@ -57,7 +57,7 @@ def test_an_existing_topic_with_one_replica_is_refused_naming_the_count(
     kafka_cluster: LocalCluster,
 ) -> None:
     settings = _settings(kafka_cluster)
-    admin = Admin(settings.kafka_bootstrap)
+    admin = Admin(Connection.from_settings(settings))
     admin.ensure_topics(
         [TopicSpec(settings.deliveries_topic, 2, {"cleanup.policy": "delete"}, replication=1)]
     )
@@ -74,7 +74,7 @@ def test_with_one_broker_down_existing_topics_still_want_three_replicas(
     """A worker or `onceonly topics` started while one node of three restarts: metadata
     lists two brokers, the topics still need their three replicas (not 1, refused)."""
     settings = _settings(kafka_cluster)
-    admin = Admin(settings.kafka_bootstrap)
+    admin = Admin(Connection.from_settings(settings))
     admin.ensure_topics(topic_specs(settings))
     down = kafka_cluster.node(3)
     down.kill()

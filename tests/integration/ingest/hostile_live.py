@@ -17,7 +17,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from onceonly.foundation.kafka import Admin, AsyncProducer, producer_config_from
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection
 from onceonly.foundation.settings import Settings
 from onceonly.ingest.app import Ingest
 from testkit import signing
@@ -97,8 +97,8 @@ class LiveIngest:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="ingest", daemon=True)
         self.thread.start()
-        self.producer = AsyncProducer(producer_config_from(settings))
-        self.ingest = Ingest(settings, self.producer, Admin(settings.kafka_bootstrap))
+        self.producer = AsyncProducer(Connection.from_settings(settings))
+        self.ingest = Ingest(settings, self.producer, Admin(Connection.from_settings(settings)))
         # as onceonly.ingest.app.serve runs it: no access log
         self.runner = web.AppRunner(self.ingest.app(), access_log=None, handle_signals=False)
         self.port = self.run(self._start())
@@ -181,7 +181,7 @@ class LiveIngest:
 
     # -- what it recorded ---------------------------------------------------------------
     def records(self) -> list[Any]:
-        return consume_all(self.settings.kafka_bootstrap, self.settings.deliveries_topic)
+        return consume_all(self.settings, self.settings.deliveries_topic)
 
     def counters(self) -> tuple[Counter[str], Counter[tuple[str, str]]]:
         """(accepted by provider, rejected by (provider, reason)) parsed from /metrics."""

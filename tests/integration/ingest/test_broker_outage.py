@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from devstack.broker import EmbeddedBroker
 from devstack.ports import free_port
-from onceonly.foundation.kafka import Admin, AsyncProducer, producer_config_from
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 from onceonly.ingest.app import Ingest
@@ -34,9 +34,10 @@ async def test_outage_gives_503_then_204_with_no_accepted_delivery_missing(
         produce_timeout_ms=2000,
         nylas_webhook_secret=SecretStr(signing.NYLAS_SECRET),
     )
-    Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings))
-    producer = AsyncProducer(producer_config_from(settings))
-    client = TestClient(TestServer(Ingest(settings, producer, Admin(broker.bootstrap)).app()))
+    connection = Connection.from_settings(settings)
+    Admin(connection).ensure_topics(topic_specs(settings))
+    producer = AsyncProducer(connection)
+    client = TestClient(TestServer(Ingest(settings, producer, Admin(connection)).app()))
     await client.start_server()
     accepted: list[str] = []
 
@@ -70,7 +71,7 @@ async def test_outage_gives_503_then_204_with_no_accepted_delivery_missing(
 
         stored = {
             Envelope.decode(r.value()).event_id
-            for r in consume_all(settings.kafka_bootstrap, settings.deliveries_topic)
+            for r in consume_all(settings, settings.deliveries_topic)
         }
         assert set(accepted) <= stored
         assert {"n-0", "n-2", "n-7"} <= stored

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import SecretStr
 
-from onceonly.foundation.kafka import Admin
+from onceonly.foundation.kafka import Admin, Connection
 from onceonly.foundation.settings import Settings
 from onceonly.ingest.app import Ingest
 from onceonly.schemas.envelope import Envelope
@@ -39,7 +39,9 @@ async def ingest_factory(
 
     async def make(**overrides: Any) -> tuple[Client, Settings]:
         settings = topics_factory(settings_factory(**{**_secrets(), **overrides}))
-        ingest = Ingest(settings, producer_factory(settings), Admin(settings.kafka_bootstrap))
+        ingest = Ingest(
+            settings, producer_factory(settings), Admin(Connection.from_settings(settings))
+        )
         client: Client = TestClient(TestServer(ingest.app()))
         await client.start_server()
         clients.append(client)
@@ -51,7 +53,7 @@ async def ingest_factory(
 
 
 def _deliveries(settings: Settings) -> list[Any]:
-    return consume_all(settings.kafka_bootstrap, settings.deliveries_topic)
+    return consume_all(settings, settings.deliveries_topic)
 
 
 def _expected_partition(key: bytes, partitions: int) -> int:

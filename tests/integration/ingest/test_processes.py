@@ -118,8 +118,7 @@ def test_every_accepted_delivery_is_in_the_topic_once_per_acceptance(
             accepted[payload["event_id"]] += 1
 
     stored = Counter(
-        json.loads(m.value())["event_id"]
-        for m in consume_all(settings.kafka_bootstrap, settings.deliveries_topic)
+        json.loads(m.value())["event_id"] for m in consume_all(settings, settings.deliveries_topic)
     )
 
     assert sum(accepted.values()) == 40

@@ -27,7 +27,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from devstack.ports import free_port
-from onceonly.foundation.kafka import Admin
+from onceonly.foundation.kafka import Admin, Connection
 from onceonly.ingest.app import Ingest
 from testkit import payloads, signing
 from testkit.processes import Supervised
@@ -279,7 +279,7 @@ async def test_every_dashboard_query_returns_data_from_a_live_stack(
     worker = stack.worker(
         ONCEONLY_AGENTMAIL_WEBHOOK_ID="wh_dashboard", ONCEONLY_WEBHOOK_POLL_S="0.5"
     )
-    ingest = Ingest(stack.settings, stack.producer, Admin(stack.settings.kafka_bootstrap))
+    ingest = Ingest(stack.settings, stack.producer, Admin(Connection.from_settings(stack.settings)))
     runner = web.AppRunner(ingest.app(), access_log=None)
     await runner.setup()
     ingest_port = free_port()

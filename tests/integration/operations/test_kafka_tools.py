@@ -20,7 +20,7 @@ import pytest
 
 from devstack.jars import kafka_classpath, pom_kafka_version
 from devstack.kafka_tools import CONSOLE_CONSUMER, CONSUMER_GROUPS, run_tool
-from onceonly.foundation.kafka import consumer_lag
+from onceonly.foundation.kafka import Connection, consumer_lag
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
@@ -109,7 +109,9 @@ def _reset_to_earliest(stack: Stack, classpath: str) -> str:
 
 def _lag(stack: Stack) -> dict[int, tuple[int | None, int]]:
     settings = stack.settings
-    rows = consumer_lag(settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic)
+    rows = consumer_lag(
+        Connection.from_settings(settings), settings.app_id, settings.deliveries_topic
+    )
     return {row.partition: (row.committed, row.end) for row in rows}
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Page, async_playwright
 
+from onceonly.foundation.kafka import Connection
 from onceonly.operations.replay import DeadLetter, dead_letters
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
@@ -63,7 +64,7 @@ async def browser(chromium: Path, profile: Path) -> AsyncIterator[Page]:
 
 
 def _letters(stack: Stack) -> list[DeadLetter]:
-    return dead_letters(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
+    return dead_letters(Connection.from_settings(stack.settings), stack.settings.dead_letter_topic)
 
 
 async def _submit(page: Page, click: Callable[[], Awaitable[None]]) -> int:

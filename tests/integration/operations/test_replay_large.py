@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from devstack.jars import kafka_classpath
 from devstack.jvm import find_java
-from onceonly.foundation.kafka import read_batches
+from onceonly.foundation.kafka import Connection, read_batches
 from onceonly.foundation.settings import Settings
 from onceonly.schemas.envelope import REPLAY_HEADER
 from tests.integration.workers import ROOT, Stack, worker_env
@@ -134,7 +134,7 @@ def copies(settings: Settings, first: list[int]) -> list[bytes]:
         if ends[p] <= first[p]:
             continue
         for batch in read_batches(
-            settings.kafka_bootstrap, settings.deliveries_topic, p, first[p], ends[p] - 1
+            Connection.from_settings(settings), settings.deliveries_topic, p, first[p], ends[p] - 1
         ):
             for msg in batch:
                 assert any(k == REPLAY_HEADER for k, _ in msg.headers() or ())

@@ -54,10 +54,7 @@ async def _deliver_signed(stack: Stack, envelope: Envelope) -> None:
 
 def _records(stack: Stack) -> list[tuple[int, dict[str, Any]]]:
     topic = stack.settings.dead_letter_topic
-    return [
-        (int(r.offset()), json.loads(r.value()))
-        for r in consume_all(stack.settings.kafka_bootstrap, topic)
-    ]
+    return [(int(r.offset()), json.loads(r.value())) for r in consume_all(stack.settings, topic)]
 
 
 def _letters(stack: Stack) -> dict[int, dict[str, Any]]:

@@ -36,7 +36,7 @@ def _writer_calls(stack: Stack) -> list[list[str]]:
 def _held(stack: Stack) -> str:
     """The holds changelog's latest buffer of the thread, as text."""
     changelog = f"{stack.settings.app_id}-holds-changelog"
-    records = consume_all(stack.settings.kafka_bootstrap, changelog)
+    records = consume_all(stack.settings, changelog)
     mine = [r.value() for r in records if r.key() == f"agentmail:{THREAD}".encode()]
     return mine[-1].decode() if mine and mine[-1] else ""
 

@@ -44,16 +44,13 @@ async def test_records_ingest_never_writes_are_dead_lettered_and_the_worker_goes
     await stack.until_sent(1)
     await until(
         stack,
-        lambda: (
-            len(consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)) >= 4
-        ),
+        lambda: len(consume_all(stack.settings, stack.settings.dead_letter_topic)) >= 4,
         "4 dead letters",
     )
     await asyncio.sleep(1)
 
     letters = [
-        json.loads(r.value())
-        for r in consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
+        json.loads(r.value()) for r in consume_all(stack.settings, stack.settings.dead_letter_topic)
     ]
     assert sorted(letter["check"] for letter in letters) == [
         "not_an_envelope",
@@ -86,14 +83,13 @@ async def test_with_an_envelope_secret_a_record_without_its_mac_is_dead_lettered
     await stack.until_sent(1)
     await until(
         stack,
-        lambda: bool(consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)),
+        lambda: bool(consume_all(stack.settings, stack.settings.dead_letter_topic)),
         "the dead letter",
     )
     await asyncio.sleep(1)
 
     [letter] = [
-        json.loads(r.value())
-        for r in consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
+        json.loads(r.value()) for r in consume_all(stack.settings, stack.settings.dead_letter_topic)
     ]
     assert letter["check"] == "bad_mac"
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<signed@example.com>"]

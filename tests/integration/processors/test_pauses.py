@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from onceonly.foundation.kafka import consumer_lag
+from onceonly.foundation.kafka import Connection, consumer_lag
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
@@ -39,7 +39,9 @@ def _env(stack: Stack, **extra: str) -> dict[str, str]:
 def _committed(stack: Stack) -> int | None:
     """The group's committed offset of the deliveries topic's partition 0."""
     settings = stack.settings
-    rows = consumer_lag(settings.kafka_bootstrap, settings.app_id, settings.deliveries_topic)
+    rows = consumer_lag(
+        Connection.from_settings(settings), settings.app_id, settings.deliveries_topic
+    )
     return next(row.committed for row in rows if row.partition == 0)
 
 

@@ -35,7 +35,7 @@ def _succeeded(stack: Stack, key: bytes) -> bool:
     """Whether the events changelog's last record of ``key`` says succeeded (faust sends
     table writes after the store's, so a kill right after the reply may precede it)."""
     changelog = f"{stack.settings.app_id}-events-changelog"
-    records = consume_all(stack.settings.kafka_bootstrap, changelog)
+    records = consume_all(stack.settings, changelog)
     values = [r.value() for r in records if r.key() == key]
     if not values or values[-1] is None:
         return False

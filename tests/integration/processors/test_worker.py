@@ -280,9 +280,7 @@ async def test_dedupe_entries_expire_in_the_store_and_the_changelog(
     await stack.until_sent(3)
     await _until(stack, lambda: "dedupe entries expired" in later.log(), "the sweep")
 
-    changelog = consume_all(
-        stack.settings.kafka_bootstrap, f"{stack.settings.app_id}-events-changelog"
-    )
+    changelog = consume_all(stack.settings, f"{stack.settings.app_id}-events-changelog")
     tombstones = [r.key() for r in changelog if r.value() is None]
     assert b"agentmail:evt-exp-1" in tombstones
 

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from pydantic import SecretStr
 
 from devstack.cluster import LocalCluster
-from onceonly.foundation.kafka import Admin, AsyncProducer, ProduceFailed, producer_config_from
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, ProduceFailed
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 from onceonly.ingest.app import Ingest
@@ -103,11 +103,11 @@ async def test_a_killed_partition_leader_costs_at_most_an_election_and_loses_not
     kafka_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
     settings = _settings(kafka_cluster, tmp_path)
-    Admin(settings.kafka_bootstrap).ensure_topics(topic_specs(settings))
-    producer = AsyncProducer(producer_config_from(settings))
+    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
+    producer = AsyncProducer(Connection.from_settings(settings))
     stack = Stack(settings, producer, mail, tmp_path)
     client = TestClient(
-        TestServer(Ingest(settings, producer, Admin(settings.kafka_bootstrap)).app())
+        TestServer(Ingest(settings, producer, Admin(Connection.from_settings(settings))).app())
     )
     await client.start_server()
     answers: list[Answer] = []
@@ -179,7 +179,7 @@ async def test_a_killed_partition_leader_costs_at_most_an_election_and_loses_not
         accepted = {a.event_id for a in answers if a.status == 204}
         stored = {
             Envelope.decode(r.value()).event_id
-            for r in consume_all(settings.kafka_bootstrap, settings.deliveries_topic)
+            for r in consume_all(settings, settings.deliveries_topic)
             if r.value()  # the worker's ticks are empty records
         }
         assert accepted <= stored
@@ -189,7 +189,7 @@ async def test_a_killed_partition_leader_costs_at_most_an_election_and_loses_not
         assert len(replies) == messages
         assert [m for m, count in replies.items() if count > 1] == []
         changelog = f"{settings.app_id}-events-changelog"
-        admin = Admin(settings.kafka_bootstrap)
+        admin = Admin(Connection.from_settings(settings))
         assert admin.topic_shapes()[changelog][1] == 3
         assert admin.topic_configs([changelog])[changelog]["min.insync.replicas"] == "2"
     finally:

@@ -114,7 +114,7 @@ def _ingest(stack: Stack, port: int) -> Supervised:
 def _final_states(stack: Stack) -> dict[bytes, str]:
     topic = f"{stack.settings.app_id}-events-changelog"
     states: dict[bytes, str] = {}
-    for record in consume_all(stack.settings.kafka_bootstrap, topic):
+    for record in consume_all(stack.settings, topic):
         if record.value() is not None:
             states[record.key()] = json.loads(record.value())[0]
     return states
@@ -150,9 +150,7 @@ async def test_odd_signed_deliveries_of_every_provider_each_end_and_no_worker_ex
         for value in (b"null", b"[1, 2]"):  # written straight to the topic, as ingest never does
             await stack.producer.produce(stack.settings.deliveries_topic, value, key=b"odd")
 
-        accepted = [
-            r for r in consume_all(stack.settings.kafka_bootstrap, stack.settings.deliveries_topic)
-        ]
+        accepted = [r for r in consume_all(stack.settings, stack.settings.deliveries_topic)]
         envelopes = [
             Envelope.decode(r.value()) for r in accepted if r.value() not in (b"null", b"[1, 2]")
         ]
@@ -166,7 +164,7 @@ async def test_odd_signed_deliveries_of_every_provider_each_end_and_no_worker_ex
         await until(stack, settled, "every accepted delivery to end", timeout_s=180)
         letters = [
             json.loads(r.value())
-            for r in consume_all(stack.settings.kafka_bootstrap, stack.settings.dead_letter_topic)
+            for r in consume_all(stack.settings, stack.settings.dead_letter_topic)
         ]
         named = {
             f"{e['provider']}:{e['event_id']}".encode()

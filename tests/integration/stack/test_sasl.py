@@ -1,25 +1,32 @@
 """onceonly on a cluster that needs credentials: the session's SCRAM-SHA-256 cluster
-(``python -m devstack broker --nodes 3 --sasl``). With the right password ingest, a worker, replay
-and lag work; with a wrong one each fails with an error that names the credentials, in
+(``python -m devstack broker --nodes 3 --sasl``). With the right password ingest, a worker,
+replay, lag, trace, the operator page (dead letters, retry, lag, skips) and ``python -m devstack
+send`` work; with a wrong one each fails with an error that names the credentials, in
 bounded time, instead of waiting for a broker that will never let it in."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
 from devstack.cluster import LocalCluster
-from onceonly.foundation.kafka import Admin, AsyncProducer, client_security, producer_config_from
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, read_to_end
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 from onceonly.ingest.app import Ingest
+from onceonly.operations import trace
+from onceonly.operations.ops_page import OpsPage, OpsSources, retry_letter
+from onceonly.operations.ops_view import Read, Table, TraceView
+from onceonly.processors.health import WebhookHealth
 from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.conftest import SASL_USER
@@ -30,7 +37,7 @@ pytestmark = pytest.mark.integration
 REFUSED = "refused onceonly's credentials"
 
 
-def _settings(cluster: LocalCluster, tmp_path: Path, password: str) -> Settings:
+def _settings(cluster: LocalCluster, tmp_path: Path, password: str, **extra: Any) -> Settings:
     suffix = uuid.uuid4().hex[:8]
     return Settings(
         kafka_bootstrap=cluster.bootstrap,
@@ -48,6 +55,7 @@ def _settings(cluster: LocalCluster, tmp_path: Path, password: str) -> Settings:
         kafka_sasl_mechanism="SCRAM-SHA-256",
         kafka_sasl_username=SASL_USER[0],
         kafka_sasl_password=SecretStr(password),
+        **extra,
     )
 
 
@@ -68,10 +76,12 @@ def _env(settings: Settings, stack: Stack, name: str) -> dict[str, str]:
     )
 
 
-def _cli(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def _cli(
+    env: dict[str, str], *args: str, module: str = "onceonly"
+) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "onceonly", *args],
+        [sys.executable, "-m", module, *args],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -82,7 +92,7 @@ def _cli(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[s
     return done, time.monotonic() - started
 
 
-async def _post(client: TestClient, n: int, stack: Stack) -> int:
+async def _post(client: TestClient[Any, Any], n: int, stack: Stack) -> int:
     payload = stack.seed(f"<s{n}@example.com>", f"thr-s{n}", event_id=f"evt-s{n}")
     body = payloads.dumps(payload)
     response = await client.post(
@@ -91,9 +101,9 @@ async def _post(client: TestClient, n: int, stack: Stack) -> int:
     return response.status
 
 
-async def _ingest(settings: Settings) -> tuple[TestClient, AsyncProducer]:
-    producer = AsyncProducer(producer_config_from(settings))
-    admin = Admin(settings.kafka_bootstrap, security=client_security(settings))
+async def _ingest(settings: Settings) -> tuple[TestClient[Any, Any], AsyncProducer]:
+    producer = AsyncProducer(Connection.from_settings(settings))
+    admin = Admin(Connection.from_settings(settings))
     client = TestClient(TestServer(Ingest(settings, producer, admin).app()))
     await client.start_server()
     return client, producer
@@ -103,9 +113,7 @@ async def test_with_the_credentials_ingest_a_worker_replay_and_lag_work(
     kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
     settings = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1])
-    Admin(settings.kafka_bootstrap, security=client_security(settings)).ensure_topics(
-        topic_specs(settings)
-    )
+    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
     client, producer = await _ingest(settings)
     stack = Stack(settings, producer, mail, tmp_path)
     try:
@@ -134,11 +142,101 @@ async def test_with_the_credentials_ingest_a_worker_replay_and_lag_work(
         producer.close(timeout_s=1)
 
 
+async def _dead_letter(settings: Settings, client: TestClient[Any, Any], stack: Stack) -> int:
+    """Post a message while the mail API fails every send: the offset of its dead letter."""
+    stack.mail.fail_next(1000, status=500)
+    assert await _post(client, 0, stack) == 204
+    connection = Connection.from_settings(settings)
+    deadline = time.monotonic() + 120
+    while not (found := read_to_end(connection, settings.dead_letter_topic)):
+        assert stack.check_alive() and time.monotonic() < deadline, "no dead letter"
+        await asyncio.sleep(1)
+    stack.mail.faults.fail_remaining = 0
+    return int(found[0].offset())
+
+
+def _failed(done: subprocess.CompletedProcess[str], expected: str) -> str | None:
+    """Why a command did not do its work (None: it exited 0 saying ``expected``)."""
+    if done.returncode != 0:
+        return f"exit status {done.returncode}: {done.stderr[-1500:]}"
+    return None if expected in done.stdout else f"no {expected!r} in {done.stdout[-1500:]}"
+
+
+def _said(read: Read[Any] | None) -> str | None:
+    """A section's error; None once it was read and holds something."""
+    if read is None or read.error is not None:
+        return "not shown" if read is None else read.error
+    value = read.value
+    nothing = (isinstance(value, Table) and not value.rows) or (
+        isinstance(value, TraceView) and value.text is None
+    )
+    return "read, but nothing in it" if nothing or not value else None
+
+
+async def _page(settings: Settings, ident: str) -> dict[str, str | None]:
+    """What the operator page's sections say (None: read, and not empty); waits for the
+    skip to show (the decisions topic is written off the ack path)."""
+    sources = OpsSources(trace=trace, skips=trace.recent_skips)
+    page = OpsPage(settings, WebhookHealth(None), sources)
+    deadline = time.monotonic() + 60
+    while True:
+        view = await page.gather(ident)
+        said = {
+            "letters": _said(view.letters),
+            "lag": _said(view.lag),
+            "skips": _said(view.skips),
+            "trace": _said(view.trace),
+        }
+        if said["skips"] != "read, but nothing in it" or time.monotonic() > deadline:
+            return said
+        await asyncio.sleep(2)
+
+
+async def test_with_the_credentials_trace_the_operator_page_and_send_work(
+    kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
+) -> None:
+    settings = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1], send_attempts=1)
+    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
+    client, producer = await _ingest(settings)
+    stack = Stack(settings, producer, mail, tmp_path)
+    env = {
+        **_env(settings, stack, "cli"),
+        "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": signing.SVIX_SECRET,
+    }
+    url = f"http://127.0.0.1:{client.server.port}"
+    try:
+        stack.worker("w1", **_security_env(settings))
+        letter = await _dead_letter(settings, client, stack)
+        retried = await asyncio.to_thread(retry_letter, settings, letter)
+        await stack.until_sent(1)
+        send = ("send", "--url", url, "--count", "2", "--wait", "60")
+        sent, _ = await asyncio.to_thread(_cli, env, *send, module="devstack")
+        traced, _ = await asyncio.to_thread(_cli, env, "trace", "<s0@example.com>")
+        page = await _page(settings, "<s0@example.com>")
+    finally:
+        await client.close()
+        for worker in stack.workers:
+            worker.kill()
+        producer.close(timeout_s=1)
+
+    assert retried == 1, retried  # the letter's one event, sent again
+    assert mail.outbox[0].replied_to_message_id == "<s0@example.com>"
+    assert sent.stdout.count("HTTP 204") == 3, sent.stdout
+    said = {
+        "onceonly trace": _failed(traced, "<s0@example.com>"),
+        # its verdicts come from the ledger and from traces of the topics
+        "python -m devstack send": _failed(sent, "[worker:"),
+        **{f"the operator page's {name}": why for name, why in page.items()},
+    }
+    broken = {what: why for what, why in said.items() if why}
+    assert not broken, "\n".join(f"{what}: {why}" for what, why in broken.items())
+
+
 async def test_with_a_wrong_password_each_fails_clearly_and_soon(
     kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
     good = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1])
-    Admin(good.kafka_bootstrap, security=client_security(good)).ensure_topics(topic_specs(good))
+    Admin(Connection.from_settings(good)).ensure_topics(topic_specs(good))
     settings = good.model_copy(update={"kafka_sasl_password": SecretStr("wrong-password")})
     client, producer = await _ingest(settings)
     stack = Stack(settings, producer, mail, tmp_path)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from devstack.ports import free_port
-from onceonly.foundation.kafka import AsyncProducer, ProduceFailed, producer_config
+from onceonly.foundation.kafka import AsyncProducer, Connection, ProduceFailed
 from onceonly.foundation.kafka._producer import (
     POLL_FAST_S,
     POLL_PATIENCE_S,
@@ -18,11 +18,9 @@ from onceonly.foundation.kafka._producer import (
 )
 
 
-def _nowhere(timeout_ms: int = 10_000) -> dict[str, object]:
-    """A producer config pointed at a port where no broker listens."""
-    return producer_config(
-        f"127.0.0.1:{free_port()}", timeout_ms=timeout_ms, max_record_bytes=1_000_000
-    )
+def _nowhere(timeout_ms: int = 10_000) -> Connection:
+    """A connection to a port where no broker listens."""
+    return Connection(f"127.0.0.1:{free_port()}", produce_timeout_ms=timeout_ms)
 
 
 def _close(producer: AsyncProducer) -> None:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 from onceonly.foundation.errors import ConfigError
-from onceonly.foundation.kafka import client_security, producer_config_from
+from onceonly.foundation.kafka import Connection, client_security, producer_config
 from onceonly.foundation.settings import Settings
 from onceonly.processors.runtime.app import faust_credentials
 
@@ -40,7 +40,7 @@ def test_sasl_gives_librdkafka_the_mechanism_user_and_password() -> None:
 
 
 def test_the_producer_connects_as_every_other_client() -> None:
-    config = producer_config_from(_scram())
+    config = producer_config(Connection.from_settings(_scram()))
     assert config["sasl.username"] == "onceonly"
     assert config["acks"] == "all"
     assert config["enable.idempotence"] is True

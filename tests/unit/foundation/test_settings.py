@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from onceonly.foundation.errors import ConfigError
-from onceonly.foundation.kafka import producer_config_from
+from onceonly.foundation.kafka import Connection, producer_config
 from onceonly.foundation.settings import Settings
 
 #: the documentation site's table of every variable (docs/configuration.md)
@@ -32,7 +32,7 @@ def test_every_setting_is_documented_on_the_configuration_page(name: str) -> Non
 def test_the_linger_variable_reaches_the_producer_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ONCEONLY_PRODUCE_LINGER_MS", "12")
 
-    config = producer_config_from(Settings.from_env())
+    config = producer_config(Connection.from_settings(Settings.from_env()))
 
     assert config["linger.ms"] == 12
 

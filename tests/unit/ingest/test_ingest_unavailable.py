@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
 from devstack.ports import free_port
-from onceonly.foundation.kafka import Admin, AsyncProducer, producer_config_from
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection
 from onceonly.foundation.settings import Settings
 from onceonly.ingest.app import Ingest
 from testkit import payloads, signing
@@ -26,8 +26,8 @@ async def client() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
         produce_timeout_ms=1000,
         agentmail_webhook_secret=SecretStr(signing.SVIX_SECRET),
     )
-    producer = AsyncProducer(producer_config_from(settings))
-    ingest = Ingest(settings, producer, Admin(settings.kafka_bootstrap))
+    producer = AsyncProducer(Connection.from_settings(settings))
+    ingest = Ingest(settings, producer, Admin(Connection.from_settings(settings)))
     test_client: TestClient = TestClient(TestServer(ingest.app()))  # type: ignore[type-arg]
     await test_client.start_server()
     yield test_client
