@@ -166,3 +166,18 @@ compose-cluster-test: $(STAMP) jars
 .PHONY: docs
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict -d .run/site
+
+# The worker at saturation (issue 34): one worker, an async model of 1 s, offered more than
+# it can take, at concurrency 64, 256 and 512, beside the DBOS app at the same load (window
+# 0: DBOS has no reorder); then CPU per reply at the default window against window 0, at
+# 55/s through ingest and at saturation (a backlog). Reports: bench/results/dbos-*,
+# agent-step-* and backlog-*; the table is written up in bench/results/saturation-<date>.md.
+.PHONY: bench-saturation
+bench-saturation: $(STAMP) jars $(DBOS_STAMP)
+	$(BIN)/python -m bench.dbos_compare --concurrency 64 --rate 100 --duration 30 --kill-duration 10
+	$(BIN)/python -m bench.dbos_compare --concurrency 256 --rate 350 --duration 30 --kill-duration 10
+	$(BIN)/python -m bench.dbos_compare --concurrency 512 --rate 500 --duration 30 --kill-duration 10
+	$(BIN)/python -m bench.agent_step --rate 55 --duration 40 --window-ms 0 --hang-fraction 0 --no-instant
+	$(BIN)/python -m bench.agent_step --rate 55 --duration 40 --window-ms 2000 --hang-fraction 0 --no-instant
+	$(BIN)/python -m bench.backlog --threads 4000 --body-kb 1 --concurrency 256 --window-ms 0
+	$(BIN)/python -m bench.backlog --threads 4000 --body-kb 1 --concurrency 256 --window-ms 2000
