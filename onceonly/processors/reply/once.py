@@ -40,6 +40,7 @@ from onceonly.processors.reply.parts import (
     ReplyWriter,
     SendPolicy,
     Write,
+    log_ids,
 )
 from onceonly.processors.reply.sending import Sending, send_recorded
 from onceonly.processors.writer.contract import Decline, Draft, Inbound, reply_key
@@ -143,12 +144,8 @@ async def reply_once(
     return summarize(acted, done)
 
 
-def _ids(record: ReplyRecord | Inbound) -> dict[str, str]:
-    return {"key": record.key, "inbox_id": record.inbox_id, "message_id": record.message_id}
-
-
 def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:
-    log.info("reply skipped: already handled", reason=step.value, **_ids(message))
+    log.info("reply skipped: already handled", reason=step.value, **log_ids(message))
     return already(message, step, ledger.get(message.key))
 
 

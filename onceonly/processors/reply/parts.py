@@ -93,3 +93,8 @@ class ReplyParts:
     #: False once a rebalance began: a send is then not retried here (its next owner does)
     may_retry: Callable[[], bool] = _always
     on_superseded: Callable[[], None] = _no_op
+
+
+def log_ids(record: ReplyRecord | Inbound) -> dict[str, str]:
+    """The ids a reply's log lines carry: its key, inbox and message."""
+    return {"key": record.key, "inbox_id": record.inbox_id, "message_id": record.message_id}

@@ -16,15 +16,11 @@ from tenacity import (
 
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
 from onceonly.processors.reply.bursts import BurstResult, Outcome
-from onceonly.processors.reply.parts import MailSender, ReplyParts, SendPolicy
+from onceonly.processors.reply.parts import MailSender, ReplyParts, SendPolicy, log_ids
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
-
-
-def _ids(record: ReplyRecord | Inbound) -> dict[str, str]:
-    return {"key": record.key, "inbox_id": record.inbox_id, "message_id": record.message_id}
 
 
 def _retrying(policy: SendPolicy) -> AsyncRetrying:
@@ -53,7 +49,7 @@ class Sending:
 
         ``burst``: the messages the reply answers, dead-lettered with it if it fails.
         """
-        ids = _ids(record)
+        ids = log_ids(record)
         reconciled = not reconcile
         found: str | None = None
         sent_id: str | None = None
@@ -110,7 +106,7 @@ def as_found(record: ReplyRecord, found: str) -> ReplyRecord:
     log.warning(
         "the thread holds another text than the ledger's; recorded the thread's",
         sent=str(found),
-        **_ids(record),
+        **log_ids(record),
     )
     return replace(sent, reply_text=text)
 
@@ -133,6 +129,6 @@ async def _send_or_find(sender: MailSender, record: ReplyRecord) -> tuple[str | 
         if found is None:
             raise
         log.warning(
-            "409 key conflict: another send with this key replied", sent=found, **_ids(record)
+            "409 key conflict: another send with this key replied", sent=found, **log_ids(record)
         )
         return None, found
