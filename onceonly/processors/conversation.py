@@ -117,13 +117,14 @@ class Conversation:
                     await asyncio.sleep(self.parts.retry_backoff_s * 2 ** (attempt - 1))
                     continue
                 log.exception("processing failed; dead-lettered", **_ids(claimed[0].envelope))
-                await self._dead_letter_deliveries(claimed, Check.RECORD_FAILED, exc)
+                await self.dead_letter(claimed, Check.RECORD_FAILED, exc)
                 for delivery in claimed:
                     outcomes[delivery.envelope.event_id] = False
 
-    async def _dead_letter_deliveries(
+    async def dead_letter(
         self, deliveries: Sequence[Delivery], check: Check, exc: BaseException
     ) -> None:
+        """Dead-letter ``deliveries`` with ``check`` and the error (the router's too)."""
         envelopes = [d.envelope for d in deliveries]
         await self.parts.dead_letters.record_failure(envelopes, check=check, error=repr(exc))
 

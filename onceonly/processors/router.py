@@ -102,7 +102,7 @@ class Router:
         try:
             verdict = self.parts.holds.hold(delivery, now_ms=self.parts.now_ms())
         except Exception as exc:  # an odd envelope (a date out of range): dead-letter it
-            await self.conversation._dead_letter_deliveries([delivery], Check.RECORD_FAILED, exc)
+            await self.conversation.dead_letter([delivery], Check.RECORD_FAILED, exc)
             verdict = Verdict.HELD
         if verdict is Verdict.FULL:  # too large to hold: processed now, not reordered
             log.warning("thread buffer full; delivery processed at once", **_ids(envelope))
