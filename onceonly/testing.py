@@ -22,7 +22,7 @@ payload raises [`EffectConflict`][onceonly.EffectConflict], exactly as in the wo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,6 +76,27 @@ def inbound(
     )
 
 
+def _history(history: Iterable[ThreadMessage]) -> Callable[[], Awaitable[Sequence[ThreadMessage]]]:
+    earlier = tuple(history)
+
+    async def read_history() -> Sequence[ThreadMessage]:
+        return earlier
+
+    return read_history
+
+
+def _effects(
+    messages: Sequence[Inbound],
+    ledger: MemoryLedger | None,
+    now: Callable[[], datetime],
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Effects:
+    """The latest message's effects, as the worker gives a writer, over ``ledger``."""
+    return Effects(
+        messages[-1].key, ledger if ledger is not None else MemoryLedger(), now, loop=loop
+    )
+
+
 def make_burst(
     *messages: Inbound,
     history: Iterable[ThreadMessage] = (),
@@ -88,13 +109,8 @@ def make_burst(
     if none is given)."""
     if not messages:
         raise ValueError("a burst holds at least one message: make_burst(inbound('...'))")
-    earlier = tuple(history)
-
-    async def read_history() -> tuple[ThreadMessage, ...]:
-        return earlier
-
-    effects = Effects(messages[-1].key, ledger if ledger is not None else MemoryLedger(), now)
-    return Burst(tuple(messages), effects=effects, attempt=attempt, _read_history=read_history)
+    effects = _effects(messages, ledger, now)
+    return Burst(tuple(messages), effects=effects, attempt=attempt, _read_history=_history(history))
 
 
 async def call_writer(
@@ -116,17 +132,7 @@ async def call_writer(
     where the worker would dead-letter the message."""
     if not messages:
         raise ValueError("call_writer(writer, inbound('...')): give at least one message")
-    earlier = tuple(history)
-
-    async def read_history() -> tuple[ThreadMessage, ...]:
-        return earlier
-
-    effects = Effects(
-        messages[-1].key,
-        ledger if ledger is not None else MemoryLedger(),
-        now,
-        loop=asyncio.get_running_loop(),
-    )
+    effects = _effects(messages, ledger, now, asyncio.get_running_loop())
     policy = WriterPolicy(
         concurrency=1,
         timeout_s=timeout_s,
@@ -136,6 +142,6 @@ async def call_writer(
     )
     runner = Writer(writer, policy)
     try:
-        return await runner.write(messages, effects=effects, history=read_history)
+        return await runner.write(messages, effects=effects, history=_history(history))
     finally:
         runner.close()
