@@ -120,6 +120,13 @@ def test_a_sent_reply_is_found_by_its_in_reply_to() -> None:
     assert find_sent_reply(thread, "<m2@x>") is None
 
 
+def _pending(message: Inbound, text: str) -> ReplyRecord:
+    """A *pending* record of ``message`` (``<m1@x>``), recorded at T0 with ``text``."""
+    return ReplyRecord(
+        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, text
+    )
+
+
 # -- reply_once against the local AgentMail server ---------------------------------------
 
 
@@ -198,9 +205,7 @@ async def test_the_pending_record_is_acknowledged_before_the_send(mail: FakeAgen
 async def test_a_crash_after_the_ledger_write_resends_the_stored_text(mail: FakeAgentMail) -> None:
     harness = Harness(mail)
     message = _seed(mail, "<m1@x>")
-    stored = ReplyRecord(
-        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "stored text"
-    )
+    stored = _pending(message, "stored text")
     await harness.ledger.put(stored)
 
     result = await harness.run([message])
@@ -268,9 +273,7 @@ async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing
         in_reply_to="<m1@x>",
         from_=INBOX,
     )
-    await harness.ledger.put(
-        ReplyRecord(message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "t")
-    )
+    await harness.ledger.put(_pending(message, "t"))
 
     result = await harness.run([message])
 
@@ -326,9 +329,7 @@ class FlakyThreadReader:
 async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() -> None:
     ledger = MemoryLedger()
     message = _inbound("<m1@x>")
-    stale = ReplyRecord(
-        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "t"
-    )
+    stale = _pending(message, "t")
     await ledger.put(stale)
     sender = FlakyThreadReader()
 
@@ -843,9 +844,7 @@ async def test_a_fresh_pending_record_whose_reply_reached_an_api_ignoring_keys_s
     # honour idempotency keys: only reading the thread first keeps the customer at one email
     harness = Harness(mail, now=T0 + timedelta(minutes=1))
     message = _seed(mail, "<m1@x>")
-    pending = ReplyRecord(
-        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "first text"
-    )
+    pending = _pending(message, "first text")
     await harness.ledger.put(pending)
     mail.ignore_keys()
     await harness.sender.reply(pending)  # the paused worker's send
@@ -930,9 +929,7 @@ async def test_a_reply_found_with_another_text_is_recorded_as_the_thread_has_it(
     # the next reconcile finds the email and records what the customer read, not the late text
     harness = Harness(mail, now=T0 + timedelta(minutes=1))
     message = _seed(mail, "<m1@x>")
-    owners = ReplyRecord(
-        message.key, INBOX, "<m1@x>", message.thread_key, ReplyState.PENDING, T0, "owner's text"
-    )
+    owners = _pending(message, "owner's text")
     await harness.sender.reply(owners)  # the owner's email
     late = owners.with_state(ReplyState.PENDING, reply_text="the woken worker's text")
     await harness.ledger.put(late)
