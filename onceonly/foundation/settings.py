@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
     send_attempts: int = Field(default=5, ge=1)
+    #: how long a send answered "the first send with this key is in flight" (409) is
+    #: retried, past send_attempts: that first send may still succeed
+    send_in_flight_wait_s: float = Field(default=60.0, gt=0)
     #: records the agent loop takes from its stream at once (it only routes them)
     batch_max: int = Field(default=256, ge=1)
     #: how long the agent loop waits to fill a batch before it routes what it has

@@ -202,9 +202,8 @@ class Conversation:
         answering: set[str],
         newer: Any = None,
     ) -> bool:
-        """One reply to ``burst`` (:func:`~onceonly.processors.approval.applying.answer`); False if
-        it
-        failed."""
+        """One reply to ``burst`` (:func:`~onceonly.processors.approval.applying.answer`); False
+        if it failed."""
         sender = self.parts.fence.sender(channel.sender) if self.parts.fence else channel.sender
         parts = self.parts
         reply = ReplyParts(
@@ -213,7 +212,10 @@ class Conversation:
             write=functools.partial(self.write, channel),
             dead_letter=for_reply(parts.dead_letters, lambda: (d.envelope for d in claimed)),
             now=parts.now,
-            policy=SendPolicy(attempts=parts.settings.send_attempts),
+            policy=SendPolicy(
+                attempts=parts.settings.send_attempts,
+                in_flight_wait_s=parts.settings.send_in_flight_wait_s,
+            ),
             replay=any(d.replay for d in claimed),
             on_retry=parts.metrics.send_retries.inc,
             may_retry=parts.flowing,

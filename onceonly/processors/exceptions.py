@@ -12,7 +12,10 @@ class ProcessorError(OnceOnlyError):
 
 
 class SendFailure(StrEnum):
-    RETRY = "retryable"  #: 409 in flight, 429, 5xx, timeout: back off, same key
+    RETRY = "retryable"  #: 429, 5xx, timeout: back off, same key, up to the attempts
+    #: 409, the first send with this key is still running: back off, same key, for up to
+    #: the policy's in-flight wait whatever the attempts (that send may yet succeed)
+    IN_FLIGHT = "in_flight"
     CONFLICT = "key_conflict"  #: 409, the key was used with different content: never retry
     REJECTED = "rejected"  #: any other 4xx: a bug or a refused message; dead-letter
 
@@ -24,6 +27,11 @@ class SendError(ProcessorError):
         super().__init__(message)
         self.failure = failure
         self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call, with the same key, may be tried again."""
+        return self.failure in (SendFailure.RETRY, SendFailure.IN_FLIGHT)
 
 
 class Rebalancing(ProcessorError):

@@ -412,6 +412,11 @@ class FakeAgentMail(FakeServer):
         with self._lock:
             return list(self._outbox)
 
+    def keys_in_flight(self) -> list[str]:
+        """The idempotency keys whose first reply call is still running."""
+        with self._lock:
+            return [key for key, record in self._keys.items() if record.in_flight]
+
     def fail_next(self, n: int, status: int = 500) -> None:
         """The next ``n`` reply calls answer ``status`` without sending or touching keys."""
         with self._lock:

@@ -118,7 +118,10 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
         write=_no_writer,
         dead_letter=dead_letter,
         now=parts.now,
-        policy=SendPolicy(attempts=parts.settings.send_attempts),
+        policy=SendPolicy(
+            attempts=parts.settings.send_attempts,
+            in_flight_wait_s=parts.settings.send_in_flight_wait_s,
+        ),
         on_retry=parts.metrics.send_retries.inc,
         may_retry=parts.flowing,
     )

@@ -60,6 +60,10 @@ class SendPolicy:
     attempts: int = 5
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
+    #: a 409 "first send in flight" is retried for this long from the first attempt,
+    #: whatever ``attempts`` says: that send (this worker's own before a restart, or a
+    #: paused owner's) may still succeed, and giving up would dead-letter a reply sent
+    in_flight_wait_s: float = 60.0
 
 
 def _no_op() -> None:

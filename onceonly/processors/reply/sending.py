@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 import structlog
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception,
-    stop_after_attempt,
     wait_random_exponential,
 )
 
@@ -23,14 +23,30 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 log = structlog.get_logger("onceonly.reply")
 
 
+def give_up(policy: SendPolicy, failure: SendFailure, attempts: int, elapsed_s: float) -> bool:
+    """Whether the send stops retrying after ``attempts`` calls over ``elapsed_s``, the last
+    of which failed with ``failure`` (a retryable one).
+
+    A first send still in flight is waited for up to the policy's in-flight wait, past
+    ``attempts``; any other retryable failure stops at ``attempts``.
+    """
+    if failure is SendFailure.IN_FLIGHT:
+        return elapsed_s >= policy.in_flight_wait_s
+    return attempts >= policy.attempts
+
+
 def _retrying(policy: SendPolicy) -> AsyncRetrying:
     """Retry what the send policy calls retryable, with random exponential backoff."""
+
+    def stop(state: RetryCallState) -> bool:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        failure = exc.failure if isinstance(exc, SendError) else SendFailure.RETRY
+        return give_up(policy, failure, state.attempt_number, state.seconds_since_start or 0.0)
+
     return AsyncRetrying(
-        stop=stop_after_attempt(policy.attempts),
+        stop=stop,
         wait=wait_random_exponential(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s),
-        retry=retry_if_exception(
-            lambda e: isinstance(e, SendError) and e.failure is SendFailure.RETRY
-        ),
+        retry=retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
         reraise=True,
     )
 
@@ -75,7 +91,7 @@ class Sending:
         except SendError as exc:
             reason = (
                 f"{exc.failure.value} after {attempts} attempt(s): {exc}"
-                if exc.failure is SendFailure.RETRY
+                if exc.retryable
                 else f"{exc.failure.value}: {exc}"
             )
             failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))

@@ -45,7 +45,13 @@ async def mail() -> AsyncIterator[FakeAgentMail]:
 
 
 def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> Conversation:
-    settings = SimpleNamespace(reorder_window_ms=0, send_attempts=2, supersede_max=2, approval=mode)
+    settings = SimpleNamespace(
+        reorder_window_ms=0,
+        send_attempts=2,
+        send_in_flight_wait_s=60.0,
+        supersede_max=2,
+        approval=mode,
+    )
     sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
     return bare_pipeline(
         settings,

@@ -190,7 +190,7 @@ def test_inbound_falls_back_to_the_snippet_and_the_envelope_time() -> None:
     ("error", "failure"),
     [
         (_api_error(409, "api.invalid_idempotent_request"), SendFailure.CONFLICT),
-        (_api_error(409, "api.concurrent_idempotent_request"), SendFailure.RETRY),
+        (_api_error(409, "api.concurrent_idempotent_request"), SendFailure.IN_FLIGHT),
         (_api_error(400, "api.invalid_idempotency_key"), SendFailure.REJECTED),
         (_api_error(409, "something_else"), SendFailure.CONFLICT),
         (_api_error(429, "rate_limit_error"), SendFailure.RETRY),
@@ -425,7 +425,7 @@ async def test_a_send_while_the_first_is_in_flight_backs_off(nylas: FakeNylas) -
     )
 
     errors = [r for r in results if isinstance(r, SendError)]
-    assert len(errors) == 1 and errors[0].failure is SendFailure.RETRY
+    assert len(errors) == 1 and errors[0].failure is SendFailure.IN_FLIGHT
     assert "api.concurrent_idempotent_request" in str(errors[0])
     assert len(nylas.outbox) == 1
 

@@ -49,6 +49,7 @@ def _pipeline(mail: FakeAgentMail, writer: Any) -> Conversation:
     settings = SimpleNamespace(
         reorder_window_ms=0,
         send_attempts=2,
+        send_in_flight_wait_s=60.0,
         supersede_max=2,
         approval="never",
         tenant_key="inbox",

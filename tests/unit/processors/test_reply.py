@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from onceonly.processors.reply.once import (
     simple_write,
     split_burst,
 )
-from onceonly.processors.reply.sending import _retrying
+from onceonly.processors.reply.sending import _retrying, give_up
 from onceonly.processors.writer.contract import Decline, Inbound, reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
@@ -164,7 +165,11 @@ class Harness:
         self.dead.append((record, reason))
 
     async def run(
-        self, burst: Sequence[Inbound], attempts: int = 3, may_retry: bool = True
+        self,
+        burst: Sequence[Inbound],
+        attempts: int = 3,
+        may_retry: bool = True,
+        in_flight_wait_s: float = 60.0,
     ) -> BurstResult:
         return await reply_once(
             burst,
@@ -174,7 +179,12 @@ class Harness:
                 write=simple_write(self.writer),
                 dead_letter=self.dead_letter,
                 now=lambda: self.now,
-                policy=SendPolicy(attempts=attempts, backoff_initial_s=0.01, backoff_max_s=0.05),
+                policy=SendPolicy(
+                    attempts=attempts,
+                    backoff_initial_s=0.01,
+                    backoff_max_s=0.05,
+                    in_flight_wait_s=in_flight_wait_s,
+                ),
                 may_retry=lambda: may_retry,
             ),
         )
@@ -226,6 +236,50 @@ async def test_a_lost_response_is_retried_with_the_same_key_and_sends_once(
 
     assert result.outcome is Outcome.SENT
     assert len(mail.outbox) == 1
+
+
+async def test_a_send_meeting_its_own_first_send_in_flight_waits_for_it_past_the_attempts(
+    mail: FakeAgentMail,
+) -> None:
+    # a worker restarted while its own send was still running on the mail API: the
+    # stored text goes again with its key, meets 409 "in flight" for longer than the
+    # attempts last, and must wait for that first send rather than dead-letter a reply sent
+    message = _seed(mail, "<m1@x>")
+    first, restarted = Harness(mail), Harness(mail)
+    for harness in (first, restarted):
+        await harness.ledger.put(_pending(message, "stored text"))
+    mail.faults.send_delay_s = 1.0
+    in_flight = asyncio.create_task(first.run([message]))
+    while not mail.keys_in_flight():  # the first send holds the key
+        await asyncio.sleep(0.01)
+
+    result = await restarted.run([message], attempts=2, in_flight_wait_s=20.0)
+
+    [email] = mail.outbox
+    assert (result.outcome, result.sent_message_id) == (Outcome.SENT, email.sent_message_id)
+    assert restarted.dead == []
+    assert (await in_flight).outcome is Outcome.SENT
+
+
+async def test_a_first_send_in_flight_past_the_wait_dead_letters_saying_so(
+    mail: FakeAgentMail,
+) -> None:
+    message = _seed(mail, "<m1@x>")
+    first, restarted = Harness(mail), Harness(mail)
+    for harness in (first, restarted):
+        await harness.ledger.put(_pending(message, "stored text"))
+    mail.faults.send_delay_s = 2.0
+    in_flight = asyncio.create_task(first.run([message]))
+    while not mail.keys_in_flight():
+        await asyncio.sleep(0.01)
+
+    result = await restarted.run([message], attempts=50, in_flight_wait_s=0.3)
+
+    assert result.outcome is Outcome.FAILED
+    [(record, reason)] = restarted.dead
+    assert reason.startswith("in_flight after ") and "in flight" in reason
+    assert record.attempts < 50  # the wait ended it, not the attempts
+    await in_flight
 
 
 async def test_a_key_used_with_other_content_whose_reply_is_in_the_thread_is_recorded_sent(
@@ -877,6 +931,23 @@ async def test_a_writer_returning_blank_text_is_a_type_error() -> None:
 async def test_a_writer_returning_something_else_is_a_type_error_naming_its_type() -> None:
     with pytest.raises(TypeError, match="returned int, not a non-empty str"):
         await simple_write(lambda burst: 7)([_inbound("<a@x>")])
+
+
+@pytest.mark.parametrize(
+    ("failure", "attempts", "elapsed_s", "stops"),
+    [
+        (SendFailure.RETRY, 2, 0.0, False),
+        (SendFailure.RETRY, 3, 0.0, True),
+        (SendFailure.IN_FLIGHT, 30, 9.9, False),
+        (SendFailure.IN_FLIGHT, 1, 10.0, True),
+    ],
+)
+def test_a_send_gives_up_at_the_attempts_or_for_one_in_flight_at_the_wait(
+    failure: SendFailure, attempts: int, elapsed_s: float, stops: bool
+) -> None:
+    policy = SendPolicy(attempts=3, in_flight_wait_s=10.0)
+
+    assert give_up(policy, failure, attempts, elapsed_s) is stops
 
 
 def test_the_send_retries_back_off_as_the_policy_says() -> None:

@@ -41,7 +41,9 @@ def classify(exc: Exception) -> SendError:
             name = str(getattr(body, "name", "") or getattr(body, "code", "") or "")
         if status == 409:
             if "flight" in name.lower() or "progress" in name.lower():
-                return SendError(SendFailure.RETRY, "409: the first send is in flight", status=409)
+                return SendError(
+                    SendFailure.IN_FLIGHT, "409: the first send is in flight", status=409
+                )
             return SendError(
                 SendFailure.CONFLICT,
                 f"409 {name or 'conflict'}: the key was used with different content; "

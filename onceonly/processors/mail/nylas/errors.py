@@ -30,7 +30,7 @@ def classify(exc: BaseException) -> SendError:
             )
         if kind == "api.concurrent_idempotent_request":
             return SendError(
-                SendFailure.RETRY, f"409 {kind}: the first send is in flight", status=409
+                SendFailure.IN_FLIGHT, f"409 {kind}: the first send is in flight", status=409
             )
         if kind == "api.invalid_idempotency_key":
             return SendError(

@@ -105,9 +105,7 @@ class NylasSender:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(READ_ATTEMPTS),
             wait=wait_random_exponential(multiplier=0.2, max=2.0),
-            retry=retry_if_exception(
-                lambda e: isinstance(e, SendError) and e.failure is SendFailure.RETRY
-            ),
+            retry=retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
             reraise=True,
         ):
             with attempt:
@@ -201,7 +199,7 @@ class NylasSender:
                 return None
             thread = await self._read(self.client.threads.find, record.inbox_id, str(thread_id))
         except SendError as exc:
-            if exc.failure is SendFailure.RETRY:
+            if exc.retryable:
                 raise
             log.warning("reconcile: the message or thread is gone", key=record.key, error=str(exc))
             return None
@@ -211,7 +209,7 @@ class NylasSender:
             try:
                 candidate = await self.fetch(record.inbox_id, message_id, headers=True)
             except SendError as exc:
-                if exc.failure is SendFailure.RETRY:
+                if exc.retryable:
                     raise
                 continue  # deleted since the thread was read
             found = find_nylas_reply([candidate], original, own)
