@@ -1,15 +1,14 @@
 """Deciding on drafts from where people work: the CLI, the operator page, the HTTP API.
 
 Every path does the same (:func:`decide`): read the reply's record from the ledger topic
-(unknown: :class:`UnknownReply`, nothing produced); judge the decision against it with
-the worker's own pure :func:`~onceonly.processors.approval.decisions.apply` (a decision that cannot
-move
-the draft, one that comes after an approval was applied, is answered at once with the
-reply's state, and nothing is produced); otherwise produce it to the deliveries topic,
-keyed by the thread, and wait (at most ``wait_s``) until the partition's owner has
-applied a decision (and sent an approved reply), then judge again: the answer says
-whether *this* decision moved the draft or another one did first. Nothing here writes
-the ledger or sends mail: the partition's owner alone does, in the thread's order.
+(unknown: :class:`UnknownReply`, nothing produced); judge the decision against it with the
+worker's own pure :func:`~onceonly.processors.approval.decisions.apply` (a decision that
+cannot move the draft, one that comes after an approval was applied, is answered at once
+with the reply's state, and nothing is produced); otherwise produce it to the deliveries
+topic, keyed by the thread, and wait (at most ``wait_s``) until the partition's owner has
+applied a decision (and sent an approved reply), then judge again: the answer says whether
+*this* decision moved the draft or another one did first. Nothing here writes the ledger
+or sends mail: the partition's owner alone does, in the thread's order.
 
 The ledger topic is read whole on every call (as ``onceonly catch-up`` reads it): fine
 for a support inbox's ledger, slow for millions of replies.

@@ -4,10 +4,11 @@ A worker paused past its session (a GC pause, a frozen VM, a partition that heal
 with model calls finishing and no idea that the group gave its partitions to another
 worker, which is answering the same records. Before each ledger record and before each
 send, the worker asks the group coordinator whether it still owns the partition of the
-record it works for (:meth:`onceonly.processors.runtime.consumer.TrackingConsumer.confirm_owner`: a
-commit
-with the member's generation, refused once that generation has ended). A refusal raises
-:class:`~onceonly.processors.exceptions.Fenced`: the lane stands down, its records unacknowledged.
+record it works for
+(:meth:`onceonly.processors.runtime.consumer.TrackingConsumer.confirm_owner`: a commit with
+the member's generation, refused once that generation has ended). A refusal raises
+:class:`~onceonly.processors.exceptions.Fenced`: the lane stands down, its records
+unacknowledged.
 
 No fence reaches past its own check: a pause between the confirmation and the moment a
 send's request leaves the worker still sends (the mail API's idempotency key is then

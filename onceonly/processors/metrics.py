@@ -100,8 +100,8 @@ class WorkerMetrics:
         )
 
     def _flow_metrics(self) -> None:
-        """Flow control for the model (:mod:`onceonly.processors.flow.admission`) and what replies
-        cost."""
+        """Flow control for the model (:mod:`onceonly.processors.flow.admission`) and what
+        replies cost."""
         self.writer_tokens = Counter(
             "onceonly_writer_tokens",
             "Tokens the reply writer reported, by model and kind (input, output).",

@@ -137,9 +137,8 @@ async def _no_writer(messages: Sequence[Inbound]) -> str:
 
 
 async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts) -> BurstResult:
-    """:func:`~onceonly.processors.reply.once.reply_once`, where a newer message supersedes a
-    waiting
-    draft.
+    """:func:`~onceonly.processors.reply.once.reply_once`, where a newer message
+    supersedes a waiting draft.
 
     With approval on, a burst with a new message (no ledger record) looks through the
     thread's earlier messages (the mail API's thread: one read) for a draft still awaiting

@@ -1,10 +1,9 @@
 """Approval: which replies wait for a person, and what a person's decision does to one.
 
 Pure decisions, no I/O: :func:`by_mode` (``ONCEONLY_APPROVAL``) turns a writer's answer
-into a :class:`~onceonly.processors.writer.contract.Draft` or not; :func:`apply` decides what a
-decision
-does to the reply's ledger record. The worker applies decisions on the thread's lane
-(:mod:`onceonly.processors.approval.applying`).
+into a :class:`~onceonly.processors.writer.contract.Draft` or not; :func:`apply` decides
+what a decision does to the reply's ledger record. The worker applies decisions on the
+thread's lane (:mod:`onceonly.processors.approval.applying`).
 
 A draft is recorded *awaiting*. An approval moves it to *pending* with the approved text
 (the edit, if any) and the :class:`~onceonly.schemas.approval.Approval` (who, when, what); the

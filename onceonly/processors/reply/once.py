@@ -104,14 +104,14 @@ async def reply_once(
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
     The burst is divided by the ledger (:func:`~onceonly.processors.reply.bursts.divide`). A
-    recorded
-    *pending* reply is finished first, wherever its message is in the burst: the thread is
-    read for it, and unless it is there it is sent with its stored text and key. The
-    messages with no record get one reply, to the latest of them; if ``parts.newer`` finds
-    messages of the thread that reached the worker while the writer was composing, that
-    text is not recorded: the writer is asked again with them too (at most
+    recorded *pending* reply is finished first, wherever its message is in the burst: the
+    thread is read for it, and unless it is there it is sent with its stored text and key.
+    The messages with no record get one reply, to the latest of them; if ``parts.newer``
+    finds messages of the thread that reached the worker while the writer was composing,
+    that text is not recorded: the writer is asked again with them too (at most
     ``supersede_max`` times), and the one reply goes to the latest. Returns the burst's
-    result (:func:`~onceonly.processors.reply.bursts.summarize`), with each reply's in ``parts``.
+    result (:func:`~onceonly.processors.reply.bursts.summarize`), with each reply's in
+    ``parts``.
     """
     ledger, now, channel = parts.ledger, parts.now, parts.channel
     latest = ledger.get(split_burst(burst)[0].key)

@@ -87,8 +87,8 @@ _default: OpenAIWriter | None = None
 
 
 async def reply(burst: Burst) -> str | Decline:
-    """``ONCEONLY_REPLY_WRITER=onceonly.processors.writer.openai:reply``: the client is built
-    once."""
+    """``ONCEONLY_REPLY_WRITER=onceonly.processors.writer.openai:reply``: the client is
+    built once."""
     global _default
     if _default is None:
         from openai import AsyncOpenAI

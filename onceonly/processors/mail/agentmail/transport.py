@@ -14,8 +14,8 @@ mail API authenticates by header, and httpx would otherwise run every answer thr
 ``http.cookiejar`` looking for ``Set-Cookie`` (about a seventh of the SDK's CPU per call).
 
 aiohttp's errors become httpx's here, so the send policy's one seam
-(:func:`onceonly.processors.mail.agentmail.sender.classify`) sees the same exceptions with either
-transport.
+(:func:`onceonly.processors.mail.agentmail.sender.classify`) sees the same exceptions
+with either transport.
 """
 
 from __future__ import annotations
