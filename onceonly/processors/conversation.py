@@ -219,6 +219,7 @@ class Conversation:
             replay=any(d.replay for d in claimed),
             on_retry=parts.metrics.send_retries.inc,
             may_retry=parts.flowing,
+            arbitrate=parts.ledger.arbitrate,
             channel=channel.name,
             **({"newer": newer} if newer is not None else {}),
             supersede_max=parts.settings.supersede_max,

@@ -58,7 +58,18 @@ class Table(KeyValues, Protocol):
         """The entries of ``partition``'s own store in key order, after ``after``."""
         ...
 
-    async def write_through(self, key: bytes, value: bytes) -> None: ...
+    async def write_through(self, key: bytes, value: bytes) -> tuple[int, int]:
+        """Write ``key`` to the changelog, then the store; returns where the record landed
+        in the changelog (partition, offset)."""
+        ...
+
+    def partition_of(self, key: bytes) -> int:
+        """The changelog partition a write of ``key`` goes to now."""
+        ...
+
+    def applied_offset(self, partition: int) -> int:
+        """The offset of the last changelog record in ``partition``'s store; -1 for none."""
+        ...
 
 
 class Topic(Protocol):

@@ -135,8 +135,10 @@ class Router:
             )
 
     def forget_state(self) -> None:
-        """The partitions changed (or are changing): read the held buffers again."""
+        """The partitions changed (or are changing): read the held buffers again, and
+        account for the ledger's offsets afresh."""
         self.parts.holds.forget()
+        self.parts.ledger.forget()
         self._releasing.clear()
         self._ticking.clear()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from onceonly.processors.reply.arbitration import Ruling, Verdict
 from onceonly.schemas.ledger import ReplyRecord
 
 
@@ -20,3 +21,10 @@ class MemoryLedger:
     async def put(self, record: ReplyRecord) -> None:
         self.records[record.key] = record
         self.writes.append(record)
+
+    async def arbitrate(self, record: ReplyRecord) -> Verdict:
+        """One writer, one log: its own record is always its key's first."""
+        return Verdict(Ruling.OWN, record)
+
+    def forget(self) -> None:
+        """Nothing is accounted for by partition here."""

@@ -124,6 +124,7 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
         ),
         on_retry=parts.metrics.send_retries.inc,
         may_retry=parts.flowing,
+        arbitrate=parts.ledger.arbitrate,
     )
     await send_recorded(record, reconcile, reply)
     sent: ReplyRecord | None = parts.ledger.get(record.key)

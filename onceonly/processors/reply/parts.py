@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from onceonly.processors.reply.arbitration import Ruling, Verdict
 from onceonly.processors.writer.contract import Decline, Draft, Inbound
 from onceonly.schemas.ledger import ReplyRecord
 
@@ -74,6 +75,10 @@ def _always() -> bool:
     return True
 
 
+async def _first(record: ReplyRecord) -> Verdict:
+    return Verdict(Ruling.OWN, record)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplyParts:
     """What one reply reaches of the worker, as one typed object: the ledger, the sender,
@@ -97,6 +102,9 @@ class ReplyParts:
     #: False once a rebalance began: a send is then not retried here (its next owner does)
     may_retry: Callable[[], bool] = _always
     on_superseded: Callable[[], None] = _no_op
+    #: a *pending* record against other writers' records of its key, before its send
+    #: (:meth:`~onceonly.processors.reply.ledger.TableLedger.arbitrate`; default: none)
+    arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
 
 
 def log_ids(record: ReplyRecord | Inbound) -> dict[str, str]:

@@ -15,6 +15,7 @@ from tenacity import (
 )
 
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
+from onceonly.processors.reply.arbitration import Ruling
 from onceonly.processors.reply.bursts import BurstResult, Outcome
 from onceonly.processors.reply.parts import MailSender, ReplyParts, SendPolicy, log_ids
 from onceonly.processors.writer.contract import Inbound
@@ -66,6 +67,11 @@ class Sending:
         ``burst``: the messages the reply answers, dead-lettered with it if it fails.
         """
         ids = log_ids(record)
+        if record.state is ReplyState.PENDING:
+            ruled = await self._arbitrated(record)
+            if isinstance(ruled, BurstResult):
+                return ruled
+            record = ruled
         reconciled = not reconcile
         found: str | None = None
         sent_id: str | None = None
@@ -109,6 +115,25 @@ class Sending:
         await self.parts.ledger.put(sent)
         log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
         return BurstResult(Outcome.SENT, record.key, sent_id)
+
+    async def _arbitrated(self, record: ReplyRecord) -> ReplyRecord | BurstResult:
+        """The record to send, by the ledger's arbitration; or, where another writer
+        recorded the reply sent first, that outcome (nothing is sent)."""
+        ids = log_ids(record)
+        verdict = await self.parts.arbitrate(record)
+        if verdict.ruling is Ruling.SENT:
+            sent_by = verdict.record
+            await self.parts.ledger.put(sent_by)
+            log.warning(
+                "reply recorded sent by another writer first; nothing sent",
+                sent=sent_by.sent_message_id,
+                **ids,
+            )
+            return BurstResult(Outcome.ALREADY, record.key, sent_by.sent_message_id)
+        if verdict.ruling is Ruling.ADOPT:
+            log.warning("another writer's pending text came first; it is sent", **ids)
+            await self.parts.ledger.put(verdict.record)  # the ledger holds what is sent
+        return verdict.record
 
 
 def as_found(record: ReplyRecord, found: str) -> ReplyRecord:

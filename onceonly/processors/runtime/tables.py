@@ -44,9 +44,20 @@ class FaustTable:
                 continue
             yield bytes(key), bytes(raw)
 
-    async def write_through(self, key: bytes, value: bytes) -> None:
-        await self.faust.send_changelog(self.faust.partition_for_key(key), key, value)
+    async def write_through(self, key: bytes, value: bytes) -> tuple[int, int]:
+        metadata = await self.faust.send_changelog(self.faust.partition_for_key(key), key, value)
         self.faust.data[key] = value  # the store alone: the topic has the record already
+        return int(metadata.topic_partition.partition), int(metadata.offset)
+
+    def partition_of(self, key: bytes) -> int:
+        """The partition a write of ``key`` goes to: the current record's."""
+        return int(self.faust.partition_for_key(key))
+
+    def applied_offset(self, partition: int) -> int:
+        """The offset of the last changelog record in ``partition``'s store (what recovery
+        read, or this worker's last write through faust); -1 for none."""
+        raw = self.faust.data._db_for_partition(partition).get(self.faust.data.offset_key)
+        return int(raw) if raw is not None else -1
 
 
 def rocks_options(settings: Settings, scale: float = 1.0) -> dict[str, int]:

@@ -23,6 +23,7 @@ in that partition's order and queues a release on each due thread's lane.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,7 +35,7 @@ import structlog
 from aiohttp import web
 
 from onceonly.foundation import tracing
-from onceonly.foundation.kafka import Admin, Connection, TopicSpec
+from onceonly.foundation.kafka import Admin, Connection, TopicSpec, read_batches
 from onceonly.foundation.settings import Settings
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
@@ -51,7 +52,7 @@ from onceonly.processors.offsets import OffsetBook
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reorder.holds import Holds
-from onceonly.processors.reply.ledger import TableLedger
+from onceonly.processors.reply.ledger import ReadLog, TableLedger
 from onceonly.processors.reply.once import ReplyWriter
 from onceonly.processors.router import Router
 from onceonly.processors.runtime.app import (
@@ -163,7 +164,9 @@ def _router(
         settings=settings,
         events=events,
         holds=Holds(holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
-        ledger=TableLedger(FaustTable(topics.replies), fence=fence.check),
+        ledger=TableLedger(
+            FaustTable(topics.replies), fence=fence.check, read_log=_ledger_reader(settings)
+        ),
         channels=mail_providers(settings, registry=metrics.registry, clients=clients),
         writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
@@ -291,3 +294,24 @@ def run_worker(settings: Settings, pages: Pages | None = None) -> None:
     tracing.configure("onceonly-worker")  # after the writer's import: it may install a provider
     # our logging (onceonly.foundation.logs), not mode's: one format for ingest and the worker
     Worker(app, override_logging=False, quiet=True).execute_from_commandline()
+
+
+def _ledger_reader(settings: Settings) -> ReadLog:
+    """Reads records of the ledger topic (arbitration: rare, a few records), off the loop."""
+    connection = Connection.from_settings(settings)
+
+    def read(partition: int, first: int, last: int) -> list[tuple[int, bytes, bytes | None]]:
+        return [
+            (int(m.offset()), bytes(m.key() or b""), m.value())
+            for batch in read_batches(
+                connection, settings.ledger_topic, partition, first, last, batch=1000
+            )
+            for m in batch
+        ]
+
+    async def read_log(
+        partition: int, first: int, last: int
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        return await asyncio.to_thread(read, partition, first, last)
+
+    return read_log

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ import structlog
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure, WriterFailed
 from onceonly.processors.mail.agentmail.messages import find_sent_reply, skip_reason
 from onceonly.processors.mail.agentmail.sender import AgentMailSender
+from onceonly.processors.reply.arbitration import Ruling, Verdict
 from onceonly.processors.reply.once import (
     BurstResult,
     Outcome,
@@ -710,6 +711,41 @@ async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_th
             covers=seen,
         ),
     ]
+
+
+async def test_an_adopted_text_is_recorded_then_sent_with_the_key_instead_of_the_own() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    sender = StubSender()
+
+    async def first_came_another(record: ReplyRecord) -> Verdict:
+        return Verdict(Ruling.ADOPT, replace(record, reply_text="the first writer's"))
+
+    result = await _reply([message], ledger, sender, "mine", arbitrate=first_came_another)
+
+    assert result.outcome is Outcome.SENT
+    assert [r.reply_text for r in sender.sent] == ["the first writer's"]
+    assert [(w.state, w.reply_text) for w in ledger.writes] == [
+        (ReplyState.PENDING, "mine"),
+        (ReplyState.PENDING, "the first writer's"),
+        (ReplyState.SENT, "the first writer's"),
+    ]
+
+
+async def test_a_reply_another_writer_recorded_sent_first_is_not_sent_again() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    sender = StubSender()
+    theirs = _owed(message, ReplyState.SENT, reply_text="theirs", sent_message_id="<r@x>")
+
+    async def sent_by_another(record: ReplyRecord) -> Verdict:
+        return Verdict(Ruling.SENT, theirs)
+
+    result = await _reply([message], ledger, sender, "mine", arbitrate=sent_by_another)
+
+    assert result == BurstResult(Outcome.ALREADY, message.key, "<r@x>")
+    assert sender.sent == []
+    assert ledger.records[message.key] == theirs
 
 
 async def test_every_record_of_a_reply_carries_its_channel() -> None:

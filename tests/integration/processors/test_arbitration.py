@@ -1,0 +1,109 @@
+"""Arbitration in the ledger, on a real worker and broker: another writer's record that
+lands in the ledger topic while the worker's model call runs (a zombie past its fence
+check, waking) decides what the worker sends.
+
+The other writer is this test, producing to the worker's own ledger partition, as a
+worker paused after its fence check would once it woke.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from tests.conftest import consume_all
+from tests.integration.workers import INBOX, Stack, ledger_records, until
+
+pytestmark = pytest.mark.integration
+
+MESSAGE, THREAD = "<arb-1@example.com>", "t-arb"
+
+
+def _writer_started(stack: Stack) -> bool:
+    path = stack.tmp / "writer.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return any(json.loads(line)["event"] == "start" for line in lines)
+
+
+def _writer_ended(stack: Stack) -> bool:
+    path = stack.tmp / "writer.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return any(json.loads(line)["event"] == "end" for line in lines)
+
+
+def _partition_of_thread(stack: Stack) -> int:
+    [record] = [
+        r
+        for r in consume_all(stack.settings, stack.settings.deliveries_topic)
+        if r.key() == f"agentmail:{THREAD}".encode()
+    ]
+    return int(record.partition())
+
+
+async def _start(stack_factory: Callable[..., Stack]) -> tuple[Stack, Any, str, int]:
+    """A worker whose model call for the message runs 6 s; returns once it has begun."""
+    stack = stack_factory(reorder_window_ms=0)
+    worker = stack.worker(
+        ONCEONLY_REPLY_WRITER="tests.integration.writers:model",
+        ONCEONLY_TEST_WRITER_LOG=str(stack.tmp / "writer.jsonl"),
+    )
+    await stack.deliver(stack.seed(MESSAGE, THREAD, text="SLOW=6"))
+    await until(stack, lambda: _writer_started(stack), "the model call")
+    return stack, worker, reply_key(INBOX, MESSAGE), _partition_of_thread(stack)
+
+
+async def _land(stack: Stack, partition: int, record: ReplyRecord) -> None:
+    await stack.producer.produce(
+        stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=partition
+    )
+
+
+def _theirs(key: str, state: ReplyState, text: str, **changes: Any) -> ReplyRecord:
+    return ReplyRecord(
+        key, INBOX, MESSAGE, f"agentmail:{THREAD}", state, datetime.now(UTC), text, **changes
+    )
+
+
+async def test_a_pending_text_another_writer_landed_first_is_the_one_sent(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack, _, key, partition = await _start(stack_factory)
+    await _land(stack, partition, _theirs(key, ReplyState.PENDING, "the first writer's text"))
+    assert not _writer_ended(stack)  # landed before the worker's own record
+
+    await until(
+        stack,
+        lambda: (
+            key in ledger_records(stack) and ledger_records(stack)[key].state is ReplyState.SENT
+        ),
+        "the sent record",
+    )
+
+    assert [e.text for e in stack.mail.outbox] == ["the first writer's text"]
+    assert ledger_records(stack)[key].reply_text == "the first writer's text"
+    assert _writer_ended(stack)  # the worker wrote its own text, and did not send it
+
+
+async def test_a_reply_another_writer_recorded_sent_first_is_not_sent_again(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack, worker, key, partition = await _start(stack_factory)
+    theirs = _theirs(key, ReplyState.SENT, "theirs", sent_message_id="<sent-by-them@x>")
+    await _land(stack, partition, theirs)
+    assert not _writer_ended(stack)
+
+    await until(
+        stack,
+        lambda: "reply recorded sent by another writer first" in worker.log(),
+        "the worker's ruling",
+    )
+
+    assert stack.mail.outbox == []
+    record = ledger_records(stack)[key]
+    assert (record.state, record.sent_message_id) == (ReplyState.SENT, "<sent-by-them@x>")
