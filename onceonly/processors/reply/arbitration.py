@@ -15,10 +15,13 @@ this module decides by that order:
 A worker cannot see another's records in its own store (it reads no changelog of a
 partition it owns), so :class:`PartitionLog` keeps, per ledger partition, which offsets
 it has accounted for: everything before the store's last applied offset at the first
-write (what recovery read), and each of its own writes after. An offset before its own
-record that is neither is another writer's: only then is the topic read
-(:meth:`PartitionLog.gap`), and what it held is kept (:meth:`PartitionLog.learn`).
-In the usual case no offset is unaccounted for and arbitration reads nothing.
+write (what recovery read), each of its own writes after, and what a recovery read after
+them (:meth:`PartitionLog.recovered`). An offset before its own record that is none of
+these is another writer's: only then is the topic read (:meth:`PartitionLog.gaps`), and
+what it held is kept (:meth:`PartitionLog.learn`). The log outlives rebalances: faust
+moves the store's offset past each own write, so a record another writer landed before
+one of this worker's is below where any later recovery starts. In the usual case no
+offset is unaccounted for and arbitration reads nothing.
 """
 
 from __future__ import annotations
@@ -35,49 +38,75 @@ class PartitionLog:
     """The offsets of one ledger partition this worker has accounted for.
 
     ``known``: every offset below it is accounted for (recovered, written by this worker,
-    or read). ``own``: this worker's writes at or above ``known``. ``foreign``: the other
-    writers' records read from the topic, by key, with their offsets.
+    or read). ``spans``: the offsets accounted for at or above ``known``, as disjoint
+    ranges (first, last) in order; what lies between them is another writer's until read.
+    ``foreign``: the other writers' records read from the topic, by key, with their offsets.
     """
 
     known: int
-    own: set[int] = field(default_factory=set)
+    spans: list[tuple[int, int]] = field(default_factory=list)
     foreign: dict[str, list[tuple[int, ReplyRecord]]] = field(default_factory=dict)
 
     def wrote(self, offset: int) -> None:
         """This worker's record landed at ``offset``."""
-        if offset < self.known:
-            return
-        self.own.add(offset)
-        self._advance()
+        self._account(offset, offset)
 
-    def gap(self, before: int) -> tuple[int, int] | None:
-        """The offsets (first, last) to read so that every offset below ``before`` is
-        accounted for; None when none is missing."""
-        self._advance()
-        if self.known >= before:
-            return None
-        return self.known, before - 1
+    def recovered(self, through: int) -> None:
+        """The store applied every record after the last offset accounted for, up to
+        ``through`` (a recovery read them). Offsets between this worker's records that are
+        not its own stay unaccounted: faust moves the store's offset past each own write,
+        so a recovery starts after them and never reads another writer's record there."""
+        top = self.spans[-1][1] if self.spans else self.known - 1
+        if through > top:
+            self._account(top + 1, through)
 
-    def learn(self, records: Iterable[tuple[int, str, ReplyRecord | None]], last: int) -> None:
-        """What the topic held from ``known`` up to ``last`` (offset, key, record; None
-        for a tombstone or a value that is not a ledger record): the offsets not this
-        worker's are another writer's."""
+    def gaps(self, before: int) -> list[tuple[int, int]]:
+        """The ranges (first, last) to read so that every offset below ``before`` is
+        accounted for; empty when none is missing."""
+        found: list[tuple[int, int]] = []
+        at = self.known
+        for first, last in self.spans:
+            if at >= before or first >= before:
+                break
+            if first > at:
+                found.append((at, first - 1))
+            at = max(at, last + 1)
+        if at < before:
+            found.append((at, before - 1))
+        return found
+
+    def learn(
+        self, records: Iterable[tuple[int, str, ReplyRecord | None]], first: int, last: int
+    ) -> None:
+        """What the topic held from ``first`` to ``last`` (offset, key, record; None for
+        a tombstone or a value that is not a ledger record): the offsets not accounted for
+        are another writer's."""
         for offset, key, record in records:
-            if offset < self.known or offset in self.own or record is None:
+            if not first <= offset <= last or record is None or self._accounted(offset):
                 continue
             self.foreign.setdefault(key, []).append((offset, record))
-        self.own = {o for o in self.own if o > last}
-        self.known = max(self.known, last + 1)
-        self._advance()
+        self._account(first, last)
 
     def others(self, key: str) -> list[tuple[int, ReplyRecord]]:
         """Another writer's records of ``key`` read so far, in log order."""
         return sorted(self.foreign.get(key, ()), key=lambda item: item[0])
 
-    def _advance(self) -> None:
-        while self.known in self.own:
-            self.own.discard(self.known)
-            self.known += 1
+    def _accounted(self, offset: int) -> bool:
+        return offset < self.known or any(a <= offset <= b for a, b in self.spans)
+
+    def _account(self, first: int, last: int) -> None:
+        first = max(first, self.known)
+        if last < first:
+            return
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted([*self.spans, (first, last)]):
+            if merged and a <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        if merged and merged[0][0] <= self.known:
+            self.known = max(self.known, merged.pop(0)[1] + 1)
+        self.spans = merged
 
 
 class Ruling(StrEnum):

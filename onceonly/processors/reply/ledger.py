@@ -14,6 +14,10 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
 
+#: own *pending* records remembered for arbitration; the oldest go first (a lane's
+#: partition moved before it settled its key: its next owner settles it)
+PENDING_KEPT = 100_000
+
 #: reads (offset, key, value) of the ledger topic's records: partition, first, last (included)
 ReadLog = Callable[[int, int, int], Awaitable[Sequence[tuple[int, bytes, bytes | None]]]]
 
@@ -42,6 +46,10 @@ class TableLedger:
         #: reads the ledger topic where another writer's records may be (arbitration)
         self.read_log = read_log
         self._logs: dict[int, PartitionLog] = {}
+        #: partitions whose log takes in what a recovery read, at their next write
+        self._moved: set[int] = set()
+        #: own writes under way, by partition (a recovery's end is not read meanwhile)
+        self._writing: dict[int, int] = {}
         #: where each key's own *pending* record landed (partition, offset), until settled
         self._pending: dict[str, tuple[int, int]] = {}
 
@@ -51,15 +59,17 @@ class TableLedger:
 
     async def put(self, record: ReplyRecord) -> None:
         where = await self._write(record.key, record.encode())
+        self._pending.pop(record.key, None)
         if record.state is ReplyState.PENDING:
             self._pending[record.key] = where
-        else:
-            self._pending.pop(record.key, None)
+            while len(self._pending) > PENDING_KEPT:  # left by lanes whose partition moved
+                del self._pending[next(iter(self._pending))]
 
     def forget(self) -> None:
-        """The partitions changed: account for each partition's offsets afresh."""
-        self._logs.clear()
-        self._pending.clear()
+        """The partitions changed. Each partition's log is kept (an offset it has not
+        accounted for may now be below the store's, where no recovery reads), and takes
+        in what the rebalance's recovery read at the partition's next write."""
+        self._moved.update(self._logs)
 
     async def arbitrate(self, record: ReplyRecord) -> Verdict:
         """``record`` (*pending*, about to be sent) against another writer's records of its
@@ -71,11 +81,9 @@ class TableLedger:
         partition_log = self._logs.get(partition)
         if partition_log is None:
             return Verdict(Ruling.OWN, record)
-        gap = partition_log.gap(offset)
-        if gap is not None:
-            first, last = gap
+        for first, last in partition_log.gaps(offset):
             raw = await self.read_log(partition, first, last)
-            partition_log.learn(((o, k.decode(), _decoded(v)) for o, k, v in raw), last)
+            partition_log.learn(((o, k.decode(), _decoded(v)) for o, k, v in raw), first, last)
             log.warning(
                 "ledger: another writer's records read",
                 partition=partition,
@@ -97,13 +105,28 @@ class TableLedger:
         if self.fence is not None:
             await self.fence("a ledger record")
         partition = self.table.partition_of(raw)
-        if partition not in self._logs:  # before the write: what the store holds is known
-            self._logs[partition] = PartitionLog(self.table.applied_offset(partition) + 1)
-        where = await self.table.write_through(raw, value)
+        self._account_store(partition)
+        self._writing[partition] = self._writing.get(partition, 0) + 1
+        try:
+            where = await self.table.write_through(raw, value)
+        finally:
+            self._writing[partition] -= 1
         landed = self._logs.get(where[0])
-        if landed is not None:  # None: forgotten meanwhile (a rebalance)
+        if landed is not None:
             landed.wrote(where[1])
         return where
+
+    def _account_store(self, partition: int) -> None:
+        """Before a write: what the store holds is accounted for. The first time, all of
+        it; after a rebalance, what its recovery read after the offsets accounted for
+        (not while an own write is under way: its ack moves the store's offset before the
+        log learns where it landed)."""
+        partition_log = self._logs.get(partition)
+        if partition_log is None:
+            self._logs[partition] = PartitionLog(self.table.applied_offset(partition) + 1)
+        elif partition in self._moved and not self._writing.get(partition):
+            self._moved.discard(partition)
+            partition_log.recovered(self.table.applied_offset(partition))
 
 
 def _decoded(value: bytes | None) -> ReplyRecord | None:

@@ -8,7 +8,9 @@ worker paused after its fence check would once it woke.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +25,7 @@ from tests.integration.workers import INBOX, Stack, ledger_records, until
 pytestmark = pytest.mark.integration
 
 MESSAGE, THREAD = "<arb-1@example.com>", "t-arb"
+SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
 
 
 def _writer_started(stack: Stack) -> bool:
@@ -107,3 +110,35 @@ async def test_a_reply_another_writer_recorded_sent_first_is_not_sent_again(
     assert stack.mail.outbox == []
     record = ledger_records(stack)[key]
     assert (record.state, record.sent_message_id) == (ReplyState.SENT, "<sent-by-them@x>")
+
+
+async def test_a_record_landed_before_the_workers_own_is_still_read_after_it_rejoins(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # another writer's pending record lands between two of the worker's ledger records:
+    # faust moves the store's offset past the second, so the recovery after the worker
+    # rejoins its group (paused past its session, woken) starts after both and never
+    # reads it. Only the worker's own account of the ledger's offsets still knows it.
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    worker = stack.worker(
+        ONCEONLY_REPLY_WRITER="tests.integration.writers:model",
+        ONCEONLY_TEST_WRITER_LOG=str(stack.tmp / "writer.jsonl"),
+    )
+    await stack.deliver(stack.seed("<arb-before@example.com>", "t-before", text="hello"))
+    await stack.until_sent(1)
+    key = reply_key(INBOX, MESSAGE)
+    await _land(stack, 0, _theirs(key, ReplyState.PENDING, "the first writer's text"))
+    await stack.deliver(stack.seed("<arb-after@example.com>", "t-after", text="hello"))
+    await stack.until_sent(2)
+    landed = [r.key().decode() for r in consume_all(stack.settings, stack.settings.ledger_topic)]
+    assert landed.index(key) < max(i for i, k in enumerate(landed) if k != key)
+
+    worker.signal(signal.SIGSTOP)
+    await asyncio.sleep(SESSION_S + 5)
+    worker.signal(signal.SIGCONT)
+    await until(stack, lambda: worker.log().count("joined the consumer group") >= 2, "the rejoin")
+    await stack.deliver(stack.seed(MESSAGE, THREAD, text="hello"))
+    await stack.until_sent(3)
+
+    assert stack.mail.outbox[-1].text == "the first writer's text"
+    assert "ledger: another writer's records read" in worker.log()
