@@ -127,12 +127,14 @@ def replay(
         resume=resume,
     )
     console, total = Console(), sum(p.count for p in plans)
-    console.print(_plan_table(topic, plans))
-    if dry_run or total == 0:
-        console.print("dry run: nothing replayed" if dry_run else "nothing to replay")
-        return
-    with _stop_on_signal() as stopped, _progress(console, total, "replaying") as advance:
-        done = replays.replay(connection, topic, plans, advance=advance, stop=stopped.is_set)
+    # from the plan on, Ctrl-C stops the copy where it is and says where (not a traceback)
+    with _stop_on_signal() as stopped:
+        console.print(_plan_table(topic, plans))
+        if dry_run or total == 0:
+            console.print("dry run: nothing replayed" if dry_run else "nothing to replay")
+            return
+        with _progress(console, total, "replaying") as advance:
+            done = replays.replay(connection, topic, plans, advance=advance, stop=stopped.is_set)
     if not done.left:
         console.print(
             f"replayed {done.sent} records (ticks skipped); workers will process them in order"

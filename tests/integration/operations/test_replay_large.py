@@ -173,14 +173,14 @@ def test_a_stopped_replay_says_where_it_stopped_and_a_second_run_finishes_it(
     fill(stack.settings, count)
     ends = end_offsets(stack.settings)
 
-    # 50 KB/s: a copy of small records that compress well (one replay id in each) can
-    # otherwise be done before the stop comes
-    with throttled(stack.settings, 50_000):
+    with throttled(stack.settings, 1_000_000):
         first = start_replay(stack, "--from-offset", "0")
         seen: list[str] = []
         lines_until(first, seen, PLAN_END)
-        lines_until(first, seen, PROGRESS)  # under way (a line every 5 s)...
-        first.send_signal(signal.SIGINT)  # ...and stopped, as by Ctrl-C
+        # stopped as by Ctrl-C once the plan is out: the copy stops after the list of
+        # records it is on (a timed stop raced a copy that can finish in 2 s; a quota
+        # tight enough to prevent that timed the broker's answers out instead)
+        first.send_signal(signal.SIGINT)
         out, _ = first.communicate(timeout=120)
     out = "".join(seen) + out
     assert first.returncode == 130, out[-3000:]
