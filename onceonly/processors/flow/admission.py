@@ -7,8 +7,8 @@ waits in :meth:`Admission.enter` until all of these hold, then runs and tells
 :meth:`Admission.leave` how it ended:
 
 * fewer than ``ONCEONLY_WRITER_CONCURRENCY`` calls in flight on this worker, and fewer
-  than ``ONCEONLY_TENANT_CONCURRENCY`` of its tenant's; free slots go round-robin to the
-  tenants with calls waiting;
+  than ``ONCEONLY_TENANT_CONCURRENCY`` of its tenant's; each free slot goes to the
+  tenant with calls waiting served least of late (:mod:`~onceonly.processors.flow.tenants`);
 * this worker's share of ``ONCEONLY_MODEL_RPM`` / ``ONCEONLY_MODEL_TPM`` allows a call now
   (the share is its partitions / the topic's, set at every rebalance);
 * the model is not paused by a 429 (and, after a pause, no probe is out).

@@ -17,10 +17,11 @@ needs: the thread's history on request and keyed effects) and returns one of:
 At most ``ONCEONLY_WRITER_CONCURRENCY`` calls are in flight per worker; a sync writer
 runs in a thread pool of that size, never on the event loop, so heartbeats, ticks and
 other conversations go on while it runs. Each call is admitted by
-:class:`~onceonly.processors.flow.admission.Admission`: free slots round-robin between tenants, the
-group's rate limits, the model's 429 pauses (a 429 with Retry-After is tried again
-without counting an attempt, up to ``THROTTLED_MAX`` times). A writer reports what a
-call cost with ``burst.report_usage(model, input_tokens, output_tokens)``.
+:class:`~onceonly.processors.flow.admission.Admission`: free slots to the tenant
+served least of late, the group's rate limits, the model's 429 pauses (a 429 with
+Retry-After is tried again without counting an attempt, up to ``THROTTLED_MAX`` times).
+A writer reports what a call cost with ``burst.report_usage(model, input_tokens,
+output_tokens)``.
 """
 
 from __future__ import annotations
