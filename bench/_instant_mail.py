@@ -31,6 +31,9 @@ It counts what it is sent and when, for the benchmark to read:
 ``GET /v0/inboxes/{inbox_id}/threads/{thread_id}``
     the thread, empty: a writer that reads the history (``onceonly.processors.writer.openai``)
     finds none, as for the first message of a thread.
+``GET /v0/inboxes/{inbox_id}/messages/{message_id}``
+    the message, in a thread of its own: what a restarted worker reads to reconcile a
+    *pending* reply (it then finds the thread empty, and sends with the same key).
 ``GET /healthz``
     200 once it serves.
 
@@ -115,11 +118,29 @@ class Outbox:
 
 
 async def thread(request: web.Request) -> web.StreamResponse:
-    """A thread with no message in it, in the shape the ``agentmail`` SDK parses."""
-    parts = request.path.split("/")
+    """A thread with no message in it, or a message of its own thread, in the shapes the
+    ``agentmail`` SDK parses. A restarted worker reconciles a *pending* reply by reading
+    the message (for its thread) and the thread (for a reply already sent); a 404 there
+    dead-lettered the reply, which the kill runs counted as never answered."""
+    parts = request.raw_path.split("?", 1)[0].split("/")
+    at = "2026-01-01T00:00:00Z"
+    if len(parts) == 6 and parts[4] == "messages":
+        return web.json_response(
+            {
+                "inbox_id": unquote(parts[3]),
+                "thread_id": "thr_bench",
+                "message_id": unquote(parts[5]),
+                "labels": ["received"],
+                "timestamp": at,
+                "from": "customer@example.com",
+                "to": [unquote(parts[3])],
+                "size": 0,
+                "updated_at": at,
+                "created_at": at,
+            }
+        )
     if len(parts) != 6 or parts[4] != "threads":
         return web.json_response({"name": "NotFoundError", "message": "not served"}, status=404)
-    at = "2026-01-01T00:00:00Z"
     return web.json_response(
         {
             "inbox_id": unquote(parts[3]),

@@ -23,3 +23,31 @@ async def test_a_repeated_key_is_a_request_not_an_email() -> None:
             assert response.status == 200
         counts = await (await client.get("/_control/counts")).json()
     assert counts == {"<m-1@mail.example.com>": [2, 3]}
+
+
+async def test_a_restarted_workers_reconcile_finds_no_reply_and_raises_nothing() -> None:
+    # a kill leaves replies *pending*: the next worker reads the message and its thread
+    # before it sends again; a 404 there dead-lettered them (the kill runs' "never")
+    from datetime import UTC, datetime
+
+    from bench._instant_mail import thread
+    from onceonly.processors.mail.agentmail.sender import AgentMailSender
+    from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+    app = web.Application()
+    app.router.add_get("/v0/{tail:.*}", thread)
+    async with TestServer(app) as server:
+        sender = AgentMailSender("key", base_url=str(server.make_url("")), timeout_s=5)
+        record = ReplyRecord(
+            "k",
+            "support@agentmail.to",
+            "<m-1@mail.example.com>",
+            "agentmail:t",
+            ReplyState.PENDING,
+            datetime.now(UTC),
+            "hi",
+        )
+        try:
+            assert await sender.find_reply(record) is None
+        finally:
+            await sender.aclose()
