@@ -20,12 +20,12 @@ WORKDIR /app
 # Every dependency has a manylinux wheel for CPython 3.11 (confluent-kafka and rocksdict
 # bundle librdkafka and RocksDB), so no compiler is needed. A virtualenv, so that the
 # same lines work on python:3.11-slim and on Debian's own python3 (PEP 668).
-COPY ops/docker/requirements.lock ./requirements.lock
+COPY requirements/runtime.lock ./requirements.lock
 RUN python3 -m venv /opt/onceonly \
-    && pip install -r requirements.lock
+    && pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY onceonly ./onceonly
-# the pinned versions above are what runs: onceonly itself adds nothing
+# the locked versions above are what runs: onceonly itself adds nothing
 RUN pip install --no-deps . \
     && useradd --system --uid 10001 --home-dir /var/lib/onceonly --create-home onceonly \
     && mkdir -p /var/lib/onceonly/run /var/lib/onceonly/worker \

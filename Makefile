@@ -8,18 +8,56 @@ JARS   := .run/kafka.classpath
 # says why): dbos cannot be installed beside faust-streaming.
 DBOS_VENV  := .venv-dbos
 DBOS_STAMP := $(DBOS_VENV)/.installed-stamp
+LOCK         := requirements/dev.lock
+RUNTIME_LOCK := requirements/runtime.lock
+UV_COMPILE   := $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command 'make lock'
+LOCK_DEV     := $(UV_COMPILE) pyproject.toml requirements/build.in --extra dev --extra openai \
+	--extra otel -o $(LOCK)
+LOCK_RUNTIME := $(UV_COMPILE) pyproject.toml --extra otel -c $(LOCK) -o $(RUNTIME_LOCK)
 
 .PHONY: run test lint bench bench-agent bench-dbos bench-scale mutate install jars clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The lock (requirements/dev.lock, every package pinned with its hashes, made by uv pip compile
+# from pyproject.toml) is what every machine installs: nothing is resolved here. A changed lock
+# rebuilds the virtualenv from nothing, so no package the lock dropped stays behind. onceonly
+# itself is installed without its dependencies and without build isolation (the build backend
+# is in the lock too); pip check then fails if pyproject.toml needs a package the lock lacks.
+$(STAMP): $(LOCK) pyproject.toml
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	# the checkout's development tools (devstack, testkit: not in the wheel) on the path
 	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "onceonly-checkout.pth").write_text("$(CURDIR)\n")'
 	touch $(STAMP)
+
+# Re-make the lock from pyproject.toml, keeping every pin that still fits (after a dependency
+# is added, removed or its range changed). The image's lock (requirements/runtime.lock) is
+# resolved inside the dev lock, so the image runs the versions the tests ran.
+.PHONY: lock upgrade test-newest test-oldest
+lock: $(STAMP)
+	$(LOCK_DEV)
+	$(LOCK_RUNTIME)
+
+# Upgrading on purpose: every package to the newest version pyproject.toml allows, then the
+# whole suite on them (docs/development.md: Dependencies).
+upgrade: $(STAMP)
+	$(LOCK_DEV) --upgrade
+	$(LOCK_RUNTIME)
+	$(MAKE) test
+
+# Drift seen before a user meets it: the libraries onceonly's guarantees rest on, at the newest
+# (and, for the signature libraries, the oldest) versions pyproject.toml allows, in throwaway
+# virtualenvs under .run/, against the ingest and worker unit tests. CI runs both.
+test-newest: $(STAMP)
+	$(BIN)/python -m devstack deps newest
+
+test-oldest: $(STAMP)
+	$(BIN)/python -m devstack deps oldest
 
 $(DBOS_STAMP): bench/dbos-requirements.txt
 	$(PYTHON) -m venv $(DBOS_VENV)

@@ -200,8 +200,9 @@ def test_the_image_check_catches_root_no_health_check_strange_ports_and_secrets(
 def test_the_onceonly_image_installs_the_locked_dependencies_on_a_named_base() -> None:
     steps = _instructions(COMPOSE.parent / "Dockerfile")
     runs = " ".join(rest for word, rest in steps if word == "RUN")
-    assert ("COPY", "ops/docker/requirements.lock ./requirements.lock") in steps
-    assert "pip install -r requirements.lock" in runs
+    assert ("COPY", "requirements/runtime.lock ./requirements.lock") in steps
+    # every package from the lock, checked against its hashes, none resolved at build time
+    assert "pip install --require-hashes --no-deps -r requirements.lock" in runs
     assert "pip install --no-deps ." in runs  # onceonly itself adds no dependency
     assert steps[0][0] == "ARG" and steps[0][1].startswith("BASE_IMAGE=")
     assert steps[1] == ("FROM", "${BASE_IMAGE}")
