@@ -50,20 +50,14 @@ _HINTS: dict[VerificationCheck, str] = {
     "was altered in transit",
 }
 
-# Messages of svix / standardwebhooks' WebhookVerificationError and of
-# stripe.SignatureVerificationError (stripe 16.x), by prefix.
-_LIBRARY_MESSAGES: tuple[tuple[str, VerificationCheck], ...] = (
-    ("Missing required headers", "missing_header"),
-    ("Invalid Signature Headers", "malformed_header"),
-    ("Message timestamp too old", "timestamp_out_of_tolerance"),
-    ("Message timestamp too new", "timestamp_out_of_tolerance"),
-    ("No matching signature found", "bad_signature"),
-    ("No Stripe-Signature header value", "missing_header"),
-    ("Unable to extract timestamp and signatures", "malformed_header"),
-    ("No signatures found with expected scheme", "malformed_header"),
-    ("No signatures found matching the expected signature", "bad_signature"),
-    ("Timestamp outside the tolerance zone", "timestamp_out_of_tolerance"),
-)
+#: Standard Webhooks (and Svix): ``webhook-timestamp`` is integer seconds since the epoch;
+#: ``webhook-signature`` is space-separated ``<version>,<base64>`` entries, ``v1`` being
+#: HMAC-SHA256 and others (``v1a``: ed25519) passed over.
+_DECIMAL_SECONDS = re.compile(r"[0-9]{1,18}")
+_VERSION = re.compile(r"v[0-9]+[a-z]?")
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+#: Standard Webhooks' and Stripe's tolerance either side of now, fixed in their libraries.
+TOLERANCE_S = 300
 
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -74,22 +68,32 @@ def _fail(check: VerificationCheck, provider: str, detail: str) -> VerificationE
     )
 
 
-@contextmanager
-def _library_seam(provider: str, header: str) -> Iterator[None]:
-    """The one place where third-party verification errors become VerificationError.
+#: What the signature libraries raise for a signature that does not match: each library's
+#: own class (svix 1.x defined one of its own; 2.x re-exports standardwebhooks').
+_LIBRARY_MISMATCH: tuple[type[Exception], ...] = tuple(
+    {
+        standardwebhooks.WebhookVerificationError,
+        svix.webhooks.WebhookVerificationError,
+        stripe.SignatureVerificationError,
+    }
+)
 
-    ``from None`` on purpose: the library exceptions carry the signature header.
+
+@contextmanager
+def _library_seam(provider: str, header: str, scheme: str) -> Iterator[None]:
+    """The one place where the libraries' verification errors become VerificationError.
+
+    Every header has been parsed and its timestamp checked by the time a library is
+    called, so the library decides one thing only, whether a signature matches: whatever
+    it raises is ``bad_signature``, by its type, never by its message text. ``from
+    None`` on purpose: the library exceptions carry the signature header.
     """
     try:
         yield
-    except (standardwebhooks.WebhookVerificationError, stripe.SignatureVerificationError) as exc:
-        message = str(getattr(exc, "user_message", None) or exc)
-        known = [(p, c) for p, c in _LIBRARY_MESSAGES if message.startswith(p)]
-        reason, check = known[0] if known else ("did not verify", "bad_signature")
-        raise _fail(check, provider, f"{header}: {reason}") from None
-    except (ValueError, TypeError, LookupError, ArithmeticError):
-        # e.g. "v1abc" (no comma), bad base64, non-ASCII signature, huge timestamp
-        raise _fail("malformed_header", provider, f"{header} could not be parsed") from None
+    except _LIBRARY_MISMATCH:
+        raise _fail(
+            "bad_signature", provider, f"{header}: no {scheme} signature matches the body"
+        ) from None
 
 
 def _header(headers: Mapping[str, str], name: str, provider: str) -> str:
@@ -134,64 +138,126 @@ def check_secret(kind: str, secret: str) -> None:
         _require_secret(secret, kind)
 
 
-def _id_timestamp_signature(
-    headers: Mapping[str, str], prefix: str, provider: str
+def _check_timestamp(stamp: int, now: float, provider: str, header: str) -> None:
+    if stamp < now - TOLERANCE_S:
+        raise _fail("timestamp_out_of_tolerance", provider, f"{header} is too old")
+    if stamp > now + TOLERANCE_S:
+        raise _fail("timestamp_out_of_tolerance", provider, f"{header} is in the future")
+
+
+def _webhook_signature_entries(value: str, provider: str, header: str) -> list[str]:
+    """The ``v1`` signatures of a Standard Webhooks signature header, each checked for form.
+
+    Every entry must be ``<version>,<base64>``: one comma, padded standard base64.
+    """
+    v1: list[str] = []
+    for entry in value.split():
+        version, comma, signature = entry.partition(",")
+        if not comma or not _VERSION.fullmatch(version) or not signature:
+            raise _fail("malformed_header", provider, f"{header} has an entry not <version>,<sig>")
+        if not _BASE64.fullmatch(signature):
+            raise _fail("malformed_header", provider, f"{header} has a signature not in base64")
+        if version == "v1":
+            v1.append(signature)
+    return v1
+
+
+def _webhook_headers(
+    headers: Mapping[str, str], prefix: str, provider: str, now: float
 ) -> dict[str, str]:
+    """The id, timestamp and signature headers of Svix / Standard Webhooks, checked for form
+    and the timestamp for tolerance, before any library sees them."""
     names = (f"{prefix}-id", f"{prefix}-timestamp", f"{prefix}-signature")
-    return {name: _header(headers, name, provider) for name in names}
+    values = {name: _header(headers, name, provider) for name in names}
+    stamp_header, signature_header = names[1], names[2]
+    stamp = values[stamp_header].strip()
+    if not _DECIMAL_SECONDS.fullmatch(stamp):
+        raise _fail("malformed_header", provider, f"{stamp_header} is not whole seconds")
+    if not _webhook_signature_entries(values[signature_header], provider, signature_header):
+        raise _fail("bad_signature", provider, f"{signature_header} has no v1 signature")
+    _check_timestamp(int(stamp), now, provider, stamp_header)
+    return values
 
 
-def verify_svix(body: bytes, headers: Mapping[str, str], secret: str) -> None:
+def verify_svix(
+    body: bytes, headers: Mapping[str, str], secret: str, *, clock: Callable[[], float] = time.time
+) -> None:
     """AgentMail deliveries, signed by Svix: ``svix-id``, ``svix-timestamp``, ``svix-signature``.
 
-    Cryptography by ``svix.webhooks.Webhook``. Its tolerance is fixed at 5 minutes
-    either side of now and cannot be changed.
+    The headers' form and the timestamp (5 minutes either side of ``clock()``, as Svix
+    fixes it) are checked here; the signature by ``svix.webhooks.Webhook``.
     """
     provider = "AgentMail (Svix)"
     webhook = _webhook(svix.webhooks.Webhook, secret, provider)
-    values = _id_timestamp_signature(headers, "svix", provider)
+    values = _webhook_headers(headers, "svix", provider, clock())
     text = _text(body, provider)
-    with _library_seam(provider, "svix-signature/svix-timestamp"):
+    with _library_seam(provider, "svix-signature", "v1"):
         webhook.verify(text, values)
 
 
-def verify_standard(body: bytes, headers: Mapping[str, str], secret: str) -> None:
+def verify_standard(
+    body: bytes, headers: Mapping[str, str], secret: str, *, clock: Callable[[], float] = time.time
+) -> None:
     """Standard Webhooks: ``webhook-id``, ``webhook-timestamp``, ``webhook-signature``.
 
-    Cryptography by ``standardwebhooks.Webhook``; tolerance fixed at 5 minutes
-    either side of now.
+    The headers' form and the timestamp (5 minutes either side of ``clock()``) are checked
+    here; the signature by ``standardwebhooks.Webhook``.
     """
     provider = "Standard Webhooks"
     webhook = _webhook(standardwebhooks.Webhook, secret, provider)
-    values = _id_timestamp_signature(headers, "webhook", provider)
+    values = _webhook_headers(headers, "webhook", provider, clock())
     text = _text(body, provider)
-    with _library_seam(provider, "webhook-signature/webhook-timestamp"):
+    with _library_seam(provider, "webhook-signature", "v1"):
         webhook.verify(text, values, json_parse=False)
 
 
-def verify_stripe(
-    body: bytes, headers: Mapping[str, str], secret: str, *, tolerance_s: int = 300
-) -> None:
-    """Stripe: ``Stripe-Signature: t=<unix>,v1=<hex hmac>`` checked by stripe's own library.
+def _stripe_timestamp(value: str, provider: str) -> int:
+    """``t=<unix>`` of a ``Stripe-Signature`` header, checked for its documented form:
+    comma-separated ``key=value`` items, the first ``t`` whole seconds, at least one ``v1``
+    of 64 hex digits. Items are read as stripe reads them: the value ends at any second
+    ``=``."""
+    items = [item.split("=", 2) for item in value.split(",")]
+    if any(len(item) < 2 for item in items):
+        raise _fail("malformed_header", provider, "stripe-signature has an item not key=value")
+    stamp = next((item[1] for item in items if item[0] == "t"), None)
+    if stamp is None or not _DECIMAL_SECONDS.fullmatch(stamp):
+        raise _fail("malformed_header", provider, "stripe-signature has no t= of whole seconds")
+    v1 = [item[1] for item in items if item[0] == "v1"]
+    if not v1 or not all(_HEX_SHA256.fullmatch(signature) for signature in v1):
+        raise _fail("malformed_header", provider, "stripe-signature has no v1= of 64 hex digits")
+    return int(stamp)
 
-    ``stripe.WebhookSignature.verify_header`` only rejects timestamps older than
-    ``tolerance_s`` (default 300 s); we also reject those more than ``tolerance_s``
-    in the future, like Svix. ``tolerance_s`` must be positive (0 would disable
-    stripe's check).
+
+def verify_stripe(
+    body: bytes,
+    headers: Mapping[str, str],
+    secret: str,
+    *,
+    tolerance_s: int = TOLERANCE_S,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Stripe: ``Stripe-Signature: t=<unix>,v1=<hex hmac>``; the signature checked by stripe's
+    own library.
+
+    The header's form and its timestamp are checked here: ``tolerance_s`` (default 300 s)
+    either side of ``clock()``; stripe's library alone would accept any future timestamp.
+    ``tolerance_s`` must be positive.
     """
     provider = "Stripe"
     _require_secret(secret, provider)
     if tolerance_s < 1:
         raise ConfigError(f"the Stripe tolerance must be at least 1 s, got {tolerance_s}")
     header = _header(headers, "stripe-signature", provider)
+    stamp = _stripe_timestamp(header, provider)
+    now = clock()
+    if stamp < now - tolerance_s:
+        raise _fail("timestamp_out_of_tolerance", provider, "t= is too old")
+    if stamp > now + tolerance_s:
+        raise _fail("timestamp_out_of_tolerance", provider, "t= is in the future")
     text = _text(body, provider)
-    with _library_seam(provider, "stripe-signature"):
-        stripe.WebhookSignature.verify_header(text, header, secret, tolerance_s)
-        # Parsed as stripe parses it: the first "t" item, up to any second "=".
-        items = [item.split("=", 2) for item in header.split(",")]
-        stamp = next((item[1] for item in items if item[0] == "t"), "")
-        if int(stamp) > time.time() + tolerance_s:
-            raise _fail("timestamp_out_of_tolerance", provider, "t= is in the future")
+    with _library_seam(provider, "stripe-signature", "v1"):
+        # tolerance None: the time was checked above against the same clock as the rest
+        stripe.WebhookSignature.verify_header(text, header, secret, None)
 
 
 def _verify_hex_hmac(

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import hmac
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,7 +127,9 @@ STANDARD = Provider(
     (
         {"webhook-signature": "v1abc"},  # the library lets this escape as ValueError
         {"webhook-signature": "v1,a"},
+        {"webhook-signature": "v1,a,b"},
         {"webhook-timestamp": "1e400"},
+        {"webhook-timestamp": "yesterday"},
     ),
 )
 STRIPE = Provider(
@@ -354,13 +357,13 @@ FUTURE = datetime.now(UTC) + timedelta(hours=1)
             SVIX,
             lambda: SVIX.signed(secret=SVIX.other_secret),
             "AgentMail (Svix) webhook rejected (bad_signature): "
-            "svix-signature/svix-timestamp: No matching signature found",
+            "svix-signature: no v1 signature matches the body",
         ),
         (
             STANDARD,
             lambda: STANDARD.signed(secret=STANDARD.other_secret),
             "Standard Webhooks webhook rejected (bad_signature): "
-            "webhook-signature/webhook-timestamp: No matching signature found",
+            "webhook-signature: no v1 signature matches the body",
         ),
         (
             SVIX,
@@ -383,7 +386,7 @@ FUTURE = datetime.now(UTC) + timedelta(hours=1)
             STRIPE,
             lambda: STRIPE.signed(secret=STRIPE.other_secret),
             "Stripe webhook rejected (bad_signature): "
-            "stripe-signature: No signatures found matching the expected signature",
+            "stripe-signature: no v1 signature matches the body",
         ),
         (
             STRIPE,
@@ -504,3 +507,95 @@ def test_a_stripe_t_item_with_more_equals_signs_is_read_as_stripe_reads_it() -> 
     stamp = str(int(time.time()))
     signature = _hex_hmac(f"{stamp}.".encode() + BODY, STRIPE.secret)
     verify_stripe(BODY, {"stripe-signature": f"t={stamp}=x=y,v1={signature}"}, STRIPE.secret)
+
+
+# -- the checks are ours: the libraries' wording decides nothing -------------------------
+
+
+def _reworded(base: type[Exception]) -> type[Exception]:
+    """``base`` raised with a text no table could know; its other arguments kept."""
+
+    def init(self: Exception, message: object, *args: object, **kwargs: object) -> None:
+        base.__init__(self, "a wording of a newer version", *args, **kwargs)
+
+    return type(f"Reworded{base.__name__}", (base,), {"__init__": init})
+
+
+@pytest.fixture
+def reworded_libraries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The libraries raise their own exception types as before, but with other messages:
+    what svix 2.9.1 did to the messages of the same headers."""
+    import standardwebhooks.webhooks
+
+    monkeypatch.setattr(
+        standardwebhooks.webhooks,
+        "WebhookVerificationError",
+        _reworded(standardwebhooks.webhooks.WebhookVerificationError),
+    )
+    webhook_module = sys.modules[stripe.WebhookSignature.__module__]
+    monkeypatch.setattr(
+        webhook_module,
+        "SignatureVerificationError",
+        _reworded(stripe.SignatureVerificationError),
+    )
+
+
+_EVERY_CASE = [
+    *[(p, bad, "malformed_header") for p in PROVIDERS for bad in p.malformed],
+    *[(p, "other secret", "bad_signature") for p in PROVIDERS],
+    *[(p, "10 minutes old", "timestamp_out_of_tolerance") for p in WITH_TIMESTAMP],
+    *[(p, "10 minutes ahead", "timestamp_out_of_tolerance") for p in WITH_TIMESTAMP],
+]
+
+
+def _case_headers(provider: Provider, case: dict[str, str] | str) -> dict[str, str]:
+    if isinstance(case, dict):
+        return {**provider.signed(), **case}
+    if case == "other secret":
+        return provider.signed(secret=provider.other_secret)
+    offset = timedelta(minutes=-10 if case.endswith("old") else 10)
+    return provider.sign(BODY, provider.secret, datetime.now(UTC) + offset)
+
+
+@pytest.mark.usefixtures("reworded_libraries")
+@pytest.mark.parametrize(
+    ("provider", "case", "check"),
+    _EVERY_CASE,
+    ids=lambda v: str(v) if isinstance(v, Provider) else ascii(v).replace("\\", "_"),
+)
+def test_every_check_stands_when_the_libraries_reword_their_errors(
+    provider: Provider, case: dict[str, str] | str, check: str
+) -> None:
+    assert _check(provider, _case_headers(provider, case)) == check
+
+
+@pytest.mark.usefixtures("reworded_libraries")
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+def test_a_valid_delivery_still_passes_when_the_libraries_reword_their_errors(
+    provider: Provider,
+) -> None:
+    provider.verify(BODY, provider.signed(), provider.secret)  # raises on failure
+
+
+def test_a_signed_svix_body_that_is_not_json_still_verifies() -> None:
+    """Only the signature is the library's to judge: svix 1.x parsed the body as JSON after
+    a match and raised on any other body."""
+    body = b"plain text, not JSON"
+    verify_svix(body, SVIX.signed(body), SVIX.secret)
+
+
+@pytest.mark.parametrize(
+    ("provider", "clock"),
+    [(p, offset) for p in WITH_TIMESTAMP for offset in (-301, 301)],
+    ids=str,
+)
+def test_the_timestamp_is_checked_against_the_clock_the_verifier_is_given(
+    provider: Provider, clock: int
+) -> None:
+    headers = provider.signed()
+    now = time.time()
+    provider.verify(BODY, headers, provider.secret)  # type: ignore[call-arg]
+    verify = partial(provider.verify, clock=lambda: now + clock)  # type: ignore[call-arg]
+    with pytest.raises(VerificationError) as info:
+        verify(BODY, headers, provider.secret)
+    assert info.value.check == "timestamp_out_of_tolerance"
