@@ -77,5 +77,15 @@ def broker(fetch_only: bool, nodes: int, sasl: bool, restart_delay: float) -> No
     sys.exit(run_foreground(ClusterSupervisor(cluster, restart_delay_s=restart_delay)))
 
 
+@main.command()
+@click.argument("which", type=click.Choice(["newest", "oldest"]))
+def deps(which: str) -> None:
+    """Run the unit tests on the newest (or oldest) versions pyproject.toml allows of the
+    libraries onceonly rests on, in a throwaway virtualenv (devstack/deps.py says which)."""
+    from devstack.deps import run
+
+    sys.exit(run(which))
+
+
 main.add_command(send)
 main.add_command(up)
