@@ -14,6 +14,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
     ResourceType,
 )
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from onceonly.foundation.kafka._connection import Connection
 from onceonly.foundation.kafka._errors import adapter_error
@@ -29,7 +30,12 @@ from onceonly.foundation.kafka.exceptions import (
     BrokerUnavailable,
     KafkaAdapterError,
     TopicMismatch,
+    TopicMissing,
 )
+
+#: What a cluster says while a node restarts or a new topic's metadata spreads: worth asking
+#: again. Anything else (refused credentials, a topic of the wrong shape) is final.
+_TRANSIENT = (BrokerUnavailable, TopicMissing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +179,34 @@ class Admin:
             out[resource.name] = {k: str(v.value) for k, v in entries.items()}
         return out
 
-    def ensure_topics(self, specs: Iterable[TopicSpec]) -> list[TopicStatus]:
+    def ensure_topics(
+        self, specs: Iterable[TopicSpec], *, patience_s: float | None = None
+    ) -> list[TopicStatus]:
         """Create missing topics; check existing ones. Never alters a topic silently.
 
         Each spec's replication is decided here (:func:`replication_factor`), with
         ``min.insync.replicas=2`` from 3 replicas on. Raises TopicMismatch naming every
         difference when an existing topic has another partition count, replica count or
         value of a checked setting (such as cleanup.policy or min.insync.replicas).
+
+        A request that meets a node restarting (no answer, no leader, a broker that does not
+        know a topic yet) is asked again, with backoff, for ``patience_s`` (default: three
+        request timeouts) before BrokerUnavailable or TopicMissing is raised: a worker
+        started during a rolling restart waits it out instead of exiting.
         """
+        wanted = list(specs)
+        patience = 3 * self.timeout_s if patience_s is None else patience_s
+        for attempt in Retrying(
+            retry=retry_if_exception_type(_TRANSIENT),
+            stop=stop_after_delay(patience),
+            wait=wait_exponential(multiplier=0.2, max=2.0),
+            reraise=True,
+        ):
+            with attempt:
+                return self._ensure_topics(wanted)
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    def _ensure_topics(self, specs: list[TopicSpec]) -> list[TopicStatus]:
         brokers = self.cluster_size()
         wanted = [(s, replication_factor(s.replication, brokers)) for s in specs]
         checked = {s.name: {**s.config, **replicated_config(f)} for s, f in wanted}
