@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter, defaultdict
 from typing import Any
 
-from chaos.approvals import ApprovalFigures
+from chaos.approvals import REJECT, ApprovalFigures
 from chaos.approvals import judge as judge_approvals
 from chaos.common import (
     DEAD_LETTER_TOPIC,
@@ -18,6 +18,8 @@ from chaos.letters import LostFigures, naming_answered
 from chaos.stack import Stack
 from chaos.verdict import Verdict
 from onceonly.foundation.kafka import Connection
+from testkit.invariants import Decision as InvariantDecision
+from testkit.invariants import Message, Observed, WriterCall, check, emails_from_outbox
 
 
 class Judge(Stack):
@@ -38,11 +40,12 @@ class Judge(Stack):
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
         by_key = {reply_key(i, mid): (i, mid) for i, mid in expected}
         approvals, rejected = self._approvals(outbox, ledger, expected, by_key, reply_key)
-        covered = _covered(expected, per, ledger, by_key, reply_key, rejected)
-        missing = sorted(p for p in expected if per[p] == 0 and not {p} & (covered | rejected))
+        await asyncio.to_thread(self.writer_log.refresh)
+        checked = check(self._observed(expected, outbox, ledger))
+        covered = {p for p, o in checked.outcomes.items() if o == "covered"}
+        missing = sorted(p for p, o in checked.outcomes.items() if o == "missing")
         doubled = {p: c for p, c in per.items() if p in expected and c > 1}
         answered = {reply_key(*p): f"{p[1]} in {p[0]}" for p in expected if per[p] or p in covered}
-        await asyncio.to_thread(self.writer_log.refresh)
         verdict = Verdict(
             opts=self.opts,
             messages=len(expected),
@@ -82,9 +85,36 @@ class Judge(Stack):
             started=self.started_wall,
             run_dir=self.run_dir,
         )
+        verdict.violations = [str(v) for v in checked.violations]
         verdict.findings = self.findings(verdict, ledger, reply_key, outbox)
         verdict.timeline = self._timeline()
         return verdict
+
+    def _observed(
+        self, expected: dict[tuple[str, str], Any], outbox: list[dict[str, Any]], ledger: Any
+    ) -> Observed:
+        """The run as testkit.invariants judges every run: the plan's messages, the mail
+        server's emails, the ledger, the writer calls, the decider's drafts and decisions."""
+        d = self.decider
+        return Observed(
+            messages=tuple(Message(*pair) for pair in expected),
+            emails=emails_from_outbox(outbox),
+            ledger=ledger,
+            writer_calls=tuple(
+                WriterCall(frozenset(c.keys), c.text) for c in self.writer_log.snapshot()
+            ),
+            drafts=frozenset(d.listed) if d else frozenset(),
+            decisions=tuple(
+                InvariantDecision(
+                    x.key,
+                    "reject" if x.action == REJECT else "edit" if x.edit else "approve",
+                    x.text,
+                    applied=x.status == "applied",
+                )
+                for x in (d.decisions if d else ())
+            ),
+            settled=True,
+        )
 
     def _approvals(
         self,
@@ -227,40 +257,3 @@ class Judge(Stack):
             f"in flight at the pause: {r.describe()}" for r in self.pause_records if key in r.keys
         ]
         return out
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _covered(
-    expected: Any,
-    per: Counter[Any],
-    ledger: dict[str, Any],
-    by_key: dict[str, Any],
-    key_of: Any,
-    rejected: set[tuple[str, str]] | None = None,
-) -> set[tuple[str, str]]:
-    """Messages with no email of their own whose ledger says a burst's one email covered them,
-    or a reply whose draft was rejected (``rejected``: no email at all)."""
-    covered: set[tuple[str, str]] = set()
-    for pair in expected:
-        record = ledger.get(key_of(*pair))
-        if per[pair] == 0 and record is not None and record.state.value == "covered":
-            coverer = by_key.get(_last_coverer(ledger, record.covered_by or ""))
-            if coverer is None:
-                continue
-            if per[coverer] == 1 or coverer in (rejected or set()):
-                covered.add(pair)
-    return covered
-
-
-def _last_coverer(ledger: dict[str, Any], key: str) -> str:
-    """The end of a chain of covers: a draft covering older messages, itself superseded by
-    a newer message's reply (which then covers them all), and so on."""
-    seen = {key}
-    while (record := ledger.get(key)) is not None and record.state.value == "covered":
-        key = record.covered_by or ""
-        if key in seen:
-            break
-        seen.add(key)
-    return key

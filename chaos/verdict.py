@@ -61,11 +61,14 @@ class Verdict:
     rejected: int = 0
     approvals: ApprovalFigures | None = None
     timeline: list[str] = field(default_factory=list)
+    #: what testkit.invariants.check found broken (the one checker of "once")
+    violations: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return (
-            not self.missing
+            not self.violations
+            and not self.missing
             and not self.doubled
             and not self.unexpected
             and self.emails == self.messages - self.covered - self.rejected
@@ -183,6 +186,7 @@ class Verdict:
         out = [f"chaos run, {o.size}: {o.command()}"]
         out += [f"  {k.ljust(width)}  {v}" for k, v in rows]
         for label, items in (
+            ("invariants broken (testkit.invariants)", self.violations),
             ("missing", [f"{m} in {i}" for i, m in self.missing]),
             ("doubled", [f"{m} in {i}: {c} emails" for (i, m), c in self.doubled.items()]),
             ("unknown", [f"{m} in {i}: {c} emails" for (i, m), c in self.unexpected.items()]),

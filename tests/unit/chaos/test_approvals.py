@@ -4,7 +4,6 @@ decider chooses, and the judge of what was sent against what was approved."""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -161,29 +160,3 @@ def test_a_draft_still_awaiting_at_the_end_is_undecided() -> None:
 def test_a_superseded_draft_has_no_email_of_its_own() -> None:
     assert run([decision("refused")], ReplyState.COVERED, []) == []
     assert run([decision("refused")], ReplyState.COVERED, [DRAFT])
-
-
-def test_a_message_covered_by_a_superseded_draft_is_covered_by_the_newer_reply() -> None:
-    from collections import Counter
-
-    from chaos.judge import _covered
-
-    def rec(key: str, state: ReplyState, covered_by: str | None = None) -> ReplyRecord:
-        return replace(record(state, key=key), covered_by=covered_by)
-
-    ledger = {
-        "k0": rec("k0", ReplyState.COVERED, "k1"),  # covered by the draft k1 ...
-        "k1": rec("k1", ReplyState.COVERED, "k2"),  # ... which k2 superseded
-        "k2": rec("k2", ReplyState.SENT),
-    }
-    pairs = {key: ("inbox", key) for key in ledger}
-    per = Counter({pairs["k2"]: 1})
-
-    def key_of(inbox: str, key: str) -> str:
-        return key
-
-    covered = _covered(set(pairs.values()), per, ledger, pairs, key_of)
-    assert covered == {pairs["k0"], pairs["k1"]}
-    rejected = {pairs["k2"]}  # no email: its draft was rejected
-    assert _covered(set(pairs.values()), Counter(), ledger, pairs, key_of, rejected) == covered
-    assert _covered(set(pairs.values()), Counter(), ledger, pairs, key_of) == set()

@@ -1,0 +1,259 @@
+"""What "once" means, checked in one place: the simulator, the chaos suite, the integration
+tests and the benchmarks' verdicts all judge a run with :func:`check`.
+
+A run is judged from what the world shows at its end (:class:`Observed`): the inbound
+messages and whether their deliveries were genuine, the emails the mail API holds, the reply
+ledger's final records, what each writer call saw and wrote, the skips and the open dead
+letters, and the decisions a person took on drafts. Every verified message must have exactly
+one outcome:
+
+- **answered**: one email of its own;
+- **covered**: no email of its own, its ledger record ``covered`` by a reply (the end of the
+  chain of ``covered_by``) that has its email, and the writer call that wrote that email's
+  text saw this message;
+- **declined**: the ledger says ``declined``, with a reason;
+- **skipped** or **dead-lettered**: a recorded skip or an open dead letter naming it, with a
+  reason or check.
+
+Besides: never two emails for one message; no email for a message whose delivery was not
+verified (or that never arrived); a draft sent only once a person approved it (or edited it:
+then with the edited text), never after a rejection; once a run has settled, the ledger
+agrees with the mail API (``sent`` exactly where an email exists). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+Pair = tuple[str, str]  #: (inbox_id, message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """An inbound message the run offered; ``verified`` False for a forged delivery."""
+
+    inbox_id: str
+    message_id: str
+    verified: bool = True
+
+    @property
+    def pair(self) -> Pair:
+        return (self.inbox_id, self.message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Email:
+    """One email the mail API holds, as its reply to ``replied_to``."""
+
+    inbox_id: str
+    replied_to: str
+    text: str | None = None
+
+    @property
+    def pair(self) -> Pair:
+        return (self.inbox_id, self.replied_to)
+
+
+@dataclass(frozen=True, slots=True)
+class WriterCall:
+    """One call of the reply writer: the reply keys of the messages it saw, what it wrote."""
+
+    keys: frozenset[str]
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A person's decision on a draft: ``approve`` or ``edit`` (``text``: the text approved,
+    as listed or as edited) or ``reject``; ``applied``: what the API answered it was (None:
+    not known)."""
+
+    key: str
+    action: str
+    text: str | None = None
+    applied: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Everything a run's verdict is drawn from."""
+
+    messages: tuple[Message, ...]
+    emails: tuple[Email, ...]
+    ledger: Mapping[str, ReplyRecord]
+    #: None: the run kept no record of its writer calls (the ledger's ``covers`` is used)
+    writer_calls: tuple[WriterCall, ...] | None = None
+    #: messages recorded as skipped, with the reason
+    skipped: Mapping[Pair, str] = field(default_factory=dict)
+    #: messages with an open dead letter, with its check
+    dead_lettered: Mapping[Pair, str] = field(default_factory=dict)
+    #: reply keys whose writer returned a draft, and the decisions taken on drafts
+    drafts: frozenset[str] = frozenset()
+    decisions: tuple[Decision, ...] = ()
+    #: the run is over and every message had time to be answered: missing ones count
+    settled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    subject: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.subject}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of every verified message, and every broken invariant."""
+
+    outcomes: Mapping[Pair, str]
+    violations: tuple[Violation, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for found in self.outcomes.values() if found == outcome)
+
+    def of(self, invariant: str) -> list[Violation]:
+        return [v for v in self.violations if v.invariant == invariant]
+
+
+def last_coverer(ledger: Mapping[str, ReplyRecord], key: str) -> str:
+    """The end of a chain of ``covered_by``: a draft covering older messages, itself covered
+    by a newer message's reply, and so on (a cycle ends where it closes)."""
+    seen = {key}
+    while (record := ledger.get(key)) is not None and record.state is ReplyState.COVERED:
+        key = record.covered_by or ""
+        if key in seen:
+            break
+        seen.add(key)
+    return key
+
+
+def _saw(observed: Observed, coverer: ReplyRecord, key: str, text: str | None) -> bool:
+    """Whether the writer call that wrote ``text`` (the coverer's email) saw ``key``."""
+    if observed.writer_calls is None:
+        return coverer.covers is not None and key in coverer.covers
+    return any(key in call.keys and call.text == text for call in observed.writer_calls)
+
+
+class _Judge:
+    def __init__(self, observed: Observed) -> None:
+        self.o = observed
+        self.violations: list[Violation] = []
+        self.per = Counter(email.pair for email in observed.emails)
+        self.texts = {email.pair: email.text for email in observed.emails}
+        self.by_key = {reply_key(*m.pair): m.pair for m in observed.messages}
+        self.rejected = {d.key for d in observed.decisions if d.action == "reject"}
+
+    def fail(self, invariant: str, pair: Pair | str, detail: str) -> None:
+        subject = pair if isinstance(pair, str) else f"{pair[1]} in {pair[0]}"
+        self.violations.append(Violation(invariant, subject, detail))
+
+    def outcome(self, message: Message) -> str:
+        pair, key = message.pair, reply_key(*message.pair)
+        record = self.o.ledger.get(key)
+        if self.per[pair] >= 1:
+            return "answered"
+        if record is not None and record.state is ReplyState.COVERED:
+            return self._covered(pair, key, record)
+        if record is not None and record.state is ReplyState.DECLINED:
+            if not record.reason:
+                self.fail("answered_once", pair, "declined without a reason")
+            return "declined"
+        if pair in self.o.skipped:
+            return "skipped"
+        if pair in self.o.dead_lettered:
+            return "dead-lettered"
+        if self.o.settled:
+            state = record.state.value if record else "no ledger record"
+            self.fail("answered_once", pair, f"no email, no cover, no skip ({state})")
+        return "missing"
+
+    def _covered(self, pair: Pair, key: str, record: ReplyRecord) -> str:
+        end = last_coverer(self.o.ledger, record.covered_by or "")
+        coverer, coverer_pair = self.o.ledger.get(end), self.by_key.get(end)
+        if coverer is None or coverer_pair is None:
+            self.fail("answered_once", pair, f"covered by {end}, which no message of the run has")
+            return "missing"
+        if self.per[coverer_pair] == 0:
+            if end in self.rejected:
+                return "covered"  # the covering draft was rejected: no email is owed
+            if self.o.settled:
+                self.fail("answered_once", pair, f"covered by {end}, which has no email")
+            return "missing"
+        if not _saw(self.o, coverer, key, self.texts.get(coverer_pair)):
+            self.fail("covered_unseen", pair, f"covered by {end}, whose writer never saw it")
+        return "covered"
+
+    def emails(self) -> None:
+        verified = {m.pair for m in self.o.messages if m.verified}
+        for pair, count in self.per.items():
+            if count > 1:
+                self.fail("never_doubled", pair, f"{count} emails")
+            if pair not in verified:
+                self.fail("nothing_unverified", pair, "an email for no verified delivery")
+
+    def drafts(self) -> None:
+        """A sent draft: a text a person approved (the applied decision's, where known);
+        never a rejected one."""
+        decided: dict[str, list[Decision]] = {}
+        for decision in self.o.decisions:
+            decided.setdefault(decision.key, []).append(decision)
+        for key in sorted(self.o.drafts):
+            pair = self.by_key.get(key)
+            if pair is None or self.per[pair] == 0:
+                continue
+            made = decided.get(key, [])
+            applied = [d for d in made if d.applied]
+            if any(d.action == "reject" for d in applied):
+                self.fail("draft_approved", key, "a draft sent after its rejection was applied")
+            approved = [d.text for d in (applied or made) if d.action in ("approve", "edit")]
+            if not approved:
+                self.fail("draft_approved", key, "a draft sent with no approval")
+            elif self.texts.get(pair) not in approved:
+                self.fail("draft_approved", key, "sent with a text no approval gave")
+
+    def ledger_agrees(self) -> None:
+        if not self.o.settled:
+            return
+        for key, record in self.o.ledger.items():
+            pair = self.by_key.get(key)
+            if pair is None:
+                continue
+            if record.state is ReplyState.SENT and self.per[pair] == 0:
+                self.fail("ledger_agrees", key, "recorded sent, no email")
+            if self.per[pair] and record.state not in (ReplyState.SENT,):
+                self.fail("ledger_agrees", key, f"an email, recorded {record.state.value}")
+
+
+def check(observed: Observed) -> Verdict:
+    """Judge a run: each verified message's outcome, and every invariant it broke."""
+    judge = _Judge(observed)
+    outcomes = {m.pair: judge.outcome(m) for m in observed.messages if m.verified}
+    judge.emails()
+    judge.drafts()
+    judge.ledger_agrees()
+    return Verdict(outcomes, tuple(judge.violations))
+
+
+def emails_from_outbox(entries: Iterable[Mapping[str, object]]) -> tuple[Email, ...]:
+    """Emails from the fake mail servers' outbox entries (``inbox_id``,
+    ``replied_to_message_id``, ``text``)."""
+    return tuple(
+        Email(str(e["inbox_id"]), str(e["replied_to_message_id"]), _text(e.get("text")))
+        for e in entries
+    )
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,208 @@
+"""testkit.invariants: the one checker of "once", each invariant caught when broken."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from testkit.invariants import (
+    Decision,
+    Email,
+    Message,
+    Observed,
+    WriterCall,
+    check,
+    last_coverer,
+)
+
+A, B, C = (Message("inbox", m) for m in ("a", "b", "c"))
+KA, KB, KC = (reply_key(*m.pair) for m in (A, B, C))
+
+
+def _record(message: Message, state: ReplyState, **changes: object) -> ReplyRecord:
+    record = ReplyRecord(
+        key=reply_key(*message.pair),
+        inbox_id=message.inbox_id,
+        message_id=message.message_id,
+        thread_key="t",
+        state=state,
+        created_at=datetime(2026, 12, 4, tzinfo=UTC),
+    )
+    return replace(record, **changes)  # type: ignore[arg-type]
+
+
+def _sent(message: Message, text: str = "hi", covers: tuple[str, ...] = ()) -> ReplyRecord:
+    return _record(message, ReplyState.SENT, reply_text=text, covers=covers)
+
+
+def _email(message: Message, text: str = "hi") -> Email:
+    return Email(message.inbox_id, message.message_id, text)
+
+
+def _world(**changes: object) -> Observed:
+    """A, B and C answered once each."""
+    base = Observed(
+        messages=(A, B, C),
+        emails=(_email(A), _email(B), _email(C)),
+        ledger={KA: _sent(A), KB: _sent(B), KC: _sent(C)},
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_run_that_answered_each_message_once_passes() -> None:
+    verdict = check(_world())
+    assert verdict.passed and verdict.count("answered") == 3
+
+
+def test_a_message_with_no_outcome_is_missing_once_settled() -> None:
+    verdict = check(_world(emails=(_email(A), _email(B)), ledger={KA: _sent(A), KB: _sent(B)}))
+    assert [str(v) for v in verdict.violations] == [
+        "answered_once: c in inbox: no email, no cover, no skip (no ledger record)"
+    ]
+
+
+def test_an_unsettled_run_counts_a_missing_message_but_breaks_nothing() -> None:
+    world = _world(emails=(_email(A), _email(B)), ledger={KA: _sent(A), KB: _sent(B)})
+    verdict = check(replace(world, settled=False))
+    assert verdict.passed and verdict.outcomes[C.pair] == "missing"
+
+
+def test_two_emails_for_one_message_are_doubled() -> None:
+    verdict = check(_world(emails=(_email(A), _email(A), _email(B), _email(C))))
+    assert [v.invariant for v in verdict.violations] == ["never_doubled"]
+
+
+def test_an_email_for_a_forged_delivery_is_unverified() -> None:
+    forged = Message("inbox", "c", verified=False)
+    verdict = check(_world(messages=(A, B, forged)))
+    assert [v.invariant for v in verdict.violations] == ["nothing_unverified"]
+
+
+def test_a_message_covered_by_a_reply_whose_writer_saw_it_is_covered() -> None:
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: _sent(B, covers=(KA,)),
+        KC: _sent(C),
+    }
+    verdict = check(_world(emails=(_email(B), _email(C)), ledger=ledger))
+    assert verdict.passed and verdict.outcomes[A.pair] == "covered"
+
+
+def test_a_cover_whose_writer_never_saw_the_message_is_caught() -> None:
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: _sent(B, covers=()),
+        KC: _sent(C),
+    }
+    verdict = check(_world(emails=(_email(B), _email(C)), ledger=ledger))
+    assert [v.invariant for v in verdict.violations] == ["covered_unseen"]
+
+
+def test_writer_calls_decide_what_the_writer_saw_where_the_run_kept_them() -> None:
+    """The ledger claims B's reply covers A; the model's own record says the call that wrote
+    B's email saw only B."""
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: _sent(B, covers=(KA,)),
+        KC: _sent(C),
+    }
+    calls = (WriterCall(frozenset({KB}), "hi"), WriterCall(frozenset({KA, KB}), "other"))
+    world = _world(emails=(_email(B), _email(C)), ledger=ledger, writer_calls=calls)
+    assert [v.invariant for v in check(world).violations] == ["covered_unseen"]
+
+
+def test_a_cover_whose_coverer_sent_nothing_is_missing() -> None:
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: _record(B, ReplyState.PENDING, covers=(KA,)),
+        KC: _sent(C),
+    }
+    verdict = check(_world(emails=(_email(C),), ledger=ledger))
+    assert {v.subject for v in verdict.of("answered_once")} == {"a in inbox", "b in inbox"}
+
+
+def test_a_chain_of_covers_ends_at_the_reply_that_was_sent() -> None:
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: _record(B, ReplyState.COVERED, covered_by=KC),
+        KC: _sent(C, covers=(KA, KB)),
+    }
+    assert last_coverer(ledger, KB) == KC
+    assert check(_world(emails=(_email(C),), ledger=ledger)).passed
+
+
+def test_a_decline_needs_its_reason() -> None:
+    ledger = {KA: _record(A, ReplyState.DECLINED, reason="unsubscribe"), KB: _sent(B), KC: _sent(C)}
+    assert check(_world(emails=(_email(B), _email(C)), ledger=ledger)).passed
+    ledger[KA] = _record(A, ReplyState.DECLINED)
+    verdict = check(_world(emails=(_email(B), _email(C)), ledger=ledger))
+    assert [str(v) for v in verdict.violations] == [
+        "answered_once: a in inbox: declined without a reason"
+    ]
+
+
+def test_a_skip_or_an_open_dead_letter_is_an_outcome() -> None:
+    world = _world(
+        emails=(_email(C),),
+        ledger={KC: _sent(C)},
+        skipped={A.pair: "duplicate"},
+        dead_lettered={B.pair: "writer_failed"},
+    )
+    verdict = check(world)
+    assert verdict.passed
+    assert (verdict.outcomes[A.pair], verdict.outcomes[B.pair]) == ("skipped", "dead-lettered")
+
+
+def test_a_draft_sent_with_no_approval_is_caught() -> None:
+    verdict = check(_world(drafts=frozenset({KA})))
+    assert [str(v) for v in verdict.violations] == [
+        f"draft_approved: {KA}: a draft sent with no approval"
+    ]
+
+
+def test_an_approved_draft_sent_with_its_text_passes() -> None:
+    world = _world(drafts=frozenset({KA}), decisions=(Decision(KA, "approve", "hi"),))
+    assert check(world).passed
+
+
+def test_a_draft_sent_with_a_text_nobody_approved_is_caught() -> None:
+    world = _world(drafts=frozenset({KA}), decisions=(Decision(KA, "edit", "edited"),))
+    assert [v.detail for v in check(world).violations] == ["sent with a text no approval gave"]
+
+
+def test_a_draft_sent_after_its_rejection_applied_is_caught() -> None:
+    decisions = (Decision(KA, "approve", "hi"), Decision(KA, "reject", applied=True))
+    world = _world(drafts=frozenset({KA}), decisions=decisions)
+    assert "a draft sent after its rejection was applied" in [
+        v.detail for v in check(world).violations
+    ]
+
+
+def test_a_message_covered_by_a_rejected_draft_owes_no_email() -> None:
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: _record(B, ReplyState.DECLINED, reason="rejected"),
+        KC: _sent(C),
+    }
+    world = _world(
+        emails=(_email(C),),
+        ledger=ledger,
+        drafts=frozenset({KB}),
+        decisions=(Decision(KB, "reject", applied=True),),
+    )
+    assert check(world).passed
+
+
+def test_a_ledger_that_says_sent_without_an_email_disagrees_with_the_mail_api() -> None:
+    world = _world(emails=(_email(A), _email(B)), skipped={C.pair: "duplicate"})
+    assert [str(v) for v in check(world).violations] == [
+        f"ledger_agrees: {KC}: recorded sent, no email"
+    ]
+
+
+def test_an_email_whose_ledger_record_is_still_pending_disagrees_once_settled() -> None:
+    ledger = {KA: _record(A, ReplyState.PENDING, reply_text="hi"), KB: _sent(B), KC: _sent(C)}
+    assert [v.invariant for v in check(_world(ledger=ledger)).violations] == ["ledger_agrees"]
+    assert check(replace(_world(ledger=ledger), settled=False)).passed
