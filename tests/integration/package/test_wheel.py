@@ -47,7 +47,11 @@ class Installed:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     tmp = tmp_path_factory.mktemp("wheel")
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), "."],
+        # the build backend from the lock (setuptools, wheel in .venv), not the newest on PyPI
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"),
+            *("-w", str(tmp / "dist"), "."),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
