@@ -29,12 +29,12 @@ from onceonly.processors.exceptions import Rebalancing, SendError
 from onceonly.processors.flow import tenants
 from onceonly.processors.lanes import Dropped, Job
 from onceonly.processors.mail.protocol import MailProvider
+from onceonly.processors.messages import Inbound, Skip
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reorder.holds import log_ids as _ids
-from onceonly.processors.reply.once import Outcome, SendPolicy, Skip, split_burst
+from onceonly.processors.reply.once import Outcome, SendPolicy, split_burst
 from onceonly.processors.reply.parts import ReplyParts
-from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 

@@ -29,10 +29,10 @@ from onceonly.processors.approval.decisions import (
     timeout_decision,
 )
 from onceonly.processors.lanes import Job
+from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
 from onceonly.processors.reply.once import BurstResult, SendPolicy, reply_once, send_recorded
 from onceonly.processors.reply.parts import ReplyParts
-from onceonly.processors.writer.contract import Inbound, reply_key
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of

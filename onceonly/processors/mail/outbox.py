@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.reply.parts import FoundReply
+from onceonly.processors.messages import FoundReply
 from onceonly.schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.mail")

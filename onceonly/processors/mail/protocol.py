@@ -9,8 +9,8 @@ A mail provider is two objects, each a protocol here:
   dry run (no API key: nothing is sent, replies go to the dry-run outbox, and the thread
   it reads back holds them *in the provider's shapes*, so the same channel reads both).
 * :class:`MailProvider`, the channel: how one of the provider's events becomes a message
-  to answer (or a :class:`~onceonly.processors.reply.once.Skip`), the thread's history as
-  :class:`~onceonly.processors.writer.contract.ThreadMessage` s, and which listed message
+  to answer (or a :class:`~onceonly.processors.messages.Skip`), the thread's history as
+  :class:`~onceonly.processors.messages.ThreadMessage` s, and which listed message
   catch-up feeds (:class:`Missed`), over its client (``sender``).
 
 Each provider package implements both whole (``tests/unit/processors/test_mail_providers.py``
@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from onceonly.processors.reply.once import Skip
-from onceonly.processors.writer.contract import Inbound, ThreadMessage
+from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
-from enum import StrEnum
 
 import structlog
 
 from onceonly.processors.exceptions import WriterFailed
+from onceonly.processors.messages import Inbound, Skip, reply_key
 from onceonly.processors.reply.bursts import (
     BurstResult,
     Outcome,
@@ -37,13 +37,12 @@ from onceonly.processors.reply.parts import (
     MailSender,
     Newer,
     ReplyParts,
-    ReplyWriter,
     SendPolicy,
     Write,
     log_ids,
 )
 from onceonly.processors.reply.sending import Sending, send_recorded
-from onceonly.processors.writer.contract import Decline, Draft, Inbound, reply_key
+from onceonly.processors.writer.contract import Decline, Draft, ReplyWriter
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
@@ -69,12 +68,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger("onceonly.reply")
-
-
-class Skip(StrEnum):
-    NOT_RECEIVED = "not_received"  #: an event type that is not an inbound message
-    NOT_REAL_MAIL = "not_real_mail"  #: spam, blocked, unauthenticated
-    OWN_MESSAGE = "own_message"  #: the agent's own outbound mail
 
 
 def simple_write(writer: ReplyWriter) -> Write:

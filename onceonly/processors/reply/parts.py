@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+from onceonly.processors.messages import Inbound
 from onceonly.processors.reply.arbitration import Ruling, Verdict
-from onceonly.processors.writer.contract import Decline, Draft, Inbound
+from onceonly.processors.writer.contract import Decline, Draft
 from onceonly.schemas.ledger import ReplyRecord
 
 
@@ -19,18 +20,6 @@ class Ledger(Protocol):
 
     async def put(self, record: ReplyRecord) -> None:
         """Store the record; return only once the broker has acknowledged it."""
-
-
-class FoundReply(str):
-    """The id of a reply found in the thread, with the text the thread holds for it
-    (``text``; None where the provider's copy is not plain text to compare)."""
-
-    text: str | None
-
-    def __new__(cls, message_id: str, text: str | None = None) -> FoundReply:
-        found = super().__new__(cls, message_id)
-        found.text = text
-        return found
 
 
 class MailSender(Protocol):
@@ -44,7 +33,6 @@ class MailSender(Protocol):
         """Look in the thread for a reply already sent to ``record.message_id``."""
 
 
-ReplyWriter = Callable[[Sequence[Inbound]], Any]
 #: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed
 Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline | Draft]]
 #: new messages of the thread that reached the worker meanwhile (claimed for this reply)

@@ -15,10 +15,10 @@ from tenacity import (
 )
 
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
+from onceonly.processors.messages import Inbound
 from onceonly.processors.reply.arbitration import Ruling
 from onceonly.processors.reply.bursts import BurstResult, Outcome
 from onceonly.processors.reply.parts import MailSender, ReplyParts, SendPolicy, log_ids
-from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
