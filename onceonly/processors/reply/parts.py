@@ -1,6 +1,7 @@
 """What one reply reaches of the worker: the ledger and mail-sender protocols, the writer
 and dead-letter steps, the send policy, and :class:`ReplyParts`, which holds them all as
-one typed object for :func:`~onceonly.processors.reply.once.reply_once`."""
+one typed object for :func:`~onceonly.processors.reply.once.reply_once` (its part a send
+needs, :class:`SendParts`, for the send of a reply already recorded)."""
 
 from __future__ import annotations
 
@@ -67,18 +68,33 @@ async def _first(record: ReplyRecord) -> Verdict:
     return Verdict(Ruling.OWN, record)
 
 
-@dataclass(frozen=True, slots=True)
-class ReplyParts:
-    """What one reply reaches of the worker, as one typed object: the ledger, the sender,
-    the writer step, the dead-letter step and the clock; the send policy; the thread's
-    newer messages; and the hooks the worker counts and stands down by."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendParts:
+    """What the send of a recorded reply reaches, as one typed object: the ledger, the
+    sender and the dead-letter step; the send policy; the ledger's arbitration; and the
+    hooks the worker counts and stands down by. An approved draft is sent with these
+    alone (:func:`~onceonly.processors.reply.sending.send_recorded`): no writer."""
 
     ledger: Ledger
     sender: MailSender
-    write: Write
     dead_letter: DeadLetter
-    now: Callable[[], datetime]
     policy: SendPolicy = SendPolicy()
+    on_retry: Callable[[], None] = _no_op
+    #: False once a rebalance began: a send is then not retried here (its next owner does)
+    may_retry: Callable[[], bool] = _always
+    #: a *pending* record against other writers' records of its key, before its send
+    #: (:meth:`~onceonly.processors.reply.ledger.TableLedger.arbitrate`; default: none)
+    arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplyParts(SendParts):
+    """What one reply reaches of the worker: what its send does (:class:`SendParts`), and
+    the writer step and the clock, the thread's newer messages, and the hook counting a
+    reply written again."""
+
+    write: Write
+    now: Callable[[], datetime]
     #: the burst comes from a replay (a catch-up, a retry): see :func:`plan`
     replay: bool = False
     channel: str = "agentmail"
@@ -86,13 +102,7 @@ class ReplyParts:
     newer: Newer = _nothing_newer
     #: how often those make the writer write again before the reply is recorded
     supersede_max: int = 2
-    on_retry: Callable[[], None] = _no_op
-    #: False once a rebalance began: a send is then not retried here (its next owner does)
-    may_retry: Callable[[], bool] = _always
     on_superseded: Callable[[], None] = _no_op
-    #: a *pending* record against other writers' records of its key, before its send
-    #: (:meth:`~onceonly.processors.reply.ledger.TableLedger.arbitrate`; default: none)
-    arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
 
 
 def log_ids(record: ReplyRecord | Inbound) -> dict[str, str]:

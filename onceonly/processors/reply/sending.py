@@ -18,7 +18,7 @@ from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
 from onceonly.processors.messages import Inbound
 from onceonly.processors.reply.arbitration import Ruling
 from onceonly.processors.reply.bursts import BurstResult, Outcome
-from onceonly.processors.reply.parts import MailSender, ReplyParts, SendPolicy, log_ids
+from onceonly.processors.reply.parts import MailSender, SendParts, SendPolicy, log_ids
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
@@ -56,7 +56,7 @@ def _retrying(policy: SendPolicy) -> AsyncRetrying:
 class Sending:
     """Sends a burst's recorded replies, under the send policy."""
 
-    parts: ReplyParts
+    parts: SendParts
 
     async def __call__(
         self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
@@ -152,7 +152,7 @@ def as_found(record: ReplyRecord, found: str) -> ReplyRecord:
     return replace(sent, reply_text=text)
 
 
-async def send_recorded(record: ReplyRecord, reconcile: bool, parts: ReplyParts) -> BurstResult:
+async def send_recorded(record: ReplyRecord, reconcile: bool, parts: SendParts) -> BurstResult:
     """Send a recorded *pending* reply (an approved draft) with its stored text and key."""
     return await Sending(parts)(record, reconcile, (), 0)
 
