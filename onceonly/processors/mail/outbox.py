@@ -111,6 +111,10 @@ class DryRun:
     async def address(self, account: str) -> str | None:
         return None
 
+    async def webhook_enabled(self, webhook_id: str) -> bool | None:
+        """A dry run reads no webhook."""
+        return None
+
     async def aclose(self) -> None:
         return None
 

@@ -5,9 +5,10 @@ A mail provider is two objects, each a protocol here:
 * :class:`MailClient`, the provider's API in the provider's own shapes (its message
   dicts, as its SDK returns them): send a reply with its key, find a reply already sent,
   fetch a message, read a thread, list the messages since a time, the account's own
-  address, and close. Each provider package has two: the real one (over the SDK) and its
-  dry run (no API key: nothing is sent, replies go to the dry-run outbox, and the thread
-  it reads back holds them *in the provider's shapes*, so the same channel reads both).
+  address, whether its webhook is still on, and close. Each provider package has two:
+  the real one (over the SDK) and its dry run (no API key: nothing is sent, replies go to
+  the dry-run outbox, and the thread it reads back holds them *in the provider's
+  shapes*, so the same channel reads both).
 * :class:`MailProvider`, the channel: how one of the provider's events becomes a message
   to answer (or a :class:`~onceonly.processors.messages.Skip`), the thread's history as
   :class:`~onceonly.processors.messages.ThreadMessage` s, and which listed message
@@ -61,6 +62,11 @@ class MailClient(Protocol):
 
     async def address(self, account: str) -> str | None:
         """The account's own address (its mail is never answered), if known."""
+
+    async def webhook_enabled(self, webhook_id: str) -> bool | None:
+        """Whether the provider still delivers to its webhook ``webhook_id`` (one that fails
+        for days is turned off, silently); None where this client cannot tell (the dry
+        run reads nothing). A failed read raises."""
 
     async def aclose(self) -> None:
         """Close the connections this client opened."""
