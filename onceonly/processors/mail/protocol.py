@@ -49,7 +49,8 @@ class MailClient(Protocol):
         """Send ``record.reply_text`` with ``record.key``; return the sent message id."""
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
-        """The id of a reply already sent to ``record.message_id``, if the thread has one."""
+        """The id of a reply already sent to ``record.message_id``, if the thread has one;
+        a :class:`~onceonly.processors.messages.FoundReply` where its text is known."""
 
     async def fetch(self, account: str, message_id: str) -> dict[str, Any]:
         """The whole message (for events that left its body out)."""

@@ -42,7 +42,7 @@ from onceonly.processors.reply.parts import (
     log_ids,
 )
 from onceonly.processors.reply.sending import Sending, send_recorded
-from onceonly.processors.writer.contract import Decline, Draft, ReplyWriter
+from onceonly.processors.writer.contract import Decline, Draft, ReplyWriter, Text
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
@@ -200,9 +200,7 @@ async def _compose(
         await _cover(ledger, covered, target.key, now, channel)
         log.info("reply drafted; awaiting approval", reason=written.reason, key=target.key)
         return BurstResult(Outcome.AWAITING, target.key)
-    usage = getattr(
-        written, "usage", None
-    )  # the writer's reported cost (onceonly.processors.writer.runner.Text)
+    usage = written.usage if isinstance(written, Text) else None  # the writer's reported cost
     record = base.with_state(ReplyState.PENDING, reply_text=str(written), covers=seen, usage=usage)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages

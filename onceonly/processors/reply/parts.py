@@ -31,7 +31,8 @@ class MailSender(Protocol):
         """
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
-        """Look in the thread for a reply already sent to ``record.message_id``."""
+        """Look in the thread for a reply already sent to ``record.message_id``: its id, a
+        :class:`~onceonly.processors.messages.FoundReply` where the thread's text is known."""
 
 
 #: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed

@@ -15,7 +15,7 @@ from tenacity import (
 )
 
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
-from onceonly.processors.messages import Inbound
+from onceonly.processors.messages import FoundReply, Inbound
 from onceonly.processors.reply.arbitration import Ruling
 from onceonly.processors.reply.bursts import BurstResult, Outcome
 from onceonly.processors.reply.parts import MailSender, SendParts, SendPolicy, log_ids
@@ -140,7 +140,7 @@ def as_found(record: ReplyRecord, found: str) -> ReplyRecord:
     """``record`` *sent* as the thread has it: with the thread's text where it holds
     another (a worker that woke after its partition moved may have recorded its own text
     after the owner's email went out: the ledger then says what the customer read)."""
-    text = getattr(found, "text", None)
+    text = found.text if isinstance(found, FoundReply) else None
     sent = record.with_state(ReplyState.SENT, sent_message_id=str(found))
     if text is None or text.strip() == (record.reply_text or "").strip():
         return sent

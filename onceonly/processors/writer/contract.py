@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
+from onceonly.schemas.ledger import Usage
 
-__all__ = ["Decline", "Draft", "Inbound", "ReplyWriter", "ThreadMessage", "reply_key"]
+__all__ = ["Decline", "Draft", "Inbound", "ReplyWriter", "Text", "ThreadMessage", "reply_key"]
 
 #: a reply writer as the user gives it (``ONCEONLY_REPLY_WRITER``), sync or async: the
 #: messages to answer -> the text, ``None``, a :class:`Decline` or a :class:`Draft`
@@ -38,3 +39,10 @@ class Draft:
     """The reply as the writer drafted it; a person may approve it, edit it or reject it."""
     reason: str = "the writer asked for approval"
     """Why a person should see it first, shown beside the draft."""
+
+
+class Text(str):
+    """The reply text as the worker's writer step returns it, with what its writer's calls
+    cost (``usage``, None: not reported)."""
+
+    usage: Usage | None = None
