@@ -171,7 +171,8 @@ class Conversation:
         burst = await self._inbounds(mail, outcomes)
         if not burst:
             return
-        tenants.set_tenant(self.parts.settings, mail[0].envelope, burst[-1])  # whose turn
+        settings = self.parts.settings  # whose turn the writer call waits for:
+        tenants.set_tenant(settings.tenant_key, mail[0].envelope, burst[-1].inbox_id)
         answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
         recorded: list[Inbound] = []  #: newer messages with a ledger record of their own
 

@@ -53,6 +53,7 @@ def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> 
         send_in_flight_wait_s=60.0,
         supersede_max=2,
         approval=mode,
+        tenant_key="inbox",
     )
     sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
     return bare_pipeline(
