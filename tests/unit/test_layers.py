@@ -3,7 +3,9 @@ public surface; and the product never imports the checkout's development tools.
 
 The layer order is written once, here. A package may import its own modules and any
 package of a lower layer; never one of its own layer or above. Imports inside functions
-count too.
+count too. Inside the processors, floors of their own: what the mail providers share with
+the rest (``messages.py``, ``exceptions.py``), the mail providers, the rest, and the
+runtime on top (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -205,3 +207,23 @@ def test_the_mail_rule_sees_each_way_up(tmp_path: Path) -> None:
         "line 3: onceonly.processors.writer.contract",
         "line 5: onceonly.processors.flow.rate",
     ]
+
+
+#: the top floor of the processors: the one seam over faust wires the rest into a worker;
+#: nothing else of the processors imports it (the operator page and the command, above)
+RUNTIME = "onceonly.processors.runtime"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in _modules()
+        if _within(_dotted(p), "onceonly.processors") and not _within(_dotted(p), RUNTIME)
+    ],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_only_the_runtime_imports_the_runtime(path: Path) -> None:
+    found = [f"line {line}: {name}" for line, name in _targets(path) if _within(name, RUNTIME)]
+
+    assert not found, f"{_dotted(path)} imports the runtime, the processors' top: {found}"
