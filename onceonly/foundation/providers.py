@@ -11,19 +11,48 @@ providers) read it and may not import each other. The mail providers' implementa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from pydantic import SecretStr
+from pydantic import SecretStr
 
-    from onceonly.foundation.settings import Settings
+__all__ = [
+    "ALL",
+    "MAIL",
+    "NAMES",
+    "ROUTES",
+    "STANDARD",
+    "Route",
+    "RouteSettings",
+    "by_name",
+    "configured",
+]
 
-__all__ = ["ALL", "MAIL", "NAMES", "ROUTES", "STANDARD", "Route", "by_name", "configured"]
+
+class RouteSettings(Protocol):
+    """What the routes read of the settings: the webhook secrets and Stripe's tolerance.
+
+    :class:`~onceonly.foundation.settings.Settings` is one; this module does not import
+    it, because the settings import the names from here (to check
+    ``ONCEONLY_DEDUPE_RETENTION_BY_PROVIDER``): the names sit below the settings.
+    """
+
+    @property
+    def agentmail_webhook_secret(self) -> SecretStr | None: ...
+    @property
+    def nylas_webhook_secret(self) -> SecretStr | None: ...
+    @property
+    def stripe_webhook_secret(self) -> SecretStr | None: ...
+    @property
+    def github_webhook_secret(self) -> SecretStr | None: ...
+    @property
+    def standard_webhook_secrets(self) -> Mapping[str, SecretStr]: ...
+    @property
+    def stripe_tolerance_s(self) -> int: ...
 
 
-def _no_options(settings: Settings) -> dict[str, object]:
+def _no_options(settings: RouteSettings) -> dict[str, object]:
     return {}
 
 
@@ -33,10 +62,10 @@ class Route:
 
     name: str  #: its path under /webhooks/, and the provider its envelopes name
     verifier: str  #: its scheme in :data:`onceonly.ingest.verify.VERIFIERS`
-    secret: Callable[[Settings], SecretStr | None]  #: its webhook secret, if set
+    secret: Callable[[RouteSettings], SecretStr | None]  #: its webhook secret, if set
     mail: bool = False  #: a mail provider: the worker answers its messages
     #: keyword arguments its verifier takes from the settings (Stripe's tolerance)
-    options: Callable[[Settings], dict[str, object]] = _no_options
+    options: Callable[[RouteSettings], dict[str, object]] = _no_options
     #: the environment variable of its secret, if not ``ONCEONLY_<NAME>_WEBHOOK_SECRET``
     secret_variable: str | None = None
 
@@ -84,7 +113,7 @@ def by_name(name: str) -> Route:
     raise KeyError(name)
 
 
-def configured(settings: Settings) -> dict[str, tuple[Route, str]]:
+def configured(settings: RouteSettings) -> dict[str, tuple[Route, str]]:
     """Route path -> (its route, its secret) for each route whose secret is set, in order;
     ``standard/<source>`` once per configured source."""
     out: dict[str, tuple[Route, str]] = {}

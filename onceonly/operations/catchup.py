@@ -143,7 +143,7 @@ async def catch_up(
 ) -> Summary:
     """Feed each unanswered message ``provider`` lists for ``account`` after ``since`` through
     the pipeline, oldest first; the account's own mail is counted as sent by the agent."""
-    from onceonly.processors.writer.contract import reply_key
+    from onceonly.processors.messages import reply_key
 
     listed: list[Missed] = []
     summary = Summary()

@@ -29,12 +29,12 @@ from onceonly.processors.exceptions import Rebalancing, SendError
 from onceonly.processors.flow import tenants
 from onceonly.processors.lanes import Dropped, Job
 from onceonly.processors.mail.protocol import MailProvider
+from onceonly.processors.messages import Inbound, Skip
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reorder.holds import log_ids as _ids
-from onceonly.processors.reply.once import Outcome, SendPolicy, Skip, split_burst
+from onceonly.processors.reply.once import Outcome, SendPolicy, split_burst
 from onceonly.processors.reply.parts import ReplyParts
-from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 
@@ -171,7 +171,8 @@ class Conversation:
         burst = await self._inbounds(mail, outcomes)
         if not burst:
             return
-        tenants.set_tenant(self.parts.settings, mail[0].envelope, burst[-1])  # whose turn
+        settings = self.parts.settings  # whose turn the writer call waits for:
+        tenants.set_tenant(settings.tenant_key, mail[0].envelope, burst[-1].inbox_id)
         answering = {m.event_id for m in burst}  # what the reply answers, and so fails with
         recorded: list[Inbound] = []  #: newer messages with a ledger record of their own
 

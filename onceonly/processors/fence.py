@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 
@@ -35,9 +35,19 @@ from onceonly.schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.fence")
 
-#: the partition (topic, number) and group generation of the record being worked on
-Position = tuple[Any, int]
-Confirm = Callable[[Any, int], Awaitable[bool]]
+
+class Partition(Protocol):
+    """A partition as the runtime names it (faust's ``TP``): its topic and number."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+
+
+#: the partition and group generation of the record being worked on
+Position = tuple[Partition, int]
+Confirm = Callable[[Partition, int], Awaitable[bool]]
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -120,8 +130,8 @@ class Fence:
             log.warning(
                 "partition no longer ours; standing down",
                 before=before,
-                topic=getattr(tp, "topic", None),
-                partition=getattr(tp, "partition", None),
+                topic=tp.topic,
+                partition=tp.partition,
                 generation=generation,
             )
             raise Fenced(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
+from onceonly.processors.mail.protocol import MailClient
 from onceonly.processors.metrics import WorkerMetrics
 
 log = structlog.get_logger("onceonly.worker")
@@ -25,23 +25,23 @@ class WebhookHealth:
 
 async def check_webhook(
     webhook_id: str | None,
-    sender: Any,
+    sender: MailClient,
     metrics: WorkerMetrics,
     health: WebhookHealth | None = None,
 ) -> None:
     """Read the webhook's state into ``onceonly_webhook_enabled`` (and ``health``); shout
-    when it is off."""
-    client = getattr(sender, "client", None)
-    if not webhook_id or client is None:
+    when it is off. A client that cannot tell (the dry run) leaves both as they are."""
+    if not webhook_id:
         return
     try:
-        webhook = await client.webhooks.get(webhook_id)
+        enabled = await sender.webhook_enabled(webhook_id)
     except Exception as exc:  # the poll must never take the worker down
         log.warning("could not read the AgentMail webhook", webhook_id=webhook_id, error=repr(exc))
         if health is not None:
             health.error = repr(exc)
         return
-    enabled = bool(getattr(webhook, "enabled", False))
+    if enabled is None:
+        return
     metrics.webhook_enabled.set(1 if enabled else 0)
     if health is not None:
         health.enabled, health.checked_at, health.error = enabled, time.time(), None

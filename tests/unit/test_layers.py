@@ -3,7 +3,9 @@ public surface; and the product never imports the checkout's development tools.
 
 The layer order is written once, here. A package may import its own modules and any
 package of a lower layer; never one of its own layer or above. Imports inside functions
-count too.
+count too. Inside the processors, floors of their own: what the mail providers share with
+the rest (``messages.py``, ``exceptions.py``), the mail providers, the rest, and the
+runtime on top (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -124,3 +126,104 @@ def test_each_framework_is_imported_only_behind_its_seam(path: Path) -> None:
     ]
 
     assert not outside, f"{module} reaches past a seam: {outside}"
+
+
+#: the mail providers are a floor below the rest of the worker: besides the lower layers
+#: and their own package, they import only the messages they share with it and the
+#: processors' errors. A provider author reads nothing of the reply path, the writer,
+#: approval, flow or the router to write a provider.
+MAIL = "onceonly.processors.mail"
+#: what the mail providers share with the rest of the worker; each imports nothing of the
+#: processors itself, so it stays below both
+BENEATH_MAIL = {"onceonly.processors.messages", "onceonly.processors.exceptions"}
+
+
+def _within(dotted: str, package: str) -> bool:
+    return dotted == package or dotted.startswith(package + ".")
+
+
+def _targets(path: Path) -> list[tuple[int, str]]:
+    """What each import of ours reaches: ``from package import module`` reaches the
+    module, ``from module import name`` the module."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                inner = f"{node.module}.{alias.name}"
+                is_module = (ROOT / inner.replace(".", "/")).with_suffix(".py").exists() or (
+                    ROOT / inner.replace(".", "/") / "__init__.py"
+                ).exists()
+                found.append((node.lineno, inner if is_module else node.module))
+    return [(line, name) for line, name in found if _within(name, "onceonly.processors")]
+
+
+def upward_from_mail(path: Path) -> list[str]:
+    """The imports of a module under ``onceonly.processors.mail`` that reach the worker
+    above it: any module of the processors outside mail/ and :data:`BENEATH_MAIL`."""
+    return [
+        f"line {line}: {name}"
+        for line, name in sorted(set(_targets(path)))
+        if not _within(name, MAIL) and name not in BENEATH_MAIL
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules() if _within(_dotted(p), MAIL)],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_the_mail_providers_import_nothing_of_the_worker_above_them(path: Path) -> None:
+    upward = upward_from_mail(path)
+
+    assert not upward, f"{_dotted(path)} reaches above the mail providers: {upward}"
+
+
+@pytest.mark.parametrize("module", sorted(BENEATH_MAIL))
+def test_what_the_mail_providers_share_imports_nothing_of_the_processors(module: str) -> None:
+    path = (ROOT / module.replace(".", "/")).with_suffix(".py")
+
+    assert _targets(path) == [], f"{module} must stay beneath mail/ and the rest alike"
+
+
+def test_the_mail_rule_sees_each_way_up(tmp_path: Path) -> None:
+    module = tmp_path / "provider.py"
+    module.write_text(
+        "from onceonly.processors.reply.once import reply_once\n"
+        "from onceonly.processors import conversation\n"
+        "import onceonly.processors.writer.contract\n"
+        "def later() -> None:\n"
+        "    from onceonly.processors.flow.rate import retry_after_s\n"
+        "from onceonly.processors.messages import Inbound\n"
+        "from onceonly.processors.mail.protocol import MailClient\n"
+        "from onceonly.foundation.settings import Settings\n"
+    )
+
+    assert upward_from_mail(module) == [
+        "line 1: onceonly.processors.reply.once",
+        "line 2: onceonly.processors.conversation",
+        "line 3: onceonly.processors.writer.contract",
+        "line 5: onceonly.processors.flow.rate",
+    ]
+
+
+#: the top floor of the processors: the one seam over faust wires the rest into a worker;
+#: nothing else of the processors imports it (the operator page and the command, above)
+RUNTIME = "onceonly.processors.runtime"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in _modules()
+        if _within(_dotted(p), "onceonly.processors") and not _within(_dotted(p), RUNTIME)
+    ],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_only_the_runtime_imports_the_runtime(path: Path) -> None:
+    found = [f"line {line}: {name}" for line, name in _targets(path) if _within(name, RUNTIME)]
+
+    assert not found, f"{_dotted(path)} imports the runtime, the processors' top: {found}"

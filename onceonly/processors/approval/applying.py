@@ -29,10 +29,10 @@ from onceonly.processors.approval.decisions import (
     timeout_decision,
 )
 from onceonly.processors.lanes import Job
+from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
 from onceonly.processors.reply.once import BurstResult, SendPolicy, reply_once, send_recorded
-from onceonly.processors.reply.parts import ReplyParts
-from onceonly.processors.writer.contract import Inbound, reply_key
+from onceonly.processors.reply.parts import ReplyParts, SendParts
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
@@ -112,12 +112,10 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
         await parts.dead_letters.record_reply(failed, reason, [])
 
     sender = parts.fence.sender(channel.sender) if parts.fence else channel.sender
-    reply = ReplyParts(
+    send = SendParts(
         ledger=parts.ledger,
         sender=sender,
-        write=_no_writer,
         dead_letter=dead_letter,
-        now=parts.now,
         policy=SendPolicy(
             attempts=parts.settings.send_attempts,
             in_flight_wait_s=parts.settings.send_in_flight_wait_s,
@@ -126,15 +124,11 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
         may_retry=parts.flowing,
         arbitrate=parts.ledger.arbitrate,
     )
-    await send_recorded(record, reconcile, reply)
+    await send_recorded(record, reconcile, send)
     sent: ReplyRecord | None = parts.ledger.get(record.key)
     if sent is not None and sent.state is ReplyState.SENT:
         parts.metrics.replies.inc()
     return sent
-
-
-async def _no_writer(messages: Sequence[Inbound]) -> str:
-    raise AssertionError("an approved reply is sent with its stored text: no writer is asked")
 
 
 async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts) -> BurstResult:

@@ -22,7 +22,8 @@ from enum import StrEnum
 
 import structlog
 
-from onceonly.processors.writer.contract import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.messages import Inbound, ThreadMessage
+from onceonly.processors.writer.contract import Decline, Draft
 from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 

@@ -167,10 +167,9 @@ def retry_after_s(exc: BaseException, now_epoch: float) -> float | None:
     an HTTP date) or ``retry-after-ms``; None for any other failure. Works with the
     ``openai`` SDK's ``RateLimitError`` (and any error with ``status_code`` and
     ``response.headers``), and with :class:`~onceonly.processors.exceptions.ModelThrottled`."""
-    given = getattr(exc, "retry_after_s", None)
-    if isinstance(given, int | float):
-        return max(0.0, float(given))
-    if getattr(exc, "status_code", None) != 429:
+    if isinstance(exc, ModelThrottled):
+        return max(0.0, float(exc.retry_after_s))
+    if getattr(exc, "status_code", None) != 429:  # an SDK's error: duck-typed, none imported
         return None
     headers: Any = getattr(getattr(exc, "response", None), "headers", None) or {}
     try:
@@ -196,9 +195,8 @@ def model_of(exc: BaseException) -> str | None:
     """The model a throttled call asked for, where the error says: ``model`` on the error
     (:class:`ModelThrottled`), else the JSON body of the request it carries (the
     ``openai`` SDK's errors carry their ``httpx`` request)."""
-    given = getattr(exc, "model", None)
-    if isinstance(given, str) and given:
-        return given
+    if isinstance(exc, ModelThrottled) and exc.model:
+        return exc.model
     content = getattr(getattr(exc, "request", None), "content", None)
     if not isinstance(content, bytes | bytearray) or b'"model"' not in content:
         return None

@@ -21,7 +21,9 @@ import heapq
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
+
+from onceonly.schemas.envelope import Envelope
 
 W = TypeVar("W")
 
@@ -31,19 +33,19 @@ current_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("onceonly_t
 INBOX = "inbox"
 
 
-def tenant_of(key: str, envelope: Any, inbox_id: str | None = None) -> str:
-    """The tenant a message belongs to under ``ONCEONLY_TENANT_KEY=key``."""
+def tenant_of(key: str, envelope: Envelope, inbox_id: str | None = None) -> str:
+    """The tenant a message belongs to under ``ONCEONLY_TENANT_KEY=key`` (``inbox``, or a
+    field of the envelope: the settings refuse any other name)."""
     if key == INBOX:
-        return str(inbox_id or getattr(envelope, "account_id", None) or "")
-    value = getattr(envelope, key, None)
+        return str(inbox_id or envelope.account_id or "")
+    value = getattr(envelope, key, None)  # the field the operator named
     return "" if value is None else str(value)
 
 
-def set_tenant(settings: Any, envelope: Any, inbound: Any) -> None:
+def set_tenant(key: str, envelope: Envelope, inbox_id: str | None) -> None:
     """The tenant of the reply this task writes next (the pipeline, once per burst), under
-    ``settings.tenant_key`` (a settings stand-in without one: the inbox)."""
-    key = getattr(settings, "tenant_key", INBOX)
-    current_tenant.set(tenant_of(key, envelope, getattr(inbound, "inbox_id", None)))
+    ``ONCEONLY_TENANT_KEY=key``."""
+    current_tenant.set(tenant_of(key, envelope, inbox_id))
 
 
 #: the scale of the counts is renormalised when it passes this

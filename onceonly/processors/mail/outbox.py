@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.reply.parts import FoundReply
+from onceonly.processors.messages import FoundReply
 from onceonly.schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.mail")
@@ -109,6 +109,10 @@ class DryRun:
             yield message
 
     async def address(self, account: str) -> str | None:
+        return None
+
+    async def webhook_enabled(self, webhook_id: str) -> bool | None:
+        """A dry run reads no webhook."""
         return None
 
     async def aclose(self) -> None:

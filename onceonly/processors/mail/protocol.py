@@ -5,12 +5,13 @@ A mail provider is two objects, each a protocol here:
 * :class:`MailClient`, the provider's API in the provider's own shapes (its message
   dicts, as its SDK returns them): send a reply with its key, find a reply already sent,
   fetch a message, read a thread, list the messages since a time, the account's own
-  address, and close. Each provider package has two: the real one (over the SDK) and its
-  dry run (no API key: nothing is sent, replies go to the dry-run outbox, and the thread
-  it reads back holds them *in the provider's shapes*, so the same channel reads both).
+  address, whether its webhook is still on, and close. Each provider package has two:
+  the real one (over the SDK) and its dry run (no API key: nothing is sent, replies go to
+  the dry-run outbox, and the thread it reads back holds them *in the provider's
+  shapes*, so the same channel reads both).
 * :class:`MailProvider`, the channel: how one of the provider's events becomes a message
-  to answer (or a :class:`~onceonly.processors.reply.once.Skip`), the thread's history as
-  :class:`~onceonly.processors.writer.contract.ThreadMessage` s, and which listed message
+  to answer (or a :class:`~onceonly.processors.messages.Skip`), the thread's history as
+  :class:`~onceonly.processors.messages.ThreadMessage` s, and which listed message
   catch-up feeds (:class:`Missed`), over its client (``sender``).
 
 Each provider package implements both whole (``tests/unit/processors/test_mail_providers.py``
@@ -25,8 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from onceonly.processors.reply.once import Skip
-from onceonly.processors.writer.contract import Inbound, ThreadMessage
+from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord
 
@@ -49,7 +49,8 @@ class MailClient(Protocol):
         """Send ``record.reply_text`` with ``record.key``; return the sent message id."""
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
-        """The id of a reply already sent to ``record.message_id``, if the thread has one."""
+        """The id of a reply already sent to ``record.message_id``, if the thread has one;
+        a :class:`~onceonly.processors.messages.FoundReply` where its text is known."""
 
     async def fetch(self, account: str, message_id: str) -> dict[str, Any]:
         """The whole message (for events that left its body out)."""
@@ -62,6 +63,11 @@ class MailClient(Protocol):
 
     async def address(self, account: str) -> str | None:
         """The account's own address (its mail is never answered), if known."""
+
+    async def webhook_enabled(self, webhook_id: str) -> bool | None:
+        """Whether the provider still delivers to its webhook ``webhook_id`` (one that fails
+        for days is turned off, silently); None where this client cannot tell (the dry
+        run reads nothing). A failed read raises."""
 
     async def aclose(self) -> None:
         """Close the connections this client opened."""

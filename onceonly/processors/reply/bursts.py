@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from onceonly.processors.writer.contract import Inbound
+from onceonly.processors.messages import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 

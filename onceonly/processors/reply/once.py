@@ -16,11 +16,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
-from enum import StrEnum
 
 import structlog
 
 from onceonly.processors.exceptions import WriterFailed
+from onceonly.processors.messages import Inbound, Skip, reply_key
 from onceonly.processors.reply.bursts import (
     BurstResult,
     Outcome,
@@ -37,13 +37,12 @@ from onceonly.processors.reply.parts import (
     MailSender,
     Newer,
     ReplyParts,
-    ReplyWriter,
     SendPolicy,
     Write,
     log_ids,
 )
 from onceonly.processors.reply.sending import Sending, send_recorded
-from onceonly.processors.writer.contract import Decline, Draft, Inbound, reply_key
+from onceonly.processors.writer.contract import Decline, Draft, ReplyWriter, Text
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 __all__ = [
@@ -69,12 +68,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger("onceonly.reply")
-
-
-class Skip(StrEnum):
-    NOT_RECEIVED = "not_received"  #: an event type that is not an inbound message
-    NOT_REAL_MAIL = "not_real_mail"  #: spam, blocked, unauthenticated
-    OWN_MESSAGE = "own_message"  #: the agent's own outbound mail
 
 
 def simple_write(writer: ReplyWriter) -> Write:
@@ -207,9 +200,7 @@ async def _compose(
         await _cover(ledger, covered, target.key, now, channel)
         log.info("reply drafted; awaiting approval", reason=written.reason, key=target.key)
         return BurstResult(Outcome.AWAITING, target.key)
-    usage = getattr(
-        written, "usage", None
-    )  # the writer's reported cost (onceonly.processors.writer.runner.Text)
+    usage = written.usage if isinstance(written, Text) else None  # the writer's reported cost
     record = base.with_state(ReplyState.PENDING, reply_text=str(written), covers=seen, usage=usage)
     await ledger.put(record)  # acknowledged before anything is sent
     return record, covered, messages

@@ -1,16 +1,18 @@
 """What one reply reaches of the worker: the ledger and mail-sender protocols, the writer
 and dead-letter steps, the send policy, and :class:`ReplyParts`, which holds them all as
-one typed object for :func:`~onceonly.processors.reply.once.reply_once`."""
+one typed object for :func:`~onceonly.processors.reply.once.reply_once` (its part a send
+needs, :class:`SendParts`, for the send of a reply already recorded)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+from onceonly.processors.messages import Inbound
 from onceonly.processors.reply.arbitration import Ruling, Verdict
-from onceonly.processors.writer.contract import Decline, Draft, Inbound
+from onceonly.processors.writer.contract import Decline, Draft
 from onceonly.schemas.ledger import ReplyRecord
 
 
@@ -21,18 +23,6 @@ class Ledger(Protocol):
         """Store the record; return only once the broker has acknowledged it."""
 
 
-class FoundReply(str):
-    """The id of a reply found in the thread, with the text the thread holds for it
-    (``text``; None where the provider's copy is not plain text to compare)."""
-
-    text: str | None
-
-    def __new__(cls, message_id: str, text: str | None = None) -> FoundReply:
-        found = super().__new__(cls, message_id)
-        found.text = text
-        return found
-
-
 class MailSender(Protocol):
     async def reply(self, record: ReplyRecord) -> str:
         """Send ``record.reply_text`` with ``record.key``; return the sent message id.
@@ -41,10 +31,10 @@ class MailSender(Protocol):
         """
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
-        """Look in the thread for a reply already sent to ``record.message_id``."""
+        """Look in the thread for a reply already sent to ``record.message_id``: its id, a
+        :class:`~onceonly.processors.messages.FoundReply` where the thread's text is known."""
 
 
-ReplyWriter = Callable[[Sequence[Inbound]], Any]
 #: the writer step: the messages so far -> the text, a Decline or a Draft; raises WriterFailed
 Write = Callable[[Sequence[Inbound]], Awaitable[str | Decline | Draft]]
 #: new messages of the thread that reached the worker meanwhile (claimed for this reply)
@@ -79,18 +69,33 @@ async def _first(record: ReplyRecord) -> Verdict:
     return Verdict(Ruling.OWN, record)
 
 
-@dataclass(frozen=True, slots=True)
-class ReplyParts:
-    """What one reply reaches of the worker, as one typed object: the ledger, the sender,
-    the writer step, the dead-letter step and the clock; the send policy; the thread's
-    newer messages; and the hooks the worker counts and stands down by."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendParts:
+    """What the send of a recorded reply reaches, as one typed object: the ledger, the
+    sender and the dead-letter step; the send policy; the ledger's arbitration; and the
+    hooks the worker counts and stands down by. An approved draft is sent with these
+    alone (:func:`~onceonly.processors.reply.sending.send_recorded`): no writer."""
 
     ledger: Ledger
     sender: MailSender
-    write: Write
     dead_letter: DeadLetter
-    now: Callable[[], datetime]
     policy: SendPolicy = SendPolicy()
+    on_retry: Callable[[], None] = _no_op
+    #: False once a rebalance began: a send is then not retried here (its next owner does)
+    may_retry: Callable[[], bool] = _always
+    #: a *pending* record against other writers' records of its key, before its send
+    #: (:meth:`~onceonly.processors.reply.ledger.TableLedger.arbitrate`; default: none)
+    arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplyParts(SendParts):
+    """What one reply reaches of the worker: what its send does (:class:`SendParts`), and
+    the writer step and the clock, the thread's newer messages, and the hook counting a
+    reply written again."""
+
+    write: Write
+    now: Callable[[], datetime]
     #: the burst comes from a replay (a catch-up, a retry): see :func:`plan`
     replay: bool = False
     channel: str = "agentmail"
@@ -98,13 +103,7 @@ class ReplyParts:
     newer: Newer = _nothing_newer
     #: how often those make the writer write again before the reply is recorded
     supersede_max: int = 2
-    on_retry: Callable[[], None] = _no_op
-    #: False once a rebalance began: a send is then not retried here (its next owner does)
-    may_retry: Callable[[], bool] = _always
     on_superseded: Callable[[], None] = _no_op
-    #: a *pending* record against other writers' records of its key, before its send
-    #: (:meth:`~onceonly.processors.reply.ledger.TableLedger.arbitrate`; default: none)
-    arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
 
 
 def log_ids(record: ReplyRecord | Inbound) -> dict[str, str]:

@@ -15,10 +15,10 @@ from tenacity import (
 )
 
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
+from onceonly.processors.messages import FoundReply, Inbound
 from onceonly.processors.reply.arbitration import Ruling
 from onceonly.processors.reply.bursts import BurstResult, Outcome
-from onceonly.processors.reply.parts import MailSender, ReplyParts, SendPolicy, log_ids
-from onceonly.processors.writer.contract import Inbound
+from onceonly.processors.reply.parts import MailSender, SendParts, SendPolicy, log_ids
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
@@ -56,7 +56,7 @@ def _retrying(policy: SendPolicy) -> AsyncRetrying:
 class Sending:
     """Sends a burst's recorded replies, under the send policy."""
 
-    parts: ReplyParts
+    parts: SendParts
 
     async def __call__(
         self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
@@ -140,7 +140,7 @@ def as_found(record: ReplyRecord, found: str) -> ReplyRecord:
     """``record`` *sent* as the thread has it: with the thread's text where it holds
     another (a worker that woke after its partition moved may have recorded its own text
     after the owner's email went out: the ledger then says what the customer read)."""
-    text = getattr(found, "text", None)
+    text = found.text if isinstance(found, FoundReply) else None
     sent = record.with_state(ReplyState.SENT, sent_message_id=str(found))
     if text is None or text.strip() == (record.reply_text or "").strip():
         return sent
@@ -152,7 +152,7 @@ def as_found(record: ReplyRecord, found: str) -> ReplyRecord:
     return replace(sent, reply_text=text)
 
 
-async def send_recorded(record: ReplyRecord, reconcile: bool, parts: ReplyParts) -> BurstResult:
+async def send_recorded(record: ReplyRecord, reconcile: bool, parts: SendParts) -> BurstResult:
     """Send a recorded *pending* reply (an approved draft) with its stored text and key."""
     return await Sending(parts)(record, reconcile, (), 0)
 

@@ -53,7 +53,6 @@ from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reorder.holds import Holds
 from onceonly.processors.reply.ledger import ReadLog, TableLedger
-from onceonly.processors.reply.once import ReplyWriter
 from onceonly.processors.router import Router
 from onceonly.processors.runtime.app import (
     Topology,
@@ -66,6 +65,7 @@ from onceonly.processors.runtime.consumer import draining_consumer
 from onceonly.processors.runtime.lifecycle import share_model_budget, wire_lifecycle
 from onceonly.processors.runtime.progress import Worker
 from onceonly.processors.runtime.tables import FaustTable
+from onceonly.processors.writer.contract import ReplyWriter
 from onceonly.processors.writer.loading import load_callable, load_writer
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 

@@ -1,67 +1,22 @@
-"""What a conversation holds: a message to answer, the thread's history, a writer's decline
-or draft."""
+"""The writer's contract: what a writer is given (the messages to answer, :class:`Inbound`,
+and the thread's history, :class:`ThreadMessage`, both from
+:mod:`onceonly.processors.messages`) and what it may return besides the text: a
+:class:`Decline` or a :class:`Draft`."""
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
+from onceonly.schemas.ledger import Usage
 
-def reply_key(inbox_id: str, message_id: str) -> str:
-    """``reply-`` + sha256(inbox_id, newline, message_id): only ``A-Z a-z 0-9 - . _ ~``."""
-    return "reply-" + hashlib.sha256(f"{inbox_id}\n{message_id}".encode()).hexdigest()
+__all__ = ["Decline", "Draft", "Inbound", "ReplyWriter", "Text", "ThreadMessage", "reply_key"]
 
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """One received message, as the reply writer and the sender see it."""
-
-    inbox_id: str
-    """The inbox that received it: the AgentMail inbox id, or the Nylas grant id."""
-    message_id: str
-    """The message's id at the mail API (AgentMail's ``message_id``, Nylas' object id)."""
-    thread_key: str
-    """Its thread's key: what its deliveries are keyed by in Kafka (``agentmail:<thread id>``)."""
-    thread_id: str
-    """The thread's id at the mail API."""
-    event_id: str
-    """The id of the webhook event that delivered it."""
-    occurred_at: datetime
-    """The message's own time, from the payload."""
-    sender: str
-    """Who sent it: the ``from`` field as the mail API gives it (``Ann <ann@example.com>``)."""
-    subject: str | None
-    """Its subject, if it has one."""
-    text: str | None
-    """Its body as the mail API gives it (AgentMail's ``text``, else ``extracted_text``;
-    Nylas' ``body``, else its snippet), or ``None`` when it has none."""
-    labels: tuple[str, ...] = ()
-    """The mail API's labels or folders (``received``, ``sent``, ...)."""
-
-    @property
-    def key(self) -> str:
-        """The reply's key: its idempotency key at the mail API and its ledger key."""
-        return reply_key(self.inbox_id, self.message_id)
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadMessage:
-    """One message of the conversation so far, as the mail API has it."""
-
-    message_id: str
-    """The message's id at the mail API."""
-    sender: str
-    """Who sent it."""
-    text: str | None
-    """Its text, or ``None`` when it has none."""
-    timestamp: datetime | None
-    """When it was sent or received, as the mail API says (``None`` if it does not)."""
-    own: bool = False
-    """True for the agent's own messages (its earlier replies)."""
-    subject: str | None = None
-    """Its subject, if it has one."""
+#: a reply writer as the user gives it (``ONCEONLY_REPLY_WRITER``), sync or async: the
+#: messages to answer -> the text, ``None``, a :class:`Decline` or a :class:`Draft`
+ReplyWriter = Callable[[Sequence[Inbound]], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +39,10 @@ class Draft:
     """The reply as the writer drafted it; a person may approve it, edit it or reject it."""
     reason: str = "the writer asked for approval"
     """Why a person should see it first, shown beside the draft."""
+
+
+class Text(str):
+    """The reply text as the worker's writer step returns it, with what its writer's calls
+    cost (``usage``, None: not reported)."""
+
+    usage: Usage | None = None

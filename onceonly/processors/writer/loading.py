@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from onceonly.foundation.errors import ConfigError
-from onceonly.processors.reply.once import ReplyWriter
-from onceonly.processors.writer.contract import Inbound
+from onceonly.processors.writer.contract import Inbound, ReplyWriter
 
 
 def acknowledge(burst: Sequence[Inbound]) -> str:

@@ -43,7 +43,7 @@ from onceonly.processors.exceptions import ProcessorError, Rebalancing, WriterFa
 from onceonly.processors.flow.admission import Admission, Ticket
 from onceonly.processors.flow.rate import model_of, retry_after_s
 from onceonly.processors.flow.tenants import current_tenant
-from onceonly.processors.writer.contract import Decline, Draft, Inbound, ThreadMessage
+from onceonly.processors.writer.contract import Decline, Draft, Inbound, Text, ThreadMessage
 from onceonly.schemas.ledger import Usage
 
 log = structlog.get_logger("onceonly.agent")
@@ -120,12 +120,6 @@ class Burst(Sequence[Inbound]):
         if self._loop is None:
             raise RuntimeError("history_sync() is for sync writers run by the worker")
         return asyncio.run_coroutine_threadsafe(self.history(), self._loop).result()
-
-
-class Text(str):
-    """The reply text, with what its writer calls cost (``usage``, None: not reported)."""
-
-    usage: Usage | None = None
 
 
 Written = str | Decline | Draft

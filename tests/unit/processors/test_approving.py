@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import fields
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,7 @@ from onceonly.processors.mail.agentmail.channel import AgentMailChannel
 from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reorder.holds import Delivery
+from onceonly.processors.reply.parts import SendParts
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -51,6 +53,7 @@ def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> 
         send_in_flight_wait_s=60.0,
         supersede_max=2,
         approval=mode,
+        tenant_key="inbox",
     )
     sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
     return bare_pipeline(
@@ -145,6 +148,26 @@ async def test_an_approval_recorded_but_not_sent_is_sent_when_it_comes_again(
 
     assert [e.text for e in mail.outbox] == ["edited"]
     assert sent is not None and sent.state is ReplyState.SENT
+
+
+class _NoWriter:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"an approval asked the writer for {name}")
+
+
+async def test_an_approval_sends_the_stored_text_without_the_writer(mail: FakeAgentMail) -> None:
+    pipeline = _pipeline(mail)
+    key = await _drafted(mail, pipeline)
+    pipeline.parts.writer = _NoWriter()  # type: ignore[assignment]
+    pending = apply(pipeline.parts.ledger.get(key), _decision(key, "d-1")).record
+    assert pending is not None
+    await pipeline.parts.ledger.put(pending)  # approved before a crash: read the thread first
+
+    sent = await decide(pipeline.parts, _decision(key, "d-1"))
+
+    assert [e.text for e in mail.outbox] == ["the model's draft"]
+    assert sent is not None and sent.state is ReplyState.SENT
+    assert "write" not in {f.name for f in fields(SendParts)}  # a send is given no writer
 
 
 async def test_never_sends_the_writers_text_without_a_draft(mail: FakeAgentMail) -> None:

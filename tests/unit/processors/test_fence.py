@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from onceonly.processors.fence import Rounds
+from onceonly.processors.exceptions import Fenced
+from onceonly.processors.fence import Fence, Rounds
 
 
 class Coordinator:
@@ -114,3 +118,19 @@ async def test_a_waiter_cancelled_mid_round_does_not_stop_the_round_for_the_othe
 
     assert (await first, await staying) == (1, 2)
     assert leaving.cancelled()
+
+
+async def test_a_lost_partition_is_fenced_and_logged_by_its_topic_and_number() -> None:
+    tp = SimpleNamespace(topic="onceonly.deliveries", partition=3)
+    fenced: list[int] = []
+
+    async def lost(partition: Any, generation: int) -> bool:
+        return False
+
+    fence = Fence(lost, lambda: (tp, 7), on_fenced=lambda: fenced.append(1))
+    with capture_logs() as logs, pytest.raises(Fenced):
+        await fence.check("send")
+
+    [line] = [e for e in logs if e["event"] == "partition no longer ours; standing down"]
+    assert (line["topic"], line["partition"], line["generation"]) == ("onceonly.deliveries", 3, 7)
+    assert fenced == [1]

@@ -29,8 +29,8 @@ from onceonly.processors.reply.once import (
     split_burst,
 )
 from onceonly.processors.reply.sending import _retrying, give_up
-from onceonly.processors.writer.contract import Decline, Inbound, reply_key
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.processors.writer.contract import Decline, Inbound, Text, reply_key
+from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
 
@@ -824,6 +824,23 @@ async def test_a_rejected_send_records_the_error_and_one_attempt() -> None:
         error="422 invalid recipient",
         covers=(),
     )
+
+
+async def test_the_writers_reported_cost_is_recorded_with_the_reply() -> None:
+    ledger = MemoryLedger()
+    message = _inbound("<a@x>")
+    text = Text("the reply")
+    text.usage = Usage("m1", 120, 30)
+
+    await _reply([message], ledger, writer=lambda burst: text)
+    await _reply([_inbound("<b@x>", minute=1)], ledger, writer="a plain text")
+
+    assert [(w.state, w.usage) for w in ledger.writes] == [
+        (ReplyState.PENDING, Usage("m1", 120, 30)),
+        (ReplyState.SENT, Usage("m1", 120, 30)),
+        (ReplyState.PENDING, None),
+        (ReplyState.SENT, None),
+    ]
 
 
 async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextvars
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from onceonly.processors.flow import tenants
 from onceonly.processors.flow.tenants import FairScheduler, tenant_of
 from onceonly.schemas.envelope import Envelope
 
@@ -188,6 +190,17 @@ def test_the_tenant_is_the_inbox_by_default_or_any_envelope_field() -> None:
     assert tenant_of("inbox", envelope, None) == "acct-1"
     assert tenant_of("provider", envelope) == "agentmail"
     assert tenant_of("account_id", _envelope(None)) == ""
+
+
+def test_the_tenant_set_for_a_burst_is_its_inbox_or_the_named_field() -> None:
+    def set_then_read(key: str, inbox_id: str | None) -> str:
+        tenants.set_tenant(key, _envelope("acct-1"), inbox_id)
+        return tenants.current_tenant.get()
+
+    run = contextvars.copy_context().run
+    assert run(set_then_read, "inbox", "inbox@x") == "inbox@x"
+    assert run(set_then_read, "account_id", "inbox@x") == "acct-1"
+    assert run(set_then_read, "event_type", None) == "message.received"
 
 
 def test_a_tenant_key_that_names_no_envelope_field_is_refused() -> None:

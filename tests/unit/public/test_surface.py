@@ -55,6 +55,17 @@ def test_the_testing_module_exports_what_it_documents() -> None:
         assert getattr(onceonly.testing, name).__doc__
 
 
+def test_the_messages_are_one_class_wherever_they_are_imported_from() -> None:
+    """The providers and the reply path share them from below both; the writer's contract
+    and the surface hand out the same classes, not copies."""
+    from onceonly.processors import messages
+    from onceonly.processors.writer import contract
+
+    assert onceonly.Inbound is contract.Inbound is messages.Inbound
+    assert onceonly.ThreadMessage is contract.ThreadMessage is messages.ThreadMessage
+    assert type(onceonly.testing.inbound("hi")) is messages.Inbound
+
+
 def test_the_errors_share_one_root() -> None:
     for name in ("ConfigError", "EffectConflict", "WriterFailed"):
         assert issubclass(getattr(onceonly, name), onceonly.OnceOnlyError)

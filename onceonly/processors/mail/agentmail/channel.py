@@ -21,8 +21,7 @@ from onceonly.processors.mail.agentmail.messages import (
 from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.mail.outbox import DryRunOutbox
 from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
-from onceonly.processors.reply.once import Skip
-from onceonly.processors.writer.contract import Inbound, ThreadMessage
+from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 
 

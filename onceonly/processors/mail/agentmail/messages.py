@@ -7,9 +7,7 @@ from datetime import datetime
 from email.utils import parseaddr
 from typing import Any
 
-from onceonly.processors.reply.once import Skip
-from onceonly.processors.reply.parts import FoundReply
-from onceonly.processors.writer.contract import Inbound, ThreadMessage
+from onceonly.processors.messages import FoundReply, Inbound, Skip, ThreadMessage
 
 #: AgentMail event types that are mail but not mail to answer.
 NOT_REAL_MAIL = frozenset(

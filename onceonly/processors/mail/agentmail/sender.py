@@ -170,3 +170,8 @@ class AgentMailSender:
 
     async def address(self, inbox_id: str) -> str | None:
         return inbox_id  # an AgentMail inbox id is its address
+
+    async def webhook_enabled(self, webhook_id: str) -> bool | None:
+        """AgentMail turns a webhook off after about five days of failed deliveries."""
+        webhook = await self.client.webhooks.get(webhook_id)
+        return bool(webhook.enabled)

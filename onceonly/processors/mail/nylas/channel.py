@@ -22,8 +22,7 @@ from onceonly.processors.mail.nylas.messages import (
 from onceonly.processors.mail.nylas.sender import NylasSender, replay_counter
 from onceonly.processors.mail.outbox import DryRunOutbox
 from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
-from onceonly.processors.reply.once import Skip
-from onceonly.processors.writer.contract import Inbound, ThreadMessage
+from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 
 #: bodies above this are left out of a catch-up webhook, which is then marked

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from email.utils import parseaddr
 from typing import Any
 
-from onceonly.processors.writer.contract import Inbound
+from onceonly.processors.messages import Inbound
 
 #: the notification types that carry a new message to answer
 ANSWERABLE = frozenset({"message.created", "message.created.truncated"})

@@ -45,6 +45,8 @@ log = structlog.get_logger("onceonly.nylas")
 DEFAULT_API_URI = NYLAS_US_API_URI
 #: reads (not sends) are retried this often on retryable failures
 READ_ATTEMPTS = 3
+#: the webhook statuses Nylas still delivers in (``failed`` and ``pause`` do not)
+DELIVERING = frozenset({"active", "failing"})
 
 
 # -- pure helpers --------------------------------------------------------------------
@@ -184,6 +186,12 @@ class NylasSender:
             email = getattr(response.data, "email", None)
             self._addresses[grant_id] = str(email) if email else None
         return self._addresses[grant_id]
+
+    async def webhook_enabled(self, webhook_id: str) -> bool | None:
+        """Nylas delivers to a webhook ``active`` or ``failing``; ``failed`` or ``pause``
+        is off."""
+        response = await self._read(self.client.webhooks.find, webhook_id)
+        return str(response.data.status) in DELIVERING
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
         """The grant's reply to ``record.message_id`` in its thread, if it is there.
