@@ -1,18 +1,65 @@
-"""Child processes the dev stack starts (a model server, Jaeger, the worker beside ingest)."""
+"""Child processes the dev stack starts (a model server, Jaeger, the worker beside ingest),
+and the stop of the local stack within a time budget."""
 
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Callable
 from typing import Any
 
 
-def stop_child(process: subprocess.Popen[Any] | None, timeout_s: float = 10.0) -> None:
-    """SIGTERM ``process`` if it still runs, SIGKILL it after ``timeout_s``; reaped either way."""
+def stop_child(process: subprocess.Popen[Any] | None, timeout_s: float = 10.0) -> bool:
+    """SIGTERM ``process`` if it still runs, SIGKILL it after ``timeout_s``; reaped either way.
+    True if it had to be killed."""
     if process is None or process.poll() is not None:
-        return
+        return False
     process.terminate()
     try:
         process.wait(timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+        return True
+    return False
+
+
+def seconds_left(began: float, now: float, budget_s: float, keep_s: float = 0.0) -> float:
+    """What is left of a stop that began at ``began`` and must end ``budget_s`` later, once
+    ``keep_s`` is kept for what stops after (never below 0: then at once)."""
+    return max(0.0, began + budget_s - keep_s - now)
+
+
+class Stopping:
+    """The stop of the local stack, which must end within ``budget_s`` of its start.
+
+    :meth:`begin` (at Ctrl-C, or when the stack's exit begins) notes the time and asks every
+    child added with :meth:`add` to stop at once (SIGTERM), so the worker stops beside ingest
+    rather than after it; each part then waits what is left of the budget (:meth:`left`)
+    before it is killed. A second :meth:`begin` changes nothing.
+    """
+
+    def __init__(self, budget_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget_s = budget_s
+        self._clock = clock
+        self.began: float | None = None
+        self._children: list[subprocess.Popen[Any]] = []
+
+    def add(self, process: subprocess.Popen[Any]) -> None:
+        self._children.append(process)
+
+    def begin(self) -> None:
+        if self.began is not None:
+            return
+        self.began = self._clock()
+        for process in self._children:
+            if process.poll() is None:
+                process.terminate()
+
+    def left(self, keep_s: float = 0.0) -> float:
+        """Seconds left of the budget, keeping ``keep_s`` for what stops after; the whole
+        budget while the stop has not begun."""
+        now = self._clock()
+        return seconds_left(
+            self.began if self.began is not None else now, now, self.budget_s, keep_s
+        )

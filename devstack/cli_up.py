@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
+from collections.abc import Coroutine
+from typing import Any
 
 import click
 
-from onceonly.cli.startup import run_until_signal, settings_from_env
+from devstack.children import Stopping
+from onceonly.cli.startup import settings_from_env
+
+#: ingest's own stop (aiohttp waits up to 60 s for requests in flight) is cut after this
+INGEST_STOP_S = 3.0
 
 
 @click.command()
@@ -20,7 +29,7 @@ def up() -> None:
         has_any_secret,
         with_dev_secret,
     )
-    from devstack.up import local_stack
+    from devstack.up import STOP_BUDGET_S, local_stack
     from onceonly.foundation.providers import ALL
     from onceonly.ingest.app import serve
     from onceonly.processors.mail.outbox import OUTBOX_FILE
@@ -33,7 +42,8 @@ def up() -> None:
         settings = with_dev_secret(settings, dev_secret)
         # the processes started below read their settings from the environment
         os.environ.update(dev_secret_env(dev_secret))
-    with local_stack(settings, click.echo):
+    stopping = Stopping(STOP_BUDGET_S)
+    with local_stack(settings, click.echo, stopping):
 
         def announce(url: str) -> None:
             click.echo("")
@@ -67,4 +77,26 @@ def up() -> None:
 
             run_processes(settings, ready=announce)
         else:
-            run_until_signal(serve(settings, ready=announce))
+            run_until_signal(serve(settings, ready=announce), stopping)
+
+
+def run_until_signal(coro: Coroutine[Any, Any, None], stopping: Stopping) -> None:
+    """Ingest in the foreground until SIGINT or SIGTERM, which begins the stack's stop: the
+    worker is asked to stop at that moment, beside ingest, and ingest's own stop is cut
+    after INGEST_STOP_S (a request still in flight is not answered; its sender retries)."""
+
+    async def runner() -> None:
+        task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            stopping.begin()
+            task.cancel()
+            loop.call_later(INGEST_STOP_S, task.cancel)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(runner())

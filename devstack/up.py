@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devstack.broker import EmbeddedBroker
-from devstack.children import stop_child
+from devstack.children import Stopping, stop_child
 from onceonly.foundation.kafka import Admin, Connection
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
@@ -29,21 +29,32 @@ def port_of(bootstrap: str) -> int:
     return int(bootstrap.split(",")[0].rsplit(":", 1)[1])
 
 
+#: Ctrl-C stops the whole local stack (ingest, worker, broker) within this many seconds
+STOP_BUDGET_S = 9.0
+#: of which this is kept for the broker's clean stop, after the worker's (about 1 s)
+BROKER_STOP_S = 2.5
+#: the worker's ONCEONLY_DRAIN_GRACE_S here unless set: work running at Ctrl-C gets this long,
+#: then what finished is committed and the rest read again at the next start, within the
+#: worker's share of the budget (its default, 10 s, would outlast it)
+WORKER_DRAIN_GRACE_S = "3"
+
+
 @contextlib.contextmanager
-def local_stack(settings: Settings, echo: Echo) -> Iterator[None]:
-    """A broker (if the bootstrap is local and nothing answers), the topics, one worker."""
+def local_stack(settings: Settings, echo: Echo, stopping: Stopping) -> Iterator[None]:
+    """A broker (if the bootstrap is local and nothing answers), the topics, one worker;
+    stopped within ``stopping``'s budget (the worker first, then the broker)."""
     with contextlib.ExitStack() as stack:
         admin = Admin(Connection.from_settings(settings))
         if settings.is_local_broker and not admin.ping(2.0):
-            stack.enter_context(local_broker(settings, echo))
+            stack.enter_context(local_broker(settings, echo, stopping))
         for status in admin.ensure_topics(topic_specs(settings)):
             echo(f"topic {status.name}: {status.partitions} partitions, {status.replicas} replicas")
-        stack.enter_context(worker_process(echo))
+        stack.enter_context(worker_process(echo, stopping))
         yield
 
 
 @contextlib.contextmanager
-def local_broker(settings: Settings, echo: Echo) -> Iterator[None]:
+def local_broker(settings: Settings, echo: Echo, stopping: Stopping) -> Iterator[None]:
     broker = EmbeddedBroker(
         settings.run_dir.resolve(),
         port=port_of(settings.kafka_bootstrap),
@@ -55,18 +66,26 @@ def local_broker(settings: Settings, echo: Echo) -> Iterator[None]:
         yield
     finally:
         echo("stopping kafka")
-        broker.stop()
+        broker.stop(timeout_s=stopping.left())
 
 
 @contextlib.contextmanager
-def worker_process(echo: Echo) -> Iterator[None]:
-    """``onceonly worker`` beside ingest, with the same environment; stopped on exit."""
-    worker = subprocess.Popen([sys.executable, "-m", "onceonly", "worker"])
+def worker_process(echo: Echo, stopping: Stopping) -> Iterator[None]:
+    """``onceonly worker`` beside ingest, with the same environment; stopped on exit (asked at
+    the stop's start, killed when only the broker's share of the budget is left)."""
+    env = {"ONCEONLY_DRAIN_GRACE_S": WORKER_DRAIN_GRACE_S, **os.environ}
+    worker = subprocess.Popen([sys.executable, "-m", "onceonly", "worker"], env=env)
+    stopping.add(worker)
     echo(f"worker started (pid {worker.pid})")
     try:
         yield
     finally:
-        stop_child(worker, timeout_s=30)
+        stopping.begin()
+        if stop_child(worker, timeout_s=stopping.left(keep_s=BROKER_STOP_S)):
+            echo(
+                f"worker did not stop within {STOP_BUDGET_S - BROKER_STOP_S:g} s of Ctrl-C: "
+                "killed (what it had not finished is read again at its next start)"
+            )
 
 
 class ForegroundBroker(Protocol):

@@ -189,6 +189,9 @@ class Settings(BaseSettings):
     supersede_max: int = Field(default=2, ge=0)
     #: on a rebalance or shutdown, how long running work may finish before it is dropped
     drain_grace_s: float = Field(default=10.0, ge=0)
+    #: a deliveries partition whose records wait while its oldest unfinished record has not
+    #: moved for this long is logged once as stalled (onceonly.processors.stalls)
+    stall_warn_s: float = Field(default=600.0, gt=0)
     send_timeout_s: float = Field(default=10.0, gt=0)
     reply_writer: str = "onceonly.processors.writer:acknowledge"
     #: never: every reply is sent; always: every reply is a draft a person approves;

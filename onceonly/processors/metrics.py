@@ -68,6 +68,20 @@ class WorkerMetrics:
         self._writer_metrics()
         self._flow_metrics()
         self._approval_metrics()
+        self._stall_metrics()
+
+    def _stall_metrics(self) -> None:
+        """The stalled-partition check's (:mod:`onceonly.processors.stalls`)."""
+        self.stalled_partitions = Gauge(
+            "onceonly_stalled_partitions",
+            "Deliveries partitions whose records wait with no progress past ONCEONLY_STALL_WARN_S.",
+            registry=self.registry,
+        )
+        self.stall_checks = Counter(
+            "onceonly_stall_checks",
+            "Rounds of the stalled-partition check (every 7 s while the worker runs).",
+            registry=self.registry,
+        )
 
     def _writer_metrics(self) -> None:
         """The agent step's: writer calls, their time, what is in flight, what is pending."""

@@ -124,7 +124,13 @@ def topology(app: faust.App, settings: Settings, replication: int = 1) -> Topolo
             **extra,
         )
 
-    ledger = app.topic(settings.ledger_topic, partitions=partitions, compacting=True, **raw)
+    # the replies table's changelog, which the worker never streams: acks=False, as faust
+    # makes its own changelogs. A topic acknowledged by default counts as a stream to faust's
+    # livelock check, and a changelog's partition, read once at recovery, then looks like a
+    # stream that never started ("Stream has not started processing" every 7 s)
+    ledger = app.topic(
+        settings.ledger_topic, partitions=partitions, compacting=True, acks=False, **raw
+    )
     return Topology(
         deliveries=app.topic(settings.deliveries_topic, partitions=partitions, **raw),
         dead_letters=app.topic(settings.dead_letter_topic, partitions=1, **raw),

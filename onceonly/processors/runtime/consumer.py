@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from aiokafka.structs import OffsetAndMetadata
@@ -16,6 +18,7 @@ from mode.utils.futures import notify
 from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.fence import Rounds
 from onceonly.processors.offsets import OffsetBook
+from onceonly.processors.stalls import Position, StallWatch
 
 
 class RewindingConsumer(AIOKafkaConsumer):
@@ -48,19 +51,28 @@ class RewindingConsumer(AIOKafkaConsumer):
         self.stop_flow()  # no record reaches a queue between the seek and the clear
         await super().perform_seek()
 
+    #: where each stream partition was read from at its assignment (its committed offset,
+    #: or where ``auto_offset_reset`` sent it)
+    _read_from: Mapping[TP, int] = MappingProxyType({})
+
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = await super().seek_to_committed()
-        fresh = [
-            TP(tp.topic, tp.partition)
+        streams = {
+            TP(tp.topic, tp.partition): offset
             for tp, offset in committed.items()
-            if (offset is None or offset <= 0) and self.app.topics.acks_enabled_for(tp.topic)
-        ]
+            if self.app.topics.acks_enabled_for(tp.topic)
+        }
+        fresh = [tp for tp, offset in streams.items() if offset is None or offset <= 0]
+        read_from = {tp: o for tp, o in streams.items() if o is not None and o >= 0}
         reset = self.app.conf.consumer_auto_offset_reset
         if fresh and reset in ("earliest", "latest"):
             ends = await (
                 self.earliest_offsets(*fresh) if reset == "earliest" else self.highwaters(*fresh)
             )
-            await self.seek_wait({tp: o for tp, o in ends.items() if o is not None})
+            found = {tp: o for tp, o in ends.items() if o is not None}
+            await self.seek_wait(found)
+            read_from.update(found)
+        self._read_from = read_from
         return committed
 
 
@@ -74,6 +86,8 @@ class TrackingConsumer(RewindingConsumer):
 
     #: set by :func:`draining_consumer`: the worker's book of taken and finished records
     book: OffsetBook
+    #: set by :func:`draining_consumer`: the check of stalled partitions
+    stalls: StallWatch
     #: the ownership checks' shared rounds (:meth:`confirm_owner`)
     _owner_rounds: Rounds[TP, bool | None] | None = None
 
@@ -98,11 +112,39 @@ class TrackingConsumer(RewindingConsumer):
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         await super().on_partitions_revoked(revoked)
         self.book.forget(revoked)
+        self.stalls.forget(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         # every assigned partition is read again from its committed offset (perform_seek)
         self.book.forget(list(self.book.partitions()))
+        self.stalls.forget(assigned)
         await super().on_partitions_assigned(assigned, generation_id)
+
+    async def verify_all_partitions_active(self) -> None:
+        """Our stall check in place of faust's (its livelock detector calls this every 2.5
+        commit intervals, never during a rebalance). faust's logs fifteen lines at ERROR for
+        every partition that looks inactive, every round, healthy or not:
+        :mod:`onceonly.processors.stalls` logs a partition whose records wait and whose work
+        does not move, once."""
+        self.stalls.observe(self._stream_positions(), time.monotonic())
+
+    def _stream_positions(self) -> list[Position]:
+        """Each assigned stream partition's commit point (the book's, or where it was read
+        from while nothing is taken) and its log end, as the fetches last heard it."""
+        positions = []
+        for tp in self.assignment():
+            if not self.app.topics.acks_enabled_for(tp.topic):
+                continue  # a changelog: faust's recovery watches those
+            done = self.book.committable(tp)
+            if done is None:
+                done = self._read_from.get(tp)
+            try:
+                end = self.highwater(tp)
+            except Exception:  # no longer assigned (a rebalance began): the next round
+                continue
+            if done is not None and end is not None:
+                positions.append(Position(tp.topic, tp.partition, done, int(end)))
+        return positions
 
     async def confirm_owner(self, tp: TP, generation: int, timeout_s: float) -> bool:
         """Whether this member still owns ``tp`` in ``generation``, as the broker says.
@@ -200,7 +242,7 @@ class TrackingConsumer(RewindingConsumer):
 Drain = Callable[[], Awaitable[None]]
 
 
-def draining_consumer(drain: Drain, book: OffsetBook) -> type[TrackingConsumer]:
+def draining_consumer(drain: Drain, book: OffsetBook, stalls: StallWatch) -> type[TrackingConsumer]:
     """The consumer class, whose wait for in-flight records first drains the lanes.
 
     faust waits, on every rebalance and at shutdown, until every record taken is
@@ -220,4 +262,5 @@ def draining_consumer(drain: Drain, book: OffsetBook) -> type[TrackingConsumer]:
             await super().wait_empty()
 
     DrainingConsumer.book = book
+    DrainingConsumer.stalls = stalls
     return DrainingConsumer

@@ -65,6 +65,7 @@ from onceonly.processors.runtime.consumer import draining_consumer
 from onceonly.processors.runtime.lifecycle import share_model_budget, wire_lifecycle
 from onceonly.processors.runtime.progress import Worker
 from onceonly.processors.runtime.tables import FaustTable
+from onceonly.processors.stalls import StallWatch
 from onceonly.processors.writer.contract import ReplyWriter
 from onceonly.processors.writer.loading import load_callable, load_writer
 from onceonly.processors.writer.runner import Writer, WriterPolicy
@@ -123,6 +124,15 @@ def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: Off
 
     lanes = Lanes(ack=ack, forget=forget, on_fatal=_fatal, max_pending=settings.max_pending)
     return lanes
+
+
+def _stall_watch(settings: Settings, metrics: WorkerMetrics) -> StallWatch:
+    """The check that replaces faust's livelock detector (:mod:`onceonly.processors.stalls`)."""
+    return StallWatch(
+        settings.stall_warn_s,
+        on_round=metrics.stall_checks.inc,
+        on_stalled=metrics.stalled_partitions.set,
+    )
 
 
 def _writer(settings: Settings, writer: ReplyWriter | None, metrics: WorkerMetrics) -> Writer:
@@ -226,7 +236,8 @@ def build_app(
         await lanes.drain(settings.drain_grace_s)
         router.forget_state()
 
-    app.transport.Consumer = draining_consumer(drain, book)  # type: ignore[misc]
+    stalls = _stall_watch(settings, router.parts.metrics)
+    app.transport.Consumer = draining_consumer(drain, book, stalls)  # type: ignore[misc]
 
     async def process(stream: Any) -> None:
         within = settings.batch_wait_ms / 1000
