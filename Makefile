@@ -16,7 +16,7 @@ LOCK_DEV     := $(UV_COMPILE) pyproject.toml requirements/build.in --extra dev -
 	--extra otel -o $(LOCK)
 LOCK_RUNTIME := $(UV_COMPILE) pyproject.toml --extra otel -c $(LOCK) -o $(RUNTIME_LOCK)
 
-.PHONY: run test lint bench bench-agent bench-dbos bench-scale mutate install jars clean
+.PHONY: run send test lint bench bench-agent bench-dbos bench-scale mutate install jars clean
 
 install: $(STAMP)
 
@@ -70,6 +70,12 @@ jars: $(STAMP)
 
 run: $(STAMP) jars
 	$(BIN)/python -m devstack up
+
+# The README's terminal 2, beside a running `make run`: sign and post the sample deliveries,
+# then report what became of each. Its options: make send SEND_ARGS='--provider stripe'.
+# The virtualenv only if there is none (order-only): never rebuilt under a running stack.
+send: | $(STAMP)
+	$(BIN)/python -m devstack send $(SEND_ARGS)
 
 test: $(STAMP) jars
 	$(BIN)/pytest

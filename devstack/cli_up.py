@@ -54,8 +54,8 @@ def up() -> None:
                     f"{settings.run_dir / FILE_NAME}; set a secret of your own to replace it)"
                 )
                 click.echo(
-                    "try        python -m devstack send   "
-                    "(signs and posts a sample AgentMail event)"
+                    "try        make send   "
+                    "(in another terminal: signs and posts a sample AgentMail event)"
                 )
             for route in ALL:
                 click.echo(f"webhook    POST {url}/webhooks/{route}")

@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 import onceonly
 import onceonly.testing
+from tests.readme import section, sh_commands, shown_commands, typeable
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -101,6 +103,43 @@ def test_the_readme_keeps_the_newcomers_sections() -> None:
     assert headings[:3] == ["The two commands", "The first five minutes", "The writer contract"]
     assert "from onceonly import Burst, Decline, Draft" in readme
     assert "from onceonly.testing import" in readme
+
+
+def _newcomers_pages() -> dict[str, str]:
+    """The README, and the site's landing page up to its list of every command."""
+    index = (DOCS / "index.md").read_text(encoding="utf-8").split("\n## Commands\n")[0]
+    return {"README.md": (ROOT / "README.md").read_text(encoding="utf-8"), "index.md": index}
+
+
+@pytest.mark.parametrize("page", ["README.md", "index.md"])
+def test_every_command_a_newcomer_is_shown_runs_as_typed_in_a_fresh_shell(page: str) -> None:
+    shown = shown_commands(_newcomers_pages()[page])
+
+    assert shown, "the check reads the page's commands"
+    assert [c for c in shown if not typeable(c)] == []
+
+
+@pytest.mark.parametrize("page", ["README.md", "index.md"])
+def test_the_first_five_minutes_are_two_terminals_of_make_targets(page: str) -> None:
+    block = section(_newcomers_pages()[page], "The first five minutes")
+
+    assert sh_commands(block) == ["make run", "make send"]
+
+
+def test_a_command_is_typeable_as_a_make_target_or_the_virtualenv_s_program() -> None:
+    assert typeable("make send")
+    assert typeable("ONCEONLY_AGENTMAIL_WEBHOOK_SECRET=whsec_x make run")
+    assert typeable(".venv/bin/onceonly --help")
+    assert not typeable("python -m devstack send")
+    assert not typeable("onceonly trace ID")
+    assert not typeable("ONCEONLY_X=1 onceonly worker")
+    assert not typeable("makefile")
+
+
+def test_inline_commands_are_spans_that_run_a_program_with_arguments() -> None:
+    page = "Run `onceonly trace ID`; the package `onceonly`; `make`.\n```sh\nmake run  # go\n```\n"
+
+    assert shown_commands(page) == ["make run", "onceonly trace ID"]
 
 
 def test_every_source_path_the_docs_name_exists() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +87,80 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.send_signal(signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(60)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+# ------------------------------------------------------------------ a newcomer's fresh shell
+
+#: variables a fresh terminal does not have: an activated virtualenv, a make that runs us
+_NOT_IN_A_FRESH_SHELL = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "MAKEFLAGS", "MAKELEVEL")
+
+
+def _virtualenv_bins() -> set[str]:
+    return {os.path.realpath(p) for p in (Path(sys.prefix) / "bin", ROOT / ".venv" / "bin")}
+
+
+def fresh_shell_env(tmp: Path) -> dict[str, str]:
+    """A new terminal's environment: no virtualenv on PATH or activated, nothing on
+    PYTHONPATH, no ONCEONLY_* of the caller's; only free ports and a run directory under
+    ``tmp`` (a newcomer has the defaults; a test shares the machine)."""
+    env = {k: v for k, v in up_env(tmp).items() if k not in _NOT_IN_A_FRESH_SHELL}
+    for tuned in ("ONCEONLY_PARTITIONS", "ONCEONLY_REORDER_WINDOW_MS"):
+        env.pop(tuned)  # the defaults, as a newcomer has them
+    bins = _virtualenv_bins()
+    path = env.get("PATH", "").split(os.pathsep)
+    env["PATH"] = os.pathsep.join(p for p in path if p and os.path.realpath(p) not in bins)
+    return env
+
+
+@dataclass
+class Shell:
+    """A command typed in a terminal of its own, running in the background."""
+
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def running_in_shell(command: str, tmp: Path, env: dict[str, str]) -> Iterator[Shell]:
+    """``bash -c command`` at the checkout's root, in a process group of its own (a
+    terminal's); Ctrl-C to the whole group at the end, as a terminal sends it."""
+    run_dir = Path(env["ONCEONLY_RUN_DIR"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fetched = ROOT / ".run" / "kafka.classpath"
+    if fetched.exists():  # the jars a checkout fetched once: no Maven run per test
+        shutil.copy2(fetched, run_dir / "kafka.classpath")
+    log = tmp / "terminal-1.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    shell = Shell(process, env, log)
+    try:
+        wait_for(lambda: "Ctrl-C stops everything" in shell.output(), 180, command, log)
+        yield shell
+    finally:
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C to the process group (make and what it runs), then SIGKILL to whatever of
+    it is left after a minute."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(60)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
