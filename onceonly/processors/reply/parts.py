@@ -4,6 +4,7 @@ one typed object for :func:`~onceonly.processors.reply.once.reply_once`."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -105,6 +106,8 @@ class ReplyParts:
     #: a *pending* record against other writers' records of its key, before its send
     #: (:meth:`~onceonly.processors.reply.ledger.TableLedger.arbitrate`; default: none)
     arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
+    #: monotonic seconds, for how long a send has been retried (the in-flight wait)
+    monotonic: Callable[[], float] = time.monotonic
 
 
 def log_ids(record: ReplyRecord | Inbound) -> dict[str, str]:
