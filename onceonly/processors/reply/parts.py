@@ -5,6 +5,7 @@ needs, :class:`SendParts`, for the send of a reply already recorded)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -86,6 +87,8 @@ class SendParts:
     #: a *pending* record against other writers' records of its key, before its send
     #: (:meth:`~onceonly.processors.reply.ledger.TableLedger.arbitrate`; default: none)
     arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
+    #: monotonic seconds, for how long a send has been retried (the in-flight wait)
+    monotonic: Callable[[], float] = time.monotonic
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

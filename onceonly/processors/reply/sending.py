@@ -3,7 +3,7 @@ first where the reply may be there already; its outcome recorded in the ledger."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import structlog
@@ -36,13 +36,15 @@ def give_up(policy: SendPolicy, failure: SendFailure, attempts: int, elapsed_s: 
     return attempts >= policy.attempts
 
 
-def _retrying(policy: SendPolicy) -> AsyncRetrying:
-    """Retry what the send policy calls retryable, with random exponential backoff."""
+def _retrying(policy: SendPolicy, monotonic: Callable[[], float]) -> AsyncRetrying:
+    """Retry what the send policy calls retryable, with random exponential backoff; the
+    in-flight wait is measured on ``monotonic`` from the first attempt."""
+    started = monotonic()
 
     def stop(state: RetryCallState) -> bool:
         exc = state.outcome.exception() if state.outcome is not None else None
         failure = exc.failure if isinstance(exc, SendError) else SendFailure.RETRY
-        return give_up(policy, failure, state.attempt_number, state.seconds_since_start or 0.0)
+        return give_up(policy, failure, state.attempt_number, monotonic() - started)
 
     return AsyncRetrying(
         stop=stop,
@@ -78,7 +80,7 @@ class Sending:
         attempts = 0
         try:
             parts = self.parts
-            async for attempt in _retrying(parts.policy):
+            async for attempt in _retrying(parts.policy, parts.monotonic):
                 with attempt:
                     attempts += 1
                     if attempts > 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -1004,9 +1005,23 @@ def test_a_send_gives_up_at_the_attempts_or_for_one_in_flight_at_the_wait(
 
 
 def test_the_send_retries_back_off_as_the_policy_says() -> None:
-    retrying = _retrying(SendPolicy(backoff_initial_s=0.25, backoff_max_s=7.0))
+    retrying = _retrying(SendPolicy(backoff_initial_s=0.25, backoff_max_s=7.0), time.monotonic)
 
     assert (retrying.wait.multiplier, retrying.wait.max) == (0.25, 7.0)  # type: ignore[attr-defined]
+
+
+async def test_the_in_flight_wait_is_measured_on_the_given_clock() -> None:
+    readings = iter([0.0, 6.0, 12.0, 18.0])  # the start, then one reading per attempt
+    policy = SendPolicy(attempts=1, backoff_initial_s=0.0, in_flight_wait_s=10.0)
+    calls = 0
+
+    with pytest.raises(SendError):
+        async for attempt in _retrying(policy, lambda: next(readings)):
+            with attempt:
+                calls += 1
+                raise SendError(SendFailure.IN_FLIGHT, "first send in flight")
+
+    assert calls == 2  # 6 s < 10 s: once more; 12 s: given up
 
 
 async def test_a_skipped_reply_is_logged_with_its_ids() -> None:

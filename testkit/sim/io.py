@@ -1,0 +1,90 @@
+"""The boundary between a simulated worker and the world: every call that leaves a worker
+(the mail API, the model, the broker) goes through :func:`remote`.
+
+A request leaves at once and takes effect at the far end after its outbound latency,
+whatever happens to its caller then (a worker killed after a send still sent it); the
+answer comes back after the return latency. A paused worker's requests leave only once it
+resumes, and answers reach it only then; a dead worker's calls never leave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class Killed(BaseException):
+    """The calling worker is dead: nothing it asks leaves it."""
+
+
+class Actor:
+    """A worker process as the world sees it: alive or dead, running or paused."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.dead = False
+        self._awake = asyncio.Event()
+        self._awake.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._awake.is_set()
+
+    def pause(self) -> None:
+        self._awake.clear()
+
+    def resume(self) -> None:
+        self._awake.set()
+
+    async def awake(self) -> None:
+        """Return once the actor runs (at once unless paused); raise if it died."""
+        if not self._awake.is_set():
+            await self._awake.wait()
+        if self.dead:
+            raise Killed(self.name)
+
+
+#: the actor whose task is running (None: the world's own tasks)
+current: contextvars.ContextVar[Actor | None] = contextvars.ContextVar("sim_actor", default=None)
+
+
+#: the far ends under way (a task must be referenced until it ends)
+_far: set[asyncio.Task[None]] = set()
+
+
+async def remote(out_s: float, far: Callable[[], Awaitable[T]], back_s: float) -> T:
+    """Call ``far`` at the far end ``out_s`` after this call leaves; its answer (or error)
+    reaches the caller ``back_s`` after it is ready."""
+    actor = current.get()
+    if actor is not None:
+        await actor.awake()
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[T] = loop.create_future()
+
+    async def far_end() -> None:
+        if out_s > 0:
+            await asyncio.sleep(out_s)
+        try:
+            result: T = await far()
+        except Exception as exc:
+            if back_s > 0:
+                await asyncio.sleep(back_s)
+            if not answer.done():
+                answer.set_exception(exc)
+            return
+        if back_s > 0:
+            await asyncio.sleep(back_s)
+        if not answer.done():
+            answer.set_result(result)
+
+    task = loop.create_task(far_end(), context=contextvars.Context())  # the world's
+    _far.add(task)
+    task.add_done_callback(_far.discard)
+    result = await answer
+    if actor is not None:
+        await actor.awake()
+    return result

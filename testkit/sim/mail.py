@@ -1,0 +1,177 @@
+"""SimMail: AgentMail's API as a :class:`~onceonly.processors.mail.protocol.MailClient`, in pure
+Python on virtual time, with the idempotency semantics of
+:class:`testkit.fakes.agentmail_server.FakeAgentMail` (its ``_reply``, ``_send_reply`` and
+``_answer``), without its HTTP.
+
+A reply's ``Idempotency-Key`` (the record's key) is honoured unless the world ignores
+keys: a key first seen is held *in flight* while the email is sent (another request with
+it gets 409 in-flight), then holds the response, which a request with the same content
+gets again (a replay) and one with other content gets 409 conflict. Faults: the next
+replies fail with a 5xx before any effect (the key is released), or lose their answer
+(the email is sent, the caller gets a 500).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.mail.agentmail.messages import find_sent_reply
+from onceonly.schemas.ledger import ReplyRecord
+from testkit.sim.io import remote
+
+Trace = Callable[[str, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SentEmail:
+    inbox_id: str
+    replied_to: str
+    text: str | None
+    key: str | None
+    message_id: str
+    at: float
+
+
+@dataclass(slots=True)
+class _Key:
+    fingerprint: tuple[str, str, str]
+    in_flight: bool = True
+    response: str | None = None
+
+
+@dataclass(slots=True)
+class MailFaults:
+    ignore_keys: bool = False
+    fail_next: int = 0  #: replies that fail with a 503 before any effect
+    lose_next: int = 0  #: replies that take effect, then answer 500
+
+
+class SimMail:
+    """AgentMail as the worker's mail client; ``outbox`` holds every email sent."""
+
+    def __init__(self, rng: random.Random, trace: Trace, clock: Callable[[], float]) -> None:
+        self.rng = rng
+        self.trace = trace
+        self.clock = clock
+        self.faults = MailFaults()
+        self.outbox: list[SentEmail] = []
+        self._threads: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._thread_of: dict[tuple[str, str], str] = {}
+        self._keys: dict[str, _Key] = {}
+        self._sent = 0
+
+    # -- the world's side ----------------------------------------------------------------
+
+    def receive(self, inbox_id: str, message_id: str, thread_id: str, text: str) -> None:
+        """An inbound message reaches the inbox (before its webhook)."""
+        self._thread_of[(inbox_id, message_id)] = thread_id
+        self._threads.setdefault((inbox_id, thread_id), []).append(
+            {"message_id": message_id, "labels": ["received"], "text": text, "in_reply_to": None}
+        )
+
+    def _latency(self) -> float:
+        return self.rng.uniform(0.02, 0.4)
+
+    # -- MailClient ----------------------------------------------------------------------
+
+    @property
+    def dry_run(self) -> bool:
+        return False
+
+    async def reply(self, record: ReplyRecord) -> str:
+        return await remote(self._latency(), lambda: self._reply(record), self._latency())
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        async def read() -> str | None:
+            thread = self._thread_of.get((record.inbox_id, record.message_id), "")
+            return find_sent_reply(
+                self._threads.get((record.inbox_id, thread), []), record.message_id
+            )
+
+        found = await remote(self._latency(), read, self._latency())
+        self.trace("mail", f"find_reply {record.message_id} -> {found}")
+        return found
+
+    async def fetch(self, account: str, message_id: str) -> dict[str, Any]:
+        thread = self._thread_of.get((account, message_id), "")
+        for message in self._threads.get((account, thread), []):
+            if message["message_id"] == message_id:
+                return dict(message)
+        raise SendError(SendFailure.REJECTED, f"message {message_id} not found", status=404)
+
+    async def thread(self, account: str, thread_id: str) -> list[dict[str, Any]]:
+        return [dict(m) for m in self._threads.get((account, thread_id), [])]
+
+    async def messages_since(self, account: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
+        for (inbox, _), messages in self._threads.items():
+            if inbox == account:
+                for message in messages:
+                    yield dict(message)
+
+    async def address(self, account: str) -> str | None:
+        return account
+
+    async def aclose(self) -> None:
+        return None
+
+    # -- the far end of a reply ----------------------------------------------------------
+
+    async def _reply(self, record: ReplyRecord) -> str:
+        ids = f"{record.message_id} text={record.reply_text!r}"
+        faults = self.faults
+        key = None if faults.ignore_keys else record.key
+        fingerprint = (record.inbox_id, record.message_id, record.reply_text or "")
+        if faults.fail_next > 0:
+            faults.fail_next -= 1
+            self.trace("mail", f"503 {ids}")
+            raise SendError(SendFailure.RETRY, "503: nothing was sent", status=503)
+        if key is not None:
+            known = self._keys.get(key)
+            if known is not None and known.fingerprint != fingerprint:
+                self.trace("mail", f"409 conflict {ids}")
+                raise SendError(SendFailure.CONFLICT, "409 IdempotencyConflict", status=409)
+            if known is not None and known.in_flight:
+                self.trace("mail", f"409 in-flight {ids}")
+                raise SendError(SendFailure.IN_FLIGHT, "409 IdempotencyInFlight", status=409)
+            if known is not None and known.response is not None:
+                self.trace("mail", f"replay {ids} -> {known.response}")
+                return self._answer(known.response, ids)
+            self._keys[key] = _Key(fingerprint)
+        await asyncio.sleep(self.rng.uniform(0.05, 2.0))  # sending: the key is in flight
+        sent = self._send(record, key)
+        self.trace("mail", f"sent {ids} -> {sent}")
+        if key is not None:
+            self._keys[key] = _Key(fingerprint, in_flight=False, response=sent)
+        return self._answer(sent, ids)
+
+    def _answer(self, response: str, ids: str) -> str:
+        if self.faults.lose_next > 0:
+            self.faults.lose_next -= 1
+            self.trace("mail", f"answer lost {ids}")
+            raise SendError(SendFailure.RETRY, "500 after the request took effect", status=500)
+        return response
+
+    def _send(self, record: ReplyRecord, key: str | None) -> str:
+        self._sent += 1
+        sent_id = f"<sent{self._sent}@sim>"
+        thread = self._thread_of.get((record.inbox_id, record.message_id), "")
+        self._threads.setdefault((record.inbox_id, thread), []).append(
+            {
+                "message_id": sent_id,
+                "labels": ["sent"],
+                "text": record.reply_text,
+                "in_reply_to": record.message_id,
+            }
+        )
+        self.outbox.append(
+            SentEmail(
+                record.inbox_id, record.message_id, record.reply_text, key, sent_id, self.clock()
+            )
+        )
+        return sent_id

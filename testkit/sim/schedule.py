@@ -1,0 +1,131 @@
+"""A schedule: everything a simulated run does, drawn from ``random.Random(seed)``.
+
+Messages (at least 50, in 10 to 20 threads over two inboxes) arrive over fifteen minutes
+of virtual time; at least five faults fall among them: a member killed (and restarted
+after a while), paused (past its session or not), paused right after an ownership check
+(the window the fence cannot reach), a rebalance, mail answers lost or 5xx, model calls
+failing, throttled (429) or hanging past the writer's timeout. A quarter of the schedules
+run against a mail API that ignores idempotency keys, never with a pause placed right
+after a check (that window is not covered with keys ignored, docs/guarantees.md) nor a
+lost answer (finding F2: the send is retried without reading the thread first).
+
+:class:`Bugs` are test-only switches of the simulated world that plant a known bug, to
+show the simulator catches it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from onceonly.processors.writer.contract import Inbound
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+SPAN_S = 900.0  #: messages arrive over this much virtual time
+
+#: fault kinds, and how each draws its argument
+KINDS = (
+    "kill",
+    "pause",
+    "pause_after_check",
+    "rebalance",
+    "mail_5xx",
+    "mail_lost",
+    "model_fail",
+    "model_429",
+    "model_hang",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Bugs:
+    """Planted bugs (none by default)."""
+
+    #: (a) the mail sender is not fenced: a send is not preceded by an ownership check
+    no_fence_before_send: bool = False
+    #: (b) the pending record is written after the send, not before
+    ledger_after_send: bool = False
+    #: (c) every schedule's mail API ignores keys, pauses after a check included
+    keys_ignored: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.no_fence_before_send or self.ledger_after_send or self.keys_ignored
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    at: float
+    kind: str
+    arg: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    bugs: Bugs = Bugs()
+    messages: tuple[Inbound, ...] = field(init=False)
+    arrivals: tuple[float, ...] = field(init=False)
+    faults: tuple[Fault, ...] = field(init=False)
+    ignore_keys: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        rng = random.Random(self.seed)
+        threads = rng.randint(10, 20)
+        count = rng.randint(50, 70)
+        arrivals = sorted(round(rng.uniform(0.0, SPAN_S), 3) for _ in range(count))
+        weights = [rng.uniform(0.2, 3.0) for _ in range(threads)]
+        messages = []
+        for index, at in enumerate(arrivals):
+            thread = rng.choices(range(threads), weights)[0]
+            inbox = f"inbox{thread % 2}@sim"
+            messages.append(
+                Inbound(
+                    inbox_id=inbox,
+                    message_id=f"<m{index}@sim>",
+                    thread_key=f"agentmail:t{thread}",
+                    thread_id=f"t{thread}",
+                    event_id=f"ev{index}",
+                    occurred_at=EPOCH + timedelta(seconds=at),
+                    sender="customer@example.com",
+                    subject=f"question {thread}",
+                    text=f"message {index}",
+                    labels=("received",),
+                )
+            )
+        ignore = self.bugs.keys_ignored or rng.random() < 0.25
+        # keys ignored: no lost answer (finding F2: retried without reading the thread, it
+        # sends again) and, unless planted, no pause right after a check (not covered)
+        kinds = [k for k in KINDS if not (ignore and k in ("pause_after_check", "mail_lost"))]
+        if self.bugs.keys_ignored:
+            kinds = ["pause_after_check", "pause", *kinds]  # zombies
+        faults = [
+            Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), kind, _arg(rng, kind))
+            for kind in (rng.choice(kinds) for _ in range(rng.randint(5, 9)))
+        ]
+        object.__setattr__(self, "messages", tuple(messages))
+        object.__setattr__(self, "arrivals", tuple(arrivals))
+        object.__setattr__(self, "faults", tuple(sorted(faults, key=lambda f: f.at)))
+        object.__setattr__(self, "ignore_keys", ignore)
+
+    @property
+    def end(self) -> float:
+        return max([*self.arrivals, *(f.at for f in self.faults)])
+
+
+def _arg(rng: random.Random, kind: str) -> float:
+    match kind:
+        case "kill":
+            return round(rng.uniform(0.5, 30.0), 3)  # until the restart
+        case "pause":
+            return round(rng.uniform(1.0, 120.0), 3)
+        case "pause_after_check":
+            return round(rng.uniform(11.0, 120.0), 3)  # past the session
+        case "mail_5xx" | "model_fail":
+            return float(rng.randint(1, 4))
+        case "mail_lost" | "model_429":
+            return float(rng.randint(1, 3))
+        case "model_hang":
+            return 1.0
+    return 0.0

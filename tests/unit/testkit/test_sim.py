@@ -1,0 +1,75 @@
+"""The deterministic simulator (stage 1): virtual time, replayable seeds, and that it can fail."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from testkit.sim.__main__ import quiet
+from testkit.sim.loop import Deadlock, run
+from testkit.sim.schedule import Bugs, Schedule
+from testkit.sim.world import run_schedule
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    quiet()
+
+
+def test_virtual_time_sleeps_an_hour_in_no_time() -> None:
+    async def main() -> tuple[float, int]:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(3600)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(100), 5)
+        return loop.time(), await asyncio.to_thread(lambda: 42)
+
+    assert run(main()) == (3605.0, 42)
+
+
+def test_a_loop_where_every_task_waits_for_ever_is_a_deadlock() -> None:
+    async def main() -> None:
+        await asyncio.get_running_loop().create_future()
+
+    with pytest.raises(Deadlock):
+        run(main())
+
+
+def test_a_schedule_has_fifty_messages_and_five_faults() -> None:
+    for seed in range(20):
+        schedule = Schedule(seed)
+        assert len(schedule.messages) >= 50 and len(schedule.faults) >= 5
+
+
+def test_the_same_seed_gives_the_same_trace() -> None:
+    first, again = run_schedule(Schedule(7)), run_schedule(Schedule(7))
+
+    assert first.events == again.events and len(first.events) > 200
+    assert run_schedule(Schedule(8)).events != first.events
+
+
+def test_a_clean_range_of_seeds_passes() -> None:
+    # seeds 60, 80, 146, 149 and 189 fail: finding F3, see testkit/sim/README.md
+    failed = [r.report() for r in map(run_schedule, map(Schedule, range(30))) if not r.passed]
+
+    assert failed == []
+
+
+@pytest.mark.parametrize(
+    ("bugs", "within", "caught_by"),
+    [
+        (Bugs(no_fence_before_send=True), 40, {"never_doubled"}),
+        (Bugs(ledger_after_send=True), 40, {"never_doubled", "covered_unseen"}),
+        (Bugs(keys_ignored=True), 40, {"never_doubled"}),
+    ],
+    ids=["no-fence-before-send", "ledger-after-send", "keys-ignored-and-zombies"],
+)
+def test_a_planted_bug_is_caught_within_n_seeds(
+    bugs: Bugs, within: int, caught_by: set[str]
+) -> None:
+    for seed in range(within):
+        result = run_schedule(Schedule(seed, bugs))
+        if {v.invariant for v in result.violations} & caught_by:
+            return
+    pytest.fail(f"{bugs} not caught in {within} seeds")
