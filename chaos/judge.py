@@ -20,6 +20,7 @@ from chaos.verdict import Verdict
 from onceonly.foundation.kafka import Connection
 from testkit.invariants import Decision as InvariantDecision
 from testkit.invariants import Message, Observed, WriterCall, check, emails_from_outbox
+from testkit.invariants import Verdict as InvariantVerdict
 
 
 class Judge(Stack):
@@ -40,10 +41,8 @@ class Judge(Stack):
         expected = {(m.inbox_id, m.message_id): m for m in self.plan.messages}
         by_key = {reply_key(i, mid): (i, mid) for i, mid in expected}
         approvals, rejected = self._approvals(outbox, ledger, expected, by_key, reply_key)
-        await asyncio.to_thread(self.writer_log.refresh)
-        checked = check(self._observed(expected, outbox, ledger))
-        covered = {p for p, o in checked.outcomes.items() if o == "covered"}
-        missing = sorted(p for p, o in checked.outcomes.items() if o == "missing")
+        checked = await self._checked(expected, outbox, ledger)
+        covered, missing = checked.with_outcome("covered"), sorted(checked.with_outcome("missing"))
         doubled = {p: c for p, c in per.items() if p in expected and c > 1}
         answered = {reply_key(*p): f"{p[1]} in {p[0]}" for p in expected if per[p] or p in covered}
         verdict = Verdict(
@@ -89,6 +88,12 @@ class Judge(Stack):
         verdict.findings = self.findings(verdict, ledger, reply_key, outbox)
         verdict.timeline = self._timeline()
         return verdict
+
+    async def _checked(
+        self, expected: dict[tuple[str, str], Any], outbox: list[dict[str, Any]], ledger: Any
+    ) -> InvariantVerdict:
+        await asyncio.to_thread(self.writer_log.refresh)
+        return check(self._observed(expected, outbox, ledger))
 
     def _observed(
         self, expected: dict[tuple[str, str], Any], outbox: list[dict[str, Any]], ledger: Any

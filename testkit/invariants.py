@@ -123,6 +123,9 @@ class Verdict:
     def count(self, outcome: str) -> int:
         return sum(1 for found in self.outcomes.values() if found == outcome)
 
+    def with_outcome(self, outcome: str) -> set[Pair]:
+        return {pair for pair, found in self.outcomes.items() if found == outcome}
+
     def of(self, invariant: str) -> list[Violation]:
         return [v for v in self.violations if v.invariant == invariant]
 

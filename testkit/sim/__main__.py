@@ -11,8 +11,8 @@ import time
 
 import structlog
 
+from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
-from testkit.sim.world import run_schedule
 
 
 def quiet() -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from testkit.sim.__main__ import quiet
 from testkit.sim.loop import Deadlock, run
+from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
-from testkit.sim.world import run_schedule
 
 
 @pytest.fixture(autouse=True)

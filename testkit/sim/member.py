@@ -1,0 +1,257 @@
+"""One member of the consumer group: a worker process with its lanes, its fence and its
+view of the shared ledger partition."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from onceonly.processors.exceptions import Rebalancing
+from onceonly.processors.fence import Fence, Position, Rounds
+from onceonly.processors.flow.admission import Admission
+from onceonly.processors.reply.ledger import TableLedger
+from onceonly.processors.reply.once import (
+    MailSender,
+    ReplyParts,
+    SendPolicy,
+    reply_once,
+    send_recorded,
+)
+from onceonly.processors.writer.contract import Decline, Draft, Inbound
+from onceonly.processors.writer.runner import Writer, WriterPolicy
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from testkit.sim.io import Actor, Killed, current, remote
+from testkit.sim.log import DRAIN_GRACE_S, TP, LateLedger, SimTable, position
+
+if TYPE_CHECKING:
+    from testkit.sim.world import World
+
+
+@dataclass
+class _Lane:
+    task: asyncio.Task[None] | None = None
+    queue: list[tuple[int, Inbound]] = field(default_factory=list)
+    recorded: list[ReplyRecord] = field(default_factory=list)
+
+
+class Member(Actor):
+    """One worker process in the group (a restart is a new Member)."""
+
+    def __init__(self, world: World, name: str) -> None:
+        super().__init__(name)
+        self.world = world
+        self.generation = -1
+        self.table = SimTable(world.part, world, self)
+        self.fence = Fence(self._confirm, self._current)
+        self._rounds: Rounds[Any, bool] = Rounds(self._ask)
+        ledger_type = LateLedger if world.bugs.ledger_after_send else TableLedger
+        self.ledger = ledger_type(self.table, fence=self.fence.check, read_log=self._read_log)
+        loop = asyncio.get_running_loop()
+        self.writer = Writer(
+            world.model,
+            WriterPolicy(timeout_s=120.0, attempts=3),
+            admission=Admission(16, clock=loop.time),
+        )
+        self.lanes: dict[str, _Lane] = {}
+        self.open: dict[int, None] = {}
+        self.fetched = 0
+        #: armed: let this many checks pass, then pause this long right after the next
+        self.pause_at_confirm: tuple[int, float] | None = None
+
+    # -- the group -------------------------------------------------------------------
+
+    def owns(self) -> bool:
+        part = self.world.part
+        return not self.dead and part.owner is self and part.generation == self.generation
+
+    def _current(self) -> Position | None:
+        return position.get()
+
+    async def _confirm(self, tp: Any, generation: int) -> bool:
+        if generation != self.generation:
+            return False
+        return await self._rounds(tp) and generation == self.generation
+
+    async def _ask(self, tp: Any) -> bool:
+        generation = self.generation
+
+        async def coordinator() -> bool:
+            part = self.world.part
+            ok = part.owner is self and part.generation == generation and not self.dead
+            armed = self.pause_at_confirm
+            if ok and armed is not None:  # the pause falls after the check
+                if armed[0] > 0:
+                    self.pause_at_confirm = (armed[0] - 1, armed[1])
+                else:
+                    self.pause_at_confirm = None
+                    self.world.pause(self, armed[1])
+            return ok
+
+        latency = self.world.broker_latency
+        try:
+            return await remote(latency(), coordinator, latency())
+        except Killed:
+            return False  # a dead member's round: its lanes are cancelled
+
+    async def _read_log(
+        self, partition: int, first: int, last: int
+    ) -> Sequence[tuple[int, bytes, bytes | None]]:
+        async def read() -> list[tuple[int, bytes, bytes | None]]:
+            log = self.world.part.changelog
+            return [(o, log[o][0], log[o][1]) for o in range(first, min(last, len(log) - 1) + 1)]
+
+        latency = self.world.broker_latency
+        return await remote(latency(), read, latency())
+
+    def assign(self, generation: int) -> None:
+        """The partition is this member's in ``generation``: recover, reconcile what is
+        pending, read the deliveries again from the committed offset."""
+        self.generation = generation
+        for lane in self.lanes.values():  # a drain ended before the member rejoined
+            if lane.task is not None:
+                lane.task.cancel()
+        self.lanes = {}
+        self.ledger.forget()
+        self.table.recover()
+        self.open = {}
+        self.fetched = self.world.part.committed
+        for raw in list(self.table.store.values()):
+            try:
+                record = ReplyRecord.decode(raw)
+            except Exception:
+                continue
+            if record.state is ReplyState.PENDING:
+                self._lane(record.thread_key).recorded.append(record)
+        self.world.trace(self.name, f"assigned generation {generation}")
+        self.fetch()
+
+    def revoke(self) -> None:
+        """The partition is gone: queued work is dropped; running lanes get the grace."""
+        self.ledger.forget()
+        for lane in self.lanes.values():
+            lane.queue.clear()
+            lane.recorded.clear()
+        running = [lane.task for lane in self.lanes.values() if lane.task is not None]
+        if running:
+            loop = asyncio.get_running_loop()
+            loop.call_later(DRAIN_GRACE_S, lambda: [t.cancel() for t in running])
+        self.world.trace(self.name, f"revoked (generation {self.generation})")
+
+    def fetch(self) -> None:
+        if not self.owns() or self.paused:
+            return
+        part = self.world.part
+        while self.fetched < len(part.deliveries):
+            message = part.deliveries[self.fetched]
+            self.open[self.fetched] = None
+            self._lane(message.thread_key).queue.append((self.fetched, message))
+            self.fetched += 1
+        for key in list(self.lanes):
+            self._start(key)
+
+    def kill(self) -> None:
+        self.dead = True
+        for lane in self.lanes.values():
+            if lane.task is not None:
+                lane.task.cancel()
+        self.resume()
+
+    # -- lanes -----------------------------------------------------------------------
+
+    def _lane(self, thread_key: str) -> _Lane:
+        return self.lanes.setdefault(thread_key, _Lane())
+
+    def _start(self, thread_key: str) -> None:
+        lane = self.lanes[thread_key]
+        if lane.task is None and (lane.queue or lane.recorded):
+            lane.task = asyncio.get_running_loop().create_task(self._run(thread_key, lane))
+
+    async def _run(self, thread_key: str, lane: _Lane) -> None:
+        current.set(self)
+        position.set((TP, self.generation))
+        try:
+            while lane.recorded or lane.queue:
+                if lane.recorded:
+                    record = lane.recorded.pop(0)
+                    result = await send_recorded(record, True, self._parts([]))
+                    self.world.trace(self.name, f"reconciled {record.message_id}: {result.outcome}")
+                    continue
+                batch, lane.queue = lane.queue, []
+                taken = [offset for offset, _ in batch]
+                messages = _unique(m for _, m in batch)
+                result = await reply_once(messages, self._parts(taken, thread_key))
+                self.world.trace(
+                    self.name,
+                    f"burst {[m.message_id for m in messages]}: {result.outcome}",
+                )
+                for offset in taken:
+                    self.open.pop(offset, None)
+                self._commit()
+        except Rebalancing as exc:
+            self.world.trace(self.name, f"lane {thread_key} stood down: {type(exc).__name__}")
+        except (asyncio.CancelledError, Killed):
+            self.world.trace(self.name, f"lane {thread_key} cancelled")
+        except Exception as exc:
+            self.world.errors.append(f"{self.name}: {exc!r}")
+            self.world.trace(self.name, f"lane {thread_key} raised {exc!r}")
+        finally:
+            lane.task = None
+        if self.lanes.get(thread_key) is lane and (lane.queue or lane.recorded) and self.owns():
+            self._start(thread_key)
+
+    def _commit(self) -> None:
+        if self.owns() and not self.paused:
+            self.world.part.committed = min(self.open) if self.open else self.fetched
+
+    def _parts(self, taken: list[int], thread_key: str = "") -> ReplyParts:
+        world = self.world
+        sender: MailSender = (
+            world.mail if world.bugs.no_fence_before_send else self.fence.sender(world.mail)
+        )
+
+        async def newer() -> Sequence[Inbound]:
+            lane = self.lanes.get(thread_key)
+            if lane is None or not lane.queue:
+                return ()
+            more, lane.queue = lane.queue, []
+            taken.extend(offset for offset, _ in more)
+            return _unique(m for _, m in more)
+
+        async def dead_letter(record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
+            named = [
+                (record.inbox_id, record.message_id),
+                *((m.inbox_id, m.message_id) for m in burst),
+            ]
+            for pair in named:
+                world.dead_lettered[pair] = reason
+            world.trace(self.name, f"dead-lettered {[p[1] for p in named]}: {reason}")
+
+        async def write(messages: Sequence[Inbound]) -> str | Decline | Draft:
+            return await self.writer.write(messages)
+
+        loop = asyncio.get_running_loop()
+        return ReplyParts(
+            ledger=self.ledger,
+            sender=sender,
+            write=write,
+            dead_letter=dead_letter,
+            now=world.now,
+            policy=SendPolicy(attempts=5, in_flight_wait_s=60.0),
+            newer=newer,
+            may_retry=self.owns,
+            arbitrate=self.ledger.arbitrate,
+            monotonic=loop.time,
+        )
+
+
+def final(record: ReplyRecord) -> bool:
+    return record.state in (ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED)
+
+
+def _unique(messages: Iterator[Inbound] | Sequence[Inbound]) -> list[Inbound]:
+    seen: dict[str, Inbound] = {}
+    for message in messages:
+        seen.setdefault(message.key, message)
+    return list(seen.values())
