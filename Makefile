@@ -197,6 +197,20 @@ chaos-ci: $(STAMP) jars
 compose-test: $(STAMP) jars
 	$(BIN)/python -m devstack.compose_test $(COMPOSE_TEST_ARGS)
 
+# The session fixture's testcontainers path (users with a Docker engine take it), which a
+# machine without Docker never takes otherwise: podman (installed as compose-test installs it,
+# where missing) serves Docker's API on a socket under .run/testcontainers/ for this run;
+# testcontainers starts compose-test's Kafka image (built from the Maven jars if missing:
+# cached after compose-test) for the ingest integration tests, ONCEONLY_TEST_KAFKA=
+# testcontainers (that path or a failed session, never a fallback). Fails unless the tests
+# pass, the session took that path on that image, and no container is left; the service is
+# stopped. 98 s here after compose-test (the images cached), 318 s from nothing
+# (TESTCONTAINERS_ARGS=--no-cache: debootstrap, base and Kafka image first), on 2 busy cores.
+# Other tests: make test-testcontainers TESTCONTAINERS_ARGS='-- -q tests/integration/foundation/test_topics.py'
+.PHONY: test-testcontainers
+test-testcontainers: $(STAMP) jars
+	$(BIN)/python -m devstack.testcontainers_run $(TESTCONTAINERS_ARGS)
+
 # The same with docker-compose.cluster.yml: three KRaft nodes healthy, the deliveries topic
 # at 3 replicas all in sync, one reply, the node leading the most partitions killed, a
 # second reply, down -v. Report: compose/results/compose-cluster-<date>.md.

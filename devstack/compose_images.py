@@ -175,21 +175,41 @@ def all_images() -> list[str]:
     return [ONCEONLY, kafka_image(), PROMETHEUS, PYTHON, BASE]
 
 
+def _build(image: str, command: list[str], log: Callable[[str], None]) -> Built:
+    log(f"building {image}")
+    started = time.monotonic()
+    _run(command, cwd=ROOT)
+    built = Built(image, time.monotonic() - started, image_size(image))
+    log(f"built    {image} in {built.seconds:.0f} s, {built.size_bytes / 1e6:.0f} MB")
+    return built
+
+
+def _import_base(tarball: Path, log: Callable[[str], None]) -> Built:
+    return _build(BASE, [*NICE, "podman", "import", str(tarball), BASE], log)
+
+
 def build_all(run_dir: Path, log: Callable[[str], None] = print) -> tuple[float, list[Built]]:
     """Every image of the stack; (debootstrap seconds, 0 if cached, and each image built)."""
     tarball, debootstrap_s = base_tarball(run_dir / "compose")
+    built = [
+        _import_base(tarball, log),
+        _build(PYTHON, build_command(COMPOSE_DIR / "python", PYTHON, BASE), log),
+        _build(ONCEONLY, build_command(ROOT, ONCEONLY, PYTHON, ROOT / "Dockerfile"), log),
+        _build(kafka_image(), build_command(kafka_context(run_dir), kafka_image(), BASE), log),
+        _build(PROMETHEUS, build_command(COMPOSE_DIR / "prometheus", PROMETHEUS, BASE), log),
+    ]
+    return debootstrap_s, built
+
+
+def build_kafka(run_dir: Path, log: Callable[[str], None] = print) -> tuple[float, list[Built]]:
+    """The Kafka image alone, on the base (made and imported only if it is missing: after
+    ``make compose-test`` both are cached); (debootstrap seconds, each image built)."""
+    debootstrap_s = 0.0
     built: list[Built] = []
-
-    def timed(image: str, command: list[str]) -> None:
-        log(f"building {image}")
-        started = time.monotonic()
-        _run(command, cwd=ROOT)
-        built.append(Built(image, time.monotonic() - started, image_size(image)))
-        log(f"built    {image} in {built[-1].seconds:.0f} s, {built[-1].size_bytes / 1e6:.0f} MB")
-
-    timed(BASE, [*NICE, "podman", "import", str(tarball), BASE])
-    timed(PYTHON, build_command(COMPOSE_DIR / "python", PYTHON, BASE))
-    timed(ONCEONLY, build_command(ROOT, ONCEONLY, PYTHON, ROOT / "Dockerfile"))
-    timed(kafka_image(), build_command(kafka_context(run_dir), kafka_image(), BASE))
-    timed(PROMETHEUS, build_command(COMPOSE_DIR / "prometheus", PROMETHEUS, BASE))
+    if not image_exists(BASE):
+        tarball, debootstrap_s = base_tarball(run_dir / "compose")
+        built.append(_import_base(tarball, log))
+    built.append(
+        _build(kafka_image(), build_command(kafka_context(run_dir), kafka_image(), BASE), log)
+    )
     return debootstrap_s, built

@@ -1,8 +1,11 @@
 """Fixtures: a real Kafka broker for the session, and factories built on it.
 
 The broker comes from, in order: ONCEONLY_KAFKA_BOOTSTRAP if it is set; a
-testcontainers KRaft container if a Docker engine answers; else onceonly's own
-embedded broker (official Apache Kafka jars fetched with Maven) on a free port.
+testcontainers KRaft container (apache/kafka:4.1.1, or ONCEONLY_TEST_KAFKA_IMAGE) if a
+Docker engine answers; else onceonly's own embedded broker (official Apache Kafka jars
+fetched with Maven) on a free port. ONCEONLY_TEST_KAFKA=testcontainers (or embedded)
+forces a path: then it is taken or the session fails, never another. The path taken is
+the session's last line ("kafka: ..."); devstack/session_kafka.py has the details.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from devstack import session_kafka
 from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, TopicMissing, read_to_end
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
@@ -23,34 +27,53 @@ if TYPE_CHECKING:
     from devstack.cluster import LocalCluster
 
 
-def _docker_answers() -> bool:
-    try:
-        import docker  # type: ignore[import-untyped]
+#: the broker the session took, for the summary line
+_TAKEN = pytest.StashKey[session_kafka.Taken]()
 
-        docker.from_env(timeout=3).ping()
-    except Exception:
-        return False
-    return True
+
+def _took(config: pytest.Config, taken: session_kafka.Taken) -> None:
+    config.stash[_TAKEN] = taken
+    session_kafka.write_record(os.environ, taken)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    taken = config.stash.get(_TAKEN, None)
+    if taken is not None:
+        terminalreporter.write_line(f"kafka: {taken.describe()}")
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def kafka_bootstrap(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[str]:
     """The bootstrap address of a real broker for the whole session."""
-    external = os.environ.get("ONCEONLY_KAFKA_BOOTSTRAP")
-    if external:
+    try:
+        path = session_kafka.choose(os.environ, session_kafka.docker_answers)
+    except session_kafka.KafkaChoiceError as exc:
+        pytest.fail(f"kafka: {exc}", pytrace=False)
+    if path == "external":
+        external = os.environ[session_kafka.EXTERNAL_ENV]
+        _took(pytestconfig, session_kafka.Taken("external", external))
         yield external
         return
-    if _docker_answers():
-        from testcontainers.kafka import KafkaContainer  # type: ignore[import-untyped]
+    if path == "testcontainers":
+        from devstack.tc_kafka import ApacheKafkaContainer
 
-        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
-            yield container.get_bootstrap_server()
+        image = session_kafka.image(os.environ)
+        with ApacheKafkaContainer(image) as container:
+            bootstrap = container.get_bootstrap_server()
+            container_id = container.get_container_id()[:12]
+            _took(pytestconfig, session_kafka.Taken(path, bootstrap, image, container_id))
+            yield bootstrap
         return
     from devstack.broker import EmbeddedBroker
     from devstack.ports import free_port
 
     broker = EmbeddedBroker(tmp_path_factory.mktemp("kafka"), port=free_port(), heap_mb=512)
     broker.start()
+    _took(pytestconfig, session_kafka.Taken("embedded", broker.bootstrap))
     try:
         yield broker.bootstrap
     finally:
