@@ -43,7 +43,9 @@ def loud_lines(worker: WorkerProcess) -> list[str]:
 async def test_an_idle_worker_past_every_inactivity_timeout_logs_no_warning_or_error(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(partitions=8)
+    # the default reorder window, 2 s: the tick timer's interval is 0.5 s (mode warns of a
+    # turn of the event loop longer than the interval, as a loaded machine may take)
+    stack = stack_factory(partitions=8, reorder_window_ms=2000)
     worker = stack.worker(**SHORT_TIMEOUTS)
     await until(stack, lambda: READY in worker.log(), "the worker ready", timeout_s=120)
     await stack.deliver(stack.seed("<idle@example.com>", "thr-idle"))
