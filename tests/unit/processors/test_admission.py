@@ -37,8 +37,10 @@ async def test_calls_start_at_the_workers_share_of_the_rate() -> None:
     await asyncio.gather(*(call() for _ in range(31)))
     # never faster than the share; slower only by the event loop's lateness (a loaded machine)
     assert 0.299 <= started[-1] - started[0] < 0.6
-    gaps = [b - a for a, b in itertools.pairwise(started)]
-    assert min(gaps) >= 0.009
+    # the k-th call never before k shares' worth of time after the first: a timer the loop
+    # fired late is followed by the next on its schedule (GCRA keeps the rate, not each gap)
+    early = [k for k, at in enumerate(started) if at - started[0] < k * 0.01 - 0.001]
+    assert early == []
 
 
 async def test_a_new_share_applies_to_calls_waiting() -> None:
