@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 
 import click
@@ -26,16 +26,6 @@ def signing_secrets(settings: Settings) -> dict[str, str]:
     return out
 
 
-def _deliveries_of(settings: Settings, event_id: str) -> list[tuple[int, int, str]]:
-    """(partition, offset, outcome) of each delivery of ``event_id``, from its trace."""
-    from onceonly.operations.trace import find
-
-    trace = find(settings, event_id)
-    if trace is None:
-        return []
-    return [(d.partition, d.offset, d.outcome) for d in trace.deliveries if d.event_id == event_id]
-
-
 @click.command()
 @click.option(
     "--provider",
@@ -52,7 +42,11 @@ def _deliveries_of(settings: Settings, event_id: str) -> list[tuple[int, int, st
     help="Send this JSON body instead of the sample.",
 )
 @click.option(
-    "--wait", "wait_s", default=30.0, show_default=True, help="Seconds to wait for replies."
+    "--wait",
+    "wait_s",
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait at most for every delivery's outcome (it ends as soon as all are known).",
 )
 def send(
     provider: str, url: str | None, count: int, payload_file: Path | None, wait_s: float
@@ -62,9 +56,9 @@ def send(
     By default: an AgentMail message.received delivered COUNT times, out of order with a
     newer message of the same thread sent first.
     """
-    from onceonly.foundation.kafka import Connection
-    from onceonly.operations.catchup import read_ledger
-    from onceonly.operations.outcomes import Sent, outcomes, wait_for_replies, wait_for_verdicts
+    from devstack.send_watch import Topics, watch
+    from onceonly.foundation.kafka import Connection, KafkaAdapterError, following
+    from onceonly.operations.outcomes import Sent, outcomes
     from onceonly.processors.mail.registry import dry_runs
     from testkit.samples import SampleError, post_all, samples, secret_for
 
@@ -76,20 +70,33 @@ def send(
         batch = samples(provider, secret, copies=count, body=body, now=datetime.now(UTC))
     except (SampleError, OSError) as exc:
         raise click.UsageError(str(exc)) from exc
-    posted = asyncio.run(post_all(base, batch))
-    sent = [
-        Sent(p.sample.label, p.status, p.detail, p.sample.event_id, p.sample.message_id)
-        for p in posted
-    ]
-    for item in sent:
-        click.echo(f"posted     {item.label}: HTTP {item.status or 'no answer'}")
-    connection = Connection.from_settings(settings)
-    replies = wait_for_replies(
-        sent, lambda: read_ledger(connection, settings.ledger_topic), wait_s=wait_s
-    )
-    seen = wait_for_verdicts(sent, partial(_deliveries_of, settings), wait_s=min(wait_s, 15.0))
+    topics = Topics.of(settings)
+    with contextlib.ExitStack() as stack:
+        try:
+            # made before the post: it reads from where each topic ends now, so everything
+            # written about these deliveries, and nothing older
+            follower = stack.enter_context(
+                following(Connection.from_settings(settings), topics.all())
+            )
+        except KafkaAdapterError as exc:
+            raise click.ClickException(f"nothing posted: the topics cannot be read: {exc}") from exc
+        posted = asyncio.run(post_all(base, batch))
+        sent = [
+            Sent(p.sample.label, p.status, p.detail, p.sample.event_id, p.sample.message_id)
+            for p in posted
+        ]
+        for item in sent:
+            click.echo(f"posted     {item.label}: HTTP {item.status or 'no answer'}")
+        try:
+            watched = watch(sent, follower, topics, wait_s=wait_s)
+        except KafkaAdapterError as exc:
+            raise click.ClickException(
+                f"posted, but what became of the deliveries cannot be read: {exc}"
+            ) from exc
     dry_run = any(entry.name == provider for entry in dry_runs(settings))
-    for outcome in outcomes(sent, replies, dry_run=dry_run, seen=seen):
+    for outcome in outcomes(sent, watched.replies, dry_run=dry_run, seen=watched.seen):
         click.echo(f"{outcome.label}: {outcome.verdict}")
         if outcome.reply_text:
             click.echo(f"    reply: {outcome.reply_text.strip()[:300]}")
+    if not watched.known:
+        click.echo(f"(not every outcome was known within --wait {wait_s:g} s: what was by then)")

@@ -1,13 +1,13 @@
 """What became of deliveries posted to ingest: refused, a duplicate, answered, declined...
 
-``python -m devstack send`` posts deliveries, waits for the worker, then reports each one from the
-records: ingest's answer, the dedupe verdict (a later delivery of an event id already
-accepted is a duplicate: the worker skips it), and the reply ledger for the message.
+``python -m devstack send`` posts deliveries, reads what the worker writes about them until
+:func:`outcomes_known`, then reports each one from the records: ingest's answer, the dedupe
+verdict (a later delivery of an event id already accepted is a duplicate: the worker skips
+it), and the reply ledger for the message.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -153,48 +153,22 @@ def waiting_for(sent: Sequence[Sent], replies: Mapping[str, ReplyRecord]) -> set
     }
 
 
-def wait_for_replies(
-    sent: Sequence[Sent],
-    read: Callable[[], Mapping[str, ReplyRecord]],
-    *,
-    wait_s: float,
-    poll_s: float = 0.5,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> dict[str, ReplyRecord]:
-    """Read the ledger (indexed by message id) until every accepted message has settled."""
-    deadline = clock() + wait_s
-    while True:
-        replies = by_message(read())
-        if not waiting_for(sent, replies) or clock() >= deadline:
-            return replies
-        sleep(poll_s)
-
-
-Lookup = Callable[[str], Sequence[tuple[int, int, str]]]
-
-#: what a trace says of a delivery no worker has decided on yet
+#: what the worker's record of a delivery says while it is not done with it (the words of
+#: :attr:`onceonly.operations.trace.DeliveryTrace.outcome`)
 UNDECIDED = "not processed yet"
+UNFINISHED = frozenset({UNDECIDED, "in progress"})
 
 
-def wait_for_verdicts(
-    sent: Sequence[Sent],
-    lookup: Lookup,
-    *,
-    wait_s: float,
-    poll_s: float = 1.0,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> dict[str, list[str]]:
-    """What the worker recorded of every accepted delivery (``lookup``: an event id to its
-    deliveries' (partition, offset, outcome)), once each has a record or ``wait_s`` passed."""
+def outcomes_known(
+    sent: Sequence[Sent], replies: Mapping[str, ReplyRecord], seen: Mapping[str, Sequence[str]]
+) -> bool:
+    """Whether every accepted delivery's outcome is known: the ledger record of each of its
+    messages has settled, and the worker's final word on each delivery is recorded
+    (``seen``: event id to the words on its deliveries, :func:`worker_verdicts`)."""
+    if waiting_for(sent, replies):
+        return False
     want = Counter(item.event_id for item in sent if accepted(item.status))
-    deadline = clock() + wait_s
-    while True:
-        seen = worker_verdicts({event: lookup(event) for event in want})
-        decided = all(
-            len(seen[event]) >= n and UNDECIDED not in seen[event] for event, n in want.items()
-        )
-        if decided or clock() >= deadline:
-            return seen
-        sleep(poll_s)
+    return all(
+        len(words := seen.get(event, ())) >= n and not UNFINISHED.intersection(words)
+        for event, n in want.items()
+    )

@@ -15,7 +15,15 @@ from onceonly.foundation.kafka._producer import (
     producer_config,
     sync_producer,
 )
-from onceonly.foundation.kafka._reader import TopicRange, ranges, read, read_batches, read_to_end
+from onceonly.foundation.kafka._reader import (
+    Follower,
+    TopicRange,
+    following,
+    ranges,
+    read,
+    read_batches,
+    read_to_end,
+)
 from onceonly.foundation.kafka._replication import (
     cluster_size,
     replicated_config,
@@ -40,6 +48,7 @@ __all__ = [
     "BrokerUnavailable",
     "Connection",
     "Delivered",
+    "Follower",
     "KafkaAdapterError",
     "PartitionLag",
     "PartitionState",
@@ -54,6 +63,7 @@ __all__ = [
     "client_security",
     "cluster_size",
     "consumer_lag",
+    "following",
     "producer_config",
     "ranges",
     "read",

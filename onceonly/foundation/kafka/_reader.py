@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceonly.foundation.kafka._admin import Admin
 from onceonly.foundation.kafka._connection import Connection
@@ -69,14 +70,14 @@ def within(wanted: Iterable[TopicRange], current: Iterable[TopicRange]) -> list[
     return out
 
 
-def _consumer(connection: Connection) -> Consumer:
+def _consumer(connection: Connection, *, partition_eof: bool = True) -> Consumer:
     """A reader that belongs to no group's offsets (a fresh group id, no commits)."""
     return Consumer(
         connection.config(
             **{
                 "group.id": f"onceonly-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
-                "enable.partition.eof": True,
+                "enable.partition.eof": partition_eof,
                 "auto.offset.reset": "earliest",
             }
         )
@@ -229,3 +230,78 @@ def read_batches(
 def read_to_end(connection: Connection, topic: str) -> list[Any]:
     """Every record of ``topic`` from the beginning to its current end."""
     return list(read(connection, topic, ranges(connection, topic, from_offset=0)))
+
+
+#: how often a follower asks whether a topic it waits for exists yet
+_FOLLOW_RECHECK_S = 1.0
+#: records a follower hands over at most per poll
+_FOLLOW_BATCH = 1000
+
+
+class Follower:
+    """What is written to some topics from now on, as it is written: one consumer over
+    every partition of them at once, each from the end it had when the follower was made
+    (nothing older is read). A topic that does not exist yet is followed from its
+    beginning once it does: all it holds is newer. Make it with :func:`following`."""
+
+    def __init__(self, connection: Connection, topics: Iterable[str]) -> None:
+        self._connection = connection
+        self._consumer = _consumer(connection, partition_eof=False)
+        self._waiting = list(dict.fromkeys(topics))  #: topics not found yet
+        self._checked_at = 0.0
+        try:
+            self._take_up(from_end=True)
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    def _take_up(self, *, from_end: bool) -> None:
+        """Assign the partitions of the awaited topics that exist now (with leaders)."""
+        counts = Admin(self._connection).topic_partitions(led_only=True)
+        timeout_s = self._connection.request_timeout_s
+        found = [topic for topic in self._waiting if topic in counts]
+        starts = [
+            TopicPartition(
+                topic,
+                p,
+                _watermarks(self._consumer, topic, p, timeout_s)[1]
+                if from_end
+                else OFFSET_BEGINNING,
+            )
+            for topic in found
+            for p in range(counts[topic])
+        ]
+        if starts:
+            try:
+                self._consumer.incremental_assign(starts)
+            except KafkaException as exc:
+                raise adapter_error(exc, f"follow {', '.join(found)}") from exc
+        self._waiting = [topic for topic in self._waiting if topic not in found]
+        self._checked_at = time.monotonic()
+
+    def poll(self, timeout_s: float) -> list[Any]:
+        """The records (confluent Messages) written since the last poll, in each partition's
+        order; waits up to ``timeout_s`` for the first, returns none if nothing came."""
+        if self._waiting and time.monotonic() - self._checked_at >= _FOLLOW_RECHECK_S:
+            self._take_up(from_end=False)
+        try:
+            msgs = self._consumer.consume(num_messages=_FOLLOW_BATCH, timeout=max(0.0, timeout_s))
+        except KafkaException as exc:
+            raise adapter_error(exc, "follow the topics") from exc
+        for msg in msgs:
+            if (error := msg.error()) is not None:
+                raise adapter_error(error, f"follow {msg.topic()}[{msg.partition()}]")
+        return list(msgs)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@contextlib.contextmanager
+def following(connection: Connection, topics: Iterable[str]) -> Iterator[Follower]:
+    """A :class:`Follower` of ``topics`` from their ends now, closed on leaving."""
+    follower = Follower(connection, topics)
+    try:
+        yield follower
+    finally:
+        follower.close()

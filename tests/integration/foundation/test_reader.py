@@ -1,15 +1,20 @@
-"""The bulk reader on the real broker: the asked offsets, in lists, and nothing past them."""
+"""The readers on the real broker: the bulk reader (the asked offsets, in lists, and nothing
+past them) and the follower (what is written after it was made, and nothing older)."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from typing import Any
 
 import pytest
 
 from onceonly.foundation.kafka import (
     Admin,
     Connection,
+    Follower,
     TopicSpec,
+    following,
     read_batches,
     sync_producer,
 )
@@ -48,3 +53,49 @@ def test_a_range_past_the_end_stops_at_the_partition_end(kafka_bootstrap: str) -
     ]
 
     assert offsets == list(range(10))
+
+
+def _produce(kafka_bootstrap: str, topic: str, values: list[str], partitions: int = 1) -> None:
+    producer = sync_producer(Connection(kafka_bootstrap, produce_timeout_ms=10_000))
+    for n, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), partition=n % partitions)
+    assert producer.flush(10) == 0
+
+
+def _taken(follower: Follower, want: int, timeout_s: float = 20.0) -> list[Any]:
+    """Poll until ``want`` records came (or the time is up), then once more: none past."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        got += follower.poll(0.5)
+    return got + follower.poll(1.0)
+
+
+def test_a_follower_hands_over_what_is_written_after_it_was_made_in_every_partition(
+    kafka_bootstrap: str,
+) -> None:
+    topic = f"follow-{uuid.uuid4().hex[:8]}"
+    Admin(Connection(kafka_bootstrap)).ensure_topics([TopicSpec(topic, partitions=3)])
+    _produce(kafka_bootstrap, topic, [f"old{n}" for n in range(30)], partitions=3)
+
+    with following(Connection(kafka_bootstrap), [topic]) as follower:
+        _produce(kafka_bootstrap, topic, [f"new{n}" for n in range(6)], partitions=3)
+        taken = _taken(follower, 6)
+
+    assert sorted(m.value() for m in taken) == sorted(f"new{n}".encode() for n in range(6))
+    assert {m.partition() for m in taken} == {0, 1, 2}
+
+
+def test_a_topic_made_after_the_follower_is_followed_from_its_first_record(
+    kafka_bootstrap: str,
+) -> None:
+    there, later = f"follow-{uuid.uuid4().hex[:8]}", f"follow-later-{uuid.uuid4().hex[:8]}"
+    Admin(Connection(kafka_bootstrap)).ensure_topics([TopicSpec(there, partitions=1)])
+
+    with following(Connection(kafka_bootstrap), [there, later]) as follower:
+        assert follower.poll(0.1) == []
+        Admin(Connection(kafka_bootstrap)).ensure_topics([TopicSpec(later, partitions=2)])
+        _produce(kafka_bootstrap, later, ["first", "second"], partitions=2)
+        taken = _taken(follower, 2)
+
+    assert sorted(m.value() for m in taken) == [b"first", b"second"]

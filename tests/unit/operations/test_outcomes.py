@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 from onceonly.operations.outcomes import (
     Sent,
     outcomes,
-    wait_for_replies,
-    wait_for_verdicts,
+    outcomes_known,
     waiting_for,
     worker_verdicts,
 )
@@ -97,31 +96,6 @@ def test_a_refused_delivery_is_not_waited_for() -> None:
     assert waiting_for([_sent("A", "e1", "m1", status=401)], {}) == set()
 
 
-def test_waiting_reads_the_ledger_until_the_message_settles() -> None:
-    reads = [{}, {"r": _record("m1", ReplyState.PENDING)}, {"r": _record("m1", ReplyState.SENT)}]
-    calls: list[int] = []
-
-    def read() -> dict[str, ReplyRecord]:
-        calls.append(1)
-        return reads[len(calls) - 1]
-
-    replies = wait_for_replies(
-        [_sent("A", "e1", "m1")], read, wait_s=60, clock=lambda: 0.0, sleep=lambda s: None
-    )
-
-    assert (len(calls), replies["m1"].state) == (3, ReplyState.SENT)
-
-
-def test_waiting_stops_at_the_deadline() -> None:
-    now = iter([0.0, 5.0, 11.0])
-
-    replies = wait_for_replies(
-        [_sent("A", "e1", "m1")], dict, wait_s=10, clock=lambda: next(now), sleep=lambda s: None
-    )
-
-    assert replies == {}
-
-
 def test_the_worker_verdicts_of_an_event_are_in_topic_order() -> None:
     found = {"e1": [(0, 9, "skipped: duplicate"), (0, 4, "processed")]}
 
@@ -146,18 +120,40 @@ def test_a_refused_delivery_takes_no_record_of_the_event() -> None:
     assert "[worker:" not in verdicts[0] and verdicts[1].endswith("[worker: processed]")
 
 
-def test_verdicts_are_awaited_until_every_delivery_has_one() -> None:
-    answers = iter(
-        [
-            [(0, 1, "processed")],
-            [(0, 1, "processed"), (0, 2, "not processed yet")],
-            [(0, 1, "processed"), (0, 2, "skipped: duplicate")],
-        ]
-    )
-    sent = [_sent("A1", "e1", "m1"), _sent("A2", "e1", "m1")]
+STORY = [_sent("B", "e2", "m2"), _sent("A1", "e1", "m1"), _sent("A2", "e1", "m1")]
+SETTLED_REPLIES = {
+    "m2": _record("m2", ReplyState.SENT),
+    "m1": _record("m1", ReplyState.COVERED, covered_by="reply-m2"),
+}
+FINAL_WORDS = {"e2": ["processed"], "e1": ["processed", "skipped: duplicate"]}
 
-    seen = wait_for_verdicts(
-        sent, lambda event: next(answers), wait_s=60, clock=lambda: 0.0, sleep=lambda s: None
-    )
 
-    assert seen == {"e1": ["processed", "skipped: duplicate"]}
+def test_outcomes_are_known_once_every_reply_settled_and_every_delivery_has_a_final_word() -> None:
+    assert outcomes_known(STORY, SETTLED_REPLIES, FINAL_WORDS)
+
+
+def test_a_reply_still_pending_is_not_an_outcome() -> None:
+    replies = {**SETTLED_REPLIES, "m2": _record("m2", ReplyState.PENDING)}
+
+    assert not outcomes_known(STORY, replies, FINAL_WORDS)
+
+
+def test_a_message_with_no_ledger_record_is_not_an_outcome() -> None:
+    assert not outcomes_known(STORY, {"m2": SETTLED_REPLIES["m2"]}, FINAL_WORDS)
+
+
+def test_a_delivery_the_worker_has_not_finished_is_not_an_outcome() -> None:
+    for unfinished in ("in progress", "not processed yet"):
+        words = {**FINAL_WORDS, "e2": [unfinished]}
+
+        assert not outcomes_known(STORY, SETTLED_REPLIES, words), unfinished
+
+
+def test_a_delivery_with_no_word_yet_is_not_an_outcome() -> None:
+    words = {**FINAL_WORDS, "e1": ["processed"]}  # the retry's record not read yet
+
+    assert not outcomes_known(STORY, SETTLED_REPLIES, words)
+
+
+def test_a_refused_delivery_is_known_at_once() -> None:
+    assert outcomes_known([_sent("A", "e1", "m1", status=401)], {}, {})
