@@ -29,6 +29,7 @@ from onceonly.operations.outcomes import (
 )
 from onceonly.operations.trace import Record, Sources, assemble
 from onceonly.operations.trace.assemble import ledger_records
+from onceonly.operations.trace.query import record_of
 from onceonly.schemas.ledger import ReplyRecord
 
 #: the longest one poll waits, so the deadline is never overrun by more
@@ -90,19 +91,6 @@ def needles(sent: Sequence[Sent]) -> list[bytes]:
 def names_one(record: Record, wanted: Sequence[bytes]) -> bool:
     """Whether the record's key (a dedupe key names its event) or value names an id."""
     return any(n in (record.key or b"") or n in (record.value or b"") for n in wanted)
-
-
-def record_of(msg: Any) -> Record:
-    """A confluent-kafka Message as the trace's Record."""
-    _, stamp = msg.timestamp()
-    return Record(
-        partition=int(msg.partition()),
-        offset=int(msg.offset()),
-        timestamp_ms=int(stamp),
-        key=msg.key(),
-        value=msg.value(),
-        headers=tuple((k, bytes(v or b"")) for k, v in (msg.headers() or ())),
-    )
 
 
 def replies_in(ledger: Iterable[Record]) -> dict[str, ReplyRecord]:

@@ -33,7 +33,7 @@ class TraceError(OnceOnlyError):
     """A topic a trace needs cannot be read; the message says which and why."""
 
 
-def _record(msg: Any) -> Record:
+def record_of(msg: Any) -> Record:
     """A confluent-kafka Message as the assembly's Record."""
     _, stamp = msg.timestamp()
     return Record(
@@ -58,7 +58,7 @@ def scan(
     topic that does not exist (a changelog before any worker ran)."""
     try:
         wanted = _ranges(connection, topic, partitions)
-        return [r for r in map(_record, read(connection, topic, wanted)) if keep(r)]
+        return [r for r in map(record_of, read(connection, topic, wanted)) if keep(r)]
     except TopicMissing:
         return []
     except KafkaAdapterError as exc:
@@ -158,7 +158,7 @@ def recent_skips(settings: Settings, limit: int = 50) -> list[Skip]:
             TopicRange(r.partition, max(r.start, r.end - limit), r.end)
             for r in ranges(connection, topic, from_offset=0)
         ]
-        found = decisions(map(_record, read(connection, topic, tails)))
+        found = decisions(map(record_of, read(connection, topic, tails)))
     except TopicMissing:
         return []
     except KafkaAdapterError as exc:
