@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.ports import free_port
+from testkit import payloads, signing
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -164,3 +166,17 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
+
+
+def post_sample(up: Up, message_id: str) -> int:
+    """Post a signed AgentMail ``message.received`` for ``message_id`` to the stack's ingest
+    (the development secret of ``up_env``'s callers: testkit's SVIX_SECRET); its status."""
+    body = payloads.dumps(payloads.agentmail_received(message_id=message_id))
+    request = urllib.request.Request(
+        f"{up.ingest_url}/webhooks/agentmail",
+        data=body,
+        headers=signing.svix_headers(body),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return int(response.status)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit import payloads, signing
-from tests.integration.devstack.running_up import Up, running_up, up_env, wait_for
+from testkit import signing
+from tests.integration.devstack.running_up import Up, post_sample, running_up, up_env, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -86,15 +86,7 @@ def test_ctrl_c_stops_a_stack_whose_worker_idled_past_every_timeout_within_10_s(
     )
     with running_up(tmp_path, env) as up:
         wait_for(lambda: "worker ready" in up.output(), 120, "the worker", up.log)
-        body = payloads.dumps(payloads.agentmail_received(message_id="<idle@example.com>"))
-        request = urllib.request.Request(
-            f"{up.ingest_url}/webhooks/agentmail",
-            data=body,
-            headers=signing.svix_headers(body),
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 204
+        assert post_sample(up, "<idle@example.com>") == 204
         outbox = up.run_dir / "dry-run-outbox.jsonl"
         wait_for(
             lambda: outbox.exists() and outbox.read_text().endswith("\n"), 90, "the reply", up.log

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit import payloads, signing
-from tests.integration.devstack.running_up import running_up, up_env, wait_for
+from testkit import signing
+from tests.integration.devstack.running_up import post_sample, running_up, up_env, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -19,15 +19,7 @@ pytestmark = pytest.mark.integration
 def test_up_runs_broker_topics_worker_and_ingest_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     env = up_env(tmp_path, ONCEONLY_AGENTMAIL_WEBHOOK_SECRET=signing.SVIX_SECRET)
     with running_up(tmp_path, env) as up:
-        body = payloads.dumps(payloads.agentmail_received(message_id="<up@example.com>"))
-        request = urllib.request.Request(
-            f"{up.ingest_url}/webhooks/agentmail",
-            data=body,
-            headers=signing.svix_headers(body),
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 204
+        assert post_sample(up, "<up@example.com>") == 204
 
         outbox = tmp_path / "run" / "dry-run-outbox.jsonl"
         # the outbox file exists from its open() on: wait for its whole line
