@@ -77,8 +77,12 @@ run: $(STAMP) jars
 send: | $(STAMP)
 	$(BIN)/python -m devstack send $(SEND_ARGS)
 
+# Two processes (pytest-xdist), each with its own session broker: the integration tests mostly
+# wait on brokers, sessions and timers, so two halve the wall time; TEST_WORKERS=0 runs them in
+# this one process. The slowest 25 tests are listed at the end.
+TEST_WORKERS ?= 2
 test: $(STAMP) jars
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations 25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
