@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
-from testkit.sim.__main__ import quiet
+from testkit.sim.__main__ import main, quiet
 from testkit.sim.loop import Deadlock, run
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
@@ -73,3 +74,23 @@ def test_a_planted_bug_is_caught_within_n_seeds(
         if {v.invariant for v in result.violations} & caught_by:
             return
     pytest.fail(f"{bugs} not caught in {within} seeds")
+
+
+def test_the_command_runs_a_range_on_two_processes_and_counts_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--seeds", "6", "--start", "0", "--jobs", "2"]) == 0
+
+    out = capsys.readouterr().out
+    assert "seeds 0 to 5 on 2 process(es)" in out
+    assert "6 schedules in" in out and "0 with violations" in out
+
+
+def test_the_command_prints_a_failing_seed_from_its_processes_and_exits_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--seeds", "40", "--jobs", "2", "--bug", "no-fence-before-send"]) == 1
+
+    out = capsys.readouterr().out
+    assert re.search(r"^seed \d+: \d+ problem\(s\)$", out, re.MULTILINE), out
+    assert "never_doubled" in out
