@@ -97,16 +97,7 @@ class Sending:
                     if found is None:
                         sent_id, found = await _send_or_find(parts.sender, record)
         except SendError as exc:
-            reason = (
-                f"{exc.failure.value} after {attempts} attempt(s): {exc}"
-                if exc.retryable
-                else f"{exc.failure.value}: {exc}"
-            )
-            failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
-            await self.parts.ledger.put(failed)
-            await self.parts.dead_letter(failed, reason, burst)
-            log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
-            return BurstResult(Outcome.FAILED, record.key)
+            return await self._gave_up(record, exc, attempts, burst)
 
         if found is not None:
             log.info("reply found in the thread; recorded as sent", sent=found, **ids)
@@ -117,6 +108,48 @@ class Sending:
         await self.parts.ledger.put(sent)
         log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
         return BurstResult(Outcome.SENT, record.key, sent_id)
+
+    async def _gave_up(
+        self, record: ReplyRecord, exc: SendError, attempts: int, burst: Sequence[Inbound]
+    ) -> BurstResult:
+        """The send stopped on ``exc``. After retryable failures (a 5xx, a timeout, a lost
+        answer: any of them may have taken effect) the thread is read once more, and a reply
+        found there is recorded *sent*; otherwise the reply is recorded *failed* and
+        dead-lettered with its burst."""
+        ids = log_ids(record)
+        if exc.retryable:
+            found = await self._found_after_failure(record)
+            if found is not None:
+                log.warning(
+                    "the send failed but the thread holds the reply; recorded as sent",
+                    sent=found,
+                    attempts=attempts,
+                    **ids,
+                )
+                await self.parts.ledger.put(replace(as_found(record, found), attempts=attempts))
+                return BurstResult(Outcome.ALREADY, record.key, found)
+        reason = (
+            f"{exc.failure.value} after {attempts} attempt(s): {exc}"
+            if exc.retryable
+            else f"{exc.failure.value}: {exc}"
+        )
+        failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
+        await self.parts.ledger.put(failed)
+        await self.parts.dead_letter(failed, reason, burst)
+        log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
+        return BurstResult(Outcome.FAILED, record.key)
+
+    async def _found_after_failure(self, record: ReplyRecord) -> str | None:
+        """The reply in its thread, or None (also when the thread cannot be read now)."""
+        try:
+            return await self.parts.sender.find_reply(record)
+        except SendError as exc:
+            log.warning(
+                "the thread could not be read after the send failed",
+                error=str(exc),
+                **log_ids(record),
+            )
+            return None
 
     async def _arbitrated(self, record: ReplyRecord) -> ReplyRecord | BurstResult:
         """The record to send, by the ledger's arbitration; or, where another writer

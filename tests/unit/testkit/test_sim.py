@@ -94,3 +94,14 @@ def test_the_command_prints_a_failing_seed_from_its_processes_and_exits_1(
     out = capsys.readouterr().out
     assert re.search(r"^seed \d+: \d+ problem\(s\)$", out, re.MULTILINE), out
     assert "never_doubled" in out
+
+
+@pytest.mark.parametrize("seed", [1010, 1047])
+def test_finding_f4_answers_lost_on_every_attempt_are_recorded_as_the_thread_has_them(
+    seed: int,
+) -> None:
+    # F4 (testkit/sim/README.md): the send gave up after lost answers or 5xx while the
+    # email was out; the ledger said failed where the mail API held the email
+    result = run_schedule(Schedule(seed))
+
+    assert result.passed, result.report()
