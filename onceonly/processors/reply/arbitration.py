@@ -18,10 +18,11 @@ it has accounted for: everything before the store's last applied offset at the f
 write (what recovery read), each of its own writes after, and what a recovery read after
 them (:meth:`PartitionLog.recovered`). An offset before its own record that is none of
 these is another writer's: only then is the topic read (:meth:`PartitionLog.gaps`), and
-what it held is kept (:meth:`PartitionLog.learn`). The log outlives rebalances: faust
-moves the store's offset past each own write, so a record another writer landed before
-one of this worker's is below where any later recovery starts. In the usual case no
-offset is unaccounted for and arbitration reads nothing.
+what it held is kept (:meth:`PartitionLog.learn`). The log outlives rebalances: a
+recovery accounts only for what came after the log's own writes, so a record another
+writer landed between two of them stays to be read (the store's recovery reads it too:
+its offset never moves past a record it has not applied). In the usual case no offset
+is unaccounted for and arbitration reads nothing.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class PartitionLog:
     def recovered(self, through: int) -> None:
         """The store applied every record after the last offset accounted for, up to
         ``through`` (a recovery read them). Offsets between this worker's records that are
-        not its own stay unaccounted: faust moves the store's offset past each own write,
-        so a recovery starts after them and never reads another writer's record there."""
+        not its own stay unaccounted, and are read again if a record of this worker's
+        comes after them."""
         top = self.spans[-1][1] if self.spans else self.known - 1
         if through > top:
             self._account(top + 1, through)
