@@ -10,7 +10,12 @@ this module decides by that order:
   pending record landed later sends that text with the key, never its own (the mail
   API's idempotency record then holds one content for the key);
 * a *sent* record of the key before the writer's own record means the email went out:
-  nothing is sent, and the ledger records it *sent* as the other writer did.
+  nothing is sent, and the ledger records it *sent* as the other writer did; a *covered*
+  or *declined* one means the key is settled: nothing is sent, and the ledger records it
+  as the other writer did. The ledger writes that record again as soon as its own
+  pending record has landed after it, unfenced (it only repeats the key's settled word),
+  so that a zombie's pending record is never the key's last word in the compacted log
+  (the simulator's finding F1: a later owner reading it *pending* sends it again).
 
 A worker cannot see another's records in its own store (it reads no changelog of a
 partition it owns), so :class:`PartitionLog` keeps, per ledger partition, which offsets
@@ -114,12 +119,14 @@ class Ruling(StrEnum):
     OWN = "own"  #: no other writer's record comes first: send this one
     ADOPT = "adopt"  #: another writer's pending text came first: send that text
     SENT = "sent"  #: another writer recorded the reply sent first: send nothing
+    #: another writer recorded the key covered or declined first: send nothing
+    SETTLED = "settled"
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     ruling: Ruling
-    #: what to send (OWN, ADOPT) or to record (SENT)
+    #: what to send (OWN, ADOPT) or what the ledger recorded again (SENT, SETTLED)
     record: ReplyRecord
 
 
@@ -134,6 +141,8 @@ def arbitrate(
             break
         if other.state is ReplyState.SENT:
             return Verdict(Ruling.SENT, other)
+        if other.state in (ReplyState.COVERED, ReplyState.DECLINED):
+            return Verdict(Ruling.SETTLED, other)
         if other.state is ReplyState.PENDING and other.reply_text and first_pending is None:
             first_pending = other
     if first_pending is None or first_pending.reply_text == own.reply_text:

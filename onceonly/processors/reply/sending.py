@@ -123,15 +123,17 @@ class Sending:
         recorded the reply sent first, that outcome (nothing is sent)."""
         ids = log_ids(record)
         verdict = await self.parts.arbitrate(record)
-        if verdict.ruling is Ruling.SENT:
-            sent_by = verdict.record
-            await self.parts.ledger.put(sent_by)
+        if verdict.ruling in (Ruling.SENT, Ruling.SETTLED):
+            theirs = verdict.record
+            # (a table ledger wrote it already as the own record landed, unfenced; this
+            # write is fenced: a worker whose partition moved stands down here)
+            await self.parts.ledger.put(theirs)
             log.warning(
-                "reply recorded sent by another writer first; nothing sent",
-                sent=sent_by.sent_message_id,
+                f"reply recorded {theirs.state.value} by another writer first; nothing sent",
+                sent=theirs.sent_message_id,
                 **ids,
             )
-            return BurstResult(Outcome.ALREADY, record.key, sent_by.sent_message_id)
+            return BurstResult(Outcome.ALREADY, record.key, theirs.sent_message_id)
         if verdict.ruling is Ruling.ADOPT:
             log.warning("another writer's pending text came first; it is sent", **ids)
             await self.parts.ledger.put(verdict.record)  # the ledger holds what is sent
