@@ -316,6 +316,24 @@ async def test_server_errors_exhaust_the_attempts_then_dead_letter(mail: FakeAge
     assert record.attempts == 3 and "after 3 attempt(s)" in reason
 
 
+async def test_answers_lost_on_every_attempt_after_the_email_went_out_record_it_sent(
+    mail: FakeAgentMail,
+) -> None:
+    # the first request sent the email and every answer was lost (500 after the effect):
+    # the thread, read once more before the reply is recorded failed, holds it (F5)
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+    mail.lose_response_next(10)
+
+    result = await harness.run([message], attempts=3)
+
+    [email] = mail.outbox
+    assert result == BurstResult(Outcome.ALREADY, message.key, email.sent_message_id)
+    assert harness.dead == []
+    record = harness.ledger.records[message.key]
+    assert (record.state, record.sent_message_id) == (ReplyState.SENT, email.sent_message_id)
+
+
 async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing(
     mail: FakeAgentMail,
 ) -> None:
