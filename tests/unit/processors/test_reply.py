@@ -319,8 +319,8 @@ async def test_server_errors_exhaust_the_attempts_then_dead_letter(mail: FakeAge
 async def test_answers_lost_on_every_attempt_read_the_thread_and_record_the_email_sent(
     mail: FakeAgentMail,
 ) -> None:
-    # found by the simulator (seed 1047): each answer lost after the email went out; the
-    # reply was recorded failed and dead-lettered while the customer had the email
+    # found by the simulator (F5; seeds 204, 245, 1047): each answer lost after the email
+    # went out; the reply was recorded failed and dead-lettered while the customer had it
     harness = Harness(mail)
     message = _seed(mail, "<m1@x>")
     mail.lose_response_next(10)
@@ -332,7 +332,6 @@ async def test_answers_lost_on_every_attempt_read_the_thread_and_record_the_emai
     assert harness.dead == []
     record = harness.ledger.records[message.key]
     assert (record.state, record.sent_message_id) == (ReplyState.SENT, email.sent_message_id)
-    assert record.attempts == 3
 
 
 class FailingSender:

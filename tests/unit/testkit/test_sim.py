@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from testkit.sim.__main__ import main, quiet
 from testkit.sim.loop import Deadlock, run
@@ -14,8 +16,11 @@ from testkit.sim.schedule import Bugs, Schedule
 
 
 @pytest.fixture(autouse=True)
-def _quiet() -> None:
+def _quiet() -> Iterator[None]:
+    saved = structlog.get_config()
     quiet()
+    yield
+    structlog.configure(**saved)  # the other tests' log captures see every level again
 
 
 def test_virtual_time_sleeps_an_hour_in_no_time() -> None:
@@ -51,10 +56,38 @@ def test_the_same_seed_gives_the_same_trace() -> None:
 
 
 def test_a_clean_range_of_seeds_passes() -> None:
-    # seeds 60, 80, 146, 149 and 189 fail: finding F3, see testkit/sim/README.md
     failed = [r.report() for r in map(run_schedule, map(Schedule, range(30))) if not r.passed]
 
     assert failed == []
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # F3: a paused worker's own write, acknowledged after the next owner's records,
+        # moved its store's offset past them (onceonly.processors.records.applied_after_write)
+        60,
+        146,
+        # F4: the next owner finished a reply whose writer saw an older message before it
+        # met that message again, which had no covered record yet (bursts.divide)
+        80,
+        149,
+        189,
+        # F1: a paused worker's pending record landed after the next owner's sent one
+        # and stayed the key's last word (TableLedger writes the settled record again)
+        85,
+        # F5: every answer lost after the email went out: the reply was recorded failed
+        # and dead-lettered (Sending reads the thread once more first)
+        204,
+        245,
+        1010,
+        1047,
+    ],
+)
+def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
+    result = run_schedule(Schedule(seed))
+
+    assert result.passed, result.report()
 
 
 @pytest.mark.parametrize(
@@ -94,14 +127,3 @@ def test_the_command_prints_a_failing_seed_from_its_processes_and_exits_1(
     out = capsys.readouterr().out
     assert re.search(r"^seed \d+: \d+ problem\(s\)$", out, re.MULTILINE), out
     assert "never_doubled" in out
-
-
-@pytest.mark.parametrize("seed", [1010, 1047])
-def test_finding_f4_answers_lost_on_every_attempt_are_recorded_as_the_thread_has_them(
-    seed: int,
-) -> None:
-    # F4 (testkit/sim/README.md): the send gave up after lost answers or 5xx while the
-    # email was out; the ledger said failed where the mail API held the email
-    result = run_schedule(Schedule(seed))
-
-    assert result.passed, result.report()
