@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from onceonly.operations.index.answers import drafts, latest, trace_sources
-from onceonly.operations.index.layout import Topic
+from onceonly.operations.index.layout import DRAFTS_PREFIX, Topic
 from onceonly.operations.index.store import IndexStore
 from onceonly.operations.index.writes import plan
 from onceonly.operations.trace import Record, Sources, assemble, to_json
@@ -36,13 +36,19 @@ def test_the_drafts_waiting_follow_the_ledger_across_batches_and_within_one(
     _write(
         store,
         Topic.LEDGER,
-        [_ledger(4, ReplyState.AWAITING, "reply-3"), _ledger(5, None, "reply-3")],
+        [
+            _ledger(4, ReplyState.AWAITING, "reply-3"),
+            _ledger(5, ReplyState.SENT, "reply-3"),
+            _ledger(6, ReplyState.AWAITING, "reply-4"),
+            _ledger(7, None, "reply-4"),
+        ],
     )
 
+    assert len(list(store.scan(DRAFTS_PREFIX))) == 1  # no entry left behind
     assert [r.key for r in drafts(store)] == ["reply-other"]
     assert latest(store, KEY) is not None and latest(store, KEY).state is ReplyState.SENT  # type: ignore[union-attr]
-    assert latest(store, "reply-3") is None
-    assert store.offsets("t") == {0: 6}
+    assert latest(store, "reply-4") is None
+    assert store.offsets("t") == {0: 8}
     store.close()
 
 
