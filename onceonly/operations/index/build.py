@@ -107,6 +107,8 @@ def one_pass(connection: Connection, settings: Settings, store: IndexStore) -> P
             want = next_range(stored.get(partition.partition), partition)
             if want.count:
                 read[name] += _partition(connection, store, topic, name, want)
+    if any(read.values()):
+        store.flush()
     return Pass(read, time.monotonic() - started)
 
 

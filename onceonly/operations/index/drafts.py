@@ -3,16 +3,19 @@
 A reply key's ledger records come in order (one key, one partition), so the list changes
 by comparing a write with the one before it: a draft that stops awaiting (sent, rejected,
 timed out, deleted) leaves the list, one that starts awaiting joins it, ordered by when it
-was drafted (its ``created_at``, in UTC, as the key's text sorts).
+was drafted (its ``created_at``, in UTC, as the key's text sorts). The write before is
+known by its ``draft`` key alone (kept under ``waiting/<reply key>``): no earlier record
+is decoded again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 
 from onceonly.operations.index.layout import draft_key
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyState
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,17 +24,19 @@ class DraftChange:
     add: tuple[bytes, ...] = ()
 
 
-def waiting_key(record: ReplyRecord) -> bytes:
-    drafted = record.created_at.astimezone(UTC).isoformat(timespec="microseconds")
-    return draft_key(drafted, record.key)
+def listed_as(key: str, data: Mapping[str, object] | None) -> bytes | None:
+    """Where a ledger value (its JSON; None: a tombstone) is in the drafts' list, if it is."""
+    if data is None or data.get("state") != ReplyState.AWAITING.value:
+        return None
+    drafted = datetime.fromisoformat(str(data["created_at"])).astimezone(UTC)
+    return draft_key(drafted.isoformat(timespec="microseconds"), key)
 
 
-def change(before: ReplyRecord | None, after: ReplyRecord | None) -> DraftChange:
-    """What one write (``after``; None: a tombstone) does to the drafts waiting."""
-    was = before is not None and before.state is ReplyState.AWAITING
-    now = after is not None and after.state is ReplyState.AWAITING
-    remove = (waiting_key(before),) if was and before is not None else ()
-    add = (waiting_key(after),) if now and after is not None else ()
-    if remove == add:
+def change(before: bytes | None, after: bytes | None) -> DraftChange:
+    """What one write does to the drafts waiting: ``before`` and ``after`` are where the
+    reply was listed before it and is listed after it (None: not waiting)."""
+    if before == after:
         return DraftChange()
-    return DraftChange(remove=remove, add=add)
+    return DraftChange(
+        remove=() if before is None else (before,), add=() if after is None else (after,)
+    )

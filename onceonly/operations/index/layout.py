@@ -8,6 +8,7 @@ prefix scan whose length is the answer's:
 * ``by/<kind>/<id>/<topic>/<partition>/<offset>`` -> nothing: the record names the id;
 * ``reply/<reply key>`` -> the reply's latest ledger value;
 * ``draft/<drafted at>/<reply key>`` -> nothing: a draft awaiting a person, oldest first;
+* ``waiting/<reply key>`` -> its ``draft`` key, while it waits;
 * ``offset/<topic name>/<partition>`` -> the next offset to read (ASCII).
 """
 
@@ -41,28 +42,25 @@ class Kind(StrEnum):
     THREAD = "thr"  #: a thread key
 
 
-def _join(*parts: str | bytes) -> bytes:
-    return SEP.join(p.encode() if isinstance(p, str) else p for p in parts)
-
-
-def _pos(partition: int, offset: int) -> tuple[str, str]:
-    return f"{partition:06d}", f"{offset:020d}"
+def _join(*parts: str) -> bytes:
+    return "\x00".join(parts).encode()
 
 
 def record_key(topic: Topic, partition: int, offset: int) -> bytes:
-    return _join(b"rec", topic.value, *_pos(partition, offset))
+    return f"rec\x00{topic.value}\x00{partition:06d}\x00{offset:020d}".encode()
 
 
 def records_prefix(topic: Topic) -> bytes:
-    return _join(b"rec", topic.value, b"")
+    return _join("rec", topic.value, "")
 
 
 def name_key(kind: Kind, ident: str, topic: Topic, partition: int, offset: int) -> bytes:
-    return _join(b"by", kind.value, ident, topic.value, *_pos(partition, offset))
+    where = f"{topic.value}\x00{partition:06d}\x00{offset:020d}"
+    return f"by\x00{kind.value}\x00{ident}\x00{where}".encode()
 
 
 def names_prefix(kind: Kind, ident: str, topic: Topic) -> bytes:
-    return _join(b"by", kind.value, ident, topic.value, b"")
+    return _join("by", kind.value, ident, topic.value, "")
 
 
 def position_of(key: bytes) -> tuple[int, int]:
@@ -72,14 +70,19 @@ def position_of(key: bytes) -> tuple[int, int]:
 
 
 def reply_key(key: str) -> bytes:
-    return _join(b"reply", key)
+    return _join("reply", key)
 
 
 def draft_key(drafted_at: str, key: str) -> bytes:
-    return _join(b"draft", drafted_at, key)
+    return _join("draft", drafted_at, key)
 
 
-DRAFTS_PREFIX = _join(b"draft", b"")
+def waiting_key(key: str) -> bytes:
+    """Where the index keeps a waiting draft's ``draft`` key, by its reply key."""
+    return _join("waiting", key)
+
+
+DRAFTS_PREFIX = _join("draft", "")
 
 
 def reply_of_draft(key: bytes) -> str:
@@ -87,7 +90,7 @@ def reply_of_draft(key: bytes) -> str:
 
 
 def offset_key(topic_name: str, partition: int) -> bytes:
-    return _join(b"offset", topic_name, f"{partition:06d}")
+    return _join("offset", topic_name, f"{partition:06d}")
 
 
 _HEAD = struct.Struct(">iqqiiH")

@@ -51,9 +51,13 @@ def of_delivery(record: Record) -> Names:
 
 def of_ledger(record: Record) -> Names:
     key = (record.key or b"").decode("utf-8", "replace")
+    return of_reply(key, _json(record.value))
+
+
+def of_reply(key: str, data: dict[str, object]) -> Names:
+    """A ledger record's names from its key and its JSON (decoded once, by the caller)."""
     if not key.startswith(REPLY_PREFIX):
         return []  # an effect's record: no operator read asks for it
-    data = _json(record.value)
     return _present(
         (Kind.REPLY, key),
         (Kind.MESSAGE, data.get("message_id")),

@@ -76,6 +76,11 @@ class IndexStore:
     def close(self) -> None:
         self._db.close()
 
+    def flush(self) -> None:
+        """Write the memtable to a table file: a reader opened read-only replays the
+        write-ahead log into its own memory, so the writer keeps that log short."""
+        self._db.flush()
+
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(key)
         return None if value is None else bytes(value)

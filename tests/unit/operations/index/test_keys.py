@@ -87,22 +87,29 @@ def test_a_skip_is_named_by_its_event_and_message() -> None:
     assert of_decision(Record(0, 1, 0, b"t", value)) == [(Kind.EVENT, "evt-9")]
 
 
+def _listed(record: ReplyRecord | None) -> bytes | None:
+    key = KEY if record is None else record.key
+    return drafts.listed_as(key, None if record is None else json.loads(record.encode()))
+
+
 def test_a_draft_joins_the_waiting_list_when_it_awaits_and_leaves_when_it_settles() -> None:
-    awaiting = _reply(ReplyState.AWAITING)
-    joined = drafts.change(_reply(ReplyState.PENDING), awaiting)
-    assert joined.remove == () and len(joined.add) == 1
-    assert joined.add[0].startswith(DRAFTS_PREFIX) and reply_of_draft(joined.add[0]) == KEY
+    awaiting = _listed(_reply(ReplyState.AWAITING))
+    assert awaiting is not None and awaiting.startswith(DRAFTS_PREFIX)
+    assert reply_of_draft(awaiting) == KEY
+    joined = drafts.change(_listed(_reply(ReplyState.PENDING)), awaiting)
+    assert joined == drafts.DraftChange(add=(awaiting,))
     assert drafts.change(awaiting, awaiting) == drafts.DraftChange()  # rewritten, still waiting
     for settled in (_reply(ReplyState.SENT), _reply(ReplyState.DECLINED), None):
-        assert drafts.change(awaiting, settled) == drafts.DraftChange(remove=joined.add)
-    assert drafts.change(None, _reply(ReplyState.SENT)) == drafts.DraftChange()
+        assert _listed(settled) is None
+        assert drafts.change(awaiting, _listed(settled)) == drafts.DraftChange(remove=(awaiting,))
+    assert drafts.change(None, _listed(_reply(ReplyState.SENT))) == drafts.DraftChange()
 
 
 def test_drafts_are_listed_oldest_first_whatever_the_offset_of_their_zone() -> None:
     early = _reply(ReplyState.AWAITING, "reply-b", T.astimezone(timezone(timedelta(hours=5))))
     late = _reply(ReplyState.AWAITING, "reply-a", T + timedelta(microseconds=1))
-    keys = [drafts.waiting_key(late), drafts.waiting_key(early)]
-    assert [reply_of_draft(k) for k in sorted(keys)] == ["reply-b", "reply-a"]
+    keys = [_listed(late), _listed(early)]
+    assert [reply_of_draft(k) for k in sorted(k for k in keys if k)] == ["reply-b", "reply-a"]
 
 
 @pytest.mark.parametrize(
