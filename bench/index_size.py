@@ -89,8 +89,11 @@ def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
     settings = Settings(
         kafka_bootstrap=broker.bootstrap,
         partitions=8,
-        **{k.removeprefix("ONCEONLY_").lower(): v for k, v in topics.items()},
-    )  # type: ignore[arg-type]
+        deliveries_topic=topics["ONCEONLY_DELIVERIES_TOPIC"],
+        ledger_topic=topics["ONCEONLY_LEDGER_TOPIC"],
+        dead_letter_topic=topics["ONCEONLY_DEAD_LETTER_TOPIC"],
+        decisions_topic=topics["ONCEONLY_DECISIONS_TOPIC"],
+    )
 
     index_dir = work / "index"
     store = IndexStore.writer(index_dir)

@@ -66,7 +66,8 @@ def _listed(stack: Stack, index_dir: Path) -> tuple[list[str], str]:
 
 
 async def _until_listed(stack: Stack, index_dir: Path, keys: set[str]) -> str:
-    deadline, last = time.monotonic() + 60, ([], "")
+    deadline = time.monotonic() + 60
+    last: tuple[list[str], str] = ([], "")
     while time.monotonic() < deadline:
         last = await asyncio.to_thread(_listed, stack, index_dir)
         if set(last[0]) == keys and "up to date" in last[1]:
