@@ -6,12 +6,14 @@ import asyncio
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 import structlog
 
 from onceonly.cli.approvals import approvals
 from onceonly.cli.dead_letters import dead_letters
+from onceonly.cli.index import index
 from onceonly.cli.replay import replay
 from onceonly.cli.startup import run_until_signal, settings_from_env
 from onceonly.foundation.errors import ConfigError, OnceOnlyError
@@ -182,22 +184,37 @@ def trace(ident: str, as_json: bool) -> None:
     from onceonly.operations import trace as traces
 
     settings = _settings()
-    found = traces.find(settings, ident)
+    found, source = _trace(settings, ident)
     if found is None:
         raise click.ClickException(
             f"no delivery, ledger record or dead letter names {ident!r} (in "
             f"{settings.deliveries_topic}, {settings.ledger_topic}, "
             f"{settings.dead_letter_topic}); give a message id, an event id or a reply key. "
-            "Deliveries are kept 7 days"
+            f"Deliveries are kept 7 days; {source}"
         )
     if as_json:
-        click.echo(json.dumps(traces.to_json(found), ensure_ascii=False, indent=2))
+        out = {**traces.to_json(found), "answered_by": source}
+        click.echo(json.dumps(out, ensure_ascii=False, indent=2))
         return
     Console().print(traces.render(found))
+    click.echo(source)
+
+
+def _trace(settings: Settings, ident: str) -> tuple[Any, str]:
+    """The trace from the index when one is built, else from the topics; and which."""
+    from onceonly.operations import index
+    from onceonly.operations import trace as traces
+
+    reason = index.no_index_reason(settings)
+    if reason is None:
+        answer = index.trace(settings, ident)
+        return answer.value, answer.line()
+    return traces.find(settings, ident), f"answered by scanning the topics ({reason})"
 
 
 main.add_command(approvals)
 main.add_command(dead_letters)
+main.add_command(index)
 main.add_command(replay)
 
 

@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     worker_host: str = "127.0.0.1"
     worker_port: int = Field(default=6066, ge=0, le=65535)
     data_dir: Path = Path(".run/worker")
+    #: where ``onceonly index`` keeps the operator index (RocksDB); None: no index, the
+    #: operator reads scan the topics
+    index_dir: Path | None = None
     worker_id: str | None = None
     #: warm copies of each table partition kept by other workers (faust's table standbys);
     #: 1, faust's own default: a takeover replays only what the copy missed
