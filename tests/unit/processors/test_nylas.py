@@ -592,20 +592,18 @@ async def test_catch_up_feeds_the_unanswered_messages_only(nylas: FakeNylas) -> 
     harness.seed("answered", thread="t-a")
     harness.seed("reply", thread="t-a", from_=[AGENT], folders=["SENT"], in_reply_to="answered")
     harness.seed("missed", thread="t-m")
-    ledger = {
-        reply_key(GRANT, "answered"): _record("answered").with_state(ReplyState.SENT),
-    }
+    answered = catchup.Answered.of([_record("answered").with_state(ReplyState.SENT)])
     fed: list[Envelope] = []
 
     async def feed(envelope: Envelope) -> None:
         fed.append(envelope)
 
     summary = await catchup.catch_up(
-        harness.channel, GRANT, datetime(2026, 6, 1, tzinfo=UTC), ledger=ledger, feed=feed
+        harness.channel, GRANT, datetime(2026, 6, 1, tzinfo=UTC), answered=answered, feed=feed
     )
 
     assert old["id"] not in {e.message_id for e in fed}
-    assert sorted(e.message_id or "" for e in fed) == ["answered", "missed"]
+    assert [e.message_id for e in fed] == ["missed"]  # the answered one is not fed
     assert summary.found == 3 and summary.skipped_sent_by_agent == 1
     assert summary.skipped_answered == 1 and summary.fed == [reply_key(GRANT, "missed")]
     assert all(e.provider == "nylas" and e.event_type == "message.created" for e in fed)
