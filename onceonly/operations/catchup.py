@@ -243,6 +243,11 @@ async def catch_up(
         missed = await provider.missed(account, message)
         if missed is None:
             summary.skipped_sent_by_agent += 1
+            log.info(
+                "catch-up skipped the account's own mail",
+                account=account,
+                message_id=message.get("message_id") or message.get("id"),
+            )
         else:
             key = reply_key(account, missed.message_id)
             envelope = envelope_for(provider.name, missed, datetime.now(UTC))

@@ -107,3 +107,21 @@ def test_a_shorter_look_back_starts_later() -> None:
 
     assert window is not None and window.start == NOW - timedelta(days=4)
     assert "2 days back" in window.why
+
+
+def test_the_setting_and_the_option_take_iso_durations_above_zero() -> None:
+    import click
+    import pytest
+    from pydantic import ValidationError
+
+    from onceonly.cli import _duration
+    from onceonly.foundation.settings import Settings
+
+    assert Settings(catchup_lookback="P3D").catchup_lookback == timedelta(days=3)
+    assert Settings().catchup_lookback is None
+    with pytest.raises(ValidationError):
+        Settings(catchup_lookback="-PT1H")
+    assert _duration("PT36H") == timedelta(hours=36) and _duration(None) is None
+    for bad in ("0", "soon"):
+        with pytest.raises(click.BadParameter):
+            _duration(bad)
