@@ -6,7 +6,7 @@ import asyncio
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 import structlog
@@ -17,6 +17,11 @@ from onceonly.cli.replay import replay
 from onceonly.cli.startup import run_until_signal, settings_from_env
 from onceonly.foundation.errors import ConfigError, OnceOnlyError
 from onceonly.foundation.settings import Settings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from onceonly.operations import catchup
 
 log = structlog.get_logger("onceonly")
 
@@ -162,7 +167,13 @@ def catch_up(
     )
 
 
-def _listed(console: Any, settings: Settings, source: Any, start: datetime, answered: Any) -> Any:
+def _listed(
+    console: Console,
+    settings: Settings,
+    source: catchup.Source,
+    start: datetime,
+    answered: catchup.Answered,
+) -> catchup.Summary:
     """Catch-up's own work, with a progress bar of the messages listed so far."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
