@@ -233,8 +233,9 @@ async def catch_up(
 ) -> Summary:
     """Feed each unanswered message ``provider`` lists for ``account`` after ``since``
     through the pipeline as it is listed, in the provider's order (AgentMail's: oldest
-    first; Nylas lists newest first, and the worker's reorder window puts a thread's
-    messages back in order); the account's own mail is counted as sent by the agent."""
+    first; Nylas lists newest first, so two lost messages of one thread listed more than
+    the worker's reorder window apart reach it newest first, where the whole listing used
+    to be sorted); the account's own mail is counted as sent by the agent."""
     from onceonly.processors.messages import reply_key
 
     summary = Summary()
