@@ -202,6 +202,9 @@ class Settings(BaseSettings):
     approval: Literal["never", "always", "writer"] = "never"
     #: a draft waiting this long (from its ledger record) is declined or alerted on
     approval_timeout: timedelta = timedelta(hours=24)
+    #: how far back ``onceonly catch-up`` without --since lists at least (unset: the
+    #: provider's documented horizon, onceonly.operations.catchup.LOOK_BACK)
+    catchup_lookback: timedelta | None = Field(default=None, gt=timedelta(0))
     approval_on_timeout: Literal["alert", "decline"] = "alert"
     event_handler: str | None = None
     agentmail_base_url: str | None = None
