@@ -36,6 +36,9 @@ class SentEmail:
     key: str | None
     message_id: str
     at: float
+    #: sent by a member that no longer owned the partition when the email took effect (its
+    #: fence check passed before it lost it): with keys ignored, the window that remains
+    stale: bool = False
 
 
 @dataclass(slots=True)
@@ -84,8 +87,10 @@ class SimMail:
     def dry_run(self) -> bool:
         return False
 
-    async def reply(self, record: ReplyRecord) -> str:
-        return await remote(self._latency(), lambda: self._reply(record), self._latency())
+    async def reply(self, record: ReplyRecord, owns: Callable[[], bool] = lambda: True) -> str:
+        """A send; ``owns``: whether its sender still owns the partition (asked as the email
+        takes effect, to mark it stale)."""
+        return await remote(self._latency(), lambda: self._reply(record, owns), self._latency())
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
         async def read() -> str | None:
@@ -122,7 +127,7 @@ class SimMail:
 
     # -- the far end of a reply ----------------------------------------------------------
 
-    async def _reply(self, record: ReplyRecord) -> str:
+    async def _reply(self, record: ReplyRecord, owns: Callable[[], bool]) -> str:
         ids = f"{record.message_id} text={record.reply_text!r}"
         faults = self.faults
         key = None if faults.ignore_keys else record.key
@@ -144,7 +149,7 @@ class SimMail:
                 return self._answer(known.response, ids)
             self._keys[key] = _Key(fingerprint)
         await asyncio.sleep(self.rng.uniform(0.05, 2.0))  # sending: the key is in flight
-        sent = self._send(record, key)
+        sent = self._send(record, key, stale=not owns())
         self.trace("mail", f"sent {ids} -> {sent}")
         if key is not None:
             self._keys[key] = _Key(fingerprint, in_flight=False, response=sent)
@@ -157,7 +162,7 @@ class SimMail:
             raise SendError(SendFailure.RETRY, "500 after the request took effect", status=500)
         return response
 
-    def _send(self, record: ReplyRecord, key: str | None) -> str:
+    def _send(self, record: ReplyRecord, key: str | None, *, stale: bool) -> str:
         self._sent += 1
         sent_id = f"<sent{self._sent}@sim>"
         thread = self._thread_of.get((record.inbox_id, record.message_id), "")
@@ -171,7 +176,28 @@ class SimMail:
         )
         self.outbox.append(
             SentEmail(
-                record.inbox_id, record.message_id, record.reply_text, key, sent_id, self.clock()
+                record.inbox_id,
+                record.message_id,
+                record.reply_text,
+                key,
+                sent_id,
+                self.clock(),
+                stale,
             )
         )
         return sent_id
+
+
+class MemberMail:
+    """The mail API as one member sends through it: each email marked with whether the
+    member still owned the partition when it took effect."""
+
+    def __init__(self, mail: SimMail, owns: Callable[[], bool]) -> None:
+        self.mail = mail
+        self.owns = owns
+
+    async def reply(self, record: ReplyRecord) -> str:
+        return await self.mail.reply(record, self.owns)
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        return await self.mail.find_reply(record)

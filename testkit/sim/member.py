@@ -24,6 +24,7 @@ from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.io import Actor, Killed, current, remote
 from testkit.sim.log import DRAIN_GRACE_S, TP, LateLedger, SimTable, position
+from testkit.sim.mail import MemberMail
 
 if TYPE_CHECKING:
     from testkit.sim.world import World
@@ -208,7 +209,9 @@ class Member(Actor):
     def _parts(self, taken: list[int], thread_key: str = "") -> ReplyParts:
         world = self.world
         sender: MailSender = (
-            world.mail if world.bugs.no_fence_before_send else self.fence.sender(world.mail)
+            world.mail
+            if world.bugs.no_fence_before_send
+            else self.fence.sender(MemberMail(world.mail, self.owns))
         )
 
         async def newer() -> Sequence[Inbound]:

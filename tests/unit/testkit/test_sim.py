@@ -95,9 +95,8 @@ def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
     [
         (Bugs(no_fence_before_send=True), 40, {"never_doubled"}),
         (Bugs(ledger_after_send=True), 40, {"never_doubled", "covered_unseen"}),
-        (Bugs(keys_ignored=True), 40, {"never_doubled"}),
     ],
-    ids=["no-fence-before-send", "ledger-after-send", "keys-ignored-and-zombies"],
+    ids=["no-fence-before-send", "ledger-after-send"],
 )
 def test_a_planted_bug_is_caught_within_n_seeds(
     bugs: Bugs, within: int, caught_by: set[str]
@@ -127,3 +126,24 @@ def test_the_command_prints_a_failing_seed_from_its_processes_and_exits_1(
     out = capsys.readouterr().out
     assert re.search(r"^seed \d+: \d+ problem\(s\)$", out, re.MULTILINE), out
     assert "never_doubled" in out
+
+
+def test_with_keys_ignored_zombies_hit_the_named_window_and_only_by_a_stale_send() -> None:
+    # keys ignored, pauses placed right after a fence check: the one window that remains
+    # (docs/guarantees.md) is measured, not failed; a double without a stale send would fail
+    hits = []
+    for seed in range(40):
+        result = run_schedule(Schedule(seed, Bugs(keys_ignored=True)))
+        assert result.passed, result.report()
+        hits += [(seed, hit) for hit in result.window_hits]
+    assert hits, "no schedule hit the keys-ignored window in 40 seeds"
+    assert all(hit.invariant == "never_doubled" for _, hit in hits)
+
+
+def test_a_double_from_an_owner_is_a_violation_even_with_keys_ignored() -> None:
+    # no fence before the send: the double comes from a sender nobody marked stale
+    for seed in range(40):
+        result = run_schedule(Schedule(seed, Bugs(no_fence_before_send=True, keys_ignored=True)))
+        if any(v.invariant == "never_doubled" for v in result.violations):
+            return
+    pytest.fail("a double with no stale send was classified as the window")
