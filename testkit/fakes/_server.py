@@ -1,11 +1,34 @@
-"""The lifecycle the fake API servers share: serve an aiohttp app on this loop or a thread."""
+"""What the fake API servers share: serving an aiohttp app on this loop, on a thread or
+as a process of its own (:meth:`FakeServer.serve`, :func:`command_line`), and for the
+fake mail APIs a movable clock, request counts and the injected latency
+(:class:`FakeMailServer`)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import signal
 import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+from urllib.parse import unquote
 
 from aiohttp import web
+
+Clock = Callable[[], float]
+
+
+def command_line(module: str, description: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m testkit.fakes.<module>``, with ``--host`` and ``--port``."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m testkit.fakes.{module}", description=description
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    return parser
 
 
 class FakeServer:
@@ -87,8 +110,72 @@ class FakeServer:
         self._thread = None
         self._thread_loop = None
 
+    async def serve(self, host: str, port: int) -> None:
+        """Serve as a process: print the base URL on stdout, stop on SIGINT or SIGTERM."""
+        print(await self.start(host, port), flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
     @property
     def base_url(self) -> str:
         if self._base_url is None:
             raise RuntimeError(f"{self.name} is not started")
         return self._base_url
+
+
+class Latency(Protocol):
+    latency_s: float  #: how long every API request waits before it is handled
+
+
+F = TypeVar("F", bound=Latency)
+
+
+class FakeMailServer(FakeServer, Generic[F]):
+    """A fake mail API: its clock (``clock`` plus the offset :meth:`advance_clock` adds),
+    one lock over its state, ``request_counts`` by route, and ``faults`` (of which
+    ``latency_s`` is waited before every API request, in :meth:`_arrive`)."""
+
+    def __init__(self, faults: F, clock: Clock | None) -> None:
+        super().__init__()
+        self.faults = faults
+        self._base_clock: Clock = clock if clock is not None else time.time
+        self._clock_offset_s = 0.0
+        self._lock = threading.RLock()
+        self.request_counts: Counter[str] = Counter()
+
+    def now(self) -> float:
+        return self._base_clock() + self._clock_offset_s
+
+    def advance_clock(self, seconds: float) -> float:
+        """Move the fake's time forward (or back); returns the new now()."""
+        with self._lock:
+            self._clock_offset_s += seconds
+        return self.now()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.request_counts[name] += 1
+
+    async def _arrive(self, request: web.Request) -> tuple[str, list[str], bytes]:
+        """Read the whole request, count it, wait the injected latency; return its path,
+        the path's parts after the version (``v0``, ``v3``) and its body.
+
+        The body is read first: the latency then models a server that has the request and
+        is slow, and a client giving up cannot un-send it.
+        """
+        raw_path = request.raw_path.split("?", 1)[0]
+        parts = [unquote(p) for p in raw_path.strip("/").split("/")][1:]
+        raw_body = await request.read()
+        with self._lock:
+            self.request_counts["total"] += 1
+            latency = self.faults.latency_s
+        if latency > 0:
+            await asyncio.sleep(latency)
+        return raw_path, parts, raw_body
