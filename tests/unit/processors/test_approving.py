@@ -4,13 +4,10 @@ against the local AgentMail server, no broker (the ledger in memory)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import fields
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from onceonly.ingest import normalise
 from onceonly.processors.approval.applying import decide
@@ -36,14 +33,6 @@ T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 class _DeadLetters:
     async def record_reply(self, record: Any, reason: str, envelopes: Any) -> None:
         raise AssertionError(f"dead-lettered: {reason}")
-
-
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> Conversation:

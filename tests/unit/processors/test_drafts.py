@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -89,14 +89,6 @@ def test_an_approved_draft_is_finished_like_any_pending_reply() -> None:
     )
 
     assert plan(approved) is Plan.RECONCILE
-
-
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 async def test_a_draft_is_recorded_awaiting_with_its_covers_and_not_sent(

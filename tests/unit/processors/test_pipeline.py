@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
@@ -35,14 +32,6 @@ class _DeadLetters:
 
     async def record_reply(self, record: Any, reason: str, envelopes: Any) -> None:
         self.letters.append((reason.split()[0], [e.event_id for e in envelopes]))
-
-
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 def _pipeline(mail: FakeAgentMail, writer: Any) -> Conversation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,14 +140,6 @@ class CountingWriter:
     def __call__(self, burst: Sequence[Inbound]) -> str:
         self.calls.append(len(burst))
         return f"Thanks, we got your {len(burst)} message(s)."
-
-
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 def _seed(mail: FakeAgentMail, message_id: str, *, thread: str = "thr_1") -> Inbound:
