@@ -34,26 +34,13 @@ from onceonly.processors.writer.contract import Decline, Inbound, Text, reply_ke
 from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
+from tests.unit.processors._messages import INBOX, received
 
-INBOX = "support@agentmail.to"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
-def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: object) -> Inbound:
-    values: dict[str, object] = {
-        "inbox_id": INBOX,
-        "message_id": message_id,
-        "thread_key": f"agentmail:{thread}",
-        "thread_id": thread,
-        "event_id": f"evt-{message_id}",
-        "occurred_at": T0 + timedelta(minutes=minute),
-        "sender": "Customer <customer@example.com>",
-        "subject": "Meeting",
-        "text": "Can we move it?",
-        "labels": ("received",),
-    }
-    values.update(kw)
-    return Inbound(**values)  # type: ignore[arg-type]
+def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: Any) -> Inbound:
+    return received(message_id, T0 + timedelta(minutes=minute), thread=thread, **kw)
 
 
 # -- pure decisions ------------------------------------------------------------------

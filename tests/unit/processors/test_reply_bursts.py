@@ -28,25 +28,14 @@ from onceonly.processors.reply.once import (
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.ledger import MemoryLedger
+from tests.unit.processors._messages import INBOX, received
 
-INBOX = "support@agentmail.to"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 CONFLICT = SendError(SendFailure.CONFLICT, "409 IdempotencyConflict", status=409)
 
 
 def _inbound(message_id: str, minute: int) -> Inbound:
-    return Inbound(
-        inbox_id=INBOX,
-        message_id=message_id,
-        thread_key="agentmail:thr_1",
-        thread_id="thr_1",
-        event_id=f"evt-{message_id}",
-        occurred_at=T0 + timedelta(minutes=minute),
-        sender="Customer <customer@example.com>",
-        subject="Meeting",
-        text="Can we move it?",
-        labels=("received",),
-    )
+    return received(message_id, T0 + timedelta(minutes=minute))
 
 
 def _record(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
