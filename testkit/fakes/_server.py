@@ -130,11 +130,14 @@ class FakeServer:
         return self._base_url
 
 
-class Latency(Protocol):
+class MailFaults(Protocol):
     latency_s: float  #: how long every API request waits before it is handled
+    fail_remaining: int  #: sends still to answer ``fail_status`` without sending
+    fail_status: int
+    lose_remaining: int  #: sends still to do, then answer 500
 
 
-F = TypeVar("F", bound=Latency)
+F = TypeVar("F", bound=MailFaults)
 
 
 class FakeMailServer(FakeServer, Generic[F]):
@@ -149,6 +152,32 @@ class FakeMailServer(FakeServer, Generic[F]):
         self._clock_offset_s = 0.0
         self._lock = threading.RLock()
         self.request_counts: Counter[str] = Counter()
+        self._seq = 0
+
+    def fail_next(self, n: int, status: int = 500) -> None:
+        """The next ``n`` sends answer ``status`` without sending."""
+        with self._lock:
+            self.faults.fail_remaining = n
+            self.faults.fail_status = status
+
+    def lose_response_next(self, n: int) -> None:
+        """The next ``n`` sends that would answer 2xx do their work, then answer 500."""
+        with self._lock:
+            self.faults.lose_remaining = n
+
+    def set_latency(self, seconds: float) -> None:
+        with self._lock:
+            self.faults.latency_s = seconds
+
+    def _restart(self, faults: F) -> None:
+        """Fresh faults, no counts, no clock offset (the subclass forgets its own state)."""
+        self.faults = faults
+        self.request_counts.clear()
+        self._clock_offset_s = 0.0
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
 
     def now(self) -> float:
         return self._base_clock() + self._clock_offset_s

@@ -275,7 +275,6 @@ class FakeAgentMail(FakeMailServer[Faults]):
         self._outbox: list[OutboxEntry] = []
         self._keys: dict[str, _KeyRecord] = {}
         self._webhooks: dict[str, _Webhook] = {}
-        self._seq = 0
 
     @property
     def ws_url(self) -> str:
@@ -393,25 +392,10 @@ class FakeAgentMail(FakeMailServer[Faults]):
         with self._lock:
             return [key for key, record in self._keys.items() if record.in_flight]
 
-    def fail_next(self, n: int, status: int = 500) -> None:
-        """The next ``n`` reply calls answer ``status`` without sending or touching keys."""
-        with self._lock:
-            self.faults.fail_remaining = n
-            self.faults.fail_status = status
-
-    def lose_response_next(self, n: int) -> None:
-        """The next ``n`` replies that would answer 2xx do their work, then answer 500."""
-        with self._lock:
-            self.faults.lose_remaining = n
-
     def ignore_keys(self, ignore: bool = True) -> None:
         """Ignore (or honour again) the Idempotency-Key header of reply calls."""
         with self._lock:
             self.faults.ignore_keys = ignore
-
-    def set_latency(self, seconds: float) -> None:
-        with self._lock:
-            self.faults.latency_s = seconds
 
     def reset(self) -> None:
         """Forget messages, outbox, keys, webhooks, faults, counters and clock offset."""
@@ -420,15 +404,9 @@ class FakeAgentMail(FakeMailServer[Faults]):
             self._outbox.clear()
             self._keys.clear()
             self._webhooks.clear()
-            self.faults = Faults(ignore_keys=self._ignore_keys_default)
-            self.request_counts.clear()
-            self._clock_offset_s = 0.0
+            self._restart(Faults(ignore_keys=self._ignore_keys_default))
 
     # ----------------------------------------------------------------- internals
-
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
 
     @staticmethod
     def _new_message_id() -> str:

@@ -211,7 +211,6 @@ class FakeNylas(FakeMailServer[NylasFaults]):
         self._messages: dict[str, list[StoredMessage]] = {}
         self._outbox: list[NylasOutboxEntry] = []
         self._keys: dict[tuple[str, str], _KeyRecord] = {}
-        self._seq = 0
         #: every Idempotency-Key header seen on a send, in arrival order
         self.send_keys: list[str | None] = []
 
@@ -278,13 +277,7 @@ class FakeNylas(FakeMailServer[NylasFaults]):
             return list(self._outbox)
 
     def fail_next(self, n: int, status: int = 503) -> None:
-        with self._lock:
-            self.faults.fail_remaining = n
-            self.faults.fail_status = status
-
-    def lose_response_next(self, n: int) -> None:
-        with self._lock:
-            self.faults.lose_remaining = n
+        super().fail_next(n, status)
 
     def reset(self) -> None:
         with self._lock:
@@ -293,15 +286,9 @@ class FakeNylas(FakeMailServer[NylasFaults]):
             self._outbox.clear()
             self._keys.clear()
             self.send_keys.clear()
-            self.faults = NylasFaults()
-            self.request_counts.clear()
-            self._clock_offset_s = 0.0
+            self._restart(NylasFaults())
 
     # ----------------------------------------------------------------- internals
-
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
 
     @staticmethod
     def _new_id() -> str:
