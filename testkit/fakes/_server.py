@@ -13,7 +13,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -130,11 +131,20 @@ class FakeServer:
         return self._base_url
 
 
-class MailFaults(Protocol):
-    latency_s: float  #: how long every API request waits before it is handled
-    fail_remaining: int  #: sends still to answer ``fail_status`` without sending
-    fail_status: int
-    lose_remaining: int  #: sends still to do, then answer 500
+@dataclass
+class MailFaults:
+    """A fake mail API's runtime fault settings. Counters count down as faults fire."""
+
+    latency_s: float = 0.0  #: how long every API request waits before it is handled
+    send_delay_s: float = 0.0  #: between reserving a key and sending
+    #: after a successful send, wait this long before answering (the email is out)
+    answer_delay_s: float = 0.0
+    fail_remaining: int = 0  #: sends still to answer ``fail_status`` without sending
+    fail_status: int = 500
+    lose_remaining: int = 0  #: sends still to do, then answer 500
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 F = TypeVar("F", bound=MailFaults)

@@ -62,7 +62,7 @@ from typing import Any
 
 from aiohttp import web
 
-from testkit.fakes._server import Clock, FakeMailServer, command_line
+from testkit.fakes._server import Clock, FakeMailServer, MailFaults, command_line
 
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeAgentMail", "Faults", "OutboxEntry", "main"]
 
@@ -197,21 +197,9 @@ class OutboxEntry:
 
 
 @dataclass
-class Faults:
-    """Runtime fault settings. Counters count down as faults fire."""
-
-    latency_s: float = 0.0
-    send_delay_s: float = 0.0
-    #: after a successful send, wait this long before answering (the email is out)
-    answer_delay_s: float = 0.0
-    fail_remaining: int = 0
-    fail_status: int = 500
-    lose_remaining: int = 0
+class Faults(MailFaults):
     #: the Idempotency-Key header is ignored: no replay, no 409, every call sends
     ignore_keys: bool = False
-
-    def to_json(self) -> Json:
-        return asdict(self)
 
 
 @dataclass

@@ -56,7 +56,7 @@ from typing import Any
 
 from aiohttp import web
 
-from testkit.fakes._server import Clock, FakeMailServer, command_line
+from testkit.fakes._server import Clock, FakeMailServer, MailFaults, command_line
 
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeNylas", "NylasFaults", "NylasOutboxEntry", "main"]
 
@@ -167,16 +167,8 @@ class NylasOutboxEntry:
 
 
 @dataclass
-class NylasFaults:
-    latency_s: float = 0.0
-    send_delay_s: float = 0.0
-    answer_delay_s: float = 0.0
-    fail_remaining: int = 0
+class NylasFaults(MailFaults):
     fail_status: int = 503
-    lose_remaining: int = 0
-
-    def to_json(self) -> Json:
-        return asdict(self)
 
 
 @dataclass
