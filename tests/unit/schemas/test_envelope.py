@@ -15,19 +15,7 @@ from onceonly.ingest.exceptions import PayloadError
 from onceonly.schemas.envelope import MAC_HEADER, Envelope, has_valid_mac
 from onceonly.schemas.exceptions import SchemaError
 from testkit import payloads
-
-ENVELOPE = Envelope(
-    provider="agentmail",
-    event_id="evt_1",
-    event_type="message.received",
-    thread_key="agentmail:thr_1",
-    account_id="inbox@agentmail.to",
-    message_id="<m@x>",
-    occurred_at=datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
-    received_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
-    truncated=False,
-    raw='{"é": "\\u00e9"}',
-)
+from tests.unit.schemas._samples import ENVELOPE
 
 
 def test_an_envelope_survives_encoding() -> None:
