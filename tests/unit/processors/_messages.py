@@ -1,14 +1,17 @@
-"""The received message the reply tests build their bursts from."""
+"""The received message the reply tests build their bursts from, and the ledger record
+owed to one."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from onceonly.processors.messages import Inbound
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 INBOX = "support@agentmail.to"
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
 def received(message_id: str, at: datetime, *, thread: str = "thr_1", **changes: Any) -> Inbound:
@@ -27,3 +30,17 @@ def received(message_id: str, at: datetime, *, thread: str = "thr_1", **changes:
         labels=("received",),
     )
     return replace(message, **changes)
+
+
+def owed(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
+    """The ledger record of the reply owed to ``message``, created at :data:`T0`."""
+    return ReplyRecord(
+        message.key,
+        INBOX,
+        message.message_id,
+        message.thread_key,
+        state,
+        T0,
+        message_at=message.occurred_at,
+        **changes,
+    )

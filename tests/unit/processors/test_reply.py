@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,9 +34,7 @@ from onceonly.processors.writer.contract import Decline, Inbound, Text, reply_ke
 from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
-from tests.unit.processors._messages import INBOX, received
-
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+from tests.unit.processors._messages import INBOX, T0, owed, received
 
 
 def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: Any) -> Inbound:
@@ -152,23 +150,14 @@ class Harness:
         may_retry: bool = True,
         in_flight_wait_s: float = 60.0,
     ) -> BurstResult:
-        return await reply_once(
-            burst,
-            ReplyParts(
-                ledger=self.ledger,
-                sender=self.sender,
-                write=simple_write(self.writer),
-                dead_letter=self.dead_letter,
-                now=lambda: self.now,
-                policy=SendPolicy(
-                    attempts=attempts,
-                    backoff_initial_s=0.01,
-                    backoff_max_s=0.05,
-                    in_flight_wait_s=in_flight_wait_s,
-                ),
-                may_retry=lambda: may_retry,
-            ),
-        )
+        policy = SendPolicy(attempts, 0.01, 0.05, in_flight_wait_s)
+        parts = self.parts(simple_write(self.writer), policy=policy, may_retry=lambda: may_retry)
+        return await reply_once(burst, parts)
+
+    def parts(self, write: Any, **options: Any) -> ReplyParts:
+        """The harness's ledger, sender, dead letters and clock, with ``write`` and ``options``."""
+        given = {"ledger": self.ledger, "sender": self.sender, "dead_letter": self.dead_letter}
+        return ReplyParts(**given | {"write": write, "now": lambda: self.now} | options)
 
 
 async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgentMail) -> None:
@@ -474,13 +463,7 @@ async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
 
     result = await reply_once(
         [message],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=failing,
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-        ),
+        harness.parts(failing),
     )
 
     assert result.outcome is Outcome.FAILED
@@ -495,13 +478,7 @@ async def test_a_declined_reply_is_recorded_and_nothing_is_sent(mail: FakeAgentM
 
     result = await reply_once(
         [message],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(lambda burst: Decline("out of office")),
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-        ),
+        harness.parts(simple_write(lambda burst: Decline("out of office"))),
     )
 
     assert result.outcome is Outcome.DECLINED
@@ -526,14 +503,7 @@ async def test_newer_messages_supersede_the_text_and_get_the_one_reply(mail: Fak
 
     result = await reply_once(
         [first],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(writer),
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-            newer=newer,
-        ),
+        harness.parts(simple_write(writer), newer=newer),
     )
 
     assert seen == [["<a@x>"], ["<a@x>", "<b@x>"]]
@@ -560,15 +530,7 @@ async def test_no_more_rewrites_than_supersede_max(mail: FakeAgentMail) -> None:
 
     await reply_once(
         [messages[0]],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(writer),
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-            newer=newer,
-            supersede_max=2,
-        ),
+        harness.parts(simple_write(writer), newer=newer, supersede_max=2),
     )
 
     assert calls == [1, 2, 3]
@@ -591,12 +553,9 @@ async def test_a_failed_send_dead_letters_the_messages_that_superseded_the_first
 
     result = await reply_once(
         [first],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(lambda burst: "one reply"),
+        harness.parts(
+            simple_write(lambda burst: "one reply"),
             dead_letter=dead_letter,
-            now=lambda: T0,
             newer=newer,
             policy=SendPolicy(attempts=1),
         ),
@@ -658,19 +617,6 @@ async def _reply(
     )
 
 
-def _owed(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
-    return ReplyRecord(
-        message.key,
-        INBOX,
-        message.message_id,
-        message.thread_key,
-        state,
-        T0,
-        message_at=message.occurred_at,
-        **changes,
-    )
-
-
 async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_the_send() -> None:
     ledger = MemoryLedger()
     first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
@@ -680,9 +626,9 @@ async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_th
     assert result == BurstResult(Outcome.SENT, latest.key, "<sent-1@x>")
     seen = (first.key,)  # the record names what its writer saw, and covers only that
     assert ledger.writes == [
-        _owed(latest, ReplyState.PENDING, reply_text="the reply", covers=seen),
-        _owed(first, ReplyState.COVERED, covered_by=latest.key),
-        _owed(
+        owed(latest, ReplyState.PENDING, reply_text="the reply", covers=seen),
+        owed(first, ReplyState.COVERED, covered_by=latest.key),
+        owed(
             latest,
             ReplyState.SENT,
             reply_text="the reply",
@@ -716,7 +662,7 @@ async def test_a_reply_another_writer_recorded_sent_first_is_not_sent_again() ->
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
     sender = StubSender()
-    theirs = _owed(message, ReplyState.SENT, reply_text="theirs", sent_message_id="<r@x>")
+    theirs = owed(message, ReplyState.SENT, reply_text="theirs", sent_message_id="<r@x>")
 
     async def sent_by_another(record: ReplyRecord) -> Verdict:
         return Verdict(Ruling.SENT, theirs)
@@ -740,14 +686,14 @@ async def test_every_record_of_a_reply_carries_its_channel() -> None:
 async def test_a_handled_latest_message_leaves_the_rest_of_its_burst_a_reply_of_its_own() -> None:
     ledger = MemoryLedger()
     first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
-    await ledger.put(_owed(latest, ReplyState.SENT, sent_message_id="<r@x>"))
+    await ledger.put(owed(latest, ReplyState.SENT, sent_message_id="<r@x>"))
 
     result = await _reply([first, latest], ledger)
 
     assert result == BurstResult(Outcome.SENT, first.key, "<sent-1@x>")
     assert ledger.writes[1:] == [
-        _owed(first, ReplyState.PENDING, reply_text="the reply", covers=()),
-        _owed(
+        owed(first, ReplyState.PENDING, reply_text="the reply", covers=()),
+        owed(
             first,
             ReplyState.SENT,
             reply_text="the reply",
@@ -767,7 +713,7 @@ async def test_a_failed_writer_records_its_attempts_and_error_and_dead_letters_t
 
     result = await _reply([message], ledger, writer=failing, dead_letter=letters)
 
-    failed = _owed(message, ReplyState.FAILED, attempts=3, error="RuntimeError('429')")
+    failed = owed(message, ReplyState.FAILED, attempts=3, error="RuntimeError('429')")
     assert result == BurstResult(Outcome.FAILED, message.key)
     assert ledger.writes == [failed]
     assert letters.letters == [
@@ -783,8 +729,8 @@ async def test_a_declined_burst_records_the_reason_and_covers_the_other_messages
 
     assert result == BurstResult(Outcome.DECLINED, latest.key)
     assert ledger.writes == [
-        _owed(latest, ReplyState.DECLINED, reason="out of office"),
-        _owed(first, ReplyState.COVERED, covered_by=latest.key),
+        owed(latest, ReplyState.DECLINED, reason="out of office"),
+        owed(first, ReplyState.COVERED, covered_by=latest.key),
     ]
 
 
@@ -796,7 +742,7 @@ async def test_a_rejected_send_records_the_error_and_one_attempt() -> None:
     result = await _reply([message], ledger, sender)
 
     assert result == BurstResult(Outcome.FAILED, message.key)
-    assert ledger.writes[-1] == _owed(
+    assert ledger.writes[-1] == owed(
         message,
         ReplyState.FAILED,
         reply_text="the reply",
@@ -826,7 +772,7 @@ async def test_the_writers_reported_cost_is_recorded_with_the_reply() -> None:
 async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.PENDING, reply_text="t"))
+    await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
 
     result = await reply_once(
         [message],
@@ -845,7 +791,7 @@ async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
 async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.PENDING, reply_text="t"))
+    await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
     sender = StubSender(SendError(SendFailure.RETRY, "503"), SendError(SendFailure.RETRY, "503"))
 
     await reply_once(
@@ -866,7 +812,7 @@ async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> 
 async def test_a_newer_message_that_has_a_record_already_does_not_supersede_the_reply() -> None:
     ledger = MemoryLedger()
     first, handled = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
-    await ledger.put(_owed(handled, ReplyState.SENT, sent_message_id="<r@x>"))
+    await ledger.put(owed(handled, ReplyState.SENT, sent_message_id="<r@x>"))
     writer = CountingWriter()
 
     async def newer() -> list[Inbound]:
@@ -892,19 +838,19 @@ async def test_the_default_is_two_rewrites_at_most() -> None:
 async def test_covering_skips_a_message_with_a_record_and_still_covers_the_next() -> None:
     ledger = MemoryLedger()
     a, b, c, latest = (_inbound(f"<{n}@x>", minute=i) for i, n in enumerate("abcd"))
-    handled = _owed(b, ReplyState.SENT, sent_message_id="<r@x>")
+    handled = owed(b, ReplyState.SENT, sent_message_id="<r@x>")
     await ledger.put(handled)
 
     await _reply([a, b, c, latest], ledger)
 
     assert ledger.records[b.key] == handled
-    assert ledger.records[c.key] == _owed(c, ReplyState.COVERED, covered_by=latest.key)
+    assert ledger.records[c.key] == owed(c, ReplyState.COVERED, covered_by=latest.key)
 
 
 async def test_a_failed_record_is_not_written_again_unless_replayed() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.FAILED))
+    await ledger.put(owed(message, ReplyState.FAILED))
     writer = CountingWriter()
 
     result = await _reply([message], ledger, writer=writer)
@@ -915,7 +861,7 @@ async def test_a_failed_record_is_not_written_again_unless_replayed() -> None:
 async def test_a_replay_asks_the_writer_again_for_a_failed_record_without_text() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.FAILED))
+    await ledger.put(owed(message, ReplyState.FAILED))
     writer = CountingWriter()
 
     result = await _reply([message], ledger, writer=writer, replay=True)
@@ -1006,7 +952,7 @@ async def test_the_in_flight_wait_is_measured_on_the_given_clock() -> None:
 async def test_a_skipped_reply_is_logged_with_its_ids() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.SENT, sent_message_id="<r@x>"))
+    await ledger.put(owed(message, ReplyState.SENT, sent_message_id="<r@x>"))
 
     with structlog.testing.capture_logs() as logs:
         await _reply([message], ledger)
