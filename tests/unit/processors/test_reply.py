@@ -208,20 +208,29 @@ async def test_a_lost_response_is_retried_with_the_same_key_and_sends_once(
     assert len(mail.outbox) == 1
 
 
+async def _restarted_during_own_send(
+    mail: FakeAgentMail, send_s: float
+) -> tuple[Inbound, Harness, asyncio.Task[BurstResult]]:
+    """A pending reply both harnesses hold, the first one's send of it running (``send_s``
+    long on the mail API, its key held): the message, the restarted harness, that send."""
+    message = _seed(mail, "<m1@x>")
+    first, restarted = Harness(mail), Harness(mail)
+    for harness in (first, restarted):
+        await harness.ledger.put(_pending(message, "stored text"))
+    mail.faults.send_delay_s = send_s
+    in_flight = asyncio.create_task(first.run([message]))
+    while not mail.keys_in_flight():  # the first send holds the key
+        await asyncio.sleep(0.01)
+    return message, restarted, in_flight
+
+
 async def test_a_send_meeting_its_own_first_send_in_flight_waits_for_it_past_the_attempts(
     mail: FakeAgentMail,
 ) -> None:
     # a worker restarted while its own send was still running on the mail API: the
     # stored text goes again with its key, meets 409 "in flight" for longer than the
     # attempts last, and must wait for that first send rather than dead-letter a reply sent
-    message = _seed(mail, "<m1@x>")
-    first, restarted = Harness(mail), Harness(mail)
-    for harness in (first, restarted):
-        await harness.ledger.put(_pending(message, "stored text"))
-    mail.faults.send_delay_s = 1.0
-    in_flight = asyncio.create_task(first.run([message]))
-    while not mail.keys_in_flight():  # the first send holds the key
-        await asyncio.sleep(0.01)
+    message, restarted, in_flight = await _restarted_during_own_send(mail, send_s=1.0)
 
     result = await restarted.run([message], attempts=2, in_flight_wait_s=20.0)
 
@@ -234,14 +243,7 @@ async def test_a_send_meeting_its_own_first_send_in_flight_waits_for_it_past_the
 async def test_a_first_send_in_flight_past_the_wait_dead_letters_saying_so(
     mail: FakeAgentMail,
 ) -> None:
-    message = _seed(mail, "<m1@x>")
-    first, restarted = Harness(mail), Harness(mail)
-    for harness in (first, restarted):
-        await harness.ledger.put(_pending(message, "stored text"))
-    mail.faults.send_delay_s = 2.0
-    in_flight = asyncio.create_task(first.run([message]))
-    while not mail.keys_in_flight():
-        await asyncio.sleep(0.01)
+    message, restarted, in_flight = await _restarted_during_own_send(mail, send_s=2.0)
 
     result = await restarted.run([message], attempts=50, in_flight_wait_s=0.3)
 
