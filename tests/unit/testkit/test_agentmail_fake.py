@@ -55,12 +55,6 @@ async def fake(clock: ManualClock) -> AsyncIterator[FakeAgentMail]:
 
 
 @pytest.fixture
-async def client(fake: FakeAgentMail) -> AsyncIterator[AsyncAgentMail]:
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        yield AsyncAgentMail(api_key="test-key", environment=fake.environment, httpx_client=http)
-
-
-@pytest.fixture
 def received(fake: FakeAgentMail) -> dict[str, object]:
     return fake.seed_message(INBOX, from_="Jane <jane@example.com>", subject="Question")
 
@@ -232,44 +226,31 @@ async def test_reply_to_unknown_message_raises_not_found(
 # --------------------------------------------------------------------------- key TTL
 
 
-async def test_key_past_its_ttl_is_treated_as_new(
+@pytest.mark.parametrize(
+    ("later_s", "replayed"),
+    [(DEFAULT_KEY_TTL_S + 1, False), (DEFAULT_KEY_TTL_S - 1, True)],
+    ids=["past its ttl: treated as new", "just inside its ttl: still replays"],
+)
+async def test_a_key_replays_only_within_its_ttl(
     fake: FakeAgentMail,
     client: AsyncAgentMail,
     received: dict[str, object],
     clock: ManualClock,
+    later_s: float,
+    replayed: bool,
 ) -> None:
     mid = str(received["message_id"])
     first = await client.inboxes.messages.reply(
         INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
     )
-    clock.now += DEFAULT_KEY_TTL_S + 1
+    clock.now += later_s
 
     second = await client.inboxes.messages.reply(
         INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
     )
 
-    assert second.message_id != first.message_id
-    assert len(fake.outbox) == 2
-
-
-async def test_key_just_inside_its_ttl_still_replays(
-    fake: FakeAgentMail,
-    client: AsyncAgentMail,
-    received: dict[str, object],
-    clock: ManualClock,
-) -> None:
-    mid = str(received["message_id"])
-    first = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
-    clock.now += DEFAULT_KEY_TTL_S - 1
-
-    second = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
-
-    assert second.message_id == first.message_id
-    assert len(fake.outbox) == 1
+    assert (second.message_id == first.message_id) is replayed
+    assert len(fake.outbox) == (1 if replayed else 2)
 
 
 # --------------------------------------------------------------------------- reads

@@ -29,12 +29,6 @@ async def fake(request: pytest.FixtureRequest) -> AsyncIterator[FakeAgentMail]:
     await server.stop()
 
 
-@pytest.fixture
-async def client(fake: FakeAgentMail) -> AsyncIterator[AsyncAgentMail]:
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        yield AsyncAgentMail(api_key="test-key", environment=fake.environment, httpx_client=http)
-
-
 async def _reply(client: AsyncAgentMail, mid: str, text: str, key: str) -> str:
     sent = await client.inboxes.messages.reply(
         INBOX, mid, text=text, idempotency_key=key, request_options=NO_RETRY
