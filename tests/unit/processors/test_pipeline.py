@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
-from onceonly.processors.mail.agentmail.channel import AgentMailChannel
-from onceonly.processors.mail.agentmail.sender import AgentMailSender
-from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
-from testkit.fakes.ledger import MemoryLedger
-from tests.unit.processors._pipeline import bare_pipeline
+from tests.unit.processors._pipeline import mail_pipeline
 
 INBOX = "support@agentmail.to"
 
@@ -35,24 +30,9 @@ class _DeadLetters:
 
 
 def _pipeline(mail: FakeAgentMail, writer: Any) -> Conversation:
-    settings = SimpleNamespace(
-        reorder_window_ms=0,
-        send_attempts=2,
-        send_in_flight_wait_s=60.0,
-        supersede_max=2,
-        approval="never",
-        tenant_key="inbox",
-    )
-    sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
-    return bare_pipeline(
-        settings,
-        ledger=MemoryLedger(),
-        channels={"agentmail": AgentMailChannel(sender)},
-        writer=Writer(writer, WriterPolicy(attempts=2, backoff_initial_s=0.001)),
-        dead_letters=_DeadLetters(),
-        metrics=WorkerMetrics(),
-        retry_backoff_s=0.001,
-    )
+    write = Writer(writer, WriterPolicy(attempts=2, backoff_initial_s=0.001))
+    parts = {"writer": write, "dead_letters": _DeadLetters(), "retry_backoff_s": 0.001}
+    return mail_pipeline(mail, "never", **parts)
 
 
 def _delivery(mail: FakeAgentMail, n: int, minute: int) -> Delivery:
