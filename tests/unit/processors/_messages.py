@@ -9,6 +9,7 @@ from typing import Any
 
 from onceonly.processors.messages import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.testing import inbound
 
 INBOX = "support@agentmail.to"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -17,19 +18,16 @@ T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 def received(message_id: str, at: datetime, *, thread: str = "thr_1", **changes: Any) -> Inbound:
     """A customer's message ``message_id`` in AgentMail thread ``thread`` at ``at``; any
     other field as ``changes`` say."""
-    message = Inbound(
-        inbox_id=INBOX,
+    message = inbound(
+        "Can we move it?",
         message_id=message_id,
-        thread_key=f"agentmail:{thread}",
-        thread_id=thread,
-        event_id=f"evt-{message_id}",
-        occurred_at=at,
         sender="Customer <customer@example.com>",
         subject="Meeting",
-        text="Can we move it?",
-        labels=("received",),
+        thread_id=thread,
+        inbox_id=INBOX,
+        occurred_at=at,
     )
-    return replace(message, **changes)
+    return replace(message, thread_key=f"agentmail:{thread}", **changes)
 
 
 def owed(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
