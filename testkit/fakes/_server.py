@@ -9,11 +9,14 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
@@ -30,6 +33,23 @@ def command_line(module: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     return parser
+
+
+@contextlib.contextmanager
+def as_process(module: str, *args: str) -> Iterator[str]:
+    """Run ``python -m testkit.fakes.<module> --port 0 args``; yield the base URL it prints.
+    On the way out it is terminated, and must have stopped cleanly (exit status 0)."""
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", f"testkit.fakes.{module}", "--port", "0", *args]
+    proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        status = proc.wait(10)
+    if status != 0:
+        raise RuntimeError(f"python -m testkit.fakes.{module} exited {status} on SIGTERM")
 
 
 class FakeServer:

@@ -8,11 +8,8 @@ the SDK's own retries: the SDK retries 408/409/429/5xx twice by default, with
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
@@ -23,12 +20,12 @@ from agentmail.core.api_error import ApiError
 from agentmail.core.request_options import RequestOptions
 from agentmail.errors import ConflictError, NotFoundError
 
+from testkit.fakes._server import as_process
 from testkit.fakes.agentmail_server import DEFAULT_KEY_TTL_S, FakeAgentMail
 
 INBOX = "agent@agentmail.to"
 NO_RETRY: RequestOptions = {"max_retries": 0}
 T0 = 1_700_000_000.0
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class ManualClock:
@@ -435,15 +432,7 @@ def test_sync_client_against_fake_in_a_thread(threaded_fake: FakeAgentMail) -> N
 
 
 def test_runs_as_a_separate_process_and_prints_its_base_url() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testkit.fakes.agentmail_server", "--port", "0"],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        base_url = proc.stdout.readline().strip()
+    with as_process("agentmail_server") as base_url:
         assert base_url.startswith("http://127.0.0.1:")
         seeded = httpx.post(
             f"{base_url}/_control/seed", json={"inbox_id": INBOX, "message_id": "<p1@x>"}
@@ -460,6 +449,3 @@ def test_runs_as_a_separate_process_and_prints_its_base_url() -> None:
 
         outbox = httpx.get(f"{base_url}/_control/outbox").json()
         assert [e["sent_message_id"] for e in outbox["outbox"]] == [sent.message_id]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=10) == 0
