@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,16 @@ class Stack:
             what=f"{count} email(s)",
             logs=self.logs,
         )
+
+    async def until_answered(self, message_ids: Sequence[str], timeout_s: float) -> None:
+        """Wait until as many emails as ``message_ids`` are out; if they are not, fail
+        naming the messages still unanswered."""
+        try:
+            await self.until_sent(len(message_ids), timeout_s=timeout_s)
+        except AssertionError:
+            sent = {e.replied_to_message_id for e in self.mail.outbox}
+            missing = [m for m in message_ids if m not in sent]
+            raise AssertionError(f"{len(sent)} answered; missing {missing}") from None
 
 
 def ledger_records(stack: Stack) -> dict[str, ReplyRecord]:
