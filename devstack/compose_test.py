@@ -256,6 +256,19 @@ def scenario(
     return figures
 
 
+def start(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, Path, Log]:
+    """A compose test's start: its options with --report-dir and --run-dir, the run
+    directory, its log, and a host checked for what the images need."""
+    parser.add_argument("--report-dir", type=Path, default=ROOT / "compose" / "results")
+    parser.add_argument("--run-dir", type=Path, default=ROOT / ".run")
+    args = parser.parse_args(argv)
+    log = Log()
+    images.ensure_host(log)
+    return args, args.run_dir.resolve(), log
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.compose_test")
     parser.add_argument(
@@ -264,12 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="remove the images (and the debootstrap tarball) first",
     )
     parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--report-dir", type=Path, default=ROOT / "compose" / "results")
-    parser.add_argument("--run-dir", type=Path, default=ROOT / ".run")
-    args = parser.parse_args(argv)
-    run_dir = args.run_dir.resolve()
-    log = Log()
-    images.ensure_host(log)
+    args, run_dir, log = start(parser, argv)
     if args.no_cache:
         log("removing the images and the debootstrap tarball: a build from nothing")
         images.remove_images(images.all_images())
