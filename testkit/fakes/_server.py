@@ -14,10 +14,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -88,6 +88,24 @@ class FakeServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[Self]:
+        """Serve on this loop (a free port) for the ``async with`` block."""
+        await self.start()
+        try:
+            yield self
+        finally:
+            await self.stop()
+
+    @contextlib.contextmanager
+    def serving_in_thread(self) -> Iterator[Self]:
+        """Serve from a thread of its own (a free port) for the ``with`` block."""
+        self.start_in_thread()
+        try:
+            yield self
+        finally:
+            self.stop_in_thread()
 
     def start_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve from a daemon thread with its own loop (for blocking SDK clients)."""

@@ -40,18 +40,14 @@ ONE_REPLY = {
 
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
-    found = OtlpReceiver()
-    found.start_in_thread()
-    yield found
-    found.stop_in_thread()
+    with OtlpReceiver().serving_in_thread() as found:
+        yield found
 
 
 @pytest.fixture
 def chat() -> Iterator[FakeChatModel]:
-    model = FakeChatModel(lambda messages: "Friday at ten works for us.")
-    model.start_in_thread()
-    yield model
-    model.stop_in_thread()
+    with FakeChatModel(lambda messages: "Friday at ten works for us.").serving_in_thread() as model:
+        yield model
 
 
 def _otel(endpoint: str) -> dict[str, str]:

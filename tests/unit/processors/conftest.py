@@ -13,17 +13,13 @@ from testkit.fakes.openai_server import FakeChatModel
 @pytest.fixture
 async def mail() -> AsyncIterator[FakeAgentMail]:
     """A fake AgentMail API on this test's loop."""
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
+    async with FakeAgentMail().serving() as fake:
+        yield fake
 
 
 @pytest.fixture
 async def model() -> AsyncIterator[FakeChatModel]:
     """A fake OpenAI chat-completions API on this test's loop (it answers "Thanks for your
     message.")."""
-    fake = FakeChatModel()
-    await fake.start()
-    yield fake
-    await fake.stop()
+    async with FakeChatModel().serving() as fake:
+        yield fake

@@ -139,7 +139,5 @@ def test_a_client_used_from_two_event_loops_works_in_both(fake_in_thread: str) -
 
 @pytest.fixture
 def fake_in_thread() -> Iterator[str]:
-    server = FakeAgentMail()
-    base = server.start_in_thread()
-    yield base
-    server.stop_in_thread()
+    with FakeAgentMail().serving_in_thread() as server:
+        yield server.base_url

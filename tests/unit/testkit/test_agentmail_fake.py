@@ -45,10 +45,8 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 async def fake(clock: ManualClock) -> AsyncIterator[FakeAgentMail]:
-    server = FakeAgentMail(clock=clock)
-    await server.start()
-    yield server
-    await server.stop()
+    async with FakeAgentMail(clock=clock).serving() as server:
+        yield server
 
 
 @pytest.fixture
@@ -414,10 +412,8 @@ async def test_control_webhook_enabled_and_clock(
 
 @pytest.fixture
 def threaded_fake() -> Iterator[FakeAgentMail]:
-    server = FakeAgentMail()
-    server.start_in_thread()
-    yield server
-    server.stop_in_thread()
+    with FakeAgentMail().serving_in_thread() as server:
+        yield server
 
 
 def test_sync_client_against_fake_in_a_thread(threaded_fake: FakeAgentMail) -> None:

@@ -20,10 +20,8 @@ NO_RETRY: RequestOptions = {"max_retries": 0}
 
 @pytest.fixture(params=[False, True], ids=["keys-honoured", "keys-ignored"])
 async def fake(request: pytest.FixtureRequest) -> AsyncIterator[FakeAgentMail]:
-    server = FakeAgentMail(ignore_idempotency_keys=request.param)
-    await server.start()
-    yield server
-    await server.stop()
+    async with FakeAgentMail(ignore_idempotency_keys=request.param).serving() as server:
+        yield server
 
 
 async def _reply(client: AsyncAgentMail, mid: str, text: str, key: str) -> str:
