@@ -1,9 +1,12 @@
-"""The envelope the schema tests encode, sign and dead-letter: every field set, a time
-with milliseconds, and a raw body with a character JSON escapes."""
+"""The envelope the schema tests encode, sign and dead-letter (every field set, a time
+with milliseconds, and a raw body with a character JSON escapes), and a record's encoding
+with a field changed."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from typing import Any
 
 from onceonly.schemas.envelope import Envelope
 
@@ -19,3 +22,8 @@ ENVELOPE = Envelope(
     truncated=False,
     raw='{"é": "\\u00e9"}',
 )
+
+
+def changed(record: Any, **fields: Any) -> str:
+    """``record``'s JSON encoding with ``fields`` set to other values."""
+    return json.dumps(json.loads(record.encode()) | fields)
