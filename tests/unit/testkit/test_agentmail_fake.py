@@ -8,8 +8,9 @@ the SDK's own retries: the SDK retries 408/409/429/5xx twice by default, with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -36,6 +37,13 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def _thanks(client: AsyncAgentMail, message_id: str, text: str = "Thanks!") -> Awaitable[Any]:
+    """The reply call most tests make: with key k-1, no retries of the SDK's own."""
+    return client.inboxes.messages.reply(
+        INBOX, message_id, text=text, idempotency_key="k-1", request_options=NO_RETRY
+    )
 
 
 @pytest.fixture
@@ -65,12 +73,8 @@ async def test_same_key_twice_sends_one_email_and_replays_message_id(
     fake: FakeAgentMail, client: AsyncAgentMail, received: dict[str, object]
 ) -> None:
     mid = str(received["message_id"])
-    first = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
-    second = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    first = await _thanks(client, mid)
+    second = await _thanks(client, mid)
 
     assert second.message_id == first.message_id
     assert second.thread_id == first.thread_id
@@ -83,14 +87,10 @@ async def test_same_key_with_different_text_raises_conflict_error(
     fake: FakeAgentMail, client: AsyncAgentMail, received: dict[str, object]
 ) -> None:
     mid = str(received["message_id"])
-    await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    await _thanks(client, mid)
 
     with pytest.raises(ConflictError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Something else", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid, text="Something else")
 
     assert caught.value.status_code == 409
     assert caught.value.body.name == "IdempotencyConflict"
@@ -102,17 +102,11 @@ async def test_same_key_while_first_call_in_flight_gets_distinct_409(
 ) -> None:
     mid = str(received["message_id"])
     fake.faults.send_delay_s = 0.3
-    first = asyncio.create_task(
-        client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
-    )
+    first = asyncio.create_task(_thanks(client, mid))
     await asyncio.sleep(0.1)
 
     with pytest.raises(ConflictError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid)
 
     assert caught.value.body.name == "IdempotencyInFlight"
     assert (await first).message_id == fake.outbox[0].sent_message_id
@@ -125,13 +119,7 @@ async def test_lost_response_raises_api_error_500_but_email_was_sent(
     fake.lose_response_next(1)
 
     with pytest.raises(ApiError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX,
-            str(received["message_id"]),
-            text="Thanks!",
-            idempotency_key="k-1",
-            request_options=NO_RETRY,
-        )
+        await _thanks(client, str(received["message_id"]))
 
     assert caught.value.status_code == 500
     assert len(fake.outbox) == 1
@@ -143,13 +131,9 @@ async def test_retry_after_lost_response_replays_without_second_email(
     mid = str(received["message_id"])
     fake.lose_response_next(1)
     with pytest.raises(ApiError):
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid)
 
-    retry = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    retry = await _thanks(client, mid)
 
     assert [e.sent_message_id for e in fake.outbox] == [retry.message_id]
 
@@ -173,15 +157,11 @@ async def test_injected_failure_sends_nothing_and_releases_the_key(
     mid = str(received["message_id"])
     fake.fail_next(1, status=503)
     with pytest.raises(ApiError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid)
     assert caught.value.status_code == 503
     assert fake.outbox == []
 
-    await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    await _thanks(client, mid)
 
     assert len(fake.outbox) == 1
 
@@ -235,14 +215,10 @@ async def test_a_key_replays_only_within_its_ttl(
     replayed: bool,
 ) -> None:
     mid = str(received["message_id"])
-    first = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    first = await _thanks(client, mid)
     clock.now += later_s
 
-    second = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    second = await _thanks(client, mid)
 
     assert (second.message_id == first.message_id) is replayed
     assert len(fake.outbox) == (1 if replayed else 2)
