@@ -19,7 +19,7 @@ from devstack.ports import free_port
 from onceonly.foundation.kafka import AsyncProducer
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
-from onceonly.schemas.ledger import ReplyRecord
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.processes import Supervised
@@ -189,6 +189,12 @@ class Stack:
 def ledger_records(stack: Stack) -> dict[str, ReplyRecord]:
     records = consume_all(stack.settings, stack.settings.ledger_topic)
     return {r.key().decode(): ReplyRecord.decode(r.value()) for r in records if r.value()}
+
+
+def state_of(stack: Stack, key: str) -> ReplyState | None:
+    """The ledger's state of reply ``key`` (None: no record yet)."""
+    record = ledger_records(stack).get(key)
+    return record.state if record is not None else None
 
 
 def writer_env(stack: Stack) -> dict[str, str]:

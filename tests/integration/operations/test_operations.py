@@ -14,6 +14,7 @@ from tests.integration.workers import (
     Stack,
     ledger_records,
     onceonly,
+    state_of,
     until,
 )
 
@@ -68,9 +69,7 @@ async def test_a_dead_lettered_failure_is_answered_exactly_once_by_replay(
     await stack.deliver(stack.seed("<down@example.com>", "thr-down"))
     await until(
         stack,
-        lambda: (
-            key in ledger_records(stack) and ledger_records(stack)[key].state is ReplyState.FAILED
-        ),
+        lambda: state_of(stack, key) is ReplyState.FAILED,
         "the failed record",
     )
     listed = onceonly(stack, "dead-letters", "list")
@@ -96,9 +95,7 @@ async def test_dead_letters_retry_sends_the_failed_reply_once(
     await stack.deliver(stack.seed("<dl@example.com>", "thr-dl"))
     await until(
         stack,
-        lambda: (
-            key in ledger_records(stack) and ledger_records(stack)[key].state is ReplyState.FAILED
-        ),
+        lambda: state_of(stack, key) is ReplyState.FAILED,
         "the failed record",
     )
     stack.mail.faults.fail_remaining = 0
