@@ -77,8 +77,12 @@ run: $(STAMP) jars
 send: | $(STAMP)
 	$(BIN)/python -m devstack send $(SEND_ARGS)
 
+# Two processes (pytest-xdist), each with its own session broker: the integration tests mostly
+# wait on brokers, sessions and timers, so two halve the wall time; TEST_WORKERS=0 runs them in
+# this one process. The slowest 25 tests are listed at the end.
+TEST_WORKERS ?= 2
 test: $(STAMP) jars
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations 25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -183,6 +187,15 @@ chaos-approvals: $(STAMP) jars
 	$(BIN)/python -m chaos.run --messages 1000 --threads 200 --approvals 0.2 --kills 2 --rate 10 --record
 
 # The CI size of the chaos run: 500 messages, 1 worker kill, 1 broker restart, a replay.
+# The deterministic simulator (testkit/sim/, docs in testkit/sim/README.md): SEEDS schedules on
+# two processes from a fresh first seed (printed; SIM_START=N runs a given range), every
+# failing seed printed with its trace; python -m testkit.sim --seed S --trace replays one.
+SEEDS ?= 10000
+SIM_START ?= fresh
+.PHONY: sim
+sim: $(STAMP)
+	$(BIN)/python -m testkit.sim --seeds $(SEEDS) --start $(SIM_START) --jobs 2
+
 chaos-ci: $(STAMP) jars
 	$(BIN)/python -m chaos.run --messages 500 --threads 50 --kills 1 --rate 20
 

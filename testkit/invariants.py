@@ -191,6 +191,8 @@ class _Judge:
         if self.per[coverer_pair] == 0:
             if end in self.rejected:
                 return "covered"  # the covering draft was rejected: no email is owed
+            if pair in self.o.dead_lettered:
+                return "dead-lettered"  # with the covering reply, whose send failed
             if self.o.settled:
                 self.fail("answered_once", pair, f"covered by {end}, which has no email")
             return "missing"

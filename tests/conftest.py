@@ -31,9 +31,33 @@ if TYPE_CHECKING:
 _TAKEN = pytest.StashKey[session_kafka.Taken]()
 
 
+#: under pytest-xdist (``make test``: ``-n 2``), each worker's broker as it described it
+_WORKERS_TOOK = pytest.StashKey[list[str]]()
+
+#: the session fixtures of the three-node clusters: their tests all run on one xdist worker,
+#: so a session starts each cluster once (three JVMs each), not once per worker
+_CLUSTER_FIXTURES = ("kafka_cluster", "kafka_sasl_cluster")
+
+
 def _took(config: pytest.Config, taken: session_kafka.Taken) -> None:
     config.stash[_TAKEN] = taken
+    workeroutput = getattr(config, "workeroutput", None)  # set on an xdist worker only
+    if workeroutput is not None:
+        workeroutput["kafka"] = taken.describe()
     session_kafka.write_record(os.environ, taken)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(name in _CLUSTER_FIXTURES for name in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("clusters"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    described = getattr(node, "workeroutput", {}).get("kafka")
+    if described:
+        node.config.stash.setdefault(_WORKERS_TOOK, []).append(described)
 
 
 def pytest_terminal_summary(
@@ -42,6 +66,8 @@ def pytest_terminal_summary(
     taken = config.stash.get(_TAKEN, None)
     if taken is not None:
         terminalreporter.write_line(f"kafka: {taken.describe()}")
+    for described in sorted(config.stash.get(_WORKERS_TOOK, [])):
+        terminalreporter.write_line(f"kafka: {described}")
 
 
 @pytest.fixture(scope="session")

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import structlog
 
 from onceonly.cli.approvals import approvals
 from onceonly.cli.dead_letters import dead_letters
+from onceonly.cli.index import index
 from onceonly.cli.replay import replay
 from onceonly.cli.startup import run_until_signal, settings_from_env
 from onceonly.foundation.errors import ConfigError, OnceOnlyError
 from onceonly.foundation.settings import Settings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from onceonly.operations import catchup
 
 log = structlog.get_logger("onceonly")
 
@@ -80,67 +87,118 @@ def worker() -> None:
     run_worker(settings, pages=ops_pages(OpsSources(trace=trace, skips=trace.recent_skips)))
 
 
+def _duration(value: str | None) -> timedelta | None:
+    """--look-back: an ISO 8601 duration (P3D, PT36H) or seconds, above zero."""
+    if value is None:
+        return None
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        parsed = TypeAdapter(timedelta).validate_python(value)
+    except ValidationError as exc:
+        raise click.BadParameter(f"{value!r} is no duration: write P3D, PT36H or seconds") from exc
+    if parsed <= timedelta(0):
+        raise click.BadParameter(f"{value!r}: the look-back must be above zero")
+    return parsed
+
+
 @main.command(name="catch-up")
 @click.option("--inbox", "inbox_id", help="The AgentMail inbox to catch up.")
 @click.option("--nylas-grant", "nylas_grant", help="The Nylas grant (id) to catch up instead.")
 @click.option(
     "--since",
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
-    help="List messages after this time (default: 7 days back, or further back to the "
+    help="List messages after this time (default: the look-back, or further back to the "
     "inbox's last message recorded before then).",
+)
+@click.option(
+    "--look-back",
+    "look_back",
+    help="How far back to list without --since (ISO 8601 duration such as P3D, or "
+    "seconds); overrides ONCEONLY_CATCHUP_LOOKBACK (default: the provider's horizon, "
+    "7 days for AgentMail, 5 for Nylas).",
 )
 @click.option("--wait-s", default=120.0, show_default=True, help="How long to wait for replies.")
 def catch_up(
-    inbox_id: str | None, nylas_grant: str | None, since: datetime | None, wait_s: float
+    inbox_id: str | None,
+    nylas_grant: str | None,
+    since: datetime | None,
+    look_back: str | None,
+    wait_s: float,
 ) -> None:
     """List an inbox's messages after a time and answer the unanswered ones, once.
 
-    Without --since it lists from 7 days back, or from the inbox's last message recorded
-    in the ledger before then if that is earlier: an outage that ended in the last 7 days
+    Without --since it lists from the look-back, or from the inbox's last message recorded
+    in the ledger before then if that is earlier: an outage that ended within the look-back
     is listed whole, whatever was answered since. It says which window it listed."""
     from onceonly.foundation.kafka import Connection
     from onceonly.operations import catchup
 
     if (inbox_id is None) == (nylas_grant is None):
         raise click.UsageError("name one of --inbox (AgentMail) or --nylas-grant (Nylas)")
+    override = _duration(look_back)
     settings = _settings()
     try:
-        account, label, lister = catchup.lister_for(settings, inbox_id, nylas_grant)
+        source = catchup.source_for(settings, inbox_id, nylas_grant)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     from rich.console import Console
-    from rich.progress import Progress
 
-    ledger = catchup.read_ledger(Connection.from_settings(settings), settings.ledger_topic)
+    answered = catchup.read_answered(Connection.from_settings(settings), settings.ledger_topic)
     now = datetime.now(UTC)
-    window = catchup.window_for(ledger, account, now, since=since)
+    back = catchup.look_back_for(source.provider.name, override or settings.catchup_lookback)
+    window = catchup.window_for(answered, source.account, now, since=since, look_back=back)
     if window is None:
+        asyncio.run(source.provider.sender.aclose())
         raise click.ClickException(
-            f"the ledger ({settings.ledger_topic}) records no message of {label}, so nothing "
-            "says where its mail began to be answered: say where to start with --since"
+            f"the ledger ({settings.ledger_topic}) records no message of {source.label}, so "
+            "nothing says where its mail began to be answered: say where to start with --since"
         )
-    start = window.start
     console = Console()
-    try:
-        with Progress(console=console) as progress:
-            task = progress.add_task(f"listing {label} after {start.isoformat()}", total=None)
-            summary = asyncio.run(
-                catchup.feed_unanswered(
-                    settings, lister, start, ledger, progress=lambda: progress.advance(task)
-                )
-            )
-    except OnceOnlyError as exc:  # the mail API refused or could not be reached
-        raise click.ClickException(f"could not list the messages of {label}: {exc}") from exc
+    summary = _listed(console, settings, source, window.start, answered)
     with console.status("waiting for the worker to answer"):
-        answered = catchup.wait_for_answers(settings, summary, wait_s)
-    console.print(catchup.window_line(label, window, now), soft_wrap=True)
+        done = catchup.wait_for_answers(settings, summary, wait_s)
+    console.print(catchup.window_line(source.label, window, now), soft_wrap=True)
     console.print(
-        f"found {summary.found}, answered {answered}, "
+        f"found {summary.found}, answered {done}, "
         f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
         f"({summary.skipped_sent_by_agent} sent by the agent, "
         f"{summary.skipped_answered} already answered), "
-        f"pending {len(summary.fed) - answered}"
+        f"pending {len(summary.fed) - done}"
     )
+
+
+def _listed(
+    console: Console,
+    settings: Settings,
+    source: catchup.Source,
+    start: datetime,
+    answered: catchup.Answered,
+) -> catchup.Summary:
+    """Catch-up's own work, with a progress bar of the messages listed so far."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from onceonly.operations import catchup
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console) as progress:
+            what = f"listing {source.label} after {start.isoformat()}"
+            task = progress.add_task(what, total=None)
+
+            def step(s: catchup.Summary) -> None:
+                progress.update(
+                    task,
+                    completed=s.found,
+                    description=f"{what}: {s.found} listed, {len(s.fed)} fed, "
+                    f"{s.skipped_answered + s.skipped_sent_by_agent} skipped",
+                )
+
+            return asyncio.run(
+                catchup.feed_unanswered(settings, source, start, answered, progress=step)
+            )
+    except OnceOnlyError as exc:  # the mail API refused or could not be reached
+        raise click.ClickException(f"could not list the messages of {source.label}: {exc}") from exc
 
 
 @main.command()
@@ -182,22 +240,37 @@ def trace(ident: str, as_json: bool) -> None:
     from onceonly.operations import trace as traces
 
     settings = _settings()
-    found = traces.find(settings, ident)
+    found, source = _trace(settings, ident)
     if found is None:
         raise click.ClickException(
             f"no delivery, ledger record or dead letter names {ident!r} (in "
             f"{settings.deliveries_topic}, {settings.ledger_topic}, "
             f"{settings.dead_letter_topic}); give a message id, an event id or a reply key. "
-            "Deliveries are kept 7 days"
+            f"Deliveries are kept 7 days; {source}"
         )
     if as_json:
-        click.echo(json.dumps(traces.to_json(found), ensure_ascii=False, indent=2))
+        out = {**traces.to_json(found), "answered_by": source}
+        click.echo(json.dumps(out, ensure_ascii=False, indent=2))
         return
     Console().print(traces.render(found))
+    click.echo(source)
+
+
+def _trace(settings: Settings, ident: str) -> tuple[Any, str]:
+    """The trace from the index when one is built, else from the topics; and which."""
+    from onceonly.operations import index
+    from onceonly.operations import trace as traces
+
+    reason = index.no_index_reason(settings)
+    if reason is None:
+        answer = index.trace(settings, ident)
+        return answer.value, answer.line()
+    return traces.find(settings, ident), f"answered by scanning the topics ({reason})"
 
 
 main.add_command(approvals)
 main.add_command(dead_letters)
+main.add_command(index)
 main.add_command(replay)
 
 

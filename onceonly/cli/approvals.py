@@ -35,9 +35,17 @@ def approvals_list(as_json: bool) -> None:
     """The drafts awaiting a decision, oldest first: key, age, reason, thread, text."""
     from datetime import UTC, datetime
 
+    from onceonly.operations import index
     from onceonly.operations.approvals import drafts, ledger_reader
 
-    waiting = drafts(ledger_reader(settings_from_env())())
+    settings = settings_from_env()
+    scan_reason = index.no_index_reason(settings)
+    if scan_reason is None:
+        answer = index.approvals(settings)
+        waiting, source = answer.value, answer.line()
+    else:
+        waiting = drafts(ledger_reader(settings)())
+        source = f"answered by reading the whole ledger topic ({scan_reason})"
     now = datetime.now(UTC)
     for record in waiting:
         if as_json:
@@ -56,6 +64,8 @@ def approvals_list(as_json: bool) -> None:
         click.echo("    " + (record.reply_text or "").replace("\n", "\n    "))
     if not as_json:
         click.echo(f"{len(waiting)} draft(s) awaiting approval")
+    # with --json, stdout stays one draft per line: where the answer came from goes to stderr
+    click.echo(source, err=as_json)
 
 
 def _decide(key: str, action: Action, by: str | None, wait: float, **kw: str | None) -> None:

@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     worker_host: str = "127.0.0.1"
     worker_port: int = Field(default=6066, ge=0, le=65535)
     data_dir: Path = Path(".run/worker")
+    #: where ``onceonly index`` keeps the operator index (RocksDB); None: no index, the
+    #: operator reads scan the topics
+    index_dir: Path | None = None
     worker_id: str | None = None
     #: warm copies of each table partition kept by other workers (faust's table standbys);
     #: 1, faust's own default: a takeover replays only what the copy missed
@@ -199,6 +202,9 @@ class Settings(BaseSettings):
     approval: Literal["never", "always", "writer"] = "never"
     #: a draft waiting this long (from its ledger record) is declined or alerted on
     approval_timeout: timedelta = timedelta(hours=24)
+    #: how far back ``onceonly catch-up`` without --since lists at least (unset: the
+    #: provider's documented horizon, onceonly.operations.catchup.LOOK_BACK)
+    catchup_lookback: timedelta | None = Field(default=None, gt=timedelta(0))
     approval_on_timeout: Literal["alert", "decline"] = "alert"
     event_handler: str | None = None
     agentmail_base_url: str | None = None

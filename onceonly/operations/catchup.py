@@ -5,31 +5,37 @@ missed; its own catch-up path is to list messages after a time, and Nylas's too.
 message the mail provider lists (``MailClient.messages_since``) that is not the agent's
 own becomes an envelope, as if its webhook had come
 (:meth:`~onceonly.processors.mail.protocol.MailProvider.missed`, then ingest's own
-normaliser), with a deterministic event id, keyed by its thread. The reply ledger (keyed
-by account and message id) skips those already answered. Without a start it lists a week
-back, or further to the account's last message recorded before then (:func:`window_for`),
-so mail answered since an outage never hides the mail the outage lost. The providers and
-their API clients come from :mod:`onceonly.processors.mail.registry`.
+normaliser), with a deterministic event id, keyed by its thread, and is fed as soon as it
+is listed: the pages are streamed, never listed whole first. What the reply ledger already
+answered (:class:`Answered`, read once: the settled reply keys, a compact set) is skipped
+by message id, not fed. Without a start it lists ``look_back`` (:func:`look_back_for`:
+the provider's documented horizon, or ``ONCEONLY_CATCHUP_LOOKBACK``) back, or further to
+the account's last message recorded before then (:func:`window_for`), so mail answered
+since an outage never hides the mail the outage lost. The providers and their API clients
+come from :mod:`onceonly.processors.mail.registry`.
 """
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import structlog
 
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import Connection
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.processors.mail.protocol import MailProvider, Missed
-from onceonly.processors.mail.registry import catch_up_provider
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+log = structlog.get_logger("onceonly.catchup")
 
 
 def envelope_for(provider: str, missed: Missed, received_at: datetime) -> Envelope:
@@ -38,133 +44,63 @@ def envelope_for(provider: str, missed: Missed, received_at: datetime) -> Envelo
     return normalise.for_route(provider)(webhook, {}, received_at)
 
 
-def last_answered(
-    ledger: Mapping[str, ReplyRecord], inbox_id: str, *, before: datetime | None = None
-) -> datetime | None:
-    """The latest time of a message of the inbox the ledger recorded (at or ``before`` a
-    time): its own time, not when its reply was written, since a reply written late must
-    not move a start past mail whose webhooks were lost. Records from before the ledger
-    kept message times count when they were written."""
-    times = [r.message_at or r.created_at for r in ledger.values() if r.inbox_id == inbox_id]
-    return max((t for t in times if before is None or t <= before), default=None)
-
-
-#: how far back a catch-up without --since lists at least. An outage that ended within it
-#: is listed whole, however long it lasted: AgentMail retries an event for ~28 h and
-#: disables the endpoint after ~5 days of failures, so the outage behind a disabled
-#: webhook began about 5 days before; a week also matches the deliveries topic's retention
-LOOK_BACK = timedelta(days=7)
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """Where a catch-up lists from, and why there."""
-
-    start: datetime
-    why: str
-
-
-def window_for(
-    ledger: Mapping[str, ReplyRecord],
-    account: str,
-    now: datetime,
-    *,
-    since: datetime | None = None,
-    look_back: timedelta = LOOK_BACK,
-) -> Window | None:
-    """Where a catch-up starts (pure): at ``since`` (UTC if it has no zone) if given; else
-    at the latest message of the account the ledger recorded ``look_back`` or more before
-    ``now``, else ``look_back`` before ``now``. Mail answered since an outage (after a
-    webhook was re-enabled) never moves the start past the mail the outage lost: an outage
-    that ended within ``look_back`` is listed from its beginning. None without ``since`` if
-    the ledger holds nothing of the account: nothing says where its mail began to be
-    answered."""
-    if since is not None:
-        return Window(since if since.tzinfo else since.replace(tzinfo=UTC), "--since")
-    if last_answered(ledger, account) is None:
-        return None
-    horizon = now - look_back
-    back = f"{look_back.total_seconds() / 86400:g} days back"
-    anchor = last_answered(ledger, account, before=horizon)
-    if anchor is None:
-        return Window(horizon, f"{back}; the ledger records no earlier message of it")
-    why = f"its last message the ledger recorded before {back}: an outage that ended since"
-    return Window(anchor, why + " is listed whole")
-
-
-def window_line(label: str, window: Window, now: datetime) -> str:
-    """What a catch-up says it listed (pure)."""
-    start, end = (t.isoformat(timespec="seconds") for t in (window.start, now))
-    return f"listed {label} from {start} to {end} ({window.why})"
-
-
-#: a reply in one of these states is final: catch-up neither counts it fed nor waits for it
+#: a reply in one of these states is final: catch-up neither feeds it nor waits for it
 #: (*declined*: the writer or a person said no; no email will come)
 SETTLED = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
 
 
-@dataclass
-class Summary:
-    found: int = 0
-    fed: list[str] = field(default_factory=list)  #: reply keys fed to the pipeline
-    skipped_sent_by_agent: int = 0
-    skipped_answered: int = 0
+@dataclass(slots=True)
+class Answered:
+    """What catch-up needs of the reply ledger, read once: the reply keys (account and
+    message id) whose reply is settled, and each account's recorded message times (where
+    a catch-up without --since starts). A set of keys and a list of times, not the
+    records: a listed message is compared with it by its reply key.
 
-    async def feed(
-        self,
-        key: str,
-        envelope: Envelope,
-        *,
-        ledger: Mapping[str, ReplyRecord],
-        feed: Callable[[Envelope], Any],
-    ) -> None:
-        """Feed one answerable message, counted as already answered or as fed."""
-        record = ledger.get(key)
-        if record is not None and record.state in SETTLED:
-            self.skipped_answered += 1  # fed all the same: the ledger skips it
+    This is where the operator index (issue 45, item 1) plugs in: a lookup of the listed
+    message ids in the index instead of a set built from the whole ledger."""
+
+    settled: set[str] = field(default_factory=set)
+    times: dict[str, list[datetime]] = field(default_factory=dict)
+
+    def add(self, key: str, record: ReplyRecord | None) -> None:
+        """One ledger record in topic order (None: a tombstone); the latest per key wins."""
+        if record is None or record.state not in SETTLED:
+            self.settled.discard(key)
         else:
-            self.fed.append(key)
-        result = feed(envelope)
-        if hasattr(result, "__await__"):
-            await result
+            self.settled.add(key)
+        if record is not None:
+            when = record.message_at or record.created_at
+            self.times.setdefault(record.inbox_id, []).append(when)
 
-    def answered(self, ledger: Mapping[str, ReplyRecord]) -> int:
-        return sum(1 for key in self.fed if key in ledger and ledger[key].state in SETTLED)
+    @classmethod
+    def of(cls, records: Iterable[ReplyRecord]) -> Answered:
+        answered = cls()
+        for record in records:
+            answered.add(record.key, record)
+        return answered
 
 
-async def catch_up(
-    provider: MailProvider,
-    account: str,
-    since: datetime,
-    *,
-    ledger: Mapping[str, ReplyRecord],
-    feed: Callable[[Envelope], Any],
-    progress: Callable[[], None] = lambda: None,
-) -> Summary:
-    """Feed each unanswered message ``provider`` lists for ``account`` after ``since`` through
-    the pipeline, oldest first; the account's own mail is counted as sent by the agent."""
-    from onceonly.processors.messages import reply_key
+def read_answered(connection: Connection, topic: str) -> Answered:
+    """The reply ledger read once, record by record, into :class:`Answered`."""
+    from onceonly.foundation.kafka import ranges, read
+    from onceonly.schemas.exceptions import SchemaError
 
-    listed: list[Missed] = []
-    summary = Summary()
-    async for message in provider.sender.messages_since(account, since):
-        summary.found += 1
-        progress()
-        missed = await provider.missed(account, message)
-        if missed is None:
-            summary.skipped_sent_by_agent += 1
-        else:
-            listed.append(missed)
-    now = datetime.now(UTC)
-    for missed in sorted(listed, key=lambda m: (m.at, m.message_id)):
-        key = reply_key(account, missed.message_id)
-        envelope = envelope_for(provider.name, missed, now)
-        await summary.feed(key, envelope, ledger=ledger, feed=feed)
-    return summary
+    answered = Answered()
+    for msg in read(connection, topic, ranges(connection, topic, from_offset=0)):
+        key = (msg.key() or b"").decode()
+        if msg.value() is None:
+            answered.add(key, None)
+            continue
+        try:
+            answered.add(key, ReplyRecord.decode(msg.value()))
+        except SchemaError:
+            log.warning("catch-up skipped an undecodable ledger record", key=key)
+    return answered
 
 
 def read_ledger(connection: Connection, topic: str) -> dict[str, ReplyRecord]:
-    """The compacted reply ledger as a dict (the latest record per key; effects left out)."""
+    """The compacted reply ledger as a dict (the latest record per key; effects left out):
+    what ``onceonly approvals`` reads. Catch-up reads the compact :func:`read_answered`."""
     from onceonly.foundation.kafka import read_to_end
     from onceonly.schemas.exceptions import SchemaError
 
@@ -181,54 +117,244 @@ def read_ledger(connection: Connection, topic: str) -> dict[str, ReplyRecord]:
     return out
 
 
+def last_answered(
+    answered: Answered, inbox_id: str, *, before: datetime | None = None
+) -> datetime | None:
+    """The latest time of a message of the inbox the ledger recorded (at or ``before`` a
+    time): its own time, not when its reply was written, since a reply written late must
+    not move a start past mail whose webhooks were lost. Records from before the ledger
+    kept message times count when they were written."""
+    times = answered.times.get(inbox_id, ())
+    return max((t for t in times if before is None or t <= before), default=None)
+
+
+#: how far back a catch-up without --since lists at least, per provider: the provider's
+#: documented horizon after which mail it failed to deliver is never redelivered and
+#: the endpoint is off, plus two days for on-call to notice and act (docs/configuration.md,
+#: ONCEONLY_CATCHUP_LOOKBACK). AgentMail (Svix): the last retry of an event comes ~28 h
+#: after it, and an endpoint failing for 5 days is disabled: 5 + 2 = 7 days. Nylas: a
+#: notification is retried for ~20 min, an endpoint failing for 72 h is marked failed
+#: (and its notification addresses emailed): 3 + 2 = 5 days.
+LOOK_BACK: Mapping[str, timedelta] = {"agentmail": timedelta(days=7), "nylas": timedelta(days=5)}
+
+
+def look_back_for(provider: str, setting: timedelta | None) -> timedelta:
+    """The look-back of a catch-up (pure): the setting (or --look-back) if given, else the
+    provider's documented horizon (:data:`LOOK_BACK`), else the longest of them."""
+    if setting is not None:
+        return setting
+    return LOOK_BACK.get(provider, max(LOOK_BACK.values()))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Where a catch-up lists from, and why there."""
+
+    start: datetime
+    why: str
+
+
+def window_for(
+    answered: Answered,
+    account: str,
+    now: datetime,
+    *,
+    since: datetime | None = None,
+    look_back: timedelta = LOOK_BACK["agentmail"],
+) -> Window | None:
+    """Where a catch-up starts (pure): at ``since`` (UTC if it has no zone) if given; else
+    at the latest message of the account the ledger recorded ``look_back`` or more before
+    ``now``, else ``look_back`` before ``now``. Mail answered since an outage (after a
+    webhook was re-enabled) never moves the start past the mail the outage lost: an outage
+    that ended within ``look_back`` is listed from its beginning. None without ``since`` if
+    the ledger holds nothing of the account: nothing says where its mail began to be
+    answered."""
+    if since is not None:
+        return Window(since if since.tzinfo else since.replace(tzinfo=UTC), "--since")
+    if last_answered(answered, account) is None:
+        return None
+    horizon = now - look_back
+    back = f"{look_back.total_seconds() / 86400:g} days back"
+    anchor = last_answered(answered, account, before=horizon)
+    if anchor is None:
+        return Window(horizon, f"{back}; the ledger records no earlier message of it")
+    why = f"its last message the ledger recorded before {back}: an outage that ended since"
+    return Window(anchor, why + " is listed whole")
+
+
+def window_line(label: str, window: Window, now: datetime) -> str:
+    """What a catch-up says it listed (pure)."""
+    start, end = (t.isoformat(timespec="seconds") for t in (window.start, now))
+    return f"listed {label} from {start} to {end} ({window.why})"
+
+
+@dataclass
+class Summary:
+    found: int = 0
+    fed: list[str] = field(default_factory=list)  #: reply keys fed to the pipeline
+    skipped_sent_by_agent: int = 0
+    skipped_answered: int = 0
+
+    async def feed(
+        self,
+        key: str,
+        envelope: Envelope,
+        *,
+        answered: Answered,
+        feed: Callable[[Envelope], Any],
+    ) -> None:
+        """Feed one answerable message unless the ledger holds its reply settled."""
+        if key in answered.settled:
+            self.skipped_answered += 1
+            log.info(
+                "catch-up skipped a message already answered",
+                reply_key=key,
+                message_id=envelope.message_id,
+                event_id=envelope.event_id,
+            )
+            return
+        self.fed.append(key)
+        result = feed(envelope)
+        if hasattr(result, "__await__"):
+            await result
+
+    def answered(self, settled: set[str]) -> int:
+        return sum(1 for key in self.fed if key in settled)
+
+
+async def catch_up(
+    provider: MailProvider,
+    account: str,
+    since: datetime,
+    *,
+    answered: Answered,
+    feed: Callable[[Envelope], Any],
+    progress: Callable[[Summary], None] = lambda _: None,
+) -> Summary:
+    """Feed each unanswered message ``provider`` lists for ``account`` after ``since``
+    through the pipeline as it is listed, oldest first (AgentMail's pages stream as they
+    come; Nylas lists newest first, so its client reads every page before the first
+    message); the account's own mail is counted as sent by the agent."""
+    from onceonly.processors.messages import reply_key
+
+    summary = Summary()
+    async for message in provider.sender.messages_since(account, since):
+        summary.found += 1
+        missed = await provider.missed(account, message)
+        if missed is None:
+            summary.skipped_sent_by_agent += 1
+            log.info(
+                "catch-up skipped the account's own mail",
+                account=account,
+                message_id=message.get("message_id") or message.get("id"),
+            )
+        else:
+            key = reply_key(account, missed.message_id)
+            envelope = envelope_for(provider.name, missed, datetime.now(UTC))
+            await summary.feed(key, envelope, answered=answered, feed=feed)
+        progress(summary)
+    return summary
+
+
 # -- what ``onceonly catch-up`` runs -------------------------------------------------
 
-Lister = Callable[..., Awaitable["Summary"]]
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The account a catch-up lists, over its provider's API client, which
+    :func:`feed_unanswered` closes when it is done."""
+
+    provider: MailProvider
+    account: str
+    label: str
 
 
-def lister_for(
-    settings: Settings, inbox_id: str | None, nylas_grant: str | None
-) -> tuple[str, str, Lister]:
-    """(account, label, lister) for an AgentMail inbox or a Nylas grant, over the provider
-    the registry builds; ConfigError if the provider's API key is missing."""
+def source_for(settings: Settings, inbox_id: str | None, nylas_grant: str | None) -> Source:
+    """An AgentMail inbox or a Nylas grant, over the provider the registry builds;
+    ConfigError if the provider's API key is missing."""
+    from onceonly.processors.mail.registry import catch_up_provider
+
     if nylas_grant is not None:
         name, account, label = "nylas", nylas_grant, f"grant {nylas_grant}"
     elif inbox_id is not None:
         name, account, label = "agentmail", inbox_id, inbox_id
     else:
         raise ConfigError("name an AgentMail inbox (--inbox) or a Nylas grant (--nylas-grant)")
-    provider = catch_up_provider(settings, name)
-    return account, label, functools.partial(catch_up, provider, account)
+    return Source(catch_up_provider(settings, name), account, label)
+
+
+#: envelopes handed to the producer and not yet acknowledged, at most: feeding does not
+#: wait for each acknowledgement in turn (a linger and a round trip each) nor hold a
+#: whole listing's records in memory
+IN_FLIGHT = 1000
+
+
+class Feeder:
+    """Produces each envelope to the deliveries topic, up to :data:`IN_FLIGHT` at once."""
+
+    def __init__(self, settings: Settings, producer: Any) -> None:
+        self._settings = settings
+        self._producer = producer
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    async def __call__(self, envelope: Envelope) -> None:
+        value = envelope.encode()
+        produced = self._producer.produce(
+            self._settings.deliveries_topic,
+            value,
+            key=envelope.thread_key.encode(),
+            headers=envelope.headers(self._settings.envelope_mac_key, value),
+        )
+        self._pending.add(asyncio.ensure_future(produced))
+        if len(self._pending) >= IN_FLIGHT:
+            done, self._pending = await asyncio.wait(
+                self._pending, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                task.result()  # a failed produce fails the catch-up
+
+    async def drain(self) -> None:
+        """Wait until every envelope is acknowledged; raise the first failure."""
+        pending, self._pending = self._pending, set()
+        for task in await asyncio.gather(*pending, return_exceptions=True):
+            if isinstance(task, BaseException):
+                raise task
+
+    def cancel(self) -> None:
+        for task in self._pending:
+            task.cancel()
 
 
 async def feed_unanswered(
     settings: Settings,
-    lister: Lister,
+    source: Source,
     start: datetime,
-    ledger: Mapping[str, ReplyRecord],
+    answered: Answered,
     *,
-    progress: Callable[[], None] = lambda: None,
+    progress: Callable[[Summary], None] = lambda _: None,
 ) -> Summary:
-    """List the account's mail after ``start`` and feed the unanswered through the pipeline."""
+    """List the account's mail after ``start`` and feed the unanswered through the
+    pipeline as it is listed; close the producer and the mail API's HTTP session after,
+    whatever happened."""
     from onceonly.foundation.kafka import AsyncProducer
 
     producer = AsyncProducer(Connection.from_settings(settings))
-
-    mac_key = settings.envelope_mac_key
-
-    async def feed(envelope: Envelope) -> None:
-        value = envelope.encode()
-        await producer.produce(
-            settings.deliveries_topic,
-            value,
-            key=envelope.thread_key.encode(),
-            headers=envelope.headers(mac_key, value),
-        )
-
+    feeder = Feeder(settings, producer)
     try:
-        return await lister(start, ledger=ledger, feed=feed, progress=progress)
+        summary = await catch_up(
+            source.provider,
+            source.account,
+            start,
+            answered=answered,
+            feed=feeder,
+            progress=progress,
+        )
+        await feeder.drain()
+        return summary
     finally:
+        feeder.cancel()
         producer.close()
+        await source.provider.sender.aclose()
 
 
 def wait_for_answers(settings: Settings, summary: Summary, wait_s: float) -> int:
@@ -236,8 +362,8 @@ def wait_for_answers(settings: Settings, summary: Summary, wait_s: float) -> int
     deadline = time.monotonic() + wait_s
     answered = 0
     while summary.fed:
-        current = read_ledger(Connection.from_settings(settings), settings.ledger_topic)
-        answered = summary.answered(current)
+        current = read_answered(Connection.from_settings(settings), settings.ledger_topic)
+        answered = summary.answered(current.settled)
         if answered >= len(summary.fed) or time.monotonic() > deadline:
             break
         time.sleep(1.0)

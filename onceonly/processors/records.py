@@ -72,6 +72,22 @@ class Table(KeyValues, Protocol):
         ...
 
 
+def applied_after_write(applied: int | None, landed: int) -> int | None:
+    """A store's applied changelog offset once its own write has landed at ``landed``:
+    ``landed`` when the store held every record before it (``applied`` is the offset just
+    below), else ``applied`` unchanged (None: nothing applied).
+
+    The offset is where the store's next recovery starts. faust moves it to every own
+    write's offset when the broker acknowledges it; a worker paused past its session
+    whose write is acknowledged after the next owner's records (which its store never
+    read) would start its next recovery after them, and answer their messages again
+    (the simulator's finding F3). Kept where it is, the next recovery reads them; an own
+    record read again is applied again, in log order.
+    """
+    before = -1 if applied is None else applied
+    return landed if landed == before + 1 else applied
+
+
 class Topic(Protocol):
     """A topic the worker produces to (its records acknowledged by the broker)."""
 

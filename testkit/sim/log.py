@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from onceonly.processors.fence import Position
+from onceonly.processors.records import applied_after_write
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -52,7 +53,9 @@ class Partition:
 class SimTable:
     """A member's store of the ledger partition, over the shared changelog (as faust's
     table: ``write_through`` appends, awaits the broker's ack, then stores; the applied
-    offset moves past each own write and to the end on a recovery)."""
+    offset moves past an own write as the product's table moves it
+    (:func:`~onceonly.processors.records.applied_after_write`), and to the end on a
+    recovery)."""
 
     def __init__(self, part: Partition, world: World, member: Member) -> None:
         self.part = part
@@ -98,7 +101,8 @@ class SimTable:
 
         offset = await remote(self.world.broker_latency(), append, self.world.broker_latency())
         self.store[key] = value
-        self.applied = offset
+        kept = applied_after_write(self.applied, offset)
+        self.applied = -1 if kept is None else kept
         return 0, offset
 
     def recover(self) -> None:

@@ -246,10 +246,6 @@ class Member(Actor):
         )
 
 
-def final(record: ReplyRecord) -> bool:
-    return record.state in (ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED)
-
-
 def _unique(messages: Iterator[Inbound] | Sequence[Inbound]) -> list[Inbound]:
     seen: dict[str, Inbound] = {}
     for message in messages:

@@ -21,8 +21,6 @@ class Result:
     virtual_s: float
     #: reply key -> message id, to find a key's events in the trace
     message_of: dict[str, str] = field(default_factory=dict, compare=False)
-    #: message id -> known finding F1 (a zombie's pending record is its key's last word)
-    known: dict[str, str] = field(default_factory=dict, compare=False)
 
     def _message(self, violation: Violation) -> str:
         subject = violation.subject.split(" in ")[0]
@@ -30,12 +28,7 @@ class Result:
 
     @property
     def violations(self) -> list[Violation]:
-        """The violations no known finding explains."""
-        return [v for v in self.verdict.violations if self._message(v) not in self.known]
-
-    @property
-    def known_violations(self) -> list[Violation]:
-        return [v for v in self.verdict.violations if self._message(v) in self.known]
+        return list(self.verdict.violations)
 
     @property
     def passed(self) -> bool:
@@ -52,9 +45,6 @@ class Result:
         """The seed, each broken invariant, and the trace events about its subject."""
         lines = [f"seed {self.seed}: {len(self.problems())} problem(s)"]
         lines += [f"  {problem}" for problem in self.problems()]
-        lines += [
-            f"  known F1 ({self.known[self._message(v)]}): {v}" for v in self.known_violations
-        ]
         for violation in self.violations[:3]:
             subject = self._message(violation)
             related = [e for e in self.events if subject in e or _lifecycle(e)]
@@ -96,7 +86,6 @@ async def _play(schedule: Schedule) -> Result:
         settled,
         loop.time(),
         {m.key: m.message_id for m in schedule.messages},
-        world.zombie_last_words(),
     )
 
 

@@ -21,11 +21,11 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from onceonly.processors.writer.contract import Inbound
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord
 from testkit.invariants import Email, Message, Observed
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Partition
 from testkit.sim.mail import SimMail
-from testkit.sim.member import Member, final
+from testkit.sim.member import Member
 from testkit.sim.model import SimModel
 from testkit.sim.schedule import Bugs, Fault, Schedule
 
@@ -183,33 +183,6 @@ class World:
             or part.committed < len(part.deliveries)
             or any(m.paused for m in self.members.values())
         )
-
-    def zombie_last_words(self) -> dict[str, str]:
-        """Known finding F1: keys whose last ledger record is a *pending* one that a member
-        no longer owning the partition landed after the key's final record (sent, covered)
-        (a zombie paused after its check; its send was then fenced or arbitrated)."""
-        last: dict[bytes, int] = {}
-        for offset, (key, _) in enumerate(self.part.changelog):
-            last[key] = offset
-        found: dict[str, str] = {}
-        for key, offset in last.items():
-            value = self.part.changelog[offset][1]
-            writer, owned = self.part.writers[offset]
-            if value is None or owned:
-                continue
-            record = ReplyRecord.decode(value)
-            if record.state is not ReplyState.PENDING:
-                continue
-            finals = [
-                o
-                for o, (k, v) in enumerate(self.part.changelog[:offset])
-                if k == key and v is not None and final(ReplyRecord.decode(v))
-            ]
-            if finals:
-                found[record.message_id] = (
-                    f"{writer}'s pending at {offset} after final at {finals[-1]}"
-                )
-        return found
 
     def observed(self) -> Observed:
         ledger: dict[str, ReplyRecord] = {}

@@ -78,11 +78,11 @@ def test_catch_up_lists_through_the_registrys_mail_providers() -> None:
     assert tuple(REGISTRY) == MAIL
     for name in MAIL:
         assert catch_up_provider(settings, name).name == name
-    _, _, inbox = catchup.lister_for(settings, "support@acme.example", None)
-    _, _, grant = catchup.lister_for(settings, None, "grant-1")
-    assert (inbox.args[0].name, grant.args[0].name) == ("agentmail", "nylas")  # type: ignore[attr-defined]
+    inbox = catchup.source_for(settings, "support@acme.example", None)
+    grant = catchup.source_for(settings, None, "grant-1")
+    assert (inbox.provider.name, grant.provider.name) == ("agentmail", "nylas")
     with pytest.raises(ConfigError, match="NYLAS_API_KEY"):
-        catchup.lister_for(Settings(), None, "grant-1")
+        catchup.source_for(Settings(), None, "grant-1")
     with pytest.raises(ConfigError, match="no mail provider"):
         catch_up_provider(settings, "stripe")
 

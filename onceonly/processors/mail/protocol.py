@@ -59,7 +59,9 @@ class MailClient(Protocol):
         """The thread's messages, oldest first, the agent's own replies included."""
 
     def messages_since(self, account: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
-        """Every message of the account at or after ``since``, page by page (catch-up)."""
+        """Every message of the account at or after ``since``, oldest first (catch-up feeds
+        them in this order): page by page where the API lists oldest first; a provider whose
+        API lists newest first reads every page before it yields."""
 
     async def address(self, account: str) -> str | None:
         """The account's own address (its mail is never answered), if known."""

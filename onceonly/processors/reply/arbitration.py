@@ -10,7 +10,12 @@ this module decides by that order:
   pending record landed later sends that text with the key, never its own (the mail
   API's idempotency record then holds one content for the key);
 * a *sent* record of the key before the writer's own record means the email went out:
-  nothing is sent, and the ledger records it *sent* as the other writer did.
+  nothing is sent, and the ledger records it *sent* as the other writer did; a *covered*
+  or *declined* one means the key is settled: nothing is sent, and the ledger records it
+  as the other writer did. The ledger writes that record again as soon as its own
+  pending record has landed after it, unfenced (it only repeats the key's settled word),
+  so that a zombie's pending record is never the key's last word in the compacted log
+  (the simulator's finding F1: a later owner reading it *pending* sends it again).
 
 A worker cannot see another's records in its own store (it reads no changelog of a
 partition it owns), so :class:`PartitionLog` keeps, per ledger partition, which offsets
@@ -18,10 +23,11 @@ it has accounted for: everything before the store's last applied offset at the f
 write (what recovery read), each of its own writes after, and what a recovery read after
 them (:meth:`PartitionLog.recovered`). An offset before its own record that is none of
 these is another writer's: only then is the topic read (:meth:`PartitionLog.gaps`), and
-what it held is kept (:meth:`PartitionLog.learn`). The log outlives rebalances: faust
-moves the store's offset past each own write, so a record another writer landed before
-one of this worker's is below where any later recovery starts. In the usual case no
-offset is unaccounted for and arbitration reads nothing.
+what it held is kept (:meth:`PartitionLog.learn`). The log outlives rebalances: a
+recovery accounts only for what came after the log's own writes, so a record another
+writer landed between two of them stays to be read (the store's recovery reads it too:
+its offset never moves past a record it has not applied). In the usual case no offset
+is unaccounted for and arbitration reads nothing.
 """
 
 from __future__ import annotations
@@ -54,8 +60,8 @@ class PartitionLog:
     def recovered(self, through: int) -> None:
         """The store applied every record after the last offset accounted for, up to
         ``through`` (a recovery read them). Offsets between this worker's records that are
-        not its own stay unaccounted: faust moves the store's offset past each own write,
-        so a recovery starts after them and never reads another writer's record there."""
+        not its own stay unaccounted, and are read again if a record of this worker's
+        comes after them."""
         top = self.spans[-1][1] if self.spans else self.known - 1
         if through > top:
             self._account(top + 1, through)
@@ -113,12 +119,14 @@ class Ruling(StrEnum):
     OWN = "own"  #: no other writer's record comes first: send this one
     ADOPT = "adopt"  #: another writer's pending text came first: send that text
     SENT = "sent"  #: another writer recorded the reply sent first: send nothing
+    #: another writer recorded the key covered or declined first: send nothing
+    SETTLED = "settled"
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     ruling: Ruling
-    #: what to send (OWN, ADOPT) or to record (SENT)
+    #: what to send (OWN, ADOPT) or what the ledger recorded again (SENT, SETTLED)
     record: ReplyRecord
 
 
@@ -133,6 +141,8 @@ def arbitrate(
             break
         if other.state is ReplyState.SENT:
             return Verdict(Ruling.SENT, other)
+        if other.state in (ReplyState.COVERED, ReplyState.DECLINED):
+            return Verdict(Ruling.SETTLED, other)
         if other.state is ReplyState.PENDING and other.reply_text and first_pending is None:
             first_pending = other
     if first_pending is None or first_pending.reply_text == own.reply_text:

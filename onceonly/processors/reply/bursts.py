@@ -12,7 +12,10 @@ A message is covered only by a reply whose writer saw it. So a released burst is
   latest of them, which covers the others. When the burst's latest message has a pending
   record, the ones its writer saw (the record's ``covers``) are covered by it instead:
   that record was written just before their records, so a crash between the two leaves
-  exactly this; the others (a late arrival, a caught-up message) are written anew.
+  exactly this; the others (a late arrival, a caught-up message) are written anew. The
+  same holds when that reply is already sent (or a draft, or declined) and names what
+  it covers: the next owner may have finished it before it saw the older messages again
+  (a worker paused past its session between the two writes; the simulator's finding F4).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ class Plan(StrEnum):
 
 #: the plans of a recorded reply that is sent with its stored text
 FINISH = frozenset({Plan.RECONCILE})
+#: the plans of a latest message whose reply a writer wrote (sent, a draft, declined): its
+#: writer saw the messages of its ``covers``, recorded covered right after it
+WRITTEN = frozenset({Plan.SKIP_SENT, Plan.SKIP_AWAITING, Plan.SKIP_DECLINED})
 
 
 def plan(record: ReplyRecord | None, *, replay: bool = False) -> Plan:
@@ -104,7 +110,10 @@ def divide(
         if step is not Plan.WRITE:
             (finish if step in FINISH else done).setdefault(message.key, (message, step))
     finished, handled = tuple(finish.values()), tuple(done.values())
-    if pairs and pairs[-1][1] in FINISH:  # the latest message's reply is recorded
+    if pairs and (
+        pairs[-1][1] in FINISH  # the latest message's reply is recorded, not yet sent
+        or (pairs[-1][1] in WRITTEN and covers is not None)  # or is settled
+    ):
         latest = pairs[-1][0].key
         seen = tuple(m for m in unrecorded if covers is None or m.key in covers)
         unseen = tuple(m for m in unrecorded if m not in seen)

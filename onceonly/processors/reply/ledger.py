@@ -64,6 +64,27 @@ class TableLedger:
             self._pending[record.key] = where
             while len(self._pending) > PENDING_KEPT:  # left by lanes whose partition moved
                 del self._pending[next(iter(self._pending))]
+            await self._keep_settled(record)
+
+    async def _keep_settled(self, record: ReplyRecord) -> None:
+        """Another writer's record that settled the key (sent, covered, declined) before
+        ``record`` landed is written again, after it, without the fence: a worker past its
+        fence check (paused, then woken after its partition moved) landed ``record`` after
+        the key was settled, and its next write is fenced; left so, the compacted ledger's
+        last word for the key would be *pending*, which a later owner sends again.
+        Repeating the settled record is right whenever it lands: nothing follows a key's
+        settled record but itself."""
+        verdict = await self.arbitrate(record)
+        if verdict.ruling not in (Ruling.SENT, Ruling.SETTLED):
+            return
+        settled = verdict.record
+        await self._write(record.key, settled.encode(), fenced=False)
+        log.warning(
+            "ledger: own pending record landed after another writer settled the key; "
+            "their record written again after it",
+            key=record.key,
+            state=settled.state.value,
+        )
 
     def forget(self) -> None:
         """The partitions changed. Each partition's log is kept (an offset it has not
@@ -100,9 +121,9 @@ class TableLedger:
     async def put_raw(self, key: str, value: bytes) -> None:
         await self._write(key, value)
 
-    async def _write(self, key: str, value: bytes) -> tuple[int, int]:
+    async def _write(self, key: str, value: bytes, fenced: bool = True) -> tuple[int, int]:
         raw = key.encode()
-        if self.fence is not None:
+        if fenced and self.fence is not None:
             await self.fence("a ledger record")
         partition = self.table.partition_of(raw)
         self._account_store(partition)

@@ -97,16 +97,9 @@ class Sending:
                     if found is None:
                         sent_id, found = await _send_or_find(parts.sender, record)
         except SendError as exc:
-            reason = (
-                f"{exc.failure.value} after {attempts} attempt(s): {exc}"
-                if exc.retryable
-                else f"{exc.failure.value}: {exc}"
-            )
-            failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
-            await self.parts.ledger.put(failed)
-            await self.parts.dead_letter(failed, reason, burst)
-            log.error("reply dead-lettered", reason=reason, attempts=attempts, **ids)
-            return BurstResult(Outcome.FAILED, record.key)
+            found = await self._sent_after_all(record, exc)
+            if found is None:
+                return await self._failed(record, exc, attempts, burst)
 
         if found is not None:
             log.info("reply found in the thread; recorded as sent", sent=found, **ids)
@@ -118,20 +111,49 @@ class Sending:
         log.info("reply sent", sent=sent_id, attempts=attempts, covered=covered, **ids)
         return BurstResult(Outcome.SENT, record.key, sent_id)
 
+    async def _sent_after_all(self, record: ReplyRecord, exc: SendError) -> str | None:
+        """After the last retryable failure, the thread read once more: an answer lost
+        after the request took effect (a 5xx, a dropped connection) may have sent the
+        email, and a reply recorded failed and dead-lettered would then say otherwise (the
+        simulator's finding F5). None where it is not there, or cannot be read."""
+        if not exc.retryable:
+            return None
+        try:
+            return await self.parts.sender.find_reply(record)
+        except Exception as read:  # the failure stands: the dead letter says what failed
+            log.warning("thread not read after a failed send", error=repr(read), **log_ids(record))
+            return None
+
+    async def _failed(
+        self, record: ReplyRecord, exc: SendError, attempts: int, burst: Sequence[Inbound]
+    ) -> BurstResult:
+        reason = (
+            f"{exc.failure.value} after {attempts} attempt(s): {exc}"
+            if exc.retryable
+            else f"{exc.failure.value}: {exc}"
+        )
+        failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
+        await self.parts.ledger.put(failed)
+        await self.parts.dead_letter(failed, reason, burst)
+        log.error("reply dead-lettered", reason=reason, attempts=attempts, **log_ids(record))
+        return BurstResult(Outcome.FAILED, record.key)
+
     async def _arbitrated(self, record: ReplyRecord) -> ReplyRecord | BurstResult:
         """The record to send, by the ledger's arbitration; or, where another writer
         recorded the reply sent first, that outcome (nothing is sent)."""
         ids = log_ids(record)
         verdict = await self.parts.arbitrate(record)
-        if verdict.ruling is Ruling.SENT:
-            sent_by = verdict.record
-            await self.parts.ledger.put(sent_by)
+        if verdict.ruling in (Ruling.SENT, Ruling.SETTLED):
+            theirs = verdict.record
+            # (a table ledger wrote it already as the own record landed, unfenced; this
+            # write is fenced: a worker whose partition moved stands down here)
+            await self.parts.ledger.put(theirs)
             log.warning(
-                "reply recorded sent by another writer first; nothing sent",
-                sent=sent_by.sent_message_id,
+                f"reply recorded {theirs.state.value} by another writer first; nothing sent",
+                sent=theirs.sent_message_id,
                 **ids,
             )
-            return BurstResult(Outcome.ALREADY, record.key, sent_by.sent_message_id)
+            return BurstResult(Outcome.ALREADY, record.key, theirs.sent_message_id)
         if verdict.ruling is Ruling.ADOPT:
             log.warning("another writer's pending text came first; it is sent", **ids)
             await self.parts.ledger.put(verdict.record)  # the ledger holds what is sent

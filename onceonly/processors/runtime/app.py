@@ -20,7 +20,7 @@ from onceonly.foundation.kafka import Connection, replicated_config
 from onceonly.foundation.settings import Settings
 from onceonly.processors.records import Record
 from onceonly.processors.runtime.recovery import BulkRestore, table_manager
-from onceonly.processors.runtime.tables import rocks_options
+from onceonly.processors.runtime.tables import ContiguousTable, rocks_options
 
 
 def worker_id(settings: Settings, host: str | None = None) -> str:
@@ -71,6 +71,9 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
         stream_buffer_maxsize=settings.stream_buffer_maxsize,
         broker_credentials=faust_credentials(settings),
         TableManager=table_manager(restore),
+        # a store's recovery starts after the last changelog record it holds every record
+        # up to, never after an own write that landed past another writer's records
+        Table=ContiguousTable,
     )
 
 

@@ -3,10 +3,52 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
+import faust
+
 from onceonly.foundation.settings import Settings
+from onceonly.processors.records import applied_after_write
+
+log = logging.getLogger("onceonly.tables")
+
+
+class ContiguousTable(faust.Table[bytes, bytes]):
+    """faust's Table, whose store's persisted offset (where its next recovery starts) moves
+    past an own changelog write only when the store held every record before it
+    (:func:`~onceonly.processors.records.applied_after_write`).
+
+    faust moves it to each acknowledged write's offset. A worker paused past its session
+    whose write the broker acknowledges after the next owner's records then starts its
+    next recovery of that partition after them: its store never holds them (their
+    replies, their dedupe claims) and their messages are answered again."""
+
+    def _on_changelog_sent(self, fut: Any) -> None:
+        if self.app.in_transaction:  # exactly-once: faust keeps the offset until a commit
+            super()._on_changelog_sent(fut)
+            return
+        res = fut.result()
+        tp = res.topic_partition
+        applied = self.data.persisted_offset(tp)
+        kept = applied_after_write(applied, res.offset)
+        if kept is not None and kept == res.offset:
+            self.data.set_persisted_offset(tp, kept)
+            return
+        held: dict[Any, int | None] = self.__dict__.setdefault("_held_offsets", {})
+        if tp in held and held[tp] == applied:
+            return  # said at the first write past the gap
+        held[tp] = applied
+        log.warning(
+            "table %s: own write landed at %s[%d]@%d past records this store has not "
+            "read; its offset stays %s, so the next recovery of the partition reads them",
+            self.name,
+            tp.topic,
+            tp.partition,
+            res.offset,
+            applied,
+        )
 
 
 class FaustTable:

@@ -70,6 +70,16 @@ def test_an_earlier_sent_record_means_nothing_is_sent() -> None:
     assert (verdict.ruling, verdict.record) == (Ruling.SENT, sent)
 
 
+def test_an_earlier_covered_or_declined_record_means_the_key_is_settled() -> None:
+    own = _record("k", ReplyState.PENDING, "mine")
+    covered = _record("k", ReplyState.COVERED, covered_by="reply-later")
+    declined = _record("k", ReplyState.DECLINED, reason="not ours to answer")
+
+    for theirs in (covered, declined):
+        verdict = arbitrate(own, 5, [(3, theirs)])
+        assert (verdict.ruling, verdict.record) == (Ruling.SETTLED, theirs)
+
+
 def test_the_same_text_first_is_the_own_record() -> None:
     own = _record("k", ReplyState.PENDING, "same")
 
@@ -282,6 +292,40 @@ async def test_the_ledger_finds_a_sent_record_another_writer_landed_first() -> N
     verdict = await ledger.arbitrate(own)
 
     assert (verdict.ruling, verdict.record) == (Ruling.SENT, sent)
+
+
+async def test_a_pending_record_landed_after_the_key_was_settled_is_followed_by_it() -> None:
+    # finding F1: a worker past its fence check lands its pending record after the next
+    # owner's sent one; its next write is fenced. The settled record is written again
+    # (unfenced), so the compacted ledger's last word for the key is not *pending*
+    fenced: list[str] = []
+
+    async def fence(what: str) -> None:
+        fenced.append(what)
+
+    topic: list[tuple[bytes, bytes]] = []
+    ledger = TableLedger(LogTable(topic, 0), fence=fence, read_log=Reads(topic))  # type: ignore[arg-type]
+    sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
+    topic.append((b"k", sent.encode()))
+
+    await ledger.put(_record("k", ReplyState.PENDING, "mine"))
+
+    assert [ReplyRecord.decode(v).state for _, v in topic] == [
+        ReplyState.SENT,
+        ReplyState.PENDING,
+        ReplyState.SENT,
+    ]
+    assert ReplyRecord.decode(topic[-1][1]) == sent
+    assert fenced == ["a ledger record"]  # the pending record's check; not the repeat's
+
+
+async def test_a_pending_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
+    ledger, topic, _ = _ledger(recovered=2)
+    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+
+    await ledger.put(_record("k", ReplyState.PENDING, "mine"))
+
+    assert ReplyRecord.decode(topic[-1][1]).reply_text == "mine"
 
 
 async def test_a_record_another_writer_landed_after_the_own_is_not_read_for_it() -> None:

@@ -590,23 +590,39 @@ async def test_catch_up_feeds_the_unanswered_messages_only(nylas: FakeNylas) -> 
     harness.seed("answered", thread="t-a")
     harness.seed("reply", thread="t-a", from_=[AGENT], folders=["SENT"], in_reply_to="answered")
     harness.seed("missed", thread="t-m")
-    ledger = {
-        reply_key(GRANT, "answered"): _record("answered").with_state(ReplyState.SENT),
-    }
+    answered = catchup.Answered.of([_record("answered").with_state(ReplyState.SENT)])
     fed: list[Envelope] = []
 
     async def feed(envelope: Envelope) -> None:
         fed.append(envelope)
 
     summary = await catchup.catch_up(
-        harness.channel, GRANT, datetime(2026, 6, 1, tzinfo=UTC), ledger=ledger, feed=feed
+        harness.channel, GRANT, datetime(2026, 6, 1, tzinfo=UTC), answered=answered, feed=feed
     )
 
     assert old["id"] not in {e.message_id for e in fed}
-    assert sorted(e.message_id or "" for e in fed) == ["answered", "missed"]
+    assert [e.message_id for e in fed] == ["missed"]  # the answered one is not fed
     assert summary.found == 3 and summary.skipped_sent_by_agent == 1
     assert summary.skipped_answered == 1 and summary.fed == [reply_key(GRANT, "missed")]
     assert all(e.provider == "nylas" and e.event_type == "message.created" for e in fed)
+
+
+async def test_catch_up_lists_a_grants_messages_oldest_first_across_pages(
+    nylas: FakeNylas,
+) -> None:
+    # Nylas lists newest first; catch-up feeds in the listing's order, so a thread's older
+    # message would reach the worker after its newer one, past any reorder window
+    harness = Harness(nylas)
+    start = datetime(2026, 6, 2, tzinfo=UTC).timestamp()
+    for n in range(250):  # two pages of 200
+        harness.seed(f"m{n:03}", thread=f"t{n % 7}", date=start + 60 * n)
+
+    listed = [
+        m["id"]
+        async for m in harness.sender.messages_since(GRANT, datetime(2026, 6, 1, tzinfo=UTC))
+    ]
+
+    assert listed == [f"m{n:03}" for n in range(250)]
 
 
 async def test_a_fetch_that_fails_is_a_send_error(nylas: FakeNylas) -> None:

@@ -286,6 +286,52 @@ async def test_server_errors_exhaust_the_attempts_then_dead_letter(mail: FakeAge
     assert record.attempts == 3 and "after 3 attempt(s)" in reason
 
 
+async def test_answers_lost_on_every_attempt_read_the_thread_and_record_the_email_sent(
+    mail: FakeAgentMail,
+) -> None:
+    # found by the simulator (F5; seeds 204, 245, 1047): each answer lost after the email
+    # went out; the reply was recorded failed and dead-lettered while the customer had it
+    harness = Harness(mail)
+    message = _seed(mail, "<m1@x>")
+    mail.lose_response_next(10)
+
+    result = await harness.run([message], attempts=3)
+
+    [email] = mail.outbox
+    assert result == BurstResult(Outcome.ALREADY, message.key, email.sent_message_id)
+    assert harness.dead == []
+    record = harness.ledger.records[message.key]
+    assert (record.state, record.sent_message_id) == (ReplyState.SENT, email.sent_message_id)
+
+
+class FailingSender:
+    """A sender whose sends and thread reads all fail retryably."""
+
+    async def reply(self, record: ReplyRecord) -> str:
+        raise SendError(SendFailure.RETRY, "503 from the mail API")
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        raise SendError(SendFailure.RETRY, "thread read timed out")
+
+
+async def test_a_thread_unreadable_after_the_failed_send_leaves_the_reply_failed() -> None:
+    harness = Harness.__new__(Harness)
+    harness.ledger, harness.writer, harness.dead, harness.now = (
+        MemoryLedger(),
+        CountingWriter(),
+        [],
+        T0,
+    )
+    harness.sender = FailingSender()  # type: ignore[assignment]
+    message = _inbound("<m1@x>")
+
+    result = await harness.run([message], attempts=2)
+
+    assert result.outcome is Outcome.FAILED
+    [(record, reason)] = harness.dead
+    assert record.state is ReplyState.FAILED and "after 2 attempt(s)" in reason
+
+
 async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing(
     mail: FakeAgentMail,
 ) -> None:

@@ -227,6 +227,20 @@ async def test_an_unrecorded_message_older_than_a_pending_latest_reply_is_covere
     assert (covered.state, covered.covered_by) == (ReplyState.COVERED, B.key)
 
 
+async def test_an_unrecorded_message_a_sent_latest_reply_saw_is_covered_by_it() -> None:
+    # the worker that wrote B's reply paused past its session before A's covered record
+    # landed; the next owner sent B's pending reply, then meets A again (finding F4)
+    run = Run()
+    sent = _record(B, ReplyState.SENT, reply_text="for a and b", covers=(A.key,))
+    await run.ledger.put(sent)
+
+    await run([A, B])
+
+    assert (run.writer.calls, run.sender.tried) == ([], [])
+    covered = run.ledger.records[A.key]
+    assert (covered.state, covered.covered_by) == (ReplyState.COVERED, B.key)
+
+
 async def test_a_pending_record_in_a_later_burst_looks_in_the_thread_first() -> None:
     run = Run(sender=Sender(found="<r-a@x>"))
     await run.ledger.put(owed(A, ReplyState.PENDING, reply_text="stored"))

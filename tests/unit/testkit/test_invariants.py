@@ -195,6 +195,19 @@ def test_a_message_covered_by_a_rejected_draft_owes_no_email() -> None:
     assert check(world).passed
 
 
+def test_a_message_covered_by_a_failed_reply_is_dead_lettered_with_it() -> None:
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: _record(B, ReplyState.FAILED, error="503"),
+        KC: _sent(C),
+    }
+    letters = {A.pair: "retryable after 5 attempt(s)", B.pair: "retryable after 5 attempt(s)"}
+    world = _world(emails=(_email(C),), ledger=ledger, dead_lettered=letters)
+    assert check(world).passed
+    unlettered = _world(emails=(_email(C),), ledger=ledger, dead_lettered={B.pair: "503"})
+    assert "covered by" in str(check(unlettered).violations)
+
+
 def test_a_ledger_that_says_sent_without_an_email_disagrees_with_the_mail_api() -> None:
     world = _world(emails=(_email(A), _email(B)), skipped={C.pair: "duplicate"})
     assert [str(v) for v in check(world).violations] == [

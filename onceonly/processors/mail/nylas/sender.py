@@ -232,7 +232,15 @@ class NylasSender:
         return [await self.fetch(grant_id, message_id) for message_id in ids]
 
     async def messages_since(self, grant_id: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
-        """Every message the grant received at or after ``since``, page by page."""
+        """Every message the grant received at or after ``since``, oldest first: Nylas lists
+        newest first, so every page is read before the first message is yielded (a thread's
+        older message must reach the worker first, whatever its reorder window)."""
+        listed = [message async for message in self._pages_since(grant_id, since)]
+        listed.sort(key=lambda message: (message.get("date") or 0, message.get("id") or ""))
+        for message in listed:
+            yield message
+
+    async def _pages_since(self, grant_id: str, since: datetime) -> AsyncIterator[dict[str, Any]]:
         token: str | None = None
         while True:
             params: dict[str, Any] = {

@@ -1,0 +1,128 @@
+"""Catch-up at size: one inbox lost ``--messages`` messages to an outage; how long does
+catch-up's own work take?
+
+``nice -n 10 python -m bench.catchup_size`` starts an embedded broker (or uses
+``ONCEONLY_KAFKA_BOOTSTRAP``) and the AgentMail fake (testkit), seeds the inbox with
+``--messages`` received messages over the last day (a thread per 4) and the reply ledger
+with ``--answered`` of them sent, then times, in the same run:
+
+* **listing**: the same pages listed through the real AgentMail SDK with no catch-up work
+  (what the mail API costs alone), before and after the catch-up;
+* **catch-up**: catch-up's own work as ``onceonly catch-up`` does it: the ledger read into
+  the set of answered keys, every page listed and each message compared and fed as it is
+  listed, every record acknowledged by the broker, the HTTP session closed. The replies
+  (the worker's pace) are not part of it.
+
+It checks that every unanswered message is on the deliveries topic exactly once and no
+answered one is, and prints the time, messages/s and the ratio to the listing. The
+issue's target (issue 45): catch-up's own work of 10,000 lost messages in at most 60 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+from pydantic import SecretStr
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from onceonly.foundation.settings import Settings
+
+INBOX = "support@agentmail.to"
+T = TypeVar("T")
+
+
+async def _list_only(settings: Settings, since: datetime) -> int:
+    from onceonly.operations import catchup
+
+    source = catchup.source_for(settings, INBOX, None)
+    count = 0
+    try:
+        async for _ in source.provider.sender.messages_since(INBOX, since):
+            count += 1
+    finally:
+        await source.provider.sender.aclose()
+    return count
+
+
+def _timed(fn: Callable[[], T]) -> tuple[float, T]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+@click.command()
+@click.option("--messages", default=10_000, show_default=True, help="Messages lost.")
+@click.option("--answered", default=100, show_default=True, help="Of them, already answered.")
+@click.option("--partitions", default=8, show_default=True)
+def main(messages: int, answered: int, partitions: int) -> None:
+    from bench._catchup_seed import answer, message_id, queued, seed_inbox
+    from bench._procs import create_topics, kafka
+    from onceonly.foundation.kafka import Connection
+    from onceonly.foundation.settings import Settings
+    from onceonly.operations import catchup
+    from testkit.fakes.agentmail_server import FakeAgentMail
+
+    mail = FakeAgentMail()
+    mail.start_in_thread()
+    with (
+        tempfile.TemporaryDirectory(prefix="onceonly-bench-catchup-") as tmp,
+        kafka(Path(tmp)) as broker,
+    ):
+        topics = create_topics(broker.bootstrap, partitions, f"catchup-{int(time.time())}")
+        settings = Settings(
+            kafka_bootstrap=broker.bootstrap,
+            partitions=partitions,
+            deliveries_topic=topics["ONCEONLY_DELIVERIES_TOPIC"],
+            ledger_topic=topics["ONCEONLY_LEDGER_TOPIC"],
+            dead_letter_topic=topics["ONCEONLY_DEAD_LETTER_TOPIC"],
+            decisions_topic=topics["ONCEONLY_DECISIONS_TOPIC"],
+            agentmail_api_key=SecretStr("bench"),
+            agentmail_base_url=mail.base_url,
+        )
+        first = seed_inbox(mail, INBOX, messages)
+        asyncio.run(answer(settings, INBOX, range(answered)))
+        since = datetime.fromtimestamp(first - 1, UTC)  # the SDK sends whole seconds
+
+        list_before, listed = _timed(lambda: asyncio.run(_list_only(settings, since)))
+
+        phases: dict[str, float] = {}
+
+        def work() -> catchup.Summary:
+            connection = Connection.from_settings(settings)
+            read_s, known = _timed(lambda: catchup.read_answered(connection, settings.ledger_topic))
+            phases["ledger read once"] = read_s
+            source = catchup.source_for(settings, INBOX, None)
+            return asyncio.run(catchup.feed_unanswered(settings, source, since, known))
+
+        took, summary = _timed(work)
+        list_after, _ = _timed(lambda: asyncio.run(_list_only(settings, since)))
+        on_topic = queued(settings)
+    mail.stop_in_thread()
+
+    expected = {message_id(n) for n in range(answered, messages)}
+    ok = set(on_topic) == expected and set(on_topic.values()) == {1}
+    listing = min(list_before, list_after)
+    print(f"messages lost: {messages} in one inbox ({answered} already answered); listed {listed}")
+    print(f"listing alone: {list_before:.2f} s before, {list_after:.2f} s after the catch-up")
+    print(
+        f"catch-up's own work: {took:.2f} s, {messages / took:,.0f} messages/s "
+        f"(fed {len(summary.fed)}, skipped {summary.skipped_answered} answered); "
+        f"{took / listing:.2f} x the listing alone"
+    )
+    print("of it: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+    print(f"queued exactly once, none answered: {'yes' if ok else 'NO'}")
+    print(f"target (issue 45): at most 60 s: {'met' if took <= 60 else 'NOT met'}")
+    if not ok:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

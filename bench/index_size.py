@@ -1,0 +1,131 @@
+"""The operator index against today's whole-topic scan, on one embedded broker:
+``python -m bench.index_size`` (about a minute at the default 100,000 ledger records).
+
+Writes ``--records`` reply-ledger records (``--drafts`` of them drafts awaiting approval,
+the rest sent), then measures: the index's build rate from a cold start (records/s,
+in this process), its disk per million records, and ``onceonly approvals list`` run as
+an operator runs it (a fresh process each, wall time and peak memory) answered from the
+index and by today's scan of the whole ledger; prints the ratios. Issue 45.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from bench._proc_records import Record, produce
+from bench._procs import Broker, console, create_topics
+from bench._report import run_on_broker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ledger_records(count: int, drafts: int) -> Iterator[Record]:
+    """``count`` replies, the last ``drafts`` of them awaiting approval, as the worker
+    writes them (key: the reply key; value: the ledger record)."""
+    from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+    now = datetime.now(UTC)
+    for n in range(count):
+        state = ReplyState.AWAITING if n >= count - drafts else ReplyState.SENT
+        key = f"reply-bench{n:010d}"
+        record = ReplyRecord(
+            key, "support@agentmail.to", f"<m{n}@example.com>", f"agentmail:thr-{n % 5000}",
+            state, now, reply_text="Thanks for writing; your refund is on its way. " * 4,
+            sent_message_id=None if state is ReplyState.AWAITING else f"sent-{n}",
+        )  # fmt: skip
+        yield key.encode(), record.encode(), []
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    seconds: float
+    peak_mb: float
+    drafts: int
+    source: str
+
+
+def list_drafts(env: dict[str, str], work: Path) -> Listed:
+    """``onceonly approvals list --json`` as a fresh process: time, its own peak RSS (by
+    GNU time: a child forked from this process would count this process's pages too)."""
+    usage = work / "list.rss"
+    started = time.monotonic()
+    done = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", "-o", str(usage),
+         sys.executable, "-m", "onceonly", "approvals", "list", "--json"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    if done.returncode:
+        raise RuntimeError(f"approvals list failed: {done.stderr[-2000:]}")
+    peak = int(usage.read_text().split()[-1]) / 1024
+    return Listed(seconds, peak, len(done.stdout.splitlines()), done.stderr.strip())
+
+
+def _disk_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
+    from onceonly.foundation.kafka import Connection
+    from onceonly.foundation.settings import Settings
+    from onceonly.operations.index import IndexStore, one_pass
+
+    topics = create_topics(broker.bootstrap, 8, "idx")
+    seconds = produce(
+        broker.bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], ledger_records(records, drafts), records
+    )
+    console.print(f"wrote {records:,} ledger records ({drafts} drafts) in {seconds:.1f} s")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEONLY_")}
+    env |= {"ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap, "ONCEONLY_PARTITIONS": "8", **topics}
+    settings = Settings(
+        kafka_bootstrap=broker.bootstrap,
+        partitions=8,
+        deliveries_topic=topics["ONCEONLY_DELIVERIES_TOPIC"],
+        ledger_topic=topics["ONCEONLY_LEDGER_TOPIC"],
+        dead_letter_topic=topics["ONCEONLY_DEAD_LETTER_TOPIC"],
+        decisions_topic=topics["ONCEONLY_DECISIONS_TOPIC"],
+    )
+
+    index_dir = work / "index"
+    store = IndexStore.writer(index_dir)
+    done = one_pass(Connection.from_settings(settings), settings, store)
+    store.close()
+    built = sum(done.read.values())
+    disk = _disk_mb(index_dir)
+    console.print(
+        f"index build (cold): {built:,} records in {done.seconds:.1f} s = "
+        f"{built / done.seconds:,.0f} records/s; disk {disk:.1f} MB "
+        f"= {disk * 1e6 / max(built, 1):.0f} MB per million records"
+    )
+    indexed = list_drafts({**env, "ONCEONLY_INDEX_DIR": str(index_dir)}, work)
+    scanned = list_drafts(env, work)
+    for name, run in (("index", indexed), ("scan", scanned)):
+        console.print(
+            f"approvals list ({name}): {run.seconds:.2f} s, peak {run.peak_mb:.0f} MB, "
+            f"{run.drafts} drafts; {run.source}"
+        )
+    console.print(
+        f"scan / index: {scanned.seconds / indexed.seconds:.1f}x the time, "
+        f"{scanned.peak_mb / indexed.peak_mb:.1f}x the memory"
+    )
+
+
+@click.command()
+@click.option("--records", default=100_000, show_default=True, help="Ledger records to write.")
+@click.option("--drafts", default=100, show_default=True, help="Of them, drafts awaiting approval.")
+def main(records: int, drafts: int) -> None:
+    """Build rate and approvals list latency: the index against today's scan."""
+    run_on_broker("onceonly-index-", lambda broker, work: collect(broker, work, records, drafts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""``onceonly index``: read the topics into the index, from where it stopped, and follow them.
+
+One pass reads every partition of every indexed topic from the offset the index stored
+for it (none: the partition's start) to the partition's end as the pass found it, in
+lists of up to 10,000 records (``read_batches``); each list is written with the offset it
+reaches in one RocksDB batch, so a process stopped anywhere (killed, the machine gone)
+loses nothing and reads nothing twice when it starts again. Following repeats the pass
+every ``poll_s`` seconds. A topic that does not exist yet (a changelog before any worker
+ran) is skipped until it does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from onceonly.foundation.kafka import (
+    Connection,
+    KafkaAdapterError,
+    TopicMissing,
+    TopicRange,
+    ranges,
+    read_batches,
+)
+from onceonly.foundation.settings import Settings
+from onceonly.operations.index.lag import Behind, behind, lost, next_range
+from onceonly.operations.index.layout import Topic
+from onceonly.operations.index.store import IndexStore
+from onceonly.operations.index.writes import plan
+from onceonly.operations.trace.query import record_of
+
+log = structlog.get_logger("onceonly.index")
+
+
+def indexed_topics(settings: Settings) -> dict[Topic, str]:
+    """Each role the index holds -> its topic's name under these settings."""
+    return {
+        Topic.DELIVERIES: settings.deliveries_topic,
+        Topic.LEDGER: settings.ledger_topic,
+        Topic.DEAD_LETTERS: settings.dead_letter_topic,
+        Topic.DECISIONS: settings.decisions_topic,
+        Topic.EVENTS: f"{settings.app_id}-events-changelog",
+        Topic.HOLDS: f"{settings.app_id}-holds-changelog",
+    }
+
+
+def _current(connection: Connection, name: str) -> list[TopicRange] | None:
+    try:
+        return ranges(connection, name, from_offset=0)
+    except TopicMissing:
+        return None
+
+
+def freshness(connection: Connection, settings: Settings, store: IndexStore) -> Behind:
+    """How many records of each topic the index has not read yet (the answer's caveat)."""
+    out: dict[str, int] = {}
+    try:
+        for name in indexed_topics(settings).values():
+            current = _current(connection, name)
+            out[name] = 0 if current is None else behind(store.offsets(name), current)
+    except KafkaAdapterError as exc:
+        return Behind(out, error=str(exc))
+    return Behind(out)
+
+
+def _partition(
+    connection: Connection, store: IndexStore, topic: Topic, name: str, want: TopicRange
+) -> int:
+    count = 0
+    for msgs in read_batches(connection, name, want.partition, want.start, want.end - 1):
+        records = [record_of(m) for m in msgs]
+        store.write(plan(topic, records, store.get), name, want.partition, records[-1].offset + 1)
+        count += len(records)
+    # the end as the pass found it: a compacted topic's last offsets may hold no record
+    store.write(plan(topic, [], store.get), name, want.partition, want.end)
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    read: dict[str, int]  #: records read per topic
+    seconds: float
+
+
+def one_pass(connection: Connection, settings: Settings, store: IndexStore) -> Pass:
+    """Read every indexed topic from the stored offsets to its end now."""
+    started, read = time.monotonic(), {}
+    for topic, name in indexed_topics(settings).items():
+        current = _current(connection, name)
+        if current is None:
+            log.info("index: topic not there yet, skipped this pass", topic=name)
+            continue
+        stored = store.offsets(name)
+        read[name] = 0
+        for partition in current:
+            gone = lost(stored.get(partition.partition), partition)
+            if gone:
+                log.warning(
+                    "index: records deleted from the topic before the index read them",
+                    topic=name,
+                    partition=partition.partition,
+                    records=gone,
+                )
+            want = next_range(stored.get(partition.partition), partition)
+            if want.count:
+                read[name] += _partition(connection, store, topic, name, want)
+    if any(read.values()):
+        store.flush()
+    return Pass(read, time.monotonic() - started)
+
+
+def follow(
+    settings: Settings,
+    store: IndexStore,
+    *,
+    poll_s: float,
+    keep_going: Callable[[], bool],
+    on_pass: Callable[[Pass], None],
+) -> None:
+    """Passes, ``poll_s`` apart when a pass found nothing new, while ``keep_going()``."""
+    connection = Connection.from_settings(settings)
+    while keep_going():
+        done = one_pass(connection, settings, store)
+        on_pass(done)
+        if not any(done.read.values()):
+            time.sleep(poll_s)

@@ -1,0 +1,109 @@
+"""The index's RocksDB (rocksdict, raw bytes): one writer (``onceonly index``), any readers.
+
+The writer holds RocksDB's lock; a reader (a command answering from the index) opens the
+same directory read-only, which sees everything the writer has written so far (its
+write-ahead log included) and nothing it writes afterwards: one consistent answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocksdict import AccessType, Options, Rdict, WriteBatch
+
+from onceonly.foundation.errors import OnceOnlyError
+from onceonly.operations.index.layout import SEP, offset_key
+
+
+class IndexMissing(OnceOnlyError):
+    """No index has been built in the directory (run ``onceonly index``)."""
+
+
+@dataclass(slots=True)
+class Writes:
+    """One batch's changes, written at once with the offset it reaches."""
+
+    puts: dict[bytes, bytes] = field(default_factory=dict)
+    deletes: set[bytes] = field(default_factory=set)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.deletes.discard(key)
+        self.puts[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.puts.pop(key, None)
+        self.deletes.add(key)
+
+    def get(self, key: bytes) -> bytes | None:
+        """The batch's own value of ``key`` (None: deleted or not written here)."""
+        return self.puts.get(key)
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    return options
+
+
+class IndexStore:
+    def __init__(self, db: Rdict, path: Path) -> None:
+        self._db = db
+        self.path = path
+
+    @classmethod
+    def writer(cls, path: Path) -> IndexStore:
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            return cls(Rdict(str(path), _options()), path)
+        except Exception as exc:  # rocksdict raises plain Exceptions (a held lock, ...)
+            raise OnceOnlyError(
+                f"could not open the index at {path} for writing: {exc}; is another "
+                "`onceonly index` running on it?"
+            ) from exc
+
+    @classmethod
+    def reader(cls, path: Path) -> IndexStore:
+        if not (path / "CURRENT").exists():
+            raise IndexMissing(f"no index at {path} yet: run `onceonly index` to build it")
+        options = Options(raw_mode=True)
+        try:
+            return cls(Rdict(str(path), options, access_type=AccessType.read_only()), path)
+        except Exception as exc:
+            raise OnceOnlyError(f"could not read the index at {path}: {exc}") from exc
+
+    def close(self) -> None:
+        self._db.close()
+
+    def flush(self) -> None:
+        """Write the memtable to a table file: a reader opened read-only replays the
+        write-ahead log into its own memory, so the writer keeps that log short."""
+        self._db.flush()
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
+        return None if value is None else bytes(value)
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The entries whose key starts with ``prefix``, in key order."""
+        for key, value in self._db.items(from_key=prefix):
+            assert isinstance(key, bytes)  # raw mode: keys are bytes
+            if not key.startswith(prefix):
+                return
+            yield key, bytes(value)
+
+    def offsets(self, topic_name: str) -> dict[int, int]:
+        """Partition -> the next offset to read, of the partitions read so far."""
+        prefix = offset_key(topic_name, 0).rsplit(SEP, 1)[0] + SEP
+        return {int(k.rsplit(SEP, 1)[1]): int(v) for k, v in self.scan(prefix)}
+
+    def write(self, writes: Writes, topic_name: str, partition: int, next_offset: int) -> None:
+        """The batch and the offset it reaches, atomically: a restart resumes from there."""
+        batch = WriteBatch(raw_mode=True)
+        for key in writes.deletes:
+            batch.delete(key)
+        for key, value in writes.puts.items():
+            batch.put(key, value)
+        batch.put(offset_key(topic_name, partition), str(next_offset).encode())
+        self._db.write(batch)

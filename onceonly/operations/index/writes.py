@@ -1,0 +1,95 @@
+"""What a batch of one topic's records writes to the index (pure, given a lookup).
+
+Each record is kept by position (``rec``) and named by every id it carries (``by``, see
+:mod:`~onceonly.operations.index.names`). A ledger record also replaces its reply's latest
+value and moves it in or out of the drafts waiting (:mod:`~onceonly.operations.index.drafts`),
+judged against where the write before it was listed: the batch's own, else the index's
+(``latest``). A ledger value's JSON is decoded once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+from onceonly.operations.index import drafts
+from onceonly.operations.index.layout import (
+    Topic,
+    name_key,
+    pack,
+    record_key,
+    reply_key,
+    waiting_key,
+)
+from onceonly.operations.index.names import NAMES_OF, Names, of_reply
+from onceonly.operations.index.store import Writes
+from onceonly.operations.trace.assemble import REPLY_PREFIX
+from onceonly.operations.trace.model import Record
+
+log = structlog.get_logger("onceonly.index")
+
+Latest = Callable[[bytes], bytes | None]
+
+
+def _decoded(record: Record) -> dict[str, Any] | None:
+    try:
+        data = json.loads(record.value or b"null")
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _ledger(writes: Writes, key: str, record: Record, latest: Latest) -> Names:
+    """The ledger record's writes besides its position; its names."""
+    data = _decoded(record)
+    if not key.startswith(REPLY_PREFIX) or (record.value is not None and data is None):
+        if key.startswith(REPLY_PREFIX):
+            log.warning(
+                "index: ledger record not decodable, drafts unchanged",
+                key=key,
+                partition=record.partition,
+                offset=record.offset,
+            )
+        return []
+    marker = waiting_key(key)
+    before = writes.get(marker) if marker in writes.puts else None
+    if before is None and marker not in writes.puts and marker not in writes.deletes:
+        before = latest(marker)
+    try:
+        after = drafts.listed_as(key, data)
+    except (KeyError, ValueError):
+        after = None
+    change = drafts.change(before, after)
+    for gone in change.remove:
+        writes.delete(gone)
+    for added in change.add:
+        writes.put(added, b"")
+    if after is None:
+        writes.delete(marker)
+    else:
+        writes.put(marker, after)
+    if record.value is None:
+        writes.delete(reply_key(key))
+    else:
+        writes.put(reply_key(key), record.value)
+    return of_reply(key, data or {})
+
+
+def plan(topic: Topic, records: Iterable[Record], latest: Latest) -> Writes:
+    """The index's changes for ``records`` of ``topic``, in their order."""
+    writes = Writes()
+    names = NAMES_OF[topic]
+    for record in records:
+        where = (record.partition, record.offset)
+        writes.put(record_key(topic, *where), pack(record))
+        if topic is Topic.LEDGER:
+            key = (record.key or b"").decode("utf-8", "replace")
+            found = _ledger(writes, key, record, latest)
+        else:
+            found = names(record)
+        for kind, ident in found:
+            writes.put(name_key(kind, ident, topic, *where), b"")
+    return writes

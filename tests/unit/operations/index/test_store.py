@@ -1,0 +1,80 @@
+"""Batches of records written to a real RocksDB index, then read back: no Kafka."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from onceonly.operations.index.answers import drafts, latest, trace_sources
+from onceonly.operations.index.layout import DRAFTS_PREFIX, Topic
+from onceonly.operations.index.store import IndexStore
+from onceonly.operations.index.writes import plan
+from onceonly.operations.trace import Record, Sources, assemble, to_json
+from onceonly.schemas.ledger import ReplyState
+from tests.unit.operations.index.test_keys import _reply
+from tests.unit.operations.test_trace import KEY, _delivery, _envelope
+
+
+def _ledger(offset: int, state: ReplyState | None, key: str = KEY) -> Record:
+    value = None if state is None else _reply(state, key).encode()
+    return Record(0, offset, 0, key.encode(), value)
+
+
+def _write(store: IndexStore, topic: Topic, records: list[Record], name: str = "t") -> None:
+    store.write(plan(topic, records, store.get), name, 0, records[-1].offset + 1)
+
+
+def test_the_drafts_waiting_follow_the_ledger_across_batches_and_within_one(
+    tmp_path: Path,
+) -> None:
+    store = IndexStore.writer(tmp_path / "index")
+    _write(store, Topic.LEDGER, [_ledger(0, ReplyState.PENDING), _ledger(1, ReplyState.AWAITING)])
+    _write(store, Topic.LEDGER, [_ledger(2, ReplyState.AWAITING, "reply-other")])
+    assert [r.key for r in drafts(store)] == [KEY, "reply-other"]
+
+    _write(store, Topic.LEDGER, [_ledger(3, ReplyState.SENT)])  # approved and sent
+    # awaiting then settled in one batch: the batch's own write is the one before
+    _write(
+        store,
+        Topic.LEDGER,
+        [
+            _ledger(4, ReplyState.AWAITING, "reply-3"),
+            _ledger(5, ReplyState.SENT, "reply-3"),
+            _ledger(6, ReplyState.AWAITING, "reply-4"),
+            _ledger(7, None, "reply-4"),
+        ],
+    )
+
+    assert len(list(store.scan(DRAFTS_PREFIX))) == 1  # no entry left behind
+    assert [r.key for r in drafts(store)] == ["reply-other"]
+    assert latest(store, KEY) is not None and latest(store, KEY).state is ReplyState.SENT  # type: ignore[union-attr]
+    assert latest(store, "reply-4") is None
+    assert store.offsets("t") == {0: 8}
+    store.close()
+
+
+def test_a_trace_from_the_index_is_the_trace_from_the_whole_topics(tmp_path: Path) -> None:
+    envelope, other = _envelope(), _envelope("<m2@example.com>", "evt-2")
+    deliveries = [_delivery(envelope, 0), _delivery(other, 1), _delivery(envelope, 2)]
+    ledger = [_ledger(0, ReplyState.PENDING), _ledger(1, ReplyState.SENT)]
+    store = IndexStore.writer(tmp_path / "index")
+    _write(store, Topic.DELIVERIES, deliveries, "d")
+    _write(store, Topic.LEDGER, ledger, "l")
+    everything = Sources(deliveries=deliveries, ledger=ledger)
+
+    for ident in ("evt-1", envelope.dedupe_key, envelope.message_id or "", KEY):
+        from_index = trace_sources(store, ident)
+        assert [r.offset for r in from_index.deliveries] == [0, 2]  # the other message's not read
+        indexed, scanned = assemble(ident, from_index), assemble(ident, everything)
+        assert indexed is not None and scanned is not None
+        assert to_json(indexed) == to_json(scanned)
+    assert assemble("evt-404", trace_sources(store, "evt-404")) is None
+    store.close()
+
+
+def test_a_reader_sees_what_the_writer_wrote_while_it_runs(tmp_path: Path) -> None:
+    writer = IndexStore.writer(tmp_path / "index")
+    _write(writer, Topic.LEDGER, [_ledger(0, ReplyState.AWAITING)])
+    reader = IndexStore.reader(tmp_path / "index")
+    assert [r.key for r in drafts(reader)] == [KEY]
+    reader.close()
+    writer.close()
