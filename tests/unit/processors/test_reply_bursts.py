@@ -231,7 +231,7 @@ async def test_an_unrecorded_message_a_sent_latest_reply_saw_is_covered_by_it() 
     # the worker that wrote B's reply paused past its session before A's covered record
     # landed; the next owner sent B's pending reply, then meets A again (finding F4)
     run = Run()
-    sent = _record(B, ReplyState.SENT, reply_text="for a and b", covers=(A.key,))
+    sent = owed(B, ReplyState.SENT, reply_text="for a and b", covers=(A.key,))
     await run.ledger.put(sent)
 
     await run([A, B])
