@@ -20,7 +20,6 @@ import time
 import weakref
 from pathlib import Path
 from string import Template
-from types import TracebackType
 from typing import Any
 
 from devstack.exceptions import OUTPUT_TAIL_LINES as _TAIL_LINES
@@ -189,12 +188,7 @@ class EmbeddedBroker:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:

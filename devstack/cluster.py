@@ -17,7 +17,6 @@ import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from devstack.broker import EmbeddedBroker
 from devstack.exceptions import BrokerError
@@ -261,12 +260,7 @@ class LocalCluster:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

@@ -30,7 +30,13 @@ from pathlib import Path
 
 from devstack import compose_images as images
 from devstack.compose_stack import COMPOSE_FILE, Stack, StackError, replies_per_message, run
-from devstack.compose_test import Log, onceonly_send, stack_variables
+from devstack.compose_test import (
+    Log,
+    onceonly_send,
+    stack_variables,
+    start,
+    topics_then_services,
+)
 from devstack.jars import kafka_classpath
 from devstack.kafka_tools import TOPICS, run_tool
 from onceonly.foundation.settings import DEFAULT_TOPICS
@@ -165,14 +171,7 @@ def scenario(stack: Stack, run_dir: Path, secret: str, log: Log) -> dict[str, ob
             name = stack.container(service)
             log(f"{name} healthy after {stack.wait_healthy(name):.1f} s")
         figures["kafka nodes healthy s"] = round(time.monotonic() - t0, 1)
-        stack.up("topics")
-        status = stack.wait_exit(stack.container("topics"))
-        log(f"topics exited {status}:\n{stack.logs(stack.container('topics'))}")
-        if status != 0:
-            raise StackError(f"the topics container exited {status}")
-        stack.up("ingest", "worker")
-        for name in (stack.container("ingest"), stack.container("worker")):
-            log(f"{name} healthy after {stack.wait_healthy(name):.1f} s")
+        topics_then_services(stack, log)
         figures["time to healthy s"] = round(time.monotonic() - t0, 1)
         log(f"every service healthy {figures['time to healthy s']} s after the first `up`")
 
@@ -243,12 +242,7 @@ def write_report(report_dir: Path, figures: dict[str, object], log_lines: list[s
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.compose_cluster")
-    parser.add_argument("--report-dir", type=Path, default=ROOT / "compose" / "results")
-    parser.add_argument("--run-dir", type=Path, default=ROOT / ".run")
-    args = parser.parse_args(argv)
-    run_dir = args.run_dir.resolve()
-    log = Log()
-    images.ensure_host(log)
+    args, run_dir, log = start(parser, argv)
     if not all(images.image_exists(image) for image in images.all_images()):
         images.build_all(run_dir, log)
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()

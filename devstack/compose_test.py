@@ -137,14 +137,9 @@ def wait_replies(
     return replies_per_message(stack.outbox_lines()), answered_s
 
 
-def bring_up(stack: Stack, figures: dict[str, object], log: Log) -> None:
-    """Every service but Grafana, in the order of the file's depends_on conditions, each
-    waited for by its health check (topics: to its end)."""
-    kafka = stack.container("kafka")
-    t0 = time.monotonic()
-    stack.up("kafka")
-    figures["kafka healthy s"] = stack.wait_healthy(kafka)
-    log(f"kafka healthy after {figures['kafka healthy s']:.1f} s")
+def topics_then_services(stack: Stack, log: Log) -> None:
+    """On a healthy Kafka: the topics container run to its end (StackError if it failed),
+    then ingest and the worker, each waited for by its health check."""
     stack.up("topics")
     status = stack.wait_exit(stack.container("topics"))
     log(f"topics exited {status}:\n{stack.logs(stack.container('topics'))}")
@@ -153,6 +148,17 @@ def bring_up(stack: Stack, figures: dict[str, object], log: Log) -> None:
     stack.up("ingest", "worker")
     for name in (stack.container("ingest"), stack.container("worker")):
         log(f"{name} healthy after {stack.wait_healthy(name):.1f} s")
+
+
+def bring_up(stack: Stack, figures: dict[str, object], log: Log) -> None:
+    """Every service but Grafana, in the order of the file's depends_on conditions, each
+    waited for by its health check (topics: to its end)."""
+    kafka = stack.container("kafka")
+    t0 = time.monotonic()
+    stack.up("kafka")
+    figures["kafka healthy s"] = stack.wait_healthy(kafka)
+    log(f"kafka healthy after {figures['kafka healthy s']:.1f} s")
+    topics_then_services(stack, log)
     stack.up("prometheus")
     log(f"prometheus healthy after {stack.wait_healthy(stack.container('prometheus')):.1f} s")
     figures["time to healthy s"] = time.monotonic() - t0
@@ -250,6 +256,19 @@ def scenario(
     return figures
 
 
+def start(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, Path, Log]:
+    """A compose test's start: its options with --report-dir and --run-dir, the run
+    directory, its log, and a host checked for what the images need."""
+    parser.add_argument("--report-dir", type=Path, default=ROOT / "compose" / "results")
+    parser.add_argument("--run-dir", type=Path, default=ROOT / ".run")
+    args = parser.parse_args(argv)
+    log = Log()
+    images.ensure_host(log)
+    return args, args.run_dir.resolve(), log
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.compose_test")
     parser.add_argument(
@@ -258,12 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="remove the images (and the debootstrap tarball) first",
     )
     parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--report-dir", type=Path, default=ROOT / "compose" / "results")
-    parser.add_argument("--run-dir", type=Path, default=ROOT / ".run")
-    args = parser.parse_args(argv)
-    run_dir = args.run_dir.resolve()
-    log = Log()
-    images.ensure_host(log)
+    args, run_dir, log = start(parser, argv)
     if args.no_cache:
         log("removing the images and the debootstrap tarball: a build from nothing")
         images.remove_images(images.all_images())

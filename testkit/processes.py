@@ -12,7 +12,6 @@ import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 
 import aiohttp
 
@@ -130,10 +129,5 @@ class Supervised:
     def __enter__(self) -> Supervised:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

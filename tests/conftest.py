@@ -149,20 +149,26 @@ def settings_factory(kafka_bootstrap: str, tmp_path: Path) -> Callable[..., Sett
     """Settings on the session broker, with topic names of this test's own."""
 
     def make(**overrides: Any) -> Settings:
-        suffix = uuid.uuid4().hex[:8]
-        values: dict[str, Any] = {
-            "kafka_bootstrap": kafka_bootstrap,
-            "deliveries_topic": f"deliveries-{suffix}",
-            "ledger_topic": f"replies-{suffix}",
-            "dead_letter_topic": f"dead-letters-{suffix}",
-            "decisions_topic": f"decisions-{suffix}",
-            "run_dir": tmp_path / "run",
-            "produce_timeout_ms": 5000,
-        }
-        values.update(overrides)
-        return Settings(**values)
+        given = {"run_dir": tmp_path / "run", "produce_timeout_ms": 5000} | overrides
+        return own_topics(kafka_bootstrap, **given)
 
     return make
+
+
+def own_topics(bootstrap: str, *, own_app: bool = False, **overrides: Any) -> Settings:
+    """Settings on ``bootstrap`` whose four topics (and, ``own_app``, the worker's app id)
+    have names no other test uses; ``overrides`` as given."""
+    suffix = uuid.uuid4().hex[:8]
+    values: dict[str, Any] = {
+        "kafka_bootstrap": bootstrap,
+        "deliveries_topic": f"deliveries-{suffix}",
+        "ledger_topic": f"replies-{suffix}",
+        "dead_letter_topic": f"dead-letters-{suffix}",
+        "decisions_topic": f"decisions-{suffix}",
+    }
+    if own_app:
+        values["app_id"] = f"onceonly-{suffix}"
+    return Settings(**values | overrides)
 
 
 @pytest.fixture

@@ -220,13 +220,25 @@ def _parent(of: Carrier) -> Any:
 
 
 # -- the spans ------------------------------------------------------------------------
+def _start(
+    name: str,
+    kind: SpanKind = SpanKind.INTERNAL,
+    context: Any = None,
+    links: Sequence[Link] = (),
+    /,
+    **attributes: str | int,
+) -> Any:
+    """A started span ``onceonly.<name>`` with ``onceonly.<key>`` attributes (tracing on)."""
+    assert _tracer is not None
+    span = _tracer.start_span(f"onceonly.{name}", context=context, kind=kind, links=links)
+    for key, value in attributes.items():
+        span.set_attribute(f"onceonly.{key}", value)
+    return span
+
+
 def delivery(provider: str) -> Off:
     """Ingest: one delivery, from its request to the broker's acknowledgement."""
-    if _tracer is None:
-        return OFF
-    span = _tracer.start_span("onceonly.deliver", kind=SpanKind.SERVER)
-    span.set_attribute("onceonly.provider", provider)
-    return Scope(span)
+    return OFF if _tracer is None else Scope(_start("deliver", SpanKind.SERVER, provider=provider))
 
 
 def stored(event_id: str, event_type: str, topic: str, partition: int, offset: int) -> None:
@@ -246,9 +258,7 @@ def hold(of: Carrier, event_id: str) -> Off:
     """Worker: a delivery taken into its thread's reorder buffer."""
     if _tracer is None:
         return OFF
-    span = _tracer.start_span("onceonly.hold", context=_parent(of), kind=SpanKind.CONSUMER)
-    span.set_attribute("onceonly.event_id", event_id)
-    return Scope(span)
+    return Scope(_start("hold", SpanKind.CONSUMER, _parent(of), event_id=event_id))
 
 
 def process(carriers: Sequence[Carrier], thread_key: str) -> Off:
@@ -262,11 +272,14 @@ def process(carriers: Sequence[Carrier], thread_key: str) -> Off:
         for c in carriers
         if c and c is not first
     ]
-    span = _tracer.start_span(
-        "onceonly.process", context=_parent(first), kind=SpanKind.CONSUMER, links=links
+    span = _start(
+        "process",
+        SpanKind.CONSUMER,
+        _parent(first),
+        links,
+        thread_key=thread_key,
+        deliveries=len(carriers),
     )
-    span.set_attribute("onceonly.thread_key", thread_key)
-    span.set_attribute("onceonly.deliveries", len(carriers))
     return Scope(span)
 
 
@@ -299,21 +312,12 @@ def processing(method: Process) -> Process:
 
 def step(name: str, **attributes: str | int) -> Off:
     """Worker: a step under the current span: ``dedupe`` and the like."""
-    if _tracer is None:
-        return OFF
-    span = _tracer.start_span(f"onceonly.{name}")
-    for key, value in attributes.items():
-        span.set_attribute(f"onceonly.{key}", value)
-    return Scope(span)
+    return OFF if _tracer is None else Scope(_start(name, **attributes))
 
 
 def writing(key: str) -> Off:
     """Worker: the writer call for the reply ``key`` (every attempt of it)."""
-    if _tracer is None:
-        return OFF
-    span = _tracer.start_span("onceonly.write", kind=SpanKind.CLIENT)
-    span.set_attribute("onceonly.reply_key", key)
-    return _Writing(span)
+    return OFF if _tracer is None else _Writing(_start("write", SpanKind.CLIENT, reply_key=key))
 
 
 def report_model_call(
@@ -365,23 +369,20 @@ class TracedSender:
         self.inner = inner
 
     async def reply(self, record: _Record) -> str:
-        with _send_span("onceonly.send", record) as scope:
+        with _send_span("send", record) as scope:
             sent = await self.inner.reply(record)
             scope.set("onceonly.sent_message_id", sent)
             return sent
 
     async def find_reply(self, record: _Record) -> str | None:
-        with _send_span("onceonly.find_reply", record):
+        with _send_span("find_reply", record):
             return await self.inner.find_reply(record)
 
 
 def _send_span(name: str, record: _Record) -> Off:
     if _tracer is None:
         return OFF
-    span = _tracer.start_span(name, kind=SpanKind.CLIENT)
-    span.set_attribute("onceonly.reply_key", record.key)
-    span.set_attribute("onceonly.channel", record.channel)
-    return Scope(span)
+    return Scope(_start(name, SpanKind.CLIENT, reply_key=record.key, channel=record.channel))
 
 
 def traced_sender(inner: S) -> S:

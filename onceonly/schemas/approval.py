@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from onceonly.schemas.codec import versioned
 from onceonly.schemas.exceptions import SchemaError
 
 APPROVAL_VERSION = 1
@@ -100,10 +101,7 @@ class ApprovalDecision:
     @classmethod
     def decode(cls, value: bytes | str) -> ApprovalDecision:
         try:
-            data = json.loads(value)
-            if not isinstance(data, dict) or data.get("v") != APPROVAL_VERSION:
-                version = data.get("v") if isinstance(data, dict) else None
-                raise SchemaError(f"approval decision version {version!r} is not known")
+            data = versioned(value, APPROVAL_VERSION, "approval decision")
             text, reason = data.get("text"), data.get("reason")
             return cls(
                 decision_id=str(data["decision_id"]),

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from onceonly.schemas.exceptions import SchemaError
+
 
 def loads(text: str | bytes) -> Any:
     """``json.loads``, fast for the JSON orjson takes; raises what ``json.loads`` raises."""
@@ -32,3 +34,13 @@ def dumps_compact(data: Any) -> bytes:
         return orjson.dumps(data)
     except orjson.JSONEncodeError:
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def versioned(value: bytes | str, version: int, what: str) -> dict[str, Any]:
+    """``value``'s JSON object if it is of ``version`` (its ``v``); else a SchemaError saying
+    ``what`` of that version is not known. Invalid JSON raises what ``json.loads`` raises."""
+    data = json.loads(value)
+    if not isinstance(data, dict) or data.get("v") != version:
+        found = data.get("v") if isinstance(data, dict) else None
+        raise SchemaError(f"{what} version {found!r} is not known")
+    return data

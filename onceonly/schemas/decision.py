@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from onceonly.schemas.codec import versioned
 from onceonly.schemas.exceptions import SchemaError
 
 DECISION_VERSION = 1
@@ -72,10 +73,7 @@ class DecisionRecord:
     @classmethod
     def decode(cls, value: bytes | str) -> DecisionRecord:
         try:
-            data = json.loads(value)
-            if not isinstance(data, dict) or data.get("v") != DECISION_VERSION:
-                version = data.get("v") if isinstance(data, dict) else None
-                raise SchemaError(f"decision record version {version!r} is not known")
+            data = versioned(value, DECISION_VERSION, "decision record")
             return cls(
                 stage=Stage(data["stage"]),
                 reason=str(data["reason"]),

@@ -1,11 +1,55 @@
-"""The lifecycle the fake API servers share: serve an aiohttp app on this loop or a thread."""
+"""What the fake API servers share: serving an aiohttp app on this loop, on a thread or
+as a process of its own (:meth:`FakeServer.serve`, :func:`command_line`), and for the
+fake mail APIs a movable clock, request counts and the injected latency
+(:class:`FakeMailServer`)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
 import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Generic, Self, TypeVar
+from urllib.parse import unquote
 
 from aiohttp import web
+
+Clock = Callable[[], float]
+
+
+def command_line(module: str, description: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m testkit.fakes.<module>``, with ``--host`` and ``--port``."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m testkit.fakes.{module}", description=description
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    return parser
+
+
+@contextlib.contextmanager
+def as_process(module: str, *args: str) -> Iterator[str]:
+    """Run ``python -m testkit.fakes.<module> --port 0 args``; yield the base URL it prints.
+    On the way out it is terminated, and must have stopped cleanly (exit status 0)."""
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", f"testkit.fakes.{module}", "--port", "0", *args]
+    proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        status = proc.wait(10)
+    if status != 0:
+        raise RuntimeError(f"python -m testkit.fakes.{module} exited {status} on SIGTERM")
 
 
 class FakeServer:
@@ -44,6 +88,24 @@ class FakeServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[Self]:
+        """Serve on this loop (a free port) for the ``async with`` block."""
+        await self.start()
+        try:
+            yield self
+        finally:
+            await self.stop()
+
+    @contextlib.contextmanager
+    def serving_in_thread(self) -> Iterator[Self]:
+        """Serve from a thread of its own (a free port) for the ``with`` block."""
+        self.start_in_thread()
+        try:
+            yield self
+        finally:
+            self.stop_in_thread()
 
     def start_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve from a daemon thread with its own loop (for blocking SDK clients)."""
@@ -87,8 +149,110 @@ class FakeServer:
         self._thread = None
         self._thread_loop = None
 
+    async def serve(self, host: str, port: int) -> None:
+        """Serve as a process: print the base URL on stdout, stop on SIGINT or SIGTERM."""
+        print(await self.start(host, port), flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
     @property
     def base_url(self) -> str:
         if self._base_url is None:
             raise RuntimeError(f"{self.name} is not started")
         return self._base_url
+
+
+@dataclass
+class MailFaults:
+    """A fake mail API's runtime fault settings. Counters count down as faults fire."""
+
+    latency_s: float = 0.0  #: how long every API request waits before it is handled
+    send_delay_s: float = 0.0  #: between reserving a key and sending
+    #: after a successful send, wait this long before answering (the email is out)
+    answer_delay_s: float = 0.0
+    fail_remaining: int = 0  #: sends still to answer ``fail_status`` without sending
+    fail_status: int = 500
+    lose_remaining: int = 0  #: sends still to do, then answer 500
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+F = TypeVar("F", bound=MailFaults)
+
+
+class FakeMailServer(FakeServer, Generic[F]):
+    """A fake mail API: its clock (``clock`` plus the offset :meth:`advance_clock` adds),
+    one lock over its state, ``request_counts`` by route, and ``faults`` (of which
+    ``latency_s`` is waited before every API request, in :meth:`_arrive`)."""
+
+    def __init__(self, faults: F, clock: Clock | None) -> None:
+        super().__init__()
+        self.faults = faults
+        self._base_clock: Clock = clock if clock is not None else time.time
+        self._clock_offset_s = 0.0
+        self._lock = threading.RLock()
+        self.request_counts: Counter[str] = Counter()
+        self._seq = 0
+
+    def fail_next(self, n: int, status: int = 500) -> None:
+        """The next ``n`` sends answer ``status`` without sending."""
+        with self._lock:
+            self.faults.fail_remaining = n
+            self.faults.fail_status = status
+
+    def lose_response_next(self, n: int) -> None:
+        """The next ``n`` sends that would answer 2xx do their work, then answer 500."""
+        with self._lock:
+            self.faults.lose_remaining = n
+
+    def set_latency(self, seconds: float) -> None:
+        with self._lock:
+            self.faults.latency_s = seconds
+
+    def _restart(self, faults: F) -> None:
+        """Fresh faults, no counts, no clock offset (the subclass forgets its own state)."""
+        self.faults = faults
+        self.request_counts.clear()
+        self._clock_offset_s = 0.0
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def now(self) -> float:
+        return self._base_clock() + self._clock_offset_s
+
+    def advance_clock(self, seconds: float) -> float:
+        """Move the fake's time forward (or back); returns the new now()."""
+        with self._lock:
+            self._clock_offset_s += seconds
+        return self.now()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.request_counts[name] += 1
+
+    async def _arrive(self, request: web.Request) -> tuple[str, list[str], bytes]:
+        """Read the whole request, count it, wait the injected latency; return its path,
+        the path's parts after the version (``v0``, ``v3``) and its body.
+
+        The body is read first: the latency then models a server that has the request and
+        is slow, and a client giving up cannot un-send it.
+        """
+        raw_path = request.raw_path.split("?", 1)[0]
+        parts = [unquote(p) for p in raw_path.strip("/").split("/")][1:]
+        raw_body = await request.read()
+        with self._lock:
+            self.request_counts["total"] += 1
+            latency = self.faults.latency_s
+        if latency > 0:
+            await asyncio.sleep(latency)
+        return raw_path, parts, raw_body

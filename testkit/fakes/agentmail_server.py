@@ -50,26 +50,19 @@ also the constructor's ``ignore_idempotency_keys`` and the process's
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import binascii
-import contextlib
 import json
-import signal
-import threading
-import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote
 
 from aiohttp import web
 
-from testkit.fakes._server import FakeServer
+from testkit.fakes._server import Clock, FakeMailServer, MailFaults, command_line
 
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeAgentMail", "Faults", "OutboxEntry", "main"]
 
@@ -78,7 +71,6 @@ DEFAULT_LIST_LIMIT = 100
 _HIDDEN_UNLESS_INCLUDED = ("spam", "blocked", "unauthenticated", "trash")
 
 Json = dict[str, Any]
-Clock = Callable[[], float]
 
 
 def _iso(epoch_s: float) -> str:
@@ -205,21 +197,9 @@ class OutboxEntry:
 
 
 @dataclass
-class Faults:
-    """Runtime fault settings. Counters count down as faults fire."""
-
-    latency_s: float = 0.0
-    send_delay_s: float = 0.0
-    #: after a successful send, wait this long before answering (the email is out)
-    answer_delay_s: float = 0.0
-    fail_remaining: int = 0
-    fail_status: int = 500
-    lose_remaining: int = 0
+class Faults(MailFaults):
     #: the Idempotency-Key header is ignored: no replay, no 409, every call sends
     ignore_keys: bool = False
-
-    def to_json(self) -> Json:
-        return asdict(self)
 
 
 @dataclass
@@ -260,7 +240,7 @@ class _BadRequest(Exception):
     pass
 
 
-class FakeAgentMail(FakeServer):
+class FakeAgentMail(FakeMailServer[Faults]):
     """In-memory AgentMail v0 API over aiohttp, with fault injection and a control API.
 
     ``clock`` returns epoch seconds; it drives message timestamps and key expiry.
@@ -276,19 +256,13 @@ class FakeAgentMail(FakeServer):
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         ignore_idempotency_keys: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(Faults(ignore_keys=ignore_idempotency_keys), clock)
         self._ignore_keys_default = ignore_idempotency_keys
-        self._base_clock: Clock = clock if clock is not None else time.time
-        self._clock_offset_s = 0.0
         self.key_ttl_s = key_ttl_s
-        self._lock = threading.RLock()
         self._messages: dict[str, list[StoredMessage]] = {}
         self._outbox: list[OutboxEntry] = []
         self._keys: dict[str, _KeyRecord] = {}
         self._webhooks: dict[str, _Webhook] = {}
-        self._seq = 0
-        self.faults = Faults(ignore_keys=ignore_idempotency_keys)
-        self.request_counts: Counter[str] = Counter()
 
     @property
     def ws_url(self) -> str:
@@ -300,17 +274,6 @@ class FakeAgentMail(FakeServer):
         from agentmail import AgentMailEnvironment
 
         return AgentMailEnvironment(http=self.base_url, websockets=self.ws_url)
-
-    # ----------------------------------------------------------------- clock
-
-    def now(self) -> float:
-        return self._base_clock() + self._clock_offset_s
-
-    def advance_clock(self, seconds: float) -> float:
-        """Move the fake's time forward (or back); returns the new now()."""
-        with self._lock:
-            self._clock_offset_s += seconds
-        return self.now()
 
     # ----------------------------------------------------------------- state API
 
@@ -417,25 +380,10 @@ class FakeAgentMail(FakeServer):
         with self._lock:
             return [key for key, record in self._keys.items() if record.in_flight]
 
-    def fail_next(self, n: int, status: int = 500) -> None:
-        """The next ``n`` reply calls answer ``status`` without sending or touching keys."""
-        with self._lock:
-            self.faults.fail_remaining = n
-            self.faults.fail_status = status
-
-    def lose_response_next(self, n: int) -> None:
-        """The next ``n`` replies that would answer 2xx do their work, then answer 500."""
-        with self._lock:
-            self.faults.lose_remaining = n
-
     def ignore_keys(self, ignore: bool = True) -> None:
         """Ignore (or honour again) the Idempotency-Key header of reply calls."""
         with self._lock:
             self.faults.ignore_keys = ignore
-
-    def set_latency(self, seconds: float) -> None:
-        with self._lock:
-            self.faults.latency_s = seconds
 
     def reset(self) -> None:
         """Forget messages, outbox, keys, webhooks, faults, counters and clock offset."""
@@ -444,15 +392,9 @@ class FakeAgentMail(FakeServer):
             self._outbox.clear()
             self._keys.clear()
             self._webhooks.clear()
-            self.faults = Faults(ignore_keys=self._ignore_keys_default)
-            self.request_counts.clear()
-            self._clock_offset_s = 0.0
+            self._restart(Faults(ignore_keys=self._ignore_keys_default))
 
     # ----------------------------------------------------------------- internals
-
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
 
     @staticmethod
     def _new_message_id() -> str:
@@ -489,17 +431,8 @@ class FakeAgentMail(FakeServer):
         return app
 
     async def _api(self, request: web.Request) -> web.StreamResponse:
-        raw_path = request.raw_path.split("?", 1)[0]
-        parts = [unquote(p) for p in raw_path.strip("/").split("/")][1:]  # drop "v0"
+        raw_path, parts, raw_body = await self._arrive(request)
         method = request.method
-        # Read the whole request first: the injected latency then models a server that
-        # has the request and is slow, and a client giving up cannot un-send it.
-        raw_body = await request.read()
-        with self._lock:
-            self.request_counts["total"] += 1
-            latency = self.faults.latency_s
-        if latency > 0:
-            await asyncio.sleep(latency)
         try:
             match parts:
                 case ["inboxes", inbox_id, "messages"] if method == "GET":
@@ -524,10 +457,6 @@ class FakeAgentMail(FakeServer):
             )
         self._count("unknown_route")
         return _error(404, "NotFoundError", f"Route not found: {method} {raw_path}")
-
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self.request_counts[name] += 1
 
     # GET /v0/inboxes/{inbox_id}/messages/{message_id}
     def _get_message(self, inbox_id: str, message_id: str) -> web.Response:
@@ -985,28 +914,10 @@ def _items(body: Mapping[str, Any], plural: str) -> list[Mapping[str, Any]]:
     return [body] if "inbox_id" in body else []
 
 
-async def _serve(host: str, port: int, key_ttl_s: float, ignore_keys: bool) -> None:
-    fake = FakeAgentMail(key_ttl_s=key_ttl_s, ignore_idempotency_keys=ignore_keys)
-    base_url = await fake.start(host, port)
-    print(base_url, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await fake.stop()
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m testkit.fakes.agentmail_server",
-        description="Fake AgentMail API for tests; prints its base URL on stdout.",
+    parser = command_line(
+        "agentmail_server", "Fake AgentMail API for tests; prints its base URL on stdout."
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--key-ttl-s", type=float, default=DEFAULT_KEY_TTL_S)
     parser.add_argument(
         "--ignore-idempotency-keys",
@@ -1014,7 +925,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Ignore the Idempotency-Key header: every reply call sends a new email.",
     )
     args = parser.parse_args(argv)
-    asyncio.run(_serve(args.host, args.port, args.key_ttl_s, args.ignore_idempotency_keys))
+    fake = FakeAgentMail(
+        key_ttl_s=args.key_ttl_s, ignore_idempotency_keys=args.ignore_idempotency_keys
+    )
+    asyncio.run(fake.serve(args.host, args.port))
 
 
 if __name__ == "__main__":

@@ -47,23 +47,16 @@ a 500; the key holds the success, so a retry is answered from the cache).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
-import signal
-import threading
-import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 from aiohttp import web
 
-from testkit.fakes._server import FakeServer
+from testkit.fakes._server import Clock, FakeMailServer, MailFaults, command_line
 
 __all__ = ["DEFAULT_KEY_TTL_S", "FakeNylas", "NylasFaults", "NylasOutboxEntry", "main"]
 
@@ -73,7 +66,6 @@ DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 200
 
 Json = dict[str, Any]
-Clock = Callable[[], float]
 
 
 def _request_id() -> str:
@@ -175,16 +167,8 @@ class NylasOutboxEntry:
 
 
 @dataclass
-class NylasFaults:
-    latency_s: float = 0.0
-    send_delay_s: float = 0.0
-    answer_delay_s: float = 0.0
-    fail_remaining: int = 0
+class NylasFaults(MailFaults):
     fail_status: int = 503
-    lose_remaining: int = 0
-
-    def to_json(self) -> Json:
-        return asdict(self)
 
 
 @dataclass
@@ -196,7 +180,7 @@ class _KeyRecord:
     body: Json | None = None
 
 
-class FakeNylas(FakeServer):
+class FakeNylas(FakeMailServer[NylasFaults]):
     """In-memory Nylas v3 API over aiohttp, with fault injection.
 
     ``clock`` returns epoch seconds; it drives message dates and key expiry.
@@ -212,31 +196,15 @@ class FakeNylas(FakeServer):
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         cache_errors: bool = True,
     ) -> None:
-        super().__init__()
-        self._base_clock: Clock = clock if clock is not None else time.time
-        self._clock_offset_s = 0.0
+        super().__init__(NylasFaults(), clock)
         self.key_ttl_s = key_ttl_s
         self.cache_errors = cache_errors
-        self._lock = threading.RLock()
         self._grants: dict[str, str] = {}
         self._messages: dict[str, list[StoredMessage]] = {}
         self._outbox: list[NylasOutboxEntry] = []
         self._keys: dict[tuple[str, str], _KeyRecord] = {}
-        self._seq = 0
-        self.faults = NylasFaults()
-        self.request_counts: Counter[str] = Counter()
         #: every Idempotency-Key header seen on a send, in arrival order
         self.send_keys: list[str | None] = []
-
-    # ----------------------------------------------------------------- clock
-
-    def now(self) -> float:
-        return self._base_clock() + self._clock_offset_s
-
-    def advance_clock(self, seconds: float) -> float:
-        with self._lock:
-            self._clock_offset_s += seconds
-        return self.now()
 
     # ----------------------------------------------------------------- state API
 
@@ -301,13 +269,7 @@ class FakeNylas(FakeServer):
             return list(self._outbox)
 
     def fail_next(self, n: int, status: int = 503) -> None:
-        with self._lock:
-            self.faults.fail_remaining = n
-            self.faults.fail_status = status
-
-    def lose_response_next(self, n: int) -> None:
-        with self._lock:
-            self.faults.lose_remaining = n
+        super().fail_next(n, status)
 
     def reset(self) -> None:
         with self._lock:
@@ -316,15 +278,9 @@ class FakeNylas(FakeServer):
             self._outbox.clear()
             self._keys.clear()
             self.send_keys.clear()
-            self.faults = NylasFaults()
-            self.request_counts.clear()
-            self._clock_offset_s = 0.0
+            self._restart(NylasFaults())
 
     # ----------------------------------------------------------------- internals
-
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
 
     @staticmethod
     def _new_id() -> str:
@@ -353,10 +309,6 @@ class FakeNylas(FakeServer):
             return None
         return record
 
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self.request_counts[name] += 1
-
     # ----------------------------------------------------------------- aiohttp app
 
     def make_app(self) -> web.Application:
@@ -367,15 +319,8 @@ class FakeNylas(FakeServer):
         return app
 
     async def _api(self, request: web.Request) -> web.StreamResponse:
-        raw_path = request.raw_path.split("?", 1)[0]
-        parts = [unquote(p) for p in raw_path.strip("/").split("/")][1:]  # drop "v3"
+        raw_path, parts, raw_body = await self._arrive(request)
         method = request.method
-        raw_body = await request.read()
-        with self._lock:
-            self.request_counts["total"] += 1
-            latency = self.faults.latency_s
-        if latency > 0:
-            await asyncio.sleep(latency)
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return _error(401, "unauthorized", "Missing or invalid API key")
         query = request.query
@@ -651,34 +596,18 @@ class FakeNylas(FakeServer):
         return web.json_response({"now": now})
 
 
-async def _serve(host: str, port: int, key_ttl_s: float, grants: Sequence[str]) -> None:
-    fake = FakeNylas(key_ttl_s=key_ttl_s)
-    for item in grants:
-        grant_id, _, email = item.partition("=")
-        fake.seed_grant(grant_id, email)
-    print(await fake.start(host, port), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await fake.stop()
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m testkit.fakes.nylas_server",
-        description="Fake Nylas v3 API for tests; prints its base URL on stdout.",
+    parser = command_line(
+        "nylas_server", "Fake Nylas v3 API for tests; prints its base URL on stdout."
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--key-ttl-s", type=float, default=DEFAULT_KEY_TTL_S)
     parser.add_argument("--grant", action="append", default=[], help="grant_id=email")
     args = parser.parse_args(argv)
-    asyncio.run(_serve(args.host, args.port, args.key_ttl_s, args.grant))
+    fake = FakeNylas(key_ttl_s=args.key_ttl_s)
+    for item in args.grant:
+        grant_id, _, email = item.partition("=")
+        fake.seed_grant(grant_id, email)
+    asyncio.run(fake.serve(args.host, args.port))
 
 
 if __name__ == "__main__":

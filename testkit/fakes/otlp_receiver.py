@@ -9,11 +9,8 @@ spans exactly as onceonly's processes exported them over the wire. In a thread
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import gzip
-import signal
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from testkit.fakes._server import FakeServer
+from testkit.fakes._server import FakeServer, command_line
 
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -127,29 +124,12 @@ class OtlpReceiver(FakeServer):
         )
 
 
-async def _serve(host: str, port: int) -> None:
-    receiver = OtlpReceiver()
-    print(await receiver.start(host, port), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await receiver.stop()
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m testkit.fakes.otlp_receiver",
-        description="An OTLP/HTTP trace receiver for tests; prints its base URL on stdout.",
+    parser = command_line(
+        "otlp_receiver", "An OTLP/HTTP trace receiver for tests; prints its base URL on stdout."
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     args = parser.parse_args(argv)
-    asyncio.run(_serve(args.host, args.port))
+    asyncio.run(OtlpReceiver().serve(args.host, args.port))
 
 
 if __name__ == "__main__":

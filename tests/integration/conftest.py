@@ -17,10 +17,8 @@ from tests.integration.workers import Stack
 
 @pytest.fixture
 def mail() -> Iterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    fake.start_in_thread()
-    yield fake
-    fake.stop_in_thread()
+    with FakeAgentMail().serving_in_thread() as fake:
+        yield fake
 
 
 @pytest.fixture

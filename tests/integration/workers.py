@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from devstack.ports import free_port
 from onceonly.foundation.kafka import AsyncProducer
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
-from onceonly.schemas.ledger import ReplyRecord
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.processes import Supervised
@@ -175,10 +175,26 @@ class Stack:
             logs=self.logs,
         )
 
+    async def until_answered(self, message_ids: Sequence[str], timeout_s: float) -> None:
+        """Wait until as many emails as ``message_ids`` are out; if they are not, fail
+        naming the messages still unanswered."""
+        try:
+            await self.until_sent(len(message_ids), timeout_s=timeout_s)
+        except AssertionError:
+            sent = {e.replied_to_message_id for e in self.mail.outbox}
+            missing = [m for m in message_ids if m not in sent]
+            raise AssertionError(f"{len(sent)} answered; missing {missing}") from None
+
 
 def ledger_records(stack: Stack) -> dict[str, ReplyRecord]:
     records = consume_all(stack.settings, stack.settings.ledger_topic)
     return {r.key().decode(): ReplyRecord.decode(r.value()) for r in records if r.value()}
+
+
+def state_of(stack: Stack, key: str) -> ReplyState | None:
+    """The ledger's state of reply ``key`` (None: no record yet)."""
+    record = ledger_records(stack).get(key)
+    return record.state if record is not None else None
 
 
 def writer_env(stack: Stack) -> dict[str, str]:

@@ -11,6 +11,7 @@ runtime on top (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,15 +32,18 @@ LAYER_OF = {package: n for n, packages in enumerate(LAYERS) for package in packa
 DEVELOPMENT = {"devstack", "testkit", "bench", "chaos", "tests"}
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(), str(path))
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
+def _statements(path: Path) -> Iterator[tuple[int, str, list[str]]]:
+    """Each absolute import: its line, the module, and the names taken from it (none for
+    ``import module``)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name) for alias in node.names)
+            yield from ((node.lineno, alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module))
-    return found
+            yield node.lineno, node.module, [alias.name for alias in node.names]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    return [(line, module) for line, module, _ in _statements(path)]
 
 
 def layer_package(dotted: str) -> str | None:
@@ -146,18 +150,16 @@ def _within(dotted: str, package: str) -> bool:
 def _targets(path: Path) -> list[tuple[int, str]]:
     """What each import of ours reaches: ``from package import module`` reaches the
     module, ``from module import name`` the module."""
-    tree = ast.parse(path.read_text(), str(path))
     found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                inner = f"{node.module}.{alias.name}"
-                is_module = (ROOT / inner.replace(".", "/")).with_suffix(".py").exists() or (
-                    ROOT / inner.replace(".", "/") / "__init__.py"
-                ).exists()
-                found.append((node.lineno, inner if is_module else node.module))
+    for line, module, names in _statements(path):
+        if not names:
+            found.append((line, module))
+        for name in names:
+            inner = f"{module}.{name}"
+            is_module = (ROOT / inner.replace(".", "/")).with_suffix(".py").exists() or (
+                ROOT / inner.replace(".", "/") / "__init__.py"
+            ).exists()
+            found.append((line, inner if is_module else module))
     return [(line, name) for line, name in found if _within(name, "onceonly.processors")]
 
 

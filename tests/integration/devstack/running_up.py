@@ -82,6 +82,18 @@ def running_up(tmp: Path, env: dict[str, str]) -> Iterator[Up]:
         stop(process)
 
 
+def devstack_send(up: Up) -> subprocess.CompletedProcess[str]:
+    """``python -m devstack send --wait 90`` against the running stack ``up``."""
+    return subprocess.run(
+        [sys.executable, "-m", "devstack", "send", "--wait", "90"],
+        env=up.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     """Ctrl-C, as a user stops it (it stops its worker and broker); the group's SIGKILL
     if that does not end it within a minute."""

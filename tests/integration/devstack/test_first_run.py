@@ -4,8 +4,6 @@ console."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,7 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from testkit import payloads, signing
-from tests.integration.devstack.running_up import ROOT, Up, running_up, up_env, wait_for
+from tests.integration.devstack.running_up import (
+    Up,
+    devstack_send,
+    running_up,
+    up_env,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -61,14 +65,7 @@ def test_the_development_secret_is_kept_under_the_run_directory(first_run: Up) -
 
 
 def test_send_reports_one_reply_for_three_deliveries_and_a_newer_message(first_run: Up) -> None:
-    sent = subprocess.run(
-        [sys.executable, "-m", "devstack", "send", "--wait", "90"],
-        env=first_run.env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    sent = devstack_send(first_run)
 
     assert sent.returncode == 0, sent.stderr
     report = sent.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,6 +19,7 @@ from onceonly.foundation.kafka import (
 )
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
+from tests.conftest import own_topics
 
 pytestmark = pytest.mark.integration
 
@@ -44,17 +44,7 @@ def _until(ask: Callable[[], _T], done: Callable[[_T], bool], within_s: float) -
 
 
 def _settings(cluster: LocalCluster, **overrides: object) -> Settings:
-    suffix = uuid.uuid4().hex[:8]
-    values: dict[str, object] = {
-        "kafka_bootstrap": cluster.bootstrap,
-        "partitions": 2,
-        "deliveries_topic": f"deliveries-{suffix}",
-        "ledger_topic": f"replies-{suffix}",
-        "dead_letter_topic": f"dead-letters-{suffix}",
-        "decisions_topic": f"decisions-{suffix}",
-    }
-    values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
+    return own_topics(cluster.bootstrap, **{"partitions": 2} | overrides)
 
 
 def test_on_three_brokers_every_topic_gets_three_replicas_and_min_insync_two(

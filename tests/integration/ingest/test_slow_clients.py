@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -27,29 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 import onceonly.ingest.app
 from onceonly.foundation.settings import Settings
 from testkit import payloads, signing
+from tests.integration.ingest.hostile_live import Answer
 
 pytestmark = pytest.mark.integration
 
 #: slack on every timer: a loaded 2-core machine, the event loop's own granularity
 MARGIN_S = 3.0
-
-
-def _secrets() -> dict[str, Any]:
-    return signing.provider_secrets()
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def error(self) -> dict[str, Any]:
-        assert self.headers["content-type"].startswith("application/json"), self
-        data = json.loads(self.body)
-        assert set(data) == {"error", "check"}, data
-        assert data["error"]
-        return dict(data)
 
 
 async def read_answer(reader: asyncio.StreamReader) -> Answer | None:
@@ -144,7 +125,7 @@ async def serve_ingest(
     started: list[Served] = []
 
     async def make(**overrides: Any) -> Served:
-        values = {**_secrets(), "ingest_port": 0, **overrides}
+        values = {**signing.provider_secrets(), "ingest_port": 0, **overrides}
         served = Served(topics_factory(settings_factory(**values)))
         started.append(served)
         return await served.start()

@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from onceonly.ingest import normalise
 from onceonly.schemas.envelope import Envelope
 from tests.conftest import consume_all
-from tests.integration.devstack.running_up import running_up, up_env, wait_for
+from tests.integration.devstack.running_up import devstack_send, running_up, up_env, wait_for
 from tests.integration.workers import ROOT, Stack, until, worker_env
 
 pytestmark = pytest.mark.integration
@@ -219,14 +219,7 @@ def test_up_with_two_ingest_processes_and_no_secret_answers_send(
     )
     with running_up(tmp_path, env) as up:
         wait_for(lambda: "worker ready" in up.output(), 120, "the worker", up.log)
-        sent = subprocess.run(
-            [sys.executable, "-m", "devstack", "send", "--wait", "90"],
-            env=up.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        sent = devstack_send(up)
 
     assert sent.returncode == 0, sent.stderr
     assert sent.stdout.count("HTTP 204") == 4, sent.stdout

@@ -20,7 +20,7 @@ import pytest
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.conftest import consume_all
-from tests.integration.workers import INBOX, Stack, ledger_records, until
+from tests.integration.workers import INBOX, Stack, ledger_records, state_of, until
 
 pytestmark = pytest.mark.integration
 
@@ -82,9 +82,7 @@ async def test_a_pending_text_another_writer_landed_first_is_the_one_sent(
 
     await until(
         stack,
-        lambda: (
-            key in ledger_records(stack) and ledger_records(stack)[key].state is ReplyState.SENT
-        ),
+        lambda: state_of(stack, key) is ReplyState.SENT,
         "the sent record",
     )
 

@@ -19,7 +19,7 @@ from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
 from tests.conftest import consume_all
-from tests.integration.workers import INBOX, Stack, ledger_records, onceonly, until
+from tests.integration.workers import INBOX, Stack, ledger_records, onceonly, state_of, until
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ async def test_a_message_whose_webhook_was_lost_gets_its_own_reply_when_caught_u
     answered = (ReplyState.SENT, ReplyState.COVERED)  # a reply is sent before it is recorded
     await until(
         stack,
-        lambda: first in ledger_records(stack) and ledger_records(stack)[first].state in answered,
+        lambda: state_of(stack, first) in answered,
         "message 1 answered in the ledger",
     )
 

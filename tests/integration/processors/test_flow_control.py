@@ -34,10 +34,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def chat() -> Iterator[FakeChatModel]:
-    fake = FakeChatModel()
-    fake.start_in_thread()
-    yield fake
-    fake.stop_in_thread()
+    with FakeChatModel().serving_in_thread() as fake:
+        yield fake
 
 
 def openai_env(chat: FakeChatModel, **extra: str) -> dict[str, str]:

@@ -117,11 +117,9 @@ class NylasStack(Stack):
 
 @pytest.fixture
 def nylas() -> Iterator[FakeNylas]:
-    fake = FakeNylas()
-    fake.start_in_thread()
-    fake.seed_grant(GRANT, AGENT)
-    yield fake
-    fake.stop_in_thread()
+    with FakeNylas().serving_in_thread() as fake:
+        fake.seed_grant(GRANT, AGENT)
+        yield fake
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from onceonly.ingest.app import Ingest
 from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
-from tests.conftest import consume_all
+from tests.conftest import consume_all, own_topics
 from tests.integration.workers import Stack
 
 pytestmark = pytest.mark.integration
@@ -83,15 +82,10 @@ def windows_503(answers: list[Answer], gap_s: float) -> list[tuple[float, float]
 
 
 def _settings(cluster: LocalCluster, tmp_path: Path) -> Settings:
-    suffix = uuid.uuid4().hex[:8]
-    return Settings(
-        kafka_bootstrap=cluster.bootstrap,
+    return own_topics(
+        cluster.bootstrap,
+        own_app=True,
         partitions=4,
-        deliveries_topic=f"deliveries-{suffix}",
-        ledger_topic=f"replies-{suffix}",
-        dead_letter_topic=f"dead-letters-{suffix}",
-        decisions_topic=f"decisions-{suffix}",
-        app_id=f"onceonly-{suffix}",
         run_dir=tmp_path / "run",
         produce_timeout_ms=5000,
         reorder_window_ms=500,

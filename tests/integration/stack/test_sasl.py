@@ -10,7 +10,6 @@ import asyncio
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from onceonly.operations.ops_view import Read, Table, TraceView
 from onceonly.processors.health import WebhookHealth
 from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
-from tests.conftest import SASL_USER
+from tests.conftest import SASL_USER, own_topics
 from tests.integration.workers import ROOT, Stack, worker_env
 
 pytestmark = pytest.mark.integration
@@ -38,15 +37,10 @@ REFUSED = "refused onceonly's credentials"
 
 
 def _settings(cluster: LocalCluster, tmp_path: Path, password: str, **extra: Any) -> Settings:
-    suffix = uuid.uuid4().hex[:8]
-    return Settings(
-        kafka_bootstrap=cluster.bootstrap,
+    return own_topics(
+        cluster.bootstrap,
+        own_app=True,
         partitions=2,
-        deliveries_topic=f"deliveries-{suffix}",
-        ledger_topic=f"replies-{suffix}",
-        dead_letter_topic=f"dead-letters-{suffix}",
-        decisions_topic=f"decisions-{suffix}",
-        app_id=f"onceonly-{suffix}",
         run_dir=tmp_path / "run",
         produce_timeout_ms=3000,
         reorder_window_ms=200,

@@ -27,22 +27,27 @@ from tests.integration.workers import INBOX, Stack, onceonly, until, worker_env
 pytestmark = pytest.mark.integration
 
 MODEL = "local-model"
+#: the spans of one message answered by one reply
+ONE_REPLY = {
+    "onceonly.deliver",
+    "onceonly.hold",
+    "onceonly.process",
+    "onceonly.dedupe",
+    f"chat {MODEL}",
+    "onceonly.send",
+}
 
 
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
-    found = OtlpReceiver()
-    found.start_in_thread()
-    yield found
-    found.stop_in_thread()
+    with OtlpReceiver().serving_in_thread() as found:
+        yield found
 
 
 @pytest.fixture
 def chat() -> Iterator[FakeChatModel]:
-    model = FakeChatModel(lambda messages: "Friday at ten works for us.")
-    model.start_in_thread()
-    yield model
-    model.stop_in_thread()
+    with FakeChatModel(lambda messages: "Friday at ten works for us.").serving_in_thread() as model:
+        yield model
 
 
 def _otel(endpoint: str) -> dict[str, str]:
@@ -116,14 +121,7 @@ async def test_one_trace_runs_from_the_ingest_span_to_the_send_with_the_genai_at
     (deliver,) = [s for s in spans if s.name == "onceonly.deliver"]
     trace = [s for s in spans if s.trace_id == deliver.trace_id]
     found = _by_name(trace)
-    assert set(found) == {
-        "onceonly.deliver",
-        "onceonly.hold",
-        "onceonly.process",
-        "onceonly.dedupe",
-        f"chat {MODEL}",
-        "onceonly.send",
-    }, [(s.service, s.name, s.trace_id) for s in spans]
+    assert set(found) == ONE_REPLY, [(s.service, s.name, s.trace_id) for s in spans]
     assert len(trace) == len(found)  # each once: no empty step (a look for newer messages)
     assert deliver.service == "onceonly-ingest" and deliver.kind == "server"
     assert deliver.attributes["http.response.status_code"] == 204
@@ -165,14 +163,7 @@ async def test_jaeger_receives_the_trace_that_onceonly_trace_names(
         traced = await asyncio.to_thread(onceonly, stack, "trace", message_id, "--json")
         assert traced.returncode == 0, traced.stderr
         (trace_id,) = json.loads(traced.stdout)["trace_ids"]
-        wanted = {
-            "onceonly.deliver",
-            "onceonly.hold",
-            "onceonly.process",
-            "onceonly.dedupe",
-            f"chat {MODEL}",
-            "onceonly.send",
-        }
+        wanted = ONE_REPLY
 
         def complete() -> bool:
             found = server.trace(trace_id)

@@ -21,23 +21,9 @@ from chaos.approvals import (
     needs_approval,
 )
 from chaos.writers import WriterConfig
-from onceonly.processors.writer.contract import Draft, Inbound
+from onceonly.processors.writer.contract import Draft
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
-
-
-def inbound(n: int) -> Inbound:
-    return Inbound(
-        inbox_id="chaos-0@agentmail.to",
-        message_id=f"<m{n}@x>",
-        thread_key="agentmail:chaos-0@agentmail.to:thr",
-        thread_id="thr",
-        event_id=f"evt_{n}",
-        occurred_at=datetime(2026, 12, 1, tzinfo=UTC),
-        sender="a@example.com",
-        subject="Meeting",
-        text=f"message {n}",
-    )
-
+from tests.unit.chaos._messages import inbound
 
 # --------------------------------------------------------------------------- which drafts
 

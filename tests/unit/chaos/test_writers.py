@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,7 @@ import pytest
 from chaos import writers
 from chaos.writer_log import Call, WriterFigures, WriterLog
 from chaos.writers import WriterConfig, compose, parse_range
-from onceonly.processors.writer.contract import Inbound
-
-
-def inbound(n: int, inbox: str = "chaos-0@agentmail.to") -> Inbound:
-    return Inbound(
-        inbox_id=inbox,
-        message_id=f"<m{n}@x>",
-        thread_key=f"agentmail:{inbox}:thr",
-        thread_id="thr",
-        event_id=f"evt_{n}",
-        occurred_at=datetime(2026, 12, 1, tzinfo=UTC),
-        sender="a@example.com",
-        subject="Meeting",
-        text=f"message {n}",
-    )
+from tests.unit.chaos._messages import inbound
 
 
 def test_parse_range_reads_a_span_or_one_value_and_refuses_the_rest() -> None:

@@ -10,7 +10,9 @@ from devstack.send_watch import names_one, needles, replies_in, verdicts_in
 from onceonly.ingest import normalise
 from onceonly.operations.outcomes import Sent
 from onceonly.operations.trace import Record, Sources
-from onceonly.schemas.decision import DecisionRecord, Stage
+from onceonly.processors.decisions import record_for
+from onceonly.processors.reorder.holds import Delivery
+from onceonly.schemas.decision import Stage
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
@@ -36,18 +38,8 @@ def _claim(envelope: Envelope, state: str, offset: int) -> Record:
 
 
 def _duplicate(envelope: Envelope, offset: int) -> Record:
-    record = DecisionRecord(
-        stage=Stage.DEDUPE,
-        reason="duplicate",
-        provider=envelope.provider,
-        event_id=envelope.event_id,
-        message_id=envelope.message_id,
-        thread_key=envelope.thread_key,
-        partition=0,
-        offset=offset,
-        replay=False,
-        at=datetime.fromtimestamp(T0 / 1000, UTC),
-    )
+    at = datetime.fromtimestamp(T0 / 1000, UTC)
+    record = record_for(Delivery(envelope, (0, offset)), Stage.DEDUPE, "duplicate", at)
     return Record(0, 0, T0, envelope.thread_key.encode(), record.encode())
 
 

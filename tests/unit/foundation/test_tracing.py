@@ -178,8 +178,26 @@ async def test_a_send_is_a_client_span_with_the_sent_id_and_a_failed_one_is_an_e
     assert sent.attributes is not None
     assert sent.attributes["onceonly.sent_message_id"] == "<sent@x>"
     assert sent.attributes["onceonly.reply_key"] == "reply-1"
+    assert sent.attributes["onceonly.channel"] == "agentmail"
     assert failed.status.status_code is StatusCode.ERROR
     assert "502 from the mail API" in (failed.status.description or "")
+
+
+async def test_a_thread_read_and_a_writer_call_without_a_model_report_are_client_spans(
+    spans: InMemorySpanExporter,
+) -> None:
+    await tracing.traced_sender(_Sender()).find_reply(_Record())
+    with tracing.writing("reply-2"):
+        pass
+
+    found, written = spans.get_finished_spans()
+    assert (found.name, found.kind) == ("onceonly.find_reply", SpanKind.CLIENT)
+    assert dict(found.attributes or {}) == {
+        "onceonly.reply_key": "reply-1",
+        "onceonly.channel": "agentmail",
+    }
+    assert (written.name, written.kind) == ("onceonly.write", SpanKind.CLIENT)
+    assert dict(written.attributes or {}) == {"onceonly.reply_key": "reply-2"}
 
 
 class _Delivery:

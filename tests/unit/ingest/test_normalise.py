@@ -68,36 +68,87 @@ def test_an_integer_event_id_is_kept_as_its_text() -> None:
     assert normalise.stripe(_body({"id": 42}), {}, NOW).event_id == "42"
 
 
+# -- each provider's whole envelope ----------------------------------------------------
+
+AGENTMAIL_MESSAGE = {
+    "inbox_id": "inbox@agentmail.to",
+    "thread_id": "thr_1",
+    "message_id": "<m1@x>",
+    "timestamp": AT,
+    "text": "hello",
+}
+NYLAS_MESSAGE = {"object": "message", "id": "msg_1", "thread_id": "thr_1", "grant_id": "g_1"}
+GITHUB_ISSUE = {
+    "action": "opened",
+    "repository": {"full_name": "o/r"},
+    "issue": {"number": 7},
+    "installation": {"id": 99},
+}
+GITHUB_ID = "sha256:" + hashlib.sha256(_body(GITHUB_ISSUE).encode()).hexdigest()
+STRIPE_INVOICE = {"id": "evt_1", "type": "invoice.paid", "created": 1796032800, "account": "acct_1"}
+
+
+@pytest.mark.parametrize(
+    ("normaliser", "data", "headers", "fields"),
+    [
+        pytest.param(
+            normalise.agentmail,
+            {"type": "event", "event_type": "message.received", "event_id": "evt_1"}
+            | {"message": AGENTMAIL_MESSAGE},
+            {},
+            (
+                "agentmail",
+                "evt_1",
+                "message.received",
+                "agentmail:thr_1",
+                "inbox@agentmail.to",
+                "<m1@x>",
+                AT_TIME,
+            ),
+            id="agentmail: its thread, inbox and time",
+        ),
+        pytest.param(
+            normalise.nylas,
+            {"id": "n1", "type": "message.created", "time": 1796032800}
+            | {"data": {"object": NYLAS_MESSAGE}},
+            {},
+            ("nylas", "n1", "message.created", "nylas:thr_1", "g_1", "msg_1", AT_TIME),
+            id="nylas: its thread, grant and time",
+        ),
+        pytest.param(
+            normalise.stripe,
+            STRIPE_INVOICE | {"data": {"object": {"id": "in_1"}}},
+            {},
+            ("stripe", "evt_1", "invoice.paid", "stripe:in_1", "acct_1", None, AT_TIME),
+            id="stripe: its account and creation time",
+        ),
+        pytest.param(
+            normalise.github,
+            GITHUB_ISSUE,
+            {"X-GitHub-Event": "issues"},
+            ("github", GITHUB_ID, "issues.opened", "github:o/r#7", "99", None, NOW),
+            id="github: by repository and issue",
+        ),
+        pytest.param(
+            normalise.standard("shop"),
+            {"type": "order.paid", "timestamp": AT, "data": {"thread_id": "t1", "id": "o1"}},
+            {"webhook-id": "msg_1"},
+            ("standard.shop", "msg_1", "order.paid", "standard.shop:t1", None, None, AT_TIME),
+            id="standard: its source and header id",
+        ),
+    ],
+)
+def test_an_event_is_enveloped_whole(
+    normaliser: normalise.Normaliser, data: dict[str, Any], headers: dict[str, str], fields: Any
+) -> None:
+    """Each provider's name, id, type, thread, account, message and time (``fields``, in
+    the envelope's order), the receipt time, the untruncated flag and the raw body."""
+    body = _body(data)
+    expected = Envelope(*fields, received_at=NOW, truncated=False, raw=body)
+    assert normaliser(body, headers, NOW) == expected
+
+
 # -- AgentMail ------------------------------------------------------------------------
-
-
-def test_an_agentmail_received_message_is_enveloped_with_its_thread_inbox_and_time() -> None:
-    body = _body(
-        {
-            "type": "event",
-            "event_type": "message.received",
-            "event_id": "evt_1",
-            "message": {
-                "inbox_id": "inbox@agentmail.to",
-                "thread_id": "thr_1",
-                "message_id": "<m1@x>",
-                "timestamp": AT,
-                "text": "hello",
-            },
-        }
-    )
-    assert normalise.agentmail(body, {}, NOW) == Envelope(
-        provider="agentmail",
-        event_id="evt_1",
-        event_type="message.received",
-        thread_key="agentmail:thr_1",
-        account_id="inbox@agentmail.to",
-        message_id="<m1@x>",
-        occurred_at=AT_TIME,
-        received_at=NOW,
-        truncated=False,
-        raw=body,
-    )
 
 
 def test_an_agentmail_event_without_a_message_takes_the_object_that_has_an_inbox() -> None:
@@ -212,25 +263,6 @@ def _nylas(obj: dict[str, Any], event_type: str = "message.created") -> Envelope
     return normalise.nylas(body, {}, NOW)
 
 
-def test_a_nylas_message_is_enveloped_with_its_thread_grant_and_time() -> None:
-    obj = {"object": "message", "id": "msg_1", "thread_id": "thr_1", "grant_id": "g_1"}
-    body = _body(
-        {"id": "n1", "type": "message.created", "time": 1796032800, "data": {"object": obj}}
-    )
-    assert normalise.nylas(body, {}, NOW) == Envelope(
-        provider="nylas",
-        event_id="n1",
-        event_type="message.created",
-        thread_key="nylas:thr_1",
-        account_id="g_1",
-        message_id="msg_1",
-        occurred_at=AT_TIME,
-        received_at=NOW,
-        truncated=False,
-        raw=body,
-    )
-
-
 def test_a_nylas_object_that_is_not_a_message_has_no_message_id() -> None:
     assert _nylas({"object": "event", "id": "ev_1", "thread_id": "thr_1"}).message_id is None
 
@@ -259,30 +291,6 @@ def _stripe(obj: dict[str, Any]) -> Envelope:
     return normalise.stripe(body, {}, NOW)
 
 
-def test_a_stripe_event_is_enveloped_with_its_account_and_creation_time() -> None:
-    body = _body(
-        {
-            "id": "evt_1",
-            "type": "invoice.paid",
-            "created": 1796032800,
-            "account": "acct_1",
-            "data": {"object": {"id": "in_1"}},
-        }
-    )
-    assert normalise.stripe(body, {}, NOW) == Envelope(
-        provider="stripe",
-        event_id="evt_1",
-        event_type="invoice.paid",
-        thread_key="stripe:in_1",
-        account_id="acct_1",
-        message_id=None,
-        occurred_at=AT_TIME,
-        received_at=NOW,
-        truncated=False,
-        raw=body,
-    )
-
-
 def test_a_stripe_object_of_an_invoice_is_threaded_by_the_invoice() -> None:
     assert _stripe({"id": "ch_1", "invoice": "in_1"}).thread_key == "stripe:in_1"
 
@@ -301,28 +309,6 @@ def test_a_stripe_event_without_a_type_is_of_type_unknown() -> None:
 def _github(data: dict[str, Any], event: str | None = "issues") -> Envelope:
     headers = {"X-GitHub-Event": event} if event else {}
     return normalise.github(_body(data), headers, NOW)
-
-
-def test_a_github_issue_event_is_enveloped_by_repository_and_issue() -> None:
-    data = {
-        "action": "opened",
-        "repository": {"full_name": "o/r"},
-        "issue": {"number": 7},
-        "installation": {"id": 99},
-    }
-    body = _body(data)
-    assert normalise.github(body, {"X-GitHub-Event": "issues"}, NOW) == Envelope(
-        provider="github",
-        event_id="sha256:" + hashlib.sha256(body.encode()).hexdigest(),
-        event_type="issues.opened",
-        thread_key="github:o/r#7",
-        account_id="99",
-        message_id=None,
-        occurred_at=NOW,
-        received_at=NOW,
-        truncated=False,
-        raw=body,
-    )
 
 
 def test_a_github_pull_request_is_threaded_by_its_number() -> None:
@@ -353,22 +339,6 @@ def test_a_github_delivery_without_an_event_header_is_of_type_unknown() -> None:
 def _standard(data: dict[str, Any], headers: dict[str, str] | None = None) -> Envelope:
     normaliser = normalise.standard("shop")
     return normaliser(_body(data), {"webhook-id": "msg_1"} if headers is None else headers, NOW)
-
-
-def test_a_standard_webhook_is_enveloped_with_its_source_and_header_id() -> None:
-    body = _body({"type": "order.paid", "timestamp": AT, "data": {"thread_id": "t1", "id": "o1"}})
-    assert normalise.standard("shop")(body, {"webhook-id": "msg_1"}, NOW) == Envelope(
-        provider="standard.shop",
-        event_id="msg_1",
-        event_type="order.paid",
-        thread_key="standard.shop:t1",
-        account_id=None,
-        message_id=None,
-        occurred_at=AT_TIME,
-        received_at=NOW,
-        truncated=False,
-        raw=body,
-    )
 
 
 def test_a_standard_webhook_without_a_thread_is_threaded_by_its_data_id() -> None:

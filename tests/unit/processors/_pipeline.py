@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from onceonly.processors.conversation import Conversation
+from onceonly.processors.mail.agentmail.channel import AgentMailChannel
+from onceonly.processors.mail.agentmail.sender import AgentMailSender
+from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.parts import WorkerParts
+from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.fakes.ledger import MemoryLedger
 
 
 def bare_pipeline(settings: Any, **parts: Any) -> Conversation:
@@ -25,3 +31,21 @@ def bare_pipeline(settings: Any, **parts: Any) -> Conversation:
         **parts,
     }
     return Conversation(WorkerParts(settings=settings, **given))
+
+
+def mail_pipeline(mail: FakeAgentMail, approval: str, **parts: Any) -> Conversation:
+    """A Conversation that replies through the fake AgentMail ``mail`` under
+    ``ONCEONLY_APPROVAL=approval``: a memory ledger, fresh metrics, no reorder window, two
+    send attempts; ``parts`` (the writer, the dead letters, ...) as the test gives them."""
+    settings = SimpleNamespace(
+        reorder_window_ms=0,
+        send_attempts=2,
+        send_in_flight_wait_s=60.0,
+        supersede_max=2,
+        approval=approval,
+        tenant_key="inbox",
+    )
+    sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
+    channels = {"agentmail": AgentMailChannel(sender)}
+    given = {"ledger": MemoryLedger(), "channels": channels, "metrics": WorkerMetrics()}
+    return bare_pipeline(settings, **given | parts)

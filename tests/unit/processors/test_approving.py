@@ -4,21 +4,14 @@ against the local AgentMail server, no broker (the ledger in memory)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import fields
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from onceonly.ingest import normalise
 from onceonly.processors.approval.applying import decide
 from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.processors.conversation import Conversation
-from onceonly.processors.mail.agentmail.channel import AgentMailChannel
-from onceonly.processors.mail.agentmail.sender import AgentMailSender
-from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reply.parts import SendParts
 from onceonly.processors.writer.runner import Writer, WriterPolicy
@@ -26,8 +19,7 @@ from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
-from testkit.fakes.ledger import MemoryLedger
-from tests.unit.processors._pipeline import bare_pipeline
+from tests.unit.processors._pipeline import mail_pipeline
 
 INBOX = "support@agentmail.to"
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -38,32 +30,9 @@ class _DeadLetters:
         raise AssertionError(f"dead-lettered: {reason}")
 
 
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
 def _pipeline(mail: FakeAgentMail, mode: str = "always", writer: Any = None) -> Conversation:
-    settings = SimpleNamespace(
-        reorder_window_ms=0,
-        send_attempts=2,
-        send_in_flight_wait_s=60.0,
-        supersede_max=2,
-        approval=mode,
-        tenant_key="inbox",
-    )
-    sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
-    return bare_pipeline(
-        settings,
-        ledger=MemoryLedger(),
-        channels={"agentmail": AgentMailChannel(sender)},
-        writer=Writer(writer or (lambda burst: "the model's draft"), WriterPolicy(attempts=1)),
-        dead_letters=_DeadLetters(),
-        metrics=WorkerMetrics(),
-    )
+    write = Writer(writer or (lambda burst: "the model's draft"), WriterPolicy(attempts=1))
+    return mail_pipeline(mail, mode, writer=write, dead_letters=_DeadLetters())
 
 
 def _delivery(mail: FakeAgentMail, n: int = 1) -> Delivery:

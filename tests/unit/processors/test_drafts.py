@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,23 +24,15 @@ from onceonly.schemas.approval import Approval, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
+from tests.unit.processors._messages import INBOX, received
 
-INBOX = "support@agentmail.to"
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
 
 def _inbound(message_id: str, minute: int = 0) -> Inbound:
-    return Inbound(
-        INBOX,
-        message_id,
-        "agentmail:thr_1",
-        "thr_1",
-        f"evt-{message_id}",
-        T0 + timedelta(minutes=minute),
-        "Customer <c@example.com>",
-        "Refund",
-        "I want my money back",
-    )
+    at = T0 + timedelta(minutes=minute)
+    refund = {"subject": "Refund", "text": "I want my money back", "labels": ()}
+    return received(message_id, at, sender="Customer <c@example.com>", **refund)
 
 
 @pytest.mark.parametrize(
@@ -89,14 +81,6 @@ def test_an_approved_draft_is_finished_like_any_pending_reply() -> None:
     )
 
     assert plan(approved) is Plan.RECONCILE
-
-
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 async def test_a_draft_is_recorded_awaiting_with_its_covers_and_not_sent(

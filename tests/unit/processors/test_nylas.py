@@ -295,11 +295,9 @@ async def test_a_catch_up_envelope_is_what_ingest_makes_and_leaves_big_bodies_ou
 
 @pytest.fixture
 async def nylas() -> AsyncIterator[FakeNylas]:
-    fake = FakeNylas()
-    await fake.start()
-    fake.seed_grant(GRANT, AGENT)
-    yield fake
-    await fake.stop()
+    async with FakeNylas().serving() as fake:
+        fake.seed_grant(GRANT, AGENT)
+        yield fake
 
 
 class Harness:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,14 +16,6 @@ from testkit.fakes.openai_server import FakeChatModel
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 MESSAGE = Inbound("s@x", "<m1@x>", "agentmail:t", "t", "e1", T0, "c@x", "Move", "Friday?")
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeChatModel]:
-    fake = FakeChatModel()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 def _writer(model: FakeChatModel) -> OpenAIWriter:

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
-from onceonly.processors.mail.agentmail.channel import AgentMailChannel
-from onceonly.processors.mail.agentmail.sender import AgentMailSender
-from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
-from testkit.fakes.ledger import MemoryLedger
-from tests.unit.processors._pipeline import bare_pipeline
+from tests.unit.processors._pipeline import mail_pipeline
 
 INBOX = "support@agentmail.to"
 
@@ -37,33 +29,10 @@ class _DeadLetters:
         self.letters.append((reason.split()[0], [e.event_id for e in envelopes]))
 
 
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
 def _pipeline(mail: FakeAgentMail, writer: Any) -> Conversation:
-    settings = SimpleNamespace(
-        reorder_window_ms=0,
-        send_attempts=2,
-        send_in_flight_wait_s=60.0,
-        supersede_max=2,
-        approval="never",
-        tenant_key="inbox",
-    )
-    sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
-    return bare_pipeline(
-        settings,
-        ledger=MemoryLedger(),
-        channels={"agentmail": AgentMailChannel(sender)},
-        writer=Writer(writer, WriterPolicy(attempts=2, backoff_initial_s=0.001)),
-        dead_letters=_DeadLetters(),
-        metrics=WorkerMetrics(),
-        retry_backoff_s=0.001,
-    )
+    write = Writer(writer, WriterPolicy(attempts=2, backoff_initial_s=0.001))
+    parts = {"writer": write, "dead_letters": _DeadLetters(), "retry_backoff_s": 0.001}
+    return mail_pipeline(mail, "never", **parts)
 
 
 def _delivery(mail: FakeAgentMail, n: int, minute: int) -> Delivery:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,26 +34,11 @@ from onceonly.processors.writer.contract import Decline, Inbound, Text, reply_ke
 from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
-
-INBOX = "support@agentmail.to"
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+from tests.unit.processors._messages import INBOX, T0, owed, received
 
 
-def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: object) -> Inbound:
-    values: dict[str, object] = {
-        "inbox_id": INBOX,
-        "message_id": message_id,
-        "thread_key": f"agentmail:{thread}",
-        "thread_id": thread,
-        "event_id": f"evt-{message_id}",
-        "occurred_at": T0 + timedelta(minutes=minute),
-        "sender": "Customer <customer@example.com>",
-        "subject": "Meeting",
-        "text": "Can we move it?",
-        "labels": ("received",),
-    }
-    values.update(kw)
-    return Inbound(**values)  # type: ignore[arg-type]
+def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: Any) -> Inbound:
+    return received(message_id, T0 + timedelta(minutes=minute), thread=thread, **kw)
 
 
 # -- pure decisions ------------------------------------------------------------------
@@ -142,14 +127,6 @@ class CountingWriter:
         return f"Thanks, we got your {len(burst)} message(s)."
 
 
-@pytest.fixture
-async def mail() -> AsyncIterator[FakeAgentMail]:
-    fake = FakeAgentMail()
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
 def _seed(mail: FakeAgentMail, message_id: str, *, thread: str = "thr_1") -> Inbound:
     mail.seed_message(INBOX, message_id=message_id, thread_id=thread)
     return _inbound(message_id, thread=thread)
@@ -173,23 +150,14 @@ class Harness:
         may_retry: bool = True,
         in_flight_wait_s: float = 60.0,
     ) -> BurstResult:
-        return await reply_once(
-            burst,
-            ReplyParts(
-                ledger=self.ledger,
-                sender=self.sender,
-                write=simple_write(self.writer),
-                dead_letter=self.dead_letter,
-                now=lambda: self.now,
-                policy=SendPolicy(
-                    attempts=attempts,
-                    backoff_initial_s=0.01,
-                    backoff_max_s=0.05,
-                    in_flight_wait_s=in_flight_wait_s,
-                ),
-                may_retry=lambda: may_retry,
-            ),
-        )
+        policy = SendPolicy(attempts, 0.01, 0.05, in_flight_wait_s)
+        parts = self.parts(simple_write(self.writer), policy=policy, may_retry=lambda: may_retry)
+        return await reply_once(burst, parts)
+
+    def parts(self, write: Any, **options: Any) -> ReplyParts:
+        """The harness's ledger, sender, dead letters and clock, with ``write`` and ``options``."""
+        given = {"ledger": self.ledger, "sender": self.sender, "dead_letter": self.dead_letter}
+        return ReplyParts(**given | {"write": write, "now": lambda: self.now} | options)
 
 
 async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgentMail) -> None:
@@ -240,20 +208,29 @@ async def test_a_lost_response_is_retried_with_the_same_key_and_sends_once(
     assert len(mail.outbox) == 1
 
 
+async def _restarted_during_own_send(
+    mail: FakeAgentMail, send_s: float
+) -> tuple[Inbound, Harness, asyncio.Task[BurstResult]]:
+    """A pending reply both harnesses hold, the first one's send of it running (``send_s``
+    long on the mail API, its key held): the message, the restarted harness, that send."""
+    message = _seed(mail, "<m1@x>")
+    first, restarted = Harness(mail), Harness(mail)
+    for harness in (first, restarted):
+        await harness.ledger.put(_pending(message, "stored text"))
+    mail.faults.send_delay_s = send_s
+    in_flight = asyncio.create_task(first.run([message]))
+    while not mail.keys_in_flight():  # the first send holds the key
+        await asyncio.sleep(0.01)
+    return message, restarted, in_flight
+
+
 async def test_a_send_meeting_its_own_first_send_in_flight_waits_for_it_past_the_attempts(
     mail: FakeAgentMail,
 ) -> None:
     # a worker restarted while its own send was still running on the mail API: the
     # stored text goes again with its key, meets 409 "in flight" for longer than the
     # attempts last, and must wait for that first send rather than dead-letter a reply sent
-    message = _seed(mail, "<m1@x>")
-    first, restarted = Harness(mail), Harness(mail)
-    for harness in (first, restarted):
-        await harness.ledger.put(_pending(message, "stored text"))
-    mail.faults.send_delay_s = 1.0
-    in_flight = asyncio.create_task(first.run([message]))
-    while not mail.keys_in_flight():  # the first send holds the key
-        await asyncio.sleep(0.01)
+    message, restarted, in_flight = await _restarted_during_own_send(mail, send_s=1.0)
 
     result = await restarted.run([message], attempts=2, in_flight_wait_s=20.0)
 
@@ -266,14 +243,7 @@ async def test_a_send_meeting_its_own_first_send_in_flight_waits_for_it_past_the
 async def test_a_first_send_in_flight_past_the_wait_dead_letters_saying_so(
     mail: FakeAgentMail,
 ) -> None:
-    message = _seed(mail, "<m1@x>")
-    first, restarted = Harness(mail), Harness(mail)
-    for harness in (first, restarted):
-        await harness.ledger.put(_pending(message, "stored text"))
-    mail.faults.send_delay_s = 2.0
-    in_flight = asyncio.create_task(first.run([message]))
-    while not mail.keys_in_flight():
-        await asyncio.sleep(0.01)
+    message, restarted, in_flight = await _restarted_during_own_send(mail, send_s=2.0)
 
     result = await restarted.run([message], attempts=50, in_flight_wait_s=0.3)
 
@@ -541,13 +511,7 @@ async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
 
     result = await reply_once(
         [message],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=failing,
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-        ),
+        harness.parts(failing),
     )
 
     assert result.outcome is Outcome.FAILED
@@ -562,13 +526,7 @@ async def test_a_declined_reply_is_recorded_and_nothing_is_sent(mail: FakeAgentM
 
     result = await reply_once(
         [message],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(lambda burst: Decline("out of office")),
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-        ),
+        harness.parts(simple_write(lambda burst: Decline("out of office"))),
     )
 
     assert result.outcome is Outcome.DECLINED
@@ -593,14 +551,7 @@ async def test_newer_messages_supersede_the_text_and_get_the_one_reply(mail: Fak
 
     result = await reply_once(
         [first],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(writer),
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-            newer=newer,
-        ),
+        harness.parts(simple_write(writer), newer=newer),
     )
 
     assert seen == [["<a@x>"], ["<a@x>", "<b@x>"]]
@@ -627,15 +578,7 @@ async def test_no_more_rewrites_than_supersede_max(mail: FakeAgentMail) -> None:
 
     await reply_once(
         [messages[0]],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(writer),
-            dead_letter=harness.dead_letter,
-            now=lambda: T0,
-            newer=newer,
-            supersede_max=2,
-        ),
+        harness.parts(simple_write(writer), newer=newer, supersede_max=2),
     )
 
     assert calls == [1, 2, 3]
@@ -658,12 +601,9 @@ async def test_a_failed_send_dead_letters_the_messages_that_superseded_the_first
 
     result = await reply_once(
         [first],
-        ReplyParts(
-            ledger=harness.ledger,
-            sender=harness.sender,
-            write=simple_write(lambda burst: "one reply"),
+        harness.parts(
+            simple_write(lambda burst: "one reply"),
             dead_letter=dead_letter,
-            now=lambda: T0,
             newer=newer,
             policy=SendPolicy(attempts=1),
         ),
@@ -725,19 +665,6 @@ async def _reply(
     )
 
 
-def _owed(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
-    return ReplyRecord(
-        message.key,
-        INBOX,
-        message.message_id,
-        message.thread_key,
-        state,
-        T0,
-        message_at=message.occurred_at,
-        **changes,
-    )
-
-
 async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_the_send() -> None:
     ledger = MemoryLedger()
     first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
@@ -747,9 +674,9 @@ async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_th
     assert result == BurstResult(Outcome.SENT, latest.key, "<sent-1@x>")
     seen = (first.key,)  # the record names what its writer saw, and covers only that
     assert ledger.writes == [
-        _owed(latest, ReplyState.PENDING, reply_text="the reply", covers=seen),
-        _owed(first, ReplyState.COVERED, covered_by=latest.key),
-        _owed(
+        owed(latest, ReplyState.PENDING, reply_text="the reply", covers=seen),
+        owed(first, ReplyState.COVERED, covered_by=latest.key),
+        owed(
             latest,
             ReplyState.SENT,
             reply_text="the reply",
@@ -783,7 +710,7 @@ async def test_a_reply_another_writer_recorded_sent_first_is_not_sent_again() ->
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
     sender = StubSender()
-    theirs = _owed(message, ReplyState.SENT, reply_text="theirs", sent_message_id="<r@x>")
+    theirs = owed(message, ReplyState.SENT, reply_text="theirs", sent_message_id="<r@x>")
 
     async def sent_by_another(record: ReplyRecord) -> Verdict:
         return Verdict(Ruling.SENT, theirs)
@@ -807,14 +734,14 @@ async def test_every_record_of_a_reply_carries_its_channel() -> None:
 async def test_a_handled_latest_message_leaves_the_rest_of_its_burst_a_reply_of_its_own() -> None:
     ledger = MemoryLedger()
     first, latest = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
-    await ledger.put(_owed(latest, ReplyState.SENT, sent_message_id="<r@x>"))
+    await ledger.put(owed(latest, ReplyState.SENT, sent_message_id="<r@x>"))
 
     result = await _reply([first, latest], ledger)
 
     assert result == BurstResult(Outcome.SENT, first.key, "<sent-1@x>")
     assert ledger.writes[1:] == [
-        _owed(first, ReplyState.PENDING, reply_text="the reply", covers=()),
-        _owed(
+        owed(first, ReplyState.PENDING, reply_text="the reply", covers=()),
+        owed(
             first,
             ReplyState.SENT,
             reply_text="the reply",
@@ -834,7 +761,7 @@ async def test_a_failed_writer_records_its_attempts_and_error_and_dead_letters_t
 
     result = await _reply([message], ledger, writer=failing, dead_letter=letters)
 
-    failed = _owed(message, ReplyState.FAILED, attempts=3, error="RuntimeError('429')")
+    failed = owed(message, ReplyState.FAILED, attempts=3, error="RuntimeError('429')")
     assert result == BurstResult(Outcome.FAILED, message.key)
     assert ledger.writes == [failed]
     assert letters.letters == [
@@ -850,8 +777,8 @@ async def test_a_declined_burst_records_the_reason_and_covers_the_other_messages
 
     assert result == BurstResult(Outcome.DECLINED, latest.key)
     assert ledger.writes == [
-        _owed(latest, ReplyState.DECLINED, reason="out of office"),
-        _owed(first, ReplyState.COVERED, covered_by=latest.key),
+        owed(latest, ReplyState.DECLINED, reason="out of office"),
+        owed(first, ReplyState.COVERED, covered_by=latest.key),
     ]
 
 
@@ -863,7 +790,7 @@ async def test_a_rejected_send_records_the_error_and_one_attempt() -> None:
     result = await _reply([message], ledger, sender)
 
     assert result == BurstResult(Outcome.FAILED, message.key)
-    assert ledger.writes[-1] == _owed(
+    assert ledger.writes[-1] == owed(
         message,
         ReplyState.FAILED,
         reply_text="the reply",
@@ -893,7 +820,7 @@ async def test_the_writers_reported_cost_is_recorded_with_the_reply() -> None:
 async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.PENDING, reply_text="t"))
+    await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
 
     result = await reply_once(
         [message],
@@ -912,7 +839,7 @@ async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
 async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.PENDING, reply_text="t"))
+    await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
     sender = StubSender(SendError(SendFailure.RETRY, "503"), SendError(SendFailure.RETRY, "503"))
 
     await reply_once(
@@ -933,7 +860,7 @@ async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> 
 async def test_a_newer_message_that_has_a_record_already_does_not_supersede_the_reply() -> None:
     ledger = MemoryLedger()
     first, handled = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
-    await ledger.put(_owed(handled, ReplyState.SENT, sent_message_id="<r@x>"))
+    await ledger.put(owed(handled, ReplyState.SENT, sent_message_id="<r@x>"))
     writer = CountingWriter()
 
     async def newer() -> list[Inbound]:
@@ -959,19 +886,19 @@ async def test_the_default_is_two_rewrites_at_most() -> None:
 async def test_covering_skips_a_message_with_a_record_and_still_covers_the_next() -> None:
     ledger = MemoryLedger()
     a, b, c, latest = (_inbound(f"<{n}@x>", minute=i) for i, n in enumerate("abcd"))
-    handled = _owed(b, ReplyState.SENT, sent_message_id="<r@x>")
+    handled = owed(b, ReplyState.SENT, sent_message_id="<r@x>")
     await ledger.put(handled)
 
     await _reply([a, b, c, latest], ledger)
 
     assert ledger.records[b.key] == handled
-    assert ledger.records[c.key] == _owed(c, ReplyState.COVERED, covered_by=latest.key)
+    assert ledger.records[c.key] == owed(c, ReplyState.COVERED, covered_by=latest.key)
 
 
 async def test_a_failed_record_is_not_written_again_unless_replayed() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.FAILED))
+    await ledger.put(owed(message, ReplyState.FAILED))
     writer = CountingWriter()
 
     result = await _reply([message], ledger, writer=writer)
@@ -982,7 +909,7 @@ async def test_a_failed_record_is_not_written_again_unless_replayed() -> None:
 async def test_a_replay_asks_the_writer_again_for_a_failed_record_without_text() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.FAILED))
+    await ledger.put(owed(message, ReplyState.FAILED))
     writer = CountingWriter()
 
     result = await _reply([message], ledger, writer=writer, replay=True)
@@ -1073,7 +1000,7 @@ async def test_the_in_flight_wait_is_measured_on_the_given_clock() -> None:
 async def test_a_skipped_reply_is_logged_with_its_ids() -> None:
     ledger = MemoryLedger()
     message = _inbound("<a@x>")
-    await ledger.put(_owed(message, ReplyState.SENT, sent_message_id="<r@x>"))
+    await ledger.put(owed(message, ReplyState.SENT, sent_message_id="<r@x>"))
 
     with structlog.testing.capture_logs() as logs:
         await _reply([message], ledger)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -28,38 +27,13 @@ from onceonly.processors.reply.once import (
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.ledger import MemoryLedger
+from tests.unit.processors._messages import T0, owed, received
 
-INBOX = "support@agentmail.to"
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 CONFLICT = SendError(SendFailure.CONFLICT, "409 IdempotencyConflict", status=409)
 
 
 def _inbound(message_id: str, minute: int) -> Inbound:
-    return Inbound(
-        inbox_id=INBOX,
-        message_id=message_id,
-        thread_key="agentmail:thr_1",
-        thread_id="thr_1",
-        event_id=f"evt-{message_id}",
-        occurred_at=T0 + timedelta(minutes=minute),
-        sender="Customer <customer@example.com>",
-        subject="Meeting",
-        text="Can we move it?",
-        labels=("received",),
-    )
-
-
-def _record(message: Inbound, state: ReplyState, **changes: Any) -> ReplyRecord:
-    return ReplyRecord(
-        message.key,
-        INBOX,
-        message.message_id,
-        message.thread_key,
-        state,
-        T0,
-        message_at=message.occurred_at,
-        **changes,
-    )
+    return received(message_id, T0 + timedelta(minutes=minute))
 
 
 class Sender:
@@ -134,10 +108,10 @@ A, B, C = _inbound("<a@x>", 0), _inbound("<b@x>", 1), _inbound("<c@x>", 2)
 @pytest.mark.parametrize(
     "latest",
     [
-        _record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r-b@x>"),
-        _record(B, ReplyState.COVERED, covered_by="reply-elsewhere"),
-        _record(B, ReplyState.DECLINED, reason="out of office"),
-        _record(B, ReplyState.FAILED, reply_text="to b", error="422"),
+        owed(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r-b@x>"),
+        owed(B, ReplyState.COVERED, covered_by="reply-elsewhere"),
+        owed(B, ReplyState.DECLINED, reason="out of office"),
+        owed(B, ReplyState.FAILED, reply_text="to b", error="422"),
     ],
     ids=lambda record: record.state.value,
 )
@@ -155,7 +129,7 @@ async def test_an_unanswered_message_released_with_a_handled_latest_gets_its_own
 
 async def test_an_unanswered_message_is_never_covered_by_a_reply_written_without_it() -> None:
     run = Run()
-    await run.ledger.put(_record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
+    await run.ledger.put(owed(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
 
     await run([A, B])
 
@@ -164,7 +138,7 @@ async def test_an_unanswered_message_is_never_covered_by_a_reply_written_without
 
 async def test_the_handled_latest_message_keeps_its_record() -> None:
     run = Run()
-    handled = _record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>")
+    handled = owed(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>")
     await run.ledger.put(handled)
 
     await run([A, B])
@@ -175,7 +149,7 @@ async def test_the_handled_latest_message_keeps_its_record() -> None:
 
 async def test_the_unanswered_messages_get_one_reply_to_the_latest_of_them() -> None:
     run = Run()
-    await run.ledger.put(_record(C, ReplyState.SENT, reply_text="to c", sent_message_id="<r@x>"))
+    await run.ledger.put(owed(C, ReplyState.SENT, reply_text="to c", sent_message_id="<r@x>"))
 
     await run([C, B, A])
 
@@ -187,7 +161,7 @@ async def test_the_unanswered_messages_get_one_reply_to_the_latest_of_them() -> 
 
 async def test_a_burst_that_sent_a_new_reply_says_sent_with_its_key_and_id() -> None:
     run = Run()
-    await run.ledger.put(_record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
+    await run.ledger.put(owed(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
 
     result = await run([A, B])
 
@@ -196,8 +170,8 @@ async def test_a_burst_that_sent_a_new_reply_says_sent_with_its_key_and_id() -> 
 
 async def test_a_burst_whose_messages_all_have_records_still_answers_as_its_latest() -> None:
     run = Run()
-    await run.ledger.put(_record(A, ReplyState.COVERED, covered_by=B.key))
-    await run.ledger.put(_record(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
+    await run.ledger.put(owed(A, ReplyState.COVERED, covered_by=B.key))
+    await run.ledger.put(owed(B, ReplyState.SENT, reply_text="to b", sent_message_id="<r@x>"))
 
     result = await run([A, B])
 
@@ -210,7 +184,7 @@ async def test_a_burst_whose_messages_all_have_records_still_answers_as_its_late
 
 async def test_a_pending_record_released_with_a_newer_message_is_sent_with_its_text() -> None:
     run = Run()
-    pending = _record(A, ReplyState.PENDING, reply_text="stored before the kill")
+    pending = owed(A, ReplyState.PENDING, reply_text="stored before the kill")
     await run.ledger.put(pending)
 
     await run([A, B])
@@ -222,7 +196,7 @@ async def test_a_pending_record_released_with_a_newer_message_is_sent_with_its_t
 
 async def test_the_writer_is_never_asked_again_for_a_message_with_a_pending_record() -> None:
     run = Run()
-    await run.ledger.put(_record(A, ReplyState.PENDING, reply_text="stored"))
+    await run.ledger.put(owed(A, ReplyState.PENDING, reply_text="stored"))
 
     await run([A, B])
 
@@ -231,7 +205,7 @@ async def test_the_writer_is_never_asked_again_for_a_message_with_a_pending_reco
 
 async def test_the_newer_message_beside_a_pending_record_gets_a_reply_its_writer_saw() -> None:
     run = Run()
-    await run.ledger.put(_record(A, ReplyState.PENDING, reply_text="stored"))
+    await run.ledger.put(owed(A, ReplyState.PENDING, reply_text="stored"))
 
     await run([A, B])
 
@@ -243,7 +217,7 @@ async def test_an_unrecorded_message_older_than_a_pending_latest_reply_is_covere
     # a pending record is written just before the records of the messages its writer saw:
     # a kill between the two leaves exactly this, and the writer saw message A
     run = Run()
-    await run.ledger.put(_record(B, ReplyState.PENDING, reply_text="stored for b"))
+    await run.ledger.put(owed(B, ReplyState.PENDING, reply_text="stored for b"))
 
     await run([A, B])
 
@@ -257,7 +231,7 @@ async def test_an_unrecorded_message_a_sent_latest_reply_saw_is_covered_by_it() 
     # the worker that wrote B's reply paused past its session before A's covered record
     # landed; the next owner sent B's pending reply, then meets A again (finding F4)
     run = Run()
-    sent = _record(B, ReplyState.SENT, reply_text="for a and b", covers=(A.key,))
+    sent = owed(B, ReplyState.SENT, reply_text="for a and b", covers=(A.key,))
     await run.ledger.put(sent)
 
     await run([A, B])
@@ -269,7 +243,7 @@ async def test_an_unrecorded_message_a_sent_latest_reply_saw_is_covered_by_it() 
 
 async def test_a_pending_record_in_a_later_burst_looks_in_the_thread_first() -> None:
     run = Run(sender=Sender(found="<r-a@x>"))
-    await run.ledger.put(_record(A, ReplyState.PENDING, reply_text="stored"))
+    await run.ledger.put(owed(A, ReplyState.PENDING, reply_text="stored"))
 
     await run([A, B])
 
@@ -361,7 +335,7 @@ async def test_a_late_message_the_pending_reply_never_saw_gets_a_reply_of_its_ow
     # older message arrives late: it is not covered by a text written without it
     run = Run()
     late, latest = _inbound("<late@x>", 0), _inbound("<b@x>", 1)
-    pending = _record(latest, ReplyState.PENDING, reply_text="written for b alone", covers=())
+    pending = owed(latest, ReplyState.PENDING, reply_text="written for b alone", covers=())
     await run.ledger.put(pending)
 
     await run([late, latest])
@@ -374,7 +348,7 @@ async def test_a_late_message_the_pending_reply_never_saw_gets_a_reply_of_its_ow
 async def test_a_pending_reply_covers_the_messages_its_writer_saw() -> None:
     run = Run()
     seen, latest = _inbound("<a@x>", 0), _inbound("<b@x>", 1)
-    pending = _record(latest, ReplyState.PENDING, reply_text="for a and b", covers=(seen.key,))
+    pending = owed(latest, ReplyState.PENDING, reply_text="for a and b", covers=(seen.key,))
     await run.ledger.put(pending)
 
     await run([seen, latest])

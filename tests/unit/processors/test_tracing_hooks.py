@@ -90,10 +90,8 @@ def test_dedupe_is_a_span_with_its_counts_and_an_empty_claim_is_none(
 
 @pytest.fixture
 async def model() -> AsyncIterator[FakeChatModel]:
-    fake = FakeChatModel(lambda messages: "Friday works.")
-    await fake.start()
-    yield fake
-    await fake.stop()
+    async with FakeChatModel(lambda messages: "Friday works.").serving() as fake:
+        yield fake
 
 
 async def test_the_openai_writer_reports_the_model_and_the_usage_of_its_response(

@@ -25,14 +25,6 @@ INBOX = "agent@agentmail.to"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAgentMail]:
-    server = FakeAgentMail()
-    await server.start()
-    yield server
-    await server.stop()
-
-
 def _record(message_id: str, text: str = "Thanks!") -> ReplyRecord:
     return ReplyRecord(
         key="reply-" + "a" * 64,
@@ -45,19 +37,19 @@ def _record(message_id: str, text: str = "Thanks!") -> ReplyRecord:
     )
 
 
-async def test_a_reply_goes_out_with_its_idempotency_key(fake: FakeAgentMail) -> None:
-    fake.seed_message(INBOX, message_id="<m1@x>", thread_id="thr_1")
-    sender = AgentMailSender("test-key", base_url=fake.base_url, timeout_s=5)
+async def test_a_reply_goes_out_with_its_idempotency_key(mail: FakeAgentMail) -> None:
+    mail.seed_message(INBOX, message_id="<m1@x>", thread_id="thr_1")
+    sender = AgentMailSender("test-key", base_url=mail.base_url, timeout_s=5)
 
     sent = await sender.reply(_record("<m1@x>"))
     await sender.aclose()
 
-    assert [(e.idempotency_key, e.text) for e in fake.outbox] == [("reply-" + "a" * 64, "Thanks!")]
-    assert sent == fake.outbox[0].sent_message_id
+    assert [(e.idempotency_key, e.text) for e in mail.outbox] == [("reply-" + "a" * 64, "Thanks!")]
+    assert sent == mail.outbox[0].sent_message_id
 
 
-async def test_the_sdk_reads_an_api_error_through_it(fake: FakeAgentMail) -> None:
-    sender = AgentMailSender("test-key", base_url=fake.base_url, timeout_s=5)
+async def test_the_sdk_reads_an_api_error_through_it(mail: FakeAgentMail) -> None:
+    sender = AgentMailSender("test-key", base_url=mail.base_url, timeout_s=5)
 
     with pytest.raises(SendError) as caught:
         await sender.reply(_record("<never-seeded@x>"))
@@ -67,10 +59,10 @@ async def test_the_sdk_reads_an_api_error_through_it(fake: FakeAgentMail) -> Non
     assert "404" in str(caught.value)
 
 
-async def test_a_slow_answer_is_an_httpx_timeout_and_a_retry(fake: FakeAgentMail) -> None:
-    fake.seed_message(INBOX, message_id="<m1@x>", thread_id="thr_1")
-    fake.set_latency(1.0)
-    sender = AgentMailSender("test-key", base_url=fake.base_url, timeout_s=0.2)
+async def test_a_slow_answer_is_an_httpx_timeout_and_a_retry(mail: FakeAgentMail) -> None:
+    mail.seed_message(INBOX, message_id="<m1@x>", thread_id="thr_1")
+    mail.set_latency(1.0)
+    sender = AgentMailSender("test-key", base_url=mail.base_url, timeout_s=0.2)
 
     with pytest.raises(SendError) as caught:
         await sender.reply(_record("<m1@x>"))
@@ -147,7 +139,5 @@ def test_a_client_used_from_two_event_loops_works_in_both(fake_in_thread: str) -
 
 @pytest.fixture
 def fake_in_thread() -> Iterator[str]:
-    server = FakeAgentMail()
-    base = server.start_in_thread()
-    yield base
-    server.stop_in_thread()
+    with FakeAgentMail().serving_in_thread() as server:
+        yield server.base_url

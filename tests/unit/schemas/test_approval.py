@@ -10,6 +10,7 @@ import pytest
 from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import LEDGER_VERSION, ReplyRecord, ReplyState
+from tests.unit.schemas._samples import changed
 
 AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
 DECISION = ApprovalDecision(
@@ -22,19 +23,13 @@ def test_a_decision_survives_encoding_unchanged() -> None:
 
 
 def test_a_decision_of_an_unknown_version_is_refused() -> None:
-    data = json.loads(DECISION.encode())
-    data["v"] = 7
-
     with pytest.raises(SchemaError, match="version 7"):
-        ApprovalDecision.decode(json.dumps(data))
+        ApprovalDecision.decode(changed(DECISION, v=7))
 
 
 def test_a_decision_with_an_unknown_action_is_refused() -> None:
-    data = json.loads(DECISION.encode())
-    data["action"] = "maybe"
-
     with pytest.raises(SchemaError, match="cannot be decoded"):
-        ApprovalDecision.decode(json.dumps(data))
+        ApprovalDecision.decode(changed(DECISION, action="maybe"))
 
 
 def test_an_awaiting_draft_with_its_approval_survives_the_ledger() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from onceonly.schemas.dead_letter import (
@@ -20,21 +19,10 @@ from onceonly.schemas.dead_letter import (
     resendable,
 )
 from onceonly.schemas.envelope import Envelope, mac_of
+from tests.unit.schemas._samples import ENVELOPE
 
 KEY = b"the-workers-secret"
 OLD = b"the-secret-before-the-rotation"
-ENVELOPE = Envelope(
-    provider="agentmail",
-    event_id="evt_1",
-    event_type="message.received",
-    thread_key="agentmail:thr_1",
-    account_id="inbox@agentmail.to",
-    message_id="<m@x>",
-    occurred_at=datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
-    received_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
-    truncated=False,
-    raw='{"é": "\\u00e9"}',
-)
 OTHER = replace(ENVELOPE, event_id="evt_2", message_id="<n@x>")
 
 

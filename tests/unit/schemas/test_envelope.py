@@ -15,19 +15,7 @@ from onceonly.ingest.exceptions import PayloadError
 from onceonly.schemas.envelope import MAC_HEADER, Envelope, has_valid_mac
 from onceonly.schemas.exceptions import SchemaError
 from testkit import payloads
-
-ENVELOPE = Envelope(
-    provider="agentmail",
-    event_id="evt_1",
-    event_type="message.received",
-    thread_key="agentmail:thr_1",
-    account_id="inbox@agentmail.to",
-    message_id="<m@x>",
-    occurred_at=datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
-    received_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
-    truncated=False,
-    raw='{"é": "\\u00e9"}',
-)
+from tests.unit.schemas._samples import ENVELOPE, changed
 
 
 def test_an_envelope_survives_encoding() -> None:
@@ -35,11 +23,8 @@ def test_an_envelope_survives_encoding() -> None:
 
 
 def test_an_unknown_version_is_refused_with_advice() -> None:
-    data = json.loads(ENVELOPE.encode())
-    data["v"] = 99
-
     with pytest.raises(SchemaError, match="upgrade the worker"):
-        Envelope.decode(json.dumps(data))
+        Envelope.decode(changed(ENVELOPE, v=99))
 
 
 def test_a_missing_field_is_a_schema_error() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from tests.unit.schemas._samples import changed
 
 FULL = ReplyRecord(
     key="reply-abc",
@@ -36,11 +37,8 @@ def test_every_field_is_written() -> None:
 
 
 def test_a_record_of_an_unknown_version_is_refused() -> None:
-    data = json.loads(FULL.encode())
-    data["v"] = 99
-
     with pytest.raises(SchemaError, match="version 99"):
-        ReplyRecord.decode(json.dumps(data))
+        ReplyRecord.decode(changed(FULL, v=99))
 
 
 def test_the_messages_own_time_survives_a_round_trip() -> None:

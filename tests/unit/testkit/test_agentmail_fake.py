@@ -8,11 +8,9 @@ the SDK's own retries: the SDK retries 408/409/429/5xx twice by default, with
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -23,12 +21,12 @@ from agentmail.core.api_error import ApiError
 from agentmail.core.request_options import RequestOptions
 from agentmail.errors import ConflictError, NotFoundError
 
+from testkit.fakes._server import as_process
 from testkit.fakes.agentmail_server import DEFAULT_KEY_TTL_S, FakeAgentMail
 
 INBOX = "agent@agentmail.to"
 NO_RETRY: RequestOptions = {"max_retries": 0}
 T0 = 1_700_000_000.0
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class ManualClock:
@@ -41,6 +39,13 @@ class ManualClock:
         return self.now
 
 
+def _thanks(client: AsyncAgentMail, message_id: str, text: str = "Thanks!") -> Awaitable[Any]:
+    """The reply call most tests make: with key k-1, no retries of the SDK's own."""
+    return client.inboxes.messages.reply(
+        INBOX, message_id, text=text, idempotency_key="k-1", request_options=NO_RETRY
+    )
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -48,16 +53,8 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 async def fake(clock: ManualClock) -> AsyncIterator[FakeAgentMail]:
-    server = FakeAgentMail(clock=clock)
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def client(fake: FakeAgentMail) -> AsyncIterator[AsyncAgentMail]:
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        yield AsyncAgentMail(api_key="test-key", environment=fake.environment, httpx_client=http)
+    async with FakeAgentMail(clock=clock).serving() as server:
+        yield server
 
 
 @pytest.fixture
@@ -76,12 +73,8 @@ async def test_same_key_twice_sends_one_email_and_replays_message_id(
     fake: FakeAgentMail, client: AsyncAgentMail, received: dict[str, object]
 ) -> None:
     mid = str(received["message_id"])
-    first = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
-    second = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    first = await _thanks(client, mid)
+    second = await _thanks(client, mid)
 
     assert second.message_id == first.message_id
     assert second.thread_id == first.thread_id
@@ -94,14 +87,10 @@ async def test_same_key_with_different_text_raises_conflict_error(
     fake: FakeAgentMail, client: AsyncAgentMail, received: dict[str, object]
 ) -> None:
     mid = str(received["message_id"])
-    await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    await _thanks(client, mid)
 
     with pytest.raises(ConflictError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Something else", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid, text="Something else")
 
     assert caught.value.status_code == 409
     assert caught.value.body.name == "IdempotencyConflict"
@@ -113,17 +102,11 @@ async def test_same_key_while_first_call_in_flight_gets_distinct_409(
 ) -> None:
     mid = str(received["message_id"])
     fake.faults.send_delay_s = 0.3
-    first = asyncio.create_task(
-        client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
-    )
+    first = asyncio.create_task(_thanks(client, mid))
     await asyncio.sleep(0.1)
 
     with pytest.raises(ConflictError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid)
 
     assert caught.value.body.name == "IdempotencyInFlight"
     assert (await first).message_id == fake.outbox[0].sent_message_id
@@ -136,13 +119,7 @@ async def test_lost_response_raises_api_error_500_but_email_was_sent(
     fake.lose_response_next(1)
 
     with pytest.raises(ApiError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX,
-            str(received["message_id"]),
-            text="Thanks!",
-            idempotency_key="k-1",
-            request_options=NO_RETRY,
-        )
+        await _thanks(client, str(received["message_id"]))
 
     assert caught.value.status_code == 500
     assert len(fake.outbox) == 1
@@ -154,13 +131,9 @@ async def test_retry_after_lost_response_replays_without_second_email(
     mid = str(received["message_id"])
     fake.lose_response_next(1)
     with pytest.raises(ApiError):
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid)
 
-    retry = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    retry = await _thanks(client, mid)
 
     assert [e.sent_message_id for e in fake.outbox] == [retry.message_id]
 
@@ -184,15 +157,11 @@ async def test_injected_failure_sends_nothing_and_releases_the_key(
     mid = str(received["message_id"])
     fake.fail_next(1, status=503)
     with pytest.raises(ApiError) as caught:
-        await client.inboxes.messages.reply(
-            INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-        )
+        await _thanks(client, mid)
     assert caught.value.status_code == 503
     assert fake.outbox == []
 
-    await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    await _thanks(client, mid)
 
     assert len(fake.outbox) == 1
 
@@ -232,44 +201,27 @@ async def test_reply_to_unknown_message_raises_not_found(
 # --------------------------------------------------------------------------- key TTL
 
 
-async def test_key_past_its_ttl_is_treated_as_new(
+@pytest.mark.parametrize(
+    ("later_s", "replayed"),
+    [(DEFAULT_KEY_TTL_S + 1, False), (DEFAULT_KEY_TTL_S - 1, True)],
+    ids=["past its ttl: treated as new", "just inside its ttl: still replays"],
+)
+async def test_a_key_replays_only_within_its_ttl(
     fake: FakeAgentMail,
     client: AsyncAgentMail,
     received: dict[str, object],
     clock: ManualClock,
+    later_s: float,
+    replayed: bool,
 ) -> None:
     mid = str(received["message_id"])
-    first = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
-    clock.now += DEFAULT_KEY_TTL_S + 1
+    first = await _thanks(client, mid)
+    clock.now += later_s
 
-    second = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
+    second = await _thanks(client, mid)
 
-    assert second.message_id != first.message_id
-    assert len(fake.outbox) == 2
-
-
-async def test_key_just_inside_its_ttl_still_replays(
-    fake: FakeAgentMail,
-    client: AsyncAgentMail,
-    received: dict[str, object],
-    clock: ManualClock,
-) -> None:
-    mid = str(received["message_id"])
-    first = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
-    clock.now += DEFAULT_KEY_TTL_S - 1
-
-    second = await client.inboxes.messages.reply(
-        INBOX, mid, text="Thanks!", idempotency_key="k-1", request_options=NO_RETRY
-    )
-
-    assert second.message_id == first.message_id
-    assert len(fake.outbox) == 1
+    assert (second.message_id == first.message_id) is replayed
+    assert len(fake.outbox) == (1 if replayed else 2)
 
 
 # --------------------------------------------------------------------------- reads
@@ -436,10 +388,8 @@ async def test_control_webhook_enabled_and_clock(
 
 @pytest.fixture
 def threaded_fake() -> Iterator[FakeAgentMail]:
-    server = FakeAgentMail()
-    server.start_in_thread()
-    yield server
-    server.stop_in_thread()
+    with FakeAgentMail().serving_in_thread() as server:
+        yield server
 
 
 def test_sync_client_against_fake_in_a_thread(threaded_fake: FakeAgentMail) -> None:
@@ -454,15 +404,7 @@ def test_sync_client_against_fake_in_a_thread(threaded_fake: FakeAgentMail) -> N
 
 
 def test_runs_as_a_separate_process_and_prints_its_base_url() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testkit.fakes.agentmail_server", "--port", "0"],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        base_url = proc.stdout.readline().strip()
+    with as_process("agentmail_server") as base_url:
         assert base_url.startswith("http://127.0.0.1:")
         seeded = httpx.post(
             f"{base_url}/_control/seed", json={"inbox_id": INBOX, "message_id": "<p1@x>"}
@@ -479,6 +421,3 @@ def test_runs_as_a_separate_process_and_prints_its_base_url() -> None:
 
         outbox = httpx.get(f"{base_url}/_control/outbox").json()
         assert [e["sent_message_id"] for e in outbox["outbox"]] == [sent.message_id]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=10) == 0

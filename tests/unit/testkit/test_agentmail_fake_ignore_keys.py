@@ -3,10 +3,7 @@ count what the caller prevents by itself), driven through the real ``agentmail``
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import httpx
@@ -14,25 +11,17 @@ import pytest
 from agentmail import AsyncAgentMail
 from agentmail.core.request_options import RequestOptions
 
+from testkit.fakes._server import as_process
 from testkit.fakes.agentmail_server import FakeAgentMail
 
 INBOX = "agent@agentmail.to"
 NO_RETRY: RequestOptions = {"max_retries": 0}
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(params=[False, True], ids=["keys-honoured", "keys-ignored"])
 async def fake(request: pytest.FixtureRequest) -> AsyncIterator[FakeAgentMail]:
-    server = FakeAgentMail(ignore_idempotency_keys=request.param)
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def client(fake: FakeAgentMail) -> AsyncIterator[AsyncAgentMail]:
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        yield AsyncAgentMail(api_key="test-key", environment=fake.environment, httpx_client=http)
+    async with FakeAgentMail(ignore_idempotency_keys=request.param).serving() as server:
+        yield server
 
 
 async def _reply(client: AsyncAgentMail, mid: str, text: str, key: str) -> str:
@@ -103,24 +92,6 @@ async def test_ignored_keys_are_not_stored(fake: FakeAgentMail, client: AsyncAge
 
 
 def test_process_flag_turns_the_switch_on() -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "testkit.fakes.agentmail_server",
-            "--port",
-            "0",
-            "--ignore-idempotency-keys",
-        ],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        base_url = proc.stdout.readline().strip()
+    with as_process("agentmail_server", "--ignore-idempotency-keys") as base_url:
         faults = httpx.get(base_url + "/_control/faults", timeout=5.0).json()
         assert faults["ignore_keys"] is True
-    finally:
-        proc.terminate()
-        proc.wait(10)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from onceonly.processors.mail.agentmail.messages import agentmail_history, inbound_from_agentmail
 from onceonly.processors.writer.contract import Inbound, ThreadMessage
 
@@ -19,45 +21,44 @@ def _inbound(**message: Any) -> Inbound:
     )
 
 
-def test_an_agentmail_message_becomes_an_inbound_with_every_field() -> None:
-    message = {
-        "inbox_id": "inbox@x",
-        "message_id": "<m1@x>",
-        "thread_id": "thr_1",
-        "timestamp": "2026-11-30T10:00:00Z",
-        "from": "Ann <ann@example.com>",
-        "subject": "Hi",
-        "text": "hello",
-        "labels": ["received", "unread"],
-    }
-    assert inbound_from_agentmail(
-        message, thread_key="agentmail:thr_1", event_id="evt_1", fallback_time=FALLBACK
-    ) == Inbound(
-        inbox_id="inbox@x",
-        message_id="<m1@x>",
-        thread_key="agentmail:thr_1",
-        thread_id="thr_1",
-        event_id="evt_1",
-        occurred_at=AT,
-        sender="Ann <ann@example.com>",
-        subject="Hi",
-        text="hello",
-        labels=("received", "unread"),
-    )
+EVERY_FIELD = {
+    "inbox_id": "inbox@x",
+    "message_id": "<m1@x>",
+    "thread_id": "thr_1",
+    "timestamp": "2026-11-30T10:00:00Z",
+    "from": "Ann <ann@example.com>",
+    "subject": "Hi",
+    "text": "hello",
+    "labels": ["received", "unread"],
+}
 
 
-def test_an_empty_agentmail_message_becomes_an_inbound_of_empty_fields() -> None:
-    assert _inbound() == Inbound(
-        inbox_id="",
-        message_id="",
+@pytest.mark.parametrize(
+    ("message", "fields"),
+    [
+        pytest.param(
+            EVERY_FIELD,
+            ("inbox@x", "<m1@x>", "thr_1", AT, "Ann <ann@example.com>", "Hi", "hello"),
+            id="every field",
+        ),
+        pytest.param({}, ("", "", "", FALLBACK, "", None, None), id="none: empty fields"),
+    ],
+)
+def test_an_agentmail_message_becomes_an_inbound(message: dict[str, Any], fields: Any) -> None:
+    """Its inbox, id, thread, time (the fallback without one), sender, subject, text and
+    labels; the thread key and event id as given."""
+    inbox_id, message_id, thread_id, occurred_at, sender, subject, text = fields
+    assert _inbound(**message) == Inbound(
+        inbox_id=inbox_id,
+        message_id=message_id,
         thread_key="agentmail:t",
-        thread_id="",
+        thread_id=thread_id,
         event_id="e",
-        occurred_at=FALLBACK,
-        sender="",
-        subject=None,
-        text=None,
-        labels=(),
+        occurred_at=occurred_at,
+        sender=sender,
+        subject=subject,
+        text=text,
+        labels=tuple(message.get("labels", ())),
     )
 
 
