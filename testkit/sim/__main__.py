@@ -58,7 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", action="store_true", help="print the replayed seed's trace")
     parser.add_argument(
         "--bug",
-        choices=["no-fence-before-send", "ledger-after-send", "keys-ignored"],
+        choices=[
+            "no-fence-before-send",
+            "ledger-after-send",
+            "keys-ignored",
+            "commit-before-done",
+            "writer-sees-latest-only",
+        ],
         help="plant a bug in the simulated world",
     )
     args = parser.parse_args(argv)
@@ -67,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         no_fence_before_send=args.bug == "no-fence-before-send",
         ledger_after_send=args.bug == "ledger-after-send",
         keys_ignored=args.bug == "keys-ignored",
+        commit_before_done=args.bug == "commit-before-done",
+        writer_sees_latest_only=args.bug == "writer-sees-latest-only",
     )
     if args.seed is not None:
         result = run_schedule(Schedule(args.seed, bugs))

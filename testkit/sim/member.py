@@ -204,7 +204,10 @@ class Member(Actor):
 
     def _commit(self) -> None:
         if self.owns() and not self.paused:
-            self.world.part.committed = min(self.open) if self.open else self.fetched
+            done = min(self.open) if self.open else self.fetched
+            if self.world.bugs.commit_before_done:
+                done = self.fetched
+            self.world.part.committed = done
 
     def _parts(self, taken: list[int], thread_key: str = "") -> ReplyParts:
         world = self.world
@@ -232,6 +235,8 @@ class Member(Actor):
             world.trace(self.name, f"dead-lettered {[p[1] for p in named]}: {reason}")
 
         async def write(messages: Sequence[Inbound]) -> str | Decline | Draft:
+            if world.bugs.writer_sees_latest_only:
+                messages = messages[-1:]
             return await self.writer.write(messages)
 
         loop = asyncio.get_running_loop()

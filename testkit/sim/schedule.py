@@ -48,10 +48,14 @@ class Bugs:
     ledger_after_send: bool = False
     #: (c) every schedule's mail API ignores keys, pauses after a check included
     keys_ignored: bool = False
+    #: (d) a member commits every offset it fetched, its lanes' work done or not
+    commit_before_done: bool = False
+    #: (e) the writer is given only a burst's latest message; the reply covers them all
+    writer_sees_latest_only: bool = False
 
     @property
     def any(self) -> bool:
-        return self.no_fence_before_send or self.ledger_after_send or self.keys_ignored
+        return any(getattr(self, name) for name in self.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,8 +95,10 @@ def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
     [
         (Bugs(no_fence_before_send=True), 40, {"never_doubled"}),
         (Bugs(ledger_after_send=True), 40, {"never_doubled", "covered_unseen"}),
+        (Bugs(commit_before_done=True), 40, {"answered_once"}),
+        (Bugs(writer_sees_latest_only=True), 40, {"covered_unseen"}),
     ],
-    ids=["no-fence-before-send", "ledger-after-send"],
+    ids=["no-fence-before-send", "ledger-after-send", "commit-before-done", "writer-sees-latest"],
 )
 def test_a_planted_bug_is_caught_within_n_seeds(
     bugs: Bugs, within: int, caught_by: set[str]
