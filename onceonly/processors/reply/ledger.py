@@ -65,6 +65,14 @@ class TableLedger:
             while len(self._pending) > PENDING_KEPT:  # left by lanes whose partition moved
                 del self._pending[next(iter(self._pending))]
             await self._keep_settled(record)
+        elif record.state is ReplyState.FAILED:
+            # a worker past its fence check (its writer failing, then paused) may land a
+            # failed record after the next owner sent the reply (simulator finding F7)
+            self._pending[record.key] = where
+            try:
+                await self._keep_settled(record)
+            finally:
+                self._pending.pop(record.key, None)
 
     async def _keep_settled(self, record: ReplyRecord) -> None:
         """Another writer's record that settled the key (sent, covered, declined) before
@@ -80,7 +88,7 @@ class TableLedger:
         settled = verdict.record
         await self._write(record.key, settled.encode(), fenced=False)
         log.warning(
-            "ledger: own pending record landed after another writer settled the key; "
+            "ledger: own record landed after another writer settled the key; "
             "their record written again after it",
             key=record.key,
             state=settled.state.value,

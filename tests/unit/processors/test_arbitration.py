@@ -319,6 +319,30 @@ async def test_a_pending_record_landed_after_the_key_was_settled_is_followed_by_
     assert fenced == ["a ledger record"]  # the pending record's check; not the repeat's
 
 
+async def test_a_failed_record_landed_after_the_key_was_sent_is_followed_by_the_sent_one() -> None:
+    # finding F7 (seed 369674894): a worker whose writer failed, paused past its fence
+    # check, lands *failed* after the next owner's sent record; the email is out
+    topic: list[tuple[bytes, bytes]] = []
+    ledger = TableLedger(LogTable(topic, 0), read_log=Reads(topic))  # type: ignore[arg-type]
+    sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
+    topic.append((b"k", sent.encode()))
+
+    await ledger.put(_record("k", ReplyState.FAILED, None))
+
+    states = [ReplyRecord.decode(v).state for _, v in topic]
+    assert states == [ReplyState.SENT, ReplyState.FAILED, ReplyState.SENT]
+    assert ReplyRecord.decode(topic[-1][1]) == sent
+
+
+async def test_a_failed_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
+    ledger, topic, _ = _ledger(recovered=2)
+    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+
+    await ledger.put(_record("k", ReplyState.FAILED, None))
+
+    assert ReplyRecord.decode(topic[-1][1]).state is ReplyState.FAILED
+
+
 async def test_a_pending_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
     ledger, topic, _ = _ledger(recovered=2)
     topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
