@@ -43,6 +43,33 @@ def _play(job: tuple[int, Bugs]) -> Outcome:
     return Outcome(seed, len(result.events), report, result.keys_ignored, window)
 
 
+#: the planted bugs (``Bugs`` fields) and what docs/simulation.md calls them
+PLANTED = {
+    "no_fence_before_send": "no fence check before the send",
+    "ledger_after_send": "the ledger written after the send",
+    "commit_before_done": "an offset committed before its work is done",
+    "writer_sees_latest_only": "a message covered by a reply whose writer never saw it",
+}
+
+
+def seeds_to_catch(bugs: Bugs, start: int, limit: int = 1000) -> int | None:
+    """How many seeds from ``start`` until one with ``bugs`` breaks an invariant."""
+    for n in range(limit):
+        if run_schedule(Schedule(start + n, bugs)).violations:
+            return n + 1
+    return None
+
+
+def planted_table(starts: tuple[int, ...] = (0, 100_000, 200_000, 300_000, 400_000)) -> None:
+    """The planted-bug table of docs/simulation.md, measured."""
+    print("| planted bug | seeds needed from each start | at most |\n|---|---|---|")
+    for field, name in PLANTED.items():
+        needed = [seeds_to_catch(Bugs(**{field: True}), start) for start in starts]
+        shown = ", ".join("not in 1000" if n is None else str(n) for n in needed)
+        most = max((n for n in needed if n is not None), default=None)
+        print(f"| {name} (`{field.replace('_', '-')}`) | {shown} | {most} |", flush=True)
+
+
 def _first_seed(start: str) -> int:
     if start == "fresh":
         return int(time.time() * 1000) % 10**9
@@ -57,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay this one seed")
     parser.add_argument("--trace", action="store_true", help="print the replayed seed's trace")
     parser.add_argument(
+        "--planted", action="store_true", help="print the seeds each planted bug needs"
+    )
+    parser.add_argument(
         "--bug",
         choices=[
             "no-fence-before-send",
@@ -69,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     quiet()
+    if args.planted:
+        planted_table()
+        return 0
     bugs = Bugs(
         no_fence_before_send=args.bug == "no-fence-before-send",
         ledger_after_send=args.bug == "ledger-after-send",
