@@ -62,7 +62,12 @@ class FaustTable:
         self.faust = table
 
     def get(self, key: bytes) -> bytes | None:
-        raw = self.faust.get(key)
+        # The store itself: one RocksDB read. faust's ``Table.get`` reads it twice (``in``
+        # then ``[]``, as the table has a ``__missing__``) and first calls every sensor's
+        # ``on_table_get``, which onceonly never reads: 2-7 % of the worker's CPU under the
+        # reorder hold's, the ledger's and dedupe's reads (docs/benchmarks.md, issue 46).
+        # The tables have no default, so a missing key is None either way.
+        raw = self.faust.data.get(key)
         return bytes(raw) if raw is not None else None
 
     def __setitem__(self, key: bytes, value: bytes) -> None:

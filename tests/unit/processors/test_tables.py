@@ -1,22 +1,53 @@
-"""Where a table's next recovery starts after an own changelog write (finding F3)."""
+"""FaustTable.get over a real faust table and its RocksDB store (no broker needed)."""
 
 from __future__ import annotations
 
-from onceonly.processors.records import applied_after_write
+from pathlib import Path
+from typing import Any
+
+import faust
+import pytest
+from faust.sensors import Sensor
+
+from onceonly.processors.runtime.tables import FaustTable
 
 
-def test_an_own_write_right_after_what_the_store_applied_moves_its_offset() -> None:
-    assert applied_after_write(41, 42) == 42
-    assert applied_after_write(None, 0) == 0
+class _Gets(Sensor):
+    """Counts faust's table-get notifications."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets = 0
+
+    def on_table_get(self, table: Any, key: Any) -> None:
+        self.gets += 1
 
 
-def test_an_own_write_past_records_the_store_never_read_keeps_its_offset() -> None:
-    # a worker paused past its session: the next owner wrote 42-49 meanwhile
-    assert applied_after_write(41, 50) == 41
-    assert applied_after_write(None, 7) is None
+@pytest.fixture
+def table(tmp_path: Path) -> Any:
+    app = faust.App(
+        "tables-test", broker="kafka://127.0.0.1:1", store="rocksdb://", datadir=str(tmp_path)
+    )
+    # as onceonly's topology makes them: bytes, raw, no default
+    made = app.Table("holds", default=None, partitions=1, key_type=bytes, value_type=bytes)
+    made.data._db_for_partition(0)[b"thread-1"] = b"buffer"
+    return made
 
 
-def test_an_offset_held_back_stays_held_for_the_writes_after_it() -> None:
-    applied = applied_after_write(41, 50)
+def test_get_answers_what_the_faust_table_answers(table: Any) -> None:
+    ours = FaustTable(table)
+    assert ours.get(b"thread-1") == table.get(b"thread-1") == b"buffer"
+    assert ours.get(b"thread-2") is table.get(b"thread-2") is None
+    assert type(ours.get(b"thread-1")) is bytes
 
-    assert applied_after_write(applied, 51) == 41
+
+def test_get_reads_the_store_without_faust_sensor_calls(table: Any) -> None:
+    # the worker reads its tables several times per reply; faust's Table.get reads RocksDB
+    # twice and notifies every sensor each time, which onceonly never reads (issue 46)
+    sensor = _Gets()
+    table.app.sensors.add(sensor)
+    FaustTable(table).get(b"thread-1")
+    FaustTable(table).get(b"thread-2")
+    assert sensor.gets == 0
+    table.get(b"thread-1")
+    assert sensor.gets == 1  # the sensor is live: faust's own get reaches it

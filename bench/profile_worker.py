@@ -1,0 +1,193 @@
+"""Profile the worker a benchmark starts: py-spy attached by pid, and its CPU per reply.
+
+``python -m bench.profile_worker --out bench/results/profile-sat -- python -m bench.backlog ...``
+runs the benchmark command given after ``--``, waits for the ``onceonly worker`` process it
+starts (a descendant of the command, so another run's worker on the same machine is never
+picked), waits until that worker has sent ``--after`` replies, then for ``--duration`` s runs
+two ``py-spy record --nonblocking`` on it at ``--rate`` Hz: one writes ``<out>.raw.txt``
+(collapsed stacks, which ``bench.profile_shares`` reads) and one ``<out>.svg`` (the flame
+graph). Over the same window it reads the worker's CPU seconds (``/proc/<pid>/stat``, all
+its threads: user + system) and its ``onceonly_replies_sent_total``, and writes
+``<out>.json``: CPU seconds, replies, CPU ms per reply and the load average at both ends.
+The benchmark then runs to its end; this command exits with its status.
+
+py-spy is in the dev extras; ``--py-spy`` names another binary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from bench._proc_stack import scrape
+
+REPLIES = "onceonly_replies_sent_total"
+#: The worker's argv ends with these (``bench._proc_phases.Bench.start_worker``).
+WORKER_ARGV = ["-m", "onceonly", "worker"]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What the worker spent over the profiled window."""
+
+    pid: int
+    seconds: float
+    cpu_s: float
+    replies: float
+    load_start: str
+    load_end: str
+    threads_cpu_s: dict[str, float]
+
+    @property
+    def ms_per_reply(self) -> float:
+        return 1000 * self.cpu_s / self.replies if self.replies else float("nan")
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    seen = 0
+    while pid > 1 and seen < 64:
+        if pid == ancestor:
+            return True
+        parent = parent_of(pid)
+        if parent is None:
+            return False
+        pid, seen = parent, seen + 1
+    return False
+
+
+def find_worker(ancestor: int) -> int | None:
+    """The pid of an ``onceonly worker`` descending from ``ancestor``, or None."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        if words[-3:] == WORKER_ARGV and descends_from(int(entry.name), ancestor):
+            return int(entry.name)
+    return None
+
+
+def worker_port(pid: int) -> int:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    for item in environ:
+        name, _, value = item.decode(errors="replace").partition("=")
+        if name == "ONCEONLY_WORKER_PORT":
+            return int(value)
+    raise click.ClickException(f"worker {pid} has no ONCEONLY_WORKER_PORT in its environment")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of the process (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread, keyed by name and thread id."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text(encoding="utf-8").strip()
+            fields = (task / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[f"{name}:{task.name}"] = ticks
+    return out
+
+
+def replies(port: int) -> float | None:
+    found = scrape(port)
+    return None if found is None else found.get(REPLIES, 0.0)
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
+
+
+def wait_for_worker(bench: subprocess.Popen[bytes], after: float) -> tuple[int, int]:
+    """(pid, metrics port) of the benchmark's worker once it has sent ``after`` replies."""
+    pid = port = None
+    while bench.poll() is None:
+        pid = pid or find_worker(bench.pid)
+        if pid is not None:
+            port = port or worker_port(pid)
+            sent = replies(port)
+            if sent is not None and sent >= after:
+                return pid, port
+        time.sleep(0.5)
+    raise click.ClickException(f"the benchmark ended (status {bench.returncode}) first")
+
+
+def profile(pid: int, port: int, out: Path, spy: tuple[str, int, float]) -> Window:
+    binary, rate, duration = spy
+    common = ["record", "--pid", str(pid), "--rate", str(rate), "--duration", f"{duration:g}"]
+    common += ["--nonblocking"]
+    load_start, cpu0, sent0, t0 = loadavg(), cpu_seconds(pid), replies(port), time.monotonic()
+    threads0 = thread_cpu(pid)
+    spies = [
+        subprocess.Popen([binary, *common, "--format", fmt, "--output", str(path)])
+        for fmt, path in (
+            ("raw", out.with_suffix(".raw.txt")),
+            ("flamegraph", out.with_suffix(".svg")),
+        )
+    ]
+    time.sleep(duration)
+    cpu1, sent1, t1 = cpu_seconds(pid), replies(port), time.monotonic()
+    threads = {k: round(v - threads0.get(k, 0.0), 2) for k, v in thread_cpu(pid).items()}
+    for process in spies:
+        process.wait()
+    sent = (sent1 or 0) - (sent0 or 0)
+    return Window(pid, t1 - t0, cpu1 - cpu0, sent, load_start, loadavg(), threads)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Path without suffix.")
+@click.option("--duration", type=click.FloatRange(1, 600), default=20.0, show_default=True)
+@click.option("--rate", type=click.IntRange(1, 1000), default=200, show_default=True)
+@click.option("--after", type=float, default=100, show_default=True, help="Replies first.")
+@click.option("--py-spy", "binary", default="py-spy", show_default=True)
+@click.argument("command", nargs=-1, required=True)
+def main(
+    out: Path, duration: float, rate: int, after: float, binary: str, command: tuple[str, ...]
+) -> None:
+    """Run COMMAND (a benchmark) and profile the worker it starts."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bench = subprocess.Popen(list(command))
+    try:
+        pid, port = wait_for_worker(bench, after)
+        window = profile(pid, port, out, (binary, rate, duration))
+    except BaseException:
+        bench.terminate()
+        raise
+    summary = {**asdict(window), "ms_per_reply": window.ms_per_reply, "command": list(command)}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    click.echo(
+        f"worker {pid}: {window.cpu_s:.2f} CPU s / {window.replies:.0f} replies over "
+        f"{window.seconds:.1f} s = {window.ms_per_reply:.2f} ms per reply; "
+        f"load {window.load_start} -> {window.load_end}",
+        err=True,
+    )
+    sys.exit(bench.wait())
+
+
+if __name__ == "__main__":
+    main()
