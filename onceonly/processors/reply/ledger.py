@@ -7,6 +7,7 @@ from typing import Any
 
 import structlog
 
+from onceonly.processors.exceptions import Fenced
 from onceonly.processors.records import Table
 from onceonly.processors.reply.arbitration import PartitionLog, Ruling, Verdict, arbitrate
 from onceonly.schemas.exceptions import SchemaError
@@ -58,7 +59,12 @@ class TableLedger:
         return ReplyRecord.decode(raw) if raw is not None else None
 
     async def put(self, record: ReplyRecord) -> None:
-        where = await self._write(record.key, record.encode())
+        try:
+            where = await self._write(record.key, record.encode())
+        except Fenced:
+            if record.state is ReplyState.SENT:
+                await self._write_sent_anyway(record)
+            raise
         self._pending.pop(record.key, None)
         if record.state is ReplyState.PENDING:
             self._pending[record.key] = where
@@ -73,6 +79,19 @@ class TableLedger:
                 await self._keep_settled(record)
             finally:
                 self._pending.pop(record.key, None)
+
+    async def _write_sent_anyway(self, record: ReplyRecord) -> None:
+        """An email went out with ``record.key`` (this worker's send, past its check) and
+        the fence refused its *sent* record: the partition moved meanwhile. The record is
+        written all the same, unfenced: it says what happened, not who owns the key, and
+        without it the ledger's last word may be the next owner's *failed* for an email
+        the customer has (the simulator's finding F8)."""
+        await self._write(record.key, record.encode(), fenced=False)
+        log.warning(
+            "ledger: sent record written after the partition moved (the email went out)",
+            key=record.key,
+            sent=record.sent_message_id,
+        )
 
     async def _keep_settled(self, record: ReplyRecord) -> None:
         """Another writer's record that settled the key (sent, covered, declined) before

@@ -8,9 +8,11 @@ import asyncio
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from onceonly.processors.exceptions import Fenced
 from onceonly.processors.reply.arbitration import PartitionLog, Ruling, arbitrate
 from onceonly.processors.reply.ledger import PENDING_KEPT, TableLedger
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -341,6 +343,34 @@ async def test_a_failed_record_no_other_writer_settled_first_is_its_keys_last_wo
     await ledger.put(_record("k", ReplyState.FAILED, None))
 
     assert ReplyRecord.decode(topic[-1][1]).state is ReplyState.FAILED
+
+
+async def _refused(what: str) -> None:
+    raise Fenced("this worker no longer owns partition 0")
+
+
+async def test_a_sent_record_the_fence_refuses_is_written_all_the_same_then_fenced() -> None:
+    # finding F8 (seed 369682463): a worker's send past its check went out after the next
+    # owner recorded the reply failed; its sent record, refused, left failed the last word
+    topic: list[tuple[bytes, bytes]] = []
+    ledger = TableLedger(LogTable(topic, 0), fence=_refused, read_log=Reads(topic))  # type: ignore[arg-type]
+    sent = _record("k", ReplyState.SENT, "mine", sent_message_id="<r@x>")
+
+    with pytest.raises(Fenced):
+        await ledger.put(sent)
+
+    assert [ReplyRecord.decode(v) for _, v in topic] == [sent]
+
+
+async def test_any_other_record_the_fence_refuses_is_not_written() -> None:
+    topic: list[tuple[bytes, bytes]] = []
+    ledger = TableLedger(LogTable(topic, 0), fence=_refused, read_log=Reads(topic))  # type: ignore[arg-type]
+
+    for state in (ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED):
+        with pytest.raises(Fenced):
+            await ledger.put(_record("k", state, "mine"))
+
+    assert topic == []
 
 
 async def test_a_pending_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:

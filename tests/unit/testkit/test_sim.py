@@ -85,6 +85,9 @@ def test_a_clean_range_of_seeds_passes() -> None:
         # F7: a failed record of a paused worker's, past its fence check, landed after the
         # next owner's sent one (TableLedger writes the settled record again after it too)
         369674894,
+        # F8: a paused worker's send, past its check, went out after the next owner recorded
+        # the reply failed; its refused sent record is written all the same
+        369682463,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
