@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from onceonly.ingest import normalise
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.invariants import Email, Message, Observed, Verdict, check
 from testkit.processes import Supervised
 from tests.conftest import consume_all
 
@@ -253,6 +254,21 @@ def model_calls(stack: Stack, event: str = "start") -> list[dict[str, Any]]:
 def dead_letters(stack: Stack) -> list[dict[str, Any]]:
     records = consume_all(stack.settings, stack.settings.dead_letter_topic)
     return [json.loads(r.value()) for r in records]
+
+
+def verdict(stack: Stack, message_ids: Iterable[str], inbox: str = INBOX) -> Verdict:
+    """The run judged as the simulator and the chaos suite judge theirs
+    (:func:`testkit.invariants.check`): ``message_ids`` (of ``inbox``) against the mail
+    server's emails and the ledger topic, every message expected settled."""
+    return check(
+        Observed(
+            messages=tuple(Message(inbox, m) for m in message_ids),
+            emails=tuple(
+                Email(e.inbox_id, e.replied_to_message_id, e.text) for e in stack.mail.outbox
+            ),
+            ledger=ledger_records(stack),
+        )
+    )
 
 
 def sent_to(stack: Stack) -> Counter[str]:
