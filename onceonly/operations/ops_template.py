@@ -21,6 +21,7 @@ table { border-collapse: collapse; margin: .5em 0; }
 th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 .ok { color: #060; } .bad { color: #a00; font-weight: bold; } .unknown { color: #666; }
+.source { color: #666; font-size: 90%; }
 .notice { background: #eef8ee; border: 1px solid #6a6; padding: .5em; }
 .refusal { background: #fdeeee; border: 1px solid #c66; padding: .5em; font-weight: bold; }
 pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wrap; }
@@ -40,6 +41,7 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 <p class="{{ v.webhook.status }}">{{ v.webhook.text }}</p>
 
 <h2 id="dead-letters">Dead letters</h2>
+{% if v.letters and v.letters.source %}<p class="source">{{ v.letters.source }}</p>{% endif %}
 {% if v.letters.error %}<p class="bad">{{ v.letters.error }}</p>
 {% elif not v.letters.value %}<p>No dead letters.</p>
 {% else %}
@@ -66,6 +68,7 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 {% endif %}
 
 <h2 id="approvals">Drafts awaiting approval</h2>
+{% if v.drafts and v.drafts.source %}<p class="source">{{ v.drafts.source }}</p>{% endif %}
 {% if v.drafts is none %}<p class="unknown">Drafts: not available.</p>
 {% elif v.drafts.error %}<p class="bad">{{ v.drafts.error }}</p>
 {% elif not v.drafts.value %}<p>No drafts awaiting approval.</p>
@@ -93,6 +96,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% endif %}
 
 <h2 id="skips">Recent skips</h2>
+{% if v.skips and v.skips.source %}<p class="source">{{ v.skips.source }}</p>{% endif %}
 {% if v.skips is none %}<p class="unknown">Recent skips: not available.</p>
 {% elif v.skips.error %}<p class="bad">{{ v.skips.error }}</p>
 {% elif not v.skips.value.rows %}<p>No skips recorded.</p>
@@ -117,6 +121,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% elif v.trace and v.trace.value.text is none %}
 <p>Nothing names {{ v.trace.value.ident }}: no delivery, ledger record or dead letter.</p>
 {% elif v.trace %}<pre>{{ v.trace.value.text }}</pre>{% endif %}
+{% if v.trace and v.trace.source %}<p class="source">{{ v.trace.source }}</p>{% endif %}
 {% endif %}
 
 <h2 id="usage">Model usage today (UTC)</h2>

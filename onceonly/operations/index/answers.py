@@ -43,8 +43,12 @@ class Answer(Generic[T]):
     value: T
     behind: Behind
     source: str  #: what answered, for the person reading it
+    #: the records the index had not read were read from the topics too: nothing missing
+    caught_up: bool = False
 
     def line(self) -> str:
+        if self.caught_up:
+            return f"answered from {self.source}: as the topic is now"
         return f"answered from {self.source}; {self.behind.line()}"
 
 

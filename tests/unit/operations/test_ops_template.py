@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dataclasses
 import re
 from html.parser import HTMLParser
@@ -133,8 +135,24 @@ def test_the_trace_lookup_uses_the_injected_source() -> None:
     found = lookup(Settings(), sources.trace, "<m1@example.com>")
     unknown = lookup(Settings(), sources.trace, "evt_unknown")
 
-    assert found == TraceView("<m1@example.com>", "trace of <m1@example.com>")
-    assert unknown == TraceView("evt_unknown", None)
+    assert found.value == TraceView("<m1@example.com>", "trace of <m1@example.com>")
+    assert unknown.value == TraceView("evt_unknown", None)
+    assert found.source == "answered by scanning the topics (no ONCEONLY_INDEX_DIR set)"
+
+
+def test_with_an_index_configured_but_not_built_the_trace_says_it_scanned(
+    tmp_path: Path,
+) -> None:
+    sources = OpsSources(trace=_TraceModule())
+    assert sources.trace is not None
+
+    found = lookup(Settings(index_dir=tmp_path / "index"), sources.trace, "<m1@example.com>")
+
+    assert found.value == TraceView("<m1@example.com>", "trace of <m1@example.com>")
+    assert found.source == (
+        f"answered by scanning the topics (no index at {tmp_path / 'index'} yet "
+        "(run `onceonly index --follow`))"
+    )
 
 
 def test_a_source_that_raises_becomes_its_sections_error() -> None:
