@@ -10,7 +10,7 @@ partition of the decisions topic the index holds, and say how far behind it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from onceonly.foundation.kafka import (
     Connection,
@@ -96,13 +96,13 @@ def _newest(store: IndexStore) -> DeadLetter | None:
     return None
 
 
-def _indexed_letters(store: IndexStore, ids: Iterable[int]) -> Iterator[DeadLetter]:
+def _indexed_letters(store: IndexStore, ids: Iterable[int]) -> list[DeadLetter]:
+    """The open letters, those ``ids`` name and the newest, each once, by offset."""
     offsets = [int(k.rsplit(SEP, 1)[1]) for k, _ in store.scan(OPEN_LETTERS_PREFIX)]
-    for offset in dict.fromkeys([*offsets, *ids]):
-        if (found := _letter(store, offset)) is not None:
-            yield found
+    found = {x.offset: x for o in dict.fromkeys([*offsets, *ids]) if (x := _letter(store, o))}
     if (newest := _newest(store)) is not None:
-        yield newest
+        found[newest.offset] = newest
+    return sorted(found.values(), key=lambda x: x.offset)
 
 
 def dead_letters(settings: Settings, ids: Iterable[int] = ()) -> Answer[list[DeadLetter]]:
@@ -111,7 +111,7 @@ def dead_letters(settings: Settings, ids: Iterable[int] = ()) -> Answer[list[Dea
     with opened(settings) as store:
         topic = settings.dead_letter_topic
         tail = unread(Connection.from_settings(settings), store, topic)
-        known = list(_indexed_letters(store, ids))
+        known = _indexed_letters(store, ids)
         how = _caught_up(store, topic, len(tail))
     letters = merge_letters(known, [(r.offset, parse_record(r.value)) for r in tail])
     return Answer(letters, how.behind, how.source, caught_up=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import dataclasses
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 from onceonly.foundation.kafka import PartitionLag
