@@ -41,7 +41,6 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 <p class="{{ v.webhook.status }}">{{ v.webhook.text }}</p>
 
 <h2 id="dead-letters">Dead letters</h2>
-{% if v.letters and v.letters.source %}<p class="source">{{ v.letters.source }}</p>{% endif %}
 {% if v.letters.error %}<p class="bad">{{ v.letters.error }}</p>
 {% elif not v.letters.value %}<p>No dead letters.</p>
 {% else %}
@@ -67,8 +66,8 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 </table>
 {% endif %}
 
+{% if v.letters and v.letters.source %}<p class="source">{{ v.letters.source }}</p>{% endif %}
 <h2 id="approvals">Drafts awaiting approval</h2>
-{% if v.drafts and v.drafts.source %}<p class="source">{{ v.drafts.source }}</p>{% endif %}
 {% if v.drafts is none %}<p class="unknown">Drafts: not available.</p>
 {% elif v.drafts.error %}<p class="bad">{{ v.drafts.error }}</p>
 {% elif not v.drafts.value %}<p>No drafts awaiting approval.</p>
@@ -95,8 +94,8 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% endfor %}
 {% endif %}
 
+{% if v.drafts and v.drafts.source %}<p class="source">{{ v.drafts.source }}</p>{% endif %}
 <h2 id="skips">Recent skips</h2>
-{% if v.skips and v.skips.source %}<p class="source">{{ v.skips.source }}</p>{% endif %}
 {% if v.skips is none %}<p class="unknown">Recent skips: not available.</p>
 {% elif v.skips.error %}<p class="bad">{{ v.skips.error }}</p>
 {% elif not v.skips.value.rows %}<p>No skips recorded.</p>
@@ -108,6 +107,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 </table>
 {% endif %}
 
+{% if v.skips and v.skips.source %}<p class="source">{{ v.skips.source }}</p>{% endif %}
 <h2 id="trace">Trace</h2>
 {% if not v.trace_available %}<p class="unknown">Trace lookup: not available.</p>
 {% else %}

@@ -91,6 +91,22 @@ def test_skips_and_a_found_trace_are_shown() -> None:
     assert "ledger: sent, key reply-abc" in text
 
 
+def test_each_section_says_what_answered_it_escaped() -> None:
+    said = f"answered from the index at /var/idx {HOSTILE}; index is 3 records behind"
+    view = _view(
+        letters=Read([], source="the open letters only, " + said),
+        skips=Read(Table(("at",), ()), source=said),
+        trace_available=True,
+        trace=Read(TraceView("<m1@example.com>", "sent"), source=said),
+    )
+
+    html = render(view)
+
+    assert html.count("answered from the index at /var/idx") == 3
+    assert HOSTILE not in html
+    assert "the open letters only, answered from the index" in html
+
+
 def test_a_trace_that_finds_nothing_says_so() -> None:
     trace = Read(TraceView("<nope@example.com>", None))
 
