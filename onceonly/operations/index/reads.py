@@ -19,7 +19,7 @@ from onceonly.foundation.kafka import (
     read_batches,
 )
 from onceonly.foundation.settings import Settings
-from onceonly.operations.index.answers import Answer, _answer, opened
+from onceonly.operations.index.answers import Answer, answered, opened
 from onceonly.operations.index.fresh import merge_letters, newest_value
 from onceonly.operations.index.lag import Behind, next_range
 from onceonly.operations.index.layout import (
@@ -134,4 +134,4 @@ def recent_skips(settings: Settings, limit: int) -> Answer[list[Skip]]:
     """The newest ``limit`` skips the index holds, newest first; says how far behind."""
     with opened(settings) as store:
         partitions = store.offsets(settings.decisions_topic)
-        return _answer(settings, store, newest_skips(store, partitions, limit))
+        return answered(settings, store, newest_skips(store, partitions, limit))
