@@ -138,7 +138,8 @@ async def test_the_operator_page_answers_its_skips_and_trace_from_the_index(
     skips = page.split('id="skips"')[1].split('id="trace"')[0]
     trace = page.split('id="trace"')[1].split('id="usage"')[0]
     assert payload["event_id"] in skips and "duplicate" in skips
-    assert f"answered from the index at {index_dir}" in skips and "up to date" in skips
+    # the worker may have written since (ticks): the line says how far behind, either way
+    assert f"answered from the index at {index_dir}; index is " in skips
     assert "sent" in trace and "&lt;traced@example.com&gt;" in trace
     assert f"answered from the index at {index_dir}" in trace
     dead = page.split('id="dead-letters"')[1].split('id="approvals"')[0]
