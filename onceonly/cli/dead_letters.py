@@ -71,7 +71,7 @@ def dead_letters_list() -> None:
     settings = settings_from_env()
     table = Table("id", "at", "key", "events", "reason", "state", title=settings.dead_letter_topic)
     found = _letters(settings)
-    letters = found.letters if found.complete else found.open
+    letters = found.shown()
     for letter in letters:
         table.add_row(
             str(letter.offset),

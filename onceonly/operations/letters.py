@@ -29,6 +29,13 @@ class Letters:
     def open(self) -> list[DeadLetter]:
         return [x for x in self.letters if x.open]
 
+    def shown(self, also: int | None = None) -> list[DeadLetter]:
+        """What a list shows: every letter of a whole read; from the index the open ones,
+        and ``also`` (the letter just retried, to say when) open or not."""
+        if self.complete:
+            return self.letters
+        return [x for x in self.letters if x.open or x.offset == also]
+
 
 def find_letters(settings: Settings, ids: Iterable[int] = ()) -> Letters:
     from onceonly.operations import index

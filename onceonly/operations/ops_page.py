@@ -150,11 +150,11 @@ def recent_skips(settings: Settings, source: RecentSkips) -> Found[Table]:
     return Found(skip_table(source(settings, SKIPS_LIMIT)), said)
 
 
-def letters_section(settings: Settings) -> Found[list[LetterRow]]:
-    found = find_letters(settings)
-    if found.complete:
-        return Found(letter_rows(found.letters), found.source)
-    return Found(letter_rows(found.open), f"the open letters only, {found.source}")
+def letters_section(settings: Settings, retried: int | None) -> Found[list[LetterRow]]:
+    """The letters the page lists (from the index: the open ones and the one just retried)."""
+    found = find_letters(settings, [] if retried is None else [retried])
+    said = found.source if found.complete else f"the open letters only, {found.source}"
+    return Found(letter_rows(found.shown(retried)), said)
 
 
 def read_lag(settings: Settings) -> list[PartitionLag]:
@@ -202,8 +202,9 @@ class OpsPage:
             web.post(r"/ops/dead-letters/{id:\d+}/retry", self.retry),
         ]
 
-    async def gather(self, ident: str | None, **extra: Any) -> OpsView:
-        """Every section, read side by side in threads."""
+    async def gather(self, ident: str | None, retried: int | None = None, **extra: Any) -> OpsView:
+        """Every section, read side by side in threads (``retried``: the letter a retry
+        just closed, listed to say so)."""
         settings, sources = self.settings, self.sources
 
         def section(what: str, read: Callable[[], T]) -> asyncio.Future[Read[T]]:
@@ -212,7 +213,7 @@ class OpsPage:
         def sourced(what: str, read: Callable[[], Found[T]]) -> asyncio.Future[Read[T]]:
             return asyncio.ensure_future(asyncio.to_thread(attempt_found, what, read))
 
-        letters = sourced("the dead-letter topic", lambda: letters_section(settings))
+        letters = sourced("the dead-letter topic", lambda: letters_section(settings, retried))
         lag = section("the consumer lag", lambda: read_lag(settings))
         usage = section("the model usage in the ledger", lambda: today_table(settings))
         drafts = sourced("the drafts awaiting approval", lambda: read_drafts(settings))
@@ -244,11 +245,11 @@ class OpsPage:
         )
 
     async def show(self, request: web.Request) -> web.Response:
-        view = await self.gather(trace_ident(request.query))
+        retried = int_param(request.query, "retried")
+        view = await self.gather(trace_ident(request.query), retried)
         decided = decided_notice(request.query)
         if decided is not None:
             view = dataclasses.replace(view, notice=decided)
-        retried = int_param(request.query, "retried")
         if retried is not None and view.letters.value is not None:
             view = dataclasses.replace(view, notice=retried_notice(view.letters.value, retried))
         return self.html(view)

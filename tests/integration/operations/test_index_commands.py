@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -144,3 +145,38 @@ async def test_the_operator_page_answers_its_skips_and_trace_from_the_index(
     assert f"answered from the index at {index_dir}" in trace
     dead = page.split('id="dead-letters"')[1].split('id="approvals"')[0]
     assert "the open letters only, answered from the index" in dead
+
+
+def _retry_on_page(port: int, letter: int) -> str:
+    """POST the page's retry form with the token; the 303 is followed to the page."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/ops/dead-letters/{letter}/retry",
+        data=urllib.parse.urlencode({"token": TOKEN}).encode(),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return str(answer.read().decode())
+
+
+async def test_a_dead_letter_retried_from_the_page_found_in_the_index_says_it_was_retried(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
+    index_dir = stack.tmp / "index"
+    worker = stack.worker(ONCEONLY_INDEX_DIR=str(index_dir), ONCEONLY_OPS_TOKEN=TOKEN)
+    key = reply_key(INBOX, "<pg@example.com>")
+    stack.mail.fail_next(1000, status=500)
+    await stack.deliver(stack.seed("<pg@example.com>", "thr-pg"))
+    await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
+    stack.mail.faults.fail_remaining = 0
+    _built(stack, index_dir)
+    page = await asyncio.to_thread(_page, worker.port, key)
+    [letter] = [int(x) for x in re.findall(r"/ops/dead-letters/(\d+)/retry", page)]
+
+    after = await asyncio.to_thread(_retry_on_page, worker.port, letter)
+    await stack.until_sent(1)
+
+    assert f"dead letter {letter} retried at" in after  # closed by the note the index lacks
+    assert "the open letters only, answered from the index" in after
+    assert f"/ops/dead-letters/{letter}/retry" not in after  # no retry button: closed
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<pg@example.com>"]

@@ -133,3 +133,14 @@ def test_an_index_built_to_another_layout_is_refused_with_how_to_build_it_again(
         IndexStore.writer(path)
     with pytest.raises(OnceOnlyError, match="built by another version of onceonly"):
         IndexStore.reader(path)
+
+
+def test_from_the_index_a_list_shows_the_open_letters_and_the_one_just_retried() -> None:
+    from onceonly.operations.letters import Letters
+
+    letters = [DeadLetter(1, {}), DeadLetter(2, {}, "t2"), DeadLetter(3, {}, "t3")]
+    indexed, whole = Letters(letters, "index", complete=False), Letters(letters, "scan", True)
+
+    assert [x.offset for x in indexed.shown()] == [1]
+    assert [x.offset for x in indexed.shown(also=3)] == [1, 3]
+    assert [x.offset for x in whole.shown()] == [1, 2, 3]
