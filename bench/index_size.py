@@ -3,9 +3,11 @@
 
 Writes ``--records`` reply-ledger records (``--drafts`` of them drafts awaiting approval,
 the rest sent), then measures: the index's build rate from a cold start (records/s,
-in this process), its disk per million records, and ``onceonly approvals list`` run as
-an operator runs it (a fresh process each, wall time and peak memory) answered from the
-index and by today's scan of the whole ledger; prints the ratios. Issue 45.
+in this process), its disk per million records, and ``onceonly approvals list`` and
+``onceonly approvals reject KEY --wait 0`` (finding one draft by key, twice: before the
+decision and after its wait) run as an operator runs them (a fresh process each, wall
+time and peak memory) answered from the index and by today's scan of the whole ledger;
+prints the ratios. No worker runs: the rejection is produced and left waiting. Issue 45.
 """
 
 from __future__ import annotations
@@ -56,16 +58,20 @@ class Listed:
 def list_drafts(env: dict[str, str], work: Path) -> Listed:
     """``onceonly approvals list --json`` as a fresh process: time, its own peak RSS (by
     GNU time: a child forked from this process would count this process's pages too)."""
-    usage = work / "list.rss"
+    return timed(env, work, "approvals", "list", "--json")
+
+
+def timed(env: dict[str, str], work: Path, *args: str, exits: tuple[int, ...] = (0,)) -> Listed:
+    """``onceonly ARGS`` as a fresh process: time, peak RSS, stdout lines, stderr."""
+    usage = work / "cli.rss"
     started = time.monotonic()
     done = subprocess.run(
-        ["/usr/bin/time", "-f", "%M", "-o", str(usage),
-         sys.executable, "-m", "onceonly", "approvals", "list", "--json"],
+        ["/usr/bin/time", "-f", "%M", "-o", str(usage), sys.executable, "-m", "onceonly", *args],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     seconds = time.monotonic() - started
-    if done.returncode:
-        raise RuntimeError(f"approvals list failed: {done.stderr[-2000:]}")
+    if done.returncode not in exits:
+        raise RuntimeError(f"onceonly {' '.join(args)} failed: {done.stderr[-2000:]}")
     peak = int(usage.read_text().split()[-1]) / 1024
     return Listed(seconds, peak, len(done.stdout.splitlines()), done.stderr.strip())
 
@@ -117,6 +123,15 @@ def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
         f"scan / index: {scanned.seconds / indexed.seconds:.1f}x the time, "
         f"{scanned.peak_mb / indexed.peak_mb:.1f}x the memory"
     )
+    # one draft found by key (no worker: the rejection is produced and left waiting, exit 1)
+    key = f"reply-bench{records - 1:010d}"
+    reject = ("approvals", "reject", key, "--reason", "bench", "--wait", "0")
+    for name, run_env in (("index", {**env, "ONCEONLY_INDEX_DIR": str(index_dir)}), ("scan", env)):
+        run = timed(run_env, work, *reject, exits=(1,))
+        console.print(
+            f"approvals reject one draft ({name}): {run.seconds:.2f} s, "
+            f"peak {run.peak_mb:.0f} MB; {run.source.splitlines()[0]}"
+        )
 
 
 @click.command()

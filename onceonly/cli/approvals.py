@@ -35,17 +35,10 @@ def approvals_list(as_json: bool) -> None:
     """The drafts awaiting a decision, oldest first: key, age, reason, thread, text."""
     from datetime import UTC, datetime
 
-    from onceonly.operations import index
-    from onceonly.operations.approvals import drafts, ledger_reader
+    from onceonly.operations.approvals import waiting_drafts
 
-    settings = settings_from_env()
-    scan_reason = index.no_index_reason(settings)
-    if scan_reason is None:
-        answer = index.approvals(settings)
-        waiting, source = answer.value, answer.line()
-    else:
-        waiting = drafts(ledger_reader(settings)())
-        source = f"answered by reading the whole ledger topic ({scan_reason})"
+    found = waiting_drafts(settings_from_env())
+    waiting, source = found.value, found.source
     now = datetime.now(UTC)
     for record in waiting:
         if as_json:
@@ -69,12 +62,12 @@ def approvals_list(as_json: bool) -> None:
 
 
 def _decide(key: str, action: Action, by: str | None, wait: float, **kw: str | None) -> None:
-    from onceonly.operations.approvals import Status, decide, ledger_reader, producer
+    from onceonly.operations.approvals import Status, decide, producer, reply_finder
 
     settings = settings_from_env()
     outcome = asyncio.run(
         decide(
-            ledger_reader(settings),
+            reply_finder(settings),
             producer(settings),
             key,
             action,
@@ -84,6 +77,7 @@ def _decide(key: str, action: Action, by: str | None, wait: float, **kw: str | N
         )
     )
     click.echo(json.dumps(outcome.to_json(), ensure_ascii=False))
+    click.echo(outcome.answered_by, err=True)  # the reply's record: from the index, or a scan
     if outcome.status is Status.REFUSED:
         raise click.ClickException(f"decision refused: {outcome.detail}")
     if outcome.status is Status.WAITING:

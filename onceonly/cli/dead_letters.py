@@ -17,14 +17,17 @@ from onceonly.cli.startup import settings_from_env
 from onceonly.foundation.settings import Settings
 
 if TYPE_CHECKING:
+    from onceonly.operations.letters import Letters
     from onceonly.operations.replay import DeadLetter, RetryReport
 
 
-def _letters(settings: Settings) -> list[DeadLetter]:
-    from onceonly.foundation.kafka import Connection
-    from onceonly.operations.replay import dead_letters as read
+def _letters(settings: Settings, ids: tuple[int, ...] = ()) -> Letters:
+    """From the operator index when one is built, else the whole topic (it says which)."""
+    from onceonly.operations.letters import find_letters
 
-    return read(Connection.from_settings(settings), settings.dead_letter_topic)
+    found = find_letters(settings, ids)
+    click.echo(found.source, err=True)
+    return found
 
 
 def _chosen(letters: list[DeadLetter], ids: tuple[int, ...]) -> list[DeadLetter]:
@@ -56,7 +59,9 @@ def dead_letters() -> None:
 
 @dead_letters.command(name="list")
 def dead_letters_list() -> None:
-    """Show each dead letter: its id (offset), time, key, events, reason and state."""
+    """Show each dead letter: its id (offset), time, key, events, reason and state.
+
+    From the operator index (ONCEONLY_INDEX_DIR) only the open letters are listed."""
     from rich.console import Console
     from rich.table import Table
 
@@ -65,7 +70,8 @@ def dead_letters_list() -> None:
 
     settings = settings_from_env()
     table = Table("id", "at", "key", "events", "reason", "state", title=settings.dead_letter_topic)
-    letters = _letters(settings)
+    found = _letters(settings)
+    letters = found.shown()
     for letter in letters:
         table.add_row(
             str(letter.offset),
@@ -76,14 +82,17 @@ def dead_letters_list() -> None:
             "open" if letter.open else f"retried {letter.retried_at}",
         )
     Console().print(table)
-    click.echo(f"{len(letters)} dead letter(s), {sum(1 for x in letters if x.open)} open")
+    if found.complete:
+        click.echo(f"{len(letters)} dead letter(s), {len(found.open)} open")
+    else:
+        click.echo(f"{len(letters)} open dead letter(s) (the index lists the open ones)")
     key = settings.envelope_mac_key
     for letter in (x for x in letters if x.open):
         held = resendable(letter.letter, key)
         if isinstance(held, str):
             why = held.replace("<id>", str(letter.offset))
             click.echo(f"dead letter {letter.offset}: a retry leaves it open: {why}")
-    needed = missing_secret(letters, [x for x in letters if x.open], key)
+    needed = missing_secret(found.letters, found.open, key)
     if needed is not None:
         click.echo(f"a retry from this shell would be refused: {needed}")
 
@@ -102,7 +111,7 @@ def dead_letters_retry(ids: tuple[int, ...]) -> None:
     from onceonly.operations.replay import missing_secret, retry_dead_letters
 
     settings = settings_from_env()
-    letters = _letters(settings)
+    letters = _letters(settings, ids).letters
     chosen = _chosen(letters, ids)
     refusal = missing_secret(letters, chosen, settings.envelope_mac_key)
     if refusal is not None:
@@ -156,7 +165,7 @@ def dead_letters_readmit(
         previous = previous_secret_file.read_text().strip().encode() or None
         if previous is None:
             raise click.UsageError(f"{previous_secret_file} is empty: it should hold a secret")
-    chosen = _chosen(_letters(settings), ids)
+    chosen = _chosen(_letters(settings, ids).letters, ids)
     report = readmit_dead_letters(
         Connection.from_settings(settings),
         settings.deliveries_topic,

@@ -1,8 +1,8 @@
 """Deciding on drafts from where people work: the CLI, the operator page, the HTTP API.
 
-Every path does the same (:func:`decide`): read the reply's record from the ledger topic
-(unknown: :class:`UnknownReply`, nothing produced); judge the decision against it with the
-worker's own pure :func:`~onceonly.processors.approval.decisions.apply` (a decision that
+Every path does the same (:func:`decide`): find the reply's record as the ledger topic
+has it now (unknown: :class:`UnknownReply`, nothing produced); judge the decision against
+it with the worker's own pure :func:`~onceonly.processors.approval.decisions.apply` (a decision that
 cannot move the draft, one that comes after an approval was applied, is answered at once
 with the reply's state, and nothing is produced); otherwise produce it to the deliveries
 topic, keyed by the thread, and wait (at most ``wait_s``) until the partition's owner has
@@ -10,8 +10,12 @@ applied a decision (and sent an approved reply), then judge again: the answer sa
 *this* decision moved the draft or another one did first. Nothing here writes the ledger
 or sends mail: the partition's owner alone does, in the thread's order.
 
-The ledger topic is read whole on every call (as ``onceonly catch-up`` reads it): fine
-for a support inbox's ledger, slow for millions of replies.
+The record is found (:func:`reply_finder`) in the operator index when one is built
+(ONCEONLY_INDEX_DIR), with the ledger records the index has not read yet, so a decision
+is judged on what a whole read would find; else the ledger topic is read whole (fine for
+a support inbox's ledger, slow for millions of replies). The answer says which. How the
+record is found changes nothing of what is produced: the decision, judged again by the
+partition's owner against its own table.
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from onceonly.foundation.errors import OnceOnlyError
 from onceonly.foundation.settings import Settings
@@ -31,6 +35,8 @@ from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, Action, ApprovalDecision
 from onceonly.schemas.envelope import MAC_HEADER, mac_of
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+T = TypeVar("T")
 
 #: how long a decision's maker waits for the worker to apply it, by default
 WAIT_S = 30.0
@@ -58,6 +64,7 @@ class Outcome:
     detail: str
     decision_id: str
     record: ReplyRecord
+    answered_by: str = ""  #: where the reply's record was found
 
     def to_json(self) -> dict[str, Any]:
         approval = self.record.approval
@@ -71,6 +78,7 @@ class Outcome:
             "decided_by": approval.by if approval else None,
             "decided_at": approval.at.isoformat() if approval else None,
             "verdict": approval.verdict.value if approval else None,
+            "answered_by": self.answered_by,
         }
 
 
@@ -83,6 +91,50 @@ def ledger_reader(settings: Settings) -> ReadLedger:
 
     connection = Connection.from_settings(settings)
     return lambda: read_ledger(connection, settings.ledger_topic)
+
+
+@dataclass(frozen=True, slots=True)
+class Found(Generic[T]):
+    """An answer, and what answered it (the index, or a whole read), for the reader."""
+
+    value: T
+    source: str
+
+
+FindReply = Callable[[str], Found[ReplyRecord | None]]
+
+
+def scanned(reason: str) -> str:
+    return f"answered by reading the whole ledger topic ({reason})"
+
+
+def reply_finder(settings: Settings) -> FindReply:
+    """A reply's latest record by key: from the index when one is built (checked on every
+    call: a worker may start before it), else from the whole ledger topic."""
+    from onceonly.operations import index
+
+    whole = ledger_reader(settings)
+
+    def find(key: str) -> Found[ReplyRecord | None]:
+        reason = index.no_index_reason(settings)
+        if reason is None:
+            answer = index.reply(settings, key)
+            return Found(answer.value, answer.line())
+        return Found(whole().get(key), scanned(reason))
+
+    return find
+
+
+def waiting_drafts(settings: Settings) -> Found[list[ReplyRecord]]:
+    """The drafts awaiting a decision, oldest first: from the index when one is built
+    (saying how far behind it is), else from the whole ledger topic."""
+    from onceonly.operations import index
+
+    reason = index.no_index_reason(settings)
+    if reason is None:
+        answer = index.approvals(settings)
+        return Found(answer.value, answer.line())
+    return Found(drafts(ledger_reader(settings)()), scanned(reason))
 
 
 def drafts(ledger: Mapping[str, ReplyRecord]) -> list[ReplyRecord]:
@@ -155,7 +207,7 @@ def producer(settings: Settings) -> Produce:
 
 
 async def decide(
-    read: ReadLedger,
+    find: FindReply,
     produce: Produce,
     key: str,
     action: Action,
@@ -166,18 +218,22 @@ async def decide(
     wait_s: float = WAIT_S,
 ) -> Outcome:
     """Make a decision on the draft ``key`` and say what became of it (module docstring)."""
-    record = (await asyncio.to_thread(read)).get(key)
+    found = await asyncio.to_thread(find, key)
+    record = found.value
     if record is None:
-        raise UnknownReply(f"no reply {key} in the ledger; see onceonly approvals list")
+        raise UnknownReply(
+            f"no reply {key} in the ledger ({found.source}); see onceonly approvals list"
+        )
     decision = decision_for(record, action, by, text=text, reason=reason)
     before = judge(record, decision)
     if before.status is not Status.WAITING:
-        return before  # it would move nothing: not produced
+        return replace(before, answered_by=found.source)  # it would move nothing: not produced
     await produce(decision)
     deadline = time.monotonic() + wait_s
     while True:
-        current = (await asyncio.to_thread(read)).get(key, record)
+        found = await asyncio.to_thread(find, key)
+        current = found.value or record
         settled = current.state not in (ReplyState.AWAITING, ReplyState.PENDING)
         if settled or time.monotonic() >= deadline:
-            return judge(current, decision)
+            return replace(judge(current, decision), answered_by=found.source)
         await asyncio.sleep(POLL_S)

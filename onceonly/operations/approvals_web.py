@@ -11,7 +11,9 @@ what became of the decision. 200: applied, or the same decision was applied befo
 409: refused (no longer a draft: approved, sent, rejected or superseded; the state says
 which); 202: produced, not applied within the wait; 403: no or a wrong token; 404: no
 such reply; 400: a body that is not a decision. 403, 404 and 400 change nothing.
-``GET /approvals`` (same token) lists the drafts awaiting a decision.
+``GET /approvals`` (same token) lists the drafts awaiting a decision. Both find the
+drafts in the operator index when one is built (ONCEONLY_INDEX_DIR), else read the
+ledger topic whole; ``answered_by`` says which (and how far behind the index was).
 """
 
 from __future__ import annotations
@@ -29,14 +31,14 @@ from onceonly.foundation.errors import OnceOnlyError
 from onceonly.foundation.settings import Settings
 from onceonly.operations.approvals import (
     WAIT_S,
+    FindReply,
     Produce,
-    ReadLedger,
     Status,
     UnknownReply,
     decide,
-    drafts,
-    ledger_reader,
     producer,
+    reply_finder,
+    waiting_drafts,
 )
 from onceonly.schemas.approval import Action
 
@@ -92,12 +94,12 @@ class ApprovalsApi:
     def __init__(
         self,
         settings: Settings,
-        read: ReadLedger | None = None,
+        find: FindReply | None = None,
         produce: Produce | None = None,
         wait_s: float = WAIT_S,
     ) -> None:
         self.settings = settings
-        self.read = read or ledger_reader(settings)
+        self.find = find or reply_finder(settings)
         self.produce = produce or producer(settings)
         self.wait_s = wait_s
 
@@ -113,7 +115,7 @@ class ApprovalsApi:
         refusal = self._refusal(request)
         if refusal is not None:
             return _json(403, error=refusal)
-        waiting = drafts(await asyncio.to_thread(self.read))
+        found = await asyncio.to_thread(waiting_drafts, self.settings)
         rows = [
             {
                 "key": r.key,
@@ -123,9 +125,9 @@ class ApprovalsApi:
                 "reason": r.reason,
                 "text": r.reply_text,
             }
-            for r in waiting
+            for r in found.value
         ]
-        return _json(200, drafts=rows)
+        return _json(200, drafts=rows, answered_by=found.source)
 
     async def decide(self, request: web.Request) -> web.Response:
         key = request.match_info["key"]
@@ -154,7 +156,7 @@ class ApprovalsApi:
             return _json(400, error=str(exc))
         try:
             outcome = await decide(
-                self.read,
+                self.find,
                 self.produce,
                 key,
                 action,

@@ -10,7 +10,10 @@ read-only. A letter the retry cannot send (nothing to resend, a MAC that does no
 a record the broker refused) stays open, and the page says why (409 or 503).
 
 The trace lookup and the recent skips come from injected sources (:class:`OpsSources`);
-without one, its section says "not available". The reading functions block on the broker
+without one, its section says "not available". With the operator index built
+(ONCEONLY_INDEX_DIR) the dead letters (the open ones), the drafts, the recent skips and
+the trace answer from it instead, and each section says what answered and how far behind
+the index was (:mod:`onceonly.operations.index`). The reading functions block on the broker
 and run in threads; what each section says is decided in :mod:`onceonly.operations.ops_view`;
 the aiohttp handlers only parse, authorize and render (:mod:`onceonly.operations.ops_template`).
 """
@@ -31,15 +34,19 @@ from aiohttp import web
 from onceonly.foundation.errors import OnceOnlyError
 from onceonly.foundation.kafka import Connection, PartitionLag, consumer_lag
 from onceonly.foundation.settings import Settings
-from onceonly.operations.approvals import drafts, ledger_reader
+from onceonly.operations import index
+from onceonly.operations.approvals import Found, waiting_drafts
 from onceonly.operations.approvals_view import DraftRow, decided_notice, draft_rows
 from onceonly.operations.approvals_web import ApprovalsApi
 from onceonly.operations.costs import today_table
+from onceonly.operations.letters import find_letters
 from onceonly.operations.ops_template import render
 from onceonly.operations.ops_view import (
+    LetterRow,
     OpsView,
     Read,
     Refusal,
+    Table,
     TraceView,
     authorize,
     choose_letter,
@@ -54,7 +61,7 @@ from onceonly.operations.ops_view import (
     trace_ident,
     webhook_health,
 )
-from onceonly.operations.replay import DeadLetter, dead_letters, missing_secret, retry_dead_letters
+from onceonly.operations.replay import missing_secret, retry_dead_letters
 from onceonly.processors.health import WebhookHealth
 from onceonly.processors.runtime.worker import WorkerView
 
@@ -111,15 +118,43 @@ def attempt(what: str, read: Callable[[], T]) -> Read[T]:
         return Read(error=f"could not read {what}: {exc}")
 
 
-def lookup(settings: Settings, source: TraceSource, ident: str) -> TraceView:
+def attempt_found(what: str, read: Callable[[], Found[T]]) -> Read[T]:
+    """:func:`attempt` of a section that says what answered it (the index, or a scan)."""
+    got = attempt(what, read)
+    if got.value is None:
+        return Read(error=got.error)
+    return Read(got.value.value, source=got.value.source)
+
+
+def lookup(settings: Settings, source: TraceSource, ident: str) -> Found[TraceView]:
+    """The trace from the index when one is built, else from ``source`` (a scan)."""
     if len(ident) > MAX_IDENT:
         raise ValueError(f"an id is at most {MAX_IDENT} characters")
-    found = source.find(settings, ident)
-    return TraceView(ident, None if found is None else source.render_text(found))
+    reason = index.no_index_reason(settings)
+    if reason is None:
+        answer = index.trace(settings, ident)
+        found: object | None = answer.value
+        said = answer.line()
+    else:
+        found, said = source.find(settings, ident), f"answered by scanning the topics ({reason})"
+    return Found(TraceView(ident, None if found is None else source.render_text(found)), said)
 
 
-def read_letters(settings: Settings) -> list[DeadLetter]:
-    return dead_letters(Connection.from_settings(settings), settings.dead_letter_topic)
+def recent_skips(settings: Settings, source: RecentSkips) -> Found[Table]:
+    """The latest skips from the index when one is built, else from ``source``."""
+    reason = index.no_index_reason(settings)
+    if reason is None:
+        answer = index.recent_skips(settings, SKIPS_LIMIT)
+        return Found(skip_table(answer.value), answer.line())
+    said = f"answered by reading the decisions topic's newest records ({reason})"
+    return Found(skip_table(source(settings, SKIPS_LIMIT)), said)
+
+
+def letters_section(settings: Settings, retried: int | None) -> Found[list[LetterRow]]:
+    """The letters the page lists (from the index: the open ones and the one just retried)."""
+    found = find_letters(settings, [] if retried is None else [retried])
+    said = found.source if found.complete else f"the open letters only, {found.source}"
+    return Found(letter_rows(found.shown(retried)), said)
 
 
 def read_lag(settings: Settings) -> list[PartitionLag]:
@@ -128,13 +163,14 @@ def read_lag(settings: Settings) -> list[PartitionLag]:
     return consumer_lag(connection, settings.app_id, settings.deliveries_topic)
 
 
-def read_drafts(settings: Settings) -> list[DraftRow]:
-    return draft_rows(drafts(ledger_reader(settings)()), datetime.now(UTC))
+def read_drafts(settings: Settings) -> Found[list[DraftRow]]:
+    found = waiting_drafts(settings)
+    return Found(draft_rows(found.value, datetime.now(UTC)), found.source)
 
 
 def retry_letter(settings: Settings, letter_id: int) -> int | Refusal:
     """Retry one open dead letter: the events it sent again, or why it stays open."""
-    letters = read_letters(settings)
+    letters = find_letters(settings, [letter_id]).letters
     chosen = choose_letter(letters, letter_id)
     if isinstance(chosen, Refusal):
         return chosen
@@ -166,24 +202,28 @@ class OpsPage:
             web.post(r"/ops/dead-letters/{id:\d+}/retry", self.retry),
         ]
 
-    async def gather(self, ident: str | None, **extra: Any) -> OpsView:
-        """Every section, read side by side in threads."""
+    async def gather(self, ident: str | None, retried: int | None = None, **extra: Any) -> OpsView:
+        """Every section, read side by side in threads (``retried``: the letter a retry
+        just closed, listed to say so)."""
         settings, sources = self.settings, self.sources
 
         def section(what: str, read: Callable[[], T]) -> asyncio.Future[Read[T]]:
             return asyncio.ensure_future(asyncio.to_thread(attempt, what, read))
 
-        letters = section("the dead-letter topic", lambda: letter_rows(read_letters(settings)))
+        def sourced(what: str, read: Callable[[], Found[T]]) -> asyncio.Future[Read[T]]:
+            return asyncio.ensure_future(asyncio.to_thread(attempt_found, what, read))
+
+        letters = sourced("the dead-letter topic", lambda: letters_section(settings, retried))
         lag = section("the consumer lag", lambda: read_lag(settings))
         usage = section("the model usage in the ledger", lambda: today_table(settings))
-        drafts = section("the drafts awaiting approval", lambda: read_drafts(settings))
+        drafts = sourced("the drafts awaiting approval", lambda: read_drafts(settings))
         skips = trace = None
         if sources.skips is not None:
             recent = sources.skips
-            skips = section("the recent skips", lambda: skip_table(recent(settings, SKIPS_LIMIT)))
+            skips = sourced("the recent skips", lambda: recent_skips(settings, recent))
         if sources.trace is not None and ident is not None:
             found = sources.trace
-            trace = section(f"the trace of {ident[:80]}", lambda: lookup(settings, found, ident))
+            trace = sourced(f"the trace of {ident[:80]}", lambda: lookup(settings, found, ident))
         return OpsView(
             app_id=settings.app_id,
             writable=settings.ops_token is not None,
@@ -205,11 +245,11 @@ class OpsPage:
         )
 
     async def show(self, request: web.Request) -> web.Response:
-        view = await self.gather(trace_ident(request.query))
+        retried = int_param(request.query, "retried")
+        view = await self.gather(trace_ident(request.query), retried)
         decided = decided_notice(request.query)
         if decided is not None:
             view = dataclasses.replace(view, notice=decided)
-        retried = int_param(request.query, "retried")
         if retried is not None and view.letters.value is not None:
             view = dataclasses.replace(view, notice=retried_notice(view.letters.value, retried))
         return self.html(view)

@@ -21,6 +21,7 @@ table { border-collapse: collapse; margin: .5em 0; }
 th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 .ok { color: #060; } .bad { color: #a00; font-weight: bold; } .unknown { color: #666; }
+.source { color: #666; font-size: 90%; }
 .notice { background: #eef8ee; border: 1px solid #6a6; padding: .5em; }
 .refusal { background: #fdeeee; border: 1px solid #c66; padding: .5em; font-weight: bold; }
 pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wrap; }
@@ -65,6 +66,7 @@ pre { background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wra
 </table>
 {% endif %}
 
+{% if v.letters and v.letters.source %}<p class="source">{{ v.letters.source }}</p>{% endif %}
 <h2 id="approvals">Drafts awaiting approval</h2>
 {% if v.drafts is none %}<p class="unknown">Drafts: not available.</p>
 {% elif v.drafts.error %}<p class="bad">{{ v.drafts.error }}</p>
@@ -92,6 +94,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% endfor %}
 {% endif %}
 
+{% if v.drafts and v.drafts.source %}<p class="source">{{ v.drafts.source }}</p>{% endif %}
 <h2 id="skips">Recent skips</h2>
 {% if v.skips is none %}<p class="unknown">Recent skips: not available.</p>
 {% elif v.skips.error %}<p class="bad">{{ v.skips.error }}</p>
@@ -104,6 +107,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 </table>
 {% endif %}
 
+{% if v.skips and v.skips.source %}<p class="source">{{ v.skips.source }}</p>{% endif %}
 <h2 id="trace">Trace</h2>
 {% if not v.trace_available %}<p class="unknown">Trace lookup: not available.</p>
 {% else %}
@@ -117,6 +121,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% elif v.trace and v.trace.value.text is none %}
 <p>Nothing names {{ v.trace.value.ident }}: no delivery, ledger record or dead letter.</p>
 {% elif v.trace %}<pre>{{ v.trace.value.text }}</pre>{% endif %}
+{% if v.trace and v.trace.source %}<p class="source">{{ v.trace.source }}</p>{% endif %}
 {% endif %}
 
 <h2 id="usage">Model usage today (UTC)</h2>

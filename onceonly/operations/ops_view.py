@@ -29,6 +29,7 @@ class Read(Generic[T]):
 
     value: T | None = None
     error: str | None = None
+    source: str | None = None  #: what answered (the index, how far behind; or a scan)
 
 
 @dataclass(frozen=True, slots=True)

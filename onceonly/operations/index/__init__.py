@@ -1,5 +1,6 @@
 """The operator index: the topics materialised into RocksDB, so that an operator read
-(``onceonly approvals list``, ``onceonly trace``) costs what its answer holds, not what
+(``onceonly approvals``, ``onceonly trace``, ``onceonly dead-letters``, the operator page)
+costs what its answer holds, not what
 the topics hold. ``onceonly index`` builds and follows it (:mod:`.build`); commands
 answer from it (:mod:`.answers`) when ONCEONLY_INDEX_DIR names one, and say how far
 behind the topics it was. See docs/operations.md, *The operator index*.
@@ -8,6 +9,7 @@ behind the topics it was. See docs/operations.md, *The operator index*.
 from onceonly.operations.index.answers import Answer, approvals, no_index_reason, trace
 from onceonly.operations.index.build import Pass, follow, freshness, indexed_topics, one_pass
 from onceonly.operations.index.lag import Behind
+from onceonly.operations.index.reads import dead_letters, recent_skips, reply
 from onceonly.operations.index.store import IndexMissing, IndexStore
 
 __all__ = [
@@ -17,10 +19,13 @@ __all__ = [
     "IndexStore",
     "Pass",
     "approvals",
+    "dead_letters",
     "follow",
     "freshness",
     "indexed_topics",
     "no_index_reason",
     "one_pass",
+    "recent_skips",
+    "reply",
     "trace",
 ]

@@ -43,8 +43,12 @@ class Answer(Generic[T]):
     value: T
     behind: Behind
     source: str  #: what answered, for the person reading it
+    #: the records the index had not read were read from the topics too: nothing missing
+    caught_up: bool = False
 
     def line(self) -> str:
+        if self.caught_up:
+            return f"answered from {self.source}: as the topic is now"
         return f"answered from {self.source}; {self.behind.line()}"
 
 
@@ -68,7 +72,7 @@ def opened(settings: Settings) -> Iterator[IndexStore]:
         store.close()
 
 
-def _answer(settings: Settings, store: IndexStore, value: T) -> Answer[T]:
+def answered(settings: Settings, store: IndexStore, value: T) -> Answer[T]:
     behind = freshness(Connection.from_settings(settings), settings, store)
     return Answer(value, behind, f"the index at {store.path}")
 
@@ -147,10 +151,10 @@ def trace_sources(store: IndexStore, ident: str) -> Sources:
 def approvals(settings: Settings) -> Answer[list[ReplyRecord]]:
     """The drafts waiting, from the index (IndexMissing: none built)."""
     with opened(settings) as store:
-        return _answer(settings, store, drafts(store))
+        return answered(settings, store, drafts(store))
 
 
 def trace(settings: Settings, ident: str) -> Answer[Trace | None]:
     """The trace of ``ident`` from the index (IndexMissing: none built)."""
     with opened(settings) as store:
-        return _answer(settings, store, assemble(ident.strip(), trace_sources(store, ident)))
+        return answered(settings, store, assemble(ident.strip(), trace_sources(store, ident)))

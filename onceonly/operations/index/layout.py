@@ -9,7 +9,12 @@ prefix scan whose length is the answer's:
 * ``reply/<reply key>`` -> the reply's latest ledger value;
 * ``draft/<drafted at>/<reply key>`` -> nothing: a draft awaiting a person, oldest first;
 * ``waiting/<reply key>`` -> its ``draft`` key, while it waits;
+* ``letter/<offset>`` -> nothing: a dead letter still open (no retry note names it);
+* ``retried/<offset>`` -> when a retry note closed that letter (ASCII);
 * ``offset/<topic name>/<partition>`` -> the next offset to read (ASCII).
+
+Dead letters are named by their offset alone: the dead-letter topic has one partition
+(``foundation/topics.py``), as ``onceonly dead-letters`` assumes.
 """
 
 from __future__ import annotations
@@ -87,6 +92,17 @@ DRAFTS_PREFIX = _join("draft", "")
 
 def reply_of_draft(key: bytes) -> str:
     return key.rsplit(SEP, 1)[-1].decode()
+
+
+def open_letter_key(offset: int) -> bytes:
+    return f"letter\x00{offset:020d}".encode()
+
+
+OPEN_LETTERS_PREFIX = _join("letter", "")
+
+
+def retried_key(offset: int) -> bytes:
+    return f"retried\x00{offset:020d}".encode()
 
 
 def offset_key(topic_name: str, partition: int) -> bytes:

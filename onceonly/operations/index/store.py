@@ -16,6 +16,9 @@ from rocksdict import AccessType, Options, Rdict, WriteBatch
 from onceonly.foundation.errors import OnceOnlyError
 from onceonly.operations.index.layout import SEP, offset_key
 
+#: what the entries mean (layout.py); an index built to another layout is built again
+LAYOUT_KEY, LAYOUT = b"layout", b"2"  # 2: the open dead letters
+
 
 class IndexMissing(OnceOnlyError):
     """No index has been built in the directory (run ``onceonly index``)."""
@@ -41,6 +44,14 @@ class Writes:
         return self.puts.get(key)
 
 
+def _older(path: Path) -> str:
+    return (
+        f"the index at {path} was built by another version of onceonly (its layout is "
+        f"not {LAYOUT.decode()}): stop `onceonly index`, delete {path} and run "
+        "`onceonly index --follow` to build it again from the topics"
+    )
+
+
 def _options() -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
@@ -56,12 +67,19 @@ class IndexStore:
     def writer(cls, path: Path) -> IndexStore:
         path.mkdir(parents=True, exist_ok=True)
         try:
-            return cls(Rdict(str(path), _options()), path)
+            store = cls(Rdict(str(path), _options()), path)
         except Exception as exc:  # rocksdict raises plain Exceptions (a held lock, ...)
             raise OnceOnlyError(
                 f"could not open the index at {path} for writing: {exc}; is another "
                 "`onceonly index` running on it?"
             ) from exc
+        if store.get(LAYOUT_KEY) not in (None, LAYOUT) or (
+            store.get(LAYOUT_KEY) is None and next(store.scan(b"offset" + SEP), None)
+        ):
+            store.close()
+            raise OnceOnlyError(_older(path))
+        store._db[LAYOUT_KEY] = LAYOUT
+        return store
 
     @classmethod
     def reader(cls, path: Path) -> IndexStore:
@@ -69,9 +87,13 @@ class IndexStore:
             raise IndexMissing(f"no index at {path} yet: run `onceonly index` to build it")
         options = Options(raw_mode=True)
         try:
-            return cls(Rdict(str(path), options, access_type=AccessType.read_only()), path)
+            store = cls(Rdict(str(path), options, access_type=AccessType.read_only()), path)
         except Exception as exc:
             raise OnceOnlyError(f"could not read the index at {path}: {exc}") from exc
+        if store.get(LAYOUT_KEY) != LAYOUT:
+            store.close()
+            raise OnceOnlyError(_older(path))
+        return store
 
     def close(self) -> None:
         self._db.close()
@@ -107,3 +129,11 @@ class IndexStore:
             batch.put(key, value)
         batch.put(offset_key(topic_name, partition), str(next_offset).encode())
         self._db.write(batch)
+
+    def backwards(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The entries whose key starts with ``prefix``, last key first."""
+        for key, value in self._db.items(backwards=True, from_key=prefix + b"\xff"):
+            assert isinstance(key, bytes)
+            if not key.startswith(prefix):
+                return
+            yield key, bytes(value)

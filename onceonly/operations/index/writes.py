@@ -4,7 +4,9 @@ Each record is kept by position (``rec``) and named by every id it carries (``by
 :mod:`~onceonly.operations.index.names`). A ledger record also replaces its reply's latest
 value and moves it in or out of the drafts waiting (:mod:`~onceonly.operations.index.drafts`),
 judged against where the write before it was listed: the batch's own, else the index's
-(``latest``). A ledger value's JSON is decoded once.
+(``latest``). A ledger value's JSON is decoded once. A dead letter joins the open letters;
+a retry note moves the letters it names from open to retried, as
+:func:`onceonly.operations.replay.letters_with_outcomes` judges the whole topic.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from onceonly.operations.index import drafts
 from onceonly.operations.index.layout import (
     Topic,
     name_key,
+    open_letter_key,
     pack,
     record_key,
     reply_key,
+    retried_key,
     waiting_key,
 )
 from onceonly.operations.index.names import NAMES_OF, Names, of_reply
 from onceonly.operations.index.store import Writes
 from onceonly.operations.trace.assemble import REPLY_PREFIX
 from onceonly.operations.trace.model import Record
+from onceonly.schemas.dead_letter import RETRIED_KIND, noted_letters, parse_record
 
 log = structlog.get_logger("onceonly.index")
 
@@ -78,6 +83,20 @@ def _ledger(writes: Writes, key: str, record: Record, latest: Latest) -> Names:
     return of_reply(key, data or {})
 
 
+def _dead_letter(writes: Writes, record: Record, latest: Latest) -> None:
+    """A letter is open until a retry note names it (the note's ``at`` kept as when); a
+    note that named its offset before it was written closes it too, as a whole read does."""
+    value = parse_record(record.value)
+    if value.get("kind") != RETRIED_KIND:
+        closed = retried_key(record.offset)
+        if closed not in writes.puts and latest(closed) is None:
+            writes.put(open_letter_key(record.offset), b"")
+        return
+    for offset in noted_letters(value):
+        writes.delete(open_letter_key(offset))
+        writes.put(retried_key(offset), str(value.get("at", "")).encode())
+
+
 def plan(topic: Topic, records: Iterable[Record], latest: Latest) -> Writes:
     """The index's changes for ``records`` of ``topic``, in their order."""
     writes = Writes()
@@ -88,6 +107,9 @@ def plan(topic: Topic, records: Iterable[Record], latest: Latest) -> Writes:
         if topic is Topic.LEDGER:
             key = (record.key or b"").decode("utf-8", "replace")
             found = _ledger(writes, key, record, latest)
+        elif topic is Topic.DEAD_LETTERS:
+            _dead_letter(writes, record, latest)
+            found = []
         else:
             found = names(record)
         for kind, ident in found:

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
 
-from onceonly.operations.approvals import Status, decision_for, drafts, judge
+from onceonly.operations.approvals import (
+    FindReply,
+    Found,
+    Status,
+    UnknownReply,
+    decide,
+    decision_for,
+    drafts,
+    judge,
+)
 from onceonly.operations.approvals_web import bearer, parse_decision, token_refusal
 from onceonly.processors.approval.decisions import apply
-from onceonly.schemas.approval import Action
+from onceonly.schemas.approval import Action, ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -88,3 +98,49 @@ def test_drafts_are_listed_oldest_first_and_only_drafts() -> None:
     }
 
     assert [r.key for r in drafts(ledger)] == ["reply-k", "reply-a"]
+
+
+def _finder(*answers: ReplyRecord | None) -> tuple[list[str], FindReply]:
+    """Answers in turn (the last repeats), each saying which call found it."""
+    asked: list[str] = []
+
+    def find(key: str) -> Found[ReplyRecord | None]:
+        asked.append(key)
+        n = min(len(asked), len(answers)) - 1
+        return Found(answers[n], f"source {len(asked)}")
+
+    return asked, find
+
+
+async def test_a_decision_is_judged_on_the_record_found_and_says_what_found_it() -> None:
+    produced: list[ApprovalDecision] = []
+
+    async def produce(decision: ApprovalDecision) -> None:
+        produced.append(decision)
+
+    sent = dataclasses.replace(DRAFT, state=ReplyState.SENT)
+    _, settled = _finder(sent)
+    refused = await decide(settled, produce, "reply-k", Action.APPROVE, "ana", wait_s=0)
+    assert (refused.status, refused.answered_by, produced) == (Status.REFUSED, "source 1", [])
+    assert refused.to_json()["answered_by"] == "source 1"
+
+    asked, waiting = _finder(DRAFT)
+    outcome = await decide(waiting, produce, "reply-k", Action.APPROVE, "ana", wait_s=0)
+    assert [d.key for d in produced] == ["reply-k"]  # the draft was found: produced once
+    assert (outcome.status, outcome.answered_by, asked) == (
+        Status.WAITING,
+        "source 2",  # the record judged after the wait: found again
+        ["reply-k", "reply-k"],
+    )
+
+
+async def test_a_reply_nothing_finds_is_unknown_and_nothing_is_produced() -> None:
+    produced: list[ApprovalDecision] = []
+
+    async def produce(decision: ApprovalDecision) -> None:
+        produced.append(decision)
+
+    _, nothing = _finder(None)
+    with pytest.raises(UnknownReply, match=r"no reply reply-x in the ledger \(source 1\)"):
+        await decide(nothing, produce, "reply-x", Action.APPROVE, "ana")
+    assert produced == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 from onceonly.foundation.kafka import PartitionLag
@@ -90,6 +91,22 @@ def test_skips_and_a_found_trace_are_shown() -> None:
     assert "ledger: sent, key reply-abc" in text
 
 
+def test_each_section_says_what_answered_it_escaped() -> None:
+    said = f"answered from the index at /var/idx {HOSTILE}; index is 3 records behind"
+    view = _view(
+        letters=Read([], source="the open letters only, " + said),
+        skips=Read(Table(("at",), ()), source=said),
+        trace_available=True,
+        trace=Read(TraceView("<m1@example.com>", "sent"), source=said),
+    )
+
+    html = render(view)
+
+    assert html.count("answered from the index at /var/idx") == 3
+    assert HOSTILE not in html
+    assert "the open letters only, answered from the index" in html
+
+
 def test_a_trace_that_finds_nothing_says_so() -> None:
     trace = Read(TraceView("<nope@example.com>", None))
 
@@ -133,8 +150,24 @@ def test_the_trace_lookup_uses_the_injected_source() -> None:
     found = lookup(Settings(), sources.trace, "<m1@example.com>")
     unknown = lookup(Settings(), sources.trace, "evt_unknown")
 
-    assert found == TraceView("<m1@example.com>", "trace of <m1@example.com>")
-    assert unknown == TraceView("evt_unknown", None)
+    assert found.value == TraceView("<m1@example.com>", "trace of <m1@example.com>")
+    assert unknown.value == TraceView("evt_unknown", None)
+    assert found.source == "answered by scanning the topics (no ONCEONLY_INDEX_DIR set)"
+
+
+def test_with_an_index_configured_but_not_built_the_trace_says_it_scanned(
+    tmp_path: Path,
+) -> None:
+    sources = OpsSources(trace=_TraceModule())
+    assert sources.trace is not None
+
+    found = lookup(Settings(index_dir=tmp_path / "index"), sources.trace, "<m1@example.com>")
+
+    assert found.value == TraceView("<m1@example.com>", "trace of <m1@example.com>")
+    assert found.source == (
+        f"answered by scanning the topics (no index at {tmp_path / 'index'} yet "
+        "(run `onceonly index --follow`))"
+    )
 
 
 def test_a_source_that_raises_becomes_its_sections_error() -> None:
