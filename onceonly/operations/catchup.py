@@ -29,6 +29,7 @@ import structlog
 
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import Connection
+from onceonly.foundation.providers import CATCHUP_LOOK_BACK
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.processors.mail.protocol import MailProvider, Missed
@@ -135,7 +136,9 @@ def last_answered(
 #: after it, and an endpoint failing for 5 days is disabled: 5 + 2 = 7 days. Nylas: a
 #: notification is retried for ~20 min, an endpoint failing for 72 h is marked failed
 #: (and its notification addresses emailed): 3 + 2 = 5 days.
-LOOK_BACK: Mapping[str, timedelta] = {"agentmail": timedelta(days=7), "nylas": timedelta(days=5)}
+#: (The values live in onceonly.foundation.providers: the ledger's retention is checked
+#: against them.)
+LOOK_BACK: Mapping[str, timedelta] = CATCHUP_LOOK_BACK
 
 
 def look_back_for(provider: str, setting: timedelta | None) -> timedelta:

@@ -148,6 +148,23 @@ class TableLedger:
     async def put_raw(self, key: str, value: bytes) -> None:
         await self._write(key, value)
 
+    async def remove(self, key: bytes, partition: int) -> None:
+        """Tombstone ``key`` in ``partition`` (the retention sweep's, for a settled record
+        past the horizon: onceonly.processors.reply.retention), topic first and fenced,
+        accounted for like an own write so arbitration never reads it as another's."""
+        if self.fence is not None:
+            await self.fence("a ledger tombstone")
+        self._account_store(partition)
+        self._writing[partition] = self._writing.get(partition, 0) + 1
+        try:
+            where = await self.table.delete_through(key, partition)
+        finally:
+            self._writing[partition] -= 1
+        landed = self._logs.get(where[0])
+        if landed is not None:
+            landed.wrote(where[1])
+        self._pending.pop(key.decode(errors="replace"), None)
+
     async def _write(self, key: str, value: bytes, fenced: bool = True) -> tuple[int, int]:
         raw = key.encode()
         if fenced and self.fence is not None:
