@@ -205,3 +205,20 @@ async def test_a_message_older_than_the_horizon_is_skipped_one_inside_is_answere
         assert skipped == (1 if n == 1 else 0)
     # the old message is skipped whether a provider or a replay brought it; the new answered
     assert [e.replied_to_message_id for e in mail.outbox] == ["<old2@example.com>"]
+
+
+async def test_catch_up_feeds_no_message_older_than_the_horizon() -> None:
+    from onceonly.operations.catchup import Answered, Summary
+
+    def envelope(stamp: str) -> Any:
+        payload = payloads.agentmail_received(inbox_id=INBOX, timestamp=stamp)
+        return normalise.agentmail(json.dumps(payload), {}, datetime.now(UTC))
+
+    summary = Summary(not_before=datetime(2027, 1, 16, tzinfo=UTC))
+    fed: list[Any] = []
+    old, new = envelope("2027-01-15T23:59:59.000Z"), envelope("2027-01-16T00:00:01.000Z")
+    for n, e in enumerate((old, new)):
+        await summary.feed(f"k{n}", e, answered=Answered(), feed=fed.append)
+
+    assert fed == [new] and summary.fed == ["k1"]
+    assert summary.skipped_past_retention == 1
