@@ -222,3 +222,25 @@ async def test_catch_up_feeds_no_message_older_than_the_horizon() -> None:
 
     assert fed == [new] and summary.fed == ["k1"]
     assert summary.skipped_past_retention == 1
+
+
+async def test_the_ledgers_own_tombstone_is_fenced_and_never_read_as_another_writers() -> None:
+    from tests.unit.processors.test_arbitration import _ledger
+    from tests.unit.processors.test_arbitration import _record as _owed
+
+    ledger, topic, reads = _ledger(recovered=3)
+    checked: list[str] = []
+
+    async def fence(before: str) -> None:
+        checked.append(before)
+
+    ledger.fence = fence
+    await ledger.remove(b"old1", 0)  # the sweep's tombstone lands before the own record
+    own = _owed("k", ReplyState.PENDING, "mine")
+    await ledger.put(own)
+
+    verdict = await ledger.arbitrate(own)
+
+    assert topic[3] == (b"old1", None) and ledger.get("old1") is None
+    assert checked == ["a ledger tombstone", "a ledger record"]
+    assert reads.calls == [] and verdict.record.reply_text == "mine"
