@@ -17,7 +17,7 @@ an operator's replay or dead-letter retry, a catch-up with an old ``--since``).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -90,8 +90,8 @@ class LedgerSweeper:
     first, fenced), so a store of millions of records never blocks the loop for long."""
 
     table: Table  #: the ``replies`` table, whose changelog is the ledger topic
-    #: writes a tombstone of the key on the partition (fenced; see TableLedger.remove)
-    remove: Callable[[bytes, int], Awaitable[Any]]
+    #: writes the keys' tombstones on the partition (fenced; see TableLedger.remove)
+    remove: Callable[[Sequence[bytes], int], Awaitable[Any]]
     horizon: timedelta
     clock: Callable[[], float]
     on_removed: Callable[[int], None] = lambda _: None  #: the metric: records tombstoned
@@ -125,9 +125,10 @@ class LedgerSweeper:
             if len(entries) >= self.slice:
                 break
         now = datetime.fromtimestamp(self.clock(), tz=UTC)
-        for key, record in expired_keys(entries, now, self.horizon):
-            await self.remove(key, partition)
-            self.on_removed(1)
+        expired = expired_keys(entries, now, self.horizon)
+        await self.remove([key for key, _ in expired], partition)
+        self.on_removed(len(expired))
+        for _, record in expired:
             log.info(
                 "ledger record removed: settled and past the retention",
                 key=record.key,

@@ -4,7 +4,7 @@ a time, and the worker's refusal to answer a message older than the horizon."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -113,10 +113,11 @@ class _Store:
 
 
 def _sweeper(store: _Store, removed: list[bytes], every_s: float = 60.0) -> LedgerSweeper:
-    async def remove(key: bytes, partition: int) -> None:
+    async def remove(keys: Sequence[bytes], partition: int) -> None:
         assert partition == 3
-        removed.append(key)
-        del store.data[key]
+        for key in keys:
+            removed.append(key)
+            del store.data[key]
 
     clock = [NOW.timestamp()]
     sweeper = LedgerSweeper(
@@ -164,7 +165,7 @@ async def test_a_fenced_sweep_stops_its_pass() -> None:
     records = {b"k0": _record(ReplyState.SENT, PAST).encode()}
     store = _Store(records)
 
-    async def fenced(key: bytes, partition: int) -> None:
+    async def fenced(keys: Sequence[bytes], partition: int) -> None:
         raise Fenced("partition 3 moved")
 
     sweeper = LedgerSweeper(store, fenced, HORIZON, lambda: NOW.timestamp(), every_s=0.0)  # type: ignore[arg-type]
@@ -235,7 +236,7 @@ async def test_the_ledgers_own_tombstone_is_fenced_and_never_read_as_another_wri
         checked.append(before)
 
     ledger.fence = fence
-    await ledger.remove(b"old1", 0)  # the sweep's tombstone lands before the own record
+    await ledger.remove([b"old1"], 0)  # the sweep's tombstone lands before the own record
     own = _owed("k", ReplyState.PENDING, "mine")
     await ledger.put(own)
 
