@@ -14,7 +14,7 @@ from onceonly.processors.reply.retention import CLOCK_SLACK
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.conftest import consume_all
-from tests.integration.workers import INBOX, Stack, ledger_records, until
+from tests.integration.workers import INBOX, Stack, state_of, until
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ async def test_inside_the_horizon_a_redelivery_is_skipped_past_it_the_record_is_
     key = reply_key(INBOX, "<old@example.com>")
     await stack.deliver(old)
     await stack.until_sent(1)
-    await until(stack, lambda: ledger_records(stack)[key].state is ReplyState.SENT, "sent")
+    await until(stack, lambda: state_of(stack, key) is ReplyState.SENT, "the sent record")
 
     # inside the horizon: the same message under another event id (as a catch-up's or a
     # provider's second event would be) passes dedupe and is stopped by the ledger
