@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +156,12 @@ def settings_factory(kafka_bootstrap: str, tmp_path: Path) -> Callable[..., Sett
     return make
 
 
+#: the tests' payloads carry fixed message dates (testkit.payloads: 2026-11-29, Nylas's
+#: January 2025), which the worker would skip as past ONCEONLY_LEDGER_RETENTION's 15
+#: days; a test of the retention sets its own
+TEST_LEDGER_RETENTION = timedelta(days=3650)
+
+
 def own_topics(bootstrap: str, *, own_app: bool = False, **overrides: Any) -> Settings:
     """Settings on ``bootstrap`` whose four topics (and, ``own_app``, the worker's app id)
     have names no other test uses; ``overrides`` as given."""
@@ -165,6 +172,7 @@ def own_topics(bootstrap: str, *, own_app: bool = False, **overrides: Any) -> Se
         "ledger_topic": f"replies-{suffix}",
         "dead_letter_topic": f"dead-letters-{suffix}",
         "decisions_topic": f"decisions-{suffix}",
+        "ledger_retention": TEST_LEDGER_RETENTION,
     }
     if own_app:
         values["app_id"] = f"onceonly-{suffix}"

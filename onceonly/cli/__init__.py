@@ -164,6 +164,7 @@ def catch_up(
         f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
         f"({summary.skipped_sent_by_agent} sent by the agent, "
         f"{summary.skipped_answered} already answered), "
+        f"past the ledger's retention {summary.skipped_past_retention}, "
         f"pending {len(summary.fed) - done}"
     )
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
 from pydantic import SecretStr
 
 __all__ = [
     "ALL",
+    "CATCHUP_LOOK_BACK",
     "MAIL",
     "NAMES",
     "ROUTES",
@@ -101,6 +103,15 @@ NAMES: tuple[str, ...] = tuple(r.name for r in ROUTES)
 ALL: tuple[str, ...] = (*NAMES, STANDARD.name)
 #: the mail providers: the worker answers their messages
 MAIL: tuple[str, ...] = tuple(r.name for r in ROUTES if r.mail)
+
+
+#: how far back a catch-up without --since lists at least, per mail provider (the
+#: reasoning is onceonly.operations.catchup.LOOK_BACK's); here, below the settings,
+#: because ONCEONLY_LEDGER_RETENTION may never be shorter than the longest of them
+CATCHUP_LOOK_BACK: Mapping[str, timedelta] = {
+    "agentmail": timedelta(days=7),
+    "nylas": timedelta(days=5),
+}
 
 
 def by_name(name: str) -> Route:

@@ -16,7 +16,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from onceonly.foundation.errors import ConfigError
-from onceonly.foundation.providers import NAMES
+from onceonly.foundation.providers import CATCHUP_LOOK_BACK, NAMES
 
 
 def usable_cores() -> int:
@@ -206,6 +206,10 @@ class Settings(BaseSettings):
     #: provider's documented horizon, onceonly.operations.catchup.LOOK_BACK)
     catchup_lookback: timedelta | None = Field(default=None, gt=timedelta(0))
     approval_on_timeout: Literal["alert", "decline"] = "alert"
+    #: how long a settled reply's ledger record is kept after it settled (and a message
+    #: older than this is never answered): the longest catch-up look-back (7 days) plus
+    #: the deliveries topic's retention (7 days) plus a day (docs/configuration.md)
+    ledger_retention: timedelta = timedelta(days=15)
     event_handler: str | None = None
     agentmail_base_url: str | None = None
     agentmail_webhook_id: str | None = None
@@ -261,7 +265,13 @@ class Settings(BaseSettings):
                 )
         return value
 
-    @field_validator("dedupe_retention", "decisions_retention", "approval_timeout", mode="before")
+    @field_validator(
+        "dedupe_retention",
+        "decisions_retention",
+        "approval_timeout",
+        "ledger_retention",
+        mode="before",
+    )
     @classmethod
     def _seconds(cls, value: object) -> object:
         """A plain number of seconds, as the README allows, beside ISO 8601 (``P7D``)."""
@@ -283,6 +293,25 @@ class Settings(BaseSettings):
                 f"ONCEONLY_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
                 "ONCEONLY_KAFKA_SASL_USERNAME and ONCEONLY_KAFKA_SASL_PASSWORD"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _ledger_outlives_the_paths_that_ask(self) -> Settings:
+        """A settled record outlives every path that could bring its message again."""
+        look_back = self.catchup_lookback or max(CATCHUP_LOOK_BACK.values())
+        dedupe = max([self.dedupe_retention, *self.dedupe_retention_by_provider.values()])
+        floors = (
+            (look_back, "catch-up look-back", "ONCEONLY_CATCHUP_LOOKBACK"),
+            (dedupe, "dedupe retention", "ONCEONLY_DEDUPE_RETENTION(_BY_PROVIDER)"),
+        )
+        for floor, name, variable in floors:
+            if self.ledger_retention < floor:
+                raise ValueError(
+                    f"ONCEONLY_LEDGER_RETENTION ({self.ledger_retention}) is shorter than the "
+                    f"{name} ({floor}): a message that path brings again could find its "
+                    f"reply's record removed; raise ONCEONLY_LEDGER_RETENTION to at least "
+                    f"{floor.total_seconds():g} seconds or shorten {variable}"
+                )
         return self
 
     @field_validator("tenant_key")

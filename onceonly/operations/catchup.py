@@ -29,6 +29,7 @@ import structlog
 
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import Connection
+from onceonly.foundation.providers import CATCHUP_LOOK_BACK
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.processors.mail.protocol import MailProvider, Missed
@@ -135,7 +136,9 @@ def last_answered(
 #: after it, and an endpoint failing for 5 days is disabled: 5 + 2 = 7 days. Nylas: a
 #: notification is retried for ~20 min, an endpoint failing for 72 h is marked failed
 #: (and its notification addresses emailed): 3 + 2 = 5 days.
-LOOK_BACK: Mapping[str, timedelta] = {"agentmail": timedelta(days=7), "nylas": timedelta(days=5)}
+#: (The values live in onceonly.foundation.providers: the ledger's retention is checked
+#: against them.)
+LOOK_BACK: Mapping[str, timedelta] = CATCHUP_LOOK_BACK
 
 
 def look_back_for(provider: str, setting: timedelta | None) -> timedelta:
@@ -194,6 +197,10 @@ class Summary:
     fed: list[str] = field(default_factory=list)  #: reply keys fed to the pipeline
     skipped_sent_by_agent: int = 0
     skipped_answered: int = 0
+    #: messages older than this are not fed: past ONCEONLY_LEDGER_RETENTION the worker
+    #: answers none (their replies' records may be gone; docs/guarantees.md)
+    not_before: datetime | None = None
+    skipped_past_retention: int = 0
 
     async def feed(
         self,
@@ -203,7 +210,17 @@ class Summary:
         answered: Answered,
         feed: Callable[[Envelope], Any],
     ) -> None:
-        """Feed one answerable message unless the ledger holds its reply settled."""
+        """Feed one answerable message unless the ledger holds its reply settled, or it
+        is past the ledger's retention."""
+        if self.not_before is not None and envelope.occurred_at < self.not_before:
+            self.skipped_past_retention += 1
+            log.warning(
+                "catch-up skipped a message older than the ledger's retention",
+                reply_key=key,
+                message_id=envelope.message_id,
+                message_at=envelope.occurred_at.isoformat(),
+            )
+            return
         if key in answered.settled:
             self.skipped_answered += 1
             log.info(
@@ -230,6 +247,7 @@ async def catch_up(
     answered: Answered,
     feed: Callable[[Envelope], Any],
     progress: Callable[[Summary], None] = lambda _: None,
+    not_before: datetime | None = None,
 ) -> Summary:
     """Feed each unanswered message ``provider`` lists for ``account`` after ``since``
     through the pipeline as it is listed, oldest first (AgentMail's pages stream as they
@@ -237,7 +255,7 @@ async def catch_up(
     message); the account's own mail is counted as sent by the agent."""
     from onceonly.processors.messages import reply_key
 
-    summary = Summary()
+    summary = Summary(not_before=not_before)
     async for message in provider.sender.messages_since(account, since):
         summary.found += 1
         missed = await provider.missed(account, message)
@@ -348,6 +366,7 @@ async def feed_unanswered(
             answered=answered,
             feed=feeder,
             progress=progress,
+            not_before=datetime.now(UTC) - settings.ledger_retention,
         )
         await feeder.drain()
         return summary

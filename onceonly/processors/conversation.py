@@ -35,6 +35,7 @@ from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reorder.holds import log_ids as _ids
 from onceonly.processors.reply.once import Outcome, SendPolicy, split_burst
 from onceonly.processors.reply.parts import ReplyParts
+from onceonly.processors.reply.retention import PAST_RETENTION, past_retention
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.decision import Stage
 
@@ -137,6 +138,8 @@ class Conversation:
             envelope = delivery.envelope
             ids = _ids(envelope)
             channel = self.parts.channels[envelope.provider]
+            if self._past_retention(delivery):
+                continue
             try:
                 inbound = await channel.inbound(envelope)
             except SendError as exc:
@@ -155,6 +158,27 @@ class Conversation:
                 continue
             found.append(inbound)
         return found
+
+    def _past_retention(self, delivery: Delivery) -> bool:
+        """A message older than ONCEONLY_LEDGER_RETENTION is never answered: its reply's
+        ledger record may have been removed (onceonly.processors.reply.retention)."""
+        envelope = delivery.envelope
+        horizon = self.parts.settings.ledger_retention
+        if not past_retention(envelope.occurred_at, self.parts.now(), horizon):
+            return False
+        self.parts.metrics.skips.labels(PAST_RETENTION).inc()
+        log.warning(
+            "message skipped: older than the ledger's retention, it may have been answered",
+            reason=PAST_RETENTION,
+            message_id=envelope.message_id,
+            message_at=envelope.occurred_at.isoformat(),
+            retention_s=horizon.total_seconds(),
+            replay=delivery.replay,
+            **_ids(envelope),
+        )
+        detail = f"message of {envelope.occurred_at.isoformat()}, retention {horizon}"
+        self.parts.decisions.skipped(delivery, Stage.LEDGER, PAST_RETENTION, detail)
+        return True
 
     async def act(
         self, claimed: Sequence[Delivery], outcomes: dict[str, bool], newer: Any = None

@@ -37,6 +37,11 @@ class WorkerMetrics:
         self.skips = Counter(
             "onceonly_skips", "Events not acted on, by reason.", ["reason"], registry=self.registry
         )
+        self.ledger_removed = Counter(
+            "onceonly_ledger_records_removed",
+            "Settled reply records tombstoned from the ledger past ONCEONLY_LEDGER_RETENTION.",
+            registry=self.registry,
+        )
         self.send_retries = Counter(
             "onceonly_send_retries",
             "Send attempts after the first, with the same key.",

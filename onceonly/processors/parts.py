@@ -20,6 +20,7 @@ from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.records import KeyValues, Topic
 from onceonly.processors.reorder.holds import Holds
 from onceonly.processors.reply.ledger import TableLedger
+from onceonly.processors.reply.retention import LedgerSweeper
 from onceonly.processors.writer.runner import Writer
 
 Clock = Callable[[], float]  # epoch seconds
@@ -40,6 +41,8 @@ class WorkerParts:
     metrics: WorkerMetrics
     lanes: Lanes
     sweeper: Sweeper
+    #: tombstones settled ledger records past ONCEONLY_LEDGER_RETENTION (None: kept)
+    ledger_sweeper: LedgerSweeper | None = None
     handler: EventHandler | None = None
     clock: Clock = time.time
     #: False while a rebalance is under way (the runtime has stopped the flow of records)

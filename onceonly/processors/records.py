@@ -63,6 +63,11 @@ class Table(KeyValues, Protocol):
         in the changelog (partition, offset)."""
         ...
 
+    async def delete_through(self, key: bytes, partition: int) -> tuple[int, int]:
+        """Write ``key``'s tombstone to ``partition`` of the changelog, then delete it from
+        the store; returns where the tombstone landed (partition, offset)."""
+        ...
+
     def partition_of(self, key: bytes) -> int:
         """The changelog partition a write of ``key`` goes to now."""
         ...

@@ -96,6 +96,8 @@ class Router:
         else:
             await self._hold(event, key, delivery)
         self.parts.sweeper.maybe_sweep(partition)
+        if self.parts.ledger_sweeper is not None:
+            await self.parts.ledger_sweeper.maybe_sweep(partition)
 
     async def _hold(self, event: Record, key: bytes, delivery: Delivery) -> None:
         envelope = delivery.envelope

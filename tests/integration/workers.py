@@ -48,6 +48,7 @@ def worker_env(
             "ONCEONLY_SEND_ATTEMPTS": str(settings.send_attempts),
             "ONCEONLY_AGENTMAIL_BASE_URL": mail_url,
             "AGENTMAIL_API_KEY": "test-api-key",
+            "ONCEONLY_LEDGER_RETENTION": str(settings.ledger_retention.total_seconds()),
             "ONCEONLY_LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -147,6 +148,31 @@ class TableLedger:
 
     async def put_raw(self, key: str, value: bytes) -> None:
         await self._write(key, value)
+
+    async def remove(self, keys: Sequence[bytes], partition: int) -> None:
+        """Tombstone ``keys`` in ``partition`` (the retention sweep's: settled records past
+        the horizon, onceonly.processors.reply.retention), topic first, behind one fence
+        check for the slice, each accounted for like an own write so arbitration never
+        reads it as another writer's. A tombstone landing after the partition moved
+        removes only what no path writes again (a message that old is never answered)."""
+        if not keys:
+            return
+        if self.fence is not None:
+            await self.fence("a ledger tombstone")
+        self._account_store(partition)
+        self._writing[partition] = self._writing.get(partition, 0) + 1
+        try:
+            landed = await asyncio.gather(
+                *(self.table.delete_through(key, partition) for key in keys)
+            )
+        finally:
+            self._writing[partition] -= 1
+        for where in landed:
+            partition_log = self._logs.get(where[0])
+            if partition_log is not None:
+                partition_log.wrote(where[1])
+        for key in keys:
+            self._pending.pop(key.decode(errors="replace"), None)
 
     async def _write(self, key: str, value: bytes, fenced: bool = True) -> tuple[int, int]:
         raw = key.encode()

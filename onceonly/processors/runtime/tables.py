@@ -96,6 +96,11 @@ class FaustTable:
         self.faust.data[key] = value  # the store alone: the topic has the record already
         return int(metadata.topic_partition.partition), int(metadata.offset)
 
+    async def delete_through(self, key: bytes, partition: int) -> tuple[int, int]:
+        metadata = await self.faust.send_changelog(partition, key, None)
+        del self.faust.data[key]  # the store alone: the topic has the tombstone already
+        return int(metadata.topic_partition.partition), int(metadata.offset)
+
     def partition_of(self, key: bytes) -> int:
         """The partition a write of ``key`` goes to: the current record's."""
         return int(self.faust.partition_for_key(key))

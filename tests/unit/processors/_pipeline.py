@@ -12,6 +12,7 @@ from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.parts import WorkerParts
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
+from tests.conftest import TEST_LEDGER_RETENTION
 
 
 def bare_pipeline(settings: Any, **parts: Any) -> Conversation:
@@ -44,6 +45,8 @@ def mail_pipeline(mail: FakeAgentMail, approval: str, **parts: Any) -> Conversat
         supersede_max=2,
         approval=approval,
         tenant_key="inbox",
+        # the messages carry fixed dates (2026-11-29): never past the ledger's retention
+        ledger_retention=TEST_LEDGER_RETENTION,
     )
     sender = AgentMailSender("key", base_url=mail.base_url, timeout_s=5)
     channels = {"agentmail": AgentMailChannel(sender)}

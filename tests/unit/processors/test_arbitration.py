@@ -230,6 +230,12 @@ class LogTable:
             await self.hold.wait()
         return 0, offset
 
+    async def delete_through(self, key: bytes, partition: int) -> tuple[int, int]:
+        self.topic.append((key, None))  # type: ignore[arg-type]
+        self.store.pop(key, None)
+        self.applied = len(self.topic) - 1
+        return 0, self.applied
+
     def recover(self) -> None:
         """A rebalance's recovery: the records after the store's offset, read into it."""
         for offset in range(self.applied + 1, len(self.topic)):

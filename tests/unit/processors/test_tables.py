@@ -51,3 +51,22 @@ def test_get_reads_the_store_without_faust_sensor_calls(table: Any) -> None:
     assert sensor.gets == 0
     table.get(b"thread-1")
     assert sensor.gets == 1  # the sensor is live: faust's own get reaches it
+
+
+async def test_delete_through_sends_the_tombstone_before_it_deletes_from_the_store(
+    table: Any,
+) -> None:
+    from types import SimpleNamespace
+
+    sent: list[tuple[int, bytes, Any, bytes | None]] = []
+
+    async def send_changelog(partition: int, key: bytes, value: Any) -> Any:
+        sent.append((partition, key, value, FaustTable(table).get(key)))
+        return SimpleNamespace(topic_partition=SimpleNamespace(partition=partition), offset=41)
+
+    table.send_changelog = send_changelog
+    where = await FaustTable(table).delete_through(b"thread-1", 0)
+
+    # the topic has the tombstone while the store still held the record; then it is gone
+    assert sent == [(0, b"thread-1", None, b"buffer")]
+    assert where == (0, 41) and FaustTable(table).get(b"thread-1") is None
