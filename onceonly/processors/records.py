@@ -93,6 +93,45 @@ def applied_after_write(applied: int | None, landed: int) -> int | None:
     return landed if landed == before + 1 else applied
 
 
+@dataclass
+class SweepPasses:
+    """Each partition's sweep passes, a slice per record the partition receives (the dedupe
+    sweep's and the ledger's): when its last pass began, and where the pass under way goes
+    on from."""
+
+    began: dict[int, float] = field(default_factory=dict)
+    #: partition -> the last key the pass under way has read (None: from the start)
+    going_on: dict[int, bytes | None] = field(default_factory=dict)
+
+    def next_slice(self, partition: int, now: float, every_s: float) -> tuple[bool, bytes | None]:
+        """Whether a slice of ``partition`` is due now, and the key it reads after. A pass
+        begins every ``every_s``, the first a whole interval after the partition was first
+        seen (a start, a rebalance)."""
+        if partition not in self.going_on:
+            if now - self.began.setdefault(partition, now) < every_s:
+                return False, None
+            self.began[partition] = now
+            self.going_on[partition] = None
+        return True, self.going_on.pop(partition)
+
+    def slice_read(self, partition: int, last: bytes | None) -> None:
+        """The slice read up to ``last`` (None: the pass is done)."""
+        if last is not None:
+            self.going_on[partition] = last
+
+
+def own_slice(
+    table: Table, partition: int, after: bytes | None, size: int
+) -> list[tuple[bytes, bytes]]:
+    """Up to ``size`` entries of ``partition``'s own store, in key order after ``after``."""
+    out: list[tuple[bytes, bytes]] = []
+    for entry in table.own_entries(partition, after):
+        out.append(entry)
+        if len(out) >= size:
+            break
+    return out
+
+
 class Topic(Protocol):
     """A topic the worker produces to (its records acknowledged by the broker)."""
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from onceonly.processors.dedupe import decisions as dedupe
-from onceonly.processors.records import Table
+from onceonly.processors.records import SweepPasses, Table, own_slice
 from onceonly.processors.reorder import window as reorder
 from onceonly.schemas.ledger import EventEntry
 
@@ -33,40 +33,22 @@ class Sweeper:
     clock: Callable[[], float]
     every_s: float = 600.0
     slice: int = 5000
-    _last: dict[int, float] = field(default_factory=dict)
-    #: partition -> the last key a pass has read (None: from the start)
-    _from: dict[int, bytes | None] = field(default_factory=dict)
+    _passes: SweepPasses = field(default_factory=SweepPasses)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def maybe_sweep(self, partition: int) -> None:
-        now = self.clock()
-        if partition not in self._from:
-            if now - self._last.setdefault(partition, now) < self.every_s:
-                return
-            self._last[partition] = now
-            self._from[partition] = None
-        after = self._from.pop(partition)
-        last = self.sweep(partition, after=after)
-        if last is not None:
-            self._from[partition] = last
-
-    def _own_entries(self, partition: int, after: bytes | None) -> list[tuple[bytes, bytes]]:
-        """Up to ``slice`` entries of this partition's own store, after ``after``."""
-        out: list[tuple[bytes, bytes]] = []
-        for entry in self.events.own_entries(partition, after):
-            out.append(entry)
-            if len(out) >= self.slice:
-                break
-        return out
+        due, after = self._passes.next_slice(partition, self.clock(), self.every_s)
+        if due:
+            self._passes.slice_read(partition, self.sweep(partition, after=after))
 
     def sweep(self, partition: int, after: bytes | None = None) -> bytes | None:
         """Delete expired dedupe entries of one slice of this partition (with tombstones).
 
         Returns the last key read, to go on from, or None once the partition is done.
         """
-        entries = self._own_entries(partition, after)
+        entries = own_slice(self.events, partition, after, self.slice)
         mine = [(key, EventEntry.from_json(json.loads(raw))) for key, raw in entries]
         old = list(dedupe.expired(mine, now_ms=self.now_ms(), retention=self.retention))
         for key in old:

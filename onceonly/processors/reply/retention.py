@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from onceonly.processors.exceptions import Fenced
-from onceonly.processors.records import Table
+from onceonly.processors.records import SweepPasses, Table, own_slice
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -99,33 +99,23 @@ class LedgerSweeper:
     #: records read per delivery the partition receives: 500 decode in ~7.5 ms (2,000
     #: of 1 KB each took 30.1 ms on the shared machine), added to that delivery's routing
     slice: int = 500
-    _last: dict[int, float] = field(default_factory=dict)
-    _from: dict[int, bytes | None] = field(default_factory=dict)
+    _passes: SweepPasses = field(default_factory=SweepPasses)
 
     async def maybe_sweep(self, partition: int) -> None:
-        now = self.clock()
-        if partition not in self._from:
-            if now - self._last.setdefault(partition, now) < self.every_s:
-                return
-            self._last[partition] = now
-            self._from[partition] = None
-        after = self._from.pop(partition)
+        due, after = self._passes.next_slice(partition, self.clock(), self.every_s)
+        if not due:
+            return
         try:
             last = await self.sweep(partition, after=after)
         except Fenced:  # the partition moved: its next owner sweeps it
             log.info("ledger sweep stopped: the partition is no longer ours", partition=partition)
             return
-        if last is not None:
-            self._from[partition] = last
+        self._passes.slice_read(partition, last)
 
     async def sweep(self, partition: int, after: bytes | None = None) -> bytes | None:
         """Tombstone one slice's expired settled records; the last key read, to go on
         from, or None once the partition is done."""
-        entries: list[tuple[bytes, bytes]] = []
-        for entry in self.table.own_entries(partition, after):
-            entries.append(entry)
-            if len(entries) >= self.slice:
-                break
+        entries = own_slice(self.table, partition, after, self.slice)
         now = datetime.fromtimestamp(self.clock(), tz=UTC)
         expired = expired_keys(entries, now, self.horizon)
         await self.remove([key for key, _ in expired], partition)
