@@ -20,7 +20,14 @@ import pytest
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.conftest import consume_all
-from tests.integration.workers import INBOX, Stack, ledger_records, state_of, until
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    WorkerProcess,
+    ledger_records,
+    state_of,
+    until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -110,12 +117,11 @@ async def test_a_reply_another_writer_recorded_sent_first_is_not_sent_again(
     assert (record.state, record.sent_message_id) == (ReplyState.SENT, "<sent-by-them@x>")
 
 
-async def test_a_record_landed_before_the_workers_own_is_still_read_after_it_rejoins(
-    stack_factory: Callable[..., Stack],
-) -> None:
-    # another writer's pending record lands between two of the worker's ledger records:
-    # the store's offset stays before it (ContiguousTable), and the worker's own account
-    # of the ledger's offsets knows it too: either way it decides what is sent.
+async def _landed_between_own_records(
+    stack_factory: Callable[..., Stack], theirs: ReplyRecord
+) -> tuple[Stack, WorkerProcess]:
+    """One worker on one partition answers a message, another writer's ``theirs`` lands on
+    the ledger, and the worker answers a second message: its records either side of it."""
     stack = stack_factory(partitions=1, reorder_window_ms=0)
     worker = stack.worker(
         ONCEONLY_REPLY_WRITER="tests.integration.writers:model",
@@ -123,10 +129,21 @@ async def test_a_record_landed_before_the_workers_own_is_still_read_after_it_rej
     )
     await stack.deliver(stack.seed("<arb-before@example.com>", "t-before", text="hello"))
     await stack.until_sent(1)
-    key = reply_key(INBOX, MESSAGE)
-    await _land(stack, 0, _theirs(key, ReplyState.PENDING, "the first writer's text"))
+    await _land(stack, 0, theirs)
     await stack.deliver(stack.seed("<arb-after@example.com>", "t-after", text="hello"))
     await stack.until_sent(2)
+    return stack, worker
+
+
+async def test_a_record_landed_before_the_workers_own_is_still_read_after_it_rejoins(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # another writer's pending record lands between two of the worker's ledger records:
+    # the store's offset stays before it (ContiguousTable), and the worker's own account
+    # of the ledger's offsets knows it too: either way it decides what is sent.
+    key = reply_key(INBOX, MESSAGE)
+    theirs = _theirs(key, ReplyState.PENDING, "the first writer's text")
+    stack, worker = await _landed_between_own_records(stack_factory, theirs)
     landed = [r.key().decode() for r in consume_all(stack.settings, stack.settings.ledger_topic)]
     assert landed.index(key) < max(i for i, k in enumerate(landed) if k != key)
 
@@ -149,18 +166,9 @@ async def test_a_record_landed_before_the_workers_own_is_in_its_store_after_a_re
     # past the next owner's record: a restart with its state recovers from before it
     # (faust moved the offset, the store never held it, and the message, delivered
     # again, was answered again: the simulator's finding F3)
-    stack = stack_factory(partitions=1, reorder_window_ms=0)
-    worker = stack.worker(
-        ONCEONLY_REPLY_WRITER="tests.integration.writers:model",
-        ONCEONLY_TEST_WRITER_LOG=str(stack.tmp / "writer.jsonl"),
-    )
-    await stack.deliver(stack.seed("<arb-before@example.com>", "t-before", text="hello"))
-    await stack.until_sent(1)
     key = reply_key(INBOX, MESSAGE)
     theirs = _theirs(key, ReplyState.SENT, "the next owner's", sent_message_id="<by-them@x>")
-    await _land(stack, 0, theirs)
-    await stack.deliver(stack.seed("<arb-after@example.com>", "t-after", text="hello"))
-    await stack.until_sent(2)
+    stack, worker = await _landed_between_own_records(stack_factory, theirs)
 
     worker.kill()
     worker.start()
