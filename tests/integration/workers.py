@@ -19,6 +19,7 @@ from devstack.ports import free_port
 from onceonly.foundation.kafka import AsyncProducer
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
@@ -186,6 +187,18 @@ class Stack:
             sent = {e.replied_to_message_id for e in self.mail.outbox}
             missing = [m for m in message_ids if m not in sent]
             raise AssertionError(f"{len(sent)} answered; missing {missing}") from None
+
+
+async def dead_lettered(stack: Stack, message_id: str, thread: str) -> str:
+    """A new message whose reply is recorded failed and dead-lettered: the mail API answers
+    500 to every send until the record is there (the stack's ``send_attempts`` spent), then
+    is up again. Returns the reply key."""
+    key = reply_key(INBOX, message_id)
+    stack.mail.fail_next(1000, status=500)
+    await stack.deliver(stack.seed(message_id, thread))
+    await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
+    stack.mail.faults.fail_remaining = 0
+    return key
 
 
 def ledger_records(stack: Stack) -> dict[str, ReplyRecord]:

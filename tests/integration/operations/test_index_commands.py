@@ -18,16 +18,14 @@ from pathlib import Path
 import pytest
 
 from onceonly.operations.trace import recent_skips
-from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.operations.test_index import _run
 from tests.integration.processors.test_approvals import TOKEN, _draft, _post
 from tests.integration.workers import (
-    INBOX,
     Stack,
+    dead_lettered,
     ledger_records,
     onceonly,
-    state_of,
     until,
     writer_env,
 )
@@ -83,11 +81,7 @@ async def test_dead_letters_are_listed_and_retried_from_the_index_and_closed_onc
 ) -> None:
     stack = stack_factory(reorder_window_ms=0, send_attempts=1)
     stack.worker()
-    key = reply_key(INBOX, "<dl@example.com>")
-    stack.mail.fail_next(1000, status=500)
-    await stack.deliver(stack.seed("<dl@example.com>", "thr-dl"))
-    await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
-    stack.mail.faults.fail_remaining = 0
+    await dead_lettered(stack, "<dl@example.com>", "thr-dl")
     index_dir = stack.tmp / "index"
     _built(stack, index_dir)
 
@@ -164,11 +158,7 @@ async def test_a_dead_letter_retried_from_the_page_found_in_the_index_says_it_wa
     stack = stack_factory(reorder_window_ms=0, send_attempts=1)
     index_dir = stack.tmp / "index"
     worker = stack.worker(ONCEONLY_INDEX_DIR=str(index_dir), ONCEONLY_OPS_TOKEN=TOKEN)
-    key = reply_key(INBOX, "<pg@example.com>")
-    stack.mail.fail_next(1000, status=500)
-    await stack.deliver(stack.seed("<pg@example.com>", "thr-pg"))
-    await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
-    stack.mail.faults.fail_remaining = 0
+    key = await dead_lettered(stack, "<pg@example.com>", "thr-pg")
     _built(stack, index_dir)
     page = await asyncio.to_thread(_page, worker.port, key)
     [letter] = [int(x) for x in re.findall(r"/ops/dead-letters/(\d+)/retry", page)]

@@ -12,6 +12,7 @@ from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
     Stack,
+    dead_lettered,
     ledger_records,
     onceonly,
     state_of,
@@ -90,15 +91,7 @@ async def test_dead_letters_retry_sends_the_failed_reply_once(
 ) -> None:
     stack = stack_factory(reorder_window_ms=0, send_attempts=1)
     stack.worker()
-    key = reply_key(INBOX, "<dl@example.com>")
-    stack.mail.fail_next(1000, status=500)
-    await stack.deliver(stack.seed("<dl@example.com>", "thr-dl"))
-    await until(
-        stack,
-        lambda: state_of(stack, key) is ReplyState.FAILED,
-        "the failed record",
-    )
-    stack.mail.faults.fail_remaining = 0
+    await dead_lettered(stack, "<dl@example.com>", "thr-dl")
 
     done = onceonly(stack, "dead-letters", "retry")
     assert done.returncode == 0, done.stderr
