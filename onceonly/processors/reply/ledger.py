@@ -71,15 +71,10 @@ class TableLedger:
             self._pending[record.key] = where
             while len(self._pending) > PENDING_KEPT:  # left by lanes whose partition moved
                 del self._pending[next(iter(self._pending))]
-            await self._keep_settled(record)
-        elif record.state is ReplyState.FAILED:
-            # a worker past its fence check (its writer failing, then paused) may land a
-            # failed record after the next owner sent the reply (simulator finding F7)
-            self._pending[record.key] = where
-            try:
-                await self._keep_settled(record)
-            finally:
-                self._pending.pop(record.key, None)
+        if record.state in (ReplyState.PENDING, ReplyState.FAILED):
+            # a failed one too: a worker past its fence check (its writer failing, then
+            # paused) may land it after the next owner sent the reply (simulator finding F7)
+            await self._keep_settled(record, where)
 
     async def _write_sent_anyway(self, record: ReplyRecord) -> None:
         """An email went out with ``record.key`` (this worker's send, past its check) and
@@ -94,7 +89,7 @@ class TableLedger:
             sent=record.sent_message_id,
         )
 
-    async def _keep_settled(self, record: ReplyRecord) -> None:
+    async def _keep_settled(self, record: ReplyRecord, where: tuple[int, int]) -> None:
         """Another writer's record that settled the key (sent, covered, declined) before
         ``record`` landed is written again, after it, without the fence: a worker past its
         fence check (paused, then woken after its partition moved) landed ``record`` after
@@ -102,7 +97,7 @@ class TableLedger:
         last word for the key would be *pending*, which a later owner sends again.
         Repeating the settled record is right whenever it lands: nothing follows a key's
         settled record but itself."""
-        verdict = await self.arbitrate(record)
+        verdict = await self._ruling_at(record, where)
         if verdict.ruling not in (Ruling.SENT, Ruling.SETTLED):
             return
         settled = verdict.record
@@ -124,8 +119,15 @@ class TableLedger:
         """``record`` (*pending*, about to be sent) against another writer's records of its
         key that landed before it (:mod:`~onceonly.processors.reply.arbitration`)."""
         where = self._pending.get(record.key)
-        if where is None or self.read_log is None:
+        if where is None:
             return Verdict(Ruling.OWN, record)  # recovered, not written here: it came first
+        return await self._ruling_at(record, where)
+
+    async def _ruling_at(self, record: ReplyRecord, where: tuple[int, int]) -> Verdict:
+        """``record``, landed at ``where`` (partition, offset), against another writer's
+        records of its key that landed before it."""
+        if self.read_log is None:
+            return Verdict(Ruling.OWN, record)
         partition, offset = where
         partition_log = self._logs.get(partition)
         if partition_log is None:
