@@ -7,6 +7,7 @@ write-ahead log included) and nothing it writes afterwards: one consistent answe
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,25 @@ def _options() -> Options:
     return options
 
 
+def _create(path: Path) -> None:
+    """A new index, moved to ``path`` with its layout already written: a reader checking
+    for ``CURRENT`` (answers.no_index_reason) never opens one that has no layout yet."""
+    staging = path.with_name(f"{path.name}.creating")
+    shutil.rmtree(staging, ignore_errors=True)  # left by a writer killed while creating
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = Rdict(str(staging), _options())
+    db[LAYOUT_KEY] = LAYOUT
+    db.close()
+    try:
+        staging.rename(path)  # replaces an empty directory; refused over files
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OnceOnlyError(
+            f"could not create the index at {path}: {exc}; give ONCEONLY_INDEX_DIR an "
+            "empty or new directory"
+        ) from exc
+
+
 class IndexStore:
     def __init__(self, db: Rdict, path: Path) -> None:
         self._db = db
@@ -65,7 +85,8 @@ class IndexStore:
 
     @classmethod
     def writer(cls, path: Path) -> IndexStore:
-        path.mkdir(parents=True, exist_ok=True)
+        if not (path / "CURRENT").exists():
+            _create(path)
         try:
             store = cls(Rdict(str(path), _options()), path)
         except Exception as exc:  # rocksdict raises plain Exceptions (a held lock, ...)
@@ -78,7 +99,8 @@ class IndexStore:
         ):
             store.close()
             raise OnceOnlyError(_older(path))
-        store._db[LAYOUT_KEY] = LAYOUT
+        if store.get(LAYOUT_KEY) is None:  # an empty index an older writer had just made
+            store._db[LAYOUT_KEY] = LAYOUT
         return store
 
     @classmethod

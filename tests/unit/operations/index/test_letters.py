@@ -144,3 +144,43 @@ def test_from_the_index_a_list_shows_the_open_letters_and_the_one_just_retried()
     assert [x.offset for x in indexed.shown()] == [1]
     assert [x.offset for x in indexed.shown(also=3)] == [1, 3]
     assert [x.offset for x in whole.shown()] == [1, 2, 3]
+
+
+def test_a_new_index_appears_at_its_path_only_with_its_layout_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command checks for CURRENT, then opens the index read-only: had the writer made
+    CURRENT before its layout, that command would call a new index another version's."""
+    from onceonly.operations.index import store as stores
+
+    path, seen, real = tmp_path / "index", [], stores.Rdict
+
+    class Watched:  # rocksdict's Rdict cannot be subclassed: wrap it
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._db = real(*args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._db, name)
+
+        def __setitem__(self, key: bytes, value: bytes) -> None:
+            if key == b"layout":
+                seen.append((path / "CURRENT").exists())
+            self._db[key] = value
+
+    monkeypatch.setattr(stores, "Rdict", Watched)
+    IndexStore.writer(path).close()
+
+    assert seen and not any(seen)  # the layout was written before CURRENT was at path
+    IndexStore.reader(path).close()
+    IndexStore.writer(path).close()  # opened again in place, not created again
+
+
+def test_an_index_directory_holding_other_files_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "index"
+    path.mkdir()
+    (path / "notes.txt").write_text("mine")
+
+    with pytest.raises(OnceOnlyError, match=r"could not create the index at .*index.*empty"):
+        IndexStore.writer(path)
+    assert (path / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "index.creating").exists()
