@@ -88,6 +88,20 @@ def ledger_records(records: Iterable[Record]) -> dict[str, list[tuple[Record, Re
     return out
 
 
+def removals(records: Iterable[Record]) -> dict[str, datetime]:
+    """Reply key -> when a tombstone (the retention sweep's) followed its last write."""
+    out: dict[str, datetime] = {}
+    for record in records:
+        key = (record.key or b"").decode("utf-8", "replace")
+        if not key.startswith(REPLY_PREFIX):
+            continue
+        if record.value is None:
+            out[key] = when(record.timestamp_ms)
+        else:
+            out.pop(key, None)
+    return out
+
+
 def match(
     ident: str, delivered: Sequence[Delivered], ledger: dict[str, list[tuple[Record, ReplyRecord]]]
 ) -> tuple[str, list[Delivered], set[str]]:
@@ -192,7 +206,11 @@ def delivery_trace(d: Delivered, sources: Sources, skips: Sequence[Skip]) -> Del
     )
 
 
-def ledger_trace(key: str, ledger: dict[str, list[tuple[Record, ReplyRecord]]]) -> LedgerTrace:
+def ledger_trace(
+    key: str,
+    ledger: dict[str, list[tuple[Record, ReplyRecord]]],
+    removed: dict[str, datetime] | None = None,
+) -> LedgerTrace:
     writes = ledger[key]
     record = writes[-1][1]
     covering = ledger.get(record.covered_by or "")
@@ -202,6 +220,7 @@ def ledger_trace(key: str, ledger: dict[str, list[tuple[Record, ReplyRecord]]]) 
             LedgerChange(r.state, when(rec.timestamp_ms), r.attempts, r.error) for rec, r in writes
         ),
         covering=covering[-1][1] if covering else None,
+        removed_at=(removed or {}).get(key),
     )
 
 
@@ -252,7 +271,7 @@ def dead_letter_traces(
 def assemble(ident: str, sources: Sources) -> Trace | None:
     """The trace of ``ident`` (a message id, an event id or a reply key); None if no
     delivery, ledger record or dead letter names it."""
-    ledger = ledger_records(sources.ledger)
+    ledger, removed = ledger_records(sources.ledger), removals(sources.ledger)
     matched, found, keys = match(ident, envelopes(sources.deliveries), ledger)
     skips = decisions(sources.decisions)
     deliveries = tuple(delivery_trace(d, sources, skips) for d in found)
@@ -269,6 +288,6 @@ def assemble(ident: str, sources: Sources) -> Trace | None:
         matched=matched,
         message_ids=tuple(sorted(messages)),
         deliveries=deliveries,
-        ledger=tuple(ledger_trace(k, ledger) for k in sorted(keys)),
+        ledger=tuple(ledger_trace(k, ledger, removed) for k in sorted(keys)),
         dead_letters=tuple(letters),
     )

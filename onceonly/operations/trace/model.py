@@ -88,6 +88,9 @@ class LedgerTrace:
     history: tuple[LedgerChange, ...]
     #: the record of the reply that answered this message, when it is *covered*
     covering: ReplyRecord | None = None
+    #: when the ledger's retention tombstoned the record after its last write (its history
+    #: is then what the index kept); None while the ledger still holds it
+    removed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

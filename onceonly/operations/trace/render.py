@@ -110,6 +110,8 @@ def _ledger(entry: LedgerTrace) -> Table:
         ("cost", _cost(record.usage)),
         ("history", " → ".join(f"{c.state.value} {_t(c.at)}" for c in entry.history)),
     ]
+    if entry.removed_at is not None:
+        rows.append(("removed", f"{_t(entry.removed_at)} by the ledger's retention (history kept)"))
     if entry.covering is not None:
         rows.append(
             ("covering reply", f"{entry.covering.state.value}: {entry.covering.reply_text}")

@@ -78,3 +78,32 @@ def test_a_reader_sees_what_the_writer_wrote_while_it_runs(tmp_path: Path) -> No
     assert [r.key for r in drafts(reader)] == [KEY]
     reader.close()
     writer.close()
+
+
+def test_a_reply_the_retention_removed_keeps_its_history_in_the_index_marked_removed(
+    tmp_path: Path,
+) -> None:
+    store = IndexStore.writer(tmp_path / "index")
+    _write(store, Topic.LEDGER, [_ledger(0, ReplyState.PENDING), _ledger(1, ReplyState.SENT)])
+    _write(store, Topic.LEDGER, [_ledger(2, None)])  # the retention sweep's tombstone
+
+    trace = assemble(KEY, trace_sources(store, KEY))
+
+    assert latest(store, KEY) is None  # the reply's state is gone, as in the ledger
+    assert trace is not None and trace.answered
+    (entry,) = trace.ledger
+    assert [c.state for c in entry.history] == [ReplyState.PENDING, ReplyState.SENT]
+    assert entry.removed_at is not None
+    assert to_json(trace)["ledger"][0]["removed_at"] is not None
+    store.close()
+
+
+def test_a_reply_written_again_after_its_tombstone_is_not_marked_removed(tmp_path: Path) -> None:
+    store = IndexStore.writer(tmp_path / "index")
+    _write(store, Topic.LEDGER, [_ledger(0, ReplyState.SENT), _ledger(1, None)])
+    _write(store, Topic.LEDGER, [_ledger(2, ReplyState.PENDING)])
+
+    trace = assemble(KEY, trace_sources(store, KEY))
+
+    assert trace is not None and trace.ledger[0].removed_at is None
+    store.close()
