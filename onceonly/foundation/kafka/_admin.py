@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -36,6 +36,18 @@ from onceonly.foundation.kafka.exceptions import (
 #: What a cluster says while a node restarts or a new topic's metadata spreads: worth asking
 #: again. Anything else (refused credentials, a topic of the wrong shape) is final.
 _TRANSIENT = (BrokerUnavailable, TopicMissing)
+
+#: What a group's coordinator answers while the offsets topic is created or loaded (a new
+#: cluster's first group, a coordinator that just moved): asking again soon is answered.
+_COORDINATOR_PENDING = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +178,29 @@ class Admin:
             if refused_raises:
                 raise
             return False
+        return True
+
+    def group_coordinator_ready(self, group: str) -> bool:
+        """Whether ``group``'s coordinator answers a describe of the group. On a new cluster
+        the first ask creates the offsets topic; a consumer that joins before it is loaded
+        logs "Marking the coordinator dead" until it is. Any other answer (the group not
+        describable by these credentials, ...) is True: the consumer reports it itself."""
+        future = self._client.describe_consumer_groups([group], request_timeout=self.timeout_s)
+        try:
+            future[group].result()
+        except KafkaException as exc:
+            return exc.args[0].code() not in _COORDINATOR_PENDING
+        return True
+
+    def await_group_coordinator(
+        self, group: str, *, patience_s: float = 60.0, interval_s: float = 0.2
+    ) -> bool:
+        """Wait until :meth:`group_coordinator_ready`; False if ``patience_s`` passed first."""
+        deadline = time.monotonic() + patience_s
+        while not self.group_coordinator_ready(group):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(interval_s)
         return True
 
     def topic_configs(self, names: Iterable[str]) -> dict[str, dict[str, str]]:

@@ -322,6 +322,10 @@ def run_worker(settings: Settings, pages: Pages | None = None) -> None:
     wait_for_broker(settings)
     admin = Admin(Connection.from_settings(settings), log_level=2)
     admin.ensure_topics(changelog_specs(settings))
+    if not admin.await_group_coordinator(settings.app_id):
+        log.warning(
+            "the consumer group's coordinator did not answer; joining anyway", group=settings.app_id
+        )
     offset = settings.clock_offset_s
     clock = (lambda: time.time() + offset) if offset else time.time
     app, _ = build_app(settings, clock=clock, pages=pages)
