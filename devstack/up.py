@@ -44,9 +44,13 @@ def local_stack(settings: Settings, echo: Echo, stopping: Stopping) -> Iterator[
     """A broker (if the bootstrap is local and nothing answers), the topics, one worker;
     stopped within ``stopping``'s budget (the worker first, then the broker)."""
     with contextlib.ExitStack() as stack:
-        admin = Admin(Connection.from_settings(settings))
-        if settings.is_local_broker and not admin.ping(2.0):
+        # is a broker there already? A refused connect is an answer here, not a warning: the
+        # probe's client logs nothing (librdkafka's queued lines would surface later, as a
+        # "waiting for the broker" warning long after the broker came up)
+        probe = Admin(Connection.from_settings(settings), log_level=0)
+        if settings.is_local_broker and not probe.ping(2.0):
             stack.enter_context(local_broker(settings, echo, stopping))
+        admin = Admin(Connection.from_settings(settings))
         for status in admin.ensure_topics(topic_specs(settings)):
             echo(f"topic {status.name}: {status.partitions} partitions, {status.replicas} replicas")
         stack.enter_context(worker_process(echo, stopping))

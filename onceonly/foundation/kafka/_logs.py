@@ -5,7 +5,10 @@ its config. librdkafka then queues its log lines for the client's ``poll()`` ins
 printing ``%3|…|FAIL|…`` lines to stderr. While the broker is not there (``make run``
 before the broker is up, a broker restart), librdkafka logs a failed connect every
 backoff, 20 a second; :class:`BrokerWaitFilter` turns each such run into one line,
-"waiting for the broker at …", repeated at most every ``every_s`` with the count.
+"waiting for the broker at …", repeated at most every ``every_s`` with the count. A broker
+that answers but is still loading a coordinator's state (a new cluster's first idempotent
+producer or consumer group, a coordinator that moved) is a normal start, which librdkafka
+retries by itself: one INFO line, "the broker at … is loading a coordinator".
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ _NOT_READY = (
     "Connection refused",
     "Connect to ",
     "brokers are down",
-    "Coordinator load in progress",
     "Connection setup timed out",
 )
+
+#: what librdkafka says while a broker that answers loads a coordinator (it retries)
+_LOADING = ("Coordinator load in progress",)
 
 LOGGER_NAME = "onceonly.kafka"
 
@@ -30,6 +35,11 @@ LOGGER_NAME = "onceonly.kafka"
 def is_broker_wait(message: str) -> bool:
     """True for the lines librdkafka repeats while its broker is unreachable."""
     return any(marker in message for marker in _NOT_READY)
+
+
+def is_coordinator_load(message: str) -> bool:
+    """True for the lines librdkafka repeats while its broker loads a coordinator."""
+    return any(marker in message for marker in _LOADING)
 
 
 @dataclass(slots=True)
@@ -40,17 +50,26 @@ class WaitState:
     suppressed: int = 0
 
 
-def wait_line(state: WaitState, now: float, every_s: float, bootstrap: str) -> str | None:
+def wait_line(
+    state: WaitState,
+    now: float,
+    every_s: float,
+    bootstrap: str,
+    saying: str = "waiting for the broker at {bootstrap}",
+) -> str | None:
     """The line to print for one more broker-wait message, or None to drop it."""
     if state.reported_at is not None and now - state.reported_at < every_s:
         state.suppressed += 1
         return None
-    line = f"waiting for the broker at {bootstrap}"
+    line = saying.format(bootstrap=bootstrap)
     if state.reported_at is not None:
         line += f" ({state.suppressed + 1} failed attempts since the last report)"
     state.reported_at = now
     state.suppressed = 0
     return line
+
+
+_LOADING_LINE = "the broker at {bootstrap} is loading a coordinator (retrying)"
 
 
 class BrokerWaitFilter(logging.Filter):
@@ -68,16 +87,25 @@ class BrokerWaitFilter(logging.Filter):
         self.every_s = every_s
         self.clock = clock
         self.state = WaitState()
+        self.loading = WaitState()
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if not is_broker_wait(message):
+        if is_broker_wait(message):
+            state, saying, level = (
+                self.state,
+                "waiting for the broker at {bootstrap}",
+                logging.WARNING,
+            )
+        elif is_coordinator_load(message):
+            state, saying, level = self.loading, _LOADING_LINE, logging.INFO
+        else:
             return True
-        line = wait_line(self.state, self.clock(), self.every_s, self.bootstrap)
+        line = wait_line(state, self.clock(), self.every_s, self.bootstrap, saying)
         if line is None:
             return False
-        record.msg, record.args, record.levelno = line, None, logging.WARNING
-        record.levelname = "WARNING"
+        record.msg, record.args, record.levelno = line, None, level
+        record.levelname = logging.getLevelName(level)
         return True
 
 

@@ -74,3 +74,29 @@ def test_every_client_config_hands_librdkafka_our_logger() -> None:
     assert isinstance(config["logger"], logging.Logger)
     assert any(isinstance(f, BrokerWaitFilter) for f in config["logger"].filters)
     assert config["group.id"] == "g"
+
+
+LOADING = (
+    "GETPID [rdkafka#producer-4] [thrd:main]: Failed to acquire idempotence PID from broker "
+    "127.0.0.1:9092/1: Broker: Coordinator load in progress: retrying"
+)
+
+
+def test_a_coordinator_loading_is_one_info_line_not_a_broker_wait() -> None:
+    wait = BrokerWaitFilter("k:9092", clock=lambda: 0.0)
+    record = _record(LOADING, logging.WARNING)
+
+    assert wait.filter(record)
+    assert (record.getMessage(), record.levelno) == (
+        "the broker at k:9092 is loading a coordinator (retrying)",
+        logging.INFO,
+    )
+    assert not wait.filter(_record(LOADING, logging.WARNING))  # its repeats collapse
+
+
+def test_a_coordinator_loading_does_not_count_as_a_failed_connect() -> None:
+    wait = BrokerWaitFilter("k:9092", clock=lambda: 0.0)
+    wait.filter(_record(REFUSED))
+    wait.filter(_record(LOADING))
+
+    assert wait.state.suppressed == 0
