@@ -131,7 +131,6 @@ def catch_up(
     Without --since it lists from the look-back, or from the inbox's last message recorded
     in the ledger before then if that is earlier: an outage that ended within the look-back
     is listed whole, whatever was answered since. It says which window it listed."""
-    from onceonly.foundation.kafka import Connection
     from onceonly.operations import catchup
 
     if (inbox_id is None) == (nylas_grant is None):
@@ -144,21 +143,23 @@ def catch_up(
         raise click.ClickException(str(exc)) from exc
     from rich.console import Console
 
-    answered = catchup.read_answered(Connection.from_settings(settings), settings.ledger_topic)
     now = datetime.now(UTC)
     back = catchup.look_back_for(source.provider.name, override or settings.catchup_lookback)
-    window = catchup.window_for(answered, source.account, now, since=since, look_back=back)
-    if window is None:
-        asyncio.run(source.provider.sender.aclose())
-        raise click.ClickException(
-            f"the ledger ({settings.ledger_topic}) records no message of {source.label}, so "
-            "nothing says where its mail began to be answered: say where to start with --since"
-        )
     console = Console()
-    summary = _listed(console, settings, source, window.start, answered)
+    with catchup.ledger_for(settings) as found:
+        window = catchup.window_for(found.ledger, source.account, now, since=since, look_back=back)
+        if window is None:
+            asyncio.run(source.provider.sender.aclose())
+            raise click.ClickException(
+                f"the ledger ({settings.ledger_topic}) records no message of {source.label}, "
+                "so nothing says where its mail began to be answered: say where to start with "
+                f"--since ({found.source})"
+            )
+        summary = _listed(console, settings, source, window.start, found.ledger)
     with console.status("waiting for the worker to answer"):
         done = catchup.wait_for_answers(settings, summary, wait_s)
     console.print(catchup.window_line(source.label, window, now), soft_wrap=True)
+    console.print(f"the ledger: {found.source}", soft_wrap=True)
     console.print(
         f"found {summary.found}, answered {done}, "
         f"skipped {summary.skipped_sent_by_agent + summary.skipped_answered} "
@@ -174,7 +175,7 @@ def _listed(
     settings: Settings,
     source: catchup.Source,
     start: datetime,
-    answered: catchup.Answered,
+    answered: catchup.Ledger,
 ) -> catchup.Summary:
     """Catch-up's own work, with a progress bar of the messages listed so far."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -23,8 +23,9 @@ def index(follow: bool, poll_s: float) -> None:
     """Read the topics into the index at ONCEONLY_INDEX_DIR, from where it stopped.
 
     Without --follow: one pass to the topics' current ends, then how far behind it is.
-    With it: pass after pass until SIGINT/SIGTERM (what `onceonly approvals list` and
-    `onceonly trace` answer from; run one per index directory)."""
+    With it: pass after pass until SIGINT/SIGTERM (what `onceonly approvals`, `onceonly
+    trace`, `onceonly dead-letters` and `onceonly catch-up` answer from; run one per index
+    directory)."""
     from onceonly.foundation.kafka import Connection
     from onceonly.operations import index as operator_index
 

@@ -7,11 +7,13 @@ own becomes an envelope, as if its webhook had come
 (:meth:`~onceonly.processors.mail.protocol.MailProvider.missed`, then ingest's own
 normaliser), with a deterministic event id, keyed by its thread, and is fed as soon as it
 is listed: the pages are streamed, never listed whole first. What the reply ledger already
-answered (:class:`Answered`, read once: the settled reply keys, a compact set) is skipped
-by message id, not fed. Without a start it lists ``look_back`` (:func:`look_back_for`:
-the provider's documented horizon, or ``ONCEONLY_CATCHUP_LOOKBACK``) back, or further to
-the account's last message recorded before then (:func:`window_for`), so mail answered
-since an outage never hides the mail the outage lost. The providers and their API clients
+answered is skipped by message id, not fed: each listed message's reply key is looked up
+in the operator index when one is built (:func:`ledger_for`), else in the whole ledger
+read once into a compact set (:class:`~onceonly.operations.answered.Answered`). Without a
+start it lists ``look_back`` (:func:`look_back_for`: the provider's documented horizon, or
+``ONCEONLY_CATCHUP_LOOKBACK``) back, or further to the account's last message recorded
+before then (:func:`window_for`), so mail answered since an outage never hides the mail
+the outage lost. The providers and their API clients
 come from :mod:`onceonly.processors.mail.registry`.
 """
 
@@ -20,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,9 +35,14 @@ from onceonly.foundation.kafka import Connection
 from onceonly.foundation.providers import CATCHUP_LOOK_BACK
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
+from onceonly.operations.answered import SETTLED as SETTLED
+from onceonly.operations.answered import Answered as Answered
+from onceonly.operations.answered import Ledger as Ledger
+from onceonly.operations.answered import last_answered as last_answered
+from onceonly.operations.answered import read_answered as read_answered
 from onceonly.processors.mail.protocol import MailProvider, Missed
 from onceonly.schemas.envelope import Envelope
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord
 
 log = structlog.get_logger("onceonly.catchup")
 
@@ -43,60 +51,6 @@ def envelope_for(provider: str, missed: Missed, received_at: datetime) -> Envelo
     """The envelope ingest would have made from the webhook ``missed`` stands for."""
     webhook = json.dumps(missed.webhook, default=str)
     return normalise.for_route(provider)(webhook, {}, received_at)
-
-
-#: a reply in one of these states is final: catch-up neither feeds it nor waits for it
-#: (*declined*: the writer or a person said no; no email will come)
-SETTLED = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
-
-
-@dataclass(slots=True)
-class Answered:
-    """What catch-up needs of the reply ledger, read once: the reply keys (account and
-    message id) whose reply is settled, and each account's recorded message times (where
-    a catch-up without --since starts). A set of keys and a list of times, not the
-    records: a listed message is compared with it by its reply key.
-
-    This is where the operator index (issue 45, item 1) plugs in: a lookup of the listed
-    message ids in the index instead of a set built from the whole ledger."""
-
-    settled: set[str] = field(default_factory=set)
-    times: dict[str, list[datetime]] = field(default_factory=dict)
-
-    def add(self, key: str, record: ReplyRecord | None) -> None:
-        """One ledger record in topic order (None: a tombstone); the latest per key wins."""
-        if record is None or record.state not in SETTLED:
-            self.settled.discard(key)
-        else:
-            self.settled.add(key)
-        if record is not None:
-            when = record.message_at or record.created_at
-            self.times.setdefault(record.inbox_id, []).append(when)
-
-    @classmethod
-    def of(cls, records: Iterable[ReplyRecord]) -> Answered:
-        answered = cls()
-        for record in records:
-            answered.add(record.key, record)
-        return answered
-
-
-def read_answered(connection: Connection, topic: str) -> Answered:
-    """The reply ledger read once, record by record, into :class:`Answered`."""
-    from onceonly.foundation.kafka import ranges, read
-    from onceonly.schemas.exceptions import SchemaError
-
-    answered = Answered()
-    for msg in read(connection, topic, ranges(connection, topic, from_offset=0)):
-        key = (msg.key() or b"").decode()
-        if msg.value() is None:
-            answered.add(key, None)
-            continue
-        try:
-            answered.add(key, ReplyRecord.decode(msg.value()))
-        except SchemaError:
-            log.warning("catch-up skipped an undecodable ledger record", key=key)
-    return answered
 
 
 def read_ledger(connection: Connection, topic: str) -> dict[str, ReplyRecord]:
@@ -116,17 +70,6 @@ def read_ledger(connection: Connection, topic: str) -> dict[str, ReplyRecord]:
         except SchemaError:
             continue
     return out
-
-
-def last_answered(
-    answered: Answered, inbox_id: str, *, before: datetime | None = None
-) -> datetime | None:
-    """The latest time of a message of the inbox the ledger recorded (at or ``before`` a
-    time): its own time, not when its reply was written, since a reply written late must
-    not move a start past mail whose webhooks were lost. Records from before the ledger
-    kept message times count when they were written."""
-    times = answered.times.get(inbox_id, ())
-    return max((t for t in times if before is None or t <= before), default=None)
 
 
 #: how far back a catch-up without --since lists at least, per provider: the provider's
@@ -158,7 +101,7 @@ class Window:
 
 
 def window_for(
-    answered: Answered,
+    answered: Ledger,
     account: str,
     now: datetime,
     *,
@@ -207,7 +150,7 @@ class Summary:
         key: str,
         envelope: Envelope,
         *,
-        answered: Answered,
+        answered: Ledger,
         feed: Callable[[Envelope], Any],
     ) -> None:
         """Feed one answerable message unless the ledger holds its reply settled, or it
@@ -235,7 +178,7 @@ class Summary:
         if hasattr(result, "__await__"):
             await result
 
-    def answered(self, settled: set[str]) -> int:
+    def answered(self, settled: Container[str]) -> int:
         return sum(1 for key in self.fed if key in settled)
 
 
@@ -244,7 +187,7 @@ async def catch_up(
     account: str,
     since: datetime,
     *,
-    answered: Answered,
+    answered: Ledger,
     feed: Callable[[Envelope], Any],
     progress: Callable[[Summary], None] = lambda _: None,
     not_before: datetime | None = None,
@@ -347,7 +290,7 @@ async def feed_unanswered(
     settings: Settings,
     source: Source,
     start: datetime,
-    answered: Answered,
+    answered: Ledger,
     *,
     progress: Callable[[Summary], None] = lambda _: None,
 ) -> Summary:
@@ -376,13 +319,43 @@ async def feed_unanswered(
         await source.provider.sender.aclose()
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerAnswer:
+    ledger: Ledger
+    source: str  #: what answered, for the person reading it
+
+
+@contextmanager
+def ledger_for(settings: Settings) -> Iterator[LedgerAnswer]:
+    """What catch-up compares each listed message with, open while it lists: the operator
+    index when one is built (a lookup per listed message, with the ledger records it had not
+    read yet), else the whole ledger topic read once; and which, to say."""
+    from onceonly.operations import index
+
+    reason = index.no_index_reason(settings)
+    if reason is None:
+        with index.replied(settings) as answer:
+            yield LedgerAnswer(answer.value, answer.line())
+        return
+    whole = read_answered(Connection.from_settings(settings), settings.ledger_topic)
+    yield LedgerAnswer(whole, f"answered by reading the whole ledger topic ({reason})")
+
+
+def settled_now(settings: Settings, keys: list[str]) -> Container[str]:
+    """Which of ``keys`` the ledger holds settled now (from the index when one is built)."""
+    from onceonly.operations import index
+
+    if index.no_index_reason(settings) is None:
+        return index.settled_keys(settings, keys)
+    return read_answered(Connection.from_settings(settings), settings.ledger_topic).settled
+
+
 def wait_for_answers(settings: Settings, summary: Summary, wait_s: float) -> int:
     """Poll the ledger until the worker has answered what was fed, or ``wait_s`` passes."""
     deadline = time.monotonic() + wait_s
     answered = 0
     while summary.fed:
-        current = read_answered(Connection.from_settings(settings), settings.ledger_topic)
-        answered = summary.answered(current.settled)
+        answered = summary.answered(settled_now(settings, summary.fed))
         if answered >= len(summary.fed) or time.monotonic() > deadline:
             break
         time.sleep(1.0)

@@ -1,15 +1,16 @@
 """The operator index: the topics materialised into RocksDB, so that an operator read
-(``onceonly approvals``, ``onceonly trace``, ``onceonly dead-letters``, the operator page)
-costs what its answer holds, not what
-the topics hold. ``onceonly index`` builds and follows it (:mod:`.build`); commands
-answer from it (:mod:`.answers`) when ONCEONLY_INDEX_DIR names one, and say how far
-behind the topics it was. See docs/operations.md, *The operator index*.
+(``onceonly approvals``, ``onceonly trace``, ``onceonly dead-letters``, ``onceonly
+catch-up``, the operator page) costs what its answer holds, not what the topics hold.
+``onceonly index`` builds and follows it (:mod:`.build`); commands answer from it
+(:mod:`.answers`) when ONCEONLY_INDEX_DIR names one, and say how far behind the topics it
+was. See docs/operations.md, *The operator index*.
 """
 
 from onceonly.operations.index.answers import Answer, approvals, no_index_reason, trace
 from onceonly.operations.index.build import Pass, follow, freshness, indexed_topics, one_pass
 from onceonly.operations.index.lag import Behind
 from onceonly.operations.index.reads import dead_letters, recent_skips, reply
+from onceonly.operations.index.replied import Replied, replied, settled_keys
 from onceonly.operations.index.store import IndexMissing, IndexStore
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "IndexMissing",
     "IndexStore",
     "Pass",
+    "Replied",
     "approvals",
     "dead_letters",
     "follow",
@@ -26,6 +28,8 @@ __all__ = [
     "no_index_reason",
     "one_pass",
     "recent_skips",
+    "replied",
     "reply",
+    "settled_keys",
     "trace",
 ]

@@ -11,6 +11,9 @@ prefix scan whose length is the answer's:
 * ``waiting/<reply key>`` -> its ``draft`` key, while it waits;
 * ``letter/<offset>`` -> nothing: a dead letter still open (no retry note names it);
 * ``retried/<offset>`` -> when a retry note closed that letter (ASCII);
+* ``inbox/<inbox id>/<message time>/<reply key>`` -> nothing: a message of the inbox the
+  ledger recorded, at its own time (UTC, as the text sorts), kept when the reply's record
+  is tombstoned: where a catch-up without --since starts is one seek back from a time;
 * ``offset/<topic name>/<partition>`` -> the next offset to read (ASCII).
 
 Dead letters are named by their offset alone: the dead-letter topic has one partition
@@ -20,6 +23,7 @@ Dead letters are named by their offset alone: the dead-letter topic has one part
 from __future__ import annotations
 
 import struct
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from onceonly.operations.trace.model import Record
@@ -92,6 +96,30 @@ DRAFTS_PREFIX = _join("draft", "")
 
 def reply_of_draft(key: bytes) -> str:
     return key.rsplit(SEP, 1)[-1].decode()
+
+
+def time_text(at: datetime) -> str:
+    """A time as a key's text: UTC to the microsecond, one width, so the text sorts as the
+    time does (a time without a zone is taken as UTC)."""
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def inbox_key(inbox_id: str, at: datetime, key: str) -> bytes:
+    return _join("inbox", inbox_id, time_text(at), key)
+
+
+def inbox_prefix(inbox_id: str) -> bytes:
+    return _join("inbox", inbox_id, "")
+
+
+def inbox_bound(inbox_id: str, at: datetime) -> bytes:
+    """A key after every ``inbox`` entry of the inbox at or before ``at``, before any later."""
+    return _join("inbox", inbox_id, time_text(at), "") + b"\xff"
+
+
+def time_of_inbox_entry(key: bytes) -> datetime:
+    return datetime.fromisoformat(key.split(SEP)[2].decode())
 
 
 def open_letter_key(offset: int) -> bytes:

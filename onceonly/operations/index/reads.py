@@ -10,7 +10,7 @@ partition of the decisions topic the index holds, and say how far behind it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from onceonly.foundation.kafka import (
     Connection,
@@ -41,22 +41,27 @@ from onceonly.schemas.dead_letter import RETRIED_KIND, parse_record
 from onceonly.schemas.ledger import ReplyRecord
 
 
-def unread(connection: Connection, store: IndexStore, name: str) -> list[Record]:
-    """The records of topic ``name`` the index has not read yet (none: no such topic)."""
+def each_unread(connection: Connection, store: IndexStore, name: str) -> Iterator[Record]:
+    """The records of topic ``name`` the index has not read yet (none: no such topic), one
+    by one: a reader may fold them as they come instead of holding them."""
     try:
         current = ranges(connection, name, from_offset=0)
     except TopicMissing:
-        return []
-    stored, out = store.offsets(name), []
+        return
+    stored = store.offsets(name)
     for partition in current:
         want = next_range(stored.get(partition.partition), partition)
         if want.count:
             for msgs in read_batches(connection, name, want.partition, want.start, want.end - 1):
-                out += [record_of(m) for m in msgs]
-    return out
+                yield from (record_of(m) for m in msgs)
 
 
-def _caught_up(store: IndexStore, topic: str, count: int) -> Answer[None]:
+def unread(connection: Connection, store: IndexStore, name: str) -> list[Record]:
+    """The records of topic ``name`` the index has not read yet (none: no such topic)."""
+    return list(each_unread(connection, store, name))
+
+
+def caught_up(store: IndexStore, topic: str, count: int) -> Answer[None]:
     source = (
         f"the index at {store.path} and the {count} record(s) of {topic} it had not read "
         "yet (read from the topic)"
@@ -70,7 +75,7 @@ def reply(settings: Settings, key: str) -> Answer[ReplyRecord | None]:
     with opened(settings) as store:
         tail = unread(Connection.from_settings(settings), store, settings.ledger_topic)
         value = newest_value(key, store.get(reply_key(key)), tail)
-        how = _caught_up(store, settings.ledger_topic, len(tail))
+        how = caught_up(store, settings.ledger_topic, len(tail))
     record = None if value is None else ReplyRecord.decode(value)
     return Answer(record, how.behind, how.source, caught_up=True)
 
@@ -112,7 +117,7 @@ def dead_letters(settings: Settings, ids: Iterable[int] = ()) -> Answer[list[Dea
         topic = settings.dead_letter_topic
         tail = unread(Connection.from_settings(settings), store, topic)
         known = _indexed_letters(store, ids)
-        how = _caught_up(store, topic, len(tail))
+        how = caught_up(store, topic, len(tail))
     letters = merge_letters(known, [(r.offset, parse_record(r.value)) for r in tail])
     return Answer(letters, how.behind, how.source, caught_up=True)
 

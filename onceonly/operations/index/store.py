@@ -18,7 +18,8 @@ from onceonly.foundation.errors import OnceOnlyError
 from onceonly.operations.index.layout import SEP, offset_key
 
 #: what the entries mean (layout.py); an index built to another layout is built again
-LAYOUT_KEY, LAYOUT = b"layout", b"2"  # 2: the open dead letters
+#: 2: the open dead letters; 3: each inbox's recorded message times (catch-up's start)
+LAYOUT_KEY, LAYOUT = b"layout", b"3"
 
 
 class IndexMissing(OnceOnlyError):
@@ -152,9 +153,11 @@ class IndexStore:
         batch.put(offset_key(topic_name, partition), str(next_offset).encode())
         self._db.write(batch)
 
-    def backwards(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """The entries whose key starts with ``prefix``, last key first."""
-        for key, value in self._db.items(backwards=True, from_key=prefix + b"\xff"):
+    def backwards(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """The entries whose key starts with ``prefix``, last key first: from the last key
+        at or before ``start`` if given (a key within the prefix), else the prefix's last."""
+        first = prefix + b"\xff" if start is None else start
+        for key, value in self._db.items(backwards=True, from_key=first):
             assert isinstance(key, bytes)
             if not key.startswith(prefix):
                 return

@@ -4,15 +4,17 @@ Each record is kept by position (``rec``) and named by every id it carries (``by
 :mod:`~onceonly.operations.index.names`). A ledger record also replaces its reply's latest
 value and moves it in or out of the drafts waiting (:mod:`~onceonly.operations.index.drafts`),
 judged against where the write before it was listed: the batch's own, else the index's
-(``latest``). A ledger value's JSON is decoded once. A dead letter joins the open letters;
-a retry note moves the letters it names from open to retried, as
-:func:`onceonly.operations.replay.letters_with_outcomes` judges the whole topic.
+(``latest``), and records its message's time under its inbox (where a catch-up without
+--since starts; kept when the reply is tombstoned). A ledger value's JSON is decoded once.
+A dead letter joins the open letters; a retry note moves the letters it names from open to
+retried, as :func:`onceonly.operations.replay.letters_with_outcomes` judges the whole topic.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -20,6 +22,7 @@ import structlog
 from onceonly.operations.index import drafts
 from onceonly.operations.index.layout import (
     Topic,
+    inbox_key,
     name_key,
     open_letter_key,
     pack,
@@ -77,10 +80,25 @@ def _ledger(writes: Writes, key: str, record: Record, latest: Latest) -> Names:
     else:
         writes.put(marker, after)
     if record.value is None:
-        writes.delete(reply_key(key))
+        writes.delete(reply_key(key))  # its ``inbox`` entry stays: catch-up's start
     else:
         writes.put(reply_key(key), record.value)
+        if (entry := message_entry(key, data or {})) is not None:
+            writes.put(entry, b"")
     return of_reply(key, data or {})
+
+
+def message_entry(key: str, data: dict[str, Any]) -> bytes | None:
+    """The ``inbox`` entry of a reply's ledger value (its JSON): its inbox, and the answered
+    message's own time, else when the record was written, as catch-up's whole read takes
+    it (None: the value names neither)."""
+    inbox, when = data.get("inbox_id"), data.get("message_at") or data.get("created_at")
+    if not isinstance(inbox, str) or not inbox or not isinstance(when, str):
+        return None
+    try:
+        return inbox_key(inbox, datetime.fromisoformat(when), key)
+    except ValueError:
+        return None
 
 
 def _dead_letter(writes: Writes, record: Record, latest: Latest) -> None:
