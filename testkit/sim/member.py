@@ -120,7 +120,7 @@ class Member(Actor):
         self.fetched = self.world.part.committed
         for raw in list(self.table.store.values()):
             try:
-                record = ReplyRecord.decode(raw)
+                record = self.world.part.record(raw)
             except Exception:
                 continue
             if record.state is ReplyState.PENDING:

@@ -34,6 +34,12 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _LIFECYCLE = ("paused", "resumed", "killed", "started", "assigned", "revoked")
 
 
+def line(event: tuple[float, str, str]) -> str:
+    """A trace event as the trace prints it."""
+    at, who, what = event
+    return f"{at:10.3f} {who:>6} {what}"
+
+
 def _lifecycle(event: str) -> bool:
     who, what = event[11:17].strip(), event[18:]
     return who in ("group", "fault") or what.startswith(_LIFECYCLE)
@@ -45,7 +51,8 @@ class World:
         self.bugs: Bugs = schedule.bugs
         self.rng = random.Random(schedule.seed * 7919 + 1)
         self.loop = asyncio.get_running_loop()
-        self.events: list[str] = []
+        #: the trace: (virtual time, who, what), formatted only when read (:func:`line`)
+        self.events: list[tuple[float, str, str]] = []
         self.part = Partition()
         self.mail = SimMail(random.Random(schedule.seed * 31 + 2), self.trace, self.loop.time)
         self.model = SimModel(random.Random(schedule.seed * 17 + 3), self.trace)
@@ -57,7 +64,7 @@ class World:
         self.pending = 0  #: faults and arrivals not yet played
 
     def trace(self, who: str, what: str) -> None:
-        self.events.append(f"{self.loop.time():10.3f} {who:>6} {what}")
+        self.events.append((self.loop.time(), who, what))
 
     def now(self) -> datetime:
         return EPOCH + timedelta(seconds=self.loop.time())
@@ -186,11 +193,12 @@ class World:
 
     def observed(self) -> Observed:
         ledger: dict[str, ReplyRecord] = {}
-        for key, value in self.part.changelog:
+        part = self.part
+        for key, value in part.changelog:
             if value is None:
                 ledger.pop(key.decode(), None)
             else:
-                ledger[key.decode()] = ReplyRecord.decode(value)
+                ledger[key.decode()] = part.record(value)
         return Observed(
             messages=tuple(Message(m.inbox_id, m.message_id) for m in self.schedule.messages),
             emails=tuple(Email(e.inbox_id, e.replied_to, e.text) for e in self.mail.outbox),
