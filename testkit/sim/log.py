@@ -105,7 +105,7 @@ class SimTable:
             self.part.changelog.append((key, value))
             offset = len(self.part.changelog) - 1
             self.part.writers.append((self.member.name, self.member.owns()))
-            self.world.trace("broker", f"ledger@{offset} {_describe(self.part, key, value)}")
+            self.world.trace("broker", _Landed(self.part, offset, key, value))
             return offset
 
         offset = await remote(self.world.broker_latency(), append, self.world.broker_latency())
@@ -139,6 +139,19 @@ class LateLedger(TableLedger):
         if held is not None:
             await super().put(held)
         await super().put(record)
+
+
+class _Landed:
+    """A trace event's text for a record that landed in the changelog, decoded only if the
+    trace is printed (most runs only judge the ledger's last word for each key)."""
+
+    __slots__ = ("key", "offset", "part", "value")
+
+    def __init__(self, part: Partition, offset: int, key: bytes, value: bytes | None) -> None:
+        self.part, self.offset, self.key, self.value = part, offset, key, value
+
+    def __str__(self) -> str:
+        return f"ledger@{self.offset} {_describe(self.part, self.key, self.value)}"
 
 
 def _describe(part: Partition, key: bytes, value: bytes | None) -> str:

@@ -60,7 +60,10 @@ class SimLoop(asyncio.BaseEventLoop):
         return self._now
 
     def call_soon(
-        self, callback: Callable[..., object], *args: Any, context: contextvars.Context | None = None
+        self,
+        callback: Callable[..., object],
+        *args: Any,
+        context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         if self._closed:
             raise RuntimeError("Event loop is closed")
@@ -111,43 +114,55 @@ class SimLoop(asyncio.BaseEventLoop):
         return timer
 
     def _run_once(self) -> None:
-        """One iteration, as ``BaseEventLoop._run_once`` does it, the wait on the clock."""
-        scheduled: list[tuple[float, asyncio.TimerHandle]] = self._scheduled  # type: ignore[assignment]
-        count = len(scheduled)
-        if count > _CLEAN_AT and self._timer_cancelled_count / count > _CLEAN_FRACTION:
-            kept = []
-            for entry in scheduled:
-                if entry[1]._cancelled:
-                    entry[1]._scheduled = False
-                else:
-                    kept.append(entry)
-            heapify(kept)
-            self._scheduled = scheduled = kept  # type: ignore[assignment]
-            self._timer_cancelled_count = 0
-        else:
-            while scheduled and scheduled[0][1]._cancelled:
-                self._timer_cancelled_count -= 1
-                heappop(scheduled)[1]._scheduled = False
+        """Iterations as ``BaseEventLoop._run_once`` makes them, the wait on the clock, until
+        the loop is stopped (``run_forever`` calls this until then: here in one call)."""
         ready = self._ready
-        if not ready and not self._stopping:
-            if not scheduled:
-                raise Deadlock("every task waits and no timer is due")
-            wait = min(max(0, scheduled[0][0] - self._now), _MAX_WAIT_S)
-            if wait != 0:
-                self._now += wait
-        end = self._now + self._clock_resolution
-        while scheduled:
-            entry = scheduled[0]
-            if entry[0] >= end:
-                break
-            heappop(scheduled)
-            entry[1]._scheduled = False
-            ready.append(entry[1])
         popleft = ready.popleft
-        for _ in range(len(ready)):
-            handle = popleft()
-            if not handle._cancelled:
-                handle._run()
+        scheduled: list[tuple[float, asyncio.TimerHandle]] = self._scheduled  # type: ignore[assignment]
+        resolution = self._clock_resolution
+        while True:
+            count = len(scheduled)
+            if count > _CLEAN_AT and self._timer_cancelled_count / count > _CLEAN_FRACTION:
+                scheduled = self._clean(scheduled)
+            else:
+                while scheduled and scheduled[0][1]._cancelled:
+                    self._timer_cancelled_count -= 1
+                    heappop(scheduled)[1]._scheduled = False
+            if not ready and not self._stopping:
+                if not scheduled:
+                    raise Deadlock("every task waits and no timer is due")
+                wait = min(max(0, scheduled[0][0] - self._now), _MAX_WAIT_S)
+                if wait != 0:
+                    self._now += wait
+            end = self._now + resolution
+            while scheduled:
+                entry = scheduled[0]
+                if entry[0] >= end:
+                    break
+                heappop(scheduled)
+                entry[1]._scheduled = False
+                ready.append(entry[1])
+            for _ in range(len(ready)):
+                handle = popleft()
+                if not handle._cancelled:
+                    handle._run()
+            if self._stopping:
+                return
+
+    def _clean(
+        self, scheduled: list[tuple[float, asyncio.TimerHandle]]
+    ) -> list[tuple[float, asyncio.TimerHandle]]:
+        """Drop the cancelled timers, as asyncio does when they are over half the heap."""
+        kept = []
+        for entry in scheduled:
+            if entry[1]._cancelled:
+                entry[1]._scheduled = False
+            else:
+                kept.append(entry)
+        heapify(kept)
+        self._scheduled = kept  # type: ignore[assignment]
+        self._timer_cancelled_count = 0
+        return kept
 
     def _process_events(self, event_list: list[Any]) -> None:
         return None

@@ -17,7 +17,7 @@ class Result:
     seed: int
     verdict: Verdict
     #: the trace's events as (virtual time, who, what); :attr:`events` prints them
-    trace: tuple[tuple[float, str, str], ...]
+    trace: tuple[tuple[float, str, object], ...]
     errors: tuple[str, ...]
     settled: bool
     virtual_s: float
