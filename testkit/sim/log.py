@@ -101,7 +101,7 @@ class SimTable:
         return self.applied
 
     async def write_through(self, key: bytes, value: bytes) -> tuple[int, int]:
-        async def append() -> int:
+        def append() -> int:
             self.part.changelog.append((key, value))
             offset = len(self.part.changelog) - 1
             self.part.writers.append((self.member.name, self.member.owns()))

@@ -23,7 +23,7 @@ from typing import Any
 from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.mail.agentmail.messages import find_sent_reply
 from onceonly.schemas.ledger import ReplyRecord
-from testkit.sim.io import remote
+from testkit.sim.io import remote, remote_async
 
 Trace = Callable[[str, str], None]
 
@@ -90,10 +90,12 @@ class SimMail:
     async def reply(self, record: ReplyRecord, owns: Callable[[], bool] = lambda: True) -> str:
         """A send; ``owns``: whether its sender still owns the partition (asked as the email
         takes effect, to mark it stale)."""
-        return await remote(self._latency(), lambda: self._reply(record, owns), self._latency())
+        return await remote_async(
+            self._latency(), lambda: self._reply(record, owns), self._latency()
+        )
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
-        async def read() -> str | None:
+        def read() -> str | None:
             thread = self._thread_of.get((record.inbox_id, record.message_id), "")
             return find_sent_reply(
                 self._threads.get((record.inbox_id, thread), []), record.message_id

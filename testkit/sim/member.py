@@ -78,7 +78,7 @@ class Member(Actor):
     async def _ask(self, tp: Any) -> bool:
         generation = self.generation
 
-        async def coordinator() -> bool:
+        def coordinator() -> bool:
             part = self.world.part
             ok = part.owner is self and part.generation == generation and not self.dead
             armed = self.pause_at_confirm
@@ -99,7 +99,7 @@ class Member(Actor):
     async def _read_log(
         self, partition: int, first: int, last: int
     ) -> Sequence[tuple[int, bytes, bytes | None]]:
-        async def read() -> list[tuple[int, bytes, bytes | None]]:
+        def read() -> list[tuple[int, bytes, bytes | None]]:
             log = self.world.part.changelog
             return [(o, log[o][0], log[o][1]) for o in range(first, min(last, len(log) - 1) + 1)]
 
