@@ -162,7 +162,10 @@ class Member(Actor):
     # -- lanes -----------------------------------------------------------------------
 
     def _lane(self, thread_key: str) -> _Lane:
-        return self.lanes.setdefault(thread_key, _Lane())
+        lane = self.lanes.get(thread_key)
+        if lane is None:
+            lane = self.lanes[thread_key] = _Lane()
+        return lane
 
     def _start(self, thread_key: str) -> None:
         lane = self.lanes[thread_key]
@@ -246,12 +249,15 @@ class Member(Actor):
             write=write,
             dead_letter=dead_letter,
             now=world.now,
-            policy=SendPolicy(attempts=5, in_flight_wait_s=60.0),
+            policy=_POLICY,
             newer=newer,
             may_retry=self.owns,
             arbitrate=self.ledger.arbitrate,
             monotonic=loop.time,
         )
+
+
+_POLICY = SendPolicy(attempts=5, in_flight_wait_s=60.0)
 
 
 def _unique(messages: Iterator[Inbound] | Sequence[Inbound]) -> list[Inbound]:
