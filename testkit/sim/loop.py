@@ -1,3 +1,5 @@
+# it reads and sets asyncio's private attributes, as BaseEventLoop does, typeshed not having them
+# mypy: disable-error-code="attr-defined,override,assignment"
 """An asyncio event loop on virtual time (the "looptime" trick), lean enough for thousands
 of schedules a minute.
 
@@ -44,10 +46,10 @@ class _Timer(events.TimerHandle):
     def cancel(self) -> None:
         if not self._cancelled:
             if self._scheduled:
-                self._loop._timer_cancelled_count += 1  # type: ignore[attr-defined]
+                self._loop._timer_cancelled_count += 1
             self._cancelled = True
-            self._callback = None  # type: ignore[assignment]
-            self._args = None  # type: ignore[assignment]
+            self._callback = None
+            self._args = None
 
 
 _new_handle = events.Handle.__new__
@@ -70,19 +72,19 @@ class SimLoop(asyncio.BaseEventLoop):
         self._now = start
         # a timer due at t runs once the clock reaches t; float sums may land just short
         self._clock_resolution = 1e-6
-        self._scheduled: list[tuple[float, asyncio.TimerHandle]] = []  # type: ignore[assignment]
+        self._scheduled: list[tuple[float, asyncio.TimerHandle]] = []
 
     def time(self) -> float:
         return self._now
 
-    def create_task(  # type: ignore[override]
+    def create_task(
         self,
         coro: Coroutine[Any, Any, T],
         *,
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[T]:
-        if self._task_factory is not None:  # type: ignore[attr-defined]
+        if self._task_factory is not None:
             return super().create_task(coro, name=name, context=context)
         if self._closed:
             raise RuntimeError("Event loop is closed")
@@ -138,7 +140,7 @@ class SimLoop(asyncio.BaseEventLoop):
         timer._repr = None
         timer._source_traceback = None
         timer._when = when
-        heappush(self._scheduled, (when, timer))  # type: ignore[arg-type]
+        heappush(self._scheduled, (when, timer))
         timer._scheduled = True
         return timer
 
@@ -147,7 +149,7 @@ class SimLoop(asyncio.BaseEventLoop):
         the loop is stopped (``run_forever`` calls this until then: here in one call)."""
         ready = self._ready
         popleft = ready.popleft
-        scheduled: list[tuple[float, asyncio.TimerHandle]] = self._scheduled  # type: ignore[assignment]
+        scheduled: list[tuple[float, asyncio.TimerHandle]] = self._scheduled
         resolution = self._clock_resolution
         while True:
             count = len(scheduled)
@@ -186,7 +188,7 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def _raised(self, handle: asyncio.Handle, exc: BaseException) -> None:
         """A callback raised: reported as ``Handle._run`` reports it."""
-        source = format_helpers._format_callback_source(handle._callback, handle._args)  # type: ignore[attr-defined]
+        source = format_helpers._format_callback_source(handle._callback, handle._args)
         self.call_exception_handler(
             {"message": f"Exception in callback {source}", "exception": exc, "handle": handle}
         )
@@ -202,7 +204,7 @@ class SimLoop(asyncio.BaseEventLoop):
             else:
                 kept.append(entry)
         heapify(kept)
-        self._scheduled = kept  # type: ignore[assignment]
+        self._scheduled = kept
         self._timer_cancelled_count = 0
         return kept
 
@@ -212,7 +214,7 @@ class SimLoop(asyncio.BaseEventLoop):
     def _write_to_self(self) -> None:
         return None
 
-    def run_in_executor(  # type: ignore[override]
+    def run_in_executor(
         self, executor: Executor | None, func: Callable[..., T], *args: Any
     ) -> asyncio.Future[T]:
         future: asyncio.Future[T] = self.create_future()
