@@ -5,6 +5,7 @@ step for step, so a seed explores what it explored before they were made lean.""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 import selectors
 from collections.abc import Callable, Iterator, Mapping
@@ -76,11 +77,44 @@ class _SelectorLoop(asyncio.SelectorEventLoop):
         return future
 
 
-async def _by_task(out_s: float, far: Callable[[], T], back_s: float) -> T:
-    async def waits() -> T:
-        return far()
+_far: set[asyncio.Task[None]] = set()
 
-    return await io.remote_async(out_s, waits, back_s)
+
+async def _by_task(out_s: float, far: Callable[[], T | io.Later[T]], back_s: float) -> T:
+    """``io.remote`` as first built: a task runs the far end, sleeping for the latencies
+    and for each :class:`~testkit.sim.io.Later`."""
+    actor = io.current.get()
+    if actor is not None:
+        await actor.awake()
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[T] = loop.create_future()
+
+    async def far_end() -> None:
+        if out_s > 0:
+            await asyncio.sleep(out_s)
+        try:
+            result = far()
+            while isinstance(result, io.Later):
+                await asyncio.sleep(result.delay)
+                result = result.then()
+        except Exception as exc:
+            if back_s > 0:
+                await asyncio.sleep(back_s)
+            if not answer.done():
+                answer.set_exception(exc)
+            return
+        if back_s > 0:
+            await asyncio.sleep(back_s)
+        if not answer.done():
+            answer.set_result(result)
+
+    task = loop.create_task(far_end(), context=contextvars.Context())
+    _far.add(task)
+    task.add_done_callback(_far.discard)
+    result = await answer
+    if actor is not None:
+        await actor.awake()
+    return result
 
 
 def _as_first_built(schedule: Schedule, monkeypatch: pytest.MonkeyPatch) -> Result:
@@ -137,4 +171,3 @@ def test_a_far_end_answers_after_both_latencies_and_its_error_reaches_the_caller
     from testkit.sim.loop import run
 
     assert run(main()) == (0.5, 42, 0.75, "refused at 2.75")
-
