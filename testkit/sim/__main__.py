@@ -19,9 +19,18 @@ from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 
 
-def quiet() -> None:
-    """The product's logs off: they cost more than the simulation."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+def quiet(*, cache: bool = False) -> None:
+    """The product's logs off: they cost more than the simulation. ``cache``: each module's
+    logger is built once, not on every call (a worker process only: a process that
+    configures structlog again later would keep these loggers)."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+        cache_logger_on_first_use=cache,
+    )
+
+
+def _quiet_worker() -> None:
+    quiet(cache=True)
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ def _play(job: tuple[int, Bugs]) -> Outcome:
     result = run_schedule(Schedule(seed, bugs))
     report = None if result.passed else result.report(around=12)
     window = bool(result.window_hits)
-    return Outcome(seed, len(result.events), report, result.keys_ignored, window)
+    return Outcome(seed, len(result.trace), report, result.keys_ignored, window)
 
 
 #: the planted bugs (``Bugs`` fields) and what docs/simulation.md calls them
@@ -127,7 +136,7 @@ def _run_range(seeds: range, bugs: Bugs, jobs: int) -> int:
     failed = events = ignored = window = 0
     started = time.perf_counter()
     jobs_of = ((seed, bugs) for seed in seeds)
-    with multiprocessing.get_context("fork").Pool(jobs, initializer=quiet) as pool:
+    with multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker) as pool:
         for outcome in pool.imap_unordered(_play, jobs_of, chunksize=8):
             events += outcome.events
             ignored += outcome.keys_ignored

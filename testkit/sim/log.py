@@ -48,6 +48,15 @@ class Partition:
         self.generation = 0
         self.owner: Member | None = None
         self.committed = 0
+        self._records: dict[bytes, ReplyRecord] = {}
+
+    def record(self, value: bytes) -> ReplyRecord:
+        """``ReplyRecord.decode(value)``, decoded once per value: the trace, a member's
+        recovery and the judge all read the records the changelog holds."""
+        record = self._records.get(value)
+        if record is None:
+            record = self._records[value] = ReplyRecord.decode(value)
+        return record
 
 
 class SimTable:
@@ -92,11 +101,11 @@ class SimTable:
         return self.applied
 
     async def write_through(self, key: bytes, value: bytes) -> tuple[int, int]:
-        async def append() -> int:
+        def append() -> int:
             self.part.changelog.append((key, value))
             offset = len(self.part.changelog) - 1
             self.part.writers.append((self.member.name, self.member.owns()))
-            self.world.trace("broker", f"ledger@{offset} {_describe(key, value)}")
+            self.world.trace("broker", _Landed(self.part, offset, key, value))
             return offset
 
         offset = await remote(self.world.broker_latency(), append, self.world.broker_latency())
@@ -132,10 +141,23 @@ class LateLedger(TableLedger):
         await super().put(record)
 
 
-def _describe(key: bytes, value: bytes | None) -> str:
+class _Landed:
+    """A trace event's text for a record that landed in the changelog, decoded only if the
+    trace is printed (most runs only judge the ledger's last word for each key)."""
+
+    __slots__ = ("key", "offset", "part", "value")
+
+    def __init__(self, part: Partition, offset: int, key: bytes, value: bytes | None) -> None:
+        self.part, self.offset, self.key, self.value = part, offset, key, value
+
+    def __str__(self) -> str:
+        return f"ledger@{self.offset} {_describe(self.part, self.key, self.value)}"
+
+
+def _describe(part: Partition, key: bytes, value: bytes | None) -> str:
     if value is None:
         return f"{key.decode()[:14]} tombstone"
-    record = ReplyRecord.decode(value)
+    record = part.record(value)
     extra = f" text={record.reply_text!r}" if record.reply_text else ""
     extra += f" by={record.covered_by[:14]}" if record.covered_by else ""
     return f"{record.message_id} {record.state.value}{extra}"

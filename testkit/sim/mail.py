@@ -13,7 +13,6 @@ replies fail with a 5xx before any effect (the key is released), or lose their a
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.mail.agentmail.messages import find_sent_reply
 from onceonly.schemas.ledger import ReplyRecord
-from testkit.sim.io import remote
+from testkit.sim.io import Later, remote
 
 Trace = Callable[[str, str], None]
 
@@ -93,7 +92,7 @@ class SimMail:
         return await remote(self._latency(), lambda: self._reply(record, owns), self._latency())
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
-        async def read() -> str | None:
+        def read() -> str | None:
             thread = self._thread_of.get((record.inbox_id, record.message_id), "")
             return find_sent_reply(
                 self._threads.get((record.inbox_id, thread), []), record.message_id
@@ -127,7 +126,7 @@ class SimMail:
 
     # -- the far end of a reply ----------------------------------------------------------
 
-    async def _reply(self, record: ReplyRecord, owns: Callable[[], bool]) -> str:
+    def _reply(self, record: ReplyRecord, owns: Callable[[], bool]) -> str | Later[str]:
         ids = f"{record.message_id} text={record.reply_text!r}"
         faults = self.faults
         key = None if faults.ignore_keys else record.key
@@ -148,12 +147,15 @@ class SimMail:
                 self.trace("mail", f"replay {ids} -> {known.response}")
                 return self._answer(known.response, ids)
             self._keys[key] = _Key(fingerprint)
-        await asyncio.sleep(self.rng.uniform(0.05, 2.0))  # sending: the key is in flight
-        sent = self._send(record, key, stale=not owns())
-        self.trace("mail", f"sent {ids} -> {sent}")
-        if key is not None:
-            self._keys[key] = _Key(fingerprint, in_flight=False, response=sent)
-        return self._answer(sent, ids)
+
+        def sent() -> str:
+            sent = self._send(record, key, stale=not owns())
+            self.trace("mail", f"sent {ids} -> {sent}")
+            if key is not None:
+                self._keys[key] = _Key(fingerprint, in_flight=False, response=sent)
+            return self._answer(sent, ids)
+
+        return Later(self.rng.uniform(0.05, 2.0), sent)  # sending: the key is in flight
 
     def _answer(self, response: str, ids: str) -> str:
         if self.faults.lose_next > 0:

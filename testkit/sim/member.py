@@ -78,7 +78,7 @@ class Member(Actor):
     async def _ask(self, tp: Any) -> bool:
         generation = self.generation
 
-        async def coordinator() -> bool:
+        def coordinator() -> bool:
             part = self.world.part
             ok = part.owner is self and part.generation == generation and not self.dead
             armed = self.pause_at_confirm
@@ -99,7 +99,7 @@ class Member(Actor):
     async def _read_log(
         self, partition: int, first: int, last: int
     ) -> Sequence[tuple[int, bytes, bytes | None]]:
-        async def read() -> list[tuple[int, bytes, bytes | None]]:
+        def read() -> list[tuple[int, bytes, bytes | None]]:
             log = self.world.part.changelog
             return [(o, log[o][0], log[o][1]) for o in range(first, min(last, len(log) - 1) + 1)]
 
@@ -120,7 +120,7 @@ class Member(Actor):
         self.fetched = self.world.part.committed
         for raw in list(self.table.store.values()):
             try:
-                record = ReplyRecord.decode(raw)
+                record = self.world.part.record(raw)
             except Exception:
                 continue
             if record.state is ReplyState.PENDING:
@@ -162,7 +162,10 @@ class Member(Actor):
     # -- lanes -----------------------------------------------------------------------
 
     def _lane(self, thread_key: str) -> _Lane:
-        return self.lanes.setdefault(thread_key, _Lane())
+        lane = self.lanes.get(thread_key)
+        if lane is None:
+            lane = self.lanes[thread_key] = _Lane()
+        return lane
 
     def _start(self, thread_key: str) -> None:
         lane = self.lanes[thread_key]
@@ -246,12 +249,15 @@ class Member(Actor):
             write=write,
             dead_letter=dead_letter,
             now=world.now,
-            policy=SendPolicy(attempts=5, in_flight_wait_s=60.0),
+            policy=_POLICY,
             newer=newer,
             may_retry=self.owns,
             arbitrate=self.ledger.arbitrate,
             monotonic=loop.time,
         )
+
+
+_POLICY = SendPolicy(attempts=5, in_flight_wait_s=60.0)
 
 
 def _unique(messages: Iterator[Inbound] | Sequence[Inbound]) -> list[Inbound]:

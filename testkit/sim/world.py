@@ -21,7 +21,6 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from onceonly.processors.writer.contract import Inbound
-from onceonly.schemas.ledger import ReplyRecord
 from testkit.invariants import Email, Message, Observed
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Partition
 from testkit.sim.mail import SimMail
@@ -32,6 +31,12 @@ from testkit.sim.schedule import Bugs, Fault, Schedule
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 #: the trace's events about the group, faults and members, shown with any violation's
 _LIFECYCLE = ("paused", "resumed", "killed", "started", "assigned", "revoked")
+
+
+def line(event: tuple[float, str, object]) -> str:
+    """A trace event as the trace prints it."""
+    at, who, what = event
+    return f"{at:10.3f} {who:>6} {what}"
 
 
 def _lifecycle(event: str) -> bool:
@@ -45,7 +50,9 @@ class World:
         self.bugs: Bugs = schedule.bugs
         self.rng = random.Random(schedule.seed * 7919 + 1)
         self.loop = asyncio.get_running_loop()
-        self.events: list[str] = []
+        #: the trace: (virtual time, who, what), formatted only when read (:func:`line`);
+        #: ``what`` is a str or an object whose str() is the event's text
+        self.events: list[tuple[float, str, object]] = []
         self.part = Partition()
         self.mail = SimMail(random.Random(schedule.seed * 31 + 2), self.trace, self.loop.time)
         self.model = SimModel(random.Random(schedule.seed * 17 + 3), self.trace)
@@ -55,12 +62,16 @@ class World:
         self.errors: list[str] = []
         self._incarnations: dict[str, int] = {}
         self.pending = 0  #: faults and arrivals not yet played
+        self._now = (0.0, EPOCH)  #: the virtual time :meth:`now` last made a datetime of
 
-    def trace(self, who: str, what: str) -> None:
-        self.events.append(f"{self.loop.time():10.3f} {who:>6} {what}")
+    def trace(self, who: str, what: object) -> None:
+        self.events.append((self.loop.time(), who, what))
 
     def now(self) -> datetime:
-        return EPOCH + timedelta(seconds=self.loop.time())
+        at = self.loop.time()
+        if at != self._now[0]:
+            self._now = (at, EPOCH + timedelta(seconds=at))
+        return self._now[1]
 
     def broker_latency(self) -> float:
         return self.rng.uniform(0.001, 0.02)
@@ -185,12 +196,14 @@ class World:
         )
 
     def observed(self) -> Observed:
-        ledger: dict[str, ReplyRecord] = {}
-        for key, value in self.part.changelog:
+        last: dict[bytes, bytes] = {}  # each key's last word, in the order a dict of them keeps
+        part = self.part
+        for key, value in part.changelog:
             if value is None:
-                ledger.pop(key.decode(), None)
+                last.pop(key, None)
             else:
-                ledger[key.decode()] = ReplyRecord.decode(value)
+                last[key] = value
+        ledger = {key.decode(): part.record(value) for key, value in last.items()}
         return Observed(
             messages=tuple(Message(m.inbox_id, m.message_id) for m in self.schedule.messages),
             emails=tuple(Email(e.inbox_id, e.replied_to, e.text) for e in self.mail.outbox),
