@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -315,20 +316,48 @@ def execute(body: Callable[[], T]) -> T:
 
 
 def run_on_broker(
-    prefix: str, collect: Callable[[Any, Path], T]
+    prefix: str,
+    collect: Callable[[Any, Path], T],
+    extra: Callable[[T, float], Sequence[tuple[str, str]]] | None = None,
 ) -> tuple[T, list[tuple[str, str]]]:
     """Run ``collect(broker, folder)`` on a broker of its own, in a temporary folder that
     ``prefix`` names, under :func:`execute`: its results, and the report's description of
-    the machine (:func:`about`; the load average and the code are taken at the start, as
-    the processes run the code as it is then)."""
+    the machine (:func:`about`, with ``extra(results, seconds the run took)``; the load
+    average and the code are taken at the start, as the processes run the code as it is
+    then)."""
     from bench._machine import loadavg, revision
     from bench._procs import kafka
 
-    load_before, code = loadavg(), revision()
+    load_before, code, began = loadavg(), revision(), time.monotonic()
 
     def body() -> tuple[T, str]:
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp, kafka(Path(tmp)) as broker:
             return collect(broker, Path(tmp)), broker.about
 
     results, kafka_about = execute(body)
-    return results, about(kafka_about, load_before, code)
+    more = extra(results, time.monotonic() - began) if extra is not None else ()
+    return results, about(kafka_about, load_before, code, more)
+
+
+def write_markdown(
+    out: Path,
+    name: str,
+    title: str,
+    module: str,
+    body: Sequence[str],
+    items: Sequence[tuple[str, str]],
+    *,
+    smoke: bool = False,
+    note: str = "",
+) -> Path:
+    """A report without a chart, ``<out>/<name>-<date>.md`` (``<name>-<date>-smoke.md`` for a
+    smoke run, which never overwrites a full run's; see :func:`report_path`): the title and
+    the date, the command (``python -m <module> ...``, then ``note``), ``body`` and the
+    machine table."""
+    date = datetime.now(UTC).date().isoformat()
+    out.mkdir(parents=True, exist_ok=True)
+    path = report_path(out, name, f"{date}-smoke" if smoke else date)
+    head = [f"# {title}, {date}{' (smoke size)' if smoke else ''}", ""]
+    command = f"`{command_line(module)}`{note}"
+    path.write_text("\n".join([*head, command, "", *body, "", *machine_table(items)]), "utf-8")
+    return path

@@ -31,7 +31,6 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -40,18 +39,16 @@ from rich.table import Table
 from bench import _agent_load as load
 from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
 from bench._model import LATENCY_S
+from bench._options import out_option
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, CpuWindow, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
-    RESULTS_DIR,
-    command_line,
     fmt_cpu,
-    machine_table,
     met,
-    report_path,
     run_on_broker,
+    write_markdown,
 )
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
@@ -287,25 +284,14 @@ def print_table(opts: Options, r: Results) -> None:
         console.print(line)
 
 
-def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
-    date = datetime.now(UTC).date().isoformat()
-    out.mkdir(parents=True, exist_ok=True)
-    path = report_path(out, "agent-step", date)
-    lines = [
-        f"# Agent-step benchmark, {date}",
-        "",
-        f"`{command_line('bench.agent_step')}`",
-        "",
+def report_lines(opts: Options, r: Results) -> list[str]:
+    return [
         "| figure | A (no hangs) | B (hangs) | target | |",
         "| --- | ---: | ---: | ---: | --- |",
         *("| " + " | ".join(row) + " |" for row in rows(opts, r)),
         "",
         *(f"- {line}" for line in notes(opts, r)),
-        "",
-        *machine_table(items),
     ]
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
 
 
 # --------------------------------------------------------------------------- main
@@ -344,12 +330,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     default=None,
     help="(C) records [2000; smoke 500].",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=RESULTS_DIR,
-    show_default=True,
-)
+@out_option
 @click.option("--smoke", is_flag=True, help="A small quick run (rate 20/s, 15 s, 500 records).")
 def main(
     rate: float | None,
@@ -378,7 +359,10 @@ def main(
     results, about_items = run_on_broker(
         "onceonly-bench-agent-", lambda broker, work: collect(opts, broker, work)
     )
-    path = write_markdown(opts, results, about_items, out)
+    body = report_lines(opts, results)
+    path = write_markdown(
+        out, "agent-step", "Agent-step benchmark", "bench.agent_step", body, about_items
+    )
     console.print(f"written to {path}")
 
 

@@ -35,14 +35,12 @@ from pathlib import Path
 import click
 
 from bench._agent_load import AgentBench
+from bench._options import out_option
 from bench._proc_stack import get_json
 from bench._procs import BenchError, Broker, console, create_topics
 from bench._report import (
-    RESULTS_DIR,
-    command_line,
-    machine_table,
-    report_path,
     run_on_broker,
+    write_markdown,
 )
 from bench._stack_run import Run, Setup, run
 from devstack import llm
@@ -234,16 +232,6 @@ def report_lines(opts: Options, r: Results) -> list[str]:
     return lines
 
 
-def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
-    date = datetime.now(UTC).date().isoformat()
-    out.mkdir(parents=True, exist_ok=True)
-    path = report_path(out, "real-model", date)
-    head = [f"# A real model behind the openai writer, {date}", ""]
-    head += [f"`{command_line('bench.real_model')}`", ""]
-    path.write_text("\n".join([*head, *report_lines(opts, r), "", *machine_table(items)]))
-    return path
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--rate", type=click.FloatRange(0.01, 100), default=0.2, show_default=True)
 @click.option("--count", type=click.IntRange(0, 10_000), default=30, show_default=True)
@@ -256,7 +244,7 @@ def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out:
     help="0 (and --count 0): the sample only.",
 )
 @click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=RESULTS_DIR)
+@out_option
 def main(
     rate: float, count: int, saturated_rate: float, saturated_count: int, threads: int, out: Path
 ) -> None:
@@ -268,7 +256,9 @@ def main(
     results, about_items = run_on_broker(
         "onceonly-bench-model-", lambda broker, work: collect(opts, broker, work)
     )
-    path = write_markdown(opts, results, about_items, out)
+    title = "A real model behind the openai writer"
+    body = report_lines(opts, results)
+    path = write_markdown(out, "real-model", title, "bench.real_model", body, about_items)
     console.print(f"written to {path}")
 
 
