@@ -24,11 +24,8 @@ The report is written to ``<--out>/agent-step-<date>.md``.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import math
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +33,12 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from bench import _agent_load as load
-from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
+from bench._agent_load import RunResult
 from bench._model import LATENCY_S
 from bench._options import out_option
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
-from bench._procs import Broker, CpuWindow, console, create_topics
+from bench._procs import Broker, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
     fmt_cpu,
@@ -50,6 +46,7 @@ from bench._report import (
     run_on_broker,
     write_markdown,
 )
+from bench._stack_run import Setup, run
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
 #: Writer timeout and attempts in (A) and (B), so that a hanging call ends in seconds.
@@ -100,56 +97,15 @@ class Results:
 
 
 def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
-    tag = secrets.token_hex(3)
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-agent-{tag}")
-    (work / label).mkdir()
+    """(A) or (B): the steady load through ingest and the worker (:func:`bench._stack_run.run`),
+    ``fraction`` of the messages hanging."""
+    count = int(opts.rate * opts.duration_s)
     settings = opts.worker_settings()
-    bench = AgentBench(
-        work / label, broker.bootstrap, topics, tag, opts.partitions, "INFO", broker.pid
+    setup = Setup(
+        label, opts.rate, count, opts.partitions, settings, tail_s=TAIL_S, hang_fraction=fraction
     )
-    bench.extra, bench.secret = settings, secret
-    try:
-        bench.start_mail()
-        bench.start_ingest()
-        bench.start_worker()
-        assert bench.worker is not None and bench.ingest is not None
-        console.print(f"({label}) waiting for the worker (warm-up messages) …")
-        load.warm_up(bench, tag)
-        messages = build_messages(secret, int(opts.rate * opts.duration_s), tag, fraction)
-        pids = bench.cpu_pids("worker", bench.worker.pid) | {"ingest": bench.ingest.pid}
-        cpu = CpuWindow(pids)
-        console.print(
-            f"({label}) {len(messages):,} messages at {opts.rate:g}/s for {opts.duration_s:g} s,"
-            f" {sum(m.hang for m in messages)} of them hanging …"
-        )
-        began = time.perf_counter()
-        cpu.begin()
-        offered = asyncio.run(offer(bench.url_base + ROUTE, messages, opts.rate))
-        want = {m.message_id for m in messages if not m.hang and m.message_id in offered.acked}
-        bench.wait_answered(want, timeout_s=TAIL_S)
-        cpu.end()
-        elapsed = time.perf_counter() - began
-        ids = {m.message_id for m in messages}
-        received = {k: v for k, v in bench.received().items() if k in ids}
-        result = RunResult(label, opts.rate, messages, offered, received, cpu.percent)
-        result.cpu_seconds = cpu.percent["worker"] / 100 * elapsed
-        result.settings = settings
-        if result.hanging:  # the hanging calls' last attempts time out: dead-lettered
-            bench.worker_metric("onceonly_dead_letters_total", 4 * TIMEOUT_S, result.hanging)
-        result.metrics = load.worker_counters(bench.worker_port)
-    except BaseException:
-        for process in (bench.ingest, bench.worker):
-            if process is not None:
-                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
-        raise
-    finally:
-        bench.stop_all()
-    console.print(
-        f"({label}) {result.replies_per_s:.1f} replies/s, p50 {result.p(0.5):.2f} s, "
-        f"p99 {result.p(0.99):.2f} s, {result.unanswered} unanswered, "
-        f"{result.cpu_ms_per_reply:.2f} ms of worker CPU per reply"
-    )
+    result = run(setup, broker, work).result
+    console.print(f"({label}) {result.cpu_ms_per_reply:.2f} ms of worker CPU per reply")
     return result
 
 
