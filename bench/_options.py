@@ -231,6 +231,22 @@ ingest_options = _bundle(_INGEST_OPTIONS, IngestOptions, "ingest")
 processor_options = _bundle(_PROCESSOR_OPTIONS, ProcessorOptions, "processors")
 
 
+def sized(values: dict[str, Any], smoke: bool, **sizes: tuple[Any, Any]) -> dict[str, Any]:
+    """``values`` (a command's options), each of ``sizes`` that was not given set to its
+    ``(full, smoke)`` size: the smoke one with ``--smoke``."""
+    for name, (full, small) in sizes.items():
+        if values[name] is None:
+            values[name] = small if smoke else full
+    return values
+
+
+def partitions() -> int:
+    """ONCEONLY_PARTITIONS as the worker reads it (the topics are made with this many)."""
+    from onceonly.foundation.settings import Settings
+
+    return Settings.from_env().partitions
+
+
 def out_option(f: F) -> F:
     """``--out`` (also spelled ``--results-dir``): where the report is written."""
     return option(

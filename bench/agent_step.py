@@ -29,13 +29,14 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
 from bench._agent_load import RunResult
 from bench._model import LATENCY_S
-from bench._options import out_option
+from bench._options import out_option, partitions, sized
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, console, create_topics
@@ -272,6 +273,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
 )
 @click.option(
     "--duration",
+    "duration_s",
     type=click.FloatRange(1, 600),
     default=None,
     help="Seconds of load per run [60; smoke 15].",
@@ -288,30 +290,10 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
 )
 @out_option
 @click.option("--smoke", is_flag=True, help="A small quick run (rate 20/s, 15 s, 500 records).")
-def main(
-    rate: float | None,
-    duration: float | None,
-    hang_fraction: float,
-    window_ms: int,
-    concurrency: int,
-    instant: bool,
-    instant_count: int | None,
-    out: Path,
-    smoke: bool,
-) -> None:
+def main(out: Path, smoke: bool, **values: Any) -> None:
     """Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls."""
-    from onceonly.foundation.settings import Settings
-
-    opts = Options(
-        rate if rate is not None else (20.0 if smoke else 55.0),
-        duration if duration is not None else (15.0 if smoke else 60.0),
-        hang_fraction,
-        window_ms,
-        concurrency,
-        instant,
-        instant_count if instant_count is not None else (500 if smoke else 2000),
-        Settings.from_env().partitions,
-    )
+    sized(values, smoke, rate=(55.0, 20.0), duration_s=(60.0, 15.0), instant_count=(2000, 500))
+    opts = Options(**values, partitions=partitions())
     results, about_items = run_on_broker(
         "onceonly-bench-agent-", lambda broker, work: collect(opts, broker, work)
     )

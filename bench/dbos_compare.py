@@ -33,6 +33,7 @@ import secrets
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -41,7 +42,7 @@ from bench import _dbos_figures as fig
 from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
-from bench._options import out_option
+from bench._options import out_option, partitions, sized
 from bench._procs import Broker, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
@@ -220,10 +221,15 @@ def print_table(a: fig.SystemRun, b: fig.SystemRun) -> None:
     "--rate", type=click.FloatRange(1, 500), default=None, help="Records/s [50; smoke 20]."
 )
 @click.option(
-    "--duration", type=click.FloatRange(2, 600), default=None, help="Steady run, s [60; smoke 15]."
+    "--duration",
+    "duration_s",
+    type=click.FloatRange(2, 600),
+    default=None,
+    help="Steady run, s [60; smoke 15].",
 )
 @click.option(
     "--kill-duration",
+    "kill_duration_s",
     type=click.FloatRange(4, 600),
     default=None,
     help="Kill run, s [60; smoke 20].",
@@ -231,24 +237,10 @@ def print_table(a: fig.SystemRun, b: fig.SystemRun) -> None:
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
 @out_option
 @click.option("--smoke", is_flag=True, help="A run of a few minutes (20/s, 15 s, 20 s).")
-def main(
-    rate: float | None,
-    duration: float | None,
-    kill_duration: float | None,
-    concurrency: int,
-    out: Path,
-    smoke: bool,
-) -> None:
+def main(out: Path, smoke: bool, **values: Any) -> None:
     """onceonly's worker and a DBOS Transact app on the same records, then a SIGKILL each."""
-    from onceonly.foundation.settings import Settings
-
-    opts = Options(
-        rate if rate is not None else (20.0 if smoke else 50.0),
-        duration if duration is not None else (15.0 if smoke else 60.0),
-        kill_duration if kill_duration is not None else (20.0 if smoke else 60.0),
-        concurrency,
-        Settings.from_env().partitions,
-    )
+    sized(values, smoke, rate=(50.0, 20.0), duration_s=(60.0, 15.0), kill_duration_s=(60.0, 20.0))
+    opts = Options(**values, partitions=partitions())
 
     def collect(broker: Broker, work: Path) -> tuple[fig.SystemRun, fig.SystemRun, str]:
         load = Load.build(opts, secrets.token_hex(3))

@@ -31,11 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
 from bench._agent_load import AgentBench
-from bench._options import out_option
+from bench._options import out_option, partitions
 from bench._proc_stack import get_json
 from bench._procs import BenchError, Broker, console, create_topics
 from bench._report import (
@@ -245,14 +246,9 @@ def report_lines(opts: Options, r: Results) -> list[str]:
 )
 @click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True)
 @out_option
-def main(
-    rate: float, count: int, saturated_rate: float, saturated_count: int, threads: int, out: Path
-) -> None:
+def main(out: Path, **values: Any) -> None:
     """Build and serve a real model, answer the sample with it, measure replies/s and p99."""
-    from onceonly.foundation.settings import Settings
-
-    partitions = Settings.from_env().partitions
-    opts = Options(rate, count, saturated_rate, saturated_count, threads, partitions)
+    opts = Options(**values, partitions=partitions())
     results, about_items = run_on_broker(
         "onceonly-bench-model-", lambda broker, work: collect(opts, broker, work)
     )

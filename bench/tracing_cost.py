@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from bench._options import out_option
+from bench._options import out_option, partitions
 from bench._proc_stack import base_env, get_json
 from bench._procs import Broker, ServerProcess, console
 from bench._report import (
@@ -259,11 +259,9 @@ def report_lines(opts: Options, r: Results) -> list[str]:
 @click.option("--window-ms", type=click.IntRange(0, 60_000), default=200, show_default=True)
 @click.option("--calls", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True)
 @out_option
-def main(rate: float, count: int, rounds: int, window_ms: int, calls: int, out: Path) -> None:
+def main(out: Path, **values: Any) -> None:
     """Per-reply cost of OpenTelemetry tracing, on against off, in one run."""
-    from onceonly.foundation.settings import Settings
-
-    opts = Options(rate, count, rounds, window_ms, calls, Settings.from_env().partitions)
+    opts = Options(**values, partitions=partitions())
     results, about_items = run_on_broker(
         "onceonly-bench-tracing-", lambda broker, work: collect(opts, broker, work)
     )
