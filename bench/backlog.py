@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -306,30 +307,15 @@ def print_rows(outcome: Outcome) -> None:
 )
 @out_option
 def main(
-    threads: int,
-    body_kb: int,
-    writer_s: float,
-    window_ms: int,
-    concurrency: int | None,
-    max_pending: int | None,
-    stall_s: float,
-    timeout_s: float | None,
-    keep_logs: Path | None,
-    out: Path,
+    stall_s: float, timeout_s: float | None, keep_logs: Path | None, out: Path, **values: Any
 ) -> None:
     """Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."""
     from onceonly.foundation.settings import Settings
 
     defaults = Settings.from_env()
-    plan = Plan(
-        threads,
-        body_kb,
-        writer_s,
-        window_ms,
-        concurrency or defaults.writer_concurrency,
-        max_pending or defaults.max_pending,
-        defaults.partitions,
-    )
+    values["concurrency"] = values["concurrency"] or defaults.writer_concurrency
+    values["max_pending"] = values["max_pending"] or defaults.max_pending
+    plan = Plan(**values, partitions=defaults.partitions)
     limits = Limits(stall_s, timeout_s, keep_logs)
 
     def took(_outcome: Outcome, seconds: float) -> list[tuple[str, str]]:
