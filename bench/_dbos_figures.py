@@ -4,7 +4,7 @@ Pure functions over plain data, so that they are unit-tested without running any
 the calls file of :mod:`bench._counted_model` (:func:`parse_calls`), the per-message
 counts of the mail server (``/_control/counts``), and one :class:`SystemRun` per
 system (onceonly's worker, the DBOS app) rendered side by side (:func:`rows`,
-:func:`markdown_table`).
+:func:`headers`).
 """
 
 from __future__ import annotations
@@ -257,9 +257,5 @@ def rows(a: SystemRun, b: SystemRun) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def markdown_table(a: SystemRun, b: SystemRun) -> list[str]:
-    lines = [
-        f"| figure | {a.label} | {b.label} | target for onceonly |",
-        "| --- | ---: | ---: | --- |",
-    ]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows(a, b)]
+def headers(a: SystemRun, b: SystemRun) -> tuple[str, ...]:
+    return ("figure", a.label, b.label, "target for onceonly")

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -250,6 +250,34 @@ def about(
 def machine_table(items: Sequence[tuple[str, str]]) -> list[str]:
     """The report's "Machine" section as a two-column table."""
     return ["## Machine", "", "| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in items), ""]
+
+
+def verdict_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A table of figures in markdown: the first column (the figure) and the last (the
+    verdict) aligned left, the figures between right."""
+    last = len(headers) - 1
+    align = ["---" if i in (0, last) else "---:" for i in range(len(headers))]
+    return [_row(headers), _row(align), *(_row(row) for row in rows)]
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """The same table on the console, a row whose verdict is "NOT met" in red."""
+    from rich.table import Table
+
+    from bench._procs import console
+
+    table = Table(title=title)
+    last = len(headers) - 1
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i in (0, last) else "right")
+    for row in rows:
+        table.add_row(*row, style="red" if "NOT met" in row[last] else None)
+    console.print()
+    console.print(table)
 
 
 def command_line(module: str) -> str:

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from bench._agent_load import RunResult
 from bench._model import LATENCY_S
@@ -44,7 +43,9 @@ from bench._report import (
     CONTENDED_PERCENT,
     fmt_cpu,
     met,
+    print_table,
     run_on_broker,
+    verdict_table,
     write_markdown,
 )
 from bench._stack_run import Setup, run
@@ -229,23 +230,18 @@ def notes(opts: Options, r: Results) -> list[str]:
     return lines
 
 
-def print_table(opts: Options, r: Results) -> None:
-    table = Table(title="onceonly agent-step benchmark")
-    for i, header in enumerate(("figure", "A (no hangs)", "B (hangs)", "target", "")):
-        table.add_column(header, justify="left" if i in (0, 4) else "right")
-    for row in rows(opts, r):
-        table.add_row(*row, style="red" if "NOT met" in row[4] else None)
-    console.print()
-    console.print(table)
+HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
+
+
+def print_results(opts: Options, r: Results) -> None:
+    print_table("onceonly agent-step benchmark", HEADERS, rows(opts, r))
     for line in notes(opts, r):
         console.print(line)
 
 
 def report_lines(opts: Options, r: Results) -> list[str]:
     return [
-        "| figure | A (no hangs) | B (hangs) | target | |",
-        "| --- | ---: | ---: | ---: | --- |",
-        *("| " + " | ".join(row) + " |" for row in rows(opts, r)),
+        *verdict_table(HEADERS, rows(opts, r)),
         "",
         *(f"- {line}" for line in notes(opts, r)),
     ]
@@ -260,7 +256,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     r.b = run_agent(opts, broker, work, "B", opts.hang_fraction)
     if opts.instant:
         run_instant(opts, broker, work, r)
-    print_table(opts, r)
+    print_results(opts, r)
     return r
 
 

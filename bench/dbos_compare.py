@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from bench import _dbos_figures as fig
 from bench import _dbos_stack as stack
@@ -46,7 +45,9 @@ from bench._options import out_option, partitions, sized
 from bench._procs import Broker, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
+    print_table,
     run_on_broker,
+    verdict_table,
     write_markdown,
 )
 
@@ -206,16 +207,6 @@ def _dbos_version() -> str:
     return found[-1].name.removeprefix("dbos-").removesuffix(".dist-info") if found else "unknown"
 
 
-def print_table(a: fig.SystemRun, b: fig.SystemRun) -> None:
-    table = Table(title="onceonly worker vs the DBOS app")
-    for i, header in enumerate(("figure", a.label, b.label, "target for onceonly")):
-        table.add_column(header, justify="left" if i in (0, 3) else "right")
-    for row in fig.rows(a, b):
-        table.add_row(*row, style="red" if "NOT met" in row[3] else None)
-    console.print()
-    console.print(table)
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--rate", type=click.FloatRange(1, 500), default=None, help="Records/s [50; smoke 20]."
@@ -252,8 +243,12 @@ def main(out: Path, smoke: bool, **values: Any) -> None:
         return [("DBOS", f"dbos {_version('dbos')}, PostgreSQL {run[2]}")]
 
     (a, b, pg_version), items = run_on_broker("onceonly-bench-dbos-", collect, dbos)
-    print_table(a, b)
-    body = [*fig.markdown_table(a, b), "", *(f"- {line}" for line in notes(opts, a, b, pg_version))]
+    print_table("onceonly worker vs the DBOS app", fig.headers(a, b), fig.rows(a, b))
+    body = [
+        *verdict_table(fig.headers(a, b), fig.rows(a, b)),
+        "",
+        *(f"- {line}" for line in notes(opts, a, b, pg_version)),
+    ]
     title = "onceonly vs DBOS Transact"
     path = write_markdown(out, "dbos", title, "bench.dbos_compare", body, items, smoke=smoke)
     console.print(f"written to {path}")
