@@ -68,17 +68,22 @@ def ratios(comparison: Comparison) -> dict[str, float]:
     return {b.key: ratio(comparison.subject.rate, b.rate) for b in comparison.baselines}
 
 
+def fmt(value: float, spec: str) -> str:
+    """``value`` formatted by ``spec``; "n/a" for NaN."""
+    return "n/a" if math.isnan(value) else format(value, spec)
+
+
 def fmt_ratio(value: float) -> str:
     """Three significant digits (0.51, 0.0136, 1.23); "n/a" for NaN."""
     return "n/a" if math.isnan(value) else f"{value:.3g}"
 
 
 def fmt_rate(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:,.0f}"
+    return fmt(value, ",.0f")
 
 
 def fmt_ms(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.2f}"
+    return fmt(value, ".2f")
 
 
 def met(ok: bool) -> str:

@@ -41,6 +41,7 @@ from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
+    fmt,
     fmt_cpu,
     met,
     print_table,
@@ -133,10 +134,6 @@ def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
 # --------------------------------------------------------------------------- the report
 
 
-def _fmt(value: float, spec: str) -> str:
-    return "n/a" if math.isnan(value) else format(value, spec)
-
-
 def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
     """(figure, A, B, target, verdict) rows."""
     runs = [x for x in (r.a, r.b) if x is not None]
@@ -159,21 +156,21 @@ def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
         ("204 from ingest", *both(lambda x: f"{len(x.offered.acked):,}"), "", ""),
         (
             "replies/s per worker",
-            *both(lambda x: _fmt(x.replies_per_s, ".1f")),
+            *both(lambda x: fmt(x.replies_per_s, ".1f")),
             f">= {opts.replies_target:.1f}",
             verdicts(lambda x: x.replies_per_s >= opts.replies_target),
         ),
-        ("p50 204 → reply, s", *both(lambda x: _fmt(x.p(0.5), ".2f")), "", ""),
+        ("p50 204 → reply, s", *both(lambda x: fmt(x.p(0.5), ".2f")), "", ""),
         (
             "p99 204 → reply, s",
-            *both(lambda x: _fmt(x.p(0.99), ".2f")),
+            *both(lambda x: fmt(x.p(0.99), ".2f")),
             f"<= {opts.p99_target_s:.1f}",
             verdicts(lambda x: x.p(0.99) <= opts.p99_target_s),
         ),
     ]
     if r.a is not None and r.b is not None:
         ratio = r.b.p(0.99) / r.a.p(0.99)
-        out.append(("p99 B / A", "", _fmt(ratio, ".3f"), "<= 1.10", met(ratio <= 1.10)))
+        out.append(("p99 B / A", "", fmt(ratio, ".3f"), "<= 1.10", met(ratio <= 1.10)))
     out += [
         (
             "unanswered (not hanging)",
@@ -182,11 +179,11 @@ def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
             verdicts(lambda x: x.unanswered == 0),
         ),
         ("hanging messages answered", *both(lambda x: str(x.hang_answered)), "0", ""),
-        ("worker CPU per reply, ms", *both(lambda x: _fmt(x.cpu_ms_per_reply, ".2f")), "", ""),
+        ("worker CPU per reply, ms", *both(lambda x: fmt(x.cpu_ms_per_reply, ".2f")), "", ""),
     ]
     if not math.isnan(r.instant_ms):
         out.append(
-            ("(C) instant writer, worker CPU per reply, ms", _fmt(r.instant_ms, ".2f"), "", "", "")
+            ("(C) instant writer, worker CPU per reply, ms", fmt(r.instant_ms, ".2f"), "", "", "")
         )
     return out
 

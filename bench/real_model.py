@@ -40,6 +40,7 @@ from bench._options import out_option, partitions
 from bench._proc_stack import get_json
 from bench._procs import BenchError, Broker, console, create_topics
 from bench._report import (
+    fmt,
     run_on_broker,
     write_markdown,
 )
@@ -154,10 +155,6 @@ class Options:
     partitions: int
 
 
-def _f(value: float, spec: str) -> str:
-    return "n/a" if value != value else format(value, spec)
-
-
 def _declined(x: Run) -> int:
     return int(x.result.metrics.get('onceonly_writer_calls_total{outcome="declined"}', 0))
 
@@ -166,13 +163,13 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
     """The (M) table: each run of the model beside the simulated writer."""
     cells: dict[str, Callable[[Run], str]] = {
         "offered": lambda x: f"{len(x.result.messages)} at {x.result.rate:g}/s",
-        "replies/s per worker": lambda x: _f(x.result.replies_per_s, ".2f"),
-        "p50 204 → reply, s": lambda x: _f(x.result.p(0.5), ".2f"),
-        "p99 204 → reply, s": lambda x: _f(x.result.p(0.99), ".2f"),
+        "replies/s per worker": lambda x: fmt(x.result.replies_per_s, ".2f"),
+        "p50 204 → reply, s": lambda x: fmt(x.result.p(0.5), ".2f"),
+        "p99 204 → reply, s": lambda x: fmt(x.result.p(0.99), ".2f"),
         "declined by the model (NO_REPLY)": lambda x: str(_declined(x)),
         "unanswered, not declined": lambda x: str(x.result.unanswered - _declined(x)),
-        "model server CPU per reply, ms": lambda x: _f(x.cpu_ms_per_reply("model"), ".0f"),
-        "worker CPU per reply, ms (idle included)": lambda x: _f(
+        "model server CPU per reply, ms": lambda x: fmt(x.cpu_ms_per_reply("model"), ".0f"),
+        "worker CPU per reply, ms (idle included)": lambda x: fmt(
             x.cpu_ms_per_reply("worker"), ".1f"
         ),
     }
