@@ -61,6 +61,7 @@ from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool
 from bench._openloop import build_generator, open_loop
 from bench._options import IngestOptions, ingest_options, out_option
+from bench._proc_stack import ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 from bench._report import command_line, run_on_broker, write_report
 from bench._servers import ROUTE, local_url
@@ -275,16 +276,7 @@ def ingest_server(
         "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
         "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
     }.get(key, {})
-    env = {
-        "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
-        "ONCEONLY_PARTITIONS": str(partitions),
-        "ONCEONLY_INGEST_HOST": "127.0.0.1",
-        "ONCEONLY_INGEST_PORT": str(port),
-        "ONCEONLY_RUN_DIR": str(work),
-        "ONCEONLY_LOG_LEVEL": "WARNING",
-        **topics,
-        **variant,
-    }
+    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant)
     return ServerProcess(
         LABELS[key],
         [sys.executable, "-m", "onceonly", "ingest"],
