@@ -73,9 +73,8 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """:func:`cpu_seconds` of ``pid`` and of every live descendant (PostgreSQL's backends
-    are children of its postmaster); NaN if ``pid`` cannot be read."""
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and every live descendant."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -87,8 +86,14 @@ def tree_cpu_seconds(pid: int) -> float:
         more = {child for child, parent in parents.items() if parent in tree} - tree
         tree |= more
         grown = bool(more)
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of ``pid`` and of every live descendant (PostgreSQL's backends
+    are children of its postmaster); NaN if ``pid`` cannot be read."""
     total = cpu_seconds(pid)
-    for member in tree - {pid}:
+    for member in tree_pids(pid) - {pid}:
         value = cpu_seconds(member)
         if not math.isnan(value):  # a backend that exited meanwhile
             total += value
