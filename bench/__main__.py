@@ -20,59 +20,52 @@ A smoke run, in about two minutes::
 from __future__ import annotations
 
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import click
 
 from bench import ingest as ingest_mod
 from bench import processors as processors_mod
-from bench._machine import loadavg, revision
 from bench._options import (
     IngestOptions,
     ProcessorOptions,
     ingest_options,
+    out_option,
     processor_options,
-    results_dir_option,
 )
-from bench._procs import console, kafka
-from bench._report import about, command_line, execute, write_report
+from bench._procs import Broker, console
+from bench._report import command_line, run_on_broker, write_report
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @ingest_options
 @processor_options
-@results_dir_option
-def main(ingest: IngestOptions, processors: ProcessorOptions, results_dir: Path) -> None:
+@out_option
+def main(ingest: IngestOptions, processors: ProcessorOptions, out: Path) -> None:
     """Run the ingest and the processor benchmarks; write one report with a chart."""
-    load_before = loadavg()
-    code = revision()  # at the start: the processes run the code as it is now
-    began = time.monotonic()
 
-    def body() -> tuple[ingest_mod.Results, processors_mod.Results, str]:
-        with tempfile.TemporaryDirectory(prefix="onceonly-bench-") as tmp:
-            work = Path(tmp)
-            with kafka(work) as broker:
-                (work / "ingest").mkdir()
-                (work / "processors").mkdir()
-                console.rule("ingest benchmark")
-                ingest_results = ingest_mod.collect(ingest, broker, work / "ingest")
-                console.rule("processor benchmark")
-                processor_results = processors_mod.collect(processors, broker, work / "processors")
-                return ingest_results, processor_results, broker.about
+    def collect(broker: Broker, work: Path) -> tuple[ingest_mod.Results, processors_mod.Results]:
+        (work / "ingest").mkdir()
+        (work / "processors").mkdir()
+        console.rule("ingest benchmark")
+        ingest_results = ingest_mod.collect(ingest, broker, work / "ingest")
+        console.rule("processor benchmark")
+        return ingest_results, processors_mod.collect(processors, broker, work / "processors")
 
-    ingest_results, processor_results, kafka_about = execute(body)
-    took = time.monotonic() - began
-    md, png = write_report(
-        "bench",
-        "onceonly benchmark",
-        [ingest_mod.section(ingest_results), processors_mod.section(processor_results)],
-        about(kafka_about, load_before, code, [("whole run", f"{took:.0f} s")]),
-        command_line("bench"),
-        results_dir,
+    took: list[float] = []
+
+    def whole_run(_results: object, seconds: float) -> list[tuple[str, str]]:
+        took.append(seconds)
+        return [("whole run", f"{seconds:.0f} s")]
+
+    (ingest_results, processor_results), items = run_on_broker(
+        "onceonly-bench-", collect, whole_run
     )
-    console.print(f"written to {md} and {png.name} ({took:.0f} s in all)")
+    sections = [ingest_mod.section(ingest_results), processors_mod.section(processor_results)]
+    md, png = write_report(
+        "bench", "onceonly benchmark", sections, items, command_line("bench"), out
+    )
+    console.print(f"written to {md} and {png.name} ({took[0]:.0f} s in all)")
     if ingest_mod.verdict(ingest_results.runs).failed:
         sys.exit(1)
 

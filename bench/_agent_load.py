@@ -23,7 +23,7 @@ import svix.webhooks
 from bench._load import Delivery, agentmail_body, percentile
 from bench._model import HANG
 from bench._proc_phases import Bench
-from bench._proc_stack import base_env, check_alive, get_json, scrape
+from bench._proc_stack import base_env, check_alive, get_json, ingest_env, scrape
 from bench._procs import BenchError, ServerProcess
 
 ROUTE = "/webhooks/agentmail"
@@ -133,18 +133,12 @@ class AgentBench(Bench):
         from devstack.broker import free_port
 
         self.ingest_port = free_port()
+        more = {"ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": self.secret, **self.ingest_extra}
+        run_dir = self.work / "ingest-run"
         env = base_env(
-            {
-                "ONCEONLY_KAFKA_BOOTSTRAP": self.bootstrap,
-                "ONCEONLY_PARTITIONS": str(self.partitions),
-                "ONCEONLY_INGEST_HOST": "127.0.0.1",
-                "ONCEONLY_INGEST_PORT": str(self.ingest_port),
-                "ONCEONLY_RUN_DIR": str(self.work / "ingest-run"),
-                "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": self.secret,
-                "ONCEONLY_LOG_LEVEL": "WARNING",
-                **self.topics,
-                **self.ingest_extra,
-            }
+            ingest_env(
+                self.bootstrap, self.partitions, self.ingest_port, run_dir, self.topics, **more
+            )
         )
         self.ingest = ServerProcess(
             "onceonly ingest",

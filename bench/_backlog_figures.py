@@ -13,6 +13,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bench import _once
 from onceonly.processors.runtime.progress import JOINED, JOINING
 
 #: The worker's peak RSS must stay under this (the issue: "under 1 GB"), in MiB.
@@ -136,14 +137,16 @@ class Once:
 
 
 def answered_once(counts: Mapping[str, Sequence[int]], expected: Collection[str]) -> Once:
-    """``counts``: replied-to Message-ID -> [emails, requests] (``/_control/counts``)."""
+    """``counts``: replied-to Message-ID -> [emails, requests] (``/_control/counts``), judged
+    by :func:`bench._once.verdict`."""
     want = set(expected)
     mine = {k: v for k, v in counts.items() if k in want}
+    judged = _once.verdict(want, {k: v[0] for k, v in mine.items()})
     return Once(
         expected=len(want),
-        once=sum(1 for v in mine.values() if v[0] == 1),
-        missing=len(want - mine.keys()),
-        more=sum(1 for v in mine.values() if v[0] > 1),
+        once=_once.answered_once(judged),
+        missing=judged.count("missing"),
+        more=_once.doubled(judged),
         emails=sum(v[0] for v in mine.values()),
         requests=sum(v[1] for v in mine.values()),
         stray=len(counts.keys() - want),

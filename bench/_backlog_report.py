@@ -5,7 +5,15 @@ from __future__ import annotations
 import math
 
 from bench._backlog_figures import RSS_TARGET_MB, Outcome, Plan, Sample, bucket_of
-from bench._report import CONTENDED_PERCENT, Comparison, Figure, Section, fmt_cpu, met
+from bench._report import (
+    CONTENDED_PERCENT,
+    Comparison,
+    Figure,
+    Section,
+    fmt_cpu,
+    met,
+    verdict_table,
+)
 
 #: Rows of the RSS-over-time table, at most.
 SAMPLE_ROWS = 12
@@ -189,9 +197,7 @@ def section(o: Outcome) -> Section:
         (Figure("floor", f"floor: {p.concurrency} writer calls / {p.writer_s:g} s", p.floor_rate),),
     )
     body = [
-        "| figure | value | target or baseline | |",
-        "| --- | ---: | --- | --- |",
-        *("| " + " | ".join(row) + " |" for row in rows(o)),
+        *verdict_table(("figure", "value", "target or baseline", ""), rows(o)),
         "",
         f"Targets: {met(o.targets_met)} (RSS under {RSS_TARGET_MB:,.0f} MiB, no rebalance, "
         "every thread answered once).",

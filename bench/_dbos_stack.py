@@ -22,7 +22,7 @@ from bench._counted_model import CALLS_ENV
 from bench._load import agentmail_body
 from bench._proc_records import Record, as_record
 from bench._proc_stack import base_env, get_json, kill_hard
-from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console
+from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console, tree_pids
 
 #: The DBOS app's interpreter: its own virtual environment (``make bench-dbos`` makes it).
 DBOS_PYTHON = ROOT / ".venv-dbos" / "bin" / "python"
@@ -86,24 +86,6 @@ class Feeder(threading.Thread):
             producer.poll(0)
         if producer.flush(60):
             self.failed.append("records left unacknowledged after 60 s")
-
-
-def tree_pids(pid: int) -> set[int]:
-    """``pid`` and every live descendant."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text(encoding="ascii")
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    tree, grown = {pid}, True
-    while grown:
-        more = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= more
-        grown = bool(more)
-    return tree
 
 
 def tree_pss_mb(pid: int) -> float:

@@ -6,6 +6,8 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from bench import _load
+
 
 def most_in_window(times: Sequence[float], window_s: float) -> int:
     """The most ``times`` in any half-open window ``window_s`` long."""
@@ -28,11 +30,7 @@ def rate(times: Sequence[float]) -> float:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The nearest-rank percentile ``q`` (0-100) of ``values`` (nan when empty)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return _load.percentile(list(values), q / 100)
 
 
 def gaps(times: Sequence[float]) -> list[float]:

@@ -97,10 +97,6 @@ class Run:
         """CPU µs per delivery of ``process`` at the peak; NaN if it was not measured."""
         return per_delivery_us(self.cpu.get(process, math.nan), self.peak.rate)
 
-    def total_us(self) -> float:
-        """CPU µs per delivery of all the server's processes (:attr:`parts`)."""
-        return math.fsum(self.us(part) for part in self.parts)
-
 
 def fastest(runs: Sequence[Run]) -> Run:
     """Of one server's closed loops at several counts of connections, the one of most

@@ -174,6 +174,11 @@ async def serve(host: str, port: int) -> None:
     app.router.add_get("/_control/texts", outbox.written)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v0/{tail:.*}", thread)
+    await serve_until_stopped(app, host, port)
+
+
+async def serve_until_stopped(app: web.Application, host: str, port: int) -> None:
+    """Serve ``app`` on ``host:port`` until SIGINT or SIGTERM (bench._servers' servers too)."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -65,224 +65,195 @@ def connection_counts(text: str) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def option(*decls: str, help: str = "", **kw: Any) -> Callable[[F], F]:
+    """``click.option`` as the benchmarks use it: the default shown in ``--help``."""
+    return click.option(*decls, show_default=True, help=help, **kw)
+
+
+Spec = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def _spec(*decls: str, **kw: Any) -> Spec:
+    return decls, kw
+
+
+def _connections(_ctx: object, _param: object, value: str) -> tuple[int, ...]:
+    return connection_counts(value)
+
+
 _INGEST_OPTIONS = (
-    click.option(
+    _spec(
         "--duration",
         type=click.FloatRange(1, 60),
         default=10.0,
-        show_default=True,
         help="Ingest: measured seconds per closed loop (wrk's run is this, rounded up to "
         "whole seconds, plus one), and of the open loop.",
     ),
-    click.option(
+    _spec(
         "--warmup",
         type=click.FloatRange(0, 30),
         default=2.0,
-        show_default=True,
         help="Ingest: unmeasured seconds of wrk before each closed loop (rounded up to whole "
         "seconds; 0 for none).",
     ),
-    click.option(
+    _spec(
         "--concurrency",
         default="64,128",
-        show_default=True,
-        callback=lambda _ctx, _param, value: connection_counts(value),
+        callback=_connections,
         help="Ingest: keep-alive connections of wrk, comma-separated (1-256 each): every "
         "server's closed loop at each in turn, its peak the fastest; the open loops use the "
         "largest.",
     ),
-    click.option(
+    _spec(
         "--pool",
         type=click.IntRange(100, 200_000),
         default=30_000,
-        show_default=True,
         help="Ingest: distinct signed deliveries per closed loop (reused in turn if the "
         "loop sends more).",
     ),
-    click.option(
+    _spec(
         "--broker-warmup",
         type=click.FloatRange(0, 60),
         default=8.0,
-        show_default=True,
         help="Ingest: seconds of produce load on the broker before any server is measured "
         "(JIT warm-up).",
     ),
-    click.option(
+    _spec(
         "--pg-pool",
         type=click.IntRange(1, 100),
         default=16,
-        show_default=True,
         help="Ingest: asyncpg connections of the PostgreSQL baseline (d).",
     ),
-    click.option(
+    _spec(
         "--wrk-threads",
         type=click.IntRange(1, 64),
         default=1,
-        show_default=True,
         help="Ingest: wrk's threads (the connections are shared out among them).",
     ),
-    click.option(
+    _spec(
         "--target-runs",
         type=click.IntRange(1, 20),
         default=3,
-        show_default=True,
         help="Ingest: open loops at half of c's peak; the p99 target is judged on the "
         "median run's.",
     ),
-    click.option(
+    _spec(
         "--rounds",
         type=click.IntRange(1, 20),
         default=3,
-        show_default=True,
         help="Ingest: closed loops of every server in turn, this many times; each server's "
         "figures are those of its median round (by deliveries/s).",
     ),
 )
 
+#: in the order of :class:`ProcessorOptions`' fields
 _PROCESSOR_OPTIONS = (
-    click.option(
+    _spec(
         "--events",
         type=click.IntRange(100, 1_000_000),
         default=20_000,
-        show_default=True,
         help="Processors: AgentMail events for the throughput phases (1) and (2).",
     ),
-    click.option(
+    _spec(
         "--dedupe-entries",
         type=click.IntRange(1, 10_000_000),
         default=1_000_000,
-        show_default=True,
         help="Processors: distinct events the worker records before its RSS is read (3).",
     ),
-    click.option(
+    _spec(
+        "--skip-rss", is_flag=True, help="Processors: skip (3); (4) then restarts with less state."
+    ),
+    _spec(
         "--rss-budget",
         type=click.FloatRange(10, 7200),
         default=3600.0,
-        show_default=True,
         help="Processors: seconds (3) may take; if the worker has not recorded "
         "--dedupe-entries by then, the RSS is read at what it has and extrapolated, and the "
         "report says so.",
     ),
-    click.option(
-        "--skip-rss", is_flag=True, help="Processors: skip (3); (4) then restarts with less state."
+    _spec(
+        "--log-level",
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        default="INFO",
+        help="Processors: ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the "
+        "plain agent's.",
     ),
-    click.option(
+    _spec(
         "--takeover-entries",
         type=click.IntRange(0, 100_000_000),
         default=1_000_000,
-        show_default=True,
         help="Processors: dedupe entries the worker holds when it is SIGKILLed and an empty "
         "worker takes over (6), topped up if (3) left fewer; 0 skips (6).",
     ),
-    click.option(
+    _spec(
         "--takeover-only",
         is_flag=True,
         help="Processors: only fill a worker with --takeover-entries and run (6) "
         "(make bench-scale).",
     ),
-    click.option(
+    _spec(
         "--takeover-fill",
         type=click.Choice(["worker", "changelog"]),
         default="worker",
-        show_default=True,
         help="Processors: how (6)'s entries are made: recorded by the worker from Stripe "
         "events, or written straight to its events changelog as the worker writes them "
         "(sizes the worker would take hours to record; make bench-scale).",
     ),
-    click.option(
+    _spec(
         "--takeover-standby/--no-takeover-standby",
         default=True,
-        show_default=True,
         help="Processors: run (6)'s standby takeover after the cold one.",
-    ),
-    click.option(
-        "--log-level",
-        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-        default="INFO",
-        show_default=True,
-        help="Processors: ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the "
-        "plain agent's.",
     ),
 )
 
 
-def _apply(options: Sequence[Callable[[F], F]], f: F) -> F:
-    for option in reversed(options):
-        f = option(f)
-    return f
+def _bundle(specs: Sequence[Spec], make: Callable[..., Any], key: str) -> Callable[[F], F]:
+    """A decorator: the options of ``specs``, whose values (in their order) are handed to
+    ``f`` as one ``key=make(*values)``."""
+    names = [click.Option(decls, **kw).name for decls, kw in specs]
+
+    def decorate(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values = [kwargs.pop(name) for name in names if name is not None]
+            return f(*args, **{key: make(*values)}, **kwargs)
+
+        for decls, kw in reversed(specs):
+            wrapper = option(*decls, **kw)(wrapper)
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
-def ingest_options(f: F) -> F:
-    """The ingest benchmark's options, handed to ``f`` as ``ingest=IngestOptions(...)``."""
-
-    @functools.wraps(f)
-    def wrapper(
-        *args: Any,
-        duration: float,
-        warmup: float,
-        concurrency: tuple[int, ...],
-        pool: int,
-        broker_warmup: float,
-        pg_pool: int,
-        wrk_threads: int,
-        target_runs: int,
-        rounds: int,
-        **kwargs: Any,
-    ) -> Any:
-        opts = IngestOptions(
-            duration,
-            warmup,
-            concurrency,
-            pool,
-            broker_warmup,
-            pg_pool,
-            wrk_threads,
-            target_runs,
-            rounds,
-        )
-        return f(*args, ingest=opts, **kwargs)
-
-    return _apply(_INGEST_OPTIONS, wrapper)  # type: ignore[return-value]
+#: the ingest benchmark's options, handed to ``f`` as ``ingest=IngestOptions(...)``
+ingest_options = _bundle(_INGEST_OPTIONS, IngestOptions, "ingest")
+#: the processor benchmark's options, handed to ``f`` as ``processors=ProcessorOptions(...)``
+processor_options = _bundle(_PROCESSOR_OPTIONS, ProcessorOptions, "processors")
 
 
-def processor_options(f: F) -> F:
-    """The processor benchmark's options, handed to ``f`` as ``processors=ProcessorOptions``."""
-
-    @functools.wraps(f)
-    def wrapper(
-        *args: Any,
-        events: int,
-        dedupe_entries: int,
-        rss_budget: float,
-        skip_rss: bool,
-        log_level: str,
-        takeover_entries: int,
-        takeover_only: bool,
-        takeover_fill: str,
-        takeover_standby: bool,
-        **kwargs: Any,
-    ) -> Any:
-        opts = ProcessorOptions(
-            events,
-            dedupe_entries,
-            skip_rss,
-            rss_budget,
-            log_level.upper(),
-            takeover_entries,
-            takeover_only,
-            takeover_fill,
-            takeover_standby,
-        )
-        return f(*args, processors=opts, **kwargs)
-
-    return _apply(_PROCESSOR_OPTIONS, wrapper)  # type: ignore[return-value]
+def sized(values: dict[str, Any], smoke: bool, **sizes: tuple[Any, Any]) -> dict[str, Any]:
+    """``values`` (a command's options), each of ``sizes`` that was not given set to its
+    ``(full, smoke)`` size: the smoke one with ``--smoke``."""
+    for name, (full, small) in sizes.items():
+        if values[name] is None:
+            values[name] = small if smoke else full
+    return values
 
 
-def results_dir_option(f: F) -> F:
-    return click.option(
+def partitions() -> int:
+    """ONCEONLY_PARTITIONS as the worker reads it (the topics are made with this many)."""
+    from onceonly.foundation.settings import Settings
+
+    return Settings.from_env().partitions
+
+
+def out_option(f: F) -> F:
+    """``--out`` (also spelled ``--results-dir``): where the report is written."""
+    return option(
+        "--out",
         "--results-dir",
+        "out",
         type=click.Path(file_okay=False, path_type=Path),
         default=RESULTS_DIR,
-        show_default=True,
-        help="Where the report (markdown and PNG) is written.",
+        help="Where the report is written.",
     )(f)

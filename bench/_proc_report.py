@@ -7,8 +7,6 @@ import math
 import time
 from datetime import UTC, datetime
 
-from rich.table import Table
-
 from bench._proc_phases import FILL_CHUNK
 from bench._proc_results import Results
 from bench._proc_takeover import describe as describe_takeover
@@ -18,6 +16,8 @@ from bench._report import (
     Figure,
     Section,
     met,
+    print_table,
+    verdict_table,
 )
 
 TARGET_RATIO = 0.5
@@ -94,6 +94,7 @@ def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
 
 
 Row = tuple[str, str, str, str]
+HEADERS = ("figure", "measured", "target", "")
 #: the instant-writer targets measured a path no user runs; the agent-step benchmark
 #: (``bench.agent_step``) replaced them
 RETIRED = "retired: see the agent-step benchmark"
@@ -251,13 +252,7 @@ def summary(r: Results) -> list[str]:
 
 
 def print_report(r: Results) -> None:
-    table = Table(title="onceonly processor benchmark")
-    for i, header in enumerate(("figure", "measured", "target", "")):
-        table.add_column(header, justify="left" if i in (0, 3) else "right")
-    for row in figures(r):
-        table.add_row(*row, style="red" if "NOT met" in row[3] else None)
-    console.print()
-    console.print(table)
+    print_table("onceonly processor benchmark", HEADERS, figures(r))
     for line in summary(r):
         console.print(f"[bold red]{line}[/]" if "NOT THE FULL" in line else line)
     for note in r.notes:
@@ -275,9 +270,7 @@ def section(r: Results) -> Section:
             {"plain": TARGET_RATIO},
         )
     body = [
-        "| figure | measured | target | |",
-        "| --- | ---: | ---: | --- |",
-        *("| " + " | ".join(row) + " |" for row in figures(r)),
+        *verdict_table(HEADERS, figures(r)),
         "",
         *(f"- **{line}**" if "NOT THE FULL" in line else f"- {line}" for line in summary(r)),
         *(f"- **{note}**" for note in r.notes),

@@ -34,6 +34,22 @@ def base_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def ingest_env(
+    bootstrap: str, partitions: int, port: int, run_dir: Path, topics: dict[str, str], **more: str
+) -> dict[str, str]:
+    """``onceonly ingest``'s settings: on ``port``, against the broker and ``topics``."""
+    return {
+        "ONCEONLY_KAFKA_BOOTSTRAP": bootstrap,
+        "ONCEONLY_PARTITIONS": str(partitions),
+        "ONCEONLY_INGEST_HOST": "127.0.0.1",
+        "ONCEONLY_INGEST_PORT": str(port),
+        "ONCEONLY_RUN_DIR": str(run_dir),
+        "ONCEONLY_LOG_LEVEL": "WARNING",
+        **topics,
+        **more,
+    }
+
+
 def get_json(url: str, timeout_s: float = 2.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
         return json.loads(response.read())

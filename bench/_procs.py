@@ -13,11 +13,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from bench._threads import runqueue_wait_seconds
 from testkit.processes import Supervised
+
+if TYPE_CHECKING:
+    from onceonly.foundation.settings import Settings
 
 #: The repository root: servers run from here so that ``-m bench._servers`` resolves.
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,9 +73,8 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """:func:`cpu_seconds` of ``pid`` and of every live descendant (PostgreSQL's backends
-    are children of its postmaster); NaN if ``pid`` cannot be read."""
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and every live descendant."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -83,8 +86,14 @@ def tree_cpu_seconds(pid: int) -> float:
         more = {child for child, parent in parents.items() if parent in tree} - tree
         tree |= more
         grown = bool(more)
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of ``pid`` and of every live descendant (PostgreSQL's backends
+    are children of its postmaster); NaN if ``pid`` cannot be read."""
     total = cpu_seconds(pid)
-    for member in tree - {pid}:
+    for member in tree_pids(pid) - {pid}:
         value = cpu_seconds(member)
         if not math.isnan(value):  # a backend that exited meanwhile
             total += value
@@ -214,7 +223,6 @@ def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str
     """Topics shaped as onceonly's, named ``<prefix>.*``; the variables that point
     ingest or a worker at them."""
     from onceonly.foundation.kafka import Admin, Connection
-    from onceonly.foundation.settings import Settings
     from onceonly.foundation.topics import topic_specs
 
     names = {
@@ -223,13 +231,23 @@ def create_topics(bootstrap: str, partitions: int, prefix: str) -> dict[str, str
         "ONCEONLY_DEAD_LETTER_TOPIC": f"{prefix}.dead-letters",
         "ONCEONLY_DECISIONS_TOPIC": f"{prefix}.decisions",
     }
-    settings = Settings(
-        kafka_bootstrap=bootstrap,
-        partitions=partitions,
-        deliveries_topic=names["ONCEONLY_DELIVERIES_TOPIC"],
-        ledger_topic=names["ONCEONLY_LEDGER_TOPIC"],
-        dead_letter_topic=names["ONCEONLY_DEAD_LETTER_TOPIC"],
-        decisions_topic=names["ONCEONLY_DECISIONS_TOPIC"],
-    )
+    settings = topic_settings(bootstrap, partitions, names)
     Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
     return names
+
+
+def topic_settings(
+    bootstrap: str, partitions: int, topics: dict[str, str], **more: Any
+) -> Settings:
+    """Settings naming ``topics`` (as :func:`create_topics` returns them), and ``more``."""
+    from onceonly.foundation.settings import Settings
+
+    return Settings(
+        kafka_bootstrap=bootstrap,
+        partitions=partitions,
+        deliveries_topic=topics["ONCEONLY_DELIVERIES_TOPIC"],
+        ledger_topic=topics["ONCEONLY_LEDGER_TOPIC"],
+        dead_letter_topic=topics["ONCEONLY_DEAD_LETTER_TOPIC"],
+        decisions_topic=topics["ONCEONLY_DECISIONS_TOPIC"],
+        **more,
+    )

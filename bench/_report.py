@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,17 +68,22 @@ def ratios(comparison: Comparison) -> dict[str, float]:
     return {b.key: ratio(comparison.subject.rate, b.rate) for b in comparison.baselines}
 
 
+def fmt(value: float, spec: str) -> str:
+    """``value`` formatted by ``spec``; "n/a" for NaN."""
+    return "n/a" if math.isnan(value) else format(value, spec)
+
+
 def fmt_ratio(value: float) -> str:
     """Three significant digits (0.51, 0.0136, 1.23); "n/a" for NaN."""
     return "n/a" if math.isnan(value) else f"{value:.3g}"
 
 
 def fmt_rate(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:,.0f}"
+    return fmt(value, ",.0f")
 
 
 def fmt_ms(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.2f}"
+    return fmt(value, ".2f")
 
 
 def met(ok: bool) -> str:
@@ -251,6 +257,34 @@ def machine_table(items: Sequence[tuple[str, str]]) -> list[str]:
     return ["## Machine", "", "| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in items), ""]
 
 
+def verdict_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A table of figures in markdown: the first column (the figure) and the last (the
+    verdict) aligned left, the figures between right."""
+    last = len(headers) - 1
+    align = ["---" if i in (0, last) else "---:" for i in range(len(headers))]
+    return [_row(headers), _row(align), *(_row(row) for row in rows)]
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """The same table on the console, a row whose verdict is "NOT met" in red."""
+    from rich.table import Table
+
+    from bench._procs import console
+
+    table = Table(title=title)
+    last = len(headers) - 1
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i in (0, last) else "right")
+    for row in rows:
+        table.add_row(*row, style="red" if "NOT met" in row[last] else None)
+    console.print()
+    console.print(table)
+
+
 def command_line(module: str) -> str:
     args = sys.argv[1:]
     return f"python -m {module}" + (" " + " ".join(args) if args else "")
@@ -315,20 +349,48 @@ def execute(body: Callable[[], T]) -> T:
 
 
 def run_on_broker(
-    prefix: str, collect: Callable[[Any, Path], T]
+    prefix: str,
+    collect: Callable[[Any, Path], T],
+    extra: Callable[[T, float], Sequence[tuple[str, str]]] | None = None,
 ) -> tuple[T, list[tuple[str, str]]]:
     """Run ``collect(broker, folder)`` on a broker of its own, in a temporary folder that
     ``prefix`` names, under :func:`execute`: its results, and the report's description of
-    the machine (:func:`about`; the load average and the code are taken at the start, as
-    the processes run the code as it is then)."""
+    the machine (:func:`about`, with ``extra(results, seconds the run took)``; the load
+    average and the code are taken at the start, as the processes run the code as it is
+    then)."""
     from bench._machine import loadavg, revision
     from bench._procs import kafka
 
-    load_before, code = loadavg(), revision()
+    load_before, code, began = loadavg(), revision(), time.monotonic()
 
     def body() -> tuple[T, str]:
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp, kafka(Path(tmp)) as broker:
             return collect(broker, Path(tmp)), broker.about
 
     results, kafka_about = execute(body)
-    return results, about(kafka_about, load_before, code)
+    more = extra(results, time.monotonic() - began) if extra is not None else ()
+    return results, about(kafka_about, load_before, code, more)
+
+
+def write_markdown(
+    out: Path,
+    name: str,
+    title: str,
+    module: str,
+    body: Sequence[str],
+    items: Sequence[tuple[str, str]],
+    *,
+    smoke: bool = False,
+    note: str = "",
+) -> Path:
+    """A report without a chart, ``<out>/<name>-<date>.md`` (``<name>-<date>-smoke.md`` for a
+    smoke run, which never overwrites a full run's; see :func:`report_path`): the title and
+    the date, the command (``python -m <module> ...``, then ``note``), ``body`` and the
+    machine table."""
+    date = datetime.now(UTC).date().isoformat()
+    out.mkdir(parents=True, exist_ok=True)
+    path = report_path(out, name, f"{date}-smoke" if smoke else date)
+    head = [f"# {title}, {date}{' (smoke size)' if smoke else ''}", ""]
+    command = f"`{command_line(module)}`{note}"
+    path.write_text("\n".join([*head, command, "", *body, "", *machine_table(items)]), "utf-8")
+    return path

@@ -25,12 +25,12 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from bench._instant_mail import healthz, serve_until_stopped
 from onceonly.ingest.exceptions import VerificationError
 from onceonly.ingest.verify import verify_svix
 
@@ -111,10 +111,6 @@ def pg_pool(dsn: str, size: int) -> Callable[[web.Application], AsyncIterator[No
     return context
 
 
-async def healthz(request: web.Request) -> web.StreamResponse:
-    return web.json_response({"status": "ok"})
-
-
 async def serve(
     handler: Handler,
     host: str,
@@ -125,18 +121,7 @@ async def serve(
     app.cleanup_ctx.extend(contexts)
     app.router.add_post(ROUTE, handler)
     app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_until_stopped(app, host, port)
 
 
 def main(argv: list[str] | None = None) -> None:

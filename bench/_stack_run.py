@@ -1,7 +1,7 @@
 """One run of the whole stack under an open loop: ``onceonly ingest`` and one ``onceonly
 worker`` (real processes, fresh topics and app id), the instant mail server, deliveries
-POSTed at a steady rate. What ``bench.tracing_cost`` and ``bench.real_model`` measure
-with; the agent-step benchmark's own run (``bench.agent_step``) is the same, with hangs.
+POSTed at a steady rate, a share of them hanging in the writer if asked. What
+``bench.agent_step``, ``bench.tracing_cost`` and ``bench.real_model`` measure with.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ class Setup:
     tail_s: float = 90.0  #: how long to wait after the load for the last replies
     warm: bool = True  #: answer a few messages first (the worker has joined its group)
     pids: dict[str, int] = field(default_factory=dict)  #: more processes to take the CPU of
+    #: of the messages, those whose writer call hangs until the timeout (not waited for)
+    hang_fraction: float = 0.0
 
 
 @dataclass(slots=True)
@@ -61,19 +63,25 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
         assert bench.worker is not None and bench.ingest is not None
         if setup.warm:
             load.warm_up(bench, tag)
-        messages = build_messages(secret, setup.count, tag, 0.0)
+        messages = build_messages(secret, setup.count, tag, setup.hang_fraction)
         ours: dict[str, int | None] = {"ingest": bench.ingest.pid, **setup.pids}
         cpu = CpuWindow(bench.cpu_pids("worker", bench.worker.pid) | ours)
-        console.print(f"({setup.label}) {setup.count:,} messages at {setup.rate:g}/s …")
+        hanging = sum(m.hang for m in messages)
+        console.print(
+            f"({setup.label}) {setup.count:,} messages at {setup.rate:g}/s ({hanging} hang) …"
+        )
         began = time.perf_counter()
         cpu.begin()
         offered = asyncio.run(offer(bench.url_base + ROUTE, messages, setup.rate))
-        want = {m.message_id for m in messages if m.message_id in offered.acked}
+        want = {m.message_id for m in messages if not m.hang and m.message_id in offered.acked}
         bench.wait_answered(want, timeout_s=setup.tail_s)
         cpu.end()
         seconds = time.perf_counter() - began
         ids = {m.message_id for m in messages}
         received = {k: v for k, v in bench.received().items() if k in ids}
+        if hanging:  # the hanging calls' last attempts time out: dead-lettered
+            timeout_s = float(setup.worker["ONCEONLY_WRITER_TIMEOUT_S"])
+            bench.worker_metric("onceonly_dead_letters_total", 4 * timeout_s, hanging)
         counters = load.worker_counters(bench.worker_port)
     except BaseException:
         for process in (bench.ingest, bench.worker):

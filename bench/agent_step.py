@@ -24,35 +24,32 @@ The report is written to ``<--out>/agent-step-<date>.md``.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import math
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
-from rich.table import Table
 
-from bench import _agent_load as load
-from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
+from bench._agent_load import RunResult
 from bench._model import LATENCY_S
+from bench._options import out_option, partitions, sized
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
-from bench._procs import Broker, CpuWindow, console, create_topics
+from bench._procs import Broker, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
-    RESULTS_DIR,
-    command_line,
+    fmt,
     fmt_cpu,
-    machine_table,
     met,
-    report_path,
+    print_table,
     run_on_broker,
+    verdict_table,
+    write_markdown,
 )
+from bench._stack_run import Setup, run
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
 #: Writer timeout and attempts in (A) and (B), so that a hanging call ends in seconds.
@@ -103,56 +100,15 @@ class Results:
 
 
 def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
-    tag = secrets.token_hex(3)
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-agent-{tag}")
-    (work / label).mkdir()
+    """(A) or (B): the steady load through ingest and the worker (:func:`bench._stack_run.run`),
+    ``fraction`` of the messages hanging."""
+    count = int(opts.rate * opts.duration_s)
     settings = opts.worker_settings()
-    bench = AgentBench(
-        work / label, broker.bootstrap, topics, tag, opts.partitions, "INFO", broker.pid
+    setup = Setup(
+        label, opts.rate, count, opts.partitions, settings, tail_s=TAIL_S, hang_fraction=fraction
     )
-    bench.extra, bench.secret = settings, secret
-    try:
-        bench.start_mail()
-        bench.start_ingest()
-        bench.start_worker()
-        assert bench.worker is not None and bench.ingest is not None
-        console.print(f"({label}) waiting for the worker (warm-up messages) …")
-        load.warm_up(bench, tag)
-        messages = build_messages(secret, int(opts.rate * opts.duration_s), tag, fraction)
-        pids = bench.cpu_pids("worker", bench.worker.pid) | {"ingest": bench.ingest.pid}
-        cpu = CpuWindow(pids)
-        console.print(
-            f"({label}) {len(messages):,} messages at {opts.rate:g}/s for {opts.duration_s:g} s,"
-            f" {sum(m.hang for m in messages)} of them hanging …"
-        )
-        began = time.perf_counter()
-        cpu.begin()
-        offered = asyncio.run(offer(bench.url_base + ROUTE, messages, opts.rate))
-        want = {m.message_id for m in messages if not m.hang and m.message_id in offered.acked}
-        bench.wait_answered(want, timeout_s=TAIL_S)
-        cpu.end()
-        elapsed = time.perf_counter() - began
-        ids = {m.message_id for m in messages}
-        received = {k: v for k, v in bench.received().items() if k in ids}
-        result = RunResult(label, opts.rate, messages, offered, received, cpu.percent)
-        result.cpu_seconds = cpu.percent["worker"] / 100 * elapsed
-        result.settings = settings
-        if result.hanging:  # the hanging calls' last attempts time out: dead-lettered
-            bench.worker_metric("onceonly_dead_letters_total", 4 * TIMEOUT_S, result.hanging)
-        result.metrics = load.worker_counters(bench.worker_port)
-    except BaseException:
-        for process in (bench.ingest, bench.worker):
-            if process is not None:
-                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
-        raise
-    finally:
-        bench.stop_all()
-    console.print(
-        f"({label}) {result.replies_per_s:.1f} replies/s, p50 {result.p(0.5):.2f} s, "
-        f"p99 {result.p(0.99):.2f} s, {result.unanswered} unanswered, "
-        f"{result.cpu_ms_per_reply:.2f} ms of worker CPU per reply"
-    )
+    result = run(setup, broker, work).result
+    console.print(f"({label}) {result.cpu_ms_per_reply:.2f} ms of worker CPU per reply")
     return result
 
 
@@ -178,10 +134,6 @@ def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
 # --------------------------------------------------------------------------- the report
 
 
-def _fmt(value: float, spec: str) -> str:
-    return "n/a" if math.isnan(value) else format(value, spec)
-
-
 def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
     """(figure, A, B, target, verdict) rows."""
     runs = [x for x in (r.a, r.b) if x is not None]
@@ -204,21 +156,21 @@ def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
         ("204 from ingest", *both(lambda x: f"{len(x.offered.acked):,}"), "", ""),
         (
             "replies/s per worker",
-            *both(lambda x: _fmt(x.replies_per_s, ".1f")),
+            *both(lambda x: fmt(x.replies_per_s, ".1f")),
             f">= {opts.replies_target:.1f}",
             verdicts(lambda x: x.replies_per_s >= opts.replies_target),
         ),
-        ("p50 204 → reply, s", *both(lambda x: _fmt(x.p(0.5), ".2f")), "", ""),
+        ("p50 204 → reply, s", *both(lambda x: fmt(x.p(0.5), ".2f")), "", ""),
         (
             "p99 204 → reply, s",
-            *both(lambda x: _fmt(x.p(0.99), ".2f")),
+            *both(lambda x: fmt(x.p(0.99), ".2f")),
             f"<= {opts.p99_target_s:.1f}",
             verdicts(lambda x: x.p(0.99) <= opts.p99_target_s),
         ),
     ]
     if r.a is not None and r.b is not None:
         ratio = r.b.p(0.99) / r.a.p(0.99)
-        out.append(("p99 B / A", "", _fmt(ratio, ".3f"), "<= 1.10", met(ratio <= 1.10)))
+        out.append(("p99 B / A", "", fmt(ratio, ".3f"), "<= 1.10", met(ratio <= 1.10)))
     out += [
         (
             "unanswered (not hanging)",
@@ -227,11 +179,11 @@ def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
             verdicts(lambda x: x.unanswered == 0),
         ),
         ("hanging messages answered", *both(lambda x: str(x.hang_answered)), "0", ""),
-        ("worker CPU per reply, ms", *both(lambda x: _fmt(x.cpu_ms_per_reply, ".2f")), "", ""),
+        ("worker CPU per reply, ms", *both(lambda x: fmt(x.cpu_ms_per_reply, ".2f")), "", ""),
     ]
     if not math.isnan(r.instant_ms):
         out.append(
-            ("(C) instant writer, worker CPU per reply, ms", _fmt(r.instant_ms, ".2f"), "", "", "")
+            ("(C) instant writer, worker CPU per reply, ms", fmt(r.instant_ms, ".2f"), "", "", "")
         )
     return out
 
@@ -275,37 +227,21 @@ def notes(opts: Options, r: Results) -> list[str]:
     return lines
 
 
-def print_table(opts: Options, r: Results) -> None:
-    table = Table(title="onceonly agent-step benchmark")
-    for i, header in enumerate(("figure", "A (no hangs)", "B (hangs)", "target", "")):
-        table.add_column(header, justify="left" if i in (0, 4) else "right")
-    for row in rows(opts, r):
-        table.add_row(*row, style="red" if "NOT met" in row[4] else None)
-    console.print()
-    console.print(table)
+HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
+
+
+def print_results(opts: Options, r: Results) -> None:
+    print_table("onceonly agent-step benchmark", HEADERS, rows(opts, r))
     for line in notes(opts, r):
         console.print(line)
 
 
-def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
-    date = datetime.now(UTC).date().isoformat()
-    out.mkdir(parents=True, exist_ok=True)
-    path = report_path(out, "agent-step", date)
-    lines = [
-        f"# Agent-step benchmark, {date}",
-        "",
-        f"`{command_line('bench.agent_step')}`",
-        "",
-        "| figure | A (no hangs) | B (hangs) | target | |",
-        "| --- | ---: | ---: | ---: | --- |",
-        *("| " + " | ".join(row) + " |" for row in rows(opts, r)),
+def report_lines(opts: Options, r: Results) -> list[str]:
+    return [
+        *verdict_table(HEADERS, rows(opts, r)),
         "",
         *(f"- {line}" for line in notes(opts, r)),
-        "",
-        *machine_table(items),
     ]
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
 
 
 # --------------------------------------------------------------------------- main
@@ -317,7 +253,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     r.b = run_agent(opts, broker, work, "B", opts.hang_fraction)
     if opts.instant:
         run_instant(opts, broker, work, r)
-    print_table(opts, r)
+    print_results(opts, r)
     return r
 
 
@@ -330,6 +266,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
 )
 @click.option(
     "--duration",
+    "duration_s",
     type=click.FloatRange(1, 600),
     default=None,
     help="Seconds of load per run [60; smoke 15].",
@@ -344,41 +281,19 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     default=None,
     help="(C) records [2000; smoke 500].",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=RESULTS_DIR,
-    show_default=True,
-)
+@out_option
 @click.option("--smoke", is_flag=True, help="A small quick run (rate 20/s, 15 s, 500 records).")
-def main(
-    rate: float | None,
-    duration: float | None,
-    hang_fraction: float,
-    window_ms: int,
-    concurrency: int,
-    instant: bool,
-    instant_count: int | None,
-    out: Path,
-    smoke: bool,
-) -> None:
+def main(out: Path, smoke: bool, **values: Any) -> None:
     """Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls."""
-    from onceonly.foundation.settings import Settings
-
-    opts = Options(
-        rate if rate is not None else (20.0 if smoke else 55.0),
-        duration if duration is not None else (15.0 if smoke else 60.0),
-        hang_fraction,
-        window_ms,
-        concurrency,
-        instant,
-        instant_count if instant_count is not None else (500 if smoke else 2000),
-        Settings.from_env().partitions,
-    )
+    sized(values, smoke, rate=(55.0, 20.0), duration_s=(60.0, 15.0), instant_count=(2000, 500))
+    opts = Options(**values, partitions=partitions())
     results, about_items = run_on_broker(
         "onceonly-bench-agent-", lambda broker, work: collect(opts, broker, work)
     )
-    path = write_markdown(opts, results, about_items, out)
+    body = report_lines(opts, results)
+    path = write_markdown(
+        out, "agent-step", "Agent-step benchmark", "bench.agent_step", body, about_items
+    )
     console.print(f"written to {path}")
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 import math
 import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -50,12 +50,11 @@ from bench._backlog_records import backlog_records, message_id
 from bench._backlog_report import rows, section
 from bench._backlog_tick import measure as measure_tick
 from bench._backlog_writer import WRITER_S_ENV
-from bench._machine import loadavg, revision
-from bench._options import results_dir_option
+from bench._options import out_option
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, get_json, group_rss_mb, scrape
-from bench._procs import BenchError, Broker, CpuWindow, console, create_topics, kafka
-from bench._report import about, command_line, execute, write_report
+from bench._procs import BenchError, Broker, CpuWindow, console, create_topics
+from bench._report import command_line, run_on_broker, write_report
 
 #: Seconds between two /metrics readings (the lag gauge asks the broker each time).
 SCRAPE_EVERY_S = 5.0
@@ -306,52 +305,29 @@ def print_rows(outcome: Outcome) -> None:
     default=None,
     help="Copy the worker's and the mail server's logs to this directory.",
 )
-@results_dir_option
+@out_option
 def main(
-    threads: int,
-    body_kb: int,
-    writer_s: float,
-    window_ms: int,
-    concurrency: int | None,
-    max_pending: int | None,
-    stall_s: float,
-    timeout_s: float | None,
-    keep_logs: Path | None,
-    results_dir: Path,
+    stall_s: float, timeout_s: float | None, keep_logs: Path | None, out: Path, **values: Any
 ) -> None:
     """Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."""
     from onceonly.foundation.settings import Settings
 
     defaults = Settings.from_env()
-    plan = Plan(
-        threads,
-        body_kb,
-        writer_s,
-        window_ms,
-        concurrency or defaults.writer_concurrency,
-        max_pending or defaults.max_pending,
-        defaults.partitions,
-    )
+    values["concurrency"] = values["concurrency"] or defaults.writer_concurrency
+    values["max_pending"] = values["max_pending"] or defaults.max_pending
+    plan = Plan(**values, partitions=defaults.partitions)
     limits = Limits(stall_s, timeout_s, keep_logs)
-    load_before, code, began = loadavg(), revision(), time.monotonic()
 
-    def body() -> tuple[Outcome, str]:
-        with (
-            tempfile.TemporaryDirectory(prefix="onceonly-bench-backlog-") as tmp,
-            kafka(Path(tmp)) as broker,
-        ):
-            return run(plan, broker, Path(tmp), limits), broker.about
+    def took(_outcome: Outcome, seconds: float) -> list[tuple[str, str]]:
+        return [("whole run", f"{seconds:.0f} s")]
 
-    outcome, kafka_about = execute(body)
+    outcome, items = run_on_broker(
+        "onceonly-bench-backlog-", lambda broker, work: run(plan, broker, work, limits), took
+    )
     print_rows(outcome)
-    took = [("whole run", f"{time.monotonic() - began:.0f} s")]
+    title = "onceonly backlog benchmark"
     md, png = write_report(
-        "backlog",
-        "onceonly backlog benchmark",
-        [section(outcome)],
-        about(kafka_about, load_before, code, took),
-        command_line("bench.backlog"),
-        results_dir,
+        "backlog", title, [section(outcome)], items, command_line("bench.backlog"), out
     )
     console.print(f"written to {md} and {png.name}")
 

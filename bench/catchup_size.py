@@ -64,9 +64,8 @@ def _timed(fn: Callable[[], T]) -> tuple[float, T]:
 @click.option("--partitions", default=8, show_default=True)
 def main(messages: int, answered: int, partitions: int) -> None:
     from bench._catchup_seed import answer, message_id, queued, seed_inbox
-    from bench._procs import create_topics, kafka
+    from bench._procs import create_topics, kafka, topic_settings
     from onceonly.foundation.kafka import Connection
-    from onceonly.foundation.settings import Settings
     from onceonly.operations import catchup
     from testkit.fakes.agentmail_server import FakeAgentMail
 
@@ -77,13 +76,10 @@ def main(messages: int, answered: int, partitions: int) -> None:
         kafka(Path(tmp)) as broker,
     ):
         topics = create_topics(broker.bootstrap, partitions, f"catchup-{int(time.time())}")
-        settings = Settings(
-            kafka_bootstrap=broker.bootstrap,
-            partitions=partitions,
-            deliveries_topic=topics["ONCEONLY_DELIVERIES_TOPIC"],
-            ledger_topic=topics["ONCEONLY_LEDGER_TOPIC"],
-            dead_letter_topic=topics["ONCEONLY_DEAD_LETTER_TOPIC"],
-            decisions_topic=topics["ONCEONLY_DECISIONS_TOPIC"],
+        settings = topic_settings(
+            broker.bootstrap,
+            partitions,
+            topics,
             agentmail_api_key=SecretStr("bench"),
             agentmail_base_url=mail.base_url,
         )

@@ -30,29 +30,25 @@ message exactly 1, fewer model calls per message after the kill.
 from __future__ import annotations
 
 import secrets
-import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import click
-from rich.table import Table
 
 from bench import _dbos_figures as fig
 from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
-from bench._machine import loadavg, revision
-from bench._procs import Broker, console, create_topics, kafka
+from bench._options import out_option, partitions, sized
+from bench._procs import Broker, console, create_topics
 from bench._report import (
     CONTENDED_PERCENT,
-    RESULTS_DIR,
-    about,
-    command_line,
-    execute,
-    machine_table,
-    report_path,
+    print_table,
+    run_on_broker,
+    verdict_table,
+    write_markdown,
 )
 
 
@@ -211,100 +207,50 @@ def _dbos_version() -> str:
     return found[-1].name.removeprefix("dbos-").removesuffix(".dist-info") if found else "unknown"
 
 
-def print_table(a: fig.SystemRun, b: fig.SystemRun) -> None:
-    table = Table(title="onceonly worker vs the DBOS app")
-    for i, header in enumerate(("figure", a.label, b.label, "target for onceonly")):
-        table.add_column(header, justify="left" if i in (0, 3) else "right")
-    for row in fig.rows(a, b):
-        table.add_row(*row, style="red" if "NOT met" in row[3] else None)
-    console.print()
-    console.print(table)
-
-
-def write_markdown(
-    lines: list[str], note_lines: list[str], items: list[tuple[str, str]], out: Path, smoke: bool
-) -> Path:
-    """``<out>/dbos-<date>.md``, or ``dbos-<date>-smoke.md``: a smoke run never overwrites
-    the full run's report, nor a run an earlier one of the same day (``-2``, ...)."""
-    date = datetime.now(UTC).date().isoformat()
-    out.mkdir(parents=True, exist_ok=True)
-    path = report_path(out, "dbos", f"{date}-smoke" if smoke else date)
-    text = [
-        f"# onceonly vs DBOS Transact, {date}{' (smoke size)' if smoke else ''}",
-        "",
-        f"`{command_line('bench.dbos_compare')}`",
-        "",
-        *lines,
-        "",
-        *(f"- {line}" for line in note_lines),
-        "",
-        *machine_table(items),
-    ]
-    path.write_text("\n".join(text), encoding="utf-8")
-    return path
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--rate", type=click.FloatRange(1, 500), default=None, help="Records/s [50; smoke 20]."
 )
 @click.option(
-    "--duration", type=click.FloatRange(2, 600), default=None, help="Steady run, s [60; smoke 15]."
+    "--duration",
+    "duration_s",
+    type=click.FloatRange(2, 600),
+    default=None,
+    help="Steady run, s [60; smoke 15].",
 )
 @click.option(
     "--kill-duration",
+    "kill_duration_s",
     type=click.FloatRange(4, 600),
     default=None,
     help="Kill run, s [60; smoke 20].",
 )
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=RESULTS_DIR,
-    show_default=True,
-)
+@out_option
 @click.option("--smoke", is_flag=True, help="A run of a few minutes (20/s, 15 s, 20 s).")
-def main(
-    rate: float | None,
-    duration: float | None,
-    kill_duration: float | None,
-    concurrency: int,
-    out: Path,
-    smoke: bool,
-) -> None:
+def main(out: Path, smoke: bool, **values: Any) -> None:
     """onceonly's worker and a DBOS Transact app on the same records, then a SIGKILL each."""
-    from onceonly.foundation.settings import Settings
+    sized(values, smoke, rate=(50.0, 20.0), duration_s=(60.0, 15.0), kill_duration_s=(60.0, 20.0))
+    opts = Options(**values, partitions=partitions())
 
-    opts = Options(
-        rate if rate is not None else (20.0 if smoke else 50.0),
-        duration if duration is not None else (15.0 if smoke else 60.0),
-        kill_duration if kill_duration is not None else (20.0 if smoke else 60.0),
-        concurrency,
-        Settings.from_env().partitions,
-    )
-    load_before, code = loadavg(), revision()
+    def collect(broker: Broker, work: Path) -> tuple[fig.SystemRun, fig.SystemRun, str]:
+        load = Load.build(opts, secrets.token_hex(3))
+        a = run_onceonly(opts, broker, work, load)
+        b, pg_version = run_dbos(opts, broker, work, load)
+        return a, b, pg_version
 
-    def body() -> tuple[fig.SystemRun, fig.SystemRun, str, str]:
-        with (
-            tempfile.TemporaryDirectory(prefix="onceonly-bench-dbos-") as tmp,
-            kafka(Path(tmp)) as broker,
-        ):
-            load = Load.build(opts, secrets.token_hex(3))
-            a = run_onceonly(opts, broker, Path(tmp), load)
-            b, pg_version = run_dbos(opts, broker, Path(tmp), load)
-            return a, b, pg_version, broker.about
+    def dbos(run: tuple[fig.SystemRun, fig.SystemRun, str], _s: float) -> list[tuple[str, str]]:
+        return [("DBOS", f"dbos {_version('dbos')}, PostgreSQL {run[2]}")]
 
-    a, b, pg_version, kafka_about = execute(body)
-    print_table(a, b)
-    extra = [("DBOS", f"dbos {_version('dbos')}, PostgreSQL {pg_version}")]
-    path = write_markdown(
-        fig.markdown_table(a, b),
-        notes(opts, a, b, pg_version),
-        about(kafka_about, load_before, code, extra),
-        out,
-        smoke,
-    )
+    (a, b, pg_version), items = run_on_broker("onceonly-bench-dbos-", collect, dbos)
+    print_table("onceonly worker vs the DBOS app", fig.headers(a, b), fig.rows(a, b))
+    body = [
+        *verdict_table(fig.headers(a, b), fig.rows(a, b)),
+        "",
+        *(f"- {line}" for line in notes(opts, a, b, pg_version)),
+    ]
+    title = "onceonly vs DBOS Transact"
+    path = write_markdown(out, "dbos", title, "bench.dbos_compare", body, items, smoke=smoke)
     console.print(f"written to {path}")
 
 

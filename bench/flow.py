@@ -26,20 +26,19 @@ The report is ``<--out>/flow-<date>.md``.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from bench import _flow_figures as fig
+from bench import _once
 from bench._flow_stack import Stack
-from bench._machine import loadavg, revision
+from bench._options import out_option
 from bench._proc_stack import scrape
-from bench._procs import Broker, console, kafka
-from bench._report import RESULTS_DIR, about, command_line, execute, machine_table, report_path
+from bench._procs import Broker, console
+from bench._report import run_on_broker, write_markdown
 
 # --------------------------------------------------------------------------- the runs
 
@@ -75,7 +74,7 @@ async def run_rate(opts: Options, stack: Stack) -> list[str]:
     most = fig.most_in_window(calls, 60.0)
     call_rate, reply_rate = fig.rate(calls), fig.rate(list(answered.values()))
     per_s = opts.rpm / 60
-    twice = sum(1 for n in stack.sent_to().values() if n > 1)
+    twice = _once.doubled(_once.verdict(acked, stack.sent_to()))
     ok_window = most <= opts.rpm
     ok_rate = reply_rate >= 0.9 * per_s
     return [
@@ -111,7 +110,7 @@ async def run_throttle(opts: Options, stack: Stack) -> list[str]:
     probes = fig.probes_in_pause(refused, refused[0], until) if refused else []
     allowed = (until - refused[0]) / opts.retry_after_s + 1 if refused else 0
     spacing = min(fig.gaps(probes), default=float("nan"))
-    twice = sum(1 for n in stack.sent_to().values() if n > 1)
+    twice = _once.doubled(_once.verdict(acked, stack.sent_to()))
     return [
         f"## (B) 429 with Retry-After: {opts.retry_after_s:g} for {opts.throttle_s:g} s, "
         f"{opts.throttled_messages} messages, one worker",
@@ -167,6 +166,7 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
     written = stack.written_at()  # B's texts recorded: the writer's part of the wait
     metrics = scrape(stack.ports[0]) or {}
     target = opts.window_ms / 1000 + 2 * opts.flood_latency_s + 1
+    everyone = a_ids | early[0].keys() | read[0].keys()
     return [
         f"## (C) Fairness: tenant A floods {opts.flood} messages, tenant B posts "
         f"{opts.tenant_b} during it, twice; one worker at concurrency {opts.concurrency}, a "
@@ -178,7 +178,7 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
         *_b_rows("B once the worker took all of A's records", read, written, target, opts),
         f"| A answered in all | {len(seen_a)} (in {drain:.0f} s) | {opts.flood} | "
         f"{fig.met(len(seen_a) == opts.flood)} |",
-        f"| answered twice | {sum(1 for n in stack.sent_to().values() if n > 1)} | 0 | |",
+        f"| answered twice | {_once.doubled(_once.verdict(everyone, stack.sent_to()))} | 0 | |",
         f"| worker: mean writer call / mean wait for admission | "
         f"{fig.mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
         f"{fig.mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
@@ -246,33 +246,19 @@ async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
 @click.option("--partitions", default=8, show_default=True)
 @click.option("--runs", default="rate,throttle,fairness", show_default=True)
 @click.option("--smoke", is_flag=True, help="small sizes: a minute or two")
-@click.option("--out", type=click.Path(path_type=Path), default=RESULTS_DIR)
+@out_option
 def main(smoke: bool, out: Path, **values: object) -> None:
     """The flow-control benchmark; see the module's docstring."""
     if smoke:
         values.update(messages=120, rpm=120.0, flood=600, tenant_b=5, throttled_messages=30)
     opts = Options(**values)  # type: ignore[arg-type]
-    load_before = loadavg()
-
-    def body() -> list[str]:
-        with tempfile.TemporaryDirectory(prefix="onceonly-bench-flow-") as tmp:
-            work = Path(tmp)
-            with kafka(work) as broker:
-                lines = asyncio.run(run_all(opts, broker, work))
-                items = about(broker.about, load_before, revision())
-        return [
-            f"# Flow control for the model, {datetime.now(UTC).date().isoformat()}",
-            "",
-            f"`{command_line('bench.flow')}`; see bench/flow.py for what each run does.",
-            "",
-            *lines,
-            *machine_table(items),
-        ]
-
-    report = execute(body)
-    out.mkdir(parents=True, exist_ok=True)
-    path = report_path(out, "flow", datetime.now(UTC).date().isoformat())
-    path.write_text("\n".join(report) + "\n", encoding="utf-8")
+    lines, items = run_on_broker(
+        "onceonly-bench-flow-", lambda broker, work: asyncio.run(run_all(opts, broker, work))
+    )
+    note = "; see bench/flow.py for what each run does."
+    path = write_markdown(
+        out, "flow", "Flow control for the model", "bench.flow", lines, items, note=note
+    )
     console.print(f"report: {path}")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import click
 
 from bench._proc_records import Record, produce
-from bench._procs import Broker, console, create_topics
+from bench._procs import Broker, console, create_topics, topic_settings
 from bench._report import run_on_broker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,6 @@ def _disk_mb(path: Path) -> float:
 
 def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
     from onceonly.foundation.kafka import Connection
-    from onceonly.foundation.settings import Settings
     from onceonly.operations.index import IndexStore, one_pass
 
     topics = create_topics(broker.bootstrap, 8, "idx")
@@ -92,14 +91,7 @@ def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
     console.print(f"wrote {records:,} ledger records ({drafts} drafts) in {seconds:.1f} s")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEONLY_")}
     env |= {"ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap, "ONCEONLY_PARTITIONS": "8", **topics}
-    settings = Settings(
-        kafka_bootstrap=broker.bootstrap,
-        partitions=8,
-        deliveries_topic=topics["ONCEONLY_DELIVERIES_TOPIC"],
-        ledger_topic=topics["ONCEONLY_LEDGER_TOPIC"],
-        dead_letter_topic=topics["ONCEONLY_DEAD_LETTER_TOPIC"],
-        decisions_topic=topics["ONCEONLY_DECISIONS_TOPIC"],
-    )
+    settings = topic_settings(broker.bootstrap, 8, topics)
 
     index_dir = work / "index"
     store = IndexStore.writer(index_dir)

@@ -60,7 +60,8 @@ from bench._ingest_results import (
 from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool
 from bench._openloop import build_generator, open_loop
-from bench._options import IngestOptions, ingest_options, results_dir_option
+from bench._options import IngestOptions, ingest_options, out_option
+from bench._proc_stack import ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 from bench._report import command_line, run_on_broker, write_report
 from bench._servers import ROUTE, local_url
@@ -275,16 +276,7 @@ def ingest_server(
         "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
         "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
     }.get(key, {})
-    env = {
-        "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
-        "ONCEONLY_PARTITIONS": str(partitions),
-        "ONCEONLY_INGEST_HOST": "127.0.0.1",
-        "ONCEONLY_INGEST_PORT": str(port),
-        "ONCEONLY_RUN_DIR": str(work),
-        "ONCEONLY_LOG_LEVEL": "WARNING",
-        **topics,
-        **variant,
-    }
+    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant)
     return ServerProcess(
         LABELS[key],
         [sys.executable, "-m", "onceonly", "ingest"],
@@ -365,8 +357,8 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @ingest_options
-@results_dir_option
-def main(ingest: IngestOptions, results_dir: Path) -> None:
+@out_option
+def main(ingest: IngestOptions, out: Path) -> None:
     """Deliveries/s, p50/p99 and CPU per delivery of every process, under wrk, of (a) bare
     aiohttp, (b) + svix verify, (c) onceonly ingest, (c2) with 2 ingest processes, (m) with
     the envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING."""
@@ -379,7 +371,7 @@ def main(ingest: IngestOptions, results_dir: Path) -> None:
         [section(results)],
         about_items,
         command_line("bench.ingest"),
-        results_dir,
+        out,
     )
     console.print(f"written to {md} and {png.name}")
     if verdict(results.runs).failed:

@@ -29,6 +29,7 @@ from pathlib import Path
 import click
 
 from bench._load import sign_pool
+from bench._proc_stack import ingest_env
 from bench._procs import Broker, CpuWindow, ServerProcess, console, create_topics, kafka
 from bench._servers import ROUTE, local_url
 from bench._threads import GROUPS, per_delivery_us, thread_seconds
@@ -134,16 +135,7 @@ def baseline_server(secret: str, port: int, work: Path) -> ServerProcess:
 def ingest_server(
     variant: Variant, secret: str, port: int, broker: Broker, topics: dict[str, str], work: Path
 ) -> ServerProcess:
-    env = {
-        "ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap,
-        "ONCEONLY_PARTITIONS": "8",
-        "ONCEONLY_INGEST_HOST": "127.0.0.1",
-        "ONCEONLY_INGEST_PORT": str(port),
-        "ONCEONLY_RUN_DIR": str(work),
-        "ONCEONLY_LOG_LEVEL": "WARNING",
-        **topics,
-        **variant.env,
-    }
+    env = ingest_env(broker.bootstrap, 8, port, work, topics, **variant.env)
     argv = ingest_argv(sys.executable, variant)
     return ServerProcess(variant.name, argv, server_env(secret, env), work / f"{variant.name}.log")
 

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bench._changelog_fill import fill_changelog
-from bench._options import ProcessorOptions, processor_options, results_dir_option
+from bench._options import ProcessorOptions, out_option, processor_options
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
@@ -191,8 +191,8 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @processor_options
-@results_dir_option
-def main(processors: ProcessorOptions, results_dir: Path) -> None:
+@out_option
+def main(processors: ProcessorOptions, out: Path) -> None:
     """Events/s of a plain faust agent vs onceonly's worker, RSS with many dedupe entries,
     and restart-to-first-event."""
     results, about_items = run_on_broker(
@@ -204,7 +204,7 @@ def main(processors: ProcessorOptions, results_dir: Path) -> None:
         [section(results)],
         about_items,
         command_line("bench.processors"),
-        results_dir,
+        out,
     )
     console.print(f"written to {md} and {png.name}")
 

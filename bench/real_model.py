@@ -31,18 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
 from bench._agent_load import AgentBench
+from bench._options import out_option, partitions
 from bench._proc_stack import get_json
 from bench._procs import BenchError, Broker, console, create_topics
 from bench._report import (
-    RESULTS_DIR,
-    command_line,
-    machine_table,
-    report_path,
+    fmt,
     run_on_broker,
+    write_markdown,
 )
 from bench._stack_run import Run, Setup, run
 from devstack import llm
@@ -155,10 +155,6 @@ class Options:
     partitions: int
 
 
-def _f(value: float, spec: str) -> str:
-    return "n/a" if value != value else format(value, spec)
-
-
 def _declined(x: Run) -> int:
     return int(x.result.metrics.get('onceonly_writer_calls_total{outcome="declined"}', 0))
 
@@ -167,13 +163,13 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
     """The (M) table: each run of the model beside the simulated writer."""
     cells: dict[str, Callable[[Run], str]] = {
         "offered": lambda x: f"{len(x.result.messages)} at {x.result.rate:g}/s",
-        "replies/s per worker": lambda x: _f(x.result.replies_per_s, ".2f"),
-        "p50 204 → reply, s": lambda x: _f(x.result.p(0.5), ".2f"),
-        "p99 204 → reply, s": lambda x: _f(x.result.p(0.99), ".2f"),
+        "replies/s per worker": lambda x: fmt(x.result.replies_per_s, ".2f"),
+        "p50 204 → reply, s": lambda x: fmt(x.result.p(0.5), ".2f"),
+        "p99 204 → reply, s": lambda x: fmt(x.result.p(0.99), ".2f"),
         "declined by the model (NO_REPLY)": lambda x: str(_declined(x)),
         "unanswered, not declined": lambda x: str(x.result.unanswered - _declined(x)),
-        "model server CPU per reply, ms": lambda x: _f(x.cpu_ms_per_reply("model"), ".0f"),
-        "worker CPU per reply, ms (idle included)": lambda x: _f(
+        "model server CPU per reply, ms": lambda x: fmt(x.cpu_ms_per_reply("model"), ".0f"),
+        "worker CPU per reply, ms (idle included)": lambda x: fmt(
             x.cpu_ms_per_reply("worker"), ".1f"
         ),
     }
@@ -234,16 +230,6 @@ def report_lines(opts: Options, r: Results) -> list[str]:
     return lines
 
 
-def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
-    date = datetime.now(UTC).date().isoformat()
-    out.mkdir(parents=True, exist_ok=True)
-    path = report_path(out, "real-model", date)
-    head = [f"# A real model behind the openai writer, {date}", ""]
-    head += [f"`{command_line('bench.real_model')}`", ""]
-    path.write_text("\n".join([*head, *report_lines(opts, r), "", *machine_table(items)]))
-    return path
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--rate", type=click.FloatRange(0.01, 100), default=0.2, show_default=True)
 @click.option("--count", type=click.IntRange(0, 10_000), default=30, show_default=True)
@@ -256,19 +242,16 @@ def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out:
     help="0 (and --count 0): the sample only.",
 )
 @click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=RESULTS_DIR)
-def main(
-    rate: float, count: int, saturated_rate: float, saturated_count: int, threads: int, out: Path
-) -> None:
+@out_option
+def main(out: Path, **values: Any) -> None:
     """Build and serve a real model, answer the sample with it, measure replies/s and p99."""
-    from onceonly.foundation.settings import Settings
-
-    partitions = Settings.from_env().partitions
-    opts = Options(rate, count, saturated_rate, saturated_count, threads, partitions)
+    opts = Options(**values, partitions=partitions())
     results, about_items = run_on_broker(
         "onceonly-bench-model-", lambda broker, work: collect(opts, broker, work)
     )
-    path = write_markdown(opts, results, about_items, out)
+    title = "A real model behind the openai writer"
+    body = report_lines(opts, results)
+    path = write_markdown(out, "real-model", title, "bench.real_model", body, about_items)
     console.print(f"written to {path}")
 
 

@@ -25,20 +25,17 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
+from bench._options import out_option, partitions
 from bench._proc_stack import base_env, get_json
 from bench._procs import Broker, ServerProcess, console
 from bench._report import (
-    RESULTS_DIR,
-    command_line,
-    machine_table,
-    report_path,
     run_on_broker,
+    write_markdown,
 )
 from bench._stack_run import Run, Setup, run
 from devstack.ports import free_port
@@ -236,15 +233,8 @@ def per_run(r: Results) -> list[str]:
     return lines
 
 
-def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out: Path) -> Path:
-    date = datetime.now(UTC).date().isoformat()
-    out.mkdir(parents=True, exist_ok=True)
-    path = report_path(out, "tracing", date)
-    lines = [
-        f"# Tracing cost, {date}",
-        "",
-        f"`{command_line('bench.tracing_cost')}`",
-        "",
+def report_lines(opts: Options, r: Results) -> list[str]:
+    return [
         "| figure | off | on | on / off |",
         "| --- | ---: | ---: | ---: |",
         *("| " + " | ".join(row) + " |" for row in rows(r)),
@@ -259,11 +249,7 @@ def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out:
         f"the instant writer, window {opts.window_ms} ms, {opts.count:,} deliveries at "
         f"{opts.rate:g}/s, {opts.partitions} partitions; figures are the rounds' means",
         *(f"- {line}" for line in per_run(r)),
-        "",
-        *machine_table(items),
     ]
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -272,21 +258,15 @@ def write_markdown(opts: Options, r: Results, items: list[tuple[str, str]], out:
 @click.option("--rounds", type=click.IntRange(1, 10), default=2, show_default=True)
 @click.option("--window-ms", type=click.IntRange(0, 60_000), default=200, show_default=True)
 @click.option("--calls", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=RESULTS_DIR,
-    show_default=True,
-)
-def main(rate: float, count: int, rounds: int, window_ms: int, calls: int, out: Path) -> None:
+@out_option
+def main(out: Path, **values: Any) -> None:
     """Per-reply cost of OpenTelemetry tracing, on against off, in one run."""
-    from onceonly.foundation.settings import Settings
-
-    opts = Options(rate, count, rounds, window_ms, calls, Settings.from_env().partitions)
+    opts = Options(**values, partitions=partitions())
     results, about_items = run_on_broker(
         "onceonly-bench-tracing-", lambda broker, work: collect(opts, broker, work)
     )
-    path = write_markdown(opts, results, about_items, out)
+    body = report_lines(opts, results)
+    path = write_markdown(out, "tracing", "Tracing cost", "bench.tracing_cost", body, about_items)
     console.print(f"written to {path}")
 
 

@@ -8,14 +8,15 @@ from bench._dbos_figures import (
     PerMessage,
     SystemRun,
     emails,
+    headers,
     in_flight,
-    markdown_table,
     parse_calls,
     requests,
     rows,
     starts,
     verdicts,
 )
+from bench._report import verdict_table
 
 CALLS = (
     "100 start <a>\n"
@@ -110,7 +111,7 @@ def test_as_many_model_calls_as_dbos_does_not_meet_fewer() -> None:
 def test_the_table_has_both_systems_side_by_side() -> None:
     a = _run("onceonly worker", 1.0, 0.5, {})
     b = _run("DBOS app", 2.0, 0.5, {})
-    table = markdown_table(a, b)
+    table = verdict_table(headers(a, b), rows(a, b))
     assert table[0] == "| figure | onceonly worker | DBOS app | target for onceonly |"
     by_figure = {r[0]: r[1:] for r in rows(a, b)}
     assert by_figure["p99 record → email, s"] == ("1.00", "2.00", "<= DBOS's: met")
