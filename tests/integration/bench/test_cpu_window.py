@@ -41,7 +41,11 @@ def test_a_process_that_shares_its_cpu_is_seen_waiting_for_it(
 
     asyncio.run(window.measure(0.2, 1.0))
 
-    assert sum(window.percent[name] for name in pids) == pytest.approx(100, abs=25)
+    # the one CPU, shared three ways: 100 % between them on an idle machine, less when other
+    # work runs on that CPU too (48 % in a CI run beside three other jobs), never more
+    shares = [window.percent[name] for name in pids]
+    assert 20 < sum(shares) < 125, shares
+    assert all(abs(share - sum(shares) / 3) < 10 for share in shares), shares
     for name in pids:  # ~67 %: ready all along, on the CPU a third of it
         assert window.waited[name] > 50, window.waited
     assert window.waited["me"] < 10  # asleep, not waiting
