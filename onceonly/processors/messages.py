@@ -13,6 +13,7 @@ sides import it and neither imports the other (``tests/unit/test_layers.py``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +24,13 @@ __all__ = ["FoundReply", "Inbound", "Skip", "ThreadMessage", "reply_key"]
 
 def reply_key(inbox_id: str, message_id: str) -> str:
     """``reply-`` + sha256(inbox_id, newline, message_id): only ``A-Z a-z 0-9 - . _ ~``."""
+    return _reply_key(inbox_id, message_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reply_key(inbox_id: str, message_id: str) -> str:
+    # asked for again at each step of a message's way (Inbound.key is a property); the
+    # messages in flight are far fewer than 4,096
     return "reply-" + hashlib.sha256(f"{inbox_id}\n{message_id}".encode()).hexdigest()
 
 
