@@ -50,9 +50,12 @@ async def test_a_worker_on_a_broker_no_group_has_used_joins_without_a_warning(
     stack = Stack(settings, producer_factory(settings), mail, tmp_path)
 
     worker = stack.worker()
-    await until(stack, lambda: READY in worker.log(), "the worker ready", timeout_s=120)
-    await stack.deliver(stack.seed("<fresh@example.com>", "thr-fresh"))
-    await stack.until_sent(1)
+    try:
+        await until(stack, lambda: READY in worker.log(), "the worker ready", timeout_s=120)
+        await stack.deliver(stack.seed("<fresh@example.com>", "thr-fresh"))
+        await stack.until_sent(1)
+    finally:
+        worker.kill()  # not made by stack_factory, which kills its stacks' workers
 
     assert "Marking the coordinator dead" not in worker.log()
     assert not loud_lines(worker), "\n".join(loud_lines(worker))
