@@ -123,7 +123,10 @@ class Member(Actor):
                 record = self.world.part.record(raw)
             except Exception:
                 continue
-            if record.state is ReplyState.PENDING:
+            # as the worker: an approved draft is sent on its own (approval/applying.py);
+            # any other pending reply is finished with its burst when its messages are read
+            # again from the committed offset (bursts.py, Plan.RECONCILE)
+            if record.state is ReplyState.PENDING and record.approval is not None:
                 self._lane(record.thread_key).recorded.append(record)
         self.world.trace(self.name, f"assigned generation {generation}")
         self.fetch()

@@ -23,6 +23,7 @@ from onceonly.processors.exceptions import WriterFailed
 from onceonly.processors.messages import Inbound, Skip, reply_key
 from onceonly.processors.reply.bursts import (
     BurstResult,
+    Division,
     Outcome,
     Plan,
     already,
@@ -123,7 +124,7 @@ async def reply_once(
     for message, _ in division.finish:
         record = ledger.get(message.key)
         assert record is not None
-        covered = division.cover if message.key == division.covered_by else ()
+        covered = _covered(ledger, division, message.key)
         acted.append(await send(record, True, [*covered, message], len(covered)))
     if division.write:
         written = await _compose(division.write, parts)
@@ -135,6 +136,25 @@ async def reply_once(
             await _cover(ledger, others, record.key, now, channel)
             acted.append(await send(record, False, messages, len(others)))
     return summarize(acted, done)
+
+
+def _covered(ledger: Ledger, division: Division, key: str) -> tuple[Inbound, ...]:
+    """The messages the pending reply ``key`` covers, which go (and are dead-lettered) with
+    it: those covered just now, and those recorded covered by it before (a worker stopped
+    after its covered records, before its send: their records are done, their answer is
+    this send; simulator seed 384256741)."""
+    if key != division.covered_by:
+        return ()
+    before = tuple(
+        message
+        for message, step in division.done
+        if step is Plan.SKIP_COVERED and _covered_by(ledger.get(message.key)) == key
+    )
+    return (*before, *division.cover)
+
+
+def _covered_by(record: ReplyRecord | None) -> str | None:
+    return record.covered_by if record is not None else None
 
 
 def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:

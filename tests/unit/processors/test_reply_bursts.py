@@ -73,9 +73,12 @@ class Writer:
 @dataclass
 class Letters:
     letters: list[tuple[ReplyRecord, str]] = field(default_factory=list)
+    #: the message ids each letter carries
+    named: list[list[str]] = field(default_factory=list)
 
     async def __call__(self, record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
         self.letters.append((record, reason))
+        self.named.append([m.message_id for m in burst])
 
 
 @dataclass
@@ -239,6 +242,23 @@ async def test_an_unrecorded_message_a_sent_latest_reply_saw_is_covered_by_it() 
     assert (run.writer.calls, run.sender.tried) == ([], [])
     covered = run.ledger.records[A.key]
     assert (covered.state, covered.covered_by) == (ReplyState.COVERED, B.key)
+
+
+async def test_a_message_recorded_covered_goes_with_its_pending_reply_into_its_dead_letter() -> (
+    None
+):
+    # the worker recorded B's pending reply and A covered by it, then stopped before the
+    # send; the next owner's send fails: A's answer was that send, so A is dead-lettered
+    # with it rather than left covered by a reply that has no email (simulator seed
+    # 384256741)
+    run = Run(sender=Sender(SendError(SendFailure.REJECTED, "422")))
+    await run.ledger.put(owed(B, ReplyState.PENDING, reply_text="for a and b", covers=(A.key,)))
+    await run.ledger.put(owed(A, ReplyState.COVERED, covered_by=B.key))
+
+    result = await run([A, B])
+
+    assert result.outcome is Outcome.FAILED
+    assert run.letters.named == [[A.message_id, B.message_id]]
 
 
 async def test_a_pending_record_in_a_later_burst_looks_in_the_thread_first() -> None:

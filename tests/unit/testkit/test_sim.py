@@ -88,6 +88,10 @@ def test_a_clean_range_of_seeds_passes() -> None:
         # F8: a paused worker's send, past its check, went out after the next owner recorded
         # the reply failed; its refused sent record is written all the same
         369682463,
+        # F9: the next owner's send of a pending reply failed; a message recorded covered
+        # by it before was left covered by a reply with no email, in no dead letter
+        # (reply_once dead-letters it with the reply)
+        384256741,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
