@@ -20,6 +20,12 @@ log = structlog.get_logger("onceonly.reply")
 #: partition moved before it settled its key: its next owner settles it)
 PENDING_KEPT = 100_000
 
+#: the own records that a worker past its fence check (paused, then woken after its
+#: partition moved) may land after the next owner settled the key: *pending* (F1), *failed*
+#: (its writer failing, then paused; F7) and *covered* (its burst's older message, covered
+#: by its new reply, after the next owner sent that message's own pending reply; F10)
+_MAY_LAND_LATE = frozenset({ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED})
+
 #: reads (offset, key, value) of the ledger topic's records: partition, first, last (included)
 ReadLog = Callable[[int, int, int], Awaitable[Sequence[tuple[int, bytes, bytes | None]]]]
 
@@ -71,9 +77,7 @@ class TableLedger:
             self._pending[record.key] = where
             while len(self._pending) > PENDING_KEPT:  # left by lanes whose partition moved
                 del self._pending[next(iter(self._pending))]
-        if record.state in (ReplyState.PENDING, ReplyState.FAILED):
-            # a failed one too: a worker past its fence check (its writer failing, then
-            # paused) may land it after the next owner sent the reply (simulator finding F7)
+        if record.state in _MAY_LAND_LATE:
             await self._keep_settled(record, where)
 
     async def _write_sent_anyway(self, record: ReplyRecord) -> None:

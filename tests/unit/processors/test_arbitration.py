@@ -342,6 +342,33 @@ async def test_a_failed_record_landed_after_the_key_was_sent_is_followed_by_the_
     assert ReplyRecord.decode(topic[-1][1]) == sent
 
 
+async def test_a_covered_record_landed_after_the_key_was_sent_is_followed_by_the_sent_one_too() -> (
+    None
+):
+    # finding F10 (seeds 384256286, 384708954): a worker wrote a new reply covering an
+    # older message, paused past its fence check, and landed that message's *covered*
+    # record after the next owner sent the message's own pending reply; the email is out
+    topic: list[tuple[bytes, bytes]] = []
+    ledger = TableLedger(LogTable(topic, 0), read_log=Reads(topic))  # type: ignore[arg-type]
+    sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
+    topic.append((b"k", sent.encode()))
+
+    await ledger.put(_record("k", ReplyState.COVERED, None))
+
+    states = [ReplyRecord.decode(v).state for _, v in topic]
+    assert states == [ReplyState.SENT, ReplyState.COVERED, ReplyState.SENT]
+    assert ReplyRecord.decode(topic[-1][1]) == sent
+
+
+async def test_a_covered_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
+    ledger, topic, _ = _ledger(recovered=2)
+    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+
+    await ledger.put(_record("k", ReplyState.COVERED, None))
+
+    assert ReplyRecord.decode(topic[-1][1]).state is ReplyState.COVERED
+
+
 async def test_a_failed_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
     ledger, topic, _ = _ledger(recovered=2)
     topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
