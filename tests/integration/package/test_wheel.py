@@ -5,6 +5,7 @@ a writer module of the user's own that runs on it."""
 from __future__ import annotations
 
 import json
+import shutil
 import site
 import subprocess
 import sys
@@ -20,6 +21,10 @@ import pytest
 import onceonly
 
 ROOT = Path(__file__).resolve().parents[3]
+
+# Every test here shares one build: with --dist loadgroup, xdist would otherwise run the
+# module fixture in each worker, two builds at once.
+pytestmark = pytest.mark.xdist_group("wheel")
 
 
 @dataclass(frozen=True)
@@ -46,13 +51,21 @@ class Installed:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     tmp = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools writes build/ and *.egg-info beside pyproject.toml, and
+    # two builds in one checkout (a second worker, a developer's own) delete each other's files.
+    source = tmp / "source"
+    shutil.copytree(
+        ROOT / "onceonly", source / "onceonly", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     build = subprocess.run(
         # the build backend from the lock (setuptools, wheel in .venv), not the newest on PyPI
         [
             *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"),
             *("-w", str(tmp / "dist"), "."),
         ],
-        cwd=ROOT,
+        cwd=source,
         capture_output=True,
         text=True,
         timeout=600,

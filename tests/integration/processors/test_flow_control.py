@@ -188,10 +188,13 @@ async def test_one_tenants_flood_delays_anothers_message_by_about_one_call(
         return before
 
     await until(stack, lambda: len(a_emails_before_b()) == 5, "B's 5 emails", timeout_s=60)
-    assert 400 - max(a_emails_before_b()) > 100  # B was answered in the middle of A's flood
+    seen = f"A's emails before each of B's: {a_emails_before_b()}, A's when B was in: {a_before}"
+    assert 400 - max(a_emails_before_b()) > 100, seen  # B answered in the middle of A's flood
     # B waited about one call of A's, its wait counted in A's own emails, which a busy machine
-    # slows as much as B's: the old bound in seconds (window + 2 calls + 1.5 s of slack and
-    # polling) at 8 calls in flight of latency_s each
+    # slows as much as B's: the window, 2 calls and 3.5 s of slack at 8 calls in flight of
+    # latency_s each (88 emails). B's releases from the window are timers, which lag on a
+    # loaded machine while A's calls go on: at load 7, B's last email came 49 of A's emails
+    # after B was in. Queued behind A's flood (one tenant for all), B waited 368.
     a_during_b = max(a_emails_before_b()) - a_before
-    assert a_during_b <= (window_s + 2 * latency_s + 1.5) * 8 / latency_s
+    assert a_during_b <= (window_s + 2 * latency_s + 3.5) * 8 / latency_s, seen
     await flood
