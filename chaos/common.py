@@ -26,7 +26,7 @@ SEND_ATTEMPTS = 12
 
 CATCH_UP_LINE = re.compile(
     r"found (\d+), answered (\d+), skipped (\d+) \((\d+) sent by the agent, (\d+) already "
-    r"answered\), pending (\d+)"
+    r"answered\), past the ledger's retention \d+, pending (\d+)"
 )
 
 

@@ -316,16 +316,25 @@ def changelog_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
-def run_worker(settings: Settings, pages: Pages | None = None) -> None:
-    """``onceonly worker``: one faust worker in the foreground, once the broker answers;
-    ``pages`` are served on its web port (the command passes the operator page)."""
-    wait_for_broker(settings)
+def _prepare_group(settings: Settings) -> None:
+    """The changelogs made and the group's coordinator awaited, by an admin client that is
+    destroyed with this frame, before the worker runs. Kept open, it was the worker's one
+    long-lived AdminClient, and in librdkafka only admin requests wait on broker state
+    changes (rd_kafka_enq_once): once (make chaos-ci, 2026-12-04) a worker aborted there
+    (rd_kafka_enq_once_del_source_return: refcnt > 0) as a restarted broker came back."""
     admin = Admin(Connection.from_settings(settings), log_level=2)
     admin.ensure_topics(changelog_specs(settings))
     if not admin.await_group_coordinator(settings.app_id):
         log.warning(
             "the consumer group's coordinator did not answer; joining anyway", group=settings.app_id
         )
+
+
+def run_worker(settings: Settings, pages: Pages | None = None) -> None:
+    """``onceonly worker``: one faust worker in the foreground, once the broker answers;
+    ``pages`` are served on its web port (the command passes the operator page)."""
+    wait_for_broker(settings)
+    _prepare_group(settings)
     offset = settings.clock_offset_s
     clock = (lambda: time.time() + offset) if offset else time.time
     app, _ = build_app(settings, clock=clock, pages=pages)
