@@ -53,14 +53,21 @@ async def bare(request: web.Request) -> web.StreamResponse:
     return web.Response(status=204)
 
 
+async def _verified_body(request: web.Request, secret: str) -> bytes | None:
+    """The request's body if it verifies with Svix against ``secret``, None if it does not."""
+    body = await request.read()
+    try:
+        verify_svix(body, request.headers, secret)
+    except VerificationError:
+        return None
+    return body
+
+
 def svix_only(secret: str) -> Handler:
     """(b) Read the body, verify it with Svix, answer 204 (401 if it does not verify)."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        try:
-            verify_svix(body, request.headers, secret)
-        except VerificationError:
+        if await _verified_body(request, secret) is None:
             return web.Response(status=401)
         return web.Response(status=204)
 
@@ -77,10 +84,8 @@ def postgres_insert(secret: str) -> Handler:
     from bench._postgres import INSERT
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        try:
-            verify_svix(body, request.headers, secret)
-        except VerificationError:
+        body = await _verified_body(request, secret)
+        if body is None:
             return web.Response(status=401)
         try:
             event_id = json.loads(body)["event_id"]

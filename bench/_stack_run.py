@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench import _agent_load as load
 from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
-from bench._procs import Broker, CpuWindow, console, create_topics
+from bench._procs import Broker, CpuWindow, console, create_topics, print_log_tails
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +84,7 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
             bench.worker_metric("onceonly_dead_letters_total", 4 * timeout_s, hanging)
         counters = load.worker_counters(bench.worker_port)
     except BaseException:
-        for process in (bench.ingest, bench.worker):
-            if process is not None:
-                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+        print_log_tails((bench.ingest, bench.worker))
         raise
     finally:
         bench.stop_all()

@@ -57,7 +57,7 @@ from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
-from bench._procs import Broker, console, create_topics
+from bench._procs import Broker, console, create_topics, print_log_tails
 from bench._report import (
     CONTENDED_PERCENT,
     command_line,
@@ -176,9 +176,7 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
             held = r.restarts[-1].entries + 1 + partitions if r.restarts else 0
         _takeovers(bench, opts, r, held)
     except BaseException:
-        for process in (bench.plain, bench.worker, *bench.extra):
-            if process is not None:
-                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+        print_log_tails((bench.plain, bench.worker, *bench.extra))
         raise
     finally:
         bench.stop_all()

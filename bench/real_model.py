@@ -38,7 +38,7 @@ import click
 from bench._agent_load import AgentBench
 from bench._options import out_option, partitions
 from bench._proc_stack import get_json
-from bench._procs import BenchError, Broker, console, create_topics
+from bench._procs import BenchError, Broker, console, create_topics, print_log_tails
 from bench._report import (
     fmt,
     run_on_broker,
@@ -105,9 +105,7 @@ def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: 
         r.sample = written
         r.sample_s = time.monotonic() - began
     except BaseException:
-        for process in (bench.ingest, bench.worker):
-            if process is not None:
-                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+        print_log_tails((bench.ingest, bench.worker))
         raise
     finally:
         bench.stop_all()
