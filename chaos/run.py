@@ -90,8 +90,9 @@ must have one email, with the approved text (the edit, if one was applied).
 
 **Then**: wait until the workers are idle (consumer lag 0 and the outbox unchanged for a
 while), ``onceonly replay --from-offset 0`` (the whole deliveries topic), wait again,
-``onceonly catch-up --inbox <inbox> --since <run start>`` for every inbox (it answers the
-lost webhooks' messages), wait again.
+``onceonly catch-up --inbox <inbox> --since <run start>`` for every inbox, all at once (it
+answers the lost webhooks' messages; each command's summary line is read, or the run fails),
+wait again.
 
 **Verdict**: the fake's outbox, counted per (inbox, replied-to message id). The run prints
 the counts (messages, deliveries, emails, distinct answered, missing, doubled, kills, broker
