@@ -149,6 +149,13 @@ def _saw(observed: Observed, coverer: ReplyRecord, key: str, text: str | None) -
     return any(key in call.keys and call.text == text for call in observed.writer_calls)
 
 
+def _written(record: ReplyRecord, sent: str | None) -> str | None:
+    """The text the writer wrote for an email's text ``sent``: the draft's, when a person
+    edited it before approving."""
+    approval = record.approval
+    return approval.draft_text if approval and approval.draft_text is not None else sent
+
+
 class _Judge:
     def __init__(self, observed: Observed) -> None:
         self.o = observed
@@ -186,6 +193,8 @@ class _Judge:
         end = last_coverer(self.o.ledger, record.covered_by or "")
         coverer, coverer_pair = self.o.ledger.get(end), self.by_key.get(end)
         if coverer is None or coverer_pair is None:
+            if pair in self.o.dead_lettered:
+                return "dead-lettered"  # with the reply that superseded it, never recorded
             self.fail("answered_once", pair, f"covered by {end}, which no message of the run has")
             return "missing"
         if self.per[coverer_pair] == 0:
@@ -196,7 +205,7 @@ class _Judge:
             if self.o.settled:
                 self.fail("answered_once", pair, f"covered by {end}, which has no email")
             return "missing"
-        if not _saw(self.o, coverer, key, self.texts.get(coverer_pair)):
+        if not _saw(self.o, coverer, key, _written(coverer, self.texts.get(coverer_pair))):
             self.fail("covered_unseen", pair, f"covered by {end}, whose writer never saw it")
         return "covered"
 
