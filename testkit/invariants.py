@@ -15,7 +15,8 @@ one outcome:
 - **skipped** or **dead-lettered**: a recorded skip or an open dead letter naming it, with a
   reason or check.
 
-Besides: never two emails for one message; no email for a message whose delivery was not
+Besides: never two emails for one message, nor an email of its own for a message a sent
+reply of another message covers; no email for a message whose delivery was not
 verified (or that never arrived); a draft sent only once a person approved it (or edited it:
 then with the edited text), never after a rejection; once a run has settled, the ledger
 agrees with the mail API (``sent`` exactly where an email exists). Pure: no I/O.
@@ -217,6 +218,20 @@ class _Judge:
             if pair not in verified:
                 self.fail("nothing_unverified", pair, "an email for no verified delivery")
 
+    def covered_and_answered(self) -> None:
+        """A message with an email of its own that a sent reply of another message covers:
+        answered twice (a draft approved after a newer message superseded it)."""
+        for key, record in self.o.ledger.items():
+            coverer = self.by_key.get(key)
+            if record.state is not ReplyState.SENT or not record.covers or not coverer:
+                continue
+            if self.per[coverer] == 0:
+                continue
+            for covered in record.covers:
+                pair = self.by_key.get(covered)
+                if covered != key and pair is not None and self.per[pair] >= 1:
+                    self.fail("never_doubled", pair, f"an email of its own, and {key}'s covers it")
+
     def drafts(self) -> None:
         """A sent draft: a text a person approved (the applied decision's, where known);
         never a rejected one."""
@@ -255,6 +270,7 @@ def check(observed: Observed) -> Verdict:
     judge = _Judge(observed)
     outcomes = {m.pair: judge.outcome(m) for m in observed.messages if m.verified}
     judge.emails()
+    judge.covered_and_answered()
     judge.drafts()
     judge.ledger_agrees()
     return Verdict(outcomes, tuple(judge.violations))

@@ -70,7 +70,8 @@ def worker_parts(member: Member) -> Any:
     (``WorkerParts``): the member's ledger, fence and ownership, its mail as an AgentMail
     channel, the world's dead letters; metrics that count nothing."""
     world = member.world
-    channel = AgentMailChannel(ChannelMail(world.mail, member.owns))
+    mail: Any = ChannelMail(world.mail, member.owns)  # a MailClient's reply, find, thread
+    channel = AgentMailChannel(mail)
     settings = SimpleNamespace(approval="always", send_attempts=5, send_in_flight_wait_s=60.0)
 
     async def record_reply(record: ReplyRecord, reason: str, envelopes: Any) -> None:
@@ -125,7 +126,8 @@ class Operator:
         self.made: dict[str, _Made] = {}  #: decision id -> the decision
         self.applied: dict[str, bool] = {}  #: decision id -> the worker applied it
         self.drafts: set[str] = set()  #: keys the writer drafted
-        self.swept: set[str] = set()
+        self.swept: dict[str, str] = {}  #: key -> the sweep's decision id
+        self._again: dict[str, int] = {}
         self._count = 0
 
     def read(self) -> dict[str, ReplyRecord]:
@@ -171,9 +173,15 @@ class Operator:
     def sweep(self) -> None:
         """The end of the day: every draft still awaiting is approved once (liveness)."""
         for record in self.waiting():
-            if record.key not in self.swept:
-                self.swept.add(record.key)
-                self.make(record, "approve", "cli:ann", 0.0)
+            made = self.swept.get(record.key)
+            if made is None or (made in self.applied and self.swept_again(record.key)):
+                made = self.make(record, "approve", "cli:ann", 0.0).decision.decision_id
+                self.swept[record.key] = made
+
+    def swept_again(self, key: str) -> bool:
+        """A draft awaiting again after its sweep's decision was applied: at most three."""
+        self._again[key] = self._again.get(key, 0) + 1
+        return self._again[key] <= 3
 
     def make(self, record: ReplyRecord, action: str, by: str, think_s: float) -> _Made:
         """One decision judged against ``record`` (as read now), produced after ``think_s``
@@ -188,9 +196,12 @@ class Operator:
             decision, None if act is Action.REJECT else (text or record.reply_text)
         )
         before = judge(record, decision)
-        self.world.trace(by, f"{action} {record.message_id} ({decision.decision_id}): {before.status}")
+        said = f"{action} {record.message_id} ({decision.decision_id}): {before.status}"
+        self.world.trace(by, said)
         if before.status is Status.WAITING:
             self.world.loop.call_later(think_s, self._produce, decision)
+        else:
+            self.applied[decision.decision_id] = False  # not produced: it would move nothing
         return made
 
     def _produce(self, decision: ApprovalDecision) -> None:

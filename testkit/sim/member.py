@@ -65,7 +65,7 @@ class Member(Actor):
         #: armed: let this many checks pass, then pause this long right after the next
         self.pause_at_confirm: tuple[int, float] | None = None
         #: what the product's approval code reaches of the worker (approval schedules)
-        self.parts = worker_parts(self) if world.operator is not None else None
+        self.parts: Any = worker_parts(self) if world.operator is not None else None
 
     # -- the group -------------------------------------------------------------------
 

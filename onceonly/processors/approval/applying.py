@@ -14,6 +14,7 @@ sends the stored text with the same key.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,9 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
         on_retry=parts.metrics.send_retries.inc,
         may_retry=parts.flowing,
         arbitrate=parts.ledger.arbitrate,
+        # the loop's clock (time.monotonic under asyncio's own loop; the simulator's virtual
+        # clock under its loop): how long a 409 in-flight has been retried
+        monotonic=asyncio.get_running_loop().time,
     )
     await send_recorded(record, reconcile, send)
     sent: ReplyRecord | None = parts.ledger.get(record.key)
