@@ -96,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay this one seed")
     parser.add_argument("--trace", action="store_true", help="print the replayed seed's trace")
     parser.add_argument(
+        "--approval",
+        choices=["drawn", "off", "on"],
+        default="drawn",
+        help="with --seed: approval required as drawn (a quarter of seeds), or off or on",
+    )
+    parser.add_argument(
         "--planted", action="store_true", help="print the seeds each planted bug needs"
     )
     parser.add_argument(
@@ -124,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         approval_applied_twice=args.bug == "approval-applied-twice",
     )
     if args.seed is not None:
-        result = run_schedule(Schedule(args.seed, bugs))
+        required = {"drawn": None, "off": False, "on": True}[args.approval]
+        result = run_schedule(Schedule(args.seed, bugs, require_approval=required))
         if args.trace:
             print("\n".join(result.events))
         print(result.report() if not result.passed else f"seed {args.seed}: passed")

@@ -79,6 +79,9 @@ class Fault:
 class Schedule:
     seed: int
     bugs: Bugs = Bugs()
+    #: None: drawn (a quarter of the seeds); False for a seed kept from before approvals
+    #: were simulated (its regression test replays the schedule it found its bug with)
+    require_approval: bool | None = None
     messages: tuple[Inbound, ...] = field(init=False)
     arrivals: tuple[float, ...] = field(init=False)
     faults: tuple[Fault, ...] = field(init=False)
@@ -121,7 +124,9 @@ class Schedule:
             for kind in (rng.choice(kinds) for _ in range(rng.randint(5, 9)))
         ]
         approval = random.Random(self.seed * 7907 + 5)
-        object.__setattr__(self, "approval", approval.random() < APPROVAL_SHARE)
+        drawn = approval.random() < APPROVAL_SHARE
+        required = drawn if self.require_approval is None else self.require_approval
+        object.__setattr__(self, "approval", required)
         if self.approval:
             faults += _decisions(approval)
         object.__setattr__(self, "messages", tuple(messages))

@@ -99,7 +99,8 @@ def test_a_clean_range_of_seeds_passes() -> None:
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
-    result = run_schedule(Schedule(seed))
+    # without approvals: the schedule that found the bug, before approvals were simulated
+    result = run_schedule(Schedule(seed, require_approval=False))
 
     assert result.passed, result.report()
 
@@ -111,8 +112,15 @@ def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
         (Bugs(ledger_after_send=True), 40, {"never_doubled", "covered_unseen"}),
         (Bugs(commit_before_done=True), 40, {"answered_once"}),
         (Bugs(writer_sees_latest_only=True), 40, {"covered_unseen"}),
+        (Bugs(approval_applied_twice=True), 40, {"never_doubled"}),
     ],
-    ids=["no-fence-before-send", "ledger-after-send", "commit-before-done", "writer-sees-latest"],
+    ids=[
+        "no-fence-before-send",
+        "ledger-after-send",
+        "commit-before-done",
+        "writer-sees-latest",
+        "approval-applied-twice",
+    ],
 )
 def test_a_planted_bug_is_caught_within_n_seeds(
     bugs: Bugs, within: int, caught_by: set[str]
@@ -163,3 +171,16 @@ def test_a_double_from_an_owner_is_a_violation_even_with_keys_ignored() -> None:
         if any(v.invariant == "never_doubled" for v in result.violations):
             return
     pytest.fail("a double with no stale send was classified as the window")
+
+
+def test_approval_schedules_decide_twice_at_once_and_supersede_drafts() -> None:
+    # a quarter of the schedules require approval: people decide on drafts, two at once
+    # (one applied, the other "already"), and a newer message supersedes a waiting draft
+    seeds = [seed for seed in range(40) if Schedule(seed).approval]
+    twice = superseded = 0
+    for seed in seeds[:4]:
+        result = run_schedule(Schedule(seed))
+        applied = [e for e in result.events if " decision d" in e]
+        twice += any(e.endswith(": already") for e in applied)
+        superseded += sum("covered" in e and "text=" in e for e in result.events)
+    assert twice and superseded
