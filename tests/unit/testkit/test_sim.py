@@ -105,6 +105,26 @@ def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
     assert result.passed, result.report()
 
 
+@pytest.mark.xfail(strict=True, reason="open findings of the approval path (testkit/sim/README)")
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # F11: an approved draft's send failed; its dead letter (applying._send) names no
+        # message it covers: they are covered by a reply with no email, in no dead letter
+        202,
+        # F12: a paused worker's late awaiting record is the ledger topic's last word: the
+        # people approve its text, the owner sends its own (229); or it lands after the sent
+        # record and the draft awaits for ever (1800)
+        229,
+        1800,
+    ],
+)
+def test_a_seed_of_an_open_approval_finding_fails(seed: int) -> None:
+    result = run_schedule(Schedule(seed))
+
+    assert result.passed, result.report()
+
+
 @pytest.mark.parametrize(
     ("bugs", "within", "caught_by"),
     [
