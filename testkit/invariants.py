@@ -15,10 +15,10 @@ one outcome:
 - **skipped** or **dead-lettered**: a recorded skip or an open dead letter naming it, with a
   reason or check.
 
-Besides: never two emails for one message, nor an email of its own for a message a sent
-reply of another message covers; no email for a message whose delivery was not
+Besides: never two emails for one message; no email for a message whose delivery was not
 verified (or that never arrived); a draft sent only once a person approved it (or edited it:
-then with the edited text), never after a rejection; once a run has settled, the ledger
+then with the edited text), never after a rejection, nor after a newer reply that covers its
+message superseded it; once a run has settled, the ledger
 agrees with the mail API (``sent`` exactly where an email exists). Pure: no I/O.
 """
 
@@ -218,9 +218,9 @@ class _Judge:
             if pair not in verified:
                 self.fail("nothing_unverified", pair, "an email for no verified delivery")
 
-    def covered_and_answered(self) -> None:
-        """A message with an email of its own that a sent reply of another message covers:
-        answered twice (a draft approved after a newer message superseded it)."""
+    def superseded_and_sent(self) -> None:
+        """An approved draft with an email of its own that a newer sent reply covers: it was
+        approved after the newer message superseded it, and the message is answered twice."""
         for key, record in self.o.ledger.items():
             coverer = self.by_key.get(key)
             if record.state is not ReplyState.SENT or not record.covers or not coverer:
@@ -228,9 +228,12 @@ class _Judge:
             if self.per[coverer] == 0:
                 continue
             for covered in record.covers:
-                pair = self.by_key.get(covered)
-                if covered != key and pair is not None and self.per[pair] >= 1:
-                    self.fail("never_doubled", pair, f"an email of its own, and {key}'s covers it")
+                pair, draft = self.by_key.get(covered), self.o.ledger.get(covered)
+                if covered == key or pair is None or draft is None or draft.approval is None:
+                    continue
+                if self.per[pair] >= 1:
+                    detail = f"sent, and the newer reply {key} covers it (superseded)"
+                    self.fail("draft_approved", covered, detail)
 
     def drafts(self) -> None:
         """A sent draft: a text a person approved (the applied decision's, where known);
@@ -270,7 +273,7 @@ def check(observed: Observed) -> Verdict:
     judge = _Judge(observed)
     outcomes = {m.pair: judge.outcome(m) for m in observed.messages if m.verified}
     judge.emails()
-    judge.covered_and_answered()
+    judge.superseded_and_sent()
     judge.drafts()
     judge.ledger_agrees()
     return Verdict(outcomes, tuple(judge.violations))

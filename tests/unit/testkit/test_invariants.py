@@ -222,14 +222,16 @@ def test_an_email_whose_ledger_record_is_still_pending_disagrees_once_settled() 
     assert check(replace(_world(ledger=ledger), settled=False)).passed
 
 
-def test_a_message_with_its_own_email_that_another_sent_reply_covers_is_doubled() -> None:
-    # A's draft was superseded by B's reply, which covers A; A's draft was sent all the same
-    ledger = {KA: _sent(A), KB: _sent(B, covers=(KA,)), KC: _sent(C)}
+def test_an_approved_draft_sent_after_a_newer_reply_covering_it_superseded_it_is_caught() -> None:
+    # A's draft was superseded by B's reply, which covers A; A's draft was approved all the same
+    approved = Approval(Verdict.APPROVED, "ann", datetime(2026, 12, 4, tzinfo=UTC), "d1")
+    ledger = {KA: replace(_sent(A), approval=approved), KB: _sent(B, covers=(KA,)), KC: _sent(C)}
     verdict = check(_world(ledger=ledger))
     assert [str(v) for v in verdict.violations] == [
-        f"never_doubled: a in inbox: an email of its own, and {KB}'s covers it"
+        f"draft_approved: {KA}: sent, and the newer reply {KB} covers it (superseded)"
     ]
-    assert check(_world(ledger={KA: _sent(A), KB: _sent(B, covers=(KB,)), KC: _sent(C)})).passed
+    # no approval: A's own reply (a paused worker's, finished by the next owner: F10)
+    assert check(_world(ledger={KA: _sent(A), KB: _sent(B, covers=(KA,)), KC: _sent(C)})).passed
 
 
 def test_an_edited_cover_is_judged_by_the_text_its_writer_wrote() -> None:
