@@ -89,7 +89,9 @@ async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord 
     applied = apply(parts.ledger.get(decision.key), decision)
     parts.metrics.approval_decision(applied.answer.value, applied.record)
     if applied.record is not None:
-        await parts.ledger.put(applied.record)  # acknowledged before anything is sent
+        # acknowledged before anything is sent; a refused one: the draft, written again
+        await parts.ledger.put(applied.record)
+    if applied.answer is Answer.APPLIED:
         log.info(
             "approval decision applied", action=decision.action.value, state=applied.detail, **ids
         )
