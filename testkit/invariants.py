@@ -17,7 +17,8 @@ one outcome:
 
 Besides: never two emails for one message; no email for a message whose delivery was not
 verified (or that never arrived); a draft sent only once a person approved it (or edited it:
-then with the edited text), never after a rejection; once a run has settled, the ledger
+then with the edited text), never after a rejection, nor after a newer reply that covers its
+message superseded it; once a run has settled, the ledger
 agrees with the mail API (``sent`` exactly where an email exists). Pure: no I/O.
 """
 
@@ -149,6 +150,13 @@ def _saw(observed: Observed, coverer: ReplyRecord, key: str, text: str | None) -
     return any(key in call.keys and call.text == text for call in observed.writer_calls)
 
 
+def _written(record: ReplyRecord, sent: str | None) -> str | None:
+    """The text the writer wrote for an email's text ``sent``: the draft's, when a person
+    edited it before approving."""
+    approval = record.approval
+    return approval.draft_text if approval and approval.draft_text is not None else sent
+
+
 class _Judge:
     def __init__(self, observed: Observed) -> None:
         self.o = observed
@@ -186,6 +194,8 @@ class _Judge:
         end = last_coverer(self.o.ledger, record.covered_by or "")
         coverer, coverer_pair = self.o.ledger.get(end), self.by_key.get(end)
         if coverer is None or coverer_pair is None:
+            if pair in self.o.dead_lettered:
+                return "dead-lettered"  # with the reply that superseded it, never recorded
             self.fail("answered_once", pair, f"covered by {end}, which no message of the run has")
             return "missing"
         if self.per[coverer_pair] == 0:
@@ -196,7 +206,7 @@ class _Judge:
             if self.o.settled:
                 self.fail("answered_once", pair, f"covered by {end}, which has no email")
             return "missing"
-        if not _saw(self.o, coverer, key, self.texts.get(coverer_pair)):
+        if not _saw(self.o, coverer, key, _written(coverer, self.texts.get(coverer_pair))):
             self.fail("covered_unseen", pair, f"covered by {end}, whose writer never saw it")
         return "covered"
 
@@ -207,6 +217,23 @@ class _Judge:
                 self.fail("never_doubled", pair, f"{count} emails")
             if pair not in verified:
                 self.fail("nothing_unverified", pair, "an email for no verified delivery")
+
+    def superseded_and_sent(self) -> None:
+        """An approved draft with an email of its own that a newer sent reply covers: it was
+        approved after the newer message superseded it, and the message is answered twice."""
+        for key, record in self.o.ledger.items():
+            coverer = self.by_key.get(key)
+            if record.state is not ReplyState.SENT or not record.covers or not coverer:
+                continue
+            if self.per[coverer] == 0:
+                continue
+            for covered in record.covers:
+                pair, draft = self.by_key.get(covered), self.o.ledger.get(covered)
+                if covered == key or pair is None or draft is None or draft.approval is None:
+                    continue
+                if self.per[pair] >= 1:
+                    detail = f"sent, and the newer reply {key} covers it (superseded)"
+                    self.fail("draft_approved", covered, detail)
 
     def drafts(self) -> None:
         """A sent draft: a text a person approved (the applied decision's, where known);
@@ -246,6 +273,7 @@ def check(observed: Observed) -> Verdict:
     judge = _Judge(observed)
     outcomes = {m.pair: judge.outcome(m) for m in observed.messages if m.verified}
     judge.emails()
+    judge.superseded_and_sent()
     judge.drafts()
     judge.ledger_agrees()
     return Verdict(outcomes, tuple(judge.violations))

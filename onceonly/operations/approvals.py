@@ -32,7 +32,13 @@ from typing import Any, Generic, TypeVar
 from onceonly.foundation.errors import OnceOnlyError
 from onceonly.foundation.settings import Settings
 from onceonly.processors.approval.decisions import Answer, apply
-from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, Action, ApprovalDecision
+from onceonly.schemas.approval import (
+    APPROVAL_HEADER,
+    APPROVAL_VERSION,
+    Action,
+    ApprovalDecision,
+    draft_digest,
+)
 from onceonly.schemas.envelope import MAC_HEADER, mac_of
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -163,6 +169,7 @@ def decision_for(
         at=at or datetime.now(UTC),
         text=text,
         reason=reason,
+        draft=draft_digest(record.reply_text),  # the text read: the owner refuses another
     )
 
 

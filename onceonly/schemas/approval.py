@@ -9,6 +9,7 @@ page, ``POST /approvals/{key}``). Once applied, the reply's ledger record carrie
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -70,6 +71,11 @@ class Approval:
         )
 
 
+def draft_digest(text: str | None) -> str:
+    """The SHA-256 (hex) of a draft's text: what a decision names as the draft it was made on."""
+    return hashlib.sha256((text or "").encode()).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalDecision:
     """One person's decision on one draft, as produced to the deliveries topic."""
@@ -82,6 +88,10 @@ class ApprovalDecision:
     at: datetime
     text: str | None = None  #: an edit: sent in place of the draft's text
     reason: str | None = None  #: why it was rejected
+    #: :func:`draft_digest` of the draft's text as its maker read it (None: a timeout's, or
+    #: a decision made before decisions named their draft); the owner refuses the decision
+    #: when the draft it holds has another text (the simulator's finding F12)
+    draft: str | None = None
     v: int = APPROVAL_VERSION
 
     def encode(self) -> bytes:
@@ -94,6 +104,7 @@ class ApprovalDecision:
             "at": self.at.isoformat(),
             "text": self.text,
             "reason": self.reason,
+            "draft": self.draft,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -102,7 +113,7 @@ class ApprovalDecision:
     def decode(cls, value: bytes | str) -> ApprovalDecision:
         try:
             data = versioned(value, APPROVAL_VERSION, "approval decision")
-            text, reason = data.get("text"), data.get("reason")
+            text, reason, draft = data.get("text"), data.get("reason"), data.get("draft")
             return cls(
                 decision_id=str(data["decision_id"]),
                 key=str(data["key"]),
@@ -112,6 +123,7 @@ class ApprovalDecision:
                 at=datetime.fromisoformat(data["at"]),
                 text=str(text) if text is not None else None,
                 reason=str(reason) if reason is not None else None,
+                draft=str(draft) if draft is not None else None,
             )
         except SchemaError:
             raise

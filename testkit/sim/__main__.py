@@ -58,14 +58,17 @@ PLANTED = {
     "ledger_after_send": "the ledger written after the send",
     "commit_before_done": "an offset committed before its work is done",
     "writer_sees_latest_only": "a message covered by a reply whose writer never saw it",
+    "approval_applied_twice": "an approval applied twice",
 }
 
 
 def seeds_to_catch(bugs: Bugs, start: int, limit: int = 1000) -> int | None:
-    """How many seeds from ``start`` until one with ``bugs`` breaks an invariant."""
+    """How many seeds from ``start`` until one with ``bugs`` breaks an invariant that the
+    same seed without them keeps (a seed that fails without the bug does not count)."""
     for n in range(limit):
-        if run_schedule(Schedule(start + n, bugs)).violations:
-            return n + 1
+        found = run_schedule(Schedule(start + n, bugs)).violations
+        if found and set(found) - set(run_schedule(Schedule(start + n)).violations):
+            return n + 1  # a violation the same seed without the bug does not have
     return None
 
 
@@ -93,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay this one seed")
     parser.add_argument("--trace", action="store_true", help="print the replayed seed's trace")
     parser.add_argument(
+        "--approval",
+        choices=["drawn", "off", "on"],
+        default="drawn",
+        help="with --seed: approval required as drawn (a quarter of seeds), or off or on",
+    )
+    parser.add_argument(
         "--planted", action="store_true", help="print the seeds each planted bug needs"
     )
     parser.add_argument(
@@ -103,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             "keys-ignored",
             "commit-before-done",
             "writer-sees-latest-only",
+            "approval-applied-twice",
         ],
         help="plant a bug in the simulated world",
     )
@@ -117,9 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         keys_ignored=args.bug == "keys-ignored",
         commit_before_done=args.bug == "commit-before-done",
         writer_sees_latest_only=args.bug == "writer-sees-latest-only",
+        approval_applied_twice=args.bug == "approval-applied-twice",
     )
     if args.seed is not None:
-        result = run_schedule(Schedule(args.seed, bugs))
+        required = {"drawn": None, "off": False, "on": True}[args.approval]
+        result = run_schedule(Schedule(args.seed, bugs, require_approval=required))
         if args.trace:
             print("\n".join(result.events))
         print(result.report() if not result.passed else f"seed {args.seed}: passed")

@@ -11,6 +11,7 @@ from onceonly.processors.fence import Position
 from onceonly.processors.records import applied_after_write
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.writer.contract import Inbound
+from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.io import remote
 
@@ -41,7 +42,7 @@ class Partition:
     word on who owns them."""
 
     def __init__(self) -> None:
-        self.deliveries: list[Inbound] = []
+        self.deliveries: list[Inbound | ApprovalDecision] = []
         self.changelog: list[tuple[bytes, bytes | None]] = []
         #: who wrote each changelog record, and whether it owned the partition then
         self.writers: list[tuple[str, bool]] = []

@@ -8,6 +8,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from onceonly.processors.approval import applying
+from onceonly.processors.approval.decisions import Answer, by_mode
 from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.fence import Fence, Position, Rounds
 from onceonly.processors.flow.admission import Admission
@@ -21,7 +23,9 @@ from onceonly.processors.reply.once import (
 )
 from onceonly.processors.writer.contract import Decline, Draft, Inbound
 from onceonly.processors.writer.runner import Writer, WriterPolicy
+from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from testkit.sim.approvals import unchecked_decide, worker_parts
 from testkit.sim.io import Actor, Killed, current, remote
 from testkit.sim.log import DRAIN_GRACE_S, TP, LateLedger, SimTable, position
 from testkit.sim.mail import MemberMail
@@ -33,7 +37,7 @@ if TYPE_CHECKING:
 @dataclass
 class _Lane:
     task: asyncio.Task[None] | None = None
-    queue: list[tuple[int, Inbound]] = field(default_factory=list)
+    queue: list[tuple[int, Inbound | ApprovalDecision]] = field(default_factory=list)
     recorded: list[ReplyRecord] = field(default_factory=list)
 
 
@@ -60,6 +64,8 @@ class Member(Actor):
         self.fetched = 0
         #: armed: let this many checks pass, then pause this long right after the next
         self.pause_at_confirm: tuple[int, float] | None = None
+        #: what the product's approval code reaches of the worker (approval schedules)
+        self.parts: Any = worker_parts(self) if world.operator is not None else None
 
     # -- the group -------------------------------------------------------------------
 
@@ -185,10 +191,21 @@ class Member(Actor):
                     result = await send_recorded(record, True, self._parts([]))
                     self.world.trace(self.name, f"reconciled {record.message_id}: {result.outcome}")
                     continue
-                batch, lane.queue = lane.queue, []
+                offset, first = lane.queue[0]
+                if isinstance(first, ApprovalDecision):
+                    lane.queue = lane.queue[1:]
+                    await self._decide(first)
+                    self.open.pop(offset, None)
+                    self._commit()
+                    continue
+                batch, lane.queue = _messages(lane.queue)
                 taken = [offset for offset, _ in batch]
                 messages = _unique(m for _, m in batch)
-                result = await reply_once(messages, self._parts(taken, thread_key))
+                reply = self._parts(taken, thread_key)
+                if self.parts is not None:  # a newer message supersedes a waiting draft
+                    result = await applying.answer(self.parts, messages, reply)
+                else:
+                    result = await reply_once(messages, reply)
                 self.world.trace(
                     self.name,
                     f"burst {[m.message_id for m in messages]}: {result.outcome}",
@@ -207,6 +224,21 @@ class Member(Actor):
             lane.task = None
         if self.lanes.get(thread_key) is lane and (lane.queue or lane.recorded) and self.owns():
             self._start(thread_key)
+
+    async def _decide(self, decision: ApprovalDecision) -> None:
+        """A decision on a draft, applied on its thread's lane as the worker applies it."""
+        if self.world.bugs.approval_applied_twice:
+            answer = await unchecked_decide(self.parts, decision)
+        else:
+            await applying.decide(self.parts, decision)
+            record = self.ledger.get(decision.key)
+            mine = record is not None and record.approval is not None
+            mine = mine and record.approval.decision_id == decision.decision_id  # type: ignore[union-attr]
+            answer = Answer.APPLIED if mine else Answer.ALREADY
+        operator = self.world.operator
+        if operator is not None:
+            operator.applied_as(decision, answer)
+        self.world.trace(self.name, f"decision {decision.decision_id} on {decision.key}: {answer}")
 
     def _commit(self) -> None:
         if self.owns() and not self.paused:
@@ -227,7 +259,7 @@ class Member(Actor):
             lane = self.lanes.get(thread_key)
             if lane is None or not lane.queue:
                 return ()
-            more, lane.queue = lane.queue, []
+            more, lane.queue = _messages(lane.queue)
             taken.extend(offset for offset, _ in more)
             return _unique(m for _, m in more)
 
@@ -243,7 +275,8 @@ class Member(Actor):
         async def write(messages: Sequence[Inbound]) -> str | Decline | Draft:
             if world.bugs.writer_sees_latest_only:
                 messages = messages[-1:]
-            return await self.writer.write(messages)
+            written = await self.writer.write(messages)
+            return written if self.parts is None else by_mode("always", written)
 
         loop = asyncio.get_running_loop()
         return ReplyParts(
@@ -261,6 +294,17 @@ class Member(Actor):
 
 
 _POLICY = SendPolicy(attempts=5, in_flight_wait_s=60.0)
+
+
+def _messages(
+    queue: list[tuple[int, Inbound | ApprovalDecision]],
+) -> tuple[list[tuple[int, Inbound]], list[tuple[int, Inbound | ApprovalDecision]]]:
+    """The queue's messages before its first decision, and the rest (a decision is a job of
+    its own, in the thread's order)."""
+    cut = next((i for i, (_, m) in enumerate(queue) if isinstance(m, ApprovalDecision)), None)
+    if cut is None:
+        return queue, []  # type: ignore[return-value]
+    return queue[:cut], queue[cut:]  # type: ignore[return-value]
 
 
 def _unique(messages: Iterator[Inbound] | Sequence[Inbound]) -> list[Inbound]:

@@ -101,6 +101,8 @@ async def _play(schedule: Schedule) -> Result:
         loop.call_at(planned.at, fault, index)
     deadline = schedule.end + 6 * 3600
     while world.busy() and loop.time() < deadline:
+        if world.operator is not None and world.pending == 0:
+            world.operator.sweep()  # every draft gets a decision, at the end
         await asyncio.sleep(5.0)
     settled = not world.busy()
     verdict = check(world.observed())

@@ -9,6 +9,12 @@ run against a mail API that ignores idempotency keys, never with a pause placed 
 after a check (that window is not covered with keys ignored, docs/guarantees.md) nor a
 lost answer (finding F2: the send is retried without reading the thread first).
 
+About a quarter of the schedules (drawn from a second generator, so the others are the
+schedules they were before approvals were simulated) require approval: every reply is a
+draft, and 6 to 14 ``decide`` events have people approve, edit or reject a waiting draft,
+sometimes two at once or from two places, or the same decision twice
+(:mod:`testkit.sim.approvals`).
+
 :class:`Bugs` are test-only switches of the simulated world that plant a known bug, to
 show the simulator catches it.
 """
@@ -23,6 +29,7 @@ from onceonly.processors.writer.contract import Inbound
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 SPAN_S = 900.0  #: messages arrive over this much virtual time
+APPROVAL_SHARE = 0.25  #: of the schedules, the share that require approval
 
 #: fault kinds, and how each draws its argument
 KINDS = (
@@ -52,6 +59,9 @@ class Bugs:
     commit_before_done: bool = False
     #: (e) the writer is given only a burst's latest message; the reply covers them all
     writer_sees_latest_only: bool = False
+    #: (f) a decision on a draft is applied without the check that one was applied before
+    #: or that a newer message superseded the draft
+    approval_applied_twice: bool = False
 
     @property
     def any(self) -> bool:
@@ -69,10 +79,15 @@ class Fault:
 class Schedule:
     seed: int
     bugs: Bugs = Bugs()
+    #: None: drawn (a quarter of the seeds); False for a seed kept from before approvals
+    #: were simulated (its regression test replays the schedule it found its bug with)
+    require_approval: bool | None = None
     messages: tuple[Inbound, ...] = field(init=False)
     arrivals: tuple[float, ...] = field(init=False)
     faults: tuple[Fault, ...] = field(init=False)
     ignore_keys: bool = field(init=False)
+    #: replies are drafts a person decides on (the ``decide`` faults)
+    approval: bool = field(init=False)
 
     def __post_init__(self) -> None:
         rng = random.Random(self.seed)
@@ -108,6 +123,12 @@ class Schedule:
             Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), kind, _arg(rng, kind))
             for kind in (rng.choice(kinds) for _ in range(rng.randint(5, 9)))
         ]
+        approval = random.Random(self.seed * 7907 + 5)
+        drawn = approval.random() < APPROVAL_SHARE
+        required = drawn if self.require_approval is None else self.require_approval
+        object.__setattr__(self, "approval", required)
+        if self.approval:
+            faults += _decisions(approval)
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
         object.__setattr__(self, "faults", tuple(sorted(faults, key=lambda f: f.at)))
@@ -116,6 +137,14 @@ class Schedule:
     @property
     def end(self) -> float:
         return max([*self.arrivals, *(f.at for f in self.faults)])
+
+
+def _decisions(rng: random.Random) -> list[Fault]:
+    """The people's ``decide`` events; the argument: which of ``approvals.VARIANTS``."""
+    return [
+        Fault(round(rng.uniform(30.0, SPAN_S * 1.1), 3), "decide", float(rng.randrange(6)))
+        for _ in range(rng.randint(6, 14))
+    ]
 
 
 def _arg(rng: random.Random, kind: str) -> float:

@@ -21,7 +21,9 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from onceonly.processors.writer.contract import Inbound
+from onceonly.schemas.approval import ApprovalDecision
 from testkit.invariants import Email, Message, Observed
+from testkit.sim.approvals import VARIANTS, Operator
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Partition
 from testkit.sim.mail import SimMail
 from testkit.sim.member import Member
@@ -63,6 +65,7 @@ class World:
         self._incarnations: dict[str, int] = {}
         self.pending = 0  #: faults and arrivals not yet played
         self._now = (0.0, EPOCH)  #: the virtual time :meth:`now` last made a datetime of
+        self.operator = Operator(self) if schedule.approval else None
 
     def trace(self, who: str, what: object) -> None:
         self.events.append((self.loop.time(), who, what))
@@ -153,8 +156,12 @@ class World:
 
     def arrive(self, message: Inbound, text: str) -> None:
         self.mail.receive(message.inbox_id, message.message_id, message.thread_id, text)
-        self.part.deliveries.append(message)
         self.trace("world", f"delivery {message.message_id} thread {message.thread_id}")
+        self.deliver(message)
+
+    def deliver(self, item: Inbound | ApprovalDecision) -> None:
+        """A record on the deliveries partition: a message, or a decision on a draft."""
+        self.part.deliveries.append(item)
         owner = self.part.owner
         if owner is not None:
             owner.fetch()
@@ -181,6 +188,8 @@ class World:
             self.model.faults.throttle_next += int(fault.arg)
         elif fault.kind == "model_hang":
             self.model.faults.hang_next += int(fault.arg)
+        elif fault.kind == "decide" and self.operator is not None:
+            self.operator.play(VARIANTS[int(fault.arg)])
 
     def busy(self) -> bool:
         part = self.part
@@ -193,6 +202,7 @@ class World:
             or part.owner is None
             or part.committed < len(part.deliveries)
             or any(m.paused for m in self.members.values())
+            or (self.operator is not None and bool(self.operator.waiting()))
         )
 
     def observed(self) -> Observed:
@@ -204,10 +214,13 @@ class World:
             else:
                 last[key] = value
         ledger = {key.decode(): part.record(value) for key, value in last.items()}
+        operator = self.operator
         return Observed(
             messages=tuple(Message(m.inbox_id, m.message_id) for m in self.schedule.messages),
             emails=tuple(Email(e.inbox_id, e.replied_to, e.text) for e in self.mail.outbox),
             ledger=ledger,
             writer_calls=tuple(self.model.calls),
             dead_lettered=dict(self.dead_lettered),
+            drafts=frozenset(operator.drafts) if operator else frozenset(),
+            decisions=operator.decisions() if operator else (),
         )

@@ -14,6 +14,7 @@ sends the stored text with the same key.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,9 @@ async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord 
     applied = apply(parts.ledger.get(decision.key), decision)
     parts.metrics.approval_decision(applied.answer.value, applied.record)
     if applied.record is not None:
-        await parts.ledger.put(applied.record)  # acknowledged before anything is sent
+        # acknowledged before anything is sent; a refused one: the draft, written again
+        await parts.ledger.put(applied.record)
+    if applied.answer is Answer.APPLIED:
         log.info(
             "approval decision applied", action=decision.action.value, state=applied.detail, **ids
         )
@@ -123,6 +126,9 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
         on_retry=parts.metrics.send_retries.inc,
         may_retry=parts.flowing,
         arbitrate=parts.ledger.arbitrate,
+        # the loop's clock (time.monotonic under asyncio's own loop; the simulator's virtual
+        # clock under its loop): how long a 409 in-flight has been retried
+        monotonic=asyncio.get_running_loop().time,
     )
     await send_recorded(record, reconcile, send)
     sent: ReplyRecord | None = parts.ledger.get(record.key)

@@ -24,7 +24,7 @@ import structlog
 
 from onceonly.processors.messages import Inbound, ThreadMessage
 from onceonly.processors.writer.contract import Decline, Draft
-from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict
+from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict, draft_digest
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.approvals")
@@ -57,7 +57,9 @@ class Answer(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """A decision's effect: the record to write (None: nothing to write) and why."""
+    """A decision's effect: the record to write (None: nothing to write) and why. A
+    ``REFUSED`` answer with a record: the decision named another text than the draft's;
+    the draft is written again (:data:`OTHER_DRAFT`)."""
 
     answer: Answer
     record: ReplyRecord | None
@@ -74,6 +76,16 @@ def _state_of(record: ReplyRecord) -> str:
     return detail
 
 
+#: a decision made on another text than the draft's: a late record of a worker whose
+#: partition moved (paused past its fence check) showed its own draft for the key after
+#: the owner wrote the owner's (the simulator's finding F12); the owner writes its draft
+#: again, so the ledger's last word is the text it would send
+OTHER_DRAFT = (
+    "refused: the draft's text is not the one the decision was made on (the draft "
+    "changed); read the draft again and decide on it"
+)
+
+
 def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
     """What ``decision`` does to the reply's current ledger ``record``.
 
@@ -81,6 +93,8 @@ def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
     rejection to *declined*. Once a decision was applied, the same approval again (two
     people, a double click, a bot's retry) is ``ALREADY``; an edit to another text, a
     rejection, an approval of a declined draft are ``REFUSED`` with the reply's state.
+    A decision that names another text than the draft's (``draft``) is ``REFUSED``, with
+    the draft as the record to write again.
     """
     if record is None:
         return Applied(Answer.REFUSED, None, f"no reply {decision.key} in the ledger")
@@ -89,6 +103,8 @@ def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
             return Applied(Answer.ALREADY, None, _state_of(record))
         refused = f"refused: the reply is {_state_of(record)}"
         return Applied(Answer.REFUSED, None, refused)
+    if decision.draft is not None and decision.draft != draft_digest(record.reply_text):
+        return Applied(Answer.REFUSED, record, OTHER_DRAFT)
     if decision.action is not Action.APPROVE:
         timed_out = decision.action is Action.TIME_OUT
         verdict = Verdict.TIMED_OUT if timed_out else Verdict.REJECTED

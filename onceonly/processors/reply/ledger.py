@@ -22,9 +22,13 @@ PENDING_KEPT = 100_000
 
 #: the own records that a worker past its fence check (paused, then woken after its
 #: partition moved) may land after the next owner settled the key: *pending* (F1), *failed*
-#: (its writer failing, then paused; F7) and *covered* (its burst's older message, covered
-#: by its new reply, after the next owner sent that message's own pending reply; F10)
-_MAY_LAND_LATE = frozenset({ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED})
+#: (its writer failing, then paused; F7), *covered* (its burst's older message, covered
+#: by its new reply, after the next owner sent that message's own pending reply; F10) and
+#: *awaiting* (its draft, after the next owner sent the key's reply or superseded its own
+#: draft; F12)
+_MAY_LAND_LATE = frozenset(
+    {ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED, ReplyState.AWAITING}
+)
 
 #: reads (offset, key, value) of the ledger topic's records: partition, first, last (included)
 ReadLog = Callable[[int, int, int], Awaitable[Sequence[tuple[int, bytes, bytes | None]]]]

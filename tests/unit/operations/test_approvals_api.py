@@ -18,8 +18,8 @@ from onceonly.operations.approvals import (
     judge,
 )
 from onceonly.operations.approvals_web import bearer, parse_decision, token_refusal
-from onceonly.processors.approval.decisions import apply
-from onceonly.schemas.approval import Action, ApprovalDecision
+from onceonly.processors.approval.decisions import OTHER_DRAFT, apply
+from onceonly.schemas.approval import Action, ApprovalDecision, draft_digest
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -80,6 +80,19 @@ def test_the_maker_is_told_whether_its_own_decision_moved_the_draft() -> None:
     assert refused.status is Status.REFUSED
     assert refused.state == "pending"
     assert "edited by bob" in refused.detail
+
+
+def test_a_decision_names_the_draft_read_and_is_refused_on_another() -> None:
+    # finding F12: the text read (a paused worker's late draft) is not the owner's
+    decision = decision_for(DRAFT, Action.APPROVE, "ana")
+    owners = dataclasses.replace(DRAFT, reply_text="the owner's draft")
+
+    assert decision.draft == draft_digest("draft")
+    assert judge(DRAFT, decision).status is Status.WAITING
+    assert (judge(owners, decision).status, judge(owners, decision).detail) == (
+        Status.REFUSED,
+        OTHER_DRAFT,
+    )
 
 
 def test_a_rejection_needs_a_reason() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from onceonly.processors.approval.decisions import Answer, apply
-from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
+import pytest
+
+from onceonly.processors.approval.decisions import OTHER_DRAFT, Answer, apply
+from onceonly.schemas.approval import Action, ApprovalDecision, Verdict, draft_digest
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -69,6 +72,41 @@ def test_a_rejection_declines_with_the_reason_and_who() -> None:
     assert record.state is ReplyState.DECLINED
     assert record.reason == "rejected by ana: wrong refund amount"
     assert record.approval.verdict is Verdict.REJECTED
+
+
+@pytest.mark.parametrize(
+    ("action", "text"),
+    [(Action.APPROVE, None), (Action.APPROVE, "edited"), (Action.REJECT, None)],
+    ids=["approve", "edit", "reject"],
+)
+def test_a_decision_made_on_another_text_is_refused_and_the_draft_written_again(
+    action: Action, text: str | None
+) -> None:
+    # finding F12: people read a paused worker's late draft (the ledger topic's last
+    # word) while the owner holds its own; the owner must not send a text nobody approved
+    decision = replace(
+        _decision(action, text=text, reason="no"), draft=draft_digest("the zombie's draft")
+    )
+
+    applied = apply(DRAFT, decision)
+
+    assert (applied.answer, applied.record, applied.detail) == (Answer.REFUSED, DRAFT, OTHER_DRAFT)
+
+
+def test_a_decision_made_on_the_drafts_text_or_naming_none_is_applied() -> None:
+    named = replace(_decision(), draft=draft_digest("draft text"))
+
+    for decision in (named, _decision()):  # None: a decision made before drafts were named
+        applied = apply(DRAFT, decision)
+        assert applied.answer is Answer.APPLIED
+        assert applied.record is not None and applied.record.reply_text == "draft text"
+
+
+def test_a_decision_names_its_draft_through_the_record() -> None:
+    decision = replace(_decision(), draft=draft_digest("draft text"))
+
+    assert ApprovalDecision.decode(decision.encode()) == decision
+    assert ApprovalDecision.decode(_decision().encode()).draft is None
 
 
 def _approved(text: str | None = None) -> ReplyRecord:

@@ -4,7 +4,7 @@ against the local AgentMail server, no broker (the ledger in memory)."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +15,7 @@ from onceonly.processors.conversation import Conversation
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reply.parts import SendParts
 from onceonly.processors.writer.runner import Writer, WriterPolicy
-from onceonly.schemas.approval import Action, ApprovalDecision, Verdict
+from onceonly.schemas.approval import Action, ApprovalDecision, Verdict, draft_digest
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
@@ -101,6 +101,33 @@ async def test_a_rejection_sends_nothing_and_records_why(mail: FakeAgentMail) ->
     assert declined is not None and after is not None
     assert after.state is ReplyState.DECLINED
     assert declined.reason == "rejected by ana: rejected"
+
+
+async def test_an_approval_of_another_text_sends_nothing_and_shows_the_draft_again(
+    mail: FakeAgentMail,
+) -> None:
+    # finding F12: people read a paused worker's late draft for the key; the owner holds
+    # its own. It refuses, and writes its draft again: the ledger's last word is the text
+    # it would send, which the next approval names
+    pipeline = _pipeline(mail)
+    key = await _drafted(mail, pipeline)
+    seen = replace(_decision(key, "d-1"), draft=draft_digest("the zombie's draft"))
+
+    refused = await decide(pipeline.parts, seen)
+
+    assert mail.outbox == []
+    assert refused is not None and refused.state is ReplyState.AWAITING
+    writes = pipeline.parts.ledger.writes  # type: ignore[attr-defined]
+    assert [(w.state, w.reply_text) for w in writes] == [
+        (ReplyState.AWAITING, "the model's draft"),
+        (ReplyState.AWAITING, "the model's draft"),  # written again
+    ]
+
+    read_again = replace(_decision(key, "d-2"), draft=draft_digest("the model's draft"))
+    sent = await decide(pipeline.parts, read_again)
+
+    assert [e.text for e in mail.outbox] == ["the model's draft"]
+    assert sent is not None and sent.state is ReplyState.SENT
 
 
 async def test_an_approval_recorded_but_not_sent_is_sent_when_it_comes_again(

@@ -360,6 +360,42 @@ async def test_a_covered_record_landed_after_the_key_was_sent_is_followed_by_the
     assert ReplyRecord.decode(topic[-1][1]) == sent
 
 
+@pytest.mark.parametrize(
+    "settled",
+    [
+        _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>"),
+        _record("k", ReplyState.COVERED, "theirs", covered_by="k2", reason="superseded by k2"),
+    ],
+    ids=["sent", "superseded"],
+)
+async def test_an_awaiting_record_landed_after_the_key_was_settled_is_followed_by_it(
+    settled: ReplyRecord,
+) -> None:
+    # finding F12 (seeds 1800; 1060, 1213): a worker paused past its fence check for its
+    # draft's *awaiting* record lands it after the next owner sent the key's reply, or
+    # superseded its own draft; left so, the draft would await a decision for ever
+    topic: list[tuple[bytes, bytes]] = []
+    ledger = TableLedger(LogTable(topic, 0), read_log=Reads(topic))  # type: ignore[arg-type]
+    topic.append((b"k", settled.encode()))
+
+    await ledger.put(_record("k", ReplyState.AWAITING, "the zombie's draft"))
+
+    states = [ReplyRecord.decode(v).state for _, v in topic]
+    assert states == [settled.state, ReplyState.AWAITING, settled.state]
+    assert ReplyRecord.decode(topic[-1][1]) == settled
+
+
+async def test_an_awaiting_record_after_another_writers_draft_is_its_keys_last_word() -> None:
+    # no settled record came first: the ledger writes nothing more (the owner, whose draft
+    # it may be, writes its own again when a decision names the other text: F12)
+    ledger, topic, _ = _ledger(recovered=2)
+    topic.append((b"k", _record("k", ReplyState.AWAITING, "the owner's draft").encode()))
+
+    await ledger.put(_record("k", ReplyState.AWAITING, "the zombie's draft"))
+
+    assert ReplyRecord.decode(topic[-1][1]).reply_text == "the zombie's draft"
+
+
 async def test_a_covered_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
     ledger, topic, _ = _ledger(recovered=2)
     topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))

@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.approval import Approval, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.invariants import (
     Decision,
@@ -219,3 +220,40 @@ def test_an_email_whose_ledger_record_is_still_pending_disagrees_once_settled() 
     ledger = {KA: _record(A, ReplyState.PENDING, reply_text="hi"), KB: _sent(B), KC: _sent(C)}
     assert [v.invariant for v in check(_world(ledger=ledger)).violations] == ["ledger_agrees"]
     assert check(replace(_world(ledger=ledger), settled=False)).passed
+
+
+def test_an_approved_draft_sent_after_a_newer_reply_covering_it_superseded_it_is_caught() -> None:
+    # A's draft was superseded by B's reply, which covers A; A's draft was approved all the same
+    approved = Approval(Verdict.APPROVED, "ann", datetime(2026, 12, 4, tzinfo=UTC), "d1")
+    ledger = {KA: replace(_sent(A), approval=approved), KB: _sent(B, covers=(KA,)), KC: _sent(C)}
+    verdict = check(_world(ledger=ledger))
+    assert [str(v) for v in verdict.violations] == [
+        f"draft_approved: {KA}: sent, and the newer reply {KB} covers it (superseded)"
+    ]
+    # no approval: A's own reply (a paused worker's, finished by the next owner: F10)
+    assert check(_world(ledger={KA: _sent(A), KB: _sent(B, covers=(KA,)), KC: _sent(C)})).passed
+
+
+def test_an_edited_cover_is_judged_by_the_text_its_writer_wrote() -> None:
+    edited = Approval(Verdict.EDITED, "ann", datetime(2026, 12, 4, tzinfo=UTC), "d1", "hi")
+    ledger = {
+        KA: _record(A, ReplyState.COVERED, covered_by=KB),
+        KB: replace(_sent(B, text="edited", covers=(KA,)), approval=edited),
+        KC: _sent(C),
+    }
+    calls = (WriterCall(frozenset({KA, KB}), "hi"),)
+    emails = (_email(B, "edited"), _email(C))
+    world = _world(emails=emails, ledger=ledger, writer_calls=calls)
+    assert check(world).passed
+    unedited = replace(world, ledger={**ledger, KB: _sent(B, text="edited", covers=(KA,))})
+    assert [v.invariant for v in check(unedited).violations] == ["covered_unseen"]
+
+
+def test_a_message_covered_by_a_reply_never_recorded_is_dead_lettered_with_it() -> None:
+    # B's burst superseded A's draft; its writer failed before B's reply was recorded
+    ledger = {KA: _record(A, ReplyState.COVERED, covered_by=KB), KC: _sent(C)}
+    letters = {A.pair: "writer_failed", B.pair: "writer_failed"}
+    world = _world(emails=(_email(C),), ledger=ledger, dead_lettered=letters)
+    assert check(world).passed
+    unlettered = replace(world, dead_lettered={B.pair: "writer_failed"})
+    assert "which no message of the run has" in str(check(unlettered).violations)
