@@ -75,8 +75,11 @@ def worker_parts(member: Member) -> Any:
     settings = SimpleNamespace(approval="always", send_attempts=5, send_in_flight_wait_s=60.0)
 
     async def record_reply(record: ReplyRecord, reason: str, envelopes: Any) -> None:
-        world.dead_lettered[(record.inbox_id, record.message_id)] = reason
-        world.trace(member.name, f"dead-lettered [{record.message_id!r}]: {reason}")
+        # the letter's envelopes name the messages a retry answers again (applying._send)
+        named = [(e.account_id or "", e.message_id or "") for e in envelopes]
+        for pair in named:
+            world.dead_lettered[pair] = reason
+        world.trace(member.name, f"dead-lettered {[p[1] for p in named]}: {reason}")
 
     return SimpleNamespace(
         ledger=member.ledger,

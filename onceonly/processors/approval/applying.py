@@ -29,14 +29,21 @@ from onceonly.processors.approval.decisions import (
     survey,
     timeout_decision,
 )
+from onceonly.processors.dead_letters import for_reply
 from onceonly.processors.lanes import Job
 from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
-from onceonly.processors.reply.once import BurstResult, SendPolicy, reply_once, send_recorded
+from onceonly.processors.reply.once import (
+    BurstResult,
+    SendPolicy,
+    answered_by,
+    reply_once,
+    send_recorded,
+)
 from onceonly.processors.reply.parts import ReplyParts, SendParts
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from onceonly.schemas.dead_letter import Check
-from onceonly.schemas.envelope import MAC_HEADER, has_valid_mac, mac_of
+from onceonly.schemas.envelope import MAC_HEADER, Envelope, has_valid_mac, mac_of
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -112,7 +119,12 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
     channel = parts.channels[record.channel]
 
     async def dead_letter(failed: ReplyRecord, reason: str, messages: Any) -> None:
-        await parts.dead_letters.record_reply(failed, reason, [])
+        # as the reply path dead-letters a failed send: with the envelopes of every message
+        # the reply answers, its own and those recorded covered by it (F11); the draft's
+        # burst was settled long ago and its envelopes are kept nowhere, so each is made
+        # again from its ledger record, under an event id a retry is processed with
+        envelopes = again(parts, answered_by(parts.ledger, failed))
+        await for_reply(parts.dead_letters, lambda: envelopes)(failed, reason, envelopes)
 
     sender = parts.fence.sender(channel.sender) if parts.fence else channel.sender
     send = SendParts(
@@ -135,6 +147,13 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
     if sent is not None and sent.state is ReplyState.SENT:
         parts.metrics.replies.inc()
     return sent
+
+
+def again(parts: WorkerParts, records: Sequence[ReplyRecord]) -> list[Envelope]:
+    """The envelopes of ``records``' messages, made again by their channels
+    (:meth:`~onceonly.processors.mail.protocol.MailProvider.envelope_again`)."""
+    now = parts.now()
+    return [parts.channels[r.channel].envelope_again(r, now) for r in records]
 
 
 async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts) -> BurstResult:

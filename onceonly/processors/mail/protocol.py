@@ -30,7 +30,7 @@ from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord
 
-__all__ = ["MailClient", "MailProvider", "Missed", "catch_up_event_id"]
+__all__ = ["MailClient", "MailProvider", "Missed", "catch_up_event_id", "resend_event_id"]
 
 
 @runtime_checkable
@@ -90,6 +90,14 @@ def catch_up_event_id(account: str, message_id: str) -> str:
     return "catchup-" + hashlib.sha256(f"{account}\n{message_id}".encode()).hexdigest()[:32]
 
 
+def resend_event_id(account: str, message_id: str) -> str:
+    """The id of a message's event made again for a dead letter
+    (:meth:`MailProvider.envelope_again`): neither its webhook's nor catch-up's, whose
+    dedupe entries say *succeeded*, so a retry of the letter is processed; the same for a
+    message each time, so two retries of it dedupe."""
+    return "resend-" + hashlib.sha256(f"{account}\n{message_id}".encode()).hexdigest()[:32]
+
+
 @runtime_checkable
 class MailProvider(Protocol):
     """A mail provider as the worker and catch-up use it: its channel over its client."""
@@ -114,3 +122,10 @@ class MailProvider(Protocol):
     async def missed(self, account: str, message: Mapping[str, Any]) -> Missed | None:
         """A message :meth:`MailClient.messages_since` listed, as catch-up feeds it; None for
         the account's own mail."""
+
+    def envelope_again(self, record: ReplyRecord, received_at: datetime) -> Envelope:
+        """The event of ``record``'s message made again from the record alone: a received
+        message with its body left out (the worker fetches it), with
+        :func:`resend_event_id`. What a dead letter carries when the message's own
+        envelope is kept nowhere (an approved draft's send failed long after its burst was
+        settled: :mod:`onceonly.processors.approval.applying`)."""

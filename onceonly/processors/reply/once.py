@@ -60,6 +60,8 @@ __all__ = [
     "SendPolicy",
     "Skip",
     "Write",
+    "answered_by",
+    "covered_by",
     "plan",
     "reply_key",
     "reply_once",
@@ -148,13 +150,33 @@ def _covered(ledger: Ledger, division: Division, key: str) -> tuple[Inbound, ...
     before = tuple(
         message
         for message, step in division.done
-        if step is Plan.SKIP_COVERED and _covered_by(ledger.get(message.key)) == key
+        if step is Plan.SKIP_COVERED and covered_by(ledger, ledger.get(message.key), key)
     )
     return (*before, *division.cover)
 
 
-def _covered_by(record: ReplyRecord | None) -> str | None:
-    return record.covered_by if record is not None else None
+def covered_by(ledger: Ledger, record: ReplyRecord | None, key: str) -> bool:
+    """Whether ``record`` is a message recorded *covered* by the reply ``key``, directly or
+    through a draft that ``key`` superseded (a chain of *covered* records ending at it):
+    its answer is that reply's email, so it goes (and is dead-lettered) with it."""
+    seen: set[str] = set()
+    while record is not None and record.state is ReplyState.COVERED and record.covered_by:
+        if record.covered_by == key:
+            return True
+        if record.covered_by in seen:
+            return False
+        seen.add(record.covered_by)
+        record = ledger.get(record.covered_by)
+    return False
+
+
+def answered_by(ledger: Ledger, record: ReplyRecord) -> tuple[ReplyRecord, ...]:
+    """The records of the messages the reply ``record`` answers, known from the ledger
+    alone (an approved draft sent long after its burst): its own and those of its
+    ``covers`` recorded covered by it (a covered message with a reply of its own is that
+    reply's)."""
+    covered = (ledger.get(key) for key in record.covers or ())
+    return (record, *(r for r in covered if r is not None and covered_by(ledger, r, record.key)))
 
 
 def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:

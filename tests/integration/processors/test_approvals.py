@@ -18,9 +18,12 @@ from testkit import payloads
 from tests.integration.workers import (
     INBOX,
     Stack,
+    dead_letters,
     ledger_records,
     onceonly,
+    state_of,
     until,
+    verdict,
     writer_env,
 )
 
@@ -293,3 +296,38 @@ async def test_after_a_restart_drafts_are_listed_approvable_and_time_out_from_th
     assert (
         declined.approval.at.timestamp() - restarted < timeout_s
     )  # from the draft, not the restart
+
+
+async def test_an_approved_draft_whose_send_fails_is_dead_lettered_with_the_message_it_covers(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """F11: the mail API answers 503 to every send of the approved draft; its dead letter
+    carries the envelopes of both messages it answers (the superseded draft's too), and a
+    retry of the letter sends the approved text once, covering both."""
+    stack = stack_factory(reorder_window_ms=0)
+    _worker(stack)
+    old = await _draft(stack)
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+    await until(
+        stack,
+        lambda: ledger_records(stack)[old.key].state is ReplyState.COVERED,
+        "the old draft superseded",
+    )
+    new = next(r for r in ledger_records(stack).values() if r.state is ReplyState.AWAITING)
+    stack.mail.fail_next(1000, status=503)
+
+    onceonly(stack, "approvals", "approve", new.key, "--by", "ana")
+    await until(stack, lambda: state_of(stack, new.key) is ReplyState.FAILED, "the failed send")
+    stack.mail.faults.fail_remaining = 0
+
+    [letter] = [x for x in dead_letters(stack) if x.get("key") == new.key]
+    sent_again = sorted(e["message_id"] for e in letter["envelopes"])
+    assert sent_again == ["<m1@x>", "<m2@x>"] and stack.mail.outbox == []
+    retried = onceonly(stack, "dead-letters", "retry")
+    assert retried.returncode == 0, retried.stderr
+    await stack.until_sent(1)
+    [email] = stack.mail.outbox
+    assert (email.replied_to_message_id, email.text) == ("<m2@x>", new.reply_text)
+    assert state_of(stack, new.key) is ReplyState.SENT
+    judged = verdict(stack, ["<m1@x>", "<m2@x>"])
+    assert judged.passed, judged.violations

@@ -12,6 +12,7 @@ from onceonly.ingest import normalise
 from onceonly.processors.approval.applying import decide
 from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.processors.conversation import Conversation
+from onceonly.processors.mail.agentmail.channel import AgentMailChannel
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reply.parts import SendParts
 from onceonly.processors.writer.runner import Writer, WriterPolicy
@@ -216,3 +217,89 @@ def test_a_decision_on_a_superseded_draft_is_refused_naming_the_newer_reply() ->
 
     assert applied.answer is Answer.REFUSED
     assert "superseded by the newer reply reply-new" in applied.detail
+
+
+class _Letters:
+    """The dead-letter topic, kept: (the record, the reason, the envelopes) of each letter."""
+
+    def __init__(self) -> None:
+        self.letters: list[tuple[ReplyRecord, str, list[Any]]] = []
+
+    async def record_reply(self, record: ReplyRecord, reason: str, envelopes: Any) -> None:
+        self.letters.append((record, reason, list(envelopes)))
+
+
+async def test_an_approved_draft_whose_send_fails_is_dead_lettered_with_every_message_it_answers(
+    mail: FakeAgentMail,
+) -> None:
+    """F11: the letter carries an envelope for the draft's message and for the one it
+    covers, and a retry of it (the envelopes replayed) sends the approved text once."""
+    letters = _Letters()
+    write = Writer(lambda burst: f"draft for {len(burst)}", WriterPolicy(attempts=1))
+    pipeline = mail_pipeline(mail, "always", writer=write, dead_letters=letters)
+    older, newer = _delivery(mail, 1), _delivery(mail, 2)
+    await pipeline.act([older, newer], {})  # one burst: one draft, for m2, covering m1
+    records = pipeline.parts.ledger.records  # type: ignore[attr-defined]
+    key = next(k for k, r in records.items() if r.state is ReplyState.AWAITING)
+    mail.fail_next(10, 503)  # every attempt of the approved draft's send
+
+    failed = await decide(pipeline.parts, _decision(key, "d-1"))
+
+    assert failed is not None and failed.state is ReplyState.FAILED
+    [(record, reason, envelopes)] = letters.letters
+    assert record.key == key and "503" in reason
+    assert sorted(e.message_id for e in envelopes) == ["<m1@example.com>", "<m2@example.com>"]
+    assert {e.event_id for e in envelopes}.isdisjoint(
+        {older.envelope.event_id, newer.envelope.event_id}  # succeeded: a replay skips them
+    )
+    mail.fail_next(0)
+    replayed = [Delivery(e, (0, 10 + n), replay=True) for n, e in enumerate(envelopes)]
+    outcomes: dict[str, bool] = {}
+    await pipeline.act(replayed, outcomes)  # `onceonly dead-letters retry`, as the worker has it
+    assert [(e.text, e.replied_to_message_id) for e in mail.outbox] == [
+        ("draft for 2", "<m2@example.com>")
+    ]
+    assert all(outcomes.values()) and records[key].state is ReplyState.SENT
+
+
+def test_the_messages_a_reply_answers_include_one_covered_through_a_draft_it_superseded() -> None:
+    """m3's draft was superseded by m6's reply, which was superseded by m7's (simulator seed
+    487): m7's reply answers m3 too; a covers key answered by a reply of its own does not."""
+    from onceonly.processors.reply.once import answered_by
+    from testkit.fakes.ledger import MemoryLedger
+
+    def rec(key: str, state: ReplyState, **kw: Any) -> ReplyRecord:
+        return ReplyRecord(key, "i", f"<{key}>", "agentmail:t", state, T0, **kw)
+
+    ledger = MemoryLedger()
+    reply = rec("m7", ReplyState.FAILED, reply_text="t", covers=("m3", "m6", "m5"))
+    for record in (
+        rec("m3", ReplyState.COVERED, covered_by="m6"),
+        rec("m6", ReplyState.COVERED, covered_by="m7"),
+        rec("m5", ReplyState.SENT, reply_text="its own"),
+        reply,
+    ):
+        ledger.records[record.key] = record
+
+    assert [r.key for r in answered_by(ledger, reply)] == ["m7", "m3", "m6"]
+
+
+def test_a_message_made_again_for_a_dead_letter_is_the_envelope_ingest_makes_of_its_raw() -> None:
+    """Each channel's envelope_again: what ingest would make of the webhook it stands for (a
+    received message without its body, which the worker fetches), under a resend id."""
+    from onceonly.processors.mail.nylas.channel import NylasChannel
+    from onceonly.processors.mail.protocol import resend_event_id
+
+    received = datetime(2026, 12, 4, 12, tzinfo=UTC)
+    for channel in (AgentMailChannel(Any), NylasChannel(Any)):  # type: ignore[arg-type]
+        record = ReplyRecord(
+            "reply-k", "acct", "<m@x>", f"{channel.name}:thr", ReplyState.FAILED, T0, "t",
+            channel=channel.name, message_at=T0,
+        )  # fmt: skip
+
+        envelope = channel.envelope_again(record, received)
+
+        assert normalise.for_route(channel.name)(envelope.raw, {}, received) == envelope
+        assert envelope.event_id == resend_event_id("acct", "<m@x>")
+        assert (envelope.account_id, envelope.message_id) == ("acct", "<m@x>")
+        assert envelope.thread_key == f"{channel.name}:thr" and envelope.truncated

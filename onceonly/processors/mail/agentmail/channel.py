@@ -3,8 +3,10 @@ what catch-up feeds of a listing, and the factories the registry holds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -20,9 +22,15 @@ from onceonly.processors.mail.agentmail.messages import (
 )
 from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.mail.outbox import DryRunOutbox
-from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
+from onceonly.processors.mail.protocol import (
+    MailClient,
+    Missed,
+    catch_up_event_id,
+    resend_event_id,
+)
 from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
+from onceonly.schemas.ledger import ReplyRecord
 
 
 @dataclass
@@ -59,6 +67,37 @@ class AgentMailChannel:
             "message": dict(message),
         }
         return Missed(message_id, when.timestamp() if when else 0.0, webhook)
+
+    def envelope_again(self, record: ReplyRecord, received_at: datetime) -> Envelope:
+        """``record``'s message as the ``message.received`` event ingest would make of a
+        webhook without its body (:meth:`inbound` fetches it), with a resend event id."""
+        event_id = resend_event_id(record.inbox_id, record.message_id)
+        at = record.message_at or received_at
+        thread = record.thread_key.removeprefix(f"{self.name}:")
+        message = {
+            "inbox_id": record.inbox_id,
+            "thread_id": thread,
+            "message_id": record.message_id,
+            "timestamp": at.isoformat(),
+        }
+        webhook = {
+            "type": "event",
+            "event_type": "message.received",
+            "event_id": event_id,
+            "message": message,
+        }
+        return Envelope(
+            provider=self.name,
+            event_id=event_id,
+            event_type="message.received",
+            thread_key=record.thread_key,
+            account_id=record.inbox_id,
+            message_id=record.message_id,
+            occurred_at=at,
+            received_at=received_at,
+            truncated=True,
+            raw=json.dumps(webhook),
+        )
 
 
 # -- what the registry holds (onceonly.processors.mail.registry) ------------------------

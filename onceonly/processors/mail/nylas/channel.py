@@ -3,6 +3,7 @@ of a listing, and the factories the registry holds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,9 +22,15 @@ from onceonly.processors.mail.nylas.messages import (
 )
 from onceonly.processors.mail.nylas.sender import NylasSender, replay_counter
 from onceonly.processors.mail.outbox import DryRunOutbox
-from onceonly.processors.mail.protocol import MailClient, Missed, catch_up_event_id
+from onceonly.processors.mail.protocol import (
+    MailClient,
+    Missed,
+    catch_up_event_id,
+    resend_event_id,
+)
 from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
+from onceonly.schemas.ledger import ReplyRecord
 
 #: bodies above this are left out of a catch-up webhook, which is then marked
 #: ``message.created.truncated`` so the worker fetches the message, as Nylas does > 1 MB
@@ -116,6 +123,39 @@ class NylasChannel:
             "data": {"object": obj},
         }
         return Missed(message_id, at, webhook)
+
+    def envelope_again(self, record: ReplyRecord, received_at: datetime) -> Envelope:
+        """``record``'s message as the ``message.created.truncated`` notification ingest
+        would make an envelope of (:meth:`inbound` fetches it), with a resend event id."""
+        event_id = resend_event_id(record.inbox_id, record.message_id)
+        at = record.message_at or received_at
+        obj = {
+            "id": record.message_id,
+            "grant_id": record.inbox_id,
+            "thread_id": record.thread_key.removeprefix(f"{self.name}:"),
+            "object": "message",
+        }
+        event_type = "message.created.truncated"
+        webhook = {
+            "specversion": "1.0",
+            "type": event_type,
+            "source": "/onceonly/resend",
+            "id": event_id,
+            "time": int(at.timestamp()),
+            "data": {"object": obj},
+        }
+        return Envelope(
+            provider=self.name,
+            event_id=event_id,
+            event_type=event_type,
+            thread_key=record.thread_key,
+            account_id=record.inbox_id,
+            message_id=record.message_id,
+            occurred_at=at,
+            received_at=received_at,
+            truncated=True,
+            raw=json.dumps(webhook),
+        )
 
 
 # -- what the registry holds (onceonly.processors.mail.registry) ------------------------
