@@ -81,11 +81,11 @@ run: $(STAMP) jars
 send: | $(STAMP)
 	$(BIN)/python -m devstack send $(SEND_ARGS)
 
-# Three processes (pytest-xdist), each with its own session broker: the integration tests mostly
-# wait on brokers, sessions and timers (the whole run uses about 1.5 of 2 cores), so a third
-# process on 2 cores still shortens it (docs/development.md); TEST_WORKERS=0 runs them in this
-# one process. The slowest 25 tests are listed at the end.
-TEST_WORKERS ?= 3
+# Two processes (pytest-xdist), each with its own session broker: the integration tests mostly
+# wait on brokers, sessions and timers, so two halve the wall time; a third does not help on 2
+# cores (fresh-clone CI, 2026-12-04: 23 min 47 s with three, 21 min 26 s with two); TEST_WORKERS=0
+# runs them in this one process. The slowest 25 tests are listed at the end.
+TEST_WORKERS ?= 2
 test: $(STAMP) jars
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations 25
 
