@@ -21,6 +21,7 @@ checks it at run time), and :mod:`onceonly.processors.mail.registry` holds them 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +31,14 @@ from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
 from onceonly.schemas.ledger import ReplyRecord
 
-__all__ = ["MailClient", "MailProvider", "Missed", "catch_up_event_id", "resend_event_id"]
+__all__ = [
+    "MailClient",
+    "MailProvider",
+    "Missed",
+    "catch_up_event_id",
+    "resend_event_id",
+    "resent_envelope",
+]
 
 
 @runtime_checkable
@@ -96,6 +104,31 @@ def resend_event_id(account: str, message_id: str) -> str:
     dedupe entries say *succeeded*, so a retry of the letter is processed; the same for a
     message each time, so two retries of it dedupe."""
     return "resend-" + hashlib.sha256(f"{account}\n{message_id}".encode()).hexdigest()[:32]
+
+
+def resent_envelope(
+    provider: str,
+    record: ReplyRecord,
+    event_type: str,
+    at: datetime,
+    received_at: datetime,
+    webhook: Mapping[str, Any],
+) -> Envelope:
+    """The envelope of ``record``'s message made again with ``webhook`` (its body left out:
+    truncated, the worker fetches it) under :func:`resend_event_id`: what each channel's
+    :meth:`MailProvider.envelope_again` returns."""
+    return Envelope(
+        provider=provider,
+        event_id=resend_event_id(record.inbox_id, record.message_id),
+        event_type=event_type,
+        thread_key=record.thread_key,
+        account_id=record.inbox_id,
+        message_id=record.message_id,
+        occurred_at=at,
+        received_at=received_at,
+        truncated=True,
+        raw=json.dumps(webhook),
+    )
 
 
 @runtime_checkable

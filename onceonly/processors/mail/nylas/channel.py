@@ -3,7 +3,6 @@ of a listing, and the factories the registry holds."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from onceonly.processors.mail.protocol import (
     Missed,
     catch_up_event_id,
     resend_event_id,
+    resent_envelope,
 )
 from onceonly.processors.messages import Inbound, Skip, ThreadMessage
 from onceonly.schemas.envelope import Envelope
@@ -144,18 +144,7 @@ class NylasChannel:
             "time": int(at.timestamp()),
             "data": {"object": obj},
         }
-        return Envelope(
-            provider=self.name,
-            event_id=event_id,
-            event_type=event_type,
-            thread_key=record.thread_key,
-            account_id=record.inbox_id,
-            message_id=record.message_id,
-            occurred_at=at,
-            received_at=received_at,
-            truncated=True,
-            raw=json.dumps(webhook),
-        )
+        return resent_envelope(self.name, record, event_type, at, received_at, webhook)
 
 
 # -- what the registry holds (onceonly.processors.mail.registry) ------------------------
