@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
+from testkit.sim.approvals import VARIANTS
 from testkit.sim.run import Result, run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 
@@ -242,12 +243,16 @@ def report(shrunk: Shrunk) -> str:
         + flags(small.bugs, small.require_approval),
     ]
     numbered = {m.message_id: i for i, m in enumerate(full.messages)}
+    threads: dict[str, list[str]] = {}
     for message, at in zip(small.messages, small.arrivals, strict=True):
         index = numbered[message.message_id]
-        lines.append(f"  message m{index} {message.thread_id} at {at:.3f}")
-    kept = [i for i in range(len(full.faults)) if i not in small.drop_faults]
-    for i in kept:
-        fault = full.faults[i]
-        lines.append(f"  fault f{i} at {fault.at:.3f}: {fault.kind} {fault.arg:.3f}")
+        threads.setdefault(message.thread_id, []).append(f"m{index} at {at:.3f}")
+    for thread, shown in sorted(threads.items(), key=lambda item: int(item[0].lstrip("t"))):
+        lines.append(f"  thread {thread}: {', '.join(shown)}")
+    for i, fault in enumerate(full.faults):
+        if i in small.drop_faults:
+            continue
+        arg = VARIANTS[int(fault.arg)] if fault.kind == "decide" else f"{fault.arg:.3f}"
+        lines.append(f"  fault f{i} at {fault.at:.3f}: {fault.kind} {arg}")
     lines.append(shrunk.result.report())
     return "\n".join(lines)

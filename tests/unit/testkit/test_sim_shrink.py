@@ -116,7 +116,9 @@ def test_no_single_fault_or_message_of_a_shrunk_schedule_can_go(shrunk: Shrunk) 
     full = Schedule(small.seed, BUGS)
     faults = [i for i in range(len(full.faults)) if i not in small.drop_faults]
     messages = [i for i in range(len(full.messages)) if i not in small.drop_messages]
-    removals = [(frozenset({i}), frozenset()) for i in faults]
+    removals: list[tuple[frozenset[int], frozenset[int]]] = [
+        (frozenset({i}), frozenset()) for i in faults
+    ]
     removals += [(frozenset(), frozenset({i})) for i in messages]
     for drop_f, drop_m in removals:
         less = Schedule(
