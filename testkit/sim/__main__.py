@@ -59,6 +59,7 @@ PLANTED = {
     "commit_before_done": "an offset committed before its work is done",
     "writer_sees_latest_only": "a message covered by a reply whose writer never saw it",
     "approval_applied_twice": "an approval applied twice",
+    "dead_letter_no_mac_check": "a dead letter retried without its MAC check",
 }
 
 
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             "commit-before-done",
             "writer-sees-latest-only",
             "approval-applied-twice",
+            "dead-letter-no-mac-check",
         ],
         help="plant a bug in the simulated world",
     )
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         commit_before_done=args.bug == "commit-before-done",
         writer_sees_latest_only=args.bug == "writer-sees-latest-only",
         approval_applied_twice=args.bug == "approval-applied-twice",
+        dead_letter_no_mac_check=args.bug == "dead-letter-no-mac-check",
     )
     if args.seed is not None:
         required = {"drawn": None, "off": False, "on": True}[args.approval]
