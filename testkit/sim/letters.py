@@ -200,15 +200,24 @@ class Letters:
         taken: Sequence[int],
     ) -> None:
         """A failed reply's letter, with the envelopes of the messages it answers among
-        those its burst claimed (``for_reply``); an approved draft sent alone (nothing
-        taken) carries them made again from the ledger, as ``applying._send`` does."""
+        those its burst claimed (``for_reply``), and those of the recalled messages of a
+        draft it superseded made again from the ledger, as the worker's letter has them;
+        an approved draft sent alone (nothing taken) carries them all made again, as
+        ``applying._send`` does."""
         part = self.world.part
         items = [part.deliveries[o] for o in taken]
         envelopes = [self.envelope(i) for i in items if not isinstance(i, ApprovalDecision)]
-        if not taken and member.parts is not None:
-            envelopes = applying.again(member.parts, answered_by(member.ledger, record))
+        parts = member.parts
+        if not taken and parts is not None:
+            envelopes = applying.again(parts, answered_by(member.ledger, record))
             burst = envelopes
-        await for_reply(self.writer, lambda: envelopes)(record, reason, burst)
+
+        def again(unclaimed: Sequence[Inbound]) -> Sequence[Envelope]:
+            # a superseded draft's messages, recalled from the thread (conversation._reply)
+            found = applying.recorded(member.ledger, unclaimed)
+            return applying.again(parts, found) if parts is not None else []
+
+        await for_reply(self.writer, lambda: envelopes, again)(record, reason, burst)
 
     def replayed(self, taken: Sequence[int]) -> bool:
         part = self.world.part

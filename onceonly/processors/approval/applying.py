@@ -151,6 +151,12 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
     return sent
 
 
+def recorded(ledger: Any, messages: Sequence[Inbound]) -> list[ReplyRecord]:
+    """The ledger records of ``messages`` (one without a record is left out)."""
+    found = (ledger.get(m.key) for m in messages)
+    return [r for r in found if r is not None]
+
+
 def again(parts: WorkerParts, records: Sequence[ReplyRecord]) -> list[Envelope]:
     """The envelopes of ``records``' messages, made again by their channels
     (:meth:`~onceonly.processors.mail.protocol.MailProvider.envelope_again`)."""

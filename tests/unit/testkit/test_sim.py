@@ -209,3 +209,30 @@ def test_approval_schedules_decide_twice_at_once_and_supersede_drafts() -> None:
         twice += any(e.endswith(": already") for e in applied)
         superseded += sum("covered" in e and "text=" in e for e in result.events)
     assert twice and superseded
+
+
+def test_the_operators_retry_answers_a_dead_letter_and_leaves_a_forged_one_open() -> None:
+    # seed 96: a letter planted at 196 s (its MAC under another key) and the writer's
+    # failure for m52, m54, m57 at 1000 s; the retry at 1088 s sends the three again and
+    # closes their letter, and leaves the forged one open with the reason
+    result = run_schedule(Schedule(96))
+
+    assert result.passed, result.report()
+    assert any(e.endswith("operator retried 3 event(s) of [1]") for e in result.events)
+    assert any("dead letter 0 left open: the MAC of event forged0" in e for e in result.events)
+    outcomes = {pair[1]: found for pair, found in result.verdict.outcomes.items()}
+    assert {outcomes[m] for m in ("<m52@sim>", "<m54@sim>", "<m57@sim>")} <= {
+        "answered",
+        "covered",
+    }
+
+
+def test_a_retry_without_the_mac_check_answers_the_forged_letter() -> None:
+    # the planted bug sends the forged letter signed; the worker takes it, and the writer
+    # writes m51's reply with it (the forged message is older): no email of its own
+    result = run_schedule(Schedule(96, Bugs(dead_letter_no_mac_check=True)))
+
+    found = [v for v in result.violations if v.invariant == "nothing_unverified"]
+    assert [(v.subject, v.detail) for v in found] == [
+        ("<forged0@sim> in inbox1@sim", "a writer call saw it")
+    ]
