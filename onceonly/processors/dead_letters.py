@@ -93,7 +93,7 @@ def for_reply(
     carries the envelopes, of those ``claimed`` gives when it fails (a rewrite claims
     more), of the messages it answers; with ``again``, those of the messages it answers
     that no claimed envelope carries (a superseded draft's, recalled from the thread), made
-    again from their ledger records (simulator seed 118)."""
+    again from their ledger records (simulator finding F13, seed 118)."""
 
     async def dead_letter(record: ReplyRecord, reason: str, messages: Sequence[Any]) -> None:
         envelopes = {envelope.event_id: envelope for envelope in claimed()}

@@ -201,7 +201,7 @@ class Letters:
     ) -> None:
         """A failed reply's letter, with the envelopes of the messages it answers among
         those its burst claimed (``for_reply``), and those of the recalled messages of a
-        draft it superseded made again from the ledger, as the worker's letter has them;
+        draft it superseded made again from the ledger, as the worker's letter has them (F13);
         an approved draft sent alone (nothing taken) carries them all made again, as
         ``applying._send`` does."""
         part = self.world.part

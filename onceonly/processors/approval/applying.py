@@ -178,7 +178,7 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     """
     ledger, channel = parts.ledger, parts.channels[reply.channel]
     # a new message, or one a replay writes again (its writer failed: a dead letter's
-    # retry), whose record may already mark the drafts it superseded (simulator seed 955)
+    # retry), whose record may already mark the drafts it superseded (simulator F14, seed 955)
     fresh = [m for m in burst if plan(ledger.get(m.key), replay=reply.replay) is Plan.WRITE]
     if parts.settings.approval == "never" or not fresh:
         return await reply_once(burst, reply)

@@ -252,7 +252,7 @@ def _coverable(record: ReplyRecord | None) -> bool:
     """Whether a message of a burst's reply may be recorded covered by it: no record, or a
     failed writer's (no text), which only a replay writes again (:func:`plan`). Left
     *failed*, a message the reply answered would be written and answered again by the next
-    replay (simulator seed 288: a dead letter retried with a newer message)."""
+    replay (simulator finding F14, seed 288: a dead letter retried with a newer message)."""
     if record is None:
         return True
     return record.state is ReplyState.FAILED and record.reply_text is None

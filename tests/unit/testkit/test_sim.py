@@ -62,7 +62,7 @@ def test_a_clean_range_of_seeds_passes() -> None:
 
 
 #: the regression seeds of the approval path's findings (F11, F12), replayed with approval on
-APPROVAL_FINDINGS = frozenset({202, 229, 288, 487, 955, 1800})
+APPROVAL_FINDINGS = frozenset({118, 202, 229, 288, 481, 487, 955, 1800})
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,12 @@ APPROVAL_FINDINGS = frozenset({202, 229, 288, 487, 955, 1800})
         # through a draft the reply superseded
         202,
         487,
-        # F13 (approval on, a dead letter's retry): a retried writer-failed message older
+        # F13 (approval on): a reply that superseded a draft failed (its writer); its dead
+        # letter named only the claimed messages, the draft's recalled ones were left covered
+        # by a reply with no email, in no letter (for_reply makes their envelopes again)
+        118,
+        481,
+        # F14 (approval on, a dead letter's retry): a retried writer-failed message older
         # than a newer one of its burst kept its failed record (once._coverable, 288); a
         # retried superseding reply did not recall the drafts it superseded, whose messages
         # it then covered unseen (applying.answer takes a replay's failed writer as new, 955)
