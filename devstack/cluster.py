@@ -256,6 +256,11 @@ class LocalCluster:
         with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
             list(pool.map(lambda node: node.stop(timeout_s), self.nodes))
 
+    def kill(self) -> None:
+        """SIGKILL every node (a throwaway cluster's end: nothing of it is kept)."""
+        for node in self.nodes:
+            node.kill()
+
     def __enter__(self) -> LocalCluster:
         self.start()
         return self

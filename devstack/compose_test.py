@@ -277,6 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="remove the images (and the debootstrap tarball) first",
     )
     parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument(
+        "--images-only",
+        action="store_true",
+        help="build (or find cached) the images, then stop: CI builds them beside make test",
+    )
     args, run_dir, log = start(parser, argv)
     if args.no_cache:
         log("removing the images and the debootstrap tarball: a build from nothing")
@@ -286,6 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build_started = time.monotonic()
     debootstrap_s, built = images.build_all(run_dir, log)
     build_s = time.monotonic() - build_started
+    if args.images_only:
+        log(f"images in {build_s:.0f} s: {', '.join(b.image for b in built)}")
+        return 0
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     stack = Stack(PROJECT, stack_variables(secret))
     stack.down()  # a previous run's leftovers, if any

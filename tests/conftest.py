@@ -23,6 +23,7 @@ from devstack import session_kafka
 from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, TopicMissing, read_to_end
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
+from testkit.xdist_groups import GroupByFixture
 
 if TYPE_CHECKING:
     from devstack.cluster import LocalCluster
@@ -48,10 +49,8 @@ def _took(config: pytest.Config, taken: session_kafka.Taken) -> None:
     session_kafka.write_record(os.environ, taken)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if any(name in _CLUSTER_FIXTURES for name in getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("clusters"))
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(GroupByFixture(_CLUSTER_FIXTURES), "onceonly-cluster-group")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -104,7 +103,7 @@ def kafka_bootstrap(
     try:
         yield broker.bootstrap
     finally:
-        broker.stop()
+        broker.kill()  # the session's data is thrown away: no clean shutdown to wait for
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +120,7 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     try:
         yield cluster
     finally:
-        cluster.stop()
+        cluster.kill()  # the session's data is thrown away: no clean shutdown to wait for
 
 
 #: the SCRAM user of the session's SASL cluster
@@ -142,7 +141,7 @@ def kafka_sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
     try:
         yield cluster
     finally:
-        cluster.stop()
+        cluster.kill()  # the session's data is thrown away: no clean shutdown to wait for
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """``python -m testkit.sim --seeds N [--start S|fresh] [--jobs J]``: run N schedules on J
 processes, print the rates and every violation with its seed (exit 1 on any); ``--start
 fresh`` draws the first seed from the clock and prints it (CI: a new range each run);
-``--seed S --trace``: replay one seed's trace."""
+``--seed S --trace``: replay one seed's trace; ``--seed S --shrink``: the smallest part of its
+schedule that still fails, and the spec that replays it with ``--only SPEC``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import structlog
 
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
+from testkit.sim.shrink import MAX_RUNS, NothingToShrink, flags, from_spec, report, shrink, spec_of
 
 
 def quiet(*, cache: bool = False) -> None:
@@ -89,12 +91,27 @@ def _first_seed(start: str) -> int:
     return int(start)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testkit.sim", description=__doc__)
     parser.add_argument("--seeds", type=int, default=100, help="how many schedules to run")
     parser.add_argument("--start", default="0", help="the first seed, or 'fresh' (the clock)")
     parser.add_argument("--jobs", type=int, default=1, help="processes to run schedules on")
     parser.add_argument("--seed", type=int, help="replay this one seed")
+    parser.add_argument(
+        "--only",
+        metavar="SPEC",
+        help="replay a shrunk schedule: SEED:-f3,-m0..11 (the seed, the faults and messages "
+        "left out), as --shrink prints it",
+    )
+    parser.add_argument(
+        "--shrink",
+        action="store_true",
+        help="with --seed or --only: the smallest sub-schedule that still fails the same way",
+    )
+    parser.add_argument(
+        "--max-runs", type=int, default=MAX_RUNS, help="with --shrink: at most this many runs"
+    )
+    parser.add_argument("--invariant", help="with --shrink: keep this failure (default: the first)")
     parser.add_argument("--trace", action="store_true", help="print the replayed seed's trace")
     parser.add_argument(
         "--approval",
@@ -118,37 +135,66 @@ def main(argv: list[str] | None = None) -> int:
         ],
         help="plant a bug in the simulated world",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     quiet()
     if args.planted:
         planted_table()
         return 0
-    bugs = Bugs(
-        no_fence_before_send=args.bug == "no-fence-before-send",
-        ledger_after_send=args.bug == "ledger-after-send",
-        keys_ignored=args.bug == "keys-ignored",
-        commit_before_done=args.bug == "commit-before-done",
-        writer_sees_latest_only=args.bug == "writer-sees-latest-only",
-        approval_applied_twice=args.bug == "approval-applied-twice",
-        dead_letter_no_mac_check=args.bug == "dead-letter-no-mac-check",
-    )
-    if args.seed is not None:
+    bugs = Bugs(**{args.bug.replace("-", "_"): True}) if args.bug else Bugs()
+    if args.seed is not None or args.only is not None:
         required = {"drawn": None, "off": False, "on": True}[args.approval]
-        result = run_schedule(Schedule(args.seed, bugs, require_approval=required))
-        if args.trace:
-            print("\n".join(result.events))
-        print(result.report() if not result.passed else f"seed {args.seed}: passed")
-        for hit in result.window_hits:
-            print(f"  in the keys-ignored window (not a failure): {hit}")
-        return 0 if result.passed else 1
+        try:
+            schedule = _one(args.seed, args.only, bugs, required)
+        except ValueError as error:
+            parser.error(str(error))
+        return _shrink(schedule, args) if args.shrink else _replay(schedule, args.trace)
+    if args.shrink:
+        parser.error("--shrink shrinks one schedule: give --seed S or --only SPEC")
     first = _first_seed(args.start)
     seeds = range(first, first + args.seeds)
     print(f"seeds {seeds.start} to {seeds.stop - 1} on {args.jobs} process(es)", flush=True)
     return _run_range(seeds, bugs, args.jobs)
 
 
+def _one(seed: int | None, only: str | None, bugs: Bugs, required: bool | None) -> Schedule:
+    """The one schedule ``--seed`` or ``--only`` names (both: the same seed)."""
+    schedule = from_spec(only if only is not None else str(seed), bugs, required)
+    if seed is not None and seed != schedule.seed:
+        raise ValueError(f"--seed {seed} and --only {only} name two seeds; give one")
+    return schedule
+
+
+def _replay(schedule: Schedule, trace: bool) -> int:
+    result = run_schedule(schedule)
+    if trace:
+        print("\n".join(result.events))
+    name = spec_of(schedule)
+    print(result.report() if not result.passed else f"seed {name}: passed")
+    for hit in result.window_hits:
+        print(f"  in the keys-ignored window (not a failure): {hit}")
+    return 0 if result.passed else 1
+
+
+def _shrink(schedule: Schedule, args: argparse.Namespace) -> int:
+    try:
+        shrunk = shrink(schedule, max_runs=args.max_runs, invariant=args.invariant)
+    except NothingToShrink as refused:
+        print(f"not shrunk: {refused}")
+        return 2
+    if args.trace:
+        print("\n".join(shrunk.result.events))
+    print(report(shrunk))
+    return 1
+
+
 def _run_range(seeds: range, bugs: Bugs, jobs: int) -> int:
-    failed = events = ignored = window = 0
+    events = ignored = window = 0
+    failed: list[int] = []
     started = time.perf_counter()
     jobs_of = ((seed, bugs) for seed in seeds)
     with multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker) as pool:
@@ -159,17 +205,27 @@ def _run_range(seeds: range, bugs: Bugs, jobs: int) -> int:
             if outcome.window:
                 print(f"seed {outcome.seed}: two emails in the keys-ignored window", flush=True)
             if outcome.report is not None:
-                failed += 1
+                failed.append(outcome.seed)
                 print(outcome.report, flush=True)
     elapsed = time.perf_counter() - started
     load = os.getloadavg()[0]
     print(
         f"{len(seeds)} schedules in {elapsed:.1f} s: {len(seeds) / elapsed:.1f} schedules/s, "
         f"{events / elapsed:,.0f} events/s (load {load:.2f}); "
-        f"{failed} with violations; {window} in the keys-ignored window "
+        f"{len(failed)} with violations; {window} in the keys-ignored window "
         f"({window} of {ignored} schedules with keys ignored)"
     )
+    _shrink_hint(sorted(failed), bugs)
     return 1 if failed else 0
+
+
+def _shrink_hint(failed: list[int], bugs: Bugs, shown: int = 5) -> None:
+    """The commands that shrink the first failing seeds (not run here: a shrink takes tens
+    to hundreds of runs a seed, and a planted bug fails most seeds of a range)."""
+    for seed in failed[:shown]:
+        print(f"shrink it: python -m testkit.sim --seed {seed} --shrink{flags(bugs, None)}")
+    if len(failed) > shown:
+        print(f"  ({len(failed) - shown} more failing seeds; shrink each the same way)")
 
 
 if __name__ == "__main__":

@@ -89,7 +89,8 @@ async def _play(schedule: Schedule) -> Result:
 
     def arrival(index: int) -> None:
         world.pending -= 1
-        world.arrive(schedule.messages[index], f"message {index}")
+        message = schedule.messages[index]
+        world.arrive(message, message.text or "")  # "message 12" for <m12@sim>
 
     def fault(index: int) -> None:
         world.pending -= 1

@@ -89,6 +89,10 @@ class Schedule:
     #: None: drawn (a quarter of the seeds); False for a seed kept from before approvals
     #: were simulated (its regression test replays the schedule it found its bug with)
     require_approval: bool | None = None
+    #: a sub-schedule (:mod:`testkit.sim.shrink`): the faults (by index in the drawn, sorted
+    #: faults) and messages (by index, ``<m12@sim>`` is 12) left out after everything is drawn
+    drop_faults: frozenset[int] = frozenset()
+    drop_messages: frozenset[int] = frozenset()
     messages: tuple[Inbound, ...] = field(init=False)
     arrivals: tuple[float, ...] = field(init=False)
     faults: tuple[Fault, ...] = field(init=False)
@@ -141,10 +145,20 @@ class Schedule:
         object.__setattr__(self, "arrivals", tuple(arrivals))
         object.__setattr__(self, "faults", tuple(sorted(faults, key=lambda f: f.at)))
         object.__setattr__(self, "ignore_keys", ignore)
+        if self.drop_faults or self.drop_messages:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Leave out the dropped faults and messages; the others are drawn as they were."""
+        kept = [i for i in range(len(self.messages)) if i not in self.drop_messages]
+        object.__setattr__(self, "messages", tuple(self.messages[i] for i in kept))
+        object.__setattr__(self, "arrivals", tuple(self.arrivals[i] for i in kept))
+        faults = (f for i, f in enumerate(self.faults) if i not in self.drop_faults)
+        object.__setattr__(self, "faults", tuple(faults))
 
     @property
     def end(self) -> float:
-        return max([*self.arrivals, *(f.at for f in self.faults)])
+        return max([*self.arrivals, *(f.at for f in self.faults)], default=0.0)
 
 
 def _decisions(rng: random.Random) -> list[Fault]:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -48,6 +48,10 @@ _COORDINATOR_PENDING = frozenset(
         KafkaError._TRANSPORT,
     }
 )
+
+#: the partition whose committed offset asks a group's coordinator (any name will do: the
+#: coordinator answers for the group, and a topic it has no offset for is answered -1001)
+_PROBE_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +96,8 @@ class Admin:
         self.bootstrap = connection.bootstrap
         self.timeout_s = connection.request_timeout_s if timeout_s is None else timeout_s
         self._auth = AuthWatch()
-        self._client = AdminClient(connection.config(**{"error_cb": self._auth, **extra}))
+        self._config = connection.config(**{"error_cb": self._auth, **extra})
+        self._client = AdminClient(self._config)
 
     def _metadata(self, timeout_s: float | None) -> Any:
         """A metadata request; AuthenticationFailed if the credentials were refused, else
@@ -181,15 +186,24 @@ class Admin:
         return True
 
     def group_coordinator_ready(self, group: str) -> bool:
-        """Whether ``group``'s coordinator answers a describe of the group. On a new cluster
-        the first ask creates the offsets topic; a consumer that joins before it is loaded
-        logs "Marking the coordinator dead" until it is. Any other answer (the group not
-        describable by these credentials, ...) is True: the consumer reports it itself."""
-        future = self._client.describe_consumer_groups([group], request_timeout=self.timeout_s)
+        """Whether ``group``'s coordinator answers an offset fetch. On a new cluster the first
+        ask creates the offsets topic; a consumer that joins before it is loaded logs "Marking
+        the coordinator dead" until it is. Any other answer (the group not readable by these
+        credentials, ...) is True: the consumer reports it itself.
+
+        Asked by a Consumer carrying the group id, without joining the group, and not by the
+        AdminClient's describe_consumer_groups: that request can abort the process in
+        librdkafka's admin bookkeeping (``rd_kafka_enq_once_del_source_return: Assertion
+        eonce->refcnt > 0``, librdkafka #4605, open), as a worker starting on a three-node
+        cluster did (make test, 2026-12-04). tests/unit/foundation/test_no_admin_group_calls.py
+        keeps the admin's group requests out of onceonly."""
+        consumer = Consumer({**self._config, "group.id": group, "enable.auto.commit": False})
         try:
-            future[group].result()
+            consumer.committed([TopicPartition(_PROBE_TOPIC, 0)], timeout=self.timeout_s)
         except KafkaException as exc:
             return exc.args[0].code() not in _COORDINATOR_PENDING
+        finally:
+            consumer.close()
         return True
 
     def await_group_coordinator(

@@ -318,10 +318,9 @@ def changelog_specs(settings: Settings) -> list[TopicSpec]:
 
 def _prepare_group(settings: Settings) -> None:
     """The changelogs made and the group's coordinator awaited, by an admin client that is
-    destroyed with this frame, before the worker runs. Kept open, it was the worker's one
-    long-lived AdminClient, and in librdkafka only admin requests wait on broker state
-    changes (rd_kafka_enq_once): once (make chaos-ci, 2026-12-04) a worker aborted there
-    (rd_kafka_enq_once_del_source_return: refcnt > 0) as a restarted broker came back."""
+    destroyed with this frame, before the worker runs. The coordinator is asked with an
+    offset fetch: the admin's describe_consumer_groups aborted workers in librdkafka
+    (rd_kafka_enq_once_del_source_return; Admin.group_coordinator_ready)."""
     admin = Admin(Connection.from_settings(settings), log_level=2)
     admin.ensure_topics(changelog_specs(settings))
     if not admin.await_group_coordinator(settings.app_id):

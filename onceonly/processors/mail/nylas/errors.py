@@ -1,14 +1,12 @@
-"""The one seam where the nylas SDK's and requests' errors become our send policy."""
+"""The one seam where the nylas SDK's and requests' errors become our send policy.
+
+The SDK is imported when the first error is classified, not with this module: importing
+``nylas`` costs about 0.5 s of CPU, which every worker start and ``onceonly`` command paid
+whether or not it used Nylas."""
 
 from __future__ import annotations
 
 import requests
-from nylas.models.errors import (  # type: ignore[import-untyped]
-    AbstractNylasApiError,
-    AbstractNylasSdkError,
-    NylasApiError,
-    NylasSdkTimeoutError,
-)
 
 from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.mail.nylas.messages import is_replay
@@ -16,6 +14,13 @@ from onceonly.processors.mail.nylas.messages import is_replay
 
 def classify(exc: BaseException) -> SendError:
     """The one seam where the SDK's and requests' errors become our send policy."""
+    from nylas.models.errors import (  # type: ignore[import-untyped]
+        AbstractNylasApiError,
+        AbstractNylasSdkError,
+        NylasApiError,
+        NylasSdkTimeoutError,
+    )
+
     if isinstance(exc, NylasSdkTimeoutError):
         return SendError(SendFailure.RETRY, f"Nylas did not answer in time: {exc}")
     if isinstance(exc, NylasApiError):

@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import Any
 
 import structlog
-from nylas import Client  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
@@ -81,7 +80,11 @@ class NylasSender:
         client: Any = None,
         replays: Counter | None = None,
     ) -> None:
-        self.client = client or Client(api_key, api_uri=api_uri.rstrip("/"), timeout=timeout_s)
+        if client is None:  # the SDK imported here, not with the module (errors.py: 0.5 s)
+            from nylas import Client  # type: ignore[import-untyped]
+
+            client = Client(api_key, api_uri=api_uri.rstrip("/"), timeout=timeout_s)
+        self.client = client
         self.own_address = own_address
         self.replays = replays
         self.replay_count = 0
