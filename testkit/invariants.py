@@ -16,9 +16,9 @@ one outcome:
   reason or check.
 
 Besides: never two emails for one message; no email for a message whose delivery was not
-verified (or that never arrived); a draft sent only once a person approved it (or edited it:
-then with the edited text), never after a rejection, nor after a newer reply that covers its
-message superseded it; once a run has settled, the ledger
+verified (or that never arrived), nor a writer call that saw one; a draft sent only once a
+person approved it (or edited it: then with the edited text), never after a rejection, nor
+after a newer reply that covers its message superseded it; once a run has settled, the ledger
 agrees with the mail API (``sent`` exactly where an email exists). Pure: no I/O.
 """
 
@@ -217,6 +217,12 @@ class _Judge:
                 self.fail("never_doubled", pair, f"{count} emails")
             if pair not in verified:
                 self.fail("nothing_unverified", pair, "an email for no verified delivery")
+        seen = {key for call in self.o.writer_calls or () for key in call.keys}
+        for message in self.o.messages:
+            if message.verified or self.per[message.pair]:
+                continue
+            if reply_key(*message.pair) in seen:  # covered by a reply written with it
+                self.fail("nothing_unverified", message.pair, "a writer call saw it")
 
     def superseded_and_sent(self) -> None:
         """An approved draft with an email of its own that a newer sent reply covers: it was

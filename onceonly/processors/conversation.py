@@ -235,7 +235,14 @@ class Conversation:
             ledger=parts.ledger,
             sender=tracing.traced_sender(sender),
             write=functools.partial(self.write, channel),
-            dead_letter=for_reply(parts.dead_letters, lambda: (d.envelope for d in claimed)),
+            dead_letter=for_reply(
+                parts.dead_letters,
+                lambda: (d.envelope for d in claimed),
+                # a superseded draft's messages, recalled from the thread: made again
+                lambda unclaimed: approving.again(
+                    parts, approving.recorded(parts.ledger, unclaimed)
+                ),
+            ),
             now=parts.now,
             policy=SendPolicy(
                 attempts=parts.settings.send_attempts,

@@ -85,15 +85,22 @@ class DeadLetters:
 
 
 def for_reply(
-    letters: Any, claimed: Callable[[], Iterable[Envelope]]
+    letters: Any,
+    claimed: Callable[[], Iterable[Envelope]],
+    again: Callable[[Sequence[Any]], Sequence[Envelope]] | None = None,
 ) -> Callable[[ReplyRecord, str, Sequence[Any]], Awaitable[None]]:
     """The dead-letter step of one reply, into ``letters`` (:class:`DeadLetters`): its letter
     carries the envelopes, of those ``claimed`` gives when it fails (a rewrite claims
-    more), of the messages it answers."""
+    more), of the messages it answers; with ``again``, those of the messages it answers
+    that no claimed envelope carries (a superseded draft's, recalled from the thread), made
+    again from their ledger records (simulator finding F13, seed 118)."""
 
     async def dead_letter(record: ReplyRecord, reason: str, messages: Sequence[Any]) -> None:
         envelopes = {envelope.event_id: envelope for envelope in claimed()}
         answered = [envelopes[m.event_id] for m in messages if m.event_id in envelopes]
+        unclaimed = [m for m in messages if m.event_id not in envelopes]
+        if again is not None and unclaimed:
+            answered += again(unclaimed)
         await letters.record_reply(record, reason, answered)
 
     return dead_letter

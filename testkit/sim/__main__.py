@@ -61,6 +61,7 @@ PLANTED = {
     "commit_before_done": "an offset committed before its work is done",
     "writer_sees_latest_only": "a message covered by a reply whose writer never saw it",
     "approval_applied_twice": "an approval applied twice",
+    "dead_letter_no_mac_check": "a dead letter retried without its MAC check",
 }
 
 
@@ -130,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
             "commit-before-done",
             "writer-sees-latest-only",
             "approval-applied-twice",
+            "dead-letter-no-mac-check",
         ],
         help="plant a bug in the simulated world",
     )

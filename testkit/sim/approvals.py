@@ -68,18 +68,12 @@ def _copy(mail: Any, account: str, thread_id: str) -> list[dict[str, Any]]:
 def worker_parts(member: Member) -> Any:
     """What :func:`applying.decide` and :func:`applying.answer` reach of a worker
     (``WorkerParts``): the member's ledger, fence and ownership, its mail as an AgentMail
-    channel, the world's dead letters; metrics that count nothing."""
+    channel, the world's dead-letter writer (:mod:`testkit.sim.letters`); metrics that
+    count nothing."""
     world = member.world
     mail: Any = ChannelMail(world.mail, member.owns)  # a MailClient's reply, find, thread
     channel = AgentMailChannel(mail)
     settings = SimpleNamespace(approval="always", send_attempts=5, send_in_flight_wait_s=60.0)
-
-    async def record_reply(record: ReplyRecord, reason: str, envelopes: Any) -> None:
-        # the letter's envelopes name the messages a retry answers again (applying._send)
-        named = [(e.account_id or "", e.message_id or "") for e in envelopes]
-        for pair in named:
-            world.dead_lettered[pair] = reason
-        world.trace(member.name, f"dead-lettered {[p[1] for p in named]}: {reason}")
 
     return SimpleNamespace(
         ledger=member.ledger,
@@ -88,7 +82,7 @@ def worker_parts(member: Member) -> Any:
         settings=settings,
         metrics=_Nothing(),
         flowing=member.owns,
-        dead_letters=SimpleNamespace(record_reply=record_reply),
+        dead_letters=world.letters.writer,
         now=world.now,
     )
 

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from onceonly.processors.fence import Position
 from onceonly.processors.records import applied_after_write
 from onceonly.processors.reply.ledger import TableLedger
-from onceonly.processors.writer.contract import Inbound
-from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.io import remote
 
 if TYPE_CHECKING:
+    from testkit.sim.letters import Item
     from testkit.sim.member import Member
     from testkit.sim.world import World
 
@@ -42,7 +41,7 @@ class Partition:
     word on who owns them."""
 
     def __init__(self) -> None:
-        self.deliveries: list[Inbound | ApprovalDecision] = []
+        self.deliveries: list[Item] = []
         self.changelog: list[tuple[bytes, bytes | None]] = []
         #: who wrote each changelog record, and whether it owned the partition then
         self.writers: list[tuple[str, bool]] = []

@@ -16,6 +16,7 @@ from onceonly.processors.flow.admission import Admission
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.once import (
     MailSender,
+    Outcome,
     ReplyParts,
     SendPolicy,
     reply_once,
@@ -27,6 +28,7 @@ from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.approvals import unchecked_decide, worker_parts
 from testkit.sim.io import Actor, Killed, current, remote
+from testkit.sim.letters import Item, Resent
 from testkit.sim.log import DRAIN_GRACE_S, TP, LateLedger, SimTable, position
 from testkit.sim.mail import MemberMail
 
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 @dataclass
 class _Lane:
     task: asyncio.Task[None] | None = None
-    queue: list[tuple[int, Inbound | ApprovalDecision]] = field(default_factory=list)
+    queue: list[tuple[int, Item]] = field(default_factory=list)
     recorded: list[ReplyRecord] = field(default_factory=list)
 
 
@@ -200,16 +202,9 @@ class Member(Actor):
                     continue
                 batch, lane.queue = _messages(lane.queue)
                 taken = [offset for offset, _ in batch]
-                messages = _unique(m for _, m in batch)
-                reply = self._parts(taken, thread_key)
-                if self.parts is not None:  # a newer message supersedes a waiting draft
-                    result = await applying.answer(self.parts, messages, reply)
-                else:
-                    result = await reply_once(messages, reply)
-                self.world.trace(
-                    self.name,
-                    f"burst {[m.message_id for m in messages]}: {result.outcome}",
-                )
+                messages = _unique(m for _, m in await self.world.letters.admit(self, batch))
+                if messages:
+                    await self._burst(thread_key, messages, taken)
                 for offset in taken:
                     self.open.pop(offset, None)
                 self._commit()
@@ -224,6 +219,15 @@ class Member(Actor):
             lane.task = None
         if self.lanes.get(thread_key) is lane and (lane.queue or lane.recorded) and self.owns():
             self._start(thread_key)
+
+    async def _burst(self, thread_key: str, messages: list[Inbound], taken: list[int]) -> None:
+        reply = self._parts(taken, thread_key)
+        if self.parts is not None:  # a newer message supersedes a waiting draft
+            result = await applying.answer(self.parts, messages, reply)
+        else:
+            result = await reply_once(messages, reply)
+        self.world.trace(self.name, f"burst {[m.message_id for m in messages]}: {result.outcome}")
+        self.world.letters.finish(taken, result.outcome is not Outcome.FAILED)
 
     async def _decide(self, decision: ApprovalDecision) -> None:
         """A decision on a draft, applied on its thread's lane as the worker applies it."""
@@ -260,17 +264,17 @@ class Member(Actor):
             if lane is None or not lane.queue:
                 return ()
             more, lane.queue = _messages(lane.queue)
-            taken.extend(offset for offset, _ in more)
-            return _unique(m for _, m in more)
+            admitted = await world.letters.admit(self, more)
+            # as the worker (conversation.act): a newer message the ledger has (a retried
+            # one's failed reply, a killed worker's pending one) is not taken into this
+            # reply, nor dropped: it is answered after it
+            recorded = {o for o, m in admitted if self.ledger.get(m.key) is not None}
+            lane.queue = [pair for pair in more if pair[0] in recorded] + lane.queue
+            taken.extend(offset for offset, _ in more if offset not in recorded)
+            return _unique(m for offset, m in admitted if offset not in recorded)
 
         async def dead_letter(record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
-            named = [
-                (record.inbox_id, record.message_id),
-                *((m.inbox_id, m.message_id) for m in burst),
-            ]
-            for pair in named:
-                world.dead_lettered[pair] = reason
-            world.trace(self.name, f"dead-lettered {[p[1] for p in named]}: {reason}")
+            await world.letters.reply_letter(self, record, reason, burst, taken)
 
         async def write(messages: Sequence[Inbound]) -> str | Decline | Draft:
             if world.bugs.writer_sees_latest_only:
@@ -290,6 +294,7 @@ class Member(Actor):
             may_retry=self.owns,
             arbitrate=self.ledger.arbitrate,
             monotonic=loop.time,
+            replay=world.letters.replayed(taken),
         )
 
 
@@ -297,8 +302,8 @@ _POLICY = SendPolicy(attempts=5, in_flight_wait_s=60.0)
 
 
 def _messages(
-    queue: list[tuple[int, Inbound | ApprovalDecision]],
-) -> tuple[list[tuple[int, Inbound]], list[tuple[int, Inbound | ApprovalDecision]]]:
+    queue: list[tuple[int, Item]],
+) -> tuple[list[tuple[int, Inbound | Resent]], list[tuple[int, Item]]]:
     """The queue's messages before its first decision, and the rest (a decision is a job of
     its own, in the thread's order)."""
     cut = next((i for i, (_, m) in enumerate(queue) if isinstance(m, ApprovalDecision)), None)

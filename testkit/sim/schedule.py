@@ -15,6 +15,10 @@ draft, and 6 to 14 ``decide`` events have people approve, edit or reject a waiti
 sometimes two at once or from two places, or the same decision twice
 (:mod:`testkit.sim.approvals`).
 
+Every schedule has 1 to 3 ``retry`` events (the operator's ``onceonly dead-letters
+retry``) and half of them a ``forge`` event (a letter planted on the dead-letter topic),
+drawn from a third generator (:mod:`testkit.sim.letters`).
+
 :class:`Bugs` are test-only switches of the simulated world that plant a known bug, to
 show the simulator catches it.
 """
@@ -62,6 +66,9 @@ class Bugs:
     #: (f) a decision on a draft is applied without the check that one was applied before
     #: or that a newer message superseded the draft
     approval_applied_twice: bool = False
+    #: (g) the operator's dead-letter retry sends every envelope of the open letters signed
+    #: with the secret, without checking the letter's MACs (a forged letter is laundered)
+    dead_letter_no_mac_check: bool = False
 
     @property
     def any(self) -> bool:
@@ -133,6 +140,7 @@ class Schedule:
         object.__setattr__(self, "approval", required)
         if self.approval:
             faults += _decisions(approval)
+        faults += _operations(random.Random(self.seed * 7933 + 17))
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
         object.__setattr__(self, "faults", tuple(sorted(faults, key=lambda f: f.at)))
@@ -159,6 +167,20 @@ def _decisions(rng: random.Random) -> list[Fault]:
         Fault(round(rng.uniform(30.0, SPAN_S * 1.1), 3), "decide", float(rng.randrange(6)))
         for _ in range(rng.randint(6, 14))
     ]
+
+
+def _operations(rng: random.Random) -> list[Fault]:
+    """The operator's ``retry`` events (``onceonly dead-letters retry``), and in half the
+    schedules a ``forge`` event: a letter planted on the dead-letter topic (the argument:
+    its MAC under another key, 0, or none, 1). From a generator of their own: the other
+    draws are the ones they were before (:mod:`testkit.sim.letters`)."""
+    faults = [
+        Fault(round(rng.uniform(120.0, SPAN_S * 1.3), 3), "retry", 0.0)
+        for _ in range(rng.randint(1, 3))
+    ]
+    if rng.random() < 0.5:
+        faults.append(Fault(round(rng.uniform(0.0, SPAN_S), 3), "forge", float(rng.randrange(2))))
+    return faults
 
 
 def _arg(rng: random.Random, kind: str) -> float:

@@ -24,6 +24,7 @@ from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.approval import ApprovalDecision
 from testkit.invariants import Email, Message, Observed
 from testkit.sim.approvals import VARIANTS, Operator
+from testkit.sim.letters import Letters, Resent
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Partition
 from testkit.sim.mail import SimMail
 from testkit.sim.member import Member
@@ -60,7 +61,8 @@ class World:
         self.model = SimModel(random.Random(schedule.seed * 17 + 3), self.trace)
         self.mail.faults.ignore_keys = schedule.ignore_keys
         self.members: dict[str, Member] = {}
-        self.dead_lettered: dict[tuple[str, str], str] = {}
+        #: the dead-letter topic, the operator's retry and the forger (testkit.sim.letters)
+        self.letters = Letters(self)
         self.errors: list[str] = []
         self._incarnations: dict[str, int] = {}
         self.pending = 0  #: faults and arrivals not yet played
@@ -159,8 +161,9 @@ class World:
         self.trace("world", f"delivery {message.message_id} thread {message.thread_id}")
         self.deliver(message)
 
-    def deliver(self, item: Inbound | ApprovalDecision) -> None:
-        """A record on the deliveries partition: a message, or a decision on a draft."""
+    def deliver(self, item: Inbound | ApprovalDecision | Resent) -> None:
+        """A record on the deliveries partition: a message, a decision on a draft, or an
+        envelope a dead-letter retry sent again."""
         self.part.deliveries.append(item)
         owner = self.part.owner
         if owner is not None:
@@ -190,6 +193,10 @@ class World:
             self.model.faults.hang_next += int(fault.arg)
         elif fault.kind == "decide" and self.operator is not None:
             self.operator.play(VARIANTS[int(fault.arg)])
+        elif fault.kind == "retry":
+            self.letters.retry()
+        elif fault.kind == "forge":
+            self.letters.forge(int(fault.arg))
 
     def busy(self) -> bool:
         part = self.part
@@ -215,12 +222,16 @@ class World:
                 last[key] = value
         ledger = {key.decode(): part.record(value) for key, value in last.items()}
         operator = self.operator
+        forged = (Message(m.inbox_id, m.message_id, False) for m in self.letters.forged)
         return Observed(
-            messages=tuple(Message(m.inbox_id, m.message_id) for m in self.schedule.messages),
+            messages=(
+                *(Message(m.inbox_id, m.message_id) for m in self.schedule.messages),
+                *forged,
+            ),
             emails=tuple(Email(e.inbox_id, e.replied_to, e.text) for e in self.mail.outbox),
             ledger=ledger,
             writer_calls=tuple(self.model.calls),
-            dead_lettered=dict(self.dead_lettered),
+            dead_lettered=self.letters.open_pairs(),
             drafts=frozenset(operator.drafts) if operator else frozenset(),
             decisions=operator.decisions() if operator else (),
         )

@@ -35,8 +35,10 @@ from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
 from onceonly.processors.reply.once import (
     BurstResult,
+    Plan,
     SendPolicy,
     answered_by,
+    plan,
     reply_once,
     send_recorded,
 )
@@ -149,6 +151,12 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
     return sent
 
 
+def recorded(ledger: Any, messages: Sequence[Inbound]) -> list[ReplyRecord]:
+    """The ledger records of ``messages`` (one without a record is left out)."""
+    found = (ledger.get(m.key) for m in messages)
+    return [r for r in found if r is not None]
+
+
 def again(parts: WorkerParts, records: Sequence[ReplyRecord]) -> list[Envelope]:
     """The envelopes of ``records``' messages, made again by their channels
     (:meth:`~onceonly.processors.mail.protocol.MailProvider.envelope_again`)."""
@@ -169,7 +177,9 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     by a message of this burst, which the redelivery finds again (``superseded_by``).
     """
     ledger, channel = parts.ledger, parts.channels[reply.channel]
-    fresh = [m for m in burst if ledger.get(m.key) is None]
+    # a new message, or one a replay writes again (its writer failed: a dead letter's
+    # retry), whose record may already mark the drafts it superseded (simulator F14, seed 955)
+    fresh = [m for m in burst if plan(ledger.get(m.key), replay=reply.replay) is Plan.WRITE]
     if parts.settings.approval == "never" or not fresh:
         return await reply_once(burst, reply)
     target = max(burst, key=lambda m: (m.occurred_at, m.event_id))

@@ -917,6 +917,21 @@ async def test_a_replay_asks_the_writer_again_for_a_failed_record_without_text()
     assert (result.outcome, writer.calls) == (Outcome.SENT, [1])
 
 
+async def test_a_replayed_failed_writers_message_is_covered_by_the_newer_messages_reply() -> None:
+    # a dead letter's retry: the writer failed for the older message; replayed with a newer
+    # one, it is written with it, and its record says covered (left failed, the next replay
+    # would write it and answer it again; simulator seed 288)
+    ledger = MemoryLedger()
+    older, newer = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+    await ledger.put(owed(older, ReplyState.FAILED))
+    writer = CountingWriter()
+
+    result = await _reply([older, newer], ledger, writer=writer, replay=True)
+
+    assert (result.key, result.outcome, writer.calls) == (newer.key, Outcome.SENT, [2])
+    assert ledger.records[older.key] == owed(older, ReplyState.COVERED, covered_by=newer.key)
+
+
 async def test_a_fresh_pending_record_whose_reply_reached_an_api_ignoring_keys_sends_nothing(
     mail: FakeAgentMail,
 ) -> None:

@@ -81,6 +81,16 @@ def test_an_email_for_a_forged_delivery_is_unverified() -> None:
     assert [v.invariant for v in verdict.violations] == ["nothing_unverified"]
 
 
+def test_a_forged_delivery_a_writer_saw_is_unverified_without_an_email_of_its_own() -> None:
+    forged = Message("inbox", "c", verified=False)
+    calls = (WriterCall(frozenset({KB, reply_key(*forged.pair)}), "text"),)
+    ledger = {KA: _sent(A), KB: _sent(B, covers=(reply_key(*forged.pair),))}
+    world = _world(messages=(A, B, forged), emails=(_email(A), _email(B)), ledger=ledger)
+    world = replace(world, writer_calls=calls)
+    verdict = check(world)
+    assert [v.invariant for v in verdict.violations] == ["nothing_unverified"]
+
+
 def test_a_message_covered_by_a_reply_whose_writer_saw_it_is_covered() -> None:
     ledger = {
         KA: _record(A, ReplyState.COVERED, covered_by=KB),

@@ -62,7 +62,7 @@ def test_a_clean_range_of_seeds_passes() -> None:
 
 
 #: the regression seeds of the approval path's findings (F11, F12), replayed with approval on
-APPROVAL_FINDINGS = frozenset({202, 229, 487, 1800})
+APPROVAL_FINDINGS = frozenset({118, 202, 229, 288, 481, 487, 955, 1800})
 
 
 @pytest.mark.parametrize(
@@ -112,6 +112,17 @@ APPROVAL_FINDINGS = frozenset({202, 229, 487, 1800})
         # through a draft the reply superseded
         202,
         487,
+        # F13 (approval on): a reply that superseded a draft failed (its writer); its dead
+        # letter named only the claimed messages, the draft's recalled ones were left covered
+        # by a reply with no email, in no letter (for_reply makes their envelopes again)
+        118,
+        481,
+        # F14 (approval on, a dead letter's retry): a retried writer-failed message older
+        # than a newer one of its burst kept its failed record (once._coverable, 288); a
+        # retried superseding reply did not recall the drafts it superseded, whose messages
+        # it then covered unseen (applying.answer takes a replay's failed writer as new, 955)
+        288,
+        955,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
@@ -130,6 +141,7 @@ def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
         (Bugs(commit_before_done=True), 40, {"answered_once"}),
         (Bugs(writer_sees_latest_only=True), 40, {"covered_unseen"}),
         (Bugs(approval_applied_twice=True), 40, {"never_doubled", "draft_approved"}),
+        (Bugs(dead_letter_no_mac_check=True), 40, {"nothing_unverified"}),
     ],
     ids=[
         "no-fence-before-send",
@@ -137,6 +149,7 @@ def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
         "commit-before-done",
         "writer-sees-latest",
         "approval-applied-twice",
+        "dead-letter-no-mac-check",
     ],
 )
 def test_a_planted_bug_is_caught_within_n_seeds(
@@ -201,3 +214,30 @@ def test_approval_schedules_decide_twice_at_once_and_supersede_drafts() -> None:
         twice += any(e.endswith(": already") for e in applied)
         superseded += sum("covered" in e and "text=" in e for e in result.events)
     assert twice and superseded
+
+
+def test_the_operators_retry_answers_a_dead_letter_and_leaves_a_forged_one_open() -> None:
+    # seed 96: a letter planted at 196 s (its MAC under another key) and the writer's
+    # failure for m52, m54, m57 at 1000 s; the retry at 1088 s sends the three again and
+    # closes their letter, and leaves the forged one open with the reason
+    result = run_schedule(Schedule(96))
+
+    assert result.passed, result.report()
+    assert any(e.endswith("operator retried 3 event(s) of [1]") for e in result.events)
+    assert any("dead letter 0 left open: the MAC of event forged0" in e for e in result.events)
+    outcomes = {pair[1]: found for pair, found in result.verdict.outcomes.items()}
+    assert {outcomes[m] for m in ("<m52@sim>", "<m54@sim>", "<m57@sim>")} <= {
+        "answered",
+        "covered",
+    }
+
+
+def test_a_retry_without_the_mac_check_answers_the_forged_letter() -> None:
+    # the planted bug sends the forged letter signed; the worker takes it, and the writer
+    # writes m51's reply with it (the forged message is older): no email of its own
+    result = run_schedule(Schedule(96, Bugs(dead_letter_no_mac_check=True)))
+
+    found = [v for v in result.violations if v.invariant == "nothing_unverified"]
+    assert [(v.subject, v.detail) for v in found] == [
+        ("<forged0@sim> in inbox1@sim", "a writer call saw it")
+    ]
