@@ -86,7 +86,6 @@ async def remote(out_s: float, far: Callable[[], T | Later[T]], back_s: float) -
                 answer.set_result(result)  # type: ignore[arg-type]
             else:
                 answer.set_exception(error)
-        loop.call_soon(_ended, context=context)  # where the task's end would be
 
     def back(result: T | None, error: Exception | None) -> None:
         loop.call_soon(settle, result, error, context=context)  # the task's wake-up
@@ -121,7 +120,3 @@ async def remote(out_s: float, far: Callable[[], T | Later[T]], back_s: float) -
     if actor is not None:
         await actor.awake()
     return result
-
-
-def _ended() -> None:
-    """The place in the loop's queue of the callback that discarded an ended task."""
