@@ -6,7 +6,6 @@ fresh`` draws the first seed from the clock and prints it (CI: a new range each 
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import multiprocessing
 import os
@@ -30,17 +29,8 @@ def quiet(*, cache: bool = False) -> None:
     )
 
 
-#: schedules a worker process plays before the pool replaces it: it never collects its
-#: garbage (1.5 MB a schedule, freed at once by its exit, which frees nothing object by
-#: object), so a worker grows to about 60 MB before it ends; the collector's passes and
-#: frees took ~13 % of a schedule's CPU, a new worker's fork well under 1 %
-WORKER_SCHEDULES = 40
-_CHUNK = 8  #: schedules a worker takes at a time
-
-
 def _quiet_worker() -> None:
     quiet(cache=True)
-    gc.disable()  # run_schedule re-enables nothing in a worker: see WORKER_SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -56,7 +46,7 @@ class Outcome:
 
 def _play(job: tuple[int, Bugs]) -> Outcome:
     seed, bugs = job
-    result = run_schedule(Schedule(seed, bugs), collect=False)
+    result = run_schedule(Schedule(seed, bugs))
     report = None if result.passed else result.report(around=12)
     window = bool(result.window_hits)
     return Outcome(seed, len(result.trace), report, result.keys_ignored, window)
@@ -158,11 +148,8 @@ def _run_range(seeds: range, bugs: Bugs, jobs: int) -> int:
     failed = events = ignored = window = 0
     started = time.perf_counter()
     jobs_of = ((seed, bugs) for seed in seeds)
-    pool = multiprocessing.get_context("fork").Pool(
-        jobs, initializer=_quiet_worker, maxtasksperchild=WORKER_SCHEDULES // _CHUNK
-    )
-    with pool:
-        for outcome in pool.imap_unordered(_play, jobs_of, chunksize=_CHUNK):
+    with multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker) as pool:
+        for outcome in pool.imap_unordered(_play, jobs_of, chunksize=8):
             events += outcome.events
             ignored += outcome.keys_ignored
             window += outcome.window

@@ -119,23 +119,19 @@ async def _play(schedule: Schedule) -> Result:
     )
 
 
-def run_schedule(schedule: Schedule, *, collect: bool = True) -> Result:
-    """Play ``schedule`` on a fresh virtual loop, seeded; judge its end. ``collect=False``:
-    no collection after it either, and the collector left off (a worker process that exits
-    before its garbage counts: ``__main__``'s pool replaces its workers every few)."""
+def run_schedule(schedule: Schedule) -> Result:
+    """Play ``schedule`` on a fresh virtual loop, seeded; judge its end."""
     from testkit.sim.loop import run
 
     random.seed(schedule.seed)  # tenacity's jitter reads the global random
     # no cyclic collection during the run, one of what it left (all of it young) after:
     # the collector's passes took ~12 % of a run's CPU, each walking the live world again;
-    # the one pass takes ~8 % (~13 % with the lean loop): its garbage (about 13,000 objects,
-    # 1.5 MB) is freed cheaper still by a process's exit, without a pass or a free
+    # the one pass takes ~8 %
     enabled = gc.isenabled()
     gc.disable()
     try:
         return run(_play(schedule))
     finally:
-        if collect:
-            if enabled:
-                gc.enable()
-            gc.collect(0)
+        if enabled:
+            gc.enable()
+        gc.collect(0)

@@ -5,7 +5,6 @@ from commit 9f9a684, issue 43 item 5)."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
 from collections.abc import Iterator
 
@@ -63,16 +62,3 @@ def test_a_seed_plays_as_before_the_simulator_was_made_cheaper(
     result = run_schedule(Schedule(seed, bugs, require_approval=approval))
     assert digest(result) == expected
 
-
-def test_a_seed_plays_the_same_in_a_worker_that_never_collects() -> None:
-    seed, bugs, approval, expected = DIGESTS[2]
-    enabled = gc.isenabled()
-    gc.disable()  # as the command's worker processes run
-    try:
-        result = run_schedule(Schedule(seed, bugs, require_approval=approval), collect=False)
-        assert not gc.isenabled()
-    finally:
-        if enabled:
-            gc.enable()
-        gc.collect()
-    assert digest(result) == expected
