@@ -61,4 +61,3 @@ def test_a_seed_plays_as_before_the_simulator_was_made_cheaper(
 ) -> None:
     result = run_schedule(Schedule(seed, bugs, require_approval=approval))
     assert digest(result) == expected
-
