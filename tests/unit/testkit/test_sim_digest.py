@@ -1,9 +1,9 @@
 """The simulator made cheaper plays every schedule as before: the trace (every event and its
 virtual time), the verdict and the end of a few fixed seeds, with and without approvals and
-with planted bugs, digest to what the simulator gave before it was made cheaper (issue 43 item 5). First
-recorded from commit 9f9a684; recorded again from 2abeaaa, the simulator with the operator's
-dead-letter retries (which draws new events in every schedule) and not yet made cheaper:
-the cheaper simulator gives the same digests on both."""
+with planted bugs, digest to what the simulator gave before it was made cheaper (issue 43
+item 5). First recorded from commit 9f9a684; recorded again from 2abeaaa, the simulator
+with the operator's dead-letter retries (which draws new events in every schedule) and not
+yet made cheaper: the cheaper simulator gives the same digests on both."""
 
 from __future__ import annotations
 
