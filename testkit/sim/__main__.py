@@ -12,6 +12,8 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -29,6 +31,18 @@ def quiet(*, cache: bool = False) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
         cache_logger_on_first_use=cache,
     )
+
+
+@contextmanager
+def quieted() -> Iterator[None]:
+    """:func:`quiet` for a while, then structlog's configuration as it was (the tests that
+    follow see every level again)."""
+    saved = structlog.get_config()
+    quiet()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 def _quiet_worker() -> None:

@@ -1,17 +1,26 @@
-"""The AgentMail SDK's client, pointed at the module's ``fake`` server."""
+"""The AgentMail SDK's client, pointed at the module's ``fake`` server; the simulator's
+logs off for the modules that ask (``sim_quiet``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
 from agentmail import AsyncAgentMail
 
 from testkit.fakes.agentmail_server import FakeAgentMail
+from testkit.sim.__main__ import quieted
 
 
 @pytest.fixture
 async def client(fake: FakeAgentMail) -> AsyncIterator[AsyncAgentMail]:
     async with httpx.AsyncClient(timeout=5.0) as http:
         yield AsyncAgentMail(api_key="test-key", environment=fake.environment, httpx_client=http)
+
+
+@pytest.fixture
+def sim_quiet() -> Iterator[None]:
+    """The product's logs off while a test plays schedules: they cost more than the simulation."""
+    with quieted():
+        yield

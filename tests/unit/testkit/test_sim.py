@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 
 import pytest
-import structlog
 
-from testkit.sim.__main__ import main, quiet
+from testkit.sim.__main__ import main
 from testkit.sim.loop import Deadlock, run
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    saved = structlog.get_config()
-    quiet()
-    yield
-    structlog.configure(**saved)  # the other tests' log captures see every level again
+pytestmark = pytest.mark.usefixtures("sim_quiet")
 
 
 def test_virtual_time_sleeps_an_hour_in_no_time() -> None:

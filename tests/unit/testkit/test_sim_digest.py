@@ -8,22 +8,13 @@ yet made cheaper: the cheaper simulator gives the same digests on both."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 
 import pytest
-import structlog
 
-from testkit.sim.__main__ import quiet
 from testkit.sim.run import Result, run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    saved = structlog.get_config()
-    quiet()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("sim_quiet")
 
 
 #: (seed, planted bug, approval required) -> the digest of its result, from before

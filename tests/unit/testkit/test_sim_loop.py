@@ -8,14 +8,12 @@ import asyncio
 import contextvars
 import random
 import selectors
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import pytest
-import structlog
 
 from testkit.sim import io, log, mail, member
-from testkit.sim.__main__ import quiet
 from testkit.sim.loop import Deadlock, _cancel_all
 from testkit.sim.run import Result, _play, run_schedule
 from testkit.sim.schedule import Bugs, Schedule
@@ -23,12 +21,7 @@ from testkit.sim.schedule import Bugs, Schedule
 T = TypeVar("T")
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    saved = structlog.get_config()
-    quiet()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("sim_quiet")
 
 
 class _WaitMovesClock(selectors.BaseSelector):

@@ -4,13 +4,11 @@ and a spec that replays it (testkit/sim/shrink.py, issue 43 item 4)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from itertools import count
 
 import pytest
-import structlog
 
-from testkit.sim.__main__ import main, quiet
+from testkit.sim.__main__ import main, quieted
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 from testkit.sim.shrink import (
@@ -32,23 +30,14 @@ FIRST = 11
 TWO_WAYS = 13
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    saved = structlog.get_config()
-    quiet()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("sim_quiet")
 
 
 @pytest.fixture(scope="module")
 def shrunk() -> Shrunk:
-    saved = structlog.get_config()
-    quiet()
-    try:
+    with quieted():
         seed = next(s for s in count(FIRST) if not run_schedule(Schedule(s, BUGS)).passed)
         return shrink(Schedule(seed, BUGS))
-    finally:
-        structlog.configure(**saved)
 
 
 def test_a_spec_names_the_seed_and_what_was_dropped_and_round_trips() -> None:
