@@ -197,24 +197,29 @@ class Admin:
         eonce->refcnt > 0``, librdkafka #4605, open), as a worker starting on a three-node
         cluster did (make test, 2026-12-04). tests/unit/foundation/test_no_admin_group_calls.py
         keeps the admin's group requests out of onceonly."""
-        consumer = Consumer({**self._config, "group.id": group, "enable.auto.commit": False})
-        try:
-            consumer.committed([TopicPartition(_PROBE_TOPIC, 0)], timeout=self.timeout_s)
-        except KafkaException as exc:
-            return exc.args[0].code() not in _COORDINATOR_PENDING
-        finally:
-            consumer.close()
-        return True
+        return self.await_group_coordinator(group, patience_s=0.0)
 
     def await_group_coordinator(
         self, group: str, *, patience_s: float = 60.0, interval_s: float = 0.2
     ) -> bool:
-        """Wait until :meth:`group_coordinator_ready`; False if ``patience_s`` passed first."""
+        """Wait until :meth:`group_coordinator_ready`, asking with one consumer; False if
+        ``patience_s`` passed first."""
+        consumer = Consumer({**self._config, "group.id": group, "enable.auto.commit": False})
         deadline = time.monotonic() + patience_s
-        while not self.group_coordinator_ready(group):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(interval_s)
+        try:
+            while not self._coordinator_answers(consumer):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(interval_s)
+        finally:
+            consumer.close()
+        return True
+
+    def _coordinator_answers(self, consumer: Consumer) -> bool:
+        try:
+            consumer.committed([TopicPartition(_PROBE_TOPIC, 0)], timeout=self.timeout_s)
+        except KafkaException as exc:
+            return exc.args[0].code() not in _COORDINATOR_PENDING
         return True
 
     def topic_configs(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
