@@ -135,6 +135,9 @@ class Stack:
         self.project = project
         self.variables = dict(variables)
         self.files = tuple(files)  #: docker-compose.yml, then any override, in order
+        #: a container's failed health checks before it passed: how many, and the last one's
+        #: words (why a slow start was slow), by container name
+        self.failed_checks: dict[str, tuple[int, str]] = {}
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, **self.variables, **extra}
@@ -170,12 +173,16 @@ class Stack:
         """Run ``name``'s health check until it passes; the seconds it took."""
         started = time.monotonic()
         last = ""
+        failed = 0
         while time.monotonic() - started < timeout_s:
             check = subprocess.run(
                 ["podman", "healthcheck", "run", name], capture_output=True, text=True, check=False
             )
             if check.returncode == 0:
+                if failed:
+                    self.failed_checks[name] = (failed, last)
                 return time.monotonic() - started
+            failed += 1
             last = (check.stdout + check.stderr).strip()
             if self.state(name) in {"exited", "stopped"}:
                 break

@@ -147,7 +147,15 @@ def topics_then_services(stack: Stack, log: Log) -> None:
         raise StackError(f"the topics container exited {status}")
     stack.up("ingest", "worker")
     for name in (stack.container("ingest"), stack.container("worker")):
-        log(f"{name} healthy after {stack.wait_healthy(name):.1f} s")
+        log(f"{name} healthy after {stack.wait_healthy(name):.1f} s{failed_checks(stack, name)}")
+
+
+def failed_checks(stack: Stack, name: str) -> str:
+    """``name``'s failed health checks before it passed, for the log: why a start was slow."""
+    if name not in stack.failed_checks:
+        return ""
+    count, last = stack.failed_checks[name]
+    return f" ({count} failed check(s) before, the last: {last or '-'})"
 
 
 def bring_up(stack: Stack, figures: dict[str, object], log: Log) -> None:

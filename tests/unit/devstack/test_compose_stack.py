@@ -102,9 +102,11 @@ def test_only_the_missing_tools_are_installed() -> None:
     assert missing_packages(lambda cmd: "/x") == []
 
 
-def test_builds_are_niced_in_docker_format_with_the_base_named() -> None:
+def test_builds_are_niced_and_weighted_lowest_in_docker_format_with_the_base_named() -> None:
     command = build_command(ROOT, "t:1", "localhost/base:1", ROOT / "Dockerfile")
     assert command[:3] == ["nice", "-n", "19"]
+    # the RUN steps' own cpu cgroup, which nice does not reach, at the lowest weight
+    assert command[command.index("--cpu-shares") + 1] == "2"
     assert command[command.index("--format") + 1] == "docker"  # OCI images drop HEALTHCHECK
     assert "BASE_IMAGE=localhost/base:1" in command
     assert command[-1] == str(ROOT)
