@@ -14,6 +14,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from onceonly.foundation.retries import retried
 from onceonly.processors.exceptions import Rebalancing, SendError, SendFailure
 from onceonly.processors.messages import FoundReply, Inbound
 from onceonly.processors.reply.arbitration import Ruling
@@ -36,10 +37,9 @@ def give_up(policy: SendPolicy, failure: SendFailure, attempts: int, elapsed_s: 
     return attempts >= policy.attempts
 
 
-def _retrying(policy: SendPolicy, monotonic: Callable[[], float]) -> AsyncRetrying:
+def _retrying(policy: SendPolicy, monotonic: Callable[[], float], started: float) -> AsyncRetrying:
     """Retry what the send policy calls retryable, with random exponential backoff; the
-    in-flight wait is measured on ``monotonic`` from the first attempt."""
-    started = monotonic()
+    in-flight wait is measured on ``monotonic`` from ``started``, the first attempt's."""
 
     def stop(state: RetryCallState) -> bool:
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -78,24 +78,28 @@ class Sending:
         found: str | None = None
         sent_id: str | None = None
         attempts = 0
+        parts = self.parts
+        started = parts.monotonic()
+
+        async def attempt() -> None:
+            nonlocal attempts, reconciled, found, sent_id
+            attempts += 1
+            if attempts > 1:
+                if not parts.may_retry():
+                    raise Rebalancing(
+                        f"a rebalance began while reply {record.key} was being retried "
+                        f"(attempt {attempts}); its next owner resumes it with the same key"
+                    )
+                parts.on_retry()
+                log.warning("send retry with the same key", attempt=attempts, **ids)
+            if not reconciled:
+                found = await parts.sender.find_reply(record)
+                reconciled = True
+            if found is None:
+                sent_id, found = await _send_or_find(parts.sender, record)
+
         try:
-            parts = self.parts
-            async for attempt in _retrying(parts.policy, parts.monotonic):
-                with attempt:
-                    attempts += 1
-                    if attempts > 1:
-                        if not parts.may_retry():
-                            raise Rebalancing(
-                                f"a rebalance began while reply {record.key} was being retried "
-                                f"(attempt {attempts}); its next owner resumes it with the same key"
-                            )
-                        parts.on_retry()
-                        log.warning("send retry with the same key", attempt=attempts, **ids)
-                    if not reconciled:
-                        found = await parts.sender.find_reply(record)
-                        reconciled = True
-                    if found is None:
-                        sent_id, found = await _send_or_find(parts.sender, record)
+            await retried(lambda: _retrying(parts.policy, parts.monotonic, started), attempt)
         except SendError as exc:
             found = await self._sent_after_all(record, exc)
             if found is None:

@@ -39,6 +39,7 @@ from typing import Any, overload
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
+from onceonly.foundation.retries import retried
 from onceonly.processors.exceptions import ProcessorError, Rebalancing, WriterFailed
 from onceonly.processors.flow.admission import Admission, Ticket
 from onceonly.processors.flow.rate import model_of, retry_after_s
@@ -295,24 +296,27 @@ class Writer:
         def wait(state: RetryCallState) -> float:
             return 0.0 if was_throttled(state) else float(backoff(state))
 
+        async def one() -> Written:
+            nonlocal attempt, throttled
+            attempt += 1
+            if attempt > 1:
+                log.warning("writer retry", attempt=attempt, **(ids or {}))
+            burst = Burst(tuple(messages), effects, attempt, history, loop, cache)
+            try:
+                written = await self._call_once(burst)
+            except Exception as exc:
+                if retry_after_s(exc, time.time()) is not None:
+                    throttled += 1
+                raise
+            finally:
+                usage.extend(burst._usage)
+            return with_usage(written, usage)
+
         try:
-            async for retry in AsyncRetrying(
-                stop=stop, wait=wait, retry=retry_if_exception(_retryable), reraise=True
-            ):
-                with retry:
-                    attempt += 1
-                    if attempt > 1:
-                        log.warning("writer retry", attempt=attempt, **(ids or {}))
-                    burst = Burst(tuple(messages), effects, attempt, history, loop, cache)
-                    try:
-                        written = await self._call_once(burst)
-                    except Exception as exc:
-                        if retry_after_s(exc, time.time()) is not None:
-                            throttled += 1
-                        raise
-                    finally:
-                        usage.extend(burst._usage)
-                    return with_usage(written, usage)
+            retry = retry_if_exception(_retryable)
+            return await retried(
+                lambda: AsyncRetrying(stop=stop, wait=wait, retry=retry, reraise=True), one
+            )
         except (asyncio.CancelledError, Rebalancing):
             raise
         except Exception as exc:
@@ -321,4 +325,3 @@ class Writer:
                 attempts=attempt,
                 last_error=repr(exc),
             ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover

@@ -993,23 +993,56 @@ def test_a_send_gives_up_at_the_attempts_or_for_one_in_flight_at_the_wait(
 
 
 def test_the_send_retries_back_off_as_the_policy_says() -> None:
-    retrying = _retrying(SendPolicy(backoff_initial_s=0.25, backoff_max_s=7.0), time.monotonic)
+    policy = SendPolicy(backoff_initial_s=0.25, backoff_max_s=7.0)
+    retrying = _retrying(policy, time.monotonic, time.monotonic())
 
     assert (retrying.wait.multiplier, retrying.wait.max) == (0.25, 7.0)  # type: ignore[attr-defined]
 
 
 async def test_the_in_flight_wait_is_measured_on_the_given_clock() -> None:
-    readings = iter([0.0, 6.0, 12.0, 18.0])  # the start, then one reading per attempt
+    readings = iter([6.0, 12.0, 18.0])  # one reading per attempt, from the start at 0.0
     policy = SendPolicy(attempts=1, backoff_initial_s=0.0, in_flight_wait_s=10.0)
     calls = 0
 
     with pytest.raises(SendError):
-        async for attempt in _retrying(policy, lambda: next(readings)):
+        async for attempt in _retrying(policy, lambda: next(readings), 0.0):
             with attempt:
                 calls += 1
                 raise SendError(SendFailure.IN_FLIGHT, "first send in flight")
 
     assert calls == 2  # 6 s < 10 s: once more; 12 s: given up
+
+
+class InFlightSender:
+    """Each send takes 8 s on ``clock`` and answers that the first send is still in flight."""
+
+    def __init__(self) -> None:
+        self.clock = 0.0
+        self.sends = 0
+
+    async def reply(self, record: ReplyRecord) -> str:
+        self.sends += 1
+        self.clock += 8.0
+        raise SendError(SendFailure.IN_FLIGHT, "first send in flight")
+
+    async def find_reply(self, record: ReplyRecord) -> str | None:
+        return None
+
+
+async def test_the_in_flight_wait_counts_from_the_first_send_not_from_its_first_retry(
+    mail: FakeAgentMail,
+) -> None:
+    harness = Harness(mail)
+    sender = InFlightSender()
+    policy = SendPolicy(attempts=1, backoff_initial_s=0.0, in_flight_wait_s=10.0)
+    parts = harness.parts(
+        simple_write(harness.writer), sender=sender, policy=policy, monotonic=lambda: sender.clock
+    )
+
+    result = await reply_once([_inbound("<m1@x>")], parts)
+
+    assert result.outcome is Outcome.FAILED
+    assert sender.sends == 2  # 8 s after the start: once more; 16 s: past the 10 s wait
 
 
 async def test_a_skipped_reply_is_logged_with_its_ids() -> None:

@@ -24,6 +24,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from onceonly.foundation.retries import retried
 from onceonly.foundation.settings import NYLAS_US_API_URI
 from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.mail.nylas.errors import classify
@@ -107,15 +108,15 @@ class NylasSender:
 
     async def _read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A read, retried briefly on retryable failures (reads have no effect)."""
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(READ_ATTEMPTS),
-            wait=wait_random_exponential(multiplier=0.2, max=2.0),
-            retry=retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
-            reraise=True,
-        ):
-            with attempt:
-                return await self._call(fn, *args, **kwargs)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await retried(
+            lambda: AsyncRetrying(
+                stop=stop_after_attempt(READ_ATTEMPTS),
+                wait=wait_random_exponential(multiplier=0.2, max=2.0),
+                retry=retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
+                reraise=True,
+            ),
+            lambda: self._call(fn, *args, **kwargs),
+        )
 
     def remember(self, grant_id: str, message: Mapping[str, Any]) -> ReplyFields:
         """Keep who a reply to this message goes to, and its subject.
