@@ -133,16 +133,20 @@ async def test_a_sync_writer_runs_off_the_event_loop() -> None:
 
 
 async def test_sync_writers_overlap_up_to_the_concurrency() -> None:
+    # each call returns only once all four are in flight at once: one after another, the
+    # first would wait out the barrier (10 s) and fail; no wall-clock bound to miss on a
+    # busy machine
+    together = threading.Barrier(4, timeout=10.0)
+
     def blocking(burst: Burst) -> str:
-        time.sleep(0.2)
+        together.wait()
         return "ok"
 
-    writer = Writer(blocking, WriterPolicy(concurrency=4))
-    started = time.monotonic()
-    await asyncio.gather(*(writer.write([_message(n)]) for n in range(4)))
+    writer = Writer(blocking, WriterPolicy(concurrency=4, attempts=1))
+    written = await asyncio.gather(*(writer.write([_message(n)]) for n in range(4)))
     writer.close()
 
-    assert time.monotonic() - started < 0.6  # 4 x 0.2 s one after another would be 0.8 s
+    assert list(written) == ["ok"] * 4
 
 
 async def test_the_history_is_read_once_and_only_when_asked() -> None:
