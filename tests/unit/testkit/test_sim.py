@@ -233,3 +233,17 @@ def test_a_retry_without_the_mac_check_answers_the_forged_letter() -> None:
     assert [(v.subject, v.detail) for v in found] == [
         ("<forged0@sim> in inbox1@sim", "a writer call saw it")
     ]
+
+
+def test_schedules_one_after_another_leave_no_growing_heap() -> None:
+    """What a run leaves is collected in every generation by the next run's end: a
+    young-generation pass alone promoted each run's cycles (about 1,000 objects) where no
+    pass reached them, and a make sim process grew by 2 GB over 5,000 schedules."""
+    import gc
+
+    run_schedule(Schedule(1))
+    after_one = len(gc.get_objects())
+    for seed in range(2, 22):
+        run_schedule(Schedule(seed))
+
+    assert len(gc.get_objects()) - after_one < 5_000  # twenty runs' cycles would be ~20,000
