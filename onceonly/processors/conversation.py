@@ -75,12 +75,19 @@ class Conversation:
         if not claimed:
             return taken
 
+        # with approval on, a replayed message is left for a burst of its own: its key may
+        # end a chain of drafts covered by it, which only its own burst recalls (F15)
+        alone = self.parts.settings.approval != "never"
+
         async def newer() -> list[Inbound]:  # messages of the thread that came meanwhile
             if key is not None:
-                fresh = self.parts.holds.take(key, now_ms=self.parts.now_ms(), window_ms=0)
+                held = self.parts.holds.take(key, now_ms=self.parts.now_ms(), window_ms=0)
+                fresh = [d for d in held if not (alone and d.replay)]
+                self.parts.holds.release_busy(key, [d for d in held if alone and d.replay])
             else:
                 lane_key = claimed[0].envelope.thread_key.encode()
                 waiting = self.parts.lanes.queued(lane_key)
+                waiting = [w for w in waiting if not (alone and w.item.replay)]
                 self.parts.lanes.absorb(lane_key, job, waiting)
                 fresh = [w.item for w in waiting]
             taken.extend(fresh)

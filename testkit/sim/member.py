@@ -269,6 +269,10 @@ class Member(Actor):
             # one's failed reply, a killed worker's pending one) is not taken into this
             # reply, nor dropped: it is answered after it
             recorded = {o for o, m in admitted if self.ledger.get(m.key) is not None}
+            # nor, with approval on, a replayed one: its key may end a chain of drafts
+            # covered by it, which only its own burst recalls (F15)
+            if world.operator is not None:
+                recorded |= {o for o, _ in admitted if world.letters.replayed([o])}
             lane.queue = [pair for pair in more if pair[0] in recorded] + lane.queue
             taken.extend(offset for offset, _ in more if offset not in recorded)
             return _unique(m for offset, m in admitted if offset not in recorded)

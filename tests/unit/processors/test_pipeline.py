@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
+from onceonly.processors.lanes import Job, Lanes
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -29,20 +34,20 @@ class _DeadLetters:
         self.letters.append((reason.split()[0], [e.event_id for e in envelopes]))
 
 
-def _pipeline(mail: FakeAgentMail, writer: Any) -> Conversation:
+def _pipeline(
+    mail: FakeAgentMail, writer: Any, approval: str = "never", **more: Any
+) -> Conversation:
     write = Writer(writer, WriterPolicy(attempts=2, backoff_initial_s=0.001))
     parts = {"writer": write, "dead_letters": _DeadLetters(), "retry_backoff_s": 0.001}
-    return mail_pipeline(mail, "never", **parts)
+    return mail_pipeline(mail, approval, **parts | more)
 
 
 def _delivery(mail: FakeAgentMail, n: int, minute: int) -> Delivery:
     message_id = f"<m{n}@example.com>"
-    mail.seed_message(INBOX, message_id=message_id, thread_id="thr-burst")
+    when = f"2026-11-29T10:{minute:02d}:00.000Z"
+    mail.seed_message(INBOX, message_id=message_id, thread_id="thr-burst", timestamp=when)
     payload = payloads.agentmail_received(
-        inbox_id=INBOX,
-        thread_id="thr-burst",
-        message_id=message_id,
-        timestamp=f"2026-11-29T10:{minute:02d}:00.000Z",
+        inbox_id=INBOX, thread_id="thr-burst", message_id=message_id, timestamp=when
     )
     envelope = normalise.agentmail(json.dumps(payload), {}, datetime.now(UTC))
     return Delivery(envelope, (0, n))
@@ -198,3 +203,72 @@ async def test_a_newer_message_with_a_pending_reply_is_sent_not_dropped_when_tak
     assert sent == {"<m1@example.com>": "a reply to 1", "<m2@example.com>": pending.reply_text}
     assert pipeline.parts.ledger.get(inbound.key).state is ReplyState.SENT
     assert outcomes == {first.envelope.event_id: True, second.envelope.event_id: True}
+
+
+async def _while_written(
+    mail: FakeAgentMail, meanwhile: Delivery, approval: str = "never"
+) -> list[tuple[int, list[str]]]:
+    """Message 1 answered through its thread's lane while ``meanwhile`` is queued on the
+    lane during the writer's first call: each writer call's (lane jobs finished before it,
+    message ids), once both jobs are."""
+    acked: list[Any] = []
+    both = asyncio.Event()
+
+    def ack(record: Any) -> None:
+        acked.append(record)
+        if len(acked) == 2:
+            both.set()
+
+    lanes = Lanes(ack=ack)
+    first = _delivery(mail, 1, 5)
+    key = first.envelope.thread_key.encode()
+    calls: list[tuple[int, list[str]]] = []
+
+    def job(delivery: Delivery) -> Job:
+        return Job(run=lambda j: _done(pipeline.process(j, [j.item])), records=[1], item=delivery)
+
+    async def writer(burst: Any) -> str:
+        calls.append((len(acked), [m.message_id for m in burst]))
+        if len(calls) == 1:  # the other message reaches the lane while this is written
+            await lanes.submit(key, job(meanwhile))
+        return f"a reply to {len(burst)}"
+
+    pipeline = _pipeline(mail, writer, approval=approval, lanes=lanes)
+    await lanes.submit(key, job(first))
+    await asyncio.wait_for(both.wait(), 30)
+    return calls
+
+
+async def _done(work: Any) -> None:
+    await work
+
+
+BOTH = ["<m1@example.com>", "<m2@example.com>"]
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["new", "replayed"])
+async def test_a_message_queued_while_a_reply_is_written_is_taken_into_it(
+    mail: FakeAgentMail, replay: bool
+) -> None:
+    meanwhile = dataclasses.replace(_delivery(mail, 2, 9), replay=replay)
+
+    calls = await _while_written(mail, meanwhile)
+
+    # written again with it, within the first job: one reply, to the latest
+    assert calls == [(0, ["<m1@example.com>"]), (0, BOTH)]
+    assert {e.replied_to_message_id for e in mail.outbox} == {"<m2@example.com>"}
+
+
+async def test_with_approval_on_a_replayed_message_queued_meanwhile_gets_a_burst_of_its_own(
+    mail: FakeAgentMail,
+) -> None:
+    """A replay (a dead letter retried, a catch-up) is not taken into a reply being written:
+    its key may end a chain of drafts covered by it, which only its own burst recalls from
+    the thread (simulator finding F15, seed 422293163). Its own burst, after the first job,
+    supersedes message 1's draft and recalls it."""
+    replayed = dataclasses.replace(_delivery(mail, 2, 9), replay=True)
+
+    calls = await _while_written(mail, replayed, approval="always")
+
+    assert calls == [(0, ["<m1@example.com>"]), (1, BOTH)]
+    assert mail.outbox == []  # drafts: nothing is sent before a person approves
