@@ -75,19 +75,21 @@ class Conversation:
         if not claimed:
             return taken
 
-        # with approval on, a replayed message is left for a burst of its own: its key may
-        # end a chain of drafts covered by it, which only its own burst recalls (F15)
-        alone = self.parts.settings.approval != "never"
+        approval = self.parts.settings.approval != "never"
+
+        def left_alone(delivery: Delivery) -> bool:
+            """With approval on, a replayed message is left for a burst of its own: its key
+            may end a chain of drafts covered by it, which only its own burst recalls (F15)."""
+            return approval and delivery.replay
 
         async def newer() -> list[Inbound]:  # messages of the thread that came meanwhile
             if key is not None:
                 held = self.parts.holds.take(key, now_ms=self.parts.now_ms(), window_ms=0)
-                fresh = [d for d in held if not (alone and d.replay)]
-                self.parts.holds.release_busy(key, [d for d in held if alone and d.replay])
+                fresh = [d for d in held if not left_alone(d)]
+                self.parts.holds.release_busy(key, [d for d in held if left_alone(d)])
             else:
                 lane_key = claimed[0].envelope.thread_key.encode()
-                waiting = self.parts.lanes.queued(lane_key)
-                waiting = [w for w in waiting if not (alone and w.item.replay)]
+                waiting = [w for w in self.parts.lanes.queued(lane_key) if not left_alone(w.item)]
                 self.parts.lanes.absorb(lane_key, job, waiting)
                 fresh = [w.item for w in waiting]
             taken.extend(fresh)

@@ -141,12 +141,8 @@ def run_schedule(schedule: Schedule) -> Result:
         gc.collect()
 
 
-_frozen: list[bool] = []
-
-
 def _freeze_start_up() -> None:
     """Once a process: what the imports made, out of every collection (gc.freeze)."""
-    if not _frozen:
+    if not gc.get_freeze_count():
         gc.collect()
         gc.freeze()
-        _frozen.append(True)

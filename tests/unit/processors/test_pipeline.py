@@ -113,7 +113,6 @@ async def test_the_metrics_page_never_blocks_the_event_loop() -> None:
     10 s) for a beat of the loop that comes after it began. Rendered on the loop, no beat
     could come and the wait would run out; no wall-clock gap is measured, so a machine
     too busy to schedule the test for a while does not fail it."""
-    import asyncio
     import threading
 
     from prometheus_client import CollectorRegistry
