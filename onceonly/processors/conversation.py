@@ -33,6 +33,7 @@ from onceonly.processors.messages import Inbound, Skip
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reorder.holds import log_ids as _ids
+from onceonly.processors.reply.bursts import ended_failed
 from onceonly.processors.reply.once import Outcome, SendPolicy, split_burst
 from onceonly.processors.reply.parts import ReplyParts
 from onceonly.processors.reply.retention import PAST_RETENTION, past_retention
@@ -99,8 +100,21 @@ class Conversation:
 
         outcomes: dict[str, bool] = {}
         await self._guarded(claimed, outcomes, newer)
+        await self._still_ours()
         self.finish(claimed, outcomes)
         return taken
+
+    async def _still_ours(self) -> None:
+        """A worker that lost the partition meanwhile records no outcome for its events: the
+        entry would land after the owner's and stand for it, and a dead letter's retry be
+        skipped as the duplicate of a success that never was (simulator finding F16). The
+        job is dropped; the records are the owner's."""
+        if self.parts.fence is None:
+            return
+        try:
+            await self.parts.fence.check("recording how the events ended")
+        except Rebalancing as exc:
+            raise Dropped(str(exc)) from exc
 
     async def _guarded(
         self, claimed: list[Delivery], outcomes: dict[str, bool], newer: Any
@@ -223,6 +237,9 @@ class Conversation:
         for message in recorded:
             alone = {message.event_id}
             outcomes[message.event_id] = await self._reply(channel, [message], claimed, alone)
+        for message in (*burst, *recorded):  # a reply that ended failed fails its event
+            if ended_failed(self.parts.ledger.get(message.key)):
+                outcomes[message.event_id] = False
         for delivery in claimed:  # a skipped message succeeded, whatever the reply did
             event_id = delivery.envelope.event_id
             if delivery.envelope.provider == provider:

@@ -2,9 +2,11 @@
 
 A worker paused past its session (a GC pause, a frozen VM, a partition that heals) wakes
 with model calls finishing and no idea that the group gave its partitions to another
-worker, which is answering the same records. Before each ledger record and before each
-send, the worker asks the group coordinator whether it still owns the partition of the
-record it works for
+worker, which is answering the same records. Before each ledger record, before each
+send and before it records how a burst's events ended (their dedupe entries: a lost
+worker's *succeeded* would stand for the owner's *failed*, simulator finding F16), the
+worker asks the group coordinator whether it still owns the partition of the record it
+works for
 (:meth:`onceonly.processors.runtime.consumer.TrackingConsumer.confirm_owner`: a commit with
 the member's generation, refused once that generation has ended). A refusal raises
 :class:`~onceonly.processors.exceptions.Fenced`: the lane stands down, its records

@@ -38,7 +38,7 @@ import asyncio
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -289,15 +289,20 @@ class Letters:
         entry = dedupe.finished(succeeded, position=(0, offset), now_ms=now_ms)
         self.events[key] = json.dumps(entry.to_json()).encode()
 
-    def finish(self, taken: Sequence[int], succeeded: bool) -> None:
-        """The events of a burst end: succeeded, or failed (dead-lettered)."""
+    def finish(self, taken: Sequence[int], succeeded: bool, failed: Collection[str] = ()) -> None:
+        """The events of a burst end: succeeded, or failed (dead-lettered); those of
+        ``failed`` (messages whose reply ended failed, ``ended_failed``) failed whatever
+        the burst did, as ``Conversation.act`` records them."""
         part = self.world.part
         for offset in taken:
             item = part.deliveries[offset]
             if isinstance(item, Inbound):
-                self._finish_original(item, offset, succeeded)
+                ok = succeeded and item.event_id not in failed
+                self._finish_original(item, offset, ok)
             elif isinstance(item, Resent) and offset in self._claimed:
-                self._finish(Delivery(item.resend.envelope, (0, offset), replay=True), succeeded)
+                envelope = item.resend.envelope
+                ok = succeeded and envelope.event_id not in failed
+                self._finish(Delivery(envelope, (0, offset), replay=True), ok)
 
     # -- the operator and the forger -----------------------------------------------------
 

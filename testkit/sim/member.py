@@ -13,6 +13,7 @@ from onceonly.processors.approval.decisions import Answer, by_mode
 from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.fence import Fence, Position, Rounds
 from onceonly.processors.flow.admission import Admission
+from onceonly.processors.reply.bursts import ended_failed
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.once import (
     MailSender,
@@ -227,7 +228,9 @@ class Member(Actor):
         else:
             result = await reply_once(messages, reply)
         self.world.trace(self.name, f"burst {[m.message_id for m in messages]}: {result.outcome}")
-        self.world.letters.finish(taken, result.outcome is not Outcome.FAILED)
+        failed = {m.event_id for m in messages if ended_failed(self.ledger.get(m.key))}
+        await self.fence.check("recording how the events ended")  # as Conversation.process
+        self.world.letters.finish(taken, result.outcome is not Outcome.FAILED, failed)
 
     async def _decide(self, decision: ApprovalDecision) -> None:
         """A decision on a draft, applied on its thread's lane as the worker applies it."""

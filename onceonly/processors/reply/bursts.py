@@ -67,6 +67,15 @@ def plan(record: ReplyRecord | None, *, replay: bool = False) -> Plan:
     return Plan.RECONCILE
 
 
+def ended_failed(record: ReplyRecord | None) -> bool:
+    """Whether a message's reply ended failed (dead-lettered, its letter to retry): its
+    event failed too, whatever the rest of its burst did. Read again with its record
+    *failed* (a worker stopped between the letter and the event's outcome), it is skipped
+    as done; recorded as a success, the letter's retry would be skipped as a duplicate
+    and the message never answered (simulator finding F16)."""
+    return record is not None and record.state is ReplyState.FAILED
+
+
 def _order(message: Inbound) -> tuple[datetime, str]:
     return message.occurred_at, message.event_id
 

@@ -6,21 +6,27 @@ import asyncio
 import dataclasses
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
-from onceonly.processors.lanes import Job, Lanes
+from onceonly.processors.fence import Fence
+from onceonly.processors.lanes import Dropped, Job, Lanes
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.writer.runner import Writer, WriterPolicy
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import EventEntry, EventState, ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.unit.processors._pipeline import mail_pipeline
 
 INBOX = "support@agentmail.to"
+
+
+class TopicPartition(NamedTuple):  # a partition as the fence names it
+    topic: str
+    partition: int
 
 
 class _DeadLetters:
@@ -40,6 +46,19 @@ def _pipeline(
     write = Writer(writer, WriterPolicy(attempts=2, backoff_initial_s=0.001))
     parts = {"writer": write, "dead_letters": _DeadLetters(), "retry_backoff_s": 0.001}
     return mail_pipeline(mail, approval, **parts | more)
+
+
+def _record(inbound: Any, state: ReplyState, text: str | None = None) -> ReplyRecord:
+    """The ledger record of ``inbound``'s reply in ``state``, as a worker wrote it before."""
+    return ReplyRecord(
+        key=inbound.key,
+        inbox_id=inbound.inbox_id,
+        message_id=inbound.message_id,
+        thread_key=inbound.thread_key,
+        state=state,
+        created_at=datetime.now(UTC),
+        reply_text=text,
+    )
 
 
 def _delivery(mail: FakeAgentMail, n: int, minute: int) -> Delivery:
@@ -178,15 +197,7 @@ async def test_a_newer_message_with_a_pending_reply_is_sent_not_dropped_when_tak
     first, second = _delivery(mail, 1, 5), _delivery(mail, 2, 9)
     outcomes: dict[str, bool] = {}
     (inbound,) = await pipeline._inbounds([second], outcomes)
-    pending = ReplyRecord(
-        key=inbound.key,
-        inbox_id=inbound.inbox_id,
-        message_id=inbound.message_id,
-        thread_key=inbound.thread_key,
-        state=ReplyState.PENDING,
-        created_at=datetime.now(UTC),
-        reply_text="recorded before the crash",
-    )
+    pending = _record(inbound, ReplyState.PENDING, "recorded before the crash")
     await pipeline.parts.ledger.put(pending)
     claimed = [first]
 
@@ -271,3 +282,55 @@ async def test_with_approval_on_a_replayed_message_queued_meanwhile_gets_a_burst
 
     assert calls == [(0, ["<m1@example.com>"]), (1, BOTH)]
     assert mail.outbox == []  # drafts: nothing is sent before a person approves
+
+
+async def _no_run(job: Job) -> None:  # the test calls process itself
+    return None
+
+
+@pytest.mark.parametrize("owner", [True, False], ids=["still-owner", "fenced"])
+async def test_an_event_is_recorded_as_ended_only_by_the_partitions_owner(
+    mail: FakeAgentMail, owner: bool
+) -> None:
+    """A worker that lost its partition while it answered (paused past its session) writes
+    no outcome for the events: its entry would land after the new owner's and stand for it,
+    and a dead letter's retry would be skipped as the duplicate of a success that never
+    was (simulator finding F16, seed 426429705). The claim stays; the owner ends it."""
+
+    async def confirm(tp: Any, generation: int) -> bool:  # lost once the reply is sent
+        return owner or not mail.outbox
+
+    fence = Fence(confirm, lambda: (TopicPartition("deliveries", 0), 1))
+    pipeline = _pipeline(mail, lambda burst: "a reply", fence=fence, lanes=Lanes(ack=print))
+    delivery = _delivery(mail, 1, 5)
+    job = Job(run=_no_run, records=[1], item=delivery)
+
+    if owner:
+        await pipeline.process(job, [delivery])
+    else:
+        with pytest.raises(Dropped, match="no longer owns partition"):
+            await pipeline.process(job, [delivery])
+
+    raw = pipeline.parts.events[delivery.envelope.dedupe_key.encode()]
+    state = EventEntry.from_json(json.loads(raw)).state
+    assert state is (EventState.SUCCEEDED if owner else EventState.IN_PROGRESS)
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "with-a-new-message"])
+async def test_a_message_whose_reply_failed_before_fails_its_event_when_read_again(
+    mail: FakeAgentMail, alone: bool
+) -> None:
+    """A worker dead-lettered message 1's reply and stopped before recording how its event
+    ended; the next owner reads it again, finds its record *failed* and does nothing more.
+    The event fails, so the letter's retry is taken (a success would skip it as a duplicate,
+    the message never answered: simulator finding F16, seed 429377588), alone or beside a
+    new message answered meanwhile."""
+    pipeline = _pipeline(mail, lambda burst: "a reply")
+    first, second = _delivery(mail, 1, 5), _delivery(mail, 2, 9)
+    (inbound,) = await pipeline._inbounds([first], {})
+    await pipeline.parts.ledger.put(_record(inbound, ReplyState.FAILED))
+    outcomes: dict[str, bool] = {}
+
+    await pipeline.act([first] if alone else [first, second], outcomes)
+
+    assert outcomes[first.envelope.event_id] is False

@@ -54,7 +54,7 @@ def test_a_clean_range_of_seeds_passes() -> None:
 
 
 #: the regression seeds of the approval path's findings (F11-F15), replayed with approval on
-APPROVAL_FINDINGS = frozenset({118, 202, 229, 288, 481, 487, 955, 1800, 422293163})
+APPROVAL_FINDINGS = frozenset({118, 202, 229, 288, 481, 487, 955, 1800, 422293163, 426429705})
 
 
 @pytest.mark.parametrize(
@@ -119,6 +119,15 @@ APPROVAL_FINDINGS = frozenset({118, 202, 229, 288, 481, 487, 955, 1800, 42229316
         # end of a chain of drafts covered by its key, was taken into another reply being
         # written, whose writer saw none of the chain (a replay now gets a burst of its own)
         422293163,
+        # F16 (approval on, a dead letter's retry): a worker paused past its session wrote
+        # its burst's events as succeeded after the owner had failed them; the retry was then
+        # skipped as a duplicate and the message never answered (the outcome is fenced now)
+        426429705,
+        # F16 again: a worker stopped between a reply's dead letter and its events' outcome;
+        # the next owner read the message again, found its record failed, and recorded the
+        # event as a success (a failed reply now fails its event: bursts.ended_failed)
+        429377564,
+        429377588,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
@@ -214,18 +223,15 @@ def test_approval_schedules_decide_twice_at_once_and_supersede_drafts() -> None:
 
 def test_the_operators_retry_answers_a_dead_letter_and_leaves_a_forged_one_open() -> None:
     # seed 96: a letter planted at 196 s (its MAC under another key) and the writer's
-    # failure for m52, m54, m57 at 1000 s; the retry at 1088 s sends the three again and
-    # closes their letter, and leaves the forged one open with the reason
+    # failure for m55 at 998 s; the retry at 1089 s sends it again and closes its letter,
+    # and leaves the forged one open with the reason
     result = run_schedule(Schedule(96))
 
     assert result.passed, result.report()
-    assert any(e.endswith("operator retried 3 event(s) of [1]") for e in result.events)
+    assert any(e.endswith("operator retried 1 event(s) of [1]") for e in result.events)
     assert any("dead letter 0 left open: the MAC of event forged0" in e for e in result.events)
     outcomes = {pair[1]: found for pair, found in result.verdict.outcomes.items()}
-    assert {outcomes[m] for m in ("<m52@sim>", "<m54@sim>", "<m57@sim>")} <= {
-        "answered",
-        "covered",
-    }
+    assert outcomes["<m55@sim>"] in {"answered", "covered"}
 
 
 def test_a_retry_without_the_mac_check_answers_the_forged_letter() -> None:
