@@ -7,7 +7,11 @@ in this process), its disk per million records, and ``onceonly approvals list`` 
 ``onceonly approvals reject KEY --wait 0`` (finding one draft by key, twice: before the
 decision and after its wait) run as an operator runs them (a fresh process each, wall
 time and peak memory) answered from the index and by today's scan of the whole ledger;
-prints the ratios. No worker runs: the rejection is produced and left waiting. Issue 45.
+prints the ratios. Then ``onceonly trace KEY`` from the index (``--runs`` fresh processes:
+p50, p99) and the operator page's sections read and rendered from the index (a quarter as
+many runs). No worker runs: the rejection is produced and left waiting. At 10 million
+records (``--records 10000000 --no-scan``: the scan needs about 90 s and 5 GB per million)
+the build takes most of the run. Issue 45.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,22 +32,26 @@ from bench._proc_records import Record, produce
 from bench._procs import Broker, console, create_topics, topic_settings
 from bench._report import run_on_broker
 
+if TYPE_CHECKING:
+    from onceonly.foundation.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def ledger_records(count: int, drafts: int) -> Iterator[Record]:
     """``count`` replies, the last ``drafts`` of them awaiting approval, as the worker
     writes them (key: the reply key; value: the ledger record)."""
-    from onceonly.schemas.ledger import ReplyRecord, ReplyState
+    from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 
     now = datetime.now(UTC)
+    usage = Usage("gpt-4o-mini", 1200, 180)  # the operator page sums today's
     for n in range(count):
         state = ReplyState.AWAITING if n >= count - drafts else ReplyState.SENT
         key = f"reply-bench{n:010d}"
         record = ReplyRecord(
             key, "support@agentmail.to", f"<m{n}@example.com>", f"agentmail:thr-{n % 5000}",
             state, now, reply_text="Thanks for writing; your refund is on its way. " * 4,
-            sent_message_id=None if state is ReplyState.AWAITING else f"sent-{n}",
+            sent_message_id=None if state is ReplyState.AWAITING else f"sent-{n}", usage=usage,
         )  # fmt: skip
         yield key.encode(), record.encode(), []
 
@@ -80,7 +89,54 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
 
 
-def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (``share`` of 1) of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(share * len(ordered) + 0.5) - 1))]
+
+
+def traces(env: dict[str, str], work: Path, key: str, runs: int) -> None:
+    """``onceonly trace KEY --json`` from the index, ``runs`` fresh processes: p50, p99."""
+    done = [timed(env, work, "trace", key, "--json") for _ in range(runs)]
+    seconds = [d.seconds for d in done]
+    console.print(
+        f"trace one reply key (index, {runs} runs): p50 {percentile(seconds, 0.5):.2f} s, "
+        f"p99 {percentile(seconds, 0.99):.2f} s, peak {max(d.peak_mb for d in done):.0f} MB"
+    )
+
+
+def page(settings: Settings, key: str, runs: int, name: str = "index") -> None:
+    """The operator page's every section read (``OpsPage.gather``, what GET /ops does
+    before it renders) and rendered, in this process, ``runs`` times: p50 and the slowest."""
+    import asyncio
+
+    from onceonly.operations import trace as trace_source
+    from onceonly.operations.ops_page import OpsPage, OpsSources
+    from onceonly.operations.ops_template import render
+    from onceonly.processors.health import WebhookHealth
+
+    sources = OpsSources(trace=trace_source, skips=trace_source.recent_skips)
+    ops = OpsPage(settings, WebhookHealth(None), sources)
+    seconds, sections = [], ""
+    for _ in range(runs):
+        started = time.monotonic()
+        view = asyncio.run(ops.gather(key))
+        render(view)
+        seconds.append(time.monotonic() - started)
+        sections = "; ".join(
+            f"{name}: {read.error or read.source or 'read'}"
+            for name, read in (("drafts", view.drafts), ("usage", view.usage))
+            if read is not None
+        )
+    console.print(
+        f"operator page ({name}, {runs} runs): p50 {percentile(seconds, 0.5):.2f} s, "
+        f"slowest {max(seconds):.2f} s; {sections}"
+    )
+
+
+def collect(
+    broker: Broker, work: Path, records: int, drafts: int, scan: bool = True, runs: int = 20
+) -> None:
     from onceonly.foundation.kafka import Connection
     from onceonly.operations.index import IndexStore, one_pass
 
@@ -104,21 +160,28 @@ def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
         f"{built / done.seconds:,.0f} records/s; disk {disk:.1f} MB "
         f"= {disk * 1e6 / max(built, 1):.0f} MB per million records"
     )
-    indexed = list_drafts({**env, "ONCEONLY_INDEX_DIR": str(index_dir)}, work)
-    scanned = list_drafts(env, work)
+    indexing = {**env, "ONCEONLY_INDEX_DIR": str(index_dir)}
+    indexed = list_drafts(indexing, work)
+    scanned = list_drafts(env, work) if scan else None
     for name, run in (("index", indexed), ("scan", scanned)):
+        if run is not None:
+            console.print(
+                f"approvals list ({name}): {run.seconds:.2f} s, peak {run.peak_mb:.0f} MB, "
+                f"{run.drafts} drafts; {run.source}"
+            )
+    if scanned is not None:
         console.print(
-            f"approvals list ({name}): {run.seconds:.2f} s, peak {run.peak_mb:.0f} MB, "
-            f"{run.drafts} drafts; {run.source}"
+            f"scan / index: {scanned.seconds / indexed.seconds:.1f}x the time, "
+            f"{scanned.peak_mb / indexed.peak_mb:.1f}x the memory"
         )
-    console.print(
-        f"scan / index: {scanned.seconds / indexed.seconds:.1f}x the time, "
-        f"{scanned.peak_mb / indexed.peak_mb:.1f}x the memory"
-    )
     # one draft found by key (no worker: the rejection is produced and left waiting, exit 1)
     key = f"reply-bench{records - 1:010d}"
+    traces(indexing, work, key, runs)
+    page(settings.model_copy(update={"index_dir": index_dir}), key, max(1, runs // 4))
+    if scan:
+        page(settings, key, 1, "scan")
     reject = ("approvals", "reject", key, "--reason", "bench", "--wait", "0")
-    for name, run_env in (("index", {**env, "ONCEONLY_INDEX_DIR": str(index_dir)}), ("scan", env)):
+    for name, run_env in (("index", indexing), ("scan", env))[: 2 if scan else 1]:
         run = timed(run_env, work, *reject, exits=(1,))
         console.print(
             f"approvals reject one draft ({name}): {run.seconds:.2f} s, "
@@ -129,9 +192,19 @@ def collect(broker: Broker, work: Path, records: int, drafts: int) -> None:
 @click.command()
 @click.option("--records", default=100_000, show_default=True, help="Ledger records to write.")
 @click.option("--drafts", default=100, show_default=True, help="Of them, drafts awaiting approval.")
-def main(records: int, drafts: int) -> None:
-    """Build rate and approvals list latency: the index against today's scan."""
-    run_on_broker("onceonly-index-", lambda broker, work: collect(broker, work, records, drafts))
+@click.option(
+    "--scan/--no-scan",
+    default=True,
+    show_default=True,
+    help="Also answer by today's whole-ledger scan (91 s and 5.4 GB at 1 million records).",
+)
+@click.option("--runs", default=20, show_default=True, help="Trace runs (a quarter: page runs).")
+def main(records: int, drafts: int, scan: bool, runs: int) -> None:
+    """Build rate, approvals list, trace and operator page: the index against today's scan."""
+    run_on_broker(
+        "onceonly-index-",
+        lambda broker, work: collect(broker, work, records, drafts, scan, runs),
+    )
 
 
 if __name__ == "__main__":

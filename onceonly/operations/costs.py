@@ -9,11 +9,12 @@ latest record), on the day it was recorded (UTC).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, time
 
 from onceonly.foundation.kafka import Connection, ranges, read
 from onceonly.foundation.settings import Settings
+from onceonly.operations.approvals import Found
 from onceonly.operations.ops_view import Table
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord
@@ -36,12 +37,32 @@ def day_totals(records: Iterable[ReplyRecord], day: date) -> Table:
         row[0] += 1
         row[1] += usage.input_tokens
         row[2] += usage.output_tokens
+    return usage_table(sums)
+
+
+def usage_table(sums: Mapping[tuple[str, str], Sequence[int]]) -> Table:
+    """The section's table of (tenant, model) -> replies, input and output tokens: dearest
+    first, and a last row summing them all."""
     ordered = sorted(sums.items(), key=lambda kv: (-(kv[1][1] + kv[1][2]), kv[0]))
     rows = [(tenant, model, *map(str, n)) for (tenant, model), n in ordered]
     if rows:
         total = [sum(n[i] for _, n in ordered) for i in range(3)]
         rows.append(("all", "", *map(str, total)))
     return Table(COLUMNS, tuple(rows))
+
+
+def today_usage(settings: Settings) -> Found[Table]:
+    """Today's usage (UTC): from the index's sums when one is built (saying how far behind
+    it is), else from the day's ledger records read whole."""
+    from onceonly.operations import index
+
+    today = datetime.now(UTC).date()
+    reason = index.no_index_reason(settings)
+    if reason is None:
+        answer = index.usage(settings, today.isoformat())
+        return Found(usage_table({(i, m): n for i, m, n in answer.value}), answer.line())
+    said = f"answered by reading today's ledger records ({reason})"
+    return Found(day_totals(ledger_records(settings, today), today), said)
 
 
 def ledger_records(settings: Settings, day: date) -> list[ReplyRecord]:
@@ -59,9 +80,3 @@ def ledger_records(settings: Settings, day: date) -> list[ReplyRecord]:
         except SchemaError:
             continue
     return out
-
-
-def today_table(settings: Settings) -> Table:
-    """The operator page's section: today's usage (UTC) per tenant and model."""
-    today = datetime.now(UTC).date()
-    return day_totals(ledger_records(settings, today), today)

@@ -38,7 +38,7 @@ from onceonly.operations import index
 from onceonly.operations.approvals import Found, waiting_drafts
 from onceonly.operations.approvals_view import DraftRow, decided_notice, draft_rows
 from onceonly.operations.approvals_web import ApprovalsApi
-from onceonly.operations.costs import today_table
+from onceonly.operations.costs import today_usage
 from onceonly.operations.letters import find_letters
 from onceonly.operations.ops_template import render
 from onceonly.operations.ops_view import (
@@ -215,7 +215,7 @@ class OpsPage:
 
         letters = sourced("the dead-letter topic", lambda: letters_section(settings, retried))
         lag = section("the consumer lag", lambda: read_lag(settings))
-        usage = section("the model usage in the ledger", lambda: today_table(settings))
+        usage = sourced("the model usage in the ledger", lambda: today_usage(settings))
         drafts = sourced("the drafts awaiting approval", lambda: read_drafts(settings))
         skips = trace = None
         if sources.skips is not None:

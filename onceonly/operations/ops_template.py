@@ -135,6 +135,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% endfor %}
 </table>
 {% endif %}
+{% if v.usage and v.usage.source %}<p class="source">{{ v.usage.source }}</p>{% endif %}
 
 <h2 id="lag">Lag per partition</h2>
 {% if v.lag.error %}<p class="bad">{{ v.lag.error }}</p>

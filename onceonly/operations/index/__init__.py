@@ -6,7 +6,7 @@ catch-up``, the operator page) costs what its answer holds, not what the topics 
 was. See docs/operations.md, *The operator index*.
 """
 
-from onceonly.operations.index.answers import Answer, approvals, no_index_reason, trace
+from onceonly.operations.index.answers import Answer, approvals, no_index_reason, trace, usage
 from onceonly.operations.index.build import Pass, follow, freshness, indexed_topics, one_pass
 from onceonly.operations.index.lag import Behind
 from onceonly.operations.index.reads import dead_letters, recent_skips, reply
@@ -32,4 +32,5 @@ __all__ = [
     "reply",
     "settled_keys",
     "trace",
+    "usage",
 ]

@@ -31,6 +31,8 @@ from onceonly.operations.index.layout import (
     unpack,
 )
 from onceonly.operations.index.store import IndexMissing, IndexStore
+from onceonly.operations.index.usage import Counts
+from onceonly.operations.index.usage import day as usage_of
 from onceonly.operations.trace.assemble import REPLY_PREFIX, Sources, assemble, envelopes
 from onceonly.operations.trace.model import Record, Trace
 from onceonly.schemas.ledger import ReplyRecord
@@ -152,6 +154,12 @@ def approvals(settings: Settings) -> Answer[list[ReplyRecord]]:
     """The drafts waiting, from the index (IndexMissing: none built)."""
     with opened(settings) as store:
         return answered(settings, store, drafts(store))
+
+
+def usage(settings: Settings, day: str) -> Answer[list[tuple[str, str, Counts]]]:
+    """The model usage of ``day`` (``YYYY-MM-DD``) per inbox and model, from the index."""
+    with opened(settings) as store:
+        return answered(settings, store, usage_of(store, day))
 
 
 def trace(settings: Settings, ident: str) -> Answer[Trace | None]:

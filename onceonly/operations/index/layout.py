@@ -14,6 +14,8 @@ prefix scan whose length is the answer's:
 * ``inbox/<inbox id>/<message time>/<reply key>`` -> nothing: a message of the inbox the
   ledger recorded, at its own time (UTC, as the text sorts), kept when the reply's record
   is tombstoned: where a catch-up without --since starts is one seek back from a time;
+* ``usage/<day>/<inbox id>/<model>`` -> the day's replies, input and output tokens (JSON),
+  each reply counted by its latest record (:mod:`~onceonly.operations.index.usage`);
 * ``offset/<topic name>/<partition>`` -> the next offset to read (ASCII).
 
 Dead letters are named by their offset alone: the dead-letter topic has one partition
@@ -131,6 +133,14 @@ OPEN_LETTERS_PREFIX = _join("letter", "")
 
 def retried_key(offset: int) -> bytes:
     return f"retried\x00{offset:020d}".encode()
+
+
+def usage_key(day: str, inbox_id: str, model: str) -> bytes:
+    return _join("usage", day, inbox_id, model)
+
+
+def usage_prefix(day: str) -> bytes:
+    return _join("usage", day, "")
 
 
 def offset_key(topic_name: str, partition: int) -> bytes:

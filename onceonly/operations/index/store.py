@@ -18,8 +18,9 @@ from onceonly.foundation.errors import OnceOnlyError
 from onceonly.operations.index.layout import SEP, offset_key
 
 #: what the entries mean (layout.py); an index built to another layout is built again
-#: 2: the open dead letters; 3: each inbox's recorded message times (catch-up's start)
-LAYOUT_KEY, LAYOUT = b"layout", b"3"
+#: 2: the open dead letters; 3: each inbox's recorded message times (catch-up's start);
+#: 4: the model usage per day, inbox and model (the operator page's)
+LAYOUT_KEY, LAYOUT = b"layout", b"4"
 
 
 class IndexMissing(OnceOnlyError):

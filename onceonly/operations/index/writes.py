@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from onceonly.operations.index import drafts
+from onceonly.operations.index import drafts, usage
 from onceonly.operations.index.layout import (
     Topic,
     inbox_key,
@@ -82,10 +82,23 @@ def _ledger(writes: Writes, key: str, record: Record, latest: Latest) -> Names:
     if record.value is None:
         writes.delete(reply_key(key))  # its ``inbox`` entry stays: catch-up's start
     else:
+        usage.replace(writes, latest, _before(writes, reply_key(key), latest), data)
         writes.put(reply_key(key), record.value)
         if (entry := message_entry(key, data or {})) is not None:
             writes.put(entry, b"")
     return of_reply(key, data or {})
+
+
+def _before(writes: Writes, key: bytes, latest: Latest) -> dict[str, Any] | None:
+    """The reply's latest value before this record (its JSON): the batch's, else the index's."""
+    if key in writes.deletes:
+        return None
+    raw = writes.get(key) if key in writes.puts else latest(key)
+    try:
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def message_entry(key: str, data: dict[str, Any]) -> bytes | None:

@@ -139,6 +139,9 @@ async def test_the_operator_page_answers_its_skips_and_trace_from_the_index(
     assert f"answered from the index at {index_dir}" in trace
     dead = page.split('id="dead-letters"')[1].split('id="approvals"')[0]
     assert "the open letters only, answered from the index" in dead
+    # the model usage: the index's sums, not a day of the ledger read on every view
+    assert "answered by reading today&#39;s ledger records" in before.split('id="usage"')[1]
+    assert f"answered from the index at {index_dir}" in page.split('id="usage"')[1]
 
 
 def _retry_on_page(port: int, letter: int) -> str:
