@@ -23,6 +23,10 @@ from onceonly.operations.index.layout import SEP, offset_key
 LAYOUT_KEY, LAYOUT = b"layout", b"4"
 
 
+#: the table files a reader keeps open at most (each with its index blocks in memory)
+READER_OPEN_FILES = 10
+
+
 class IndexMissing(OnceOnlyError):
     """No index has been built in the directory (run ``onceonly index``)."""
 
@@ -110,6 +114,13 @@ class IndexStore:
         if not (path / "CURRENT").exists():
             raise IndexMissing(f"no index at {path} yet: run `onceonly index` to build it")
         options = Options(raw_mode=True)
+        # a table file open holds its index blocks in memory: with every file open (RocksDB's
+        # default) a command's memory grew with the index (226 MB at 10 million ledger
+        # records); an answer reads a few files, so a few stay open
+        # (RocksDB keeps 10 of max_open_files for other files, and splits its table cache
+        # into 64 shards by default, each holding a file whatever its share: one shard)
+        options.set_max_open_files(READER_OPEN_FILES + 10)
+        options.set_table_cache_num_shard_bits(0)
         try:
             store = cls(Rdict(str(path), options, access_type=AccessType.read_only()), path)
         except Exception as exc:
