@@ -138,6 +138,19 @@ def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
     assert result.passed, result.report()
 
 
+@pytest.mark.xfail(strict=True, reason="finding F17 is open (docs/simulation.md)")
+def test_open_finding_f17_a_late_failed_record_after_the_owners_draft() -> None:
+    """Seed 434550709 (approval on, a make sim of 10,000 on 2026-12-05): b1, paused past its
+    session after the fence check for its writer's *failed* record, lands it and its dead
+    letter after a1, the new owner, recorded a draft answering the same messages; the
+    ledger's last word for m31 is b1's *failed*, the draft's covered messages are left
+    covered by a reply with no email, and the letter's retry answers none of them. Strict:
+    this test fails the day the finding is fixed, to be moved to the regression seeds."""
+    result = run_schedule(Schedule(434550709))
+
+    assert result.passed, result.report()
+
+
 @pytest.mark.parametrize(
     ("bugs", "within", "caught_by"),
     [
