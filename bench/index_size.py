@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bench._load import percentile
 from bench._proc_records import Record, produce
 from bench._procs import Broker, console, create_topics, topic_settings
 from bench._report import run_on_broker
@@ -87,12 +88,6 @@ def timed(env: dict[str, str], work: Path, *args: str, exits: tuple[int, ...] = 
 
 def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
-
-
-def percentile(values: list[float], share: float) -> float:
-    """The nearest-rank percentile (``share`` of 1) of ``values``."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(share * len(ordered) + 0.5) - 1))]
 
 
 def traces(env: dict[str, str], work: Path, key: str, runs: int) -> None:

@@ -8,7 +8,7 @@ write-ahead log included) and nothing it writes afterwards: one consistent answe
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +49,13 @@ class Writes:
     def get(self, key: bytes) -> bytes | None:
         """The batch's own value of ``key`` (None: deleted or not written here)."""
         return self.puts.get(key)
+
+    def current(self, key: bytes, latest: Callable[[bytes], bytes | None]) -> bytes | None:
+        """``key``'s value as of this point of the batch: the batch's own (None: deleted
+        here), else the index's (``latest``)."""
+        if key in self.puts:
+            return self.puts[key]
+        return None if key in self.deletes else latest(key)
 
 
 def _older(path: Path) -> str:

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from onceonly.operations.index.layout import usage_key, usage_prefix
+from onceonly.operations.index.layout import SEP, usage_key, usage_prefix
 from onceonly.operations.index.store import IndexStore, Writes
 
 Counts = tuple[int, int, int]  #: replies, input tokens, output tokens
@@ -39,8 +39,8 @@ def counted(data: dict[str, Any] | None) -> tuple[bytes, Counts] | None:
     return usage_key(created[:10], inbox, model), (1, tokens_in, tokens_out)
 
 
-def _current(writes: Writes, latest: Latest, key: bytes) -> Counts:
-    raw = writes.get(key) if key in writes.puts else None if key in writes.deletes else latest(key)
+def _counts(raw: bytes | None) -> Counts:
+    """A sum's stored value (None: no entry, nothing counted)."""
     if raw is None:
         return (0, 0, 0)
     replies, tokens_in, tokens_out = json.loads(raw)
@@ -48,7 +48,7 @@ def _current(writes: Writes, latest: Latest, key: bytes) -> Counts:
 
 
 def _add(writes: Writes, latest: Latest, key: bytes, counts: Counts, sign: int) -> None:
-    now = _current(writes, latest, key)
+    now = _counts(writes.current(key, latest))
     after = tuple(a + sign * b for a, b in zip(now, counts, strict=True))
     if after[0] <= 0:
         writes.delete(key)
@@ -70,7 +70,6 @@ def day(store: IndexStore, day_text: str) -> list[tuple[str, str, Counts]]:
     """Each inbox's and model's sums on ``day_text`` (``YYYY-MM-DD``)."""
     out = []
     for key, value in store.scan(usage_prefix(day_text)):
-        inbox, model = (p.decode() for p in key.split(b"\x00")[2:4])
-        replies, tokens_in, tokens_out = json.loads(value)
-        out.append((inbox, model, (int(replies), int(tokens_in), int(tokens_out))))
+        inbox, model = (p.decode() for p in key.split(SEP)[2:4])
+        out.append((inbox, model, _counts(value)))
     return out

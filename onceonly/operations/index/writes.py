@@ -63,9 +63,7 @@ def _ledger(writes: Writes, key: str, record: Record, latest: Latest) -> Names:
             )
         return []
     marker = waiting_key(key)
-    before = writes.get(marker) if marker in writes.puts else None
-    if before is None and marker not in writes.puts and marker not in writes.deletes:
-        before = latest(marker)
+    before = writes.current(marker, latest)
     try:
         after = drafts.listed_as(key, data)
     except (KeyError, ValueError):
@@ -91,9 +89,7 @@ def _ledger(writes: Writes, key: str, record: Record, latest: Latest) -> Names:
 
 def _before(writes: Writes, key: bytes, latest: Latest) -> dict[str, Any] | None:
     """The reply's latest value before this record (its JSON): the batch's, else the index's."""
-    if key in writes.deletes:
-        return None
-    raw = writes.get(key) if key in writes.puts else latest(key)
+    raw = writes.current(key, latest)
     try:
         data = json.loads(raw) if raw is not None else None
     except ValueError:
