@@ -15,7 +15,10 @@ this module decides by that order:
   as the other writer did. The ledger writes that record again as soon as its own
   pending record has landed after it, unfenced (it only repeats the key's settled word),
   so that a zombie's pending record is never the key's last word in the compacted log
-  (the simulator's finding F1: a later owner reading it *pending* sends it again).
+  (the simulator's finding F1: a later owner reading it *pending* sends it again);
+* another writer's draft (*awaiting*) of the key before the writer's own late *failed*,
+  *covered* or *awaiting* record, with nothing settled: if the fence, asked again, refuses,
+  the draft is the owner's and is written again after it (F17; the ledger's ``_keep_draft``).
 
 A worker cannot see another's records in its own store (it reads no changelog of a
 partition it owns), so :class:`PartitionLog` keeps, per ledger partition, which offsets

@@ -30,6 +30,9 @@ _MAY_LAND_LATE = frozenset(
     {ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED, ReplyState.AWAITING}
 )
 
+#: times a late record's owner draft is written again while the owner writes the key
+_REPEATS = 5
+
 #: reads (offset, key, value) of the ledger topic's records: partition, first, last (included)
 ReadLog = Callable[[int, int, int], Awaitable[Sequence[tuple[int, bytes, bytes | None]]]]
 
@@ -107,6 +110,8 @@ class TableLedger:
         settled record but itself."""
         verdict = await self._ruling_at(record, where)
         if verdict.ruling not in (Ruling.SENT, Ruling.SETTLED):
+            if record.state is not ReplyState.PENDING:
+                await self._keep_draft(record, where)
             return
         settled = verdict.record
         await self._write(record.key, settled.encode(), fenced=False)
@@ -116,6 +121,50 @@ class TableLedger:
             key=record.key,
             state=settled.state.value,
         )
+
+    async def _keep_draft(self, record: ReplyRecord, where: tuple[int, int]) -> None:
+        """Another writer's draft (*awaiting*) of the key came before ``record`` (*failed*,
+        *covered* or *awaiting*) and nothing settled the key: if the fence now refuses,
+        this worker is the late one (past its check, paused, woken after the partition
+        moved) and the draft is the owner's, waiting for a person. Left so, the compacted
+        ledger's last word is this worker's record: the draft leaves the approvals list
+        and its covered messages are left covered by a reply with no email (the
+        simulator's finding F17). The draft is written again after it, unfenced, then
+        whatever the owner wrote of the key meanwhile, until nothing of theirs lands
+        between; then Fenced (the lane stands down: no dead letter for the owner's work).
+        Still ours: the other writer was the late one, and ``record`` stands."""
+        partition, offset = where
+        theirs = self._others(record.key, partition, -1, offset)
+        if not theirs or theirs[-1].state is not ReplyState.AWAITING or self.fence is None:
+            return
+        try:
+            await self.fence("a late record's partition")
+        except Fenced:
+            pass
+        else:
+            return
+        latest = theirs[-1]
+        for _ in range(_REPEATS):
+            landed = await self._write(record.key, latest.encode(), fenced=False)
+            log.warning(
+                "ledger: own record landed after the owner's draft; the draft written again",
+                key=record.key,
+                state=latest.state.value,
+                landed=landed[1],
+            )
+            await self._read_gaps(partition, landed[1], record.key)
+            newer = self._others(record.key, partition, offset, landed[1])
+            if not newer:
+                break
+            offset, latest = landed[1], newer[-1]
+        raise Fenced(f"ledger partition {partition} moved before {record.key}'s record landed")
+
+    def _others(self, key: str, partition: int, after: int, before: int) -> list[ReplyRecord]:
+        """Another writer's records of ``key`` read so far, in log order, strictly between
+        the two offsets."""
+        partition_log = self._logs.get(partition)
+        found = partition_log.others(key) if partition_log is not None else []
+        return [other for at, other in found if after < at < before]
 
     def forget(self) -> None:
         """The partitions changed. Each partition's log is kept (an offset it has not
@@ -140,7 +189,16 @@ class TableLedger:
         partition_log = self._logs.get(partition)
         if partition_log is None:
             return Verdict(Ruling.OWN, record)
-        for first, last in partition_log.gaps(offset):
+        await self._read_gaps(partition, offset, record.key)
+        return arbitrate(record, offset, partition_log.others(record.key))
+
+    async def _read_gaps(self, partition: int, before: int, key: str) -> None:
+        """Reads what another writer landed in ``partition`` below ``before`` that this
+        worker has not accounted for."""
+        partition_log = self._logs.get(partition)
+        if partition_log is None or self.read_log is None:
+            return
+        for first, last in partition_log.gaps(before):
             raw = await self.read_log(partition, first, last)
             partition_log.learn(((o, k.decode(), _decoded(v)) for o, k, v in raw), first, last)
             log.warning(
@@ -148,9 +206,8 @@ class TableLedger:
                 partition=partition,
                 first=first,
                 last=last,
-                key=record.key,
+                key=key,
             )
-        return arbitrate(record, offset, partition_log.others(record.key))
 
     def get_raw(self, key: str) -> bytes | None:
         raw = self.table.get(key.encode())
