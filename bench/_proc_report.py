@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 import time
 from datetime import UTC, datetime
 
@@ -58,13 +59,26 @@ _FILLS = {
 }
 
 
-def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
+def sdk_cost_pair(base_url: str, calls: int = SDK_CALLS, rounds: int = 4) -> tuple[float, float]:
+    """(5) and its baseline, alternated ``rounds`` times in this process: ms of CPU per
+    reply through ``ApiClient``'s direct path, and the whole httpx way (before issue 46);
+    each the median of its rounds."""
+    direct, whole = [], []
+    for _ in range(rounds):
+        direct.append(sdk_cost_ms(base_url, calls // rounds, direct=True))
+        whole.append(sdk_cost_ms(base_url, calls // rounds, direct=False))
+    return statistics.median(direct), statistics.median(whole)
+
+
+def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS, *, direct: bool = True) -> float:
     """(5) ms of CPU per reply of the SDK call alone: ``AgentMailSender.reply`` (the worker's
     sender: the SDK over ``onceonly.processors.mail.agentmail.transport.ApiClient``), ``calls``
     times one
     after the other in this process, against the instant mail server. 1000 / this is the most
-    replies one Python process could send per second if it did nothing else."""
-    from onceonly.processors.mail.agentmail.sender import AgentMailSender
+    replies one Python process could send per second if it did nothing else. ``direct``:
+    False, every request the whole httpx way."""
+    from onceonly.processors.mail.agentmail.sender import AgentMailSender, agentmail_client
+    from onceonly.processors.mail.agentmail.transport import ApiClient
     from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
     def record(n: int) -> ReplyRecord:
@@ -79,7 +93,9 @@ def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
         )
 
     async def run() -> float:
-        sender = AgentMailSender("bench", base_url=base_url, timeout_s=10.0)
+        http = ApiClient(timeout_s=10.0, direct=direct)
+        client = agentmail_client("bench", base_url=base_url, timeout_s=10.0, http=http)
+        sender = AgentMailSender("bench", client=client, timeout_s=10.0)
         try:
             for n in range(50):  # connections and caches warm
                 await sender.reply(record(-1 - n))
@@ -88,7 +104,7 @@ def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS) -> float:
                 await sender.reply(record(n))
             return (time.process_time() - began) / calls * 1000
         finally:
-            await sender.aclose()
+            await http.aclose()
 
     return asyncio.run(run())
 
@@ -192,6 +208,15 @@ def figures(r: Results) -> list[Row]:
     if not math.isnan(r.sdk_ms):
         ceiling = 1000 / r.sdk_ms
         rows.append(("(5) the SDK call alone, ms of CPU per reply", f"{r.sdk_ms:.2f}", "", ""))
+    if not math.isnan(r.sdk_httpx_ms):
+        rows.append(
+            (
+                "(5b) the same, every request the whole httpx way; (5)/(5b)",
+                f"{r.sdk_httpx_ms:.2f}",
+                f"{r.sdk_ms / r.sdk_httpx_ms:.3f}",
+                "",
+            )
+        )
         rows.append(
             ("(5) one process's ceiling from the SDK alone, replies/s", f"{ceiling:,.0f}", "", "")
         )

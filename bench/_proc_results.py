@@ -105,6 +105,7 @@ class Results:
     notes: list[str] = field(default_factory=list)
     log_level: str = "INFO"
     sdk_ms: float = math.nan  #: (5) ms of CPU per reply of the SDK call alone
+    sdk_httpx_ms: float = math.nan  #: (5b) the same, every request the whole httpx way
     takeovers: list[Takeover] = field(default_factory=list)  #: (6) cold, then standby
     takeover_fill: str = "worker"  #: how (6)'s entries were made
 

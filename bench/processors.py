@@ -53,7 +53,7 @@ from bench._changelog_fill import fill_changelog
 from bench._options import ProcessorOptions, out_option, processor_options
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
-from bench._proc_report import SDK_CALLS, print_report, sdk_cost_ms, section
+from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
@@ -149,8 +149,10 @@ def _throughput(bench: Bench, opts: ProcessorOptions, r: Results, partitions: in
     r.replayed = int(bench.mail_stats()["replayed"])
     r.ledger_sent = ledger_sent(bench.bootstrap, bench.topics["ONCEONLY_LEDGER_TOPIC"], partitions)
     console.print(f"(5) the SDK call alone, {SDK_CALLS:,} replies …")
-    r.sdk_ms = sdk_cost_ms(f"http://127.0.0.1:{bench.mail_port}")
-    console.print(f"(5) {r.sdk_ms:.2f} ms of CPU per reply")
+    r.sdk_ms, r.sdk_httpx_ms = sdk_cost_pair(f"http://127.0.0.1:{bench.mail_port}")
+    console.print(
+        f"(5) {r.sdk_ms:.2f} ms of CPU per reply ({r.sdk_httpx_ms:.2f} the whole httpx way)"
+    )
     _memory_and_restarts(bench, opts, r, partitions)
 
 

@@ -141,3 +141,80 @@ def test_a_client_used_from_two_event_loops_works_in_both(fake_in_thread: str) -
 def fake_in_thread() -> Iterator[str]:
     with FakeAgentMail().serving_in_thread() as server:
         yield server.base_url
+
+
+async def test_a_plain_request_sends_the_bytes_and_headers_httpx_would_send() -> None:
+    # the mail API compares a key's request with its first one: the direct path must send
+    # what httpx's own request machinery sends (an httpx that encoded JSON otherwise fails)
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append((request.method, request.path_qs, dict(request.headers), await request.read()))
+        return web.json_response({"message_id": "<sent@x>"})
+
+    app = web.Application()
+    app.router.add_post("/v0/reply", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    payload = {"text": 'Grüße, ☃ "quoted"', "to": ["a@x"], "n": 1.5, "none": None}
+    headers = {"Idempotency-Key": "reply-k", "Authorization": "Bearer t", "X-Fern-Language": "P"}
+    try:
+        async with ApiClient(timeout_s=5) as direct:
+            await direct.request(
+                "POST",
+                f"http://127.0.0.1:{port}/v0/reply",
+                json=payload,
+                headers=headers,
+                timeout=5.0,
+            )
+        async with httpx.AsyncClient(transport=AiohttpTransport(), timeout=5) as plain:
+            await plain.request(
+                "POST",
+                f"http://127.0.0.1:{port}/v0/reply",
+                json=payload,
+                headers=headers,
+                timeout=5.0,
+            )
+    finally:
+        await runner.cleanup()
+
+    (method, path, direct_headers, direct_body), (_, _, httpx_headers, httpx_body) = seen
+    assert (method, path) == ("POST", "/v0/reply")
+    assert direct_body == httpx_body
+    lower = {k.lower(): v for k, v in direct_headers.items()}
+    assert lower == {k.lower(): v for k, v in httpx_headers.items()}
+
+
+async def test_the_sdks_reply_builds_no_httpx_request(
+    mail: FakeAgentMail, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the direct path (issue 46): a reply costs no httpx Request, only the transport's call
+    mail.seed_message(INBOX, message_id="<m1@x>", thread_id="thr_1")
+
+    def refused(*args: object, **kwargs: object) -> httpx.Request:
+        raise AssertionError("an httpx Request was built")
+
+    monkeypatch.setattr(httpx.AsyncClient, "build_request", refused)
+    sender = AgentMailSender("test-key", base_url=mail.base_url, timeout_s=5)
+
+    sent = await sender.reply(_record("<m1@x>"))
+    await sender.aclose()
+
+    assert sent == mail.outbox[0].sent_message_id
+
+
+async def test_a_compressed_answer_on_the_direct_path_is_decoded_once() -> None:
+    payload = {"hello": "wörld"}
+
+    async def gzipped(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=gzip.compress(json.dumps(payload).encode()),
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+
+    async with serving(gzipped) as url, ApiClient(timeout_s=5) as http:
+        answer = await http.request("GET", url, headers={"X-Api-Key": "k"}, timeout=5.0)
+
+    assert answer.json() == payload
