@@ -107,6 +107,13 @@ async def test_a_standby_takes_over_from_a_killed_worker_with_the_dedupe_state(
     answered = stack.seed("<t1@example.com>", "thr-t", event_id="evt-t1")
     await stack.deliver(answered)
     await stack.until_sent(1)
+    # the worker logs "reply sent" after the ledger has the sent record, which follows
+    # the email itself: the outbox can hold it before either log says so
+    await _until(
+        stack,
+        lambda: any(_lines(w, "reply sent", "<t1@example.com>") for w in workers),
+        "the sender's log line",
+    )
     owner = next(w for w in workers if _lines(w, "reply sent", "<t1@example.com>"))
     heir = next(w for w in workers if w is not owner)
 
