@@ -394,6 +394,19 @@ class Hostile:
 ID_ALPHABET = string.ascii_letters + string.digits + "_-."
 
 
+def valid_request(shape: str) -> Hostile:
+    """A well-formed, validly signed delivery to ``shape``'s route: the property test's
+    explicit examples, so every run has its 204s whatever the draws (a run of 300 drew none
+    once)."""
+    request = Hostile("POST", ROUTES[shape], shape, shape, "aiohttp")
+    request.body = _render_sane(TEMPLATES[shape]).encode()
+    request.signature = "valid"
+    request.msg_id = f"msg_example_{shape}"
+    request.offset_s = 30
+    request.unsigned.append(("Content-Type", "application/json"))
+    return request
+
+
 @st.composite
 def hostile_requests(draw: st.DrawFn) -> Hostile:
     target = draw(st.sampled_from([*ROUTES, "unconfigured", "get"]))

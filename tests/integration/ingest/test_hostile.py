@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 
 from testkit import payloads, signing
 from tests.integration.ingest.hostile_live import (
@@ -47,6 +47,7 @@ from tests.integration.ingest.hostile_requests import (
     _judge,
     _send,
     hostile_requests,
+    valid_request,
 )
 
 pytestmark = pytest.mark.integration
@@ -72,6 +73,9 @@ def test_hostile_requests_are_answered_as_documented_and_only_verified_ones_reac
         ],
     )
     @given(request=hostile_requests())
+    @example(request=valid_request("agentmail"))
+    @example(request=valid_request("stripe"))
+    @example(request=valid_request("github"))
     def one(request: Hostile) -> None:
         note(repr(request))
         answer = _send(live, request)
