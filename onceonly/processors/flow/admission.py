@@ -10,7 +10,8 @@ waits in :meth:`Admission.enter` until all of these hold, then runs and tells
   than ``ONCEONLY_TENANT_CONCURRENCY`` of its tenant's; each free slot goes to the
   tenant with calls waiting served least of late (:mod:`~onceonly.processors.flow.tenants`);
 * this worker's share of ``ONCEONLY_MODEL_RPM`` / ``ONCEONLY_MODEL_TPM`` allows a call now
-  (the share is its partitions / the topic's, set at every rebalance);
+  (the share is its partitions / the topic's, set at every rebalance, and zero from the
+  moment a rebalance revokes them until it completes);
 * the model is not paused by a 429 (and, after a pause, no probe is out).
 
 Only the call whose turn it is waits for the rate, so a tenant that comes in during
@@ -75,7 +76,7 @@ class Admission:
         """This worker's share of the group's budget changed (a rebalance completed)."""
         if self.limits.active and share != self.limits.share:
             log.info("model budget share", share=round(share, 4), model=self.model)
-        self.limits.set_share(share)
+        self.limits.set_share(share, self.clock())
         self._pump()
 
     async def enter(self, tenant: str) -> Ticket:

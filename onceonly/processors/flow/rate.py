@@ -83,11 +83,26 @@ class Limits:
     def active(self) -> bool:
         return self._requests is not None or self._tokens is not None
 
-    def set_share(self, share: float) -> None:
-        """This worker's part of the group's budget (its partitions / the topic's)."""
+    def set_share(self, share: float, now: float | None = None) -> None:
+        """This worker's part of the group's budget (its partitions / the topic's).
+
+        Requests are paced at whole calls a minute, ``floor(rpm x share)`` (at least one):
+        paced evenly at that many a minute, no 60 s at the model holds more, and the
+        workers' whole numbers add up to at most the rpm, where their fractions, each
+        rounded up at a window's edge, did not. A share that rises from zero (``now``
+        given: the worker's partitions were revoked, or it has just started) first waits
+        out its last call's interval at the old pace, then one interval at the new: the
+        partitions it takes were paced by their last owner until a moment ago."""
+        rising = self.share == 0.0 and share > 0.0
         self.share = max(0.0, min(1.0, share))
-        if self._requests is not None and self.rpm:
-            self._requests.rate = self.rpm * self.share / self.spread_s
+        requests = self._requests
+        if requests is not None and self.rpm:
+            quota = math.floor(self.rpm * self.share + 1e-9)
+            if self.share > 0.0:
+                quota = max(1, quota)
+            requests.rate = quota / self.spread_s
+            if rising and now is not None and requests.rate > 0:
+                requests.tat = max(requests.tat, now) + 1.0 / requests.rate
         if self._tokens is not None and self.tpm:
             self._tokens.rate = self.tpm * self.share / self.spread_s
 

@@ -93,15 +93,30 @@ def _wire_drafts(app: faust.App, router: Router, settings: Settings) -> None:
 
 def share_model_budget(app: faust.App, router: Router, settings: Settings) -> None:
     """ONCEONLY_MODEL_RPM/TPM hold for the group: at every rebalance, this worker takes the
-    share of the partitions it owns."""
+    share of the partitions it owns (zero from the drain that revokes them: :func:`drain`)."""
 
     async def on_rebalance_complete(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         assigned = app.consumer.assignment()
         share = owned_share(assigned, settings.deliveries_topic, settings.partitions)
-        router.parts.writer.admission.set_share(share)
-        router.parts.metrics.model_share.set(share)
+        set_model_share(router.parts, share)
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
+
+
+def set_model_share(parts: Any, share: float) -> None:
+    """This worker's share of the model's budget, paced and shown (``onceonly_model_share``)."""
+    parts.writer.admission.set_share(share)
+    parts.metrics.model_share.set(share)
+
+
+async def drain(parts: Any, grace_s: float) -> None:
+    """A rebalance revokes this worker's partitions (or it stops): from now no writer call
+    starts on their share of the model's budget, until the rebalance completes with the
+    worker's new share (the calls' records are read again by the partitions' next owner,
+    which paces them from then on: testkit/sim/rates.py found the group over its rate
+    without it); the lanes get ``grace_s`` to finish, then what is left is dropped."""
+    set_model_share(parts, 0.0)
+    await parts.lanes.drain(grace_s)
 
 
 async def render_metrics(registry: Any) -> bytes:

@@ -63,6 +63,7 @@ from onceonly.processors.runtime.app import (
     topology,
 )
 from onceonly.processors.runtime.consumer import draining_consumer
+from onceonly.processors.runtime.lifecycle import drain as drain_parts
 from onceonly.processors.runtime.lifecycle import share_model_budget, wire_lifecycle
 from onceonly.processors.runtime.progress import Worker
 from onceonly.processors.runtime.tables import FaustTable
@@ -256,7 +257,7 @@ def build_app(
     lanes = router.parts.lanes
 
     async def drain() -> None:
-        await lanes.drain(settings.drain_grace_s)
+        await drain_parts(router.parts, settings.drain_grace_s)
         router.forget_state()
 
     stalls = _stall_watch(settings, router.parts.metrics)

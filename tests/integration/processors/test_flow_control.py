@@ -19,6 +19,7 @@ from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import Usage
 from testkit import payloads
 from testkit.fakes.openai_server import FakeChatModel
+from testkit.invariants import most_in_window
 from tests.integration.workers import (
     INBOX,
     Stack,
@@ -47,16 +48,6 @@ def openai_env(chat: FakeChatModel, **extra: str) -> dict[str, str]:
         "ONCEONLY_WRITER_BACKOFF_S": "0.1",
         **extra,
     }
-
-
-def most_in_window(times: list[float], window_s: float) -> int:
-    times = sorted(times)
-    most, j = 0, 0
-    for i, at in enumerate(times):
-        while times[j] <= at - window_s:
-            j += 1
-        most = max(most, i - j + 1)
-    return most
 
 
 async def _deliver(stack: Stack, inbox: str, names: list[str]) -> dict[str, float]:

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +14,8 @@ from onceonly.processors.exceptions import WriterFailed
 from onceonly.processors.flow.admission import Admission, owned_share
 from onceonly.processors.flow.rate import Limits, ModelThrottled
 from onceonly.processors.flow.tenants import current_tenant
+from onceonly.processors.lanes import Lanes
+from onceonly.processors.runtime.lifecycle import drain, set_model_share
 from onceonly.processors.writer.contract import Decline, Inbound
 from onceonly.processors.writer.runner import Burst, Text, Writer, WriterPolicy
 from onceonly.schemas.ledger import Usage
@@ -54,11 +57,11 @@ def test_calls_start_at_the_workers_share_of_the_rate() -> None:
 
 
 async def test_a_new_share_applies_to_calls_waiting() -> None:
-    admission = Admission(8, limits=Limits(rpm=60, share=0.0))
+    admission = Admission(8, limits=Limits(rpm=6000, share=0.0))
     waiting = asyncio.ensure_future(admission.enter("t"))
     await asyncio.sleep(0.05)
     assert not waiting.done()  # no partitions, no budget: it waits, it does not fail
-    admission.set_share(1.0)
+    admission.set_share(1.0)  # after one interval (10 ms): a share that rose from zero
     ticket = await asyncio.wait_for(waiting, 1)
     admission.leave(ticket, ok=True)
 
@@ -199,3 +202,32 @@ async def test_the_writer_waits_in_its_tenants_turn() -> None:
 
     await asyncio.gather(*(as_tenant("A", n) for n in range(6)), as_tenant("B", 99))
     assert order.index("B") <= 2
+
+
+class _Gauge:
+    value = -1.0
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+async def test_a_drain_for_a_rebalance_starts_no_call_on_the_revoked_share() -> None:
+    # the partitions go to their next owner, which paces them from its assignment on:
+    # a call of this worker's waiting meanwhile would be one more in the group's minute
+    admission = Admission(8, limits=Limits(rpm=6000, share=1.0))
+    gauge = _Gauge()
+    parts = SimpleNamespace(
+        writer=SimpleNamespace(admission=admission),
+        metrics=SimpleNamespace(model_share=gauge),
+        lanes=Lanes(ack=lambda records: None),
+    )
+    await drain(parts, grace_s=0.01)
+    waiting = asyncio.ensure_future(admission.enter("t"))
+    await asyncio.sleep(0)  # it asked, and the admission answered: wait
+    assert not waiting.done()
+    assert admission.limits.delay(time.monotonic()) == float("inf")
+    assert gauge.value == 0.0  # shown as the operator's onceonly_model_share
+    set_model_share(parts, 0.5)  # the rebalance completed
+    ticket = await asyncio.wait_for(waiting, 1)
+    admission.leave(ticket, ok=True)
+    assert gauge.value == 0.5

@@ -78,6 +78,53 @@ def test_the_shares_of_two_workers_add_up_to_the_group_rate() -> None:
     assert _most_in_any_window(at_model, 60.0) <= 600
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    rpm=st.integers(min_value=1, max_value=1200),
+    owned=st.lists(st.integers(min_value=1, max_value=6), min_size=2, max_size=6),
+    jitter=st.lists(st.floats(min_value=0, max_value=0.49), min_size=64, max_size=64),
+)
+def test_the_workers_whole_calls_a_minute_add_up_to_at_most_the_group_rpm(
+    rpm: int, owned: list[int], jitter: list[float]
+) -> None:
+    # workers owning ``owned`` partitions each, every one calling as fast as its share lets
+    # it: no 60 s at the model holds more than the rpm while each partition is worth a call
+    # a minute (rpm >= partitions); below that, each worker still makes one a minute. Shares
+    # paced as fractions made ceil(x) calls a window each, and 2 x 31 at 61 rpm
+    partitions = sum(owned)
+    starts: list[float] = []
+    for n in owned:
+        starts += _starts(Limits(rpm=rpm, share=n / partitions), [0.0] * 3000, horizon=300)
+    at_model = sorted(s + jitter[i % 64] for i, s in enumerate(starts))
+    if rpm >= partitions:
+        assert _most_in_any_window(at_model, 60.0) <= rpm
+    else:
+        assert _most_in_any_window(at_model, 60.0) <= len(owned) + rpm
+
+
+def test_a_share_rising_from_zero_waits_one_interval_before_its_first_call() -> None:
+    # its partitions were paced by their last owner until a moment ago
+    limits = Limits(rpm=60, share=0.0)
+    limits.set_share(0.5, now=100.0)  # 30 calls a minute, over 60.5 s
+    assert limits.delay(100.0) == pytest.approx(60.5 / 30)
+    assert limits.delay(100.0 + 60.5 / 30) == 0.0
+
+
+def test_a_share_rising_from_zero_first_waits_out_its_last_calls_interval() -> None:
+    limits = Limits(rpm=60, share=0.5)
+    limits.take(99.0)  # its last call at 30 a minute: the next not before 101.02
+    limits.set_share(0.0, now=99.5)  # a rebalance revoked its partitions
+    limits.set_share(0.25, now=100.0)  # 15 a minute from the end of that interval
+    assert limits.delay(100.0) == pytest.approx(99.0 + 60.5 / 30 + 60.5 / 15 - 100.0)
+
+
+def test_a_share_that_changes_but_never_was_zero_keeps_its_pace() -> None:
+    limits = Limits(rpm=60, share=0.5)
+    limits.take(10.0)
+    limits.set_share(0.25, now=10.5)  # 15 a minute from the call at 10.0: not one more wait
+    assert limits.delay(10.0 + 60.5 / 30) == 0.0
+
+
 def test_a_share_of_zero_waits_forever_and_a_new_share_lets_calls_go() -> None:
     limits = Limits(rpm=60, share=0.0)
     assert limits.delay(0.0) == float("inf")

@@ -267,3 +267,16 @@ def test_a_message_covered_by_a_reply_never_recorded_is_dead_lettered_with_it() 
     assert check(world).passed
     unlettered = replace(world, dead_lettered={B.pair: "writer_failed"})
     assert "which no message of the run has" in str(check(unlettered).violations)
+
+
+def test_more_writer_calls_in_sixty_seconds_than_the_rpm_is_over_the_rate() -> None:
+    starts = [i * 0.98 for i in range(61)]  # 61 calls within 58.8 s
+    broken = check(Observed((), (), {}, writer_starts=starts, rpm=60)).of("within_rate")
+    assert [v.subject for v in broken] == ["the group"]
+    assert "61 writer calls started in the 60 s from 0.000 s" in broken[0].detail
+
+
+def test_the_rpm_calls_in_any_sixty_seconds_are_within_the_rate() -> None:
+    starts = [i * 1.0 for i in range(120)]  # a window is half-open: 0 and 60 not together
+    assert check(Observed((), (), {}, writer_starts=starts, rpm=60)).passed
+    assert check(Observed((), (), {}, writer_starts=starts)).passed  # no rpm: no limit
