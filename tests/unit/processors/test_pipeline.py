@@ -14,7 +14,7 @@ from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
 from onceonly.processors.fence import Fence
 from onceonly.processors.lanes import Dropped, Job, Lanes
-from onceonly.processors.reorder.holds import Delivery
+from onceonly.processors.reorder.holds import Delivery, Holds
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.ledger import EventEntry, EventState, ReplyRecord, ReplyState
 from testkit import payloads
@@ -288,28 +288,35 @@ async def _no_run(job: Job) -> None:  # the test calls process itself
     return None
 
 
+@pytest.mark.parametrize("held", [False, True], ids=["lane", "held-by-the-reorder-window"])
 @pytest.mark.parametrize("owner", [True, False], ids=["still-owner", "fenced"])
 async def test_an_event_is_recorded_as_ended_only_by_the_partitions_owner(
-    mail: FakeAgentMail, owner: bool
+    mail: FakeAgentMail, owner: bool, held: bool
 ) -> None:
     """A worker that lost its partition while it answered (paused past its session) writes
     no outcome for the events: its entry would land after the new owner's and stand for it,
     and a dead letter's retry would be skipped as the duplicate of a success that never
-    was (simulator finding F16, seed 426429705). The claim stays; the owner ends it."""
+    was (simulator finding F16, seed 426429705). The claim stays; the owner ends it. The
+    same on both paths: a lane's record (window 0) and a thread's held events released by
+    the reorder window (the router's release, which passes the thread's key)."""
 
     async def confirm(tp: Any, generation: int) -> bool:  # lost once the reply is sent
         return owner or not mail.outbox
 
     fence = Fence(confirm, lambda: (TopicPartition("deliveries", 0), 1))
-    pipeline = _pipeline(mail, lambda burst: "a reply", fence=fence, lanes=Lanes(ack=print))
+    holds = {"holds": Holds({}, window_ms=2000)} if held else {}
+    pipeline = _pipeline(
+        mail, lambda burst: "a reply", fence=fence, lanes=Lanes(ack=print), **holds
+    )
     delivery = _delivery(mail, 1, 5)
     job = Job(run=_no_run, records=[1], item=delivery)
 
+    key = delivery.envelope.thread_key.encode() if held else None
     if owner:
-        await pipeline.process(job, [delivery])
+        await pipeline.process(job, [delivery], key=key)
     else:
         with pytest.raises(Dropped, match="no longer owns partition"):
-            await pipeline.process(job, [delivery])
+            await pipeline.process(job, [delivery], key=key)
 
     raw = pipeline.parts.events[delivery.envelope.dedupe_key.encode()]
     state = EventEntry.from_json(json.loads(raw)).state
