@@ -115,6 +115,27 @@ async def test_two_workers_keep_to_the_groups_rpm_not_twice_it(
     assert f"<td>{INBOX}</td><td>local-model</td><td>30</td><td>3600</td><td>900</td>" in usage
 
 
+async def test_a_worker_takes_no_share_while_a_rebalance_moves_its_partitions(
+    stack_factory: Callable[..., Stack], chat: FakeChatModel
+) -> None:
+    # finding F18 (c): a worker drained for a rebalance kept its share, and a call waiting
+    # meanwhile started on it while the partitions' next owner paced them too
+    stack = stack_factory(reorder_window_ms=0, partitions=8)
+    env = openai_env(chat, ONCEONLY_MODEL_RPM="60")
+    first = stack.worker("w1", **env)
+    await _shares(stack, [first], "1.0")
+    second = stack.worker("w2", **env)
+    await _shares(stack, [first, second], "0.5")
+
+    said = [
+        line.split("share=")[1].split()[0]
+        for line in first.log().splitlines()
+        if "model budget share" in line
+    ]
+    assert said[:1] == ["1.0"] and said[-1] == "0.5", said
+    assert "0.0" in said[said.index("1.0") :], said  # zero from the drain until assigned
+
+
 def _counter(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(name):
