@@ -109,6 +109,10 @@ class SimTable:
             return offset
 
         offset = await remote(self.world.broker_latency(), append, self.world.broker_latency())
+        armed = self.member.pause_after_write
+        if armed is not None and self.part.record(value).state is ReplyState.PENDING:
+            self.member.pause_after_write = None
+            self.world.pause(self.member, armed)  # the send that follows waits for it
         self.store[key] = value
         kept = applied_after_write(self.applied, offset)
         self.applied = -1 if kept is None else kept

@@ -67,6 +67,8 @@ class Member(Actor):
         self.fetched = 0
         #: armed: let this many checks pass, then pause this long right after the next
         self.pause_at_confirm: tuple[int, float] | None = None
+        #: armed: pause this long right after its next *pending* record lands
+        self.pause_after_write: float | None = None
         #: what the product's approval code reaches of the worker (approval schedules)
         self.parts: Any = worker_parts(self) if world.operator is not None else None
 

@@ -7,7 +7,9 @@ after a while), paused (past its session or not), paused right after an ownershi
 failing, throttled (429) or hanging past the writer's timeout. A quarter of the schedules
 run against a mail API that ignores idempotency keys, never with a pause placed right
 after a check (that window is not covered with keys ignored, docs/guarantees.md) nor a
-lost answer (finding F2: the send is retried without reading the thread first).
+lost answer (finding F2: the send is retried without reading the thread first), and with
+1-2 pauses past the session right after a member's write of a *pending* record, before
+its send asks the fence (``_after_writes``, from a generator of their own).
 
 About a quarter of the schedules (drawn from a second generator, so the others are the
 schedules they were before approvals were simulated) require approval: every reply is a
@@ -144,6 +146,8 @@ class Schedule:
         if self.approval:
             faults += _decisions(approval)
         faults += _operations(random.Random(self.seed * 7933 + 17))
+        if ignore:
+            faults += _after_writes(random.Random(self.seed * 7963 + 29))
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
         object.__setattr__(self, "faults", tuple(sorted(faults, key=lambda f: f.at)))
@@ -184,6 +188,21 @@ def _operations(rng: random.Random) -> list[Fault]:
     if rng.random() < 0.5:
         faults.append(Fault(round(rng.uniform(0.0, SPAN_S), 3), "forge", float(rng.randrange(2))))
     return faults
+
+
+def _after_writes(rng: random.Random) -> list[Fault]:
+    """With keys ignored, 1-2 pauses past the session placed right after a member's write of
+    a *pending* record, before its send (the send's own ownership check stops it; a send
+    without that check doubles): from a generator of their own, so the other draws are the
+    ones they were before."""
+    return [
+        Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), "pause_after_write", _past_session(rng))
+        for _ in range(rng.randint(1, 2))
+    ]
+
+
+def _past_session(rng: random.Random) -> float:
+    return round(rng.uniform(11.0, 120.0), 3)
 
 
 def draw_arg(rng: random.Random, kind: str) -> float:

@@ -179,6 +179,8 @@ class World:
             self.pause(target, fault.arg)
         elif fault.kind == "pause_after_check" and target is not None:
             target.pause_at_confirm = (self.rng.randint(0, 2), fault.arg)
+        elif fault.kind == "pause_after_write" and target is not None:
+            target.pause_after_write = fault.arg
         elif fault.kind == "rebalance":
             self.rebalance("a member joined or left")
         elif fault.kind == "mail_5xx":
