@@ -23,6 +23,7 @@ from testkit.sim.rates import RateSchedule, run_rates
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 from testkit.sim.shrink import MAX_RUNS, NothingToShrink, flags, from_spec, report, shrink, spec_of
+from testkit.sim.world import line
 
 
 def quiet(*, cache: bool = False) -> None:
@@ -227,7 +228,7 @@ def _replay(schedule: Schedule, trace: bool) -> int:
 def _replay_rates(seed: int, bugs: Bugs, trace: bool) -> int:
     result = run_rates(RateSchedule(seed, per_worker=bugs.group_rate_per_worker))
     if trace:
-        print("\n".join(f"{at:10.3f} {who:>6} {what}" for at, who, what in result.events))
+        print("\n".join(map(line, result.events)))
     print(result.report(around=0) if not result.passed else f"rate seed {seed}: passed")
     if result.window_hit:
         print("  within the rate only without a frozen worker's calls (not a failure)")

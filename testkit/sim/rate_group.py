@@ -22,7 +22,7 @@ from onceonly.processors.writer.runner import Writer, WriterPolicy
 from testkit.sim.io import Actor, Killed, current
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S
 from testkit.sim.model import SimModel
-from testkit.sim.schedule import EPOCH
+from testkit.sim.schedule import EPOCH, Fault
 
 if TYPE_CHECKING:
     from testkit.sim.rates import RateSchedule
@@ -231,7 +231,8 @@ class Group:
         if owner is not None:
             owner.fetch()
 
-    def play(self, at: float, kind: str, arg: float) -> None:
+    def play(self, fault: Fault) -> None:
+        kind, arg = fault.kind, fault.arg
         live = self.live()
         target = live[self.rng.randrange(len(live))] if live else None
         self.trace("fault", f"{kind} {arg:.3f}")

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 from testkit.invariants import Observed, Verdict, check
 from testkit.sim.rate_group import Group
-from testkit.sim.schedule import draw_arg
+from testkit.sim.schedule import Fault, draw_arg
+from testkit.sim.world import line
 
 SPAN_S = 600.0  #: messages arrive over this much virtual time
 KINDS = ("kill", "pause", "join", "leave", "rebalance", "model_429", "model_fail", "model_hang")
@@ -52,7 +53,7 @@ class RateSchedule:
     rpm: int = field(init=False)
     #: (virtual time, thread) of each message, in arrival order
     arrivals: tuple[tuple[float, int], ...] = field(init=False)
-    faults: tuple[tuple[float, str, float], ...] = field(init=False)
+    faults: tuple[Fault, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         rng = random.Random(self.seed)
@@ -70,10 +71,10 @@ class RateSchedule:
                 arrivals.append((round(at + rng.uniform(0.0, spread), 3), rng.randrange(threads)))
         set_(self, "arrivals", tuple(sorted(arrivals)))
         faults = [
-            (round(rng.uniform(0.0, SPAN_S * 1.2), 3), kind, _arg(rng, kind))
+            Fault(round(rng.uniform(0.0, SPAN_S * 1.2), 3), kind, _arg(rng, kind))
             for kind in (rng.choice(KINDS) for _ in range(rng.randint(5, 9)))
         ]
-        set_(self, "faults", tuple(sorted(faults)))
+        set_(self, "faults", tuple(sorted(faults, key=lambda f: (f.at, f.kind, f.arg))))
 
 
 def _arg(rng: random.Random, kind: str) -> float:
@@ -112,7 +113,7 @@ class RateResult:
         problems = self.problems()
         lines = [f"rate seed {self.seed}: {len(problems)} problem(s)"]
         lines += [f"  {p}" for p in problems]
-        lines += [f"  {at:10.3f} {who:>6} {what}" for at, who, what in self.events[-around:]]
+        lines += [f"  {line(event)}" for event in self.events[-around:]]
         return "\n".join(lines)
 
 
@@ -124,10 +125,10 @@ async def _play(schedule: RateSchedule) -> RateResult:
     world.rebalance("the group formed")
     for index, (at, _thread) in enumerate(schedule.arrivals):
         loop.call_at(at, world.arrive, index)
-    for at, kind, arg in schedule.faults:
-        loop.call_at(at, world.play, at, kind, arg)
+    for fault in schedule.faults:
+        loop.call_at(fault.at, world.play, fault)
     deadline = SPAN_S * 1.2 + 24 * 3600
-    last = max(at for at, _, _ in schedule.faults)
+    last = max(fault.at for fault in schedule.faults)
     while (world.busy() or loop.time() < last) and loop.time() < deadline:
         await asyncio.sleep(5.0)
 

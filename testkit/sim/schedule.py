@@ -196,13 +196,13 @@ def _after_writes(rng: random.Random) -> list[Fault]:
     without that check doubles): from a generator of their own, so the other draws are the
     ones they were before."""
     return [
-        Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), "pause_after_write", _past_session(rng))
+        Fault(
+            round(rng.uniform(0.0, SPAN_S * 1.1), 3),
+            "pause_after_write",
+            draw_arg(rng, "pause_after_check"),  # past the session, as that pause is
+        )
         for _ in range(rng.randint(1, 2))
     ]
-
-
-def _past_session(rng: random.Random) -> float:
-    return round(rng.uniform(11.0, 120.0), 3)
 
 
 def draw_arg(rng: random.Random, kind: str) -> float:
