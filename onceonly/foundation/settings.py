@@ -159,6 +159,9 @@ class Settings(BaseSettings):
     restore_bulk_min_records: int = Field(default=10_000, ge=0)
     #: how often each partition sweeps expired entries (default: 1/100 of the retention)
     dedupe_sweep_s: float | None = Field(default=None, gt=0)
+    #: how often the worker reads its ledger partitions for another writer's late record
+    #: of a key it settled, and settles the key again after it (TableLedger.audit)
+    ledger_audit_s: float = Field(default=30.0, gt=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
     send_attempts: int = Field(default=5, ge=1)
     #: how long a send answered "the first send with this key is in flight" (409) is

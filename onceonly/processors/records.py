@@ -58,9 +58,12 @@ class Table(KeyValues, Protocol):
         """The entries of ``partition``'s own store in key order, after ``after``."""
         ...
 
-    async def write_through(self, key: bytes, value: bytes) -> tuple[int, int]:
+    async def write_through(
+        self, key: bytes, value: bytes, partition: int | None = None
+    ) -> tuple[int, int]:
         """Write ``key`` to the changelog, then the store; returns where the record landed
-        in the changelog (partition, offset)."""
+        in the changelog (partition, offset). ``partition``: that one, not the current
+        record's (a timer's write, outside any record)."""
         ...
 
     async def delete_through(self, key: bytes, partition: int) -> tuple[int, int]:

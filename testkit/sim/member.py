@@ -30,7 +30,15 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.approvals import unchecked_decide, worker_parts
 from testkit.sim.io import Actor, Killed, current, remote
 from testkit.sim.letters import Item, Resent
-from testkit.sim.log import DRAIN_GRACE_S, TP, LateLedger, SimTable, position
+from testkit.sim.log import (
+    AUDIT_LATENCY_S,
+    AUDIT_S,
+    DRAIN_GRACE_S,
+    TP,
+    LateLedger,
+    SimTable,
+    position,
+)
 from testkit.sim.mail import MemberMail
 
 if TYPE_CHECKING:
@@ -71,6 +79,10 @@ class Member(Actor):
         self.pause_after_write: float | None = None
         #: what the product's approval code reaches of the worker (approval schedules)
         self.parts: Any = worker_parts(self) if world.operator is not None else None
+        #: the partition's end at this member's last ledger audit (the world is busy
+        #: until its owner has audited past its last record)
+        self.audited = -1
+        self._auditor = loop.create_task(self._audits())
 
     # -- the group -------------------------------------------------------------------
 
@@ -172,6 +184,25 @@ class Member(Actor):
             if lane.task is not None:
                 lane.task.cancel()
         self.resume()
+
+    def _log_end(self) -> int:
+        return len(self.world.part.changelog)
+
+    async def _audits(self) -> None:
+        """The worker's ledger audit timer: every AUDIT_S, while it owns the partition,
+        its ledger reads what other writers landed there and settles again a key a late
+        record left unsettled (TableLedger.audit; the simulator's finding F19)."""
+        current.set(self)
+        try:
+            while not self.dead:
+                await asyncio.sleep(AUDIT_S)
+                if not self.owns() or self.paused:
+                    continue
+                end = await remote(AUDIT_LATENCY_S, self._log_end, AUDIT_LATENCY_S)
+                if self.owns() and await self.ledger.audit(0, end):
+                    self.audited = end
+        except Killed:
+            pass
 
     # -- lanes -----------------------------------------------------------------------
 

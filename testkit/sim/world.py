@@ -211,6 +211,7 @@ class World:
             or part.owner is None
             or part.committed < len(part.deliveries)
             or any(m.paused for m in self.members.values())
+            or (part.owner is not None and part.owner.audited < len(part.changelog))
             or (self.operator is not None and bool(self.operator.waiting()))
         )
 

@@ -101,6 +101,16 @@ def _watermarks(
             time.sleep(0.2)
 
 
+def log_ends(connection: Connection, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Each partition's log-end offset (the next record's), one consumer for all."""
+    timeout_s = connection.request_timeout_s
+    consumer = _consumer(connection)
+    try:
+        return {p: _watermarks(consumer, topic, p, timeout_s)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
 def ranges(
     connection: Connection,
     topic: str,

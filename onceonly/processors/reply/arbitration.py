@@ -18,7 +18,13 @@ this module decides by that order:
   (the simulator's finding F1: a later owner reading it *pending* sends it again);
 * another writer's draft (*awaiting*) of the key before the writer's own late *failed*,
   *covered* or *awaiting* record, with nothing settled: if the fence, asked again, refuses,
-  the draft is the owner's and is written again after it (F17; the ledger's ``_keep_draft``).
+  the draft is the owner's and is written again after it (F17; the ledger's ``_keep_draft``);
+* another writer's record of a key this worker's store holds settled (*sent*, *covered*,
+  *declined*), read from the topic whatever brought the read, and not itself settling:
+  the settled record is written again after it (F19; the ledger's ``_settle_again``). The
+  late writer repeats the settled word itself when it can (above); a kill, or its lane
+  cancelled by the drain right after its record landed, stops it first, so the owner does
+  it, at its next write to the partition or its timer's audit (:meth:`TableLedger.audit`).
 
 A worker cannot see another's records in its own store (it reads no changelog of a
 partition it owns), so :class:`PartitionLog` keeps, per ledger partition, which offsets
@@ -86,15 +92,18 @@ class PartitionLog:
 
     def learn(
         self, records: Iterable[tuple[int, str, ReplyRecord | None]], first: int, last: int
-    ) -> None:
+    ) -> list[tuple[int, str, ReplyRecord]]:
         """What the topic held from ``first`` to ``last`` (offset, key, record; None for
         a tombstone or a value that is not a ledger record): the offsets not accounted for
-        are another writer's."""
+        are another writer's. Returns those, in log order."""
+        learned: list[tuple[int, str, ReplyRecord]] = []
         for offset, key, record in records:
             if not first <= offset <= last or record is None or self._accounted(offset):
                 continue
             self.foreign.setdefault(key, []).append((offset, record))
+            learned.append((offset, key, record))
         self._account(first, last)
+        return learned
 
     def others(self, key: str) -> list[tuple[int, ReplyRecord]]:
         """Another writer's records of ``key`` read so far, in log order."""

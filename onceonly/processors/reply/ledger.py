@@ -30,6 +30,9 @@ _MAY_LAND_LATE = frozenset(
     {ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED, ReplyState.AWAITING}
 )
 
+#: the states that settle a key: nothing follows them in the ledger but themselves
+_SETTLING = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
+
 #: times a late record's owner draft is written again while the owner writes the key
 _REPEATS = 5
 
@@ -67,6 +70,10 @@ class TableLedger:
         self._writing: dict[int, int] = {}
         #: where each key's own *pending* record landed (partition, offset), until settled
         self._pending: dict[str, tuple[int, int]] = {}
+        #: the offset of each key's last own record, the latest PENDING_KEPT keys
+        self._own_at: dict[str, int] = {}
+        #: per partition, the last offset its store's last recovery read
+        self._recovered_to: dict[int, int] = {}
 
     def get(self, key: str) -> ReplyRecord | None:
         raw = self.table.get(key.encode())
@@ -200,7 +207,9 @@ class TableLedger:
             return
         for first, last in partition_log.gaps(before):
             raw = await self.read_log(partition, first, last)
-            partition_log.learn(((o, k.decode(), _decoded(v)) for o, k, v in raw), first, last)
+            learned = partition_log.learn(
+                ((o, k.decode(), _decoded(v)) for o, k, v in raw), first, last
+            )
             log.warning(
                 "ledger: another writer's records read",
                 partition=partition,
@@ -208,6 +217,61 @@ class TableLedger:
                 last=last,
                 key=key,
             )
+            await self._settle_again(partition, learned)
+
+    async def _settle_again(
+        self, partition: int, learned: Sequence[tuple[int, str, ReplyRecord]]
+    ) -> None:
+        """Another writer's records just read (in log order): where the last of a key's
+        does not settle it and came after this worker's settled record of the key
+        (``_settled_before``), the settled record is written again after it, unfenced (it
+        repeats the key's settled word: right whenever it lands). The late writer does
+        this itself after its own record (``_keep_settled``), unless a kill, or its lane
+        cancelled by its drain, stops it between the two writes; left so, the compacted
+        ledger's last word for a key whose email went out is a *pending* record, which a
+        later owner sends again (the simulator's finding F19)."""
+        last = {key: (offset, record) for offset, key, record in learned}
+        for key, (offset, record) in last.items():
+            if record.state in _SETTLING:
+                continue
+            own = self._settled_before(key, partition, offset)
+            if own is None:
+                continue
+            landed = await self._write(key, own.encode(), fenced=False, partition=partition)
+            log.warning(
+                "ledger: another writer's late record of a settled key; "
+                "the settled record written again after it",
+                key=key,
+                late=record.state.value,
+                state=own.state.value,
+                landed=landed[1],
+            )
+
+    def _settled_before(self, key: str, partition: int, offset: int) -> ReplyRecord | None:
+        """This worker's record of ``key`` if it settles the key and landed before
+        ``offset``: its own write's offset, or, for a record its store's recovery read,
+        that recovery's end. Never a late record of its own (a zombie's *covered* after
+        the owner's draft: that is ``_keep_draft``'s)."""
+        own = self.get(key)
+        if own is None or own.state not in _SETTLING:
+            return None
+        at = self._own_at.get(key, self._recovered_to.get(partition, offset))
+        return own if at < offset else None
+
+    async def audit(self, partition: int, end: int) -> bool:
+        """Read what other writers landed in ``partition`` (one this worker owns) below
+        ``end``, its log-end offset, that this worker has not accounted for, and settle
+        again each key a late record left unsettled (``_settle_again``). The worker's
+        timer calls it (onceonly.processors.runtime.lifecycle), so the repair does not
+        wait for the owner's next write to the partition. Nothing is read when every
+        offset is accounted for; nothing is done while an own write is under way (its
+        offset is not yet accounted for, and would be read as another writer's): False
+        then, and the timer's next audit tries again."""
+        if self.read_log is None or self._writing.get(partition):
+            return False
+        self._account_store(partition)
+        await self._read_gaps(partition, end, "")
+        return True
 
     def get_raw(self, key: str) -> bytes | None:
         raw = self.table.get(key.encode())
@@ -240,21 +304,29 @@ class TableLedger:
                 partition_log.wrote(where[1])
         for key in keys:
             self._pending.pop(key.decode(errors="replace"), None)
+            self._own_at.pop(key.decode(errors="replace"), None)
 
-    async def _write(self, key: str, value: bytes, fenced: bool = True) -> tuple[int, int]:
+    async def _write(
+        self, key: str, value: bytes, fenced: bool = True, partition: int | None = None
+    ) -> tuple[int, int]:
+        """``partition``: given by a write outside any record (the audit's)."""
         raw = key.encode()
         if fenced and self.fence is not None:
             await self.fence("a ledger record")
-        partition = self.table.partition_of(raw)
-        self._account_store(partition)
-        self._writing[partition] = self._writing.get(partition, 0) + 1
+        at = self.table.partition_of(raw) if partition is None else partition
+        self._account_store(at)
+        self._writing[at] = self._writing.get(at, 0) + 1
         try:
-            where = await self.table.write_through(raw, value)
+            where = await self.table.write_through(raw, value, partition)
         finally:
-            self._writing[partition] -= 1
+            self._writing[at] -= 1
         landed = self._logs.get(where[0])
         if landed is not None:
             landed.wrote(where[1])
+        self._own_at.pop(key, None)
+        self._own_at[key] = where[1]
+        if len(self._own_at) > PENDING_KEPT:
+            del self._own_at[next(iter(self._own_at))]
         return where
 
     def _account_store(self, partition: int) -> None:
@@ -264,10 +336,12 @@ class TableLedger:
         log learns where it landed)."""
         partition_log = self._logs.get(partition)
         if partition_log is None:
-            self._logs[partition] = PartitionLog(self.table.applied_offset(partition) + 1)
+            applied = self._recovered_to[partition] = self.table.applied_offset(partition)
+            self._logs[partition] = PartitionLog(applied + 1)
         elif partition in self._moved and not self._writing.get(partition):
             self._moved.discard(partition)
-            partition_log.recovered(self.table.applied_offset(partition))
+            applied = self._recovered_to[partition] = self.table.applied_offset(partition)
+            partition_log.recovered(applied)
 
 
 def _decoded(value: bytes | None) -> ReplyRecord | None:

@@ -9,7 +9,8 @@ from typing import Any
 import faust
 import structlog
 
-from onceonly.foundation.kafka import Connection
+from onceonly.foundation.kafka import Connection, log_ends
+from onceonly.foundation.kafka.exceptions import KafkaAdapterError
 from onceonly.foundation.settings import Settings
 from onceonly.processors.approval import applying as approving
 from onceonly.processors.flow.admission import owned_share
@@ -49,6 +50,7 @@ def wire_lifecycle(
         app.timer(interval, name="onceonly.tick")(router.tick)
 
     _wire_drafts(app, router, settings)
+    _wire_ledger_audit(app, router, settings)
 
     if settings.agentmail_webhook_id:
         agentmail = router.parts.channels["agentmail"]
@@ -89,6 +91,31 @@ def _wire_drafts(app: faust.App, router: Router, settings: Settings) -> None:
 
     every = approving.sweep_interval_s(settings.approval_timeout.total_seconds())
     app.timer(every, name="onceonly.drafts")(drafts)
+
+
+def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> None:
+    """Every ONCEONLY_LEDGER_AUDIT_S, the ledger partitions this worker owns are read for
+    another writer's late record of a key it settled (TableLedger.audit): one log-end
+    query per partition, and a read only of offsets that are not the worker's own."""
+    connection = Connection.from_settings(settings)
+    topic = settings.ledger_topic
+
+    async def audit() -> None:
+        owned = sorted(
+            tp.partition
+            for tp in app.consumer.assignment()
+            if tp.topic == settings.deliveries_topic
+        )
+        if not owned:
+            return
+        try:
+            ends = await asyncio.to_thread(log_ends, connection, topic, owned)
+            for partition in owned:
+                await router.parts.ledger.audit(partition, ends[partition])
+        except KafkaAdapterError as exc:  # the broker away: the next audit tries again
+            log.warning("ledger audit skipped: the broker did not answer", error=str(exc))
+
+    app.timer(settings.ledger_audit_s, name="onceonly.ledger_audit")(audit)
 
 
 def share_model_budget(app: faust.App, router: Router, settings: Settings) -> None:

@@ -184,3 +184,31 @@ async def test_a_record_landed_before_the_workers_own_is_in_its_store_after_a_re
         "<arb-after@example.com>",
     ]
     assert ledger_records(stack)[key].sent_message_id == "<by-them@x>"
+
+
+async def test_a_late_pending_record_after_the_owners_sent_one_is_followed_by_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # F19: a worker past its fence check lands its pending record of a key after the owner
+    # recorded the key sent, and is stopped (killed, or its lane cancelled by the drain)
+    # before it writes the sent record again itself: the owner's audit does
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    worker = stack.worker(
+        ONCEONLY_REPLY_WRITER="tests.integration.writers:model",
+        ONCEONLY_TEST_WRITER_LOG=str(stack.tmp / "writer.jsonl"),
+        ONCEONLY_LEDGER_AUDIT_S="1",
+    )
+    key = reply_key(INBOX, MESSAGE)
+    await stack.deliver(stack.seed(MESSAGE, THREAD, text="hello"))
+    await until(stack, lambda: state_of(stack, key) is ReplyState.SENT, "the sent record")
+    sent = ledger_records(stack)[key]
+
+    await _land(stack, 0, _theirs(key, ReplyState.PENDING, "a late writer's text"))
+    await until(
+        stack,
+        lambda: "another writer's late record of a settled key" in worker.log(),
+        "the owner's audit",
+    )
+
+    assert ledger_records(stack)[key] == sent
+    assert len(stack.mail.outbox) == 1

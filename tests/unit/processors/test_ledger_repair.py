@@ -1,0 +1,129 @@
+"""The owner settles a key again after another writer's late record (the simulator's
+finding F19): a worker past its fence check lands a *pending* record of a key the owner
+has sent, and is killed, or its lane cancelled by its drain, before it writes the sent
+record again itself. The owner reads that record at its next write to the partition, or
+at its timer's audit, and writes its settled record after it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from onceonly.processors.reply.ledger import TableLedger
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from tests.unit.processors._ledger_log import LogTable, Reads, record
+
+Topic = list[tuple[bytes, bytes]]
+
+
+def _owner() -> tuple[TableLedger, LogTable, Topic, Reads]:
+    topic: Topic = []
+    table = LogTable(topic, 0)
+    reads = Reads(topic)
+    return TableLedger(table, read_log=reads), table, topic, reads  # type: ignore[arg-type]
+
+
+def _sent(key: str = "k") -> ReplyRecord:
+    return record(key, ReplyState.SENT, "the owner's", sent_message_id="<r@x>")
+
+
+def _last(topic: Topic, key: bytes = b"k") -> ReplyRecord:
+    return ReplyRecord.decode([value for k, value in topic if k == key][-1])
+
+
+async def _owner_sent_then_late_pending() -> tuple[TableLedger, LogTable, Topic, Reads]:
+    ledger, table, topic, reads = _owner()
+    await ledger.put(record("k", ReplyState.PENDING, "the owner's"))
+    await ledger.put(_sent())
+    topic.append((b"k", record("k", ReplyState.PENDING, "the zombie's").encode()))
+    return ledger, table, topic, reads
+
+
+async def test_the_audit_writes_the_settled_record_after_a_late_pending_one() -> None:
+    ledger, _, topic, reads = await _owner_sent_then_late_pending()
+
+    ran = await ledger.audit(0, len(topic))
+
+    assert ran
+    assert reads.calls == [(0, 2, 2)]
+    assert _last(topic) == _sent()
+    assert len(topic) == 4
+
+
+async def test_the_owners_next_write_to_the_partition_settles_the_key_again() -> None:
+    ledger, _, topic, _ = await _owner_sent_then_late_pending()
+
+    await ledger.put(record("other", ReplyState.PENDING, "another reply"))
+
+    assert _last(topic) == _sent()
+
+
+async def test_a_second_audit_reads_and_writes_nothing_more() -> None:
+    ledger, _, topic, reads = await _owner_sent_then_late_pending()
+    await ledger.audit(0, len(topic))
+    written, calls = len(topic), len(reads.calls)
+
+    assert await ledger.audit(0, len(topic))
+
+    assert (len(topic), len(reads.calls)) == (written, calls)
+
+
+async def test_an_audit_reads_nothing_when_every_record_is_the_owners() -> None:
+    ledger, _, topic, reads = _owner()
+    await ledger.put(record("k", ReplyState.PENDING, "the owner's"))
+    await ledger.put(_sent())
+
+    assert await ledger.audit(0, len(topic))
+
+    assert (reads.calls, len(topic)) == ([], 2)
+
+
+async def test_a_late_record_of_a_key_the_owner_has_not_settled_is_left() -> None:
+    ledger, _, topic, _ = _owner()
+    await ledger.put(record("k", ReplyState.PENDING, "the owner's"))
+    late = record("k", ReplyState.PENDING, "the zombie's")
+    topic.append((b"k", late.encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert len(topic) == 2  # its own send arbitrates it (the first pending owns the text)
+
+
+async def test_a_late_settling_record_is_not_followed() -> None:
+    ledger, _, topic, _ = _owner()
+    await ledger.put(_sent())
+    topic.append((b"k", record("k", ReplyState.SENT, "theirs", sent_message_id="<z@x>").encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert len(topic) == 2
+
+
+async def test_another_writers_pending_then_sent_records_read_together_need_nothing() -> None:
+    # an earlier owner's records of a key, pending then sent, read in one gap by a worker
+    # whose store holds the key sent (its recovery read it): the sent one is already last
+    ledger, table, topic, _ = _owner()
+    await ledger.put(record("a", ReplyState.PENDING, "a's"))
+    topic.append((b"k", record("k", ReplyState.PENDING, "theirs").encode()))
+    topic.append((b"k", _sent().encode()))
+    table.store[b"k"] = _sent().encode()
+
+    await ledger.audit(0, len(topic))
+
+    assert len(topic) == 3
+
+
+async def test_no_audit_while_an_own_write_is_under_way() -> None:
+    # its record has landed but the ack has not come back: the audit would take the own
+    # record for another writer's
+    ledger, table, topic, reads = await _owner_sent_then_late_pending()
+    table.hold = asyncio.Event()
+    writing = asyncio.create_task(ledger.put(record("j", ReplyState.SENT, "j's")))
+    await asyncio.sleep(0)
+
+    ran = await asyncio.wait_for(ledger.audit(0, len(topic)), 5.0)
+
+    assert (ran, reads.calls, len(topic)) == (False, [], 4)
+    table.hold.set()
+    await writing
+    assert await ledger.audit(0, len(topic))
+    assert _last(topic) == _sent()
