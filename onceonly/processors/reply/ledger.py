@@ -223,7 +223,9 @@ class TableLedger:
         self, partition: int, learned: Sequence[tuple[int, str, ReplyRecord]]
     ) -> None:
         """Another writer's records just read (in log order): where the last of a key's
-        does not settle it and came after this worker's settled record of the key
+        does not settle it (or is *covered* or *declined*, and this worker sent the key's
+        email: F10, a late covered record after the email went out) and came after this
+        worker's settled record of the key
         (``_settled_before``), the settled record is written again after it, unfenced (it
         repeats the key's settled word: right whenever it lands). The late writer does
         this itself after its own record (``_keep_settled``), unless a kill, or its lane
@@ -232,11 +234,13 @@ class TableLedger:
         later owner sends again (the simulator's finding F19)."""
         last = {key: (offset, record) for offset, key, record in learned}
         for key, (offset, record) in last.items():
-            if record.state in _SETTLING:
+            if record.state is ReplyState.SENT:  # an email went out: that is the last word
                 continue
             own = self._settled_before(key, partition, offset)
             if own is None:
                 continue
+            if record.state in _SETTLING and own.state is not ReplyState.SENT:
+                continue  # covered or declined over covered or declined: either settles it
             landed = await self._write(key, own.encode(), fenced=False, partition=partition)
             log.warning(
                 "ledger: another writer's late record of a settled key; "

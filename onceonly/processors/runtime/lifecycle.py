@@ -101,6 +101,8 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
     topic = settings.ledger_topic
 
     async def audit() -> None:
+        if app.rebalancing:  # stores recovering: the audit after the rebalance reads them
+            return
         owned = sorted(
             tp.partition
             for tp in app.consumer.assignment()

@@ -80,10 +80,11 @@ async def test_a_second_delivery_of_an_answered_event_is_traced_as_a_duplicate(
         "the duplicate's verdict",
     )
 
-    assert [(d.verdict, d.verdict_stage) for d in trace.deliveries] == [
-        ("accepted", None),
-        ("duplicate", "dedupe"),
-    ]
+    # the second is a duplicate at the hold (the held event's entry not yet swept after
+    # its release: a race make test lost once) or at the dedupe table; either skips it
+    first, second = trace.deliveries
+    assert (first.verdict, first.verdict_stage) == ("accepted", None)
+    assert second.verdict == "duplicate" and second.verdict_stage in ("hold", "dedupe")
     assert trace.deliveries[1].outcome == "skipped: duplicate"
     assert len(stack.mail.outbox) == 1
 

@@ -74,7 +74,7 @@ async def _land(stack: Stack, partition: int, record: ReplyRecord) -> None:
     )
 
 
-def _theirs(key: str, state: ReplyState, text: str, **changes: Any) -> ReplyRecord:
+def _theirs(key: str, state: ReplyState, text: str | None, **changes: Any) -> ReplyRecord:
     return ReplyRecord(
         key, INBOX, MESSAGE, f"agentmail:{THREAD}", state, datetime.now(UTC), text, **changes
     )
@@ -186,12 +186,22 @@ async def test_a_record_landed_before_the_workers_own_is_in_its_store_after_a_re
     assert ledger_records(stack)[key].sent_message_id == "<by-them@x>"
 
 
-async def test_a_late_pending_record_after_the_owners_sent_one_is_followed_by_it(
-    stack_factory: Callable[..., Stack],
+#: another writer's records that may land late (a worker past its fence check), by finding
+LATE = {
+    "F19 pending": {"state": ReplyState.PENDING, "text": "a late writer's text"},
+    "F7 failed": {"state": ReplyState.FAILED, "text": None, "error": "writer_failed"},
+    "F10 covered": {"state": ReplyState.COVERED, "text": None, "covered_by": "reply-other"},
+    "F12 awaiting": {"state": ReplyState.AWAITING, "text": "a late writer's draft"},
+}
+
+
+@pytest.mark.parametrize("late", list(LATE.values()), ids=list(LATE))
+async def test_a_late_record_after_the_owners_sent_one_is_followed_by_it(
+    stack_factory: Callable[..., Stack], late: dict[str, Any]
 ) -> None:
-    # F19: a worker past its fence check lands its pending record of a key after the owner
-    # recorded the key sent, and is stopped (killed, or its lane cancelled by the drain)
-    # before it writes the sent record again itself: the owner's audit does
+    # a worker past its fence check lands its record of a key after the owner recorded the
+    # key sent, and is stopped (killed, or its lane cancelled by the drain) before it
+    # writes the sent record again itself (F19): the owner's audit does
     stack = stack_factory(partitions=1, reorder_window_ms=0)
     worker = stack.worker(
         ONCEONLY_REPLY_WRITER="tests.integration.writers:model",
@@ -203,7 +213,8 @@ async def test_a_late_pending_record_after_the_owners_sent_one_is_followed_by_it
     await until(stack, lambda: state_of(stack, key) is ReplyState.SENT, "the sent record")
     sent = ledger_records(stack)[key]
 
-    await _land(stack, 0, _theirs(key, ReplyState.PENDING, "a late writer's text"))
+    changes = {k: v for k, v in late.items() if k not in ("state", "text")}
+    await _land(stack, 0, _theirs(key, late["state"], late["text"], **changes))
     await until(
         stack,
         lambda: "another writer's late record of a settled key" in worker.log(),

@@ -127,3 +127,14 @@ async def test_no_audit_while_an_own_write_is_under_way() -> None:
     await writing
     assert await ledger.audit(0, len(topic))
     assert _last(topic) == _sent()
+
+
+async def test_a_late_covered_record_after_the_owners_sent_one_is_followed_by_it() -> None:
+    # F10's late record: covered, after the key's email went out
+    ledger, _, topic, _ = _owner()
+    await ledger.put(_sent())
+    topic.append((b"k", record("k", ReplyState.COVERED, None, covered_by="reply-x").encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert _last(topic) == _sent()
