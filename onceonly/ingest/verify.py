@@ -169,6 +169,11 @@ def _webhook_headers(
     and the timestamp for tolerance, before any library sees them."""
     names = (f"{prefix}-id", f"{prefix}-timestamp", f"{prefix}-signature")
     values = {name: _header(headers, name, provider) for name in names}
+    for name, value in values.items():
+        try:  # the libraries sign the id as UTF-8; a lone surrogate made standardwebhooks
+            value.encode()  # 1.x raise UnicodeEncodeError, not its verification error
+        except UnicodeEncodeError:
+            raise _fail("malformed_header", provider, f"{name} is not valid UTF-8") from None
     stamp_header, signature_header = names[1], names[2]
     stamp = values[stamp_header].strip()
     if not _DECIMAL_SECONDS.fullmatch(stamp):
