@@ -20,8 +20,10 @@ this module decides by that order:
   *covered* or *awaiting* record, with nothing settled: if the fence, asked again, refuses,
   the draft is the owner's and is written again after it (F17; the ledger's ``_keep_draft``);
 * another writer's record of a key this worker's store holds settled (*sent*, *covered*,
-  *declined*), read from the topic whatever brought the read, and not itself settling:
-  the settled record is written again after it (F19; the ledger's ``_settle_again``). The
+  *declined*) before that record landed, read from the topic whatever brought the read,
+  and not itself settling (or *covered* or *declined* after this worker's *sent*; never
+  over another writer's *sent*): the settled record is written again after it (F19; the
+  ledger's ``_settle_again``). The
   late writer repeats the settled word itself when it can (above); a kill, or its lane
   cancelled by the drain right after its record landed, stops it first, so the owner does
   it, at its next write to the partition or its timer's audit (:meth:`TableLedger.audit`).

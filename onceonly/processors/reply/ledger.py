@@ -225,8 +225,8 @@ class TableLedger:
         """Another writer's records just read (in log order): where the last of a key's
         does not settle it (or is *covered* or *declined*, and this worker sent the key's
         email: F10, a late covered record after the email went out) and came after this
-        worker's settled record of the key
-        (``_settled_before``), the settled record is written again after it, unfenced (it
+        worker's settled record of the key (``_settled_before``), the settled record is
+        written again after it, unfenced (it
         repeats the key's settled word: right whenever it lands). The late writer does
         this itself after its own record (``_keep_settled``), unless a kill, or its lane
         cancelled by its drain, stops it between the two writes; left so, the compacted

@@ -94,13 +94,11 @@ class FaustTable:
     async def write_through(
         self, key: bytes, value: bytes, partition: int | None = None
     ) -> tuple[int, int]:
+        to = self.faust.partition_for_key(key) if partition is None else partition
+        metadata = await self.faust.send_changelog(to, key, value)
         if partition is None:
-            metadata = await self.faust.send_changelog(
-                self.faust.partition_for_key(key), key, value
-            )
             self.faust.data[key] = value  # the store alone: the topic has the record already
         else:  # outside any record (a timer's): faust's store would take the current one's
-            metadata = await self.faust.send_changelog(partition, key, value)
             store = self.faust.data
             store._db_for_partition(partition).put(key, value)
             store._key_index[key] = partition  # as faust's own write keeps it
