@@ -4,7 +4,9 @@ imitates it, and the partition and generation a lane works for."""
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+import random
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from onceonly.processors.fence import Position
@@ -35,6 +37,13 @@ AUDIT_S = 30.0
 #: schedule's generator, so the other calls' latencies are what they were without it)
 AUDIT_LATENCY_S = 0.002
 
+#: the ledger topic's ``min.compaction.lag.ms``: the log cleaner removes no record younger
+#: (Kafka's default, 0: any record a later record of its key follows may go at once)
+COMPACTION_LAG_S = 0.0
+#: of the records that land, the share after which the cleaner runs at once (the segment
+#: rolled right then), besides its runs at drawn moments
+CLEAN_AFTER_LANDING = 0.1
+
 #: the partition and generation of the record a lane works for (faust's current event)
 position: contextvars.ContextVar[Position | None] = contextvars.ContextVar(
     "sim_position", default=None
@@ -54,6 +63,39 @@ class Partition:
         self.owner: Member | None = None
         self.committed = 0
         self._records: dict[bytes, ReplyRecord] = {}
+        #: when each changelog record landed (virtual time), and the offsets the log
+        #: cleaner has removed (a compacted topic keeps every other record's offset)
+        self.landed_at: list[float] = []
+        self.removed: set[int] = set()
+
+    def append(self, key: bytes, value: bytes | None, at: float) -> int:
+        self.changelog.append((key, value))
+        self.landed_at.append(at)
+        return len(self.changelog) - 1
+
+    def entries(
+        self, first: int = 0, last: int | None = None
+    ) -> list[tuple[int, bytes, bytes | None]]:
+        """What a consumer reads of the changelog from ``first`` to ``last`` (offset, key,
+        value): the records the cleaner has not removed."""
+        end = len(self.changelog) - 1 if last is None else min(last, len(self.changelog) - 1)
+        log, removed = self.changelog, self.removed
+        return [(o, *log[o]) for o in range(first, end + 1) if o not in removed]
+
+    def compact(self, now: float, lag_s: float) -> tuple[int, int]:
+        """The log cleaner's pass, as Kafka's over a compacted topic whose segments all
+        rolled: of the records that landed at least ``lag_s`` ago, each key keeps its
+        latest and loses every earlier one. Returns (records removed, the last offset
+        cleaned; -1 for none)."""
+        through = bisect_right(self.landed_at, now - lag_s) - 1
+        latest: dict[bytes, int] = {}
+        for offset in range(through + 1):
+            if offset not in self.removed:
+                latest[self.changelog[offset][0]] = offset
+        kept = set(latest.values())
+        gone = [o for o in range(through + 1) if o not in self.removed and o not in kept]
+        self.removed.update(gone)
+        return len(gone), through
 
     def record(self, value: bytes) -> ReplyRecord:
         """``ReplyRecord.decode(value)``, decoded once per value: the trace, a member's
@@ -109,10 +151,10 @@ class SimTable:
         self, key: bytes, value: bytes, partition: int | None = None
     ) -> tuple[int, int]:
         def append() -> int:
-            self.part.changelog.append((key, value))
-            offset = len(self.part.changelog) - 1
+            offset = self.part.append(key, value, self.world.loop.time())
             self.part.writers.append((self.member.name, self.member.owns()))
             self.world.trace("broker", _Landed(self.part, offset, key, value))
+            self.world.cleaner.landed()
             return offset
 
         offset = await remote(self.world.broker_latency(), append, self.world.broker_latency())
@@ -126,12 +168,41 @@ class SimTable:
         return 0, offset
 
     def recover(self) -> None:
-        for key, value in self.part.changelog[self.applied + 1 :]:
+        for _, key, value in self.part.entries(self.applied + 1):
             if value is None:
                 self.store.pop(key, None)
             else:
                 self.store[key] = value
         self.applied = len(self.part.changelog) - 1
+
+
+class Cleaner:
+    """Kafka's log cleaner over the ledger partition: it runs at moments drawn from a
+    generator of its own (so the schedule's other draws are the ones they were before)
+    and, for a share of the records that land, right after one lands."""
+
+    def __init__(
+        self,
+        part: Partition,
+        rng: random.Random,
+        clock: Callable[[], float],
+        trace: Callable[[str, object], None],
+        lag_s: float = COMPACTION_LAG_S,
+    ) -> None:
+        self.part, self.rng, self.clock, self.trace, self.lag_s = part, rng, clock, trace, lag_s
+
+    def moments(self, span_s: float) -> list[float]:
+        """When the cleaner runs of its own accord (5 to 15 times over ``span_s``)."""
+        return sorted(self.rng.uniform(0.0, span_s) for _ in range(self.rng.randint(5, 15)))
+
+    def landed(self) -> None:
+        if self.rng.random() < CLEAN_AFTER_LANDING:
+            self.clean()
+
+    def clean(self) -> None:
+        removed, through = self.part.compact(self.clock(), self.lag_s)
+        if removed:
+            self.trace("broker", f"compacted the ledger through {through}: {removed} removed")
 
 
 class LateLedger(TableLedger):

@@ -123,8 +123,7 @@ class Member(Actor):
         self, partition: int, first: int, last: int
     ) -> Sequence[tuple[int, bytes, bytes | None]]:
         def read() -> list[tuple[int, bytes, bytes | None]]:
-            log = self.world.part.changelog
-            return [(o, log[o][0], log[o][1]) for o in range(first, min(last, len(log) - 1) + 1)]
+            return self.world.part.entries(first, last)  # what compaction left
 
         latency = self.world.broker_latency
         return await remote(latency(), read, latency())

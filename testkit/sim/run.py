@@ -100,6 +100,8 @@ async def _play(schedule: Schedule) -> Result:
         loop.call_at(at, arrival, index)
     for index, planned in enumerate(schedule.faults):
         loop.call_at(planned.at, fault, index)
+    for at in world.cleaner.moments(schedule.end):
+        loop.call_at(at, world.cleaner.clean)
     deadline = schedule.end + 6 * 3600
     while world.busy() and loop.time() < deadline:
         if world.operator is not None and world.pending == 0:

@@ -25,7 +25,7 @@ from onceonly.schemas.approval import ApprovalDecision
 from testkit.invariants import Email, Message, Observed
 from testkit.sim.approvals import VARIANTS, Operator
 from testkit.sim.letters import Letters, Resent
-from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Partition
+from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
 from testkit.sim.mail import SimMail
 from testkit.sim.member import Member
 from testkit.sim.model import SimModel
@@ -57,6 +57,10 @@ class World:
         #: ``what`` is a str or an object whose str() is the event's text
         self.events: list[tuple[float, str, object]] = []
         self.part = Partition()
+        #: Kafka's log cleaner over the ledger partition (a generator of its own)
+        self.cleaner = Cleaner(
+            self.part, random.Random(schedule.seed * 8011 + 41), self.loop.time, self.trace
+        )
         self.mail = SimMail(random.Random(schedule.seed * 31 + 2), self.trace, self.loop.time)
         self.model = SimModel(random.Random(schedule.seed * 17 + 3), self.trace)
         self.mail.faults.ignore_keys = schedule.ignore_keys

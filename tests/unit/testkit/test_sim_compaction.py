@@ -1,0 +1,62 @@
+"""The simulated log cleaner over the ledger partition (Kafka's compaction)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from testkit.sim import log
+from testkit.sim.log import Partition
+from testkit.sim.run import run_schedule
+from testkit.sim.schedule import Schedule
+
+
+def _log(*records: tuple[bytes, bytes | None, float]) -> Partition:
+    part = Partition()
+    for key, value, at in records:
+        part.append(key, value, at)
+    return part
+
+
+def test_compaction_keeps_each_keys_latest_record_at_its_offset() -> None:
+    part = _log((b"k1", b"a", 0.0), (b"k2", b"b", 1.0), (b"k1", b"c", 2.0), (b"k3", b"d", 3.0))
+
+    assert part.compact(now=10.0, lag_s=0.0) == (1, 3)
+
+    assert part.entries() == [(1, b"k2", b"b"), (2, b"k1", b"c"), (3, b"k3", b"d")]
+
+
+def test_compaction_leaves_records_younger_than_the_lag() -> None:
+    part = _log((b"k1", b"a", 0.0), (b"k1", b"b", 5.0), (b"k1", b"c", 9.0))
+
+    assert part.compact(now=10.0, lag_s=4.0) == (1, 1)  # only 0 and 1 are old enough
+
+    assert [offset for offset, _, _ in part.entries()] == [1, 2]
+
+
+def test_a_read_of_a_range_skips_what_compaction_removed() -> None:
+    part = _log((b"k1", b"a", 0.0), (b"k2", b"b", 1.0), (b"k1", b"c", 2.0))
+    part.compact(now=5.0, lag_s=0.0)
+
+    assert part.entries(0, 1) == [(1, b"k2", b"b")]
+
+
+def test_schedules_compact_records_a_gap_read_would_have_read_and_still_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hidden: list[int] = []
+    entries = Partition.entries
+
+    def counting(self: Partition, first: int = 0, last: int | None = None) -> Any:
+        if last is not None:  # a member's read of a range (arbitration, the audit)
+            end = min(last, len(self.changelog) - 1)
+            hidden.extend(o for o in range(first, end + 1) if o in self.removed)
+        return entries(self, first, last)
+
+    monkeypatch.setattr(log.Partition, "entries", counting)
+    results = [run_schedule(Schedule(seed)) for seed in range(20, 30)]
+
+    assert hidden, "no gap read met a compacted record: the cleaner is not exercised"
+    assert all(r.passed for r in results), [r.report() for r in results if not r.passed]
+    assert any("compacted the ledger" in str(e) for r in results for e in r.events)
