@@ -165,10 +165,11 @@ bench-tracing: $(STAMP) jars
 # The operator index at size: 10,000,000 reply-ledger records (100 drafts awaiting approval)
 # on the embedded broker, the index built from a cold start, then approvals list, trace (p50,
 # p99) and the operator page answered from it; no whole-ledger scan (about 90 s and 5 GB per
-# million records). Output: bench/results/index-<date>.txt. Smaller: BENCH_INDEX_ARGS='--records 100000 --scan'
+# million records), and 10 million deliveries beside them (traced by message id).
+# Output: bench/results/index-<date>.txt. Smaller: BENCH_INDEX_ARGS='--records 100000 --deliveries 100000 --scan'
 .PHONY: bench-index
 bench-index: $(STAMP) jars
-	bash -o pipefail -c '$(BIN)/python -m bench.index_size --records 10000000 --no-scan $(BENCH_INDEX_ARGS) | tee bench/results/index-$$(date -u +%F).txt'
+	bash -o pipefail -c '$(BIN)/python -m bench.index_size --records 10000000 --deliveries 10000000 --no-scan $(BENCH_INDEX_ARGS) | tee bench/results/index-$$(date -u +%F).txt'
 
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants

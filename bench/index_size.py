@@ -11,7 +11,10 @@ prints the ratios. Then ``onceonly trace KEY`` from the index (``--runs`` fresh 
 p50, p99) and the operator page's sections read and rendered from the index (a quarter as
 many runs). No worker runs: the rejection is produced and left waiting. At 10 million
 records (``--records 10000000 --no-scan``: the scan needs about 90 s and 5 GB per million)
-the build takes most of the run. Issue 45.
+the build takes most of the run. ``--deliveries N`` also writes N deliveries (AgentMail
+envelopes as ingest produces them, ~1.5 KB bodies, message ids ``<m{n}@example.com>`` as
+the ledger's replies name them) and traces the last one's message id, so the build rate
+and the disk per million are shown for the deliveries topic too. Issue 45.
 """
 
 from __future__ import annotations
@@ -57,6 +60,20 @@ def ledger_records(count: int, drafts: int) -> Iterator[Record]:
         yield key.encode(), record.encode(), []
 
 
+def delivery_records(count: int) -> Iterator[Record]:
+    """``count`` AgentMail deliveries as ingest produces them (keyed by thread, with the
+    envelope's headers); message ``n`` is ``<m{n}@example.com>``, the message the ledger's
+    reply ``n`` answers."""
+    from bench._load import agentmail_body
+    from bench._proc_records import as_record
+    from onceonly.ingest import normalise
+
+    now = datetime.now(UTC)
+    for n in range(count):
+        body = agentmail_body(n, now, message_id=f"<m{n}@example.com>")
+        yield as_record(normalise.agentmail(body.decode(), {}, now))
+
+
 @dataclass(frozen=True, slots=True)
 class Listed:
     seconds: float
@@ -90,12 +107,14 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
 
 
-def traces(env: dict[str, str], work: Path, key: str, runs: int) -> None:
+def traces(
+    env: dict[str, str], work: Path, key: str, runs: int, what: str = "one reply key"
+) -> None:
     """``onceonly trace KEY --json`` from the index, ``runs`` fresh processes: p50, p99."""
     done = [timed(env, work, "trace", key, "--json") for _ in range(runs)]
     seconds = [d.seconds for d in done]
     console.print(
-        f"trace one reply key (index, {runs} runs): p50 {percentile(seconds, 0.5):.2f} s, "
+        f"trace {what} (index, {runs} runs): p50 {percentile(seconds, 0.5):.2f} s, "
         f"p99 {percentile(seconds, 0.99):.2f} s, peak {max(d.peak_mb for d in done):.0f} MB"
     )
 
@@ -130,7 +149,13 @@ def page(settings: Settings, key: str, runs: int, name: str = "index") -> None:
 
 
 def collect(
-    broker: Broker, work: Path, records: int, drafts: int, scan: bool = True, runs: int = 20
+    broker: Broker,
+    work: Path,
+    records: int,
+    drafts: int,
+    scan: bool = True,
+    runs: int = 20,
+    deliveries: int = 0,
 ) -> None:
     from onceonly.foundation.kafka import Connection
     from onceonly.operations.index import IndexStore, one_pass
@@ -140,6 +165,10 @@ def collect(
         broker.bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], ledger_records(records, drafts), records
     )
     console.print(f"wrote {records:,} ledger records ({drafts} drafts) in {seconds:.1f} s")
+    if deliveries:
+        topic = topics["ONCEONLY_DELIVERIES_TOPIC"]
+        seconds = produce(broker.bootstrap, topic, delivery_records(deliveries), deliveries)
+        console.print(f"wrote {deliveries:,} deliveries in {seconds:.1f} s")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEONLY_")}
     env |= {"ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap, "ONCEONLY_PARTITIONS": "8", **topics}
     settings = topic_settings(broker.bootstrap, 8, topics)
@@ -155,6 +184,7 @@ def collect(
         f"{built / done.seconds:,.0f} records/s; disk {disk:.1f} MB "
         f"= {disk * 1e6 / max(built, 1):.0f} MB per million records"
     )
+    console.print("  read per topic: " + ", ".join(f"{t} {n:,}" for t, n in done.read.items()))
     indexing = {**env, "ONCEONLY_INDEX_DIR": str(index_dir)}
     indexed = list_drafts(indexing, work)
     scanned = list_drafts(env, work) if scan else None
@@ -172,6 +202,9 @@ def collect(
     # one draft found by key (no worker: the rejection is produced and left waiting, exit 1)
     key = f"reply-bench{records - 1:010d}"
     traces(indexing, work, key, runs)
+    if deliveries:
+        message = f"<m{deliveries - 1}@example.com>"
+        traces(indexing, work, message, runs, "one delivery's message id")
     page(settings.model_copy(update={"index_dir": index_dir}), key, max(1, runs // 4))
     if scan:
         page(settings, key, 1, "scan")
@@ -194,11 +227,14 @@ def collect(
     help="Also answer by today's whole-ledger scan (91 s and 5.4 GB at 1 million records).",
 )
 @click.option("--runs", default=20, show_default=True, help="Trace runs (a quarter: page runs).")
-def main(records: int, drafts: int, scan: bool, runs: int) -> None:
+@click.option(
+    "--deliveries", default=0, show_default=True, help="Deliveries to write too (AgentMail)."
+)
+def main(records: int, drafts: int, scan: bool, runs: int, deliveries: int) -> None:
     """Build rate, approvals list, trace and operator page: the index against today's scan."""
     run_on_broker(
         "onceonly-index-",
-        lambda broker, work: collect(broker, work, records, drafts, scan, runs),
+        lambda broker, work: collect(broker, work, records, drafts, scan, runs, deliveries),
     )
 
 
