@@ -22,6 +22,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from devstack.children import Running
 from devstack.exceptions import OUTPUT_TAIL_LINES as _TAIL_LINES
 from devstack.exceptions import BrokerError
 from devstack.jars import OPS_KAFKA_DIR, kafka_classpath
@@ -56,7 +57,7 @@ def _stop_leftover_brokers() -> None:
             broker.stop(timeout_s=10.0)
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(Running):
     """One single-node Kafka broker whose files live under ``<run_dir>/broker/``.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`::
@@ -183,13 +184,6 @@ class EmbeddedBroker:
                 self._signal(process, signal.SIGKILL)
                 process.wait()
             self._reap()
-
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.is_running() else "stopped"
