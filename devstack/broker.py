@@ -30,6 +30,7 @@ from devstack.jvm import (
     check_arguments,
     find_java,
     java_options,
+    kafka_jvm,
     new_cluster_id,
     pump_output,
     start_failure_hint,
@@ -207,12 +208,8 @@ class EmbeddedBroker(Running):
 
     def _refuse_second_instance(self) -> None:
         """Two JVMs on one data directory: the second would die on Kafka's lock file."""
-        try:
-            pid = int(self.pid_path.read_text(encoding="ascii").strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            return
-        if b"kafka.Kafka" in cmdline and str(self.broker_dir).encode() in cmdline:
+        pid = kafka_jvm(self.pid_path, self.broker_dir)
+        if pid is not None:
             raise BrokerError(
                 f"a Kafka broker (pid {pid}) is already running from {self.broker_dir}: "
                 f"use it, stop it (kill {pid}), or give this one another run directory"
