@@ -19,7 +19,7 @@ from chaos.common import ChaosError, now
 from chaos.processes import Proc
 from devstack.cluster import LocalCluster
 from devstack.exceptions import BrokerError
-from devstack.jvm import tail
+from devstack.jvm import kafka_jvm, tail
 from devstack.ports import free_port, free_run_of_ports
 from onceonly.foundation.kafka import Admin, Connection, PartitionState
 
@@ -58,10 +58,10 @@ class SingleBroker(Proc):
         return f"127.0.0.1:{self.port}"
 
     def start_and_wait(self, timeout_s: float = 120.0) -> None:
-        before = self.log_text().count("kafka broker ready at")
+        before = self.log().count("kafka broker ready at")
         self.start()
         deadline = now() + timeout_s
-        while self.log_text().count("kafka broker ready at") <= before:
+        while self.log().count("kafka broker ready at") <= before:
             if not self.alive:
                 raise ChaosError(f"the broker exited during start-up:\n{self.log_tail()}")
             if now() > deadline:
@@ -78,13 +78,8 @@ class SingleBroker(Proc):
 
     def _kill_leftover_jvm(self) -> None:
         """If the command was killed before it stopped its JVM, stop the JVM by its pid."""
-        pid_path = self.run_dir / "broker" / "broker.pid"
-        try:
-            pid = int(pid_path.read_text(encoding="ascii").strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            return
-        if b"kafka.Kafka" in cmdline and str(self.run_dir).encode() in cmdline:
+        pid = kafka_jvm(self.run_dir / "broker" / "broker.pid", self.run_dir)
+        if pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
 

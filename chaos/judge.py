@@ -192,7 +192,7 @@ class Judge(Stack):
     def _worker_log_counts(self) -> Counter[str]:
         logs = Counter[str]()
         for worker in self.workers:
-            text = worker.log_text()
+            text = worker.log()
             for label, needle in (
                 ("reply sent", "reply sent"),
                 ("duplicate deliveries skipped", "delivery skipped"),
@@ -221,8 +221,8 @@ class Judge(Stack):
         suspects = [(p, "missing") for p in verdict.missing[:20]] + [
             (p, f"{c} emails") for p, c in list(verdict.doubled.items())[:20]
         ]
-        logs = {w.name: w.log_text().splitlines() for w in self.workers}
-        logs["ingest"] = self.ingest.log_text().splitlines() if self.ingest else []
+        logs = {w.name: w.log().splitlines() for w in self.workers}
+        logs["ingest"] = self.ingest.log().splitlines() if self.ingest else []
         for (inbox, message_id), what in suspects:
             key = key_of(inbox, message_id)
             record = ledger.get(key)

@@ -254,7 +254,7 @@ class Stack:
             ),
             self.run_dir / "ingest.log",
         ).start()
-        await self._wait_http(self.ingest, f"http://127.0.0.1:{self.ingest_port}/readyz")
+        await self.ingest.wait_ready(f"http://127.0.0.1:{self.ingest_port}/readyz", 60.0)
         self.event(f"ingest at http://127.0.0.1:{self.ingest_port}/webhooks/agentmail")
 
         self.workers = [self._worker(i).start() for i in range(1, self.opts.workers + 1)]
@@ -275,7 +275,7 @@ class Stack:
             self._clean_env(),
             self.run_dir / "agentmail.log",
         ).start()
-        await self._wait_http(self.mail, self.mail_url + "/_control/health")
+        await self.mail.wait_ready(self.mail_url + "/_control/health", 60.0)
 
     def _topic_shapes(self) -> str:
         """The replicas and min.insync.replicas of onceonly's topics; on a cluster, refuse
@@ -330,24 +330,10 @@ class Stack:
             **config.env(),
         }
 
-    async def _wait_http(self, proc: Proc, url: str, timeout_s: float = 60.0) -> None:
-        assert self._session is not None
-        deadline = now() + timeout_s
-        while True:
-            if not proc.alive:
-                raise ChaosError(f"{proc.name} exited during start-up:\n{proc.log_tail()}")
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-                async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
-                    if r.status == 200:
-                        return
-            if now() > deadline:
-                raise ChaosError(f"{proc.name} did not answer {url} within {timeout_s:g} s")
-            await asyncio.sleep(0.2)
-
     async def _wait_workers_ready(self, timeout_s: float = 120.0) -> None:
         deadline = now() + timeout_s
         while True:
-            ready = [w for w in self.workers if "worker ready" in w.log_text()]
+            ready = [w for w in self.workers if "worker ready" in w.log()]
             for w in self.workers:
                 if not w.alive:
                     raise ChaosError(f"worker {w.name} exited during start-up:\n{w.log_tail()}")

@@ -22,6 +22,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from devstack.children import Running
 from devstack.exceptions import OUTPUT_TAIL_LINES as _TAIL_LINES
 from devstack.exceptions import BrokerError
 from devstack.jars import OPS_KAFKA_DIR, kafka_classpath
@@ -29,6 +30,7 @@ from devstack.jvm import (
     check_arguments,
     find_java,
     java_options,
+    kafka_jvm,
     new_cluster_id,
     pump_output,
     start_failure_hint,
@@ -56,7 +58,7 @@ def _stop_leftover_brokers() -> None:
             broker.stop(timeout_s=10.0)
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(Running):
     """One single-node Kafka broker whose files live under ``<run_dir>/broker/``.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`::
@@ -184,13 +186,6 @@ class EmbeddedBroker:
                 process.wait()
             self._reap()
 
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.is_running() else "stopped"
         return f"EmbeddedBroker({self.bootstrap}, {self.broker_dir}, {state})"
@@ -213,12 +208,8 @@ class EmbeddedBroker:
 
     def _refuse_second_instance(self) -> None:
         """Two JVMs on one data directory: the second would die on Kafka's lock file."""
-        try:
-            pid = int(self.pid_path.read_text(encoding="ascii").strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            return
-        if b"kafka.Kafka" in cmdline and str(self.broker_dir).encode() in cmdline:
+        pid = kafka_jvm(self.pid_path, self.broker_dir)
+        if pid is not None:
             raise BrokerError(
                 f"a Kafka broker (pid {pid}) is already running from {self.broker_dir}: "
                 f"use it, stop it (kill {pid}), or give this one another run directory"

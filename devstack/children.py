@@ -3,10 +3,12 @@ and the stop of the local stack within a time budget."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Self
 
 
 def stop_child(process: subprocess.Popen[Any] | None, timeout_s: float = 10.0) -> bool:
@@ -63,3 +65,71 @@ class Stopping:
         return seconds_left(
             self.began if self.began is not None else now, now, self.budget_s, keep_s
         )
+
+
+class Running:
+    """A context manager that starts on entry and stops on exit (the broker, the cluster, a
+    child server)."""
+
+    def start(self) -> object:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ChildServer(Running):
+    """A server program run as a child in its own session, its output appended to ``log``;
+    :meth:`start` returns once :meth:`answers` is true, or stops it and raises ``error``
+    with the log's last lines. Subclasses set ``error`` and ``start_timeout_s`` and say
+    when the server answers; ``name`` is what the error calls it, ``env`` is added to
+    this process's environment."""
+
+    error: type[Exception] = RuntimeError
+    start_timeout_s = 60.0
+
+    def __init__(
+        self,
+        name: str,
+        log: Path,
+        command: Sequence[str | Path],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.log = log
+        self.command = list(command)
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def answers(self) -> bool:
+        raise NotImplementedError
+
+    def start(self, timeout_s: float | None = None) -> Self:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=None if self.env is None else {**os.environ, **self.env},
+            )
+        deadline = time.monotonic() + (self.start_timeout_s if timeout_s is None else timeout_s)
+        while not self.answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+                raise self.error(f"{self.name} did not start; {self.log} ends:\n{tail}")
+            time.sleep(0.5)
+        return self
+
+    def stop(self) -> None:
+        stop_child(self.process)
+        self.process = None

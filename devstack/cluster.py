@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.broker import EmbeddedBroker
+from devstack.children import Running
 from devstack.exceptions import BrokerError
 from devstack.jars import OPS_KAFKA_DIR
 from devstack.jvm import new_cluster_id
@@ -183,7 +184,7 @@ def cluster_id(run_dir: Path) -> str:
     return made
 
 
-class LocalCluster:
+class LocalCluster(Running):
     """``nodes`` Kafka nodes on the bootstrap port and the ports after it; see the module."""
 
     def __init__(
@@ -260,13 +261,6 @@ class LocalCluster:
         """SIGKILL every node (a throwaway cluster's end: nothing of it is kept)."""
         for node in self.nodes:
             node.kill()
-
-    def __enter__(self) -> LocalCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _free_ports(count: int, *, avoid: set[int]) -> list[int]:

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from devstack.children import stop_child
+from devstack.children import ChildServer
 from devstack.ports import free_port
 from onceonly.foundation.errors import OnceOnlyError
 
@@ -76,9 +76,10 @@ def build(binary: Path = BINARY) -> float:
     return time.monotonic() - started
 
 
-class Jaeger:
+class Jaeger(ChildServer):
     """``jaeger-all-in-one`` with in-memory storage on free loopback ports."""
 
+    error = JaegerError
     FLAGS = (
         "collector.otlp.http.host-port",
         "collector.otlp.grpc.host-port",
@@ -91,11 +92,8 @@ class Jaeger:
 
     def __init__(self, log: Path, binary: Path = BINARY) -> None:
         self.ports = {flag: free_port() for flag in self.FLAGS}
-        self.log = log
-        self.command = [str(binary)] + [
-            f"--{flag}=127.0.0.1:{port}" for flag, port in self.ports.items()
-        ]
-        self.process: subprocess.Popen[bytes] | None = None
+        flags = [f"--{flag}=127.0.0.1:{port}" for flag, port in self.ports.items()]
+        super().__init__("Jaeger", log, [str(binary), *flags], env={"SPAN_STORAGE_TYPE": "memory"})
 
     @property
     def otlp_endpoint(self) -> str:
@@ -106,24 +104,8 @@ class Jaeger:
     def query_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['query.http-server.host-port']}"
 
-    def start(self, timeout_s: float = 60.0) -> Jaeger:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                self.command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, "SPAN_STORAGE_TYPE": "memory"},
-            )
-        deadline = time.monotonic() + timeout_s
-        while self.get("/api/services") is None:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-                raise JaegerError(f"Jaeger did not start; {self.log} ends:\n{tail}")
-            time.sleep(0.5)
-        return self
+    def answers(self) -> bool:
+        return self.get("/api/services") is not None
 
     def get(self, path: str) -> Any:
         try:
@@ -137,16 +119,6 @@ class Jaeger:
         found = self.get(f"/api/traces/{trace_id}")
         data = (found or {}).get("data") or []
         return dict(data[0]) if data else None
-
-    def stop(self) -> None:
-        stop_child(self.process)
-        self.process = None
-
-    def __enter__(self) -> Jaeger:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,19 @@ def tail(path: Path, lines: int = _TAIL_LINES) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
+def kafka_jvm(pid_path: Path, directory: Path) -> int | None:
+    """The pid ``pid_path`` holds if that process is a Kafka broker's JVM run from
+    ``directory`` (its command line names it), else None."""
+    try:
+        pid = int(pid_path.read_text(encoding="ascii").strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if b"kafka.Kafka" in cmdline and str(directory).encode() in cmdline:
+        return pid
+    return None
+
+
 def new_cluster_id() -> str:
     """A Kafka ``Uuid`` string (22 url-safe base64 characters), as ``kafka-storage random-uuid``."""
     while True:

@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from devstack.children import stop_child
+from devstack.children import ChildServer
 from devstack.ports import free_port
 from onceonly.foundation.errors import OnceOnlyError
 
@@ -117,55 +117,31 @@ def build(venv: Path = VENV, wheels: Path = WHEELS, echo: Callable[[str], object
     return time.monotonic() - started
 
 
-class ModelServer:
+class ModelServer(ChildServer):
     """``python -m llama_cpp.server`` with the model, on a free loopback port."""
+
+    error = ModelError
+    start_timeout_s = 120.0
 
     def __init__(self, log: Path, *, venv: Path = VENV, threads: int = 1, ctx: int = 2048) -> None:
         self.port = free_port()
-        self.log = log
-        self.command: list[str | Path] = [
+        super().__init__("the model server", log, [
             python(venv), "-m", "llama_cpp.server", "--model", gguf(venv),
             "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
             "--n_threads", str(threads), "--n_ctx", str(ctx),
-        ]  # fmt: skip
-        self.process: subprocess.Popen[bytes] | None = None
+        ])  # fmt: skip
 
     @property
     def base_url(self) -> str:
         """What OPENAI_BASE_URL takes."""
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, timeout_s: float = 120.0) -> ModelServer:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout_s
-        while not self._answers():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-                raise ModelError(f"the model server did not start; {self.log} ends:\n{tail}")
-            time.sleep(0.5)
-        return self
-
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as answer:
                 return bool(json.loads(answer.read()).get("data"))
         except (urllib.error.URLError, OSError, ValueError):
             return False
-
-    def stop(self) -> None:
-        stop_child(self.process)
-        self.process = None
-
-    def __enter__(self) -> ModelServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str]) -> int:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from devstack import compose_images as images
 from devstack import session_kafka
+from devstack.children import stop_child
 from devstack.compose_test import Log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,13 +117,7 @@ class PodmanService:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_child(process, timeout_s=15.0)
         self.socket.unlink(missing_ok=True)
 
 

@@ -12,6 +12,7 @@ import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Self
 
 import aiohttp
 
@@ -40,7 +41,7 @@ class Supervised:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self) -> Supervised:
+    def start(self) -> Self:
         self.starts += 1
         with self.log_path.open("ab" if self.append else "wb") as log:
             if self.append:
@@ -126,7 +127,7 @@ class Supervised:
                     )
                 await asyncio.sleep(0.1)
 
-    def __enter__(self) -> Supervised:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import standardwebhooks
@@ -25,15 +26,7 @@ GITHUB_SECRET = "github-webhook-secret"
 def svix_headers(
     body: bytes, *, secret: str = SVIX_SECRET, msg_id: str | None = None, at: datetime | None = None
 ) -> dict[str, str]:
-    msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
-    at = at or datetime.now(UTC)
-    signature = svix.webhooks.Webhook(secret).sign(msg_id, at, body.decode())
-    return {
-        "svix-id": msg_id,
-        "svix-timestamp": str(int(at.timestamp())),
-        "svix-signature": signature,
-        "content-type": "application/json",
-    }
+    return _id_timestamp_signature("svix", svix.webhooks.Webhook(secret).sign, body, msg_id, at)
 
 
 def standard_headers(
@@ -43,13 +36,25 @@ def standard_headers(
     msg_id: str | None = None,
     at: datetime | None = None,
 ) -> dict[str, str]:
+    sign = standardwebhooks.Webhook(secret).sign
+    return _id_timestamp_signature("webhook", sign, body, msg_id, at)
+
+
+def _id_timestamp_signature(
+    prefix: str,
+    sign: Callable[[str, datetime, str], str],
+    body: bytes,
+    msg_id: str | None,
+    at: datetime | None,
+) -> dict[str, str]:
+    """Svix's scheme, which Standard Webhooks took over: ``<prefix>-id``, ``-timestamp``
+    and ``-signature`` headers, ``sign`` given the id, the time and the body."""
     msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
     at = at or datetime.now(UTC)
-    signature = standardwebhooks.Webhook(secret).sign(msg_id, at, body.decode())
     return {
-        "webhook-id": msg_id,
-        "webhook-timestamp": str(int(at.timestamp())),
-        "webhook-signature": signature,
+        f"{prefix}-id": msg_id,
+        f"{prefix}-timestamp": str(int(at.timestamp())),
+        f"{prefix}-signature": sign(msg_id, at, body.decode()),
         "content-type": "application/json",
     }
 

@@ -190,17 +190,36 @@ F = TypeVar("F", bound=MailFaults)
 
 class FakeMailServer(FakeServer, Generic[F]):
     """A fake mail API: its clock (``clock`` plus the offset :meth:`advance_clock` adds),
-    one lock over its state, ``request_counts`` by route, and ``faults`` (of which
-    ``latency_s`` is waited before every API request, in :meth:`_arrive`)."""
+    one lock over its state, ``request_counts`` by route, ``faults`` (of which
+    ``latency_s`` is waited before every API request, in :meth:`_arrive`), and what it
+    holds: the messages by mailbox, the outbox (every email sent) and the idempotency
+    keys, each valid ``key_ttl_s`` (the subclass says from when)."""
 
-    def __init__(self, faults: F, clock: Clock | None) -> None:
+    #: the stored messages of each mailbox (inbox, grant), the subclass's own type
+    _messages: dict[str, list[Any]]
+    #: every email sent, in send order: entries with ``to_json()``
+    _outbox: list[Any]
+    #: the idempotency keys' records (an ``expires_at``, None while it has no end)
+    _keys: dict[Any, Any]
+
+    def __init__(self, faults: F, clock: Clock | None, key_ttl_s: float) -> None:
         super().__init__()
         self.faults = faults
+        self.key_ttl_s = key_ttl_s
         self._base_clock: Clock = clock if clock is not None else time.time
         self._clock_offset_s = 0.0
         self._lock = threading.RLock()
         self.request_counts: Counter[str] = Counter()
         self._seq = 0
+        self._messages = {}
+        self._outbox = []
+        self._keys = {}
+
+    @property
+    def outbox(self) -> list[Any]:
+        """Every email actually sent, in send order (a copy)."""
+        with self._lock:
+            return list(self._outbox)
 
     def fail_next(self, n: int, status: int = 500) -> None:
         """The next ``n`` sends answer ``status`` without sending."""
@@ -218,7 +237,11 @@ class FakeMailServer(FakeServer, Generic[F]):
             self.faults.latency_s = seconds
 
     def _restart(self, faults: F) -> None:
-        """Fresh faults, no counts, no clock offset (the subclass forgets its own state)."""
+        """No messages, outbox or keys, fresh faults, no counts, no clock offset (the
+        subclass forgets its own state). Called with the lock held."""
+        self._messages.clear()
+        self._outbox.clear()
+        self._keys.clear()
         self.faults = faults
         self.request_counts.clear()
         self._clock_offset_s = 0.0
@@ -235,6 +258,19 @@ class FakeMailServer(FakeServer, Generic[F]):
         with self._lock:
             self._clock_offset_s += seconds
         return self.now()
+
+    def _live_key(self, scope: Any) -> Any:
+        """The record of an idempotency key, or None: never used, or expired (then
+        forgotten). Called with the lock held."""
+        record = self._keys.get(scope)
+        if record is not None and record.expires_at is not None and self.now() >= record.expires_at:
+            del self._keys[scope]
+            return None
+        return record
+
+    async def _c_outbox(self, request: web.Request) -> web.Response:
+        entries = [e.to_json() for e in self.outbox]
+        return web.json_response({"count": len(entries), "outbox": entries})
 
     def _count(self, name: str) -> None:
         with self._lock:

@@ -248,6 +248,9 @@ class FakeAgentMail(FakeMailServer[Faults]):
     """
 
     name = "fake AgentMail"
+    _messages: dict[str, list[StoredMessage]]
+    _outbox: list[OutboxEntry]
+    _keys: dict[str, _KeyRecord]
 
     def __init__(
         self,
@@ -256,12 +259,8 @@ class FakeAgentMail(FakeMailServer[Faults]):
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         ignore_idempotency_keys: bool = False,
     ) -> None:
-        super().__init__(Faults(ignore_keys=ignore_idempotency_keys), clock)
+        super().__init__(Faults(ignore_keys=ignore_idempotency_keys), clock, key_ttl_s)
         self._ignore_keys_default = ignore_idempotency_keys
-        self.key_ttl_s = key_ttl_s
-        self._messages: dict[str, list[StoredMessage]] = {}
-        self._outbox: list[OutboxEntry] = []
-        self._keys: dict[str, _KeyRecord] = {}
         self._webhooks: dict[str, _Webhook] = {}
 
     @property
@@ -369,12 +368,6 @@ class FakeAgentMail(FakeMailServer[Faults]):
             msgs = sorted(self._messages.get(inbox_id, []), key=StoredMessage.sort_key)
             return [m.to_json() for m in msgs]
 
-    @property
-    def outbox(self) -> list[OutboxEntry]:
-        """Every email actually sent, in send order (a copy)."""
-        with self._lock:
-            return list(self._outbox)
-
     def keys_in_flight(self) -> list[str]:
         """The idempotency keys whose first reply call is still running."""
         with self._lock:
@@ -388,9 +381,6 @@ class FakeAgentMail(FakeMailServer[Faults]):
     def reset(self) -> None:
         """Forget messages, outbox, keys, webhooks, faults, counters and clock offset."""
         with self._lock:
-            self._messages.clear()
-            self._outbox.clear()
-            self._keys.clear()
             self._webhooks.clear()
             self._restart(Faults(ignore_keys=self._ignore_keys_default))
 
@@ -405,13 +395,6 @@ class FakeAgentMail(FakeMailServer[Faults]):
             if msg.message_id == message_id:
                 return msg
         return None
-
-    def _live_key(self, key: str) -> _KeyRecord | None:
-        record = self._keys.get(key)
-        if record is not None and record.expires_at is not None and self.now() >= record.expires_at:
-            del self._keys[key]
-            return None
-        return record
 
     # ----------------------------------------------------------------- aiohttp app
 
@@ -772,10 +755,6 @@ class FakeAgentMail(FakeMailServer[Faults]):
                 return web.json_response(f.to_json())
         except (TypeError, ValueError) as exc:
             return _error(400, "ValidationError", f"bad faults: {exc!r}")
-
-    async def _c_outbox(self, request: web.Request) -> web.Response:
-        entries = [e.to_json() for e in self.outbox]
-        return web.json_response({"count": len(entries), "outbox": entries})
 
     async def _c_messages(self, request: web.Request) -> web.Response:
         inbox_id = request.query.get("inbox_id")

@@ -188,6 +188,9 @@ class FakeNylas(FakeMailServer[NylasFaults]):
     """
 
     name = "fake Nylas"
+    _messages: dict[str, list[StoredMessage]]
+    _outbox: list[NylasOutboxEntry]
+    _keys: dict[tuple[str, str], _KeyRecord]
 
     def __init__(
         self,
@@ -196,13 +199,9 @@ class FakeNylas(FakeMailServer[NylasFaults]):
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         cache_errors: bool = True,
     ) -> None:
-        super().__init__(NylasFaults(), clock)
-        self.key_ttl_s = key_ttl_s
+        super().__init__(NylasFaults(), clock, key_ttl_s)
         self.cache_errors = cache_errors
         self._grants: dict[str, str] = {}
-        self._messages: dict[str, list[StoredMessage]] = {}
-        self._outbox: list[NylasOutboxEntry] = []
-        self._keys: dict[tuple[str, str], _KeyRecord] = {}
         #: every Idempotency-Key header seen on a send, in arrival order
         self.send_keys: list[str | None] = []
 
@@ -263,20 +262,12 @@ class FakeNylas(FakeMailServer[NylasFaults]):
             ordered = sorted(self._messages.get(grant_id, []), key=StoredMessage.sort_key)
             return [m.to_json(include_headers=True) for m in ordered]
 
-    @property
-    def outbox(self) -> list[NylasOutboxEntry]:
-        with self._lock:
-            return list(self._outbox)
-
     def fail_next(self, n: int, status: int = 503) -> None:
         super().fail_next(n, status)
 
     def reset(self) -> None:
         with self._lock:
             self._grants.clear()
-            self._messages.clear()
-            self._outbox.clear()
-            self._keys.clear()
             self.send_keys.clear()
             self._restart(NylasFaults())
 
@@ -301,13 +292,6 @@ class FakeNylas(FakeMailServer[NylasFaults]):
             "scope": [],
             "created_at": 1_700_000_000,
         }
-
-    def _live_key(self, scope: tuple[str, str]) -> _KeyRecord | None:
-        record = self._keys.get(scope)
-        if record is not None and self.now() >= record.expires_at:
-            del self._keys[scope]
-            return None
-        return record
 
     # ----------------------------------------------------------------- aiohttp app
 
@@ -582,10 +566,6 @@ class FakeNylas(FakeMailServer[NylasFaults]):
         return sent.to_json()
 
     # ----------------------------------------------------------------- control API
-
-    async def _c_outbox(self, request: web.Request) -> web.Response:
-        entries = [e.to_json() for e in self.outbox]
-        return web.json_response({"count": len(entries), "outbox": entries})
 
     async def _c_clock(self, request: web.Request) -> web.Response:
         try:

@@ -32,6 +32,7 @@ from heapq import heapify, heappop, heappush
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+H = TypeVar("H", bound=asyncio.Handle)
 
 _MAX_WAIT_S = 24 * 3600.0  #: asyncio's MAXIMUM_SELECT_TIMEOUT: the longest single wait
 _CLEAN_AT = 100  #: asyncio's _MIN_SCHEDULED_TIMER_HANDLES
@@ -96,16 +97,7 @@ class SimLoop(asyncio.BaseEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        handle = _new_handle(_Handle)
-        handle._context = _copy_context() if context is None else context
-        handle._loop = self
-        handle._callback = callback
-        handle._args = args
-        handle._cancelled = False
-        handle._repr = None
-        handle._source_traceback = None
+        handle = self._handle(_new_handle(_Handle), callback, args, context)
         self._ready.append(handle)
         return handle
 
@@ -129,20 +121,30 @@ class SimLoop(asyncio.BaseEventLoop):
     ) -> asyncio.TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        timer = _new_timer(_TimerHandle)
-        timer._context = _copy_context() if context is None else context
-        timer._loop = self
-        timer._callback = callback
-        timer._args = args
-        timer._cancelled = False
-        timer._repr = None
-        timer._source_traceback = None
+        timer = self._handle(_new_timer(_TimerHandle), callback, args, context)
         timer._when = when
         heappush(self._scheduled, (when, timer))
         timer._scheduled = True
         return timer
+
+    def _handle(
+        self,
+        handle: H,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+    ) -> H:
+        """What ``Handle.__init__`` sets, on a handle made without it (``__new__``)."""
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle._context = _copy_context() if context is None else context
+        handle._loop = self
+        handle._callback = callback
+        handle._args = args
+        handle._cancelled = False
+        handle._repr = None
+        handle._source_traceback = None
+        return handle
 
     def _run_once(self) -> None:
         """Iterations as ``BaseEventLoop._run_once`` makes them, the wait on the clock, until
