@@ -148,6 +148,24 @@ def page(settings: Settings, key: str, runs: int, name: str = "index") -> None:
     )
 
 
+def build(settings: Settings, index_dir: Path) -> None:
+    """The index built from a cold start, in this process: its rate and its disk."""
+    from onceonly.foundation.kafka import Connection
+    from onceonly.operations.index import IndexStore, one_pass
+
+    store = IndexStore.writer(index_dir)
+    done = one_pass(Connection.from_settings(settings), settings, store)
+    store.close()
+    built = sum(done.read.values())
+    disk = _disk_mb(index_dir)
+    console.print(
+        f"index build (cold): {built:,} records in {done.seconds:.1f} s = "
+        f"{built / done.seconds:,.0f} records/s; disk {disk:.1f} MB "
+        f"= {disk * 1e6 / max(built, 1):.0f} MB per million records"
+    )
+    console.print("  read per topic: " + ", ".join(f"{t} {n:,}" for t, n in done.read.items()))
+
+
 def collect(
     broker: Broker,
     work: Path,
@@ -157,9 +175,6 @@ def collect(
     runs: int = 20,
     deliveries: int = 0,
 ) -> None:
-    from onceonly.foundation.kafka import Connection
-    from onceonly.operations.index import IndexStore, one_pass
-
     topics = create_topics(broker.bootstrap, 8, "idx")
     seconds = produce(
         broker.bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], ledger_records(records, drafts), records
@@ -174,17 +189,7 @@ def collect(
     settings = topic_settings(broker.bootstrap, 8, topics)
 
     index_dir = work / "index"
-    store = IndexStore.writer(index_dir)
-    done = one_pass(Connection.from_settings(settings), settings, store)
-    store.close()
-    built = sum(done.read.values())
-    disk = _disk_mb(index_dir)
-    console.print(
-        f"index build (cold): {built:,} records in {done.seconds:.1f} s = "
-        f"{built / done.seconds:,.0f} records/s; disk {disk:.1f} MB "
-        f"= {disk * 1e6 / max(built, 1):.0f} MB per million records"
-    )
-    console.print("  read per topic: " + ", ".join(f"{t} {n:,}" for t, n in done.read.items()))
+    build(settings, index_dir)
     indexing = {**env, "ONCEONLY_INDEX_DIR": str(index_dir)}
     indexed = list_drafts(indexing, work)
     scanned = list_drafts(env, work) if scan else None
