@@ -75,9 +75,11 @@ BAD_MAC = "the record has no valid onceonly-mac under ONCEONLY_ENVELOPE_SECRET"
 
 @dataclass(frozen=True, slots=True)
 class Resent:
-    """A record a retry produced to the deliveries partition, as a replay."""
+    """A record a retry produced to the deliveries partition, as a replay, or a catch-up
+    fed (``replay`` False: a new event, :mod:`testkit.sim.catchup`)."""
 
     resend: Resend
+    replay: bool = True
 
     @property
     def thread_key(self) -> str:
@@ -233,15 +235,17 @@ class Letters:
         out: list[tuple[int, Inbound]] = []
         for offset, item in batch:
             if isinstance(item, Resent):
-                inbound = await self._resent(member, offset, item.resend)
+                inbound = await self._resent(member, offset, item)
                 if inbound is not None:
                     out.append((offset, inbound))
             elif isinstance(item, Inbound):
                 out.append((offset, item))
         return out
 
-    async def _resent(self, member: Member, offset: int, resend: Resend) -> Inbound | None:
-        """The router's MAC check, the dedupe claim (a replay), the channel's read."""
+    async def _resent(self, member: Member, offset: int, item: Resent) -> Inbound | None:
+        """The router's MAC check, the dedupe claim (a replay unless a catch-up fed it), the
+        channel's read."""
+        resend = item.resend
         if not has_valid_mac(resend.value, resend.headers(), KEY):
             self.world.trace(member.name, f"resent record {offset} has no valid MAC")
             await self.writer.record_unreadable(resend.value, 0, offset, BAD_MAC, Check.BAD_MAC)
@@ -251,7 +255,7 @@ class Letters:
         def skipped(delivery: Delivery, verdict: str) -> None:
             self.world.trace(member.name, f"resent {envelope.event_id} skipped: {verdict}")
 
-        delivery = Delivery(envelope, (0, offset), replay=True)
+        delivery = Delivery(envelope, (0, offset), replay=item.replay)
         metrics = _Nothing()
         now_ms = self._now_ms()
         if not claim(self.events, [delivery], now_ms=now_ms, metrics=metrics, on_skip=skipped):
@@ -302,7 +306,7 @@ class Letters:
             elif isinstance(item, Resent) and offset in self._claimed:
                 envelope = item.resend.envelope
                 ok = succeeded and envelope.event_id not in failed
-                self._finish(Delivery(envelope, (0, offset), replay=True), ok)
+                self._finish(Delivery(envelope, (0, offset), replay=item.replay), ok)
 
     # -- the operator and the forger -----------------------------------------------------
 

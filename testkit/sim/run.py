@@ -103,9 +103,11 @@ async def _play(schedule: Schedule) -> Result:
     for at in world.cleaner.moments(schedule.end):
         loop.call_at(at, world.cleaner.clean)
     deadline = schedule.end + 6 * 3600
-    while world.busy() and loop.time() < deadline:
-        if world.operator is not None and world.pending == 0:
-            world.operator.sweep()  # every draft gets a decision, at the end
+    while (world.busy() or not world.catch_ups.finished) and loop.time() < deadline:
+        if world.pending == 0:
+            world.catch_ups.final()  # the operator's catch-up after the last event
+            if world.operator is not None:
+                world.operator.sweep()  # every draft gets a decision, at the end
         await asyncio.sleep(5.0)
     settled = not world.busy()
     verdict = check(world.observed())

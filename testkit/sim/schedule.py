@@ -17,6 +17,10 @@ draft, and 6 to 14 ``decide`` events have people approve, edit or reject a waiti
 sometimes two at once or from two places, or the same decision twice
 (:mod:`testkit.sim.approvals`).
 
+Half the schedules have 1-3 messages whose webhook is lost (:attr:`Schedule.lost`) and 1 or
+2 ``catch_up`` events (the operator's ``onceonly catch-up``) among the others, drawn from a
+fourth generator (:mod:`testkit.sim.catchup`).
+
 Every schedule has 1 to 3 ``retry`` events (the operator's ``onceonly dead-letters
 retry``) and half of them a ``forge`` event (a letter planted on the dead-letter topic),
 drawn from a third generator (:mod:`testkit.sim.letters`).
@@ -104,6 +108,8 @@ class Schedule:
     ignore_keys: bool = field(init=False)
     #: replies are drafts a person decides on (the ``decide`` faults)
     approval: bool = field(init=False)
+    #: messages whose webhook never comes (they reach the inbox; catch-up finds them)
+    lost: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         rng = random.Random(self.seed)
@@ -148,6 +154,9 @@ class Schedule:
         faults += _operations(random.Random(self.seed * 7933 + 17))
         if ignore:
             faults += _after_writes(random.Random(self.seed * 7963 + 29))
+        catch_ups, lost = _catch_ups(random.Random(self.seed * 8017 + 43), messages)
+        faults += catch_ups
+        object.__setattr__(self, "lost", lost)
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
         object.__setattr__(self, "faults", tuple(sorted(faults, key=lambda f: f.at)))
@@ -188,6 +197,21 @@ def _operations(rng: random.Random) -> list[Fault]:
     if rng.random() < 0.5:
         faults.append(Fault(round(rng.uniform(0.0, SPAN_S), 3), "forge", float(rng.randrange(2))))
     return faults
+
+
+def _catch_ups(rng: random.Random, messages: list[Inbound]) -> tuple[list[Fault], frozenset[str]]:
+    """In half the schedules, 1-3 messages whose webhook is lost and 1 or 2 ``catch_up``
+    events: from a generator of their own, so the other draws are the ones they were before."""
+    faults = [
+        Fault(round(rng.uniform(60.0, SPAN_S * 1.2), 3), "catch_up", 0.0)
+        for _ in range(rng.randint(1, 2))
+    ]
+    lost: frozenset[str] = frozenset()
+    if rng.random() < 0.5:
+        lost = frozenset(m.message_id for m in rng.sample(messages, rng.randint(1, 3)))
+    # catch-ups only where webhooks were lost: elsewhere a message a worker lost (the
+    # planted commit-before-done) stays unanswered for the checker, not healed
+    return (faults if lost else []), lost
 
 
 def _after_writes(rng: random.Random) -> list[Fault]:

@@ -24,6 +24,7 @@ from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.approval import ApprovalDecision
 from testkit.invariants import Email, Message, Observed
 from testkit.sim.approvals import VARIANTS, Operator
+from testkit.sim.catchup import CatchUps
 from testkit.sim.letters import Letters, Resent
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
 from testkit.sim.mail import SimMail
@@ -72,6 +73,8 @@ class World:
         self.pending = 0  #: faults and arrivals not yet played
         self._now = (0.0, EPOCH)  #: the virtual time :meth:`now` last made a datetime of
         self.operator = Operator(self) if schedule.approval else None
+        #: the operator's catch-ups (testkit.sim.catchup), their listing's own generator
+        self.catch_ups = CatchUps(self, random.Random(schedule.seed * 8017 + 47))
 
     def trace(self, who: str, what: object) -> None:
         self.events.append((self.loop.time(), who, what))
@@ -162,6 +165,9 @@ class World:
 
     def arrive(self, message: Inbound, text: str) -> None:
         self.mail.receive(message.inbox_id, message.message_id, message.thread_id, text)
+        if message.message_id in self.schedule.lost:
+            self.trace("world", f"webhook lost: {message.message_id} thread {message.thread_id}")
+            return
         self.trace("world", f"delivery {message.message_id} thread {message.thread_id}")
         self.deliver(message)
 
@@ -203,6 +209,8 @@ class World:
             self.letters.retry()
         elif fault.kind == "forge":
             self.letters.forge(int(fault.arg))
+        elif fault.kind == "catch_up":
+            self.catch_ups.play()
 
     def busy(self) -> bool:
         part = self.part
@@ -217,6 +225,7 @@ class World:
             or any(m.paused for m in self.members.values())
             or (part.owner is not None and part.owner.audited < len(part.changelog))
             or (self.operator is not None and bool(self.operator.waiting()))
+            or self.catch_ups.running()
         )
 
     def observed(self) -> Observed:

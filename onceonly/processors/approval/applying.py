@@ -182,15 +182,19 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     fresh = [m for m in burst if plan(ledger.get(m.key), replay=reply.replay) is Plan.WRITE]
     if parts.settings.approval == "never" or not fresh:
         return await reply_once(burst, reply)
-    target = max(burst, key=lambda m: (m.occurred_at, m.event_id))
+    # the newest message with no record: the new reply's, what a draft is superseded by.
+    # A message of the burst with a record (delivered again: a catch-up's or a replay's
+    # event) has its reply already, and never marks or recalls a draft (simulator F20)
+    target = max(fresh, key=lambda m: (m.occurred_at, m.event_id))
     try:
         earlier = await channel.history(target)
     except Exception as exc:  # the thread cannot be read: answer the new messages alone
         log.warning("thread not read; a waiting draft is not superseded", error=repr(exc))
         return await reply_once(burst, reply)
     keys = {m.key for m in burst}
+    new = {m.key for m in fresh}
     by_key = {reply_key(target.inbox_id, m.message_id): m for m in earlier if not m.own}
-    drafts = [r for k in by_key if superseded_by(r := ledger.get(k), keys) and r is not None]
+    drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
     if not drafts:
         return await reply_once(burst, reply)
     rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}

@@ -303,3 +303,40 @@ def test_a_message_made_again_for_a_dead_letter_is_the_envelope_ingest_makes_of_
         assert envelope.event_id == resend_event_id("acct", "<m@x>")
         assert (envelope.account_id, envelope.message_id) == ("acct", "<m@x>")
         assert envelope.thread_key == f"{channel.name}:thr" and envelope.truncated
+
+
+def _again(delivery: Delivery, n: int) -> Delivery:
+    """``delivery``'s message delivered again under another event id (a catch-up's)."""
+    envelope = delivery.envelope
+    return Delivery(replace(envelope, event_id=f"catchup-{envelope.event_id}"), (0, n))
+
+
+async def test_a_message_delivered_again_with_a_late_older_one_leaves_the_drafts_alone(
+    mail: FakeAgentMail,
+) -> None:
+    # m1 drafted, superseded by m2's draft, superseded by m3's; then a catch-up feeds m2
+    # again with m0, a message whose webhook was lost: only m0 is new. m2's old draft (its
+    # record covered by m3's reply) is not drafted again with m0: m3's draft already
+    # answers m2 (the simulator's finding F20: both drafts approved answered m2 twice)
+    seen: list[list[str | None]] = []
+
+    def writer(burst: Any) -> str:
+        seen.append([m.text for m in burst])
+        return f"draft for {burst[-1].text}"
+
+    pipeline = _pipeline(mail, writer=writer)
+    await _drafted(mail, pipeline)
+    second = _delivery(mail, 2)
+    await pipeline.act([second], {})
+    await pipeline.act([_delivery(mail, 3)], {})
+    records = pipeline.parts.ledger.records  # type: ignore[attr-defined]
+    [latest] = [k for k, r in records.items() if r.state is ReplyState.AWAITING]
+    before = dict(records)
+
+    await pipeline.act([_delivery(mail, 0), _again(second, 4)], {})
+
+    assert seen[3:] == [["message 0"]]  # the late message alone
+    waiting = sorted(r.message_id for r in records.values() if r.state is ReplyState.AWAITING)
+    assert waiting == ["<m0@example.com>", "<m3@example.com>"]
+    assert {k: r for k, r in records.items() if k in before} == before  # nothing rewritten
+    assert records[latest].state is ReplyState.AWAITING

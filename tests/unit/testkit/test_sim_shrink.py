@@ -22,10 +22,10 @@ from testkit.sim.shrink import (
     spec_of,
 )
 
-#: a planted bug that fails nearly every seed; seed 11 shrinks in ~60 runs (~2 s), and its
-#: second pass still finds a removal (a shrink of one pass is not 1-minimal)
+#: a planted bug that fails most seeds (not those whose lost webhooks a catch-up answers, with
+#: the work it lost); seed 13 shrinks in a few seconds
 BUGS = Bugs(commit_before_done=True)
-FIRST = 11
+FIRST = 13
 #: a seed this bug fails by two invariants: answered_once first, and ledger_agrees
 TWO_WAYS = 13
 
