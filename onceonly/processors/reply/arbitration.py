@@ -161,4 +161,7 @@ def arbitrate(
             first_pending = other
     if first_pending is None or first_pending.reply_text == own.reply_text:
         return Verdict(Ruling.OWN, own)
-    return Verdict(Ruling.ADOPT, replace(own, reply_text=first_pending.reply_text))
+    # that text answers what its writer saw (its covers), not what this one's saw: the rest
+    # is answered anew (once.reply_once; the simulator's finding F21)
+    adopted = replace(own, reply_text=first_pending.reply_text, covers=first_pending.covers)
+    return Verdict(Ruling.ADOPT, adopted)

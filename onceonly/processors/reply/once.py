@@ -129,15 +129,35 @@ async def reply_once(
         covered = _covered(ledger, division, message.key)
         acted.append(await send(record, True, [*covered, message], len(covered)))
     if division.write:
-        written = await _compose(division.write, parts)
-        if isinstance(written, BurstResult):
-            acted.append(written)
-        else:
-            record, others, messages = written
-            # the record's key, not the first target's: a rewrite answers the latest message
-            await _cover(ledger, others, record.key, now, channel)
-            acted.append(await send(record, False, messages, len(others)))
+        acted += await _write(division.write, parts, send)
     return summarize(acted, done)
+
+
+async def _write(burst: Sequence[Inbound], parts: ReplyParts, send: Sending) -> list[BurstResult]:
+    """The messages with no record: one reply written, recorded, arbitrated and sent."""
+    written = await _compose(burst, parts)
+    if isinstance(written, BurstResult):
+        return [written]
+    record, others, messages = written
+    # arbitration first: another writer's reply that came first (its pending text, or its
+    # sent record) answers instead, and covers only what its writer saw
+    answer, result = await send.arbitrate(record)
+    seen = [m for m in others if answer.covers is None or m.key in answer.covers]
+    unseen = [m for m in others if m not in seen]
+    # the record's key, not the first target's: a rewrite answers the latest message
+    await _cover(parts.ledger, seen, record.key, parts.now, parts.channel)
+    if result is None:
+        answers = [m for m in messages if m not in unseen]
+        result = await send(answer, False, answers, len(seen), arbitrated=True)
+    if not unseen:
+        return [result]
+    log.warning(  # the simulator's finding F21
+        "another writer's reply came first and its writer did not see these messages; "
+        "they are answered anew",
+        key=record.key,
+        unseen=[m.key for m in unseen],
+    )
+    return [result, await reply_once(unseen, parts)]
 
 
 def _covered(ledger: Ledger, division: Division, key: str) -> tuple[Inbound, ...]:

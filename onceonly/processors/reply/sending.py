@@ -61,19 +61,25 @@ class Sending:
     parts: SendParts
 
     async def __call__(
-        self, record: ReplyRecord, reconcile: bool, burst: Sequence[Inbound], covered: int
+        self,
+        record: ReplyRecord,
+        reconcile: bool,
+        burst: Sequence[Inbound],
+        covered: int,
+        *,
+        arbitrated: bool = False,
     ) -> BurstResult:
         """Send ``record`` with its key (``reconcile``: read the thread for it first); record
         the outcome.
 
         ``burst``: the messages the reply answers, dead-lettered with it if it fails.
+        ``arbitrated``: ``record`` is what :meth:`arbitrate` ruled is sent.
         """
         ids = log_ids(record)
-        if record.state is ReplyState.PENDING:
-            ruled = await self._arbitrated(record)
-            if isinstance(ruled, BurstResult):
-                return ruled
-            record = ruled
+        if record.state is ReplyState.PENDING and not arbitrated:
+            record, result = await self.arbitrate(record)
+            if result is not None:
+                return result
         reconciled = not reconcile
         found: str | None = None
         sent_id: str | None = None
@@ -142,9 +148,11 @@ class Sending:
         log.error("reply dead-lettered", reason=reason, attempts=attempts, **log_ids(record))
         return BurstResult(Outcome.FAILED, record.key)
 
-    async def _arbitrated(self, record: ReplyRecord) -> ReplyRecord | BurstResult:
-        """The record to send, by the ledger's arbitration; or, where another writer
-        recorded the reply sent first, that outcome (nothing is sent)."""
+    async def arbitrate(self, record: ReplyRecord) -> tuple[ReplyRecord, BurstResult | None]:
+        """The reply that answers, by the ledger's arbitration: the record to send (this
+        one, or another writer's pending text that came first) and None; or, where another
+        writer recorded the reply sent first, that record and the outcome (nothing is
+        sent). Either way the answering record's ``covers`` name what its writer saw."""
         ids = log_ids(record)
         verdict = await self.parts.arbitrate(record)
         if verdict.ruling in (Ruling.SENT, Ruling.SETTLED):
@@ -157,11 +165,11 @@ class Sending:
                 sent=theirs.sent_message_id,
                 **ids,
             )
-            return BurstResult(Outcome.ALREADY, record.key, theirs.sent_message_id)
+            return theirs, BurstResult(Outcome.ALREADY, record.key, theirs.sent_message_id)
         if verdict.ruling is Ruling.ADOPT:
             log.warning("another writer's pending text came first; it is sent", **ids)
             await self.parts.ledger.put(verdict.record)  # the ledger holds what is sent
-        return verdict.record
+        return verdict.record, None
 
 
 def as_found(record: ReplyRecord, found: str) -> ReplyRecord:

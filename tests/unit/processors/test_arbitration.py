@@ -619,3 +619,15 @@ def test_every_record_no_recovery_read_is_found_across_rebalances(
         assert not read & (mine | table.read)
 
     asyncio.run(run())
+
+
+def test_an_adopted_text_covers_what_its_writer_saw_not_what_the_own_writer_saw() -> None:
+    # the own writer saw an older message the other did not (a late arrival): the adopted
+    # text must not be recorded as its answer (the simulator's finding F21)
+    own = _record("k", ReplyState.PENDING, "mine", covers=("reply-old", "reply-both"))
+    theirs = _record("k", ReplyState.PENDING, "theirs", covers=("reply-both",))
+
+    verdict = arbitrate(own, 10, [(7, theirs)])
+
+    assert (verdict.ruling, verdict.record.reply_text) == (Ruling.ADOPT, "theirs")
+    assert verdict.record.covers == ("reply-both",)
