@@ -35,6 +35,7 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
 from tests.unit.processors._messages import INBOX, T0, owed, received
+from tests.unit.processors._replying import StubSender, reply_parts
 
 
 def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: Any) -> Inbound:
@@ -380,48 +381,22 @@ async def test_a_message_id_with_a_slash_reaches_the_right_url(mail: FakeAgentMa
     assert mail.outbox[0].replied_to_message_id == "<CAJ+ab/cd==@mail.gmail.com>"
 
 
-class FlakyThreadReader:
-    """A sender whose thread read fails once (retryable) before it finds the reply."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-        self.sends = 0
-
-    async def reply(self, record: ReplyRecord) -> str:
-        self.sends += 1
-        return "<new@x>"
-
-    async def find_reply(self, record: ReplyRecord) -> str | None:
-        self.reads += 1
-        if self.reads == 1:
-            raise SendError(SendFailure.RETRY, "thread read timed out")
-        return "<r1@x>"
-
-
 async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() -> None:
     ledger = MemoryLedger()
     message = _inbound("<m1@x>")
     stale = _pending(message, "t")
     await ledger.put(stale)
-    sender = FlakyThreadReader()
+    timed_out = SendError(SendFailure.RETRY, "thread read timed out")
+    sender = StubSender(found="<r1@x>", read_failures=[timed_out])
 
     async def dead_letter(record: ReplyRecord, reason: str, burst: Any = ()) -> None:
         raise AssertionError(reason)
 
-    result = await reply_once(
-        [message],
-        ReplyParts(
-            ledger=ledger,
-            sender=sender,
-            write=simple_write(CountingWriter()),
-            dead_letter=dead_letter,
-            now=lambda: T0 + timedelta(hours=25),
-            policy=SendPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02),
-        ),
-    )
+    later = T0 + timedelta(hours=25)
+    result = await _reply([message], ledger, sender, dead_letter=dead_letter, now=lambda: later)
 
     assert result.outcome is Outcome.ALREADY
-    assert (sender.reads, sender.sends) == (2, 0)
+    assert (len(sender.reads), len(sender.sent)) == (2, 0)
     assert ledger.records[message.key].sent_message_id == "<r1@x>"
 
 
@@ -616,26 +591,6 @@ async def test_a_failed_send_dead_letters_the_messages_that_superseded_the_first
 # -- the exact records reply_once writes, with an in-memory sender --------------------
 
 
-class StubSender:
-    """Sends ``<sent-N@x>``; raises ``failures`` first, in order; finds ``found`` in the thread."""
-
-    def __init__(self, *failures: SendError, found: str | None = None) -> None:
-        self.failures = list(failures)
-        self.found = found
-        self.sent: list[ReplyRecord] = []
-        self.reads = 0
-
-    async def reply(self, record: ReplyRecord) -> str:
-        if self.failures:
-            raise self.failures.pop(0)
-        self.sent.append(record)
-        return f"<sent-{len(self.sent)}@x>"
-
-    async def find_reply(self, record: ReplyRecord) -> str | None:
-        self.reads += 1
-        return self.found
-
-
 @dataclass
 class Letters:
     letters: list[tuple[ReplyRecord, str, list[str]]] = field(default_factory=list)
@@ -651,18 +606,11 @@ async def _reply(
     writer: Any = "the reply",
     **options: Any,
 ) -> BurstResult:
-    options.setdefault("dead_letter", Letters())
-    return await reply_once(
-        burst,
-        ReplyParts(
-            ledger=ledger,
-            sender=sender or StubSender(),
-            write=simple_write(writer if callable(writer) else lambda burst: writer),
-            now=lambda: T0,
-            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
-            **options,
-        ),
-    )
+    """reply_once at :data:`T0` unless ``options`` give another clock; dead letters to a
+    new :class:`Letters` unless they give another."""
+    write = writer if callable(writer) else lambda burst: writer
+    given = {"dead_letter": Letters(), "now": lambda: T0} | options
+    return await reply_once(burst, reply_parts(ledger, sender or StubSender(), write, **given))
 
 
 async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_the_send() -> None:
@@ -822,16 +770,8 @@ async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
     message = _inbound("<a@x>")
     await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
 
-    result = await reply_once(
-        [message],
-        ReplyParts(
-            ledger=ledger,
-            sender=StubSender(found="<r1@x>"),
-            write=simple_write(CountingWriter()),
-            dead_letter=Letters(),
-            now=lambda: T0 + timedelta(hours=25),
-        ),
-    )
+    later = T0 + timedelta(hours=25)
+    result = await _reply([message], ledger, StubSender(found="<r1@x>"), now=lambda: later)
 
     assert result == BurstResult(Outcome.ALREADY, message.key, "<r1@x>")
 
@@ -842,19 +782,10 @@ async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> 
     await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
     sender = StubSender(SendError(SendFailure.RETRY, "503"), SendError(SendFailure.RETRY, "503"))
 
-    await reply_once(
-        [message],
-        ReplyParts(
-            ledger=ledger,
-            sender=sender,
-            write=simple_write(CountingWriter()),
-            dead_letter=Letters(),
-            now=lambda: T0 + timedelta(hours=25),
-            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
-        ),
-    )
+    later = T0 + timedelta(hours=25)
+    await _reply([message], ledger, sender, now=lambda: later)
 
-    assert (sender.reads, len(sender.sent)) == (1, 1)
+    assert (len(sender.reads), len(sender.sent)) == (1, 1)
 
 
 async def test_a_newer_message_that_has_a_record_already_does_not_supersede_the_reply() -> None:
