@@ -34,6 +34,7 @@ from onceonly.processors.writer.contract import Decline, Inbound, Text, reply_ke
 from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
+from tests._mail import seed_agents_message
 from tests.unit.processors._messages import INBOX, T0, owed, received
 from tests.unit.processors._replying import StubSender, reply_parts
 
@@ -159,6 +160,15 @@ class Harness:
         """The harness's ledger, sender, dead letters and clock, with ``write`` and ``options``."""
         given = {"ledger": self.ledger, "sender": self.sender, "dead_letter": self.dead_letter}
         return ReplyParts(**given | {"write": write, "now": lambda: self.now} | options)
+
+
+def _owed_since(
+    mail: FakeAgentMail, since: timedelta, text: str
+) -> tuple[Harness, Inbound, ReplyRecord]:
+    """A harness ``since`` after :data:`T0`; ``<m1@x>`` seeded in ``mail``, and the pending
+    record of its reply with ``text`` recorded at T0 (not yet in the ledger)."""
+    message = _seed(mail, "<m1@x>")
+    return Harness(mail, now=T0 + since), message, _pending(message, text)
 
 
 async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgentMail) -> None:
@@ -336,17 +346,9 @@ async def test_a_thread_unreadable_after_the_failed_send_leaves_the_reply_failed
 async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail, now=T0 + timedelta(hours=25))
-    message = _seed(mail, "<m1@x>")
-    mail.seed_message(
-        INBOX,
-        message_id="<r1@x>",
-        thread_id="thr_1",
-        labels=("sent",),
-        in_reply_to="<m1@x>",
-        from_=INBOX,
-    )
-    await harness.ledger.put(_pending(message, "t"))
+    harness, message, pending = _owed_since(mail, timedelta(hours=25), "t")
+    seed_agents_message(mail, INBOX, "<r1@x>", "thr_1", in_reply_to="<m1@x>")
+    await harness.ledger.put(pending)
 
     result = await harness.run([message])
 
@@ -869,9 +871,7 @@ async def test_a_fresh_pending_record_whose_reply_reached_an_api_ignoring_keys_s
     # a worker paused after its send reached the API and before it recorded it sent; its
     # partition's next owner finds the pending record a minute later, and this API does not
     # honour idempotency keys: only reading the thread first keeps the customer at one email
-    harness = Harness(mail, now=T0 + timedelta(minutes=1))
-    message = _seed(mail, "<m1@x>")
-    pending = _pending(message, "first text")
+    harness, message, pending = _owed_since(mail, timedelta(minutes=1), "first text")
     await harness.ledger.put(pending)
     mail.ignore_keys()
     await harness.sender.reply(pending)  # the paused worker's send
@@ -1018,9 +1018,7 @@ async def test_a_reply_found_with_another_text_is_recorded_as_the_thread_has_it(
     # the partition's owner sent its text; a worker that woke after the partition moved had
     # recorded its own pending text after that (no fence reaches a write already under way):
     # the next reconcile finds the email and records what the customer read, not the late text
-    harness = Harness(mail, now=T0 + timedelta(minutes=1))
-    message = _seed(mail, "<m1@x>")
-    owners = _pending(message, "owner's text")
+    harness, message, owners = _owed_since(mail, timedelta(minutes=1), "owner's text")
     await harness.sender.reply(owners)  # the owner's email
     late = owners.with_state(ReplyState.PENDING, reply_text="the woken worker's text")
     await harness.ledger.put(late)
