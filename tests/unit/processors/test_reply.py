@@ -162,18 +162,23 @@ class Harness:
         return ReplyParts(**given | {"write": write, "now": lambda: self.now} | options)
 
 
+def _with_message(mail: FakeAgentMail, now: datetime = T0) -> tuple[Harness, Inbound]:
+    """A harness at ``now``, and a customer's message ``<m1@x>`` seeded in ``mail``."""
+    message = _seed(mail, "<m1@x>")
+    return Harness(mail, now=now), message
+
+
 def _owed_since(
     mail: FakeAgentMail, since: timedelta, text: str
 ) -> tuple[Harness, Inbound, ReplyRecord]:
     """A harness ``since`` after :data:`T0`; ``<m1@x>`` seeded in ``mail``, and the pending
     record of its reply with ``text`` recorded at T0 (not yet in the ledger)."""
-    message = _seed(mail, "<m1@x>")
-    return Harness(mail, now=T0 + since), message, _pending(message, text)
+    harness, message = _with_message(mail, T0 + since)
+    return harness, message, _pending(message, text)
 
 
 async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     results = [await harness.run([message]) for _ in range(3)]
 
@@ -184,8 +189,7 @@ async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgent
 
 
 async def test_the_pending_record_is_acknowledged_before_the_send(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     await harness.run([message])
 
@@ -194,8 +198,7 @@ async def test_the_pending_record_is_acknowledged_before_the_send(mail: FakeAgen
 
 
 async def test_a_crash_after_the_ledger_write_resends_the_stored_text(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     stored = _pending(message, "stored text")
     await harness.ledger.put(stored)
 
@@ -209,8 +212,7 @@ async def test_a_crash_after_the_ledger_write_resends_the_stored_text(mail: Fake
 async def test_a_lost_response_is_retried_with_the_same_key_and_sends_once(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.lose_response_next(1)
 
     result = await harness.run([message])
@@ -269,8 +271,7 @@ async def test_a_key_used_with_other_content_whose_reply_is_in_the_thread_is_rec
     mail: FakeAgentMail,
 ) -> None:
     # another owner sent this key with its own text: the 409 is that email, not a failure
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     other = Harness(mail)
     other.writer = lambda burst: "a different text"  # type: ignore[assignment]
     await other.run([message])
@@ -285,8 +286,7 @@ async def test_a_key_used_with_other_content_whose_reply_is_in_the_thread_is_rec
 
 
 async def test_server_errors_exhaust_the_attempts_then_dead_letter(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.fail_next(10, status=503)
 
     result = await harness.run([message], attempts=3)
@@ -302,8 +302,7 @@ async def test_answers_lost_on_every_attempt_read_the_thread_and_record_the_emai
 ) -> None:
     # found by the simulator (F5; seeds 204, 245, 1047): each answer lost after the email
     # went out; the reply was recorded failed and dead-lettered while the customer had it
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.lose_response_next(10)
 
     result = await harness.run([message], attempts=3)
@@ -405,8 +404,7 @@ async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() 
 async def test_a_rebalance_stops_the_retries_and_leaves_the_reply_pending(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.fail_next(1, status=503)
 
     with pytest.raises(Rebalancing, match="rebalance"):
@@ -418,8 +416,7 @@ async def test_a_rebalance_stops_the_retries_and_leaves_the_reply_pending(
 
 
 async def test_a_rebalance_does_not_stop_a_first_attempt(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     result = await harness.run([message], may_retry=False)
 
@@ -480,8 +477,7 @@ async def test_the_pending_record_is_written_before_any_send_attempt(mail: FakeA
 async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     async def failing(burst: Sequence[Inbound]) -> str:
         raise WriterFailed("the writer failed", attempts=3, last_error="RuntimeError('429')")
@@ -498,8 +494,7 @@ async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
 
 
 async def test_a_declined_reply_is_recorded_and_nothing_is_sent(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     result = await reply_once(
         [message],
