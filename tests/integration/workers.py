@@ -126,6 +126,7 @@ async def wait_for(
 
 
 INBOX = "support@agentmail.to"
+SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
 
 
 class Stack:
