@@ -22,9 +22,27 @@ def mail() -> Iterator[FakeAgentMail]:
 
 
 @pytest.fixture
-async def stack_factory(
+def stack_settings(
     settings_factory: Callable[..., Settings],
     topics_factory: Callable[[Settings], Settings],
+) -> Callable[..., Settings]:
+    """Settings of a whole stack, its topics created: four partitions, a 1 s reorder
+    window and an app id of its own, unless ``overrides`` say otherwise."""
+
+    def make(**overrides: Any) -> Settings:
+        values = {
+            "partitions": 4,
+            "reorder_window_ms": 1000,
+            "app_id": f"onceonly-{uuid.uuid4().hex[:6]}",
+        }
+        return topics_factory(settings_factory(**values | overrides))
+
+    return make
+
+
+@pytest.fixture
+async def stack_factory(
+    stack_settings: Callable[..., Settings],
     producer_factory: Callable[[Settings], AsyncProducer],
     mail: FakeAgentMail,
     tmp_path: Path,
@@ -32,13 +50,7 @@ async def stack_factory(
     stacks: list[Stack] = []
 
     def make(**overrides: Any) -> Stack:
-        values = {
-            "partitions": 4,
-            "reorder_window_ms": 1000,
-            "app_id": f"onceonly-{uuid.uuid4().hex[:6]}",
-        }
-        values.update(overrides)
-        settings = topics_factory(settings_factory(**values))
+        settings = stack_settings(**overrides)
         stack = Stack(settings, producer_factory(settings), mail, tmp_path)
         stacks.append(stack)
         return stack

@@ -126,6 +126,7 @@ async def wait_for(
 
 
 INBOX = "support@agentmail.to"
+SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
 
 
 class Stack:
@@ -199,6 +200,19 @@ async def dead_lettered(stack: Stack, message_id: str, thread: str) -> str:
     await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
     stack.mail.faults.fail_remaining = 0
     return key
+
+
+def restart_mid_send(stack: Stack, worker: WorkerProcess, key: str) -> ReplyRecord:
+    """Kills ``worker`` while the send of reply ``key`` is held in flight (the fake mail
+    API's ``send_delay_s``): its record pending, no email out. Then starts it again, sends
+    no longer delayed. Returns the pending record."""
+    pending = ledger_records(stack)[key]
+    worker.kill()
+    assert pending.state is ReplyState.PENDING
+    assert stack.mail.outbox == []
+    stack.mail.faults.send_delay_s = 0.0
+    worker.start()
+    return pending
 
 
 def ledger_records(stack: Stack) -> dict[str, ReplyRecord]:

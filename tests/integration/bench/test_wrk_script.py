@@ -40,12 +40,18 @@ def wrk() -> str:
     return wrk_binary()
 
 
+@pytest.fixture
+def script(pool: list[Delivery], recorder: Recorder, tmp_path: Path) -> Path:
+    """The benchmark's Lua script of ``pool``, addressed to the recorder."""
+    script = tmp_path / "deliveries.lua"
+    script.write_text(lua_script(pool, recorder.url), encoding="ascii")
+    return script
+
+
 async def test_wrk_sends_the_pool_in_turn_from_the_offset_each_as_signed(
-    wrk: str, pool: list[Delivery], recorder: Recorder, tmp_path: Path
+    wrk: str, pool: list[Delivery], recorder: Recorder, script: Path
 ) -> None:
     url, received = recorder.url, recorder.received
-    script = tmp_path / "deliveries.lua"
-    script.write_text(lua_script(pool, url), encoding="ascii")
     offset = len(pool) - 5  # the run wraps round to the start of the pool
 
     out = await _run(wrk_argv(wrk, script, url, WrkLoad(1), 1, offset), 1, None, 0)
@@ -59,12 +65,8 @@ async def test_wrk_sends_the_pool_in_turn_from_the_offset_each_as_signed(
         assert {k: headers[k] for k in sent.headers} == sent.headers
 
 
-async def test_every_request_names_the_host(
-    wrk: str, pool: list[Delivery], recorder: Recorder, tmp_path: Path
-) -> None:
+async def test_every_request_names_the_host(wrk: str, recorder: Recorder, script: Path) -> None:
     url, received = recorder.url, recorder.received
-    script = tmp_path / "deliveries.lua"
-    script.write_text(lua_script(pool, url), encoding="ascii")
 
     await _run(wrk_argv(wrk, script, url, WrkLoad(1), 1, 0), 1, None, 0)
 

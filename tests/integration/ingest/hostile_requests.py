@@ -38,6 +38,14 @@ from tests.integration.ingest.hostile_live import (
 # -- signing, as the providers do -------------------------------------------------------
 
 
+#: the providers that sign as Svix does (an id, a timestamp, a signature): their library's
+#: Webhook, and the secret ingest is configured with
+SCHEMES: dict[str, tuple[Any, str]] = {
+    "agentmail": (svix.webhooks.Webhook, signing.SVIX_SECRET),
+    "standard": (standardwebhooks.webhooks.Webhook, signing.STANDARD_SECRET),
+}
+
+
 def sign(
     provider: str, body: bytes, *, at: float, msg_id: str, wrong_secret: bool = False
 ) -> list[tuple[str, str]]:
@@ -45,22 +53,11 @@ def sign(
     text = body.decode("utf-8", "replace")  # a non-UTF-8 body is refused before any HMAC
     moment = datetime.fromtimestamp(at, UTC)
     other = "whsec_" + base64.b64encode(b"not-the-configured-secret!").decode()
-    if provider == "agentmail":
-        webhook = svix.webhooks.Webhook(other if wrong_secret else signing.SVIX_SECRET)
-        signature = webhook.sign(msg_id, moment, text)
-        return [
-            ("svix-id", msg_id),
-            ("svix-timestamp", str(int(at))),
-            ("svix-signature", signature),
-        ]
-    if provider == "standard":
-        std = standardwebhooks.webhooks.Webhook(other if wrong_secret else signing.STANDARD_SECRET)
-        signature = std.sign(msg_id, moment, text)
-        return [
-            ("webhook-id", msg_id),
-            ("webhook-timestamp", str(int(at))),
-            ("webhook-signature", signature),
-        ]
+    if provider in SCHEMES:  # the same scheme, each with its own library and secret
+        scheme, secret = SCHEMES[provider]
+        signature = scheme(other if wrong_secret else secret).sign(msg_id, moment, text)
+        values = (msg_id, str(int(at)), signature)
+        return list(zip(SIGNATURE_HEADERS[provider], values, strict=True))
     if provider == "stripe":
         secret = other if wrong_secret else signing.STRIPE_SECRET
         header = stripe.WebhookSignature.generate_signature_header(text, secret, timestamp=int(at))

@@ -18,6 +18,7 @@ from onceonly.ingest.app import Ingest
 from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 from tests.conftest import consume_all
+from tests.integration.ingest.hostile_live import ROUTES
 
 pytestmark = pytest.mark.integration
 
@@ -62,32 +63,13 @@ def _expected_partition(key: bytes, partitions: int) -> int:
     return int(DefaultPartitioner()(key, every, every))
 
 
-SIGNED: dict[str, Callable[[], tuple[str, bytes, dict[str, str]]]] = {
-    "agentmail": lambda: (
-        "/webhooks/agentmail",
-        body := payloads.dumps(payloads.agentmail_received()),
-        signing.svix_headers(body),
-    ),
-    "nylas": lambda: (
-        "/webhooks/nylas",
-        body := payloads.dumps(payloads.nylas_message()),
-        signing.nylas_headers(body),
-    ),
-    "stripe": lambda: (
-        "/webhooks/stripe",
-        body := payloads.dumps(payloads.stripe_event()),
-        signing.stripe_headers(body),
-    ),
-    "github": lambda: (
-        "/webhooks/github",
-        body := payloads.dumps(payloads.github_issue()),
-        signing.github_headers(body),
-    ),
-    "standard": lambda: (
-        "/webhooks/standard/crm",
-        body := payloads.dumps(payloads.standard_event()),
-        signing.standard_headers(body),
-    ),
+#: each provider's payload, and how it signs one
+SIGNED: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[bytes], dict[str, str]]]] = {
+    "agentmail": (payloads.agentmail_received, signing.svix_headers),
+    "nylas": (payloads.nylas_message, signing.nylas_headers),
+    "stripe": (payloads.stripe_event, signing.stripe_headers),
+    "github": (payloads.github_issue, signing.github_headers),
+    "standard": (payloads.standard_event, signing.standard_headers),
 }
 
 
@@ -96,9 +78,10 @@ async def test_a_valid_delivery_is_in_kafka_as_verified_on_its_threads_partition
     ingest_factory: Callable[..., Awaitable[tuple[Client, Settings]]], provider: str
 ) -> None:
     client, settings = await ingest_factory()
-    path, body, headers = SIGNED[provider]()
+    payload, sign = SIGNED[provider]
+    body = payloads.dumps(payload())
 
-    response = await client.post(path, data=body, headers=headers)
+    response = await client.post(ROUTES[provider], data=body, headers=sign(body))
 
     assert response.status == 204
     [record] = _deliveries(settings)

@@ -138,6 +138,28 @@ async def serve_ingest(
     gc.collect()
 
 
+def _trickled(writer: asyncio.StreamWriter, byte: bytes, until: float) -> asyncio.Task[None]:
+    """Writes ``byte`` every 0.1 s till the monotonic time ``until`` or a broken connection."""
+
+    async def trickle() -> None:
+        with contextlib.suppress(ConnectionError):
+            while time.monotonic() < until:
+                writer.write(byte)
+                await writer.drain()
+                await asyncio.sleep(0.1)
+
+    return asyncio.create_task(trickle())
+
+
+async def _healthz(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Answer:
+    """GET /healthz on the connection (HTTP/1.1: kept alive by default); its 200 answer."""
+    writer.write(head("GET", "/healthz", {}))
+    answer = await asyncio.wait_for(read_answer(reader), 10)
+    assert answer is not None
+    assert answer.status == 200
+    return answer
+
+
 async def test_a_body_trickled_after_its_headers_gets_408_within_the_read_timeout(
     serve_ingest: Callable[..., Awaitable[Served]],
 ) -> None:
@@ -146,16 +168,7 @@ async def test_a_body_trickled_after_its_headers_gets_408_within_the_read_timeou
     reader, writer = await served.connect()
     writer.write(head("POST", "/webhooks/nylas", signing.nylas_headers(b"{}"), length=2097152))
     started = time.monotonic()
-    deadline = started + read_timeout + MARGIN_S
-
-    async def trickle() -> None:
-        with contextlib.suppress(ConnectionError):
-            while time.monotonic() < deadline:  # never the 2 MiB
-                writer.write(b" ")
-                await writer.drain()
-                await asyncio.sleep(0.1)
-
-    trickling = asyncio.create_task(trickle())
+    trickling = _trickled(writer, b" ", started + read_timeout + MARGIN_S)  # never the 2 MiB
     try:
         answer = await asyncio.wait_for(read_answer(reader), read_timeout + MARGIN_S)
     except TimeoutError:
@@ -178,10 +191,7 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_keepalive_setti
     served = await serve_ingest(ingest_keepalive_s=keepalive)
     reader, writer = await served.connect()
     try:
-        writer.write(head("GET", "/healthz", {}))  # HTTP/1.1: kept alive by default
-        answer = await asyncio.wait_for(read_answer(reader), 10)
-        assert answer is not None
-        assert answer.status == 200
+        answer = await _healthz(reader, writer)
         assert "close" not in answer.headers.get("connection", "")
 
         closed_after = await closed_within(reader, keepalive + MARGIN_S)
@@ -199,16 +209,8 @@ async def test_headers_trickled_without_end_are_cut_off_by_the_keepalive_timer(
     served = await serve_ingest(ingest_keepalive_s=keepalive)
     reader, writer = await served.connect()
     writer.write(b"POST /webhooks/nylas HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-    deadline = time.monotonic() + keepalive + MARGIN_S
-
-    async def trickle() -> None:
-        with contextlib.suppress(ConnectionError):
-            while time.monotonic() < deadline:  # one header, never its end
-                writer.write(b"x")
-                await writer.drain()
-                await asyncio.sleep(0.1)
-
-    trickling = asyncio.create_task(trickle())
+    # one header, never its end
+    trickling = _trickled(writer, b"x", time.monotonic() + keepalive + MARGIN_S)
     try:
         closed_after = await closed_within(reader, keepalive + MARGIN_S)
     finally:
@@ -225,10 +227,7 @@ async def test_a_connection_past_the_cap_gets_503_and_the_cap_frees_as_others_cl
     served = await serve_ingest(ingest_max_connections=2, ingest_keepalive_s=30)
     held = [await served.connect() for _ in range(2)]
     for reader, writer in held:  # one request each: both are surely open on the server
-        writer.write(head("GET", "/healthz", {}))
-        answer = await asyncio.wait_for(read_answer(reader), 10)
-        assert answer is not None
-        assert answer.status == 200
+        await _healthz(reader, writer)
 
     reader, writer = await served.connect()
     try:

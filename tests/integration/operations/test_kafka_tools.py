@@ -26,6 +26,7 @@ from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
     ROOT,
+    SESSION_S,
     Stack,
     WorkerProcess,
     ledger_records,
@@ -33,8 +34,6 @@ from tests.integration.workers import (
 )
 
 pytestmark = pytest.mark.integration
-
-SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
 
 
 @pytest.fixture(scope="module")

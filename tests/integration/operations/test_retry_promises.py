@@ -41,14 +41,14 @@ def _envelope(stack: Stack, message_id: str, thread: str) -> Envelope:
     return normalise.agentmail(json.dumps(payload), {}, datetime.now(UTC))
 
 
-async def _deliver_signed(stack: Stack, envelope: Envelope) -> None:
-    """What ingest writes with ONCEONLY_ENVELOPE_SECRET set: the record and its MAC."""
+async def _deliver_signed(stack: Stack, envelope: Envelope, secret: str = SECRET) -> None:
+    """What ingest writes with ONCEONLY_ENVELOPE_SECRET=``secret``: the record and its MAC."""
     value = envelope.encode()
     await stack.producer.produce(
         stack.settings.deliveries_topic,
         value,
         key=envelope.thread_key.encode(),
-        headers=envelope.headers(SECRET.encode(), value),
+        headers=envelope.headers(secret.encode(), value),
     )
 
 
@@ -94,6 +94,21 @@ async def _failed_send(stack: Stack, message_id: str, thread: str) -> int:
     return letter
 
 
+async def _refused_reply(
+    stack_factory: Callable[..., Stack], message_id: str, thread: str
+) -> tuple[Stack, int]:
+    """A stack whose worker holds :data:`SECRET` and sends once; and the id of the dead
+    letter of a reply the mail API refused (:func:`_failed_send`)."""
+    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
+    stack.worker(ONCEONLY_ENVELOPE_SECRET=SECRET)
+    return stack, await _failed_send(stack, message_id, thread)
+
+
+def _with_secret(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command in a shell that holds the worker's secret."""
+    return _onceonly(stack, *args, ONCEONLY_ENVELOPE_SECRET=SECRET)
+
+
 def _answered(stack: Stack) -> list[str]:
     return sorted(str(e.replied_to_message_id) for e in stack.mail.outbox)
 
@@ -101,9 +116,7 @@ def _answered(stack: Stack) -> list[str]:
 async def test_a_retry_without_the_workers_secret_is_refused_and_the_letter_stays_open(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
-    stack.worker(ONCEONLY_ENVELOPE_SECRET=SECRET)
-    letter = await _failed_send(stack, "<nokey@example.com>", "thr-nokey")
+    stack, letter = await _refused_reply(stack_factory, "<nokey@example.com>", "thr-nokey")
 
     refused = _onceonly(stack, "dead-letters", "retry")  # a shell without the secret
     await asyncio.sleep(4)  # time for a copy to be dead-lettered again, were one sent
@@ -113,7 +126,7 @@ async def test_a_retry_without_the_workers_secret_is_refused_and_the_letter_stay
     assert set(_letters(stack)) == {letter}  # no copy came back as a bad_mac letter
     assert _open(stack) == {letter}
 
-    done = _onceonly(stack, "dead-letters", "retry", ONCEONLY_ENVELOPE_SECRET=SECRET)
+    done = _with_secret(stack, "dead-letters", "retry")
     await stack.until_sent(1)
     await asyncio.sleep(2)
 
@@ -126,9 +139,7 @@ async def test_a_retry_without_the_workers_secret_is_refused_and_the_letter_stay
 async def test_a_forged_letter_planted_on_the_dead_letter_topic_is_never_sent(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
-    stack.worker(ONCEONLY_ENVELOPE_SECRET=SECRET)
-    genuine = await _failed_send(stack, "<genuine@example.com>", "thr-genuine")
+    stack, genuine = await _refused_reply(stack_factory, "<genuine@example.com>", "thr-genuine")
     forged = _envelope(stack, "<forged@example.com>", "thr-forged")
     # straight to the deliveries topic, the forged envelope is refused (bad_mac, no email)
     await stack.producer.produce(
@@ -152,7 +163,7 @@ async def test_a_forged_letter_planted_on_the_dead_letter_topic_is_never_sent(
         - {n for n, v in _letters(stack).items() if v.get("check") == "bad_mac"}
     )
 
-    done = _onceonly(stack, "dead-letters", "retry", ONCEONLY_ENVELOPE_SECRET=SECRET)
+    done = _with_secret(stack, "dead-letters", "retry")
     await stack.until_sent(1)
     await asyncio.sleep(4)  # time for the forged message's reply, were it sent
 
@@ -177,13 +188,11 @@ def _max_message_bytes(bootstrap: str, topic: str, value: str) -> None:
 async def test_a_record_the_broker_refuses_leaves_its_letter_open_and_the_retry_fails(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
-    stack.worker(ONCEONLY_ENVELOPE_SECRET=SECRET)
-    letter = await _failed_send(stack, "<refused@example.com>", "thr-refused")
+    stack, letter = await _refused_reply(stack_factory, "<refused@example.com>", "thr-refused")
     settings = stack.settings
     _max_message_bytes(settings.kafka_bootstrap, settings.deliveries_topic, "200")
 
-    refused = _onceonly(stack, "dead-letters", "retry", ONCEONLY_ENVELOPE_SECRET=SECRET)
+    refused = _with_secret(stack, "dead-letters", "retry")
 
     assert refused.returncode != 0, refused.stdout
     assert f"dead letter {letter}" in refused.stderr and "not sent" in refused.stderr
@@ -193,7 +202,7 @@ async def test_a_record_the_broker_refuses_leaves_its_letter_open_and_the_retry_
     _max_message_bytes(
         settings.kafka_bootstrap, settings.deliveries_topic, str(settings.record_max_bytes)
     )
-    done = _onceonly(stack, "dead-letters", "retry", ONCEONLY_ENVELOPE_SECRET=SECRET)
+    done = _with_secret(stack, "dead-letters", "retry")
     await stack.until_sent(1)
     await asyncio.sleep(2)
 
@@ -234,34 +243,25 @@ async def test_records_signed_before_a_rotation_are_readmitted_with_the_previous
     old = "the-secret-before-the-rotation"
     (tmp_path / "old-secret").write_text(old + "\n")
     envelope = _envelope(stack, "<rotated@example.com>", "thr-rotated")
-    value = envelope.encode()
-    await stack.producer.produce(
-        stack.settings.deliveries_topic,
-        value,
-        key=envelope.thread_key.encode(),
-        headers=envelope.headers(old.encode(), value),  # written before the rotation
-    )
+    await _deliver_signed(stack, envelope, old)  # written before the rotation
     await until(stack, lambda: len(_letters(stack)) == 1, "the bad_mac letter")
     ((letter, body),) = _letters(stack).items()
 
-    retried = _onceonly(stack, "dead-letters", "retry", ONCEONLY_ENVELOPE_SECRET=SECRET)
-    unproven = _onceonly(
-        stack, "dead-letters", "readmit", str(letter), ONCEONLY_ENVELOPE_SECRET=SECRET
-    )
+    retried = _with_secret(stack, "dead-letters", "retry")
+    unproven = _with_secret(stack, "dead-letters", "readmit", str(letter))
 
     assert body["check"] == "bad_mac"
     assert retried.returncode != 0 and "readmit" in retried.stderr, retried.stderr
     assert unproven.returncode != 0 and "verifies under neither" in unproven.stderr
     assert _open(stack) == {letter}
 
-    readmitted = _onceonly(
+    readmitted = _with_secret(
         stack,
         "dead-letters",
         "readmit",
         str(letter),
         "--previous-secret-file",
         str(tmp_path / "old-secret"),
-        ONCEONLY_ENVELOPE_SECRET=SECRET,
     )
     await stack.until_sent(1)
     await asyncio.sleep(2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -39,13 +40,23 @@ async def _trace_until(
     return latest[0]
 
 
+async def _answered(
+    stack_factory: Callable[..., Stack], message_id: str, thread: str, event_id: str
+) -> tuple[Stack, dict[str, Any]]:
+    """A stack whose worker (a 300 ms reorder window: a delivery is held, then released)
+    has answered one message; the message's webhook payload."""
+    stack = stack_factory(reorder_window_ms=300)
+    stack.worker()
+    payload = stack.seed(message_id, thread, event_id=event_id)
+    await stack.deliver(payload)
+    await stack.until_sent(1)
+    return stack, payload
+
+
 async def test_an_answered_message_is_traced_by_the_cli_with_its_release_and_reply(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=300)
-    stack.worker()
-    await stack.deliver(stack.seed("<a1@example.com>", "thr-a1", event_id="evt-a1"))
-    await stack.until_sent(1)
+    stack, _ = await _answered(stack_factory, "<a1@example.com>", "thr-a1", "evt-a1")
     await _trace_until(stack, "<a1@example.com>", lambda t: t.answered, "the sent record")
 
     done = onceonly(stack, "trace", "evt-a1", "--json")
@@ -66,11 +77,7 @@ async def test_an_answered_message_is_traced_by_the_cli_with_its_release_and_rep
 async def test_a_second_delivery_of_an_answered_event_is_traced_as_a_duplicate(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=300)
-    stack.worker()
-    payload = stack.seed("<d1@example.com>", "thr-d1", event_id="evt-d1")
-    await stack.deliver(payload)
-    await stack.until_sent(1)
+    stack, payload = await _answered(stack_factory, "<d1@example.com>", "thr-d1", "evt-d1")
     await stack.deliver(payload)
 
     trace = await _trace_until(
@@ -151,10 +158,7 @@ async def test_a_dead_lettered_message_is_traced_with_its_dead_letter(
 async def test_a_replayed_delivery_is_traced_as_a_replay_skipped_by_dedupe(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=300)
-    stack.worker()
-    await stack.deliver(stack.seed("<rp@example.com>", "thr-rp", event_id="evt-rp"))
-    await stack.until_sent(1)
+    stack, _ = await _answered(stack_factory, "<rp@example.com>", "thr-rp", "evt-rp")
 
     done = onceonly(stack, "replay", "--from-offset", "0")
     assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -66,12 +66,51 @@ def _worker(stack: Stack, name: str = "w1", **env: str) -> Any:
     )
 
 
+async def _drafted(stack_factory: Callable[..., Stack]) -> tuple[Stack, Any, ReplyRecord]:
+    """A stack with no reorder window and a worker that drafts every reply; the draft of
+    one message, awaiting approval."""
+    stack = stack_factory(reorder_window_ms=0)
+    worker = _worker(stack)
+    return stack, worker, await _draft(stack)
+
+
+async def _redrafted(stack: Stack, old: ReplyRecord) -> ReplyRecord:
+    """A newer message in ``old``'s thread; the new draft, covering both, once recorded."""
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+    newer: list[ReplyRecord] = []
+
+    def redrafted() -> bool:
+        records = ledger_records(stack).values()
+        newer[:] = [r for r in records if r.state is ReplyState.AWAITING and r.key != old.key]
+        return bool(newer)
+
+    await until(stack, redrafted, "a new draft covering both messages")
+    [new] = newer
+    return new
+
+
+async def _approved_then_killed(worker: Any, draft: ReplyRecord, moment: Awaitable[Any]) -> None:
+    """Ana approves ``draft`` over HTTP with the text "approved"; ``worker`` is killed once
+    ``moment`` comes, and the approval's call ends, answered or not."""
+    body = {"action": "approve", "by": "ana", "text": "approved"}
+    api = asyncio.ensure_future(asyncio.to_thread(_post, worker.port, draft.key, body))
+    await moment
+    worker.kill()
+    await asyncio.gather(api, return_exceptions=True)
+
+
+async def _sent_once_by_the_next_owner(stack: Stack, draft: ReplyRecord) -> None:
+    """A second worker, on the killed one's state, records ``draft``'s approved text sent:
+    one email, with the approved text and the draft's key."""
+    _worker(stack, "w2", state_of="w1")
+    await until(stack, lambda: state_of(stack, draft.key) is ReplyState.SENT, "recorded sent")
+    assert [(e.text, e.idempotency_key) for e in stack.mail.outbox] == [("approved", draft.key)]
+
+
 async def test_always_a_draft_approved_from_the_cli_is_sent_once_with_its_text(
     stack_factory: Callable[..., Stack], tmp_path: Any
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0)
-    _worker(stack)
-    draft = await _draft(stack)
+    stack, _, draft = await _drafted(stack_factory)
     assert stack.mail.outbox == []
     listed = onceonly(stack, "approvals", "list", "--json")
     assert [json.loads(line)["key"] for line in listed.stdout.splitlines()] == [draft.key]
@@ -97,9 +136,7 @@ async def test_always_a_draft_approved_from_the_cli_is_sent_once_with_its_text(
 async def test_two_approvals_at_once_from_the_api_and_the_cli_send_one_email(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0)
-    worker = _worker(stack)
-    draft = await _draft(stack)
+    stack, worker, draft = await _drafted(stack_factory)
     edit = stack.tmp / "edit.txt"
     edit.write_text("the CLI's edit")
 
@@ -126,9 +163,7 @@ async def test_two_approvals_at_once_from_the_api_and_the_cli_send_one_email(
 async def test_a_rejected_draft_sends_nothing_and_is_declined_with_the_reason(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0)
-    worker = _worker(stack)
-    draft = await _draft(stack)
+    stack, worker, draft = await _drafted(stack_factory)
 
     rejected = onceonly(stack, "approvals", "reject", draft.key, "--reason", "wrong amount")
     late = _post(worker.port, draft.key, {"action": "approve", "by": "bob"})
@@ -148,9 +183,7 @@ async def test_a_rejected_draft_sends_nothing_and_is_declined_with_the_reason(
 async def test_a_wrong_token_is_403_and_an_unknown_key_404_and_neither_changes_anything(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0)
-    worker = _worker(stack)
-    draft = await _draft(stack)
+    stack, worker, draft = await _drafted(stack_factory)
     before = ledger_records(stack)
 
     wrong = _post(worker.port, draft.key, {"action": "approve", "by": "x"}, token="nope")
@@ -168,32 +201,17 @@ async def test_a_wrong_token_is_403_and_an_unknown_key_404_and_neither_changes_a
 async def test_a_worker_killed_right_after_the_approval_was_recorded_leaves_it_to_the_next_owner(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0)
-    worker = _worker(stack)
-    draft = await _draft(stack)
+    stack, worker, draft = await _drafted(stack_factory)
     stack.mail.set_latency(10)  # the send waits before the API handles it: nothing is sent
-
-    api = asyncio.ensure_future(
-        asyncio.to_thread(
-            _post, worker.port, draft.key, {"action": "approve", "by": "ana", "text": "approved"}
-        )
-    )
 
     def approved() -> bool:
         record = ledger_records(stack).get(draft.key)
         return record is not None and record.state is ReplyState.PENDING
 
-    await until(stack, approved, "the approval recorded")
-    worker.kill()
-    await asyncio.gather(api, return_exceptions=True)
+    await _approved_then_killed(worker, draft, until(stack, approved, "the approval recorded"))
     stack.mail.set_latency(0)
-    _worker(stack, "w2", state_of="w1")
 
-    await stack.until_sent(1)
-    await until(
-        stack, lambda: ledger_records(stack)[draft.key].state is ReplyState.SENT, "recorded sent"
-    )
-    assert [(e.text, e.idempotency_key) for e in stack.mail.outbox] == [("approved", draft.key)]
+    await _sent_once_by_the_next_owner(stack, draft)
 
 
 async def test_a_worker_killed_during_the_approved_send_is_not_sent_again_by_the_next_owner(
@@ -201,45 +219,22 @@ async def test_a_worker_killed_during_the_approved_send_is_not_sent_again_by_the
 ) -> None:
     # the API sent the approved email but its answer never reached the killed worker; the
     # API ignores keys, so only the next owner's look in the thread keeps it to one email
-    stack = stack_factory(reorder_window_ms=0)
-    worker = _worker(stack)
-    draft = await _draft(stack)
+    stack, worker, draft = await _drafted(stack_factory)
     stack.mail.ignore_keys()
     stack.mail.faults.answer_delay_s = 8  # ends before the fake stops; the kill comes first
 
-    api = asyncio.ensure_future(
-        asyncio.to_thread(
-            _post, worker.port, draft.key, {"action": "approve", "by": "ana", "text": "approved"}
-        )
-    )
-    await stack.until_sent(1)  # the email is out; its answer is held
-    worker.kill()
-    await asyncio.gather(api, return_exceptions=True)
+    # killed once the email is out, its answer held
+    await _approved_then_killed(worker, draft, stack.until_sent(1))
     stack.mail.faults.answer_delay_s = 0
-    _worker(stack, "w2", state_of="w1")
 
-    await until(
-        stack, lambda: ledger_records(stack)[draft.key].state is ReplyState.SENT, "recorded sent"
-    )
-    assert [(e.text, e.idempotency_key) for e in stack.mail.outbox] == [("approved", draft.key)]
+    await _sent_once_by_the_next_owner(stack, draft)
 
 
 async def test_a_newer_message_supersedes_the_waiting_draft_and_the_old_is_refused(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0)
-    worker = _worker(stack)
-    old = await _draft(stack)
-    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
-    newer: list[ReplyRecord] = []
-
-    def redrafted() -> bool:
-        records = ledger_records(stack).values()
-        newer[:] = [r for r in records if r.state is ReplyState.AWAITING and r.key != old.key]
-        return bool(newer)
-
-    await until(stack, redrafted, "a new draft covering both messages")
-    [new] = newer
+    stack, worker, old = await _drafted(stack_factory)
+    new = await _redrafted(stack, old)
 
     refused = onceonly(stack, "approvals", "approve", old.key, "--by", "ana")
     approved = _post(worker.port, new.key, {"action": "approve", "by": "ana"})
@@ -304,16 +299,8 @@ async def test_an_approved_draft_whose_send_fails_is_dead_lettered_with_the_mess
     """F11: the mail API answers 503 to every send of the approved draft; its dead letter
     carries the envelopes of both messages it answers (the superseded draft's too), and a
     retry of the letter sends the approved text once, covering both."""
-    stack = stack_factory(reorder_window_ms=0)
-    _worker(stack)
-    old = await _draft(stack)
-    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
-    await until(
-        stack,
-        lambda: ledger_records(stack)[old.key].state is ReplyState.COVERED,
-        "the old draft superseded",
-    )
-    new = next(r for r in ledger_records(stack).values() if r.state is ReplyState.AWAITING)
+    stack, _, old = await _drafted(stack_factory)
+    new = await _redrafted(stack, old)
     stack.mail.fail_next(1000, status=503)
 
     onceonly(stack, "approvals", "approve", new.key, "--by", "ana")

@@ -9,7 +9,6 @@ worker paused after its fence check would once it woke.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,9 +21,11 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.conftest import consume_all
 from tests.integration.workers import (
     INBOX,
+    SESSION_S,
     Stack,
     WorkerProcess,
     ledger_records,
+    model_calls,
     state_of,
     until,
 )
@@ -32,19 +33,10 @@ from tests.integration.workers import (
 pytestmark = pytest.mark.integration
 
 MESSAGE, THREAD = "<arb-1@example.com>", "t-arb"
-SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
-
-
-def _writer_started(stack: Stack) -> bool:
-    path = stack.tmp / "writer.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return any(json.loads(line)["event"] == "start" for line in lines)
 
 
 def _writer_ended(stack: Stack) -> bool:
-    path = stack.tmp / "writer.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return any(json.loads(line)["event"] == "end" for line in lines)
+    return bool(model_calls(stack, "end"))
 
 
 def _partition_of_thread(stack: Stack) -> int:
@@ -64,7 +56,7 @@ async def _start(stack_factory: Callable[..., Stack]) -> tuple[Stack, Any, str, 
         ONCEONLY_TEST_WRITER_LOG=str(stack.tmp / "writer.jsonl"),
     )
     await stack.deliver(stack.seed(MESSAGE, THREAD, text="SLOW=6"))
-    await until(stack, lambda: _writer_started(stack), "the model call")
+    await until(stack, lambda: bool(model_calls(stack)), "the model call")
     return stack, worker, reply_key(INBOX, MESSAGE), _partition_of_thread(stack)
 
 

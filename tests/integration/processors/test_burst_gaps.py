@@ -8,7 +8,6 @@ without message 1, so it cannot cover it: message 1 is answered by its own reply
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +18,16 @@ from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
 from tests.conftest import consume_all
-from tests.integration.workers import INBOX, Stack, ledger_records, onceonly, state_of, until
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    ledger_records,
+    model_calls,
+    onceonly,
+    restart_mid_send,
+    state_of,
+    until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -28,9 +36,7 @@ THREAD = "t-gap"
 
 
 def _writer_calls(stack: Stack) -> list[list[str]]:
-    path = stack.tmp / "writer.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [entry["ids"] for entry in map(json.loads, lines) if entry["event"] == "start"]
+    return [call["ids"] for call in model_calls(stack)]
 
 
 def _held(stack: Stack) -> str:
@@ -96,13 +102,7 @@ async def test_a_pending_reply_released_with_a_newer_message_is_sent_with_its_st
     await until(stack, lambda: key_a in ledger_records(stack), "A's pending record")
     await stack.deliver(_seed(stack, second, "2026-11-29T10:01:00.000Z"))
     await until(stack, lambda: second in _held(stack), "B in the holds table")
-    pending = ledger_records(stack)[key_a]
-    worker.kill()
-    assert pending.state is ReplyState.PENDING
-    assert stack.mail.outbox == []
-
-    stack.mail.faults.send_delay_s = 0.0
-    worker.start()
+    pending = restart_mid_send(stack, worker, key_a)
     key_b = reply_key(INBOX, second)
 
     def both_sent() -> bool:

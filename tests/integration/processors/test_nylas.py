@@ -124,17 +124,12 @@ def nylas() -> Iterator[FakeNylas]:
 
 @pytest.fixture
 async def nylas_stack(
-    settings_factory: Callable[..., Settings],
-    topics_factory: Callable[[Settings], Settings],
+    stack_settings: Callable[..., Settings],
     producer_factory: Callable[[Settings], AsyncProducer],
     nylas: FakeNylas,
     tmp_path: Path,
 ) -> AsyncIterator[NylasStack]:
-    settings = topics_factory(
-        settings_factory(
-            partitions=4, reorder_window_ms=1000, app_id=f"onceonly-{uuid.uuid4().hex[:6]}"
-        )
-    )
+    settings = stack_settings()
     stack = NylasStack(settings, producer_factory(settings), nylas, tmp_path)
     yield stack
     for worker in stack.workers:

@@ -15,6 +15,7 @@ from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
+    SESSION_S,
     Stack,
     WorkerProcess,
     ledger_records,
@@ -27,8 +28,6 @@ from tests.integration.workers import model_calls as _calls
 from tests.integration.workers import sent_to as _sent_to
 
 pytestmark = pytest.mark.integration
-
-SESSION_S = 10  # the worker's broker session (onceonly.processors.runtime.app)
 
 
 def _env(stack: Stack, **extra: str) -> dict[str, str]:

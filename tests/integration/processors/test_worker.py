@@ -15,10 +15,12 @@ from onceonly.ingest import normalise
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
+from tests._mail import seed_agents_message
 from tests.conftest import consume_all
 from tests.integration.workers import (
     INBOX,
     Stack,
+    restart_mid_send,
 )
 from tests.integration.workers import (
     ledger_records as _ledger,
@@ -63,13 +65,7 @@ async def test_a_kill_between_the_ledger_write_and_the_send_sends_once_with_the_
 
     await stack.deliver(payload)
     await _until(stack, lambda: key in _ledger(stack), "the pending ledger record")
-    pending = _ledger(stack)[key]
-    worker.kill()
-    assert pending.state is ReplyState.PENDING
-    assert stack.mail.outbox == []
-
-    stack.mail.faults.send_delay_s = 0.0
-    worker.start()
+    pending = restart_mid_send(stack, worker, key)
     await _until(stack, lambda: _ledger(stack)[key].state is ReplyState.SENT, "the sent record")
 
     assert [e.text for e in stack.mail.outbox] == [pending.reply_text]
@@ -198,14 +194,7 @@ async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing
 ) -> None:
     stack = stack_factory()
     payload = stack.seed("<m1@example.com>", "thr-stale")
-    stack.mail.seed_message(
-        INBOX,
-        message_id="<r1@example.com>",
-        thread_id="thr-stale",
-        labels=("sent",),
-        in_reply_to="<m1@example.com>",
-        from_=INBOX,
-    )
+    seed_agents_message(stack.mail, INBOX, "<r1@example.com>", "thr-stale", "<m1@example.com>")
     key = reply_key(INBOX, "<m1@example.com>")
     stale = ReplyRecord(
         key,

@@ -8,8 +8,10 @@ from typing import Any
 
 from onceonly.ingest import normalise
 from onceonly.operations.trace import Record, Sources, assemble, render_text, to_json
+from onceonly.processors.decisions import record_for
+from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.writer.contract import reply_key
-from onceonly.schemas.decision import DecisionRecord, Stage
+from onceonly.schemas.decision import Stage
 from onceonly.schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
@@ -60,18 +62,8 @@ def _ledger(state: ReplyState, ms: int, **kw: Any) -> Record:
 
 
 def _skip(envelope: Envelope, offset: int, stage: Stage, reason: str, ms: int) -> Record:
-    record = DecisionRecord(
-        stage=stage,
-        reason=reason,
-        provider=envelope.provider,
-        event_id=envelope.event_id,
-        message_id=envelope.message_id,
-        thread_key=envelope.thread_key,
-        partition=0,
-        offset=offset,
-        replay=False,
-        at=datetime.fromtimestamp(ms / 1000, UTC),
-    )
+    at = datetime.fromtimestamp(ms / 1000, UTC)
+    record = record_for(Delivery(envelope, (0, offset)), stage, reason, at)
     return Record(0, 0, ms, envelope.thread_key.encode(), record.encode())
 
 

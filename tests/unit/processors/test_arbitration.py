@@ -5,14 +5,14 @@ an in-memory table and log where another writer's records land between ours."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onceonly.processors.exceptions import Fenced
-from onceonly.processors.reply.arbitration import PartitionLog, Ruling, arbitrate
+from onceonly.processors.reply.arbitration import PartitionLog, Ruling, Verdict, arbitrate
 from onceonly.processors.reply.ledger import PENDING_KEPT, TableLedger
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.unit.processors._ledger_log import LogTable, Reads
@@ -193,22 +193,45 @@ def _check(
 # -- the ledger over a table and its log ---------------------------------------------------
 
 
-def _ledger(recovered: int = 0) -> tuple[TableLedger, list[tuple[bytes, bytes]], Reads]:
+def _ledger(
+    recovered: int = 0, fence: Callable[[str], Awaitable[None]] | None = None
+) -> tuple[TableLedger, list[tuple[bytes, bytes]], Reads]:
+    """A ledger over a log of ``recovered`` records its table's recovery read, awaiting
+    ``fence`` before each write; the log, and the reads of it arbitration makes."""
     topic: list[tuple[bytes, bytes]] = [
         (f"old{n}".encode(), _record(f"old{n}", ReplyState.SENT, "x").encode())
         for n in range(recovered)
     ]
     reads = Reads(topic)
-    return TableLedger(LogTable(topic, recovered), read_log=reads), topic, reads  # type: ignore[arg-type]
+    ledger = TableLedger(LogTable(topic, recovered), fence=fence, read_log=reads)  # type: ignore[arg-type]
+    return ledger, topic, reads
+
+
+#: another writer's pending record of the key ``k`` (a zombie's: its partition moved on)
+ZOMBIES = _record("k", ReplyState.PENDING, "the zombie's")
+
+
+def _lands(topic: list[tuple[bytes, bytes]], record: ReplyRecord) -> None:
+    """Another writer's ``record`` lands in the log."""
+    topic.append((record.key.encode(), record.encode()))
+
+
+def _states(topic: list[tuple[bytes, bytes]]) -> list[ReplyState]:
+    return [ReplyRecord.decode(v).state for _, v in topic]
+
+
+async def _arbitrate_own(ledger: TableLedger) -> Verdict:
+    """The ruling on this worker's pending record of key ``k``, written now."""
+    own = _record("k", ReplyState.PENDING, "mine")
+    await ledger.put(own)
+    return await ledger.arbitrate(own)
 
 
 async def test_the_ledger_reads_nothing_when_only_its_own_records_came_first() -> None:
     ledger, _, reads = _ledger(recovered=3)
     await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    own = _record("k", ReplyState.PENDING, "mine")
-    await ledger.put(own)
 
-    verdict = await ledger.arbitrate(own)
+    verdict = await _arbitrate_own(ledger)
 
     assert (verdict.ruling, reads.calls) == (Ruling.OWN, [])
 
@@ -216,24 +239,20 @@ async def test_the_ledger_reads_nothing_when_only_its_own_records_came_first() -
 async def test_the_ledger_adopts_a_pending_text_another_writer_landed_first() -> None:
     ledger, topic, reads = _ledger(recovered=3)
     await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
-    own = _record("k", ReplyState.PENDING, "mine")
-    await ledger.put(own)
+    _lands(topic, ZOMBIES)
 
-    verdict = await ledger.arbitrate(own)
+    verdict = await _arbitrate_own(ledger)
 
-    assert (verdict.ruling, verdict.record.reply_text) == (Ruling.ADOPT, "the zombie's")
+    assert (verdict.ruling, verdict.record) == (Ruling.ADOPT, ZOMBIES)
     assert reads.calls == [(0, 4, 4)]
 
 
 async def test_the_ledger_finds_a_sent_record_another_writer_landed_first() -> None:
     ledger, topic, _ = _ledger()
     sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
-    topic.append((b"k", sent.encode()))
-    own = _record("k", ReplyState.PENDING, "mine")
-    await ledger.put(own)
+    _lands(topic, sent)
 
-    verdict = await ledger.arbitrate(own)
+    verdict = await _arbitrate_own(ledger)
 
     assert (verdict.ruling, verdict.record) == (Ruling.SENT, sent)
 
@@ -247,14 +266,13 @@ async def test_a_pending_record_landed_after_the_key_was_settled_is_followed_by_
     async def fence(what: str) -> None:
         fenced.append(what)
 
-    topic: list[tuple[bytes, bytes]] = []
-    ledger = TableLedger(LogTable(topic, 0), fence=fence, read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger, topic, _ = _ledger(fence=fence)
     sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
-    topic.append((b"k", sent.encode()))
+    _lands(topic, sent)
 
     await ledger.put(_record("k", ReplyState.PENDING, "mine"))
 
-    assert [ReplyRecord.decode(v).state for _, v in topic] == [
+    assert _states(topic) == [
         ReplyState.SENT,
         ReplyState.PENDING,
         ReplyState.SENT,
@@ -266,14 +284,13 @@ async def test_a_pending_record_landed_after_the_key_was_settled_is_followed_by_
 async def test_a_failed_record_landed_after_the_key_was_sent_is_followed_by_the_sent_one() -> None:
     # finding F7 (seed 369674894): a worker whose writer failed, paused past its fence
     # check, lands *failed* after the next owner's sent record; the email is out
-    topic: list[tuple[bytes, bytes]] = []
-    ledger = TableLedger(LogTable(topic, 0), read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger, topic, _ = _ledger()
     sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
-    topic.append((b"k", sent.encode()))
+    _lands(topic, sent)
 
     await ledger.put(_record("k", ReplyState.FAILED, None))
 
-    states = [ReplyRecord.decode(v).state for _, v in topic]
+    states = _states(topic)
     assert states == [ReplyState.SENT, ReplyState.FAILED, ReplyState.SENT]
     assert ReplyRecord.decode(topic[-1][1]) == sent
 
@@ -284,14 +301,13 @@ async def test_a_covered_record_landed_after_the_key_was_sent_is_followed_by_the
     # finding F10 (seeds 384256286, 384708954): a worker wrote a new reply covering an
     # older message, paused past its fence check, and landed that message's *covered*
     # record after the next owner sent the message's own pending reply; the email is out
-    topic: list[tuple[bytes, bytes]] = []
-    ledger = TableLedger(LogTable(topic, 0), read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger, topic, _ = _ledger()
     sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
-    topic.append((b"k", sent.encode()))
+    _lands(topic, sent)
 
     await ledger.put(_record("k", ReplyState.COVERED, None))
 
-    states = [ReplyRecord.decode(v).state for _, v in topic]
+    states = _states(topic)
     assert states == [ReplyState.SENT, ReplyState.COVERED, ReplyState.SENT]
     assert ReplyRecord.decode(topic[-1][1]) == sent
 
@@ -310,13 +326,12 @@ async def test_an_awaiting_record_landed_after_the_key_was_settled_is_followed_b
     # finding F12 (seeds 1800; 1060, 1213): a worker paused past its fence check for its
     # draft's *awaiting* record lands it after the next owner sent the key's reply, or
     # superseded its own draft; left so, the draft would await a decision for ever
-    topic: list[tuple[bytes, bytes]] = []
-    ledger = TableLedger(LogTable(topic, 0), read_log=Reads(topic))  # type: ignore[arg-type]
-    topic.append((b"k", settled.encode()))
+    ledger, topic, _ = _ledger()
+    _lands(topic, settled)
 
     await ledger.put(_record("k", ReplyState.AWAITING, "the zombie's draft"))
 
-    states = [ReplyRecord.decode(v).state for _, v in topic]
+    states = _states(topic)
     assert states == [settled.state, ReplyState.AWAITING, settled.state]
     assert ReplyRecord.decode(topic[-1][1]) == settled
 
@@ -325,7 +340,7 @@ async def test_an_awaiting_record_after_another_writers_draft_is_its_keys_last_w
     # no settled record came first: the ledger writes nothing more (the owner, whose draft
     # it may be, writes its own again when a decision names the other text: F12)
     ledger, topic, _ = _ledger(recovered=2)
-    topic.append((b"k", _record("k", ReplyState.AWAITING, "the owner's draft").encode()))
+    _lands(topic, _record("k", ReplyState.AWAITING, "the owner's draft"))
 
     await ledger.put(_record("k", ReplyState.AWAITING, "the zombie's draft"))
 
@@ -353,16 +368,15 @@ async def test_a_late_record_after_the_owners_draft_is_followed_by_the_draft_the
     # finding F17 (seed 434550709): a worker whose writer failed, paused past its fence
     # check, lands *failed* after the next owner's draft of the key; left so, the draft
     # leaves the approvals list and the messages it covers are never answered
-    topic: list[tuple[bytes, bytes]] = []
     fence = Moved()
-    ledger = TableLedger(LogTable(topic, 0), fence=fence, read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger, topic, _ = _ledger(fence=fence)
     draft = _record("k", ReplyState.AWAITING, "the owner's draft", covers=("k0",))
-    topic.append((b"k", draft.encode()))
+    _lands(topic, draft)
 
     with pytest.raises(Fenced):
         await ledger.put(_record("k", state, "late"))
 
-    assert [ReplyRecord.decode(v).state for _, v in topic] == [
+    assert _states(topic) == [
         ReplyState.AWAITING,
         state,
         ReplyState.AWAITING,
@@ -373,14 +387,13 @@ async def test_a_late_record_after_the_owners_draft_is_followed_by_the_draft_the
 
 async def test_a_record_after_another_writers_draft_stands_while_the_partition_is_ours() -> None:
     # the fence confirms after the write: the other writer's draft was the late one
-    topic: list[tuple[bytes, bytes]] = []
     fence = Moved(owned=2)
-    ledger = TableLedger(LogTable(topic, 0), fence=fence, read_log=Reads(topic))  # type: ignore[arg-type]
-    topic.append((b"k", _record("k", ReplyState.AWAITING, "a zombie's draft").encode()))
+    ledger, topic, _ = _ledger(fence=fence)
+    _lands(topic, _record("k", ReplyState.AWAITING, "a zombie's draft"))
 
     await ledger.put(_record("k", ReplyState.FAILED))
 
-    assert [ReplyRecord.decode(v).state for _, v in topic] == [
+    assert _states(topic) == [
         ReplyState.AWAITING,
         ReplyState.FAILED,
     ]
@@ -390,23 +403,22 @@ async def test_a_record_after_another_writers_draft_stands_while_the_partition_i
 async def test_what_the_owner_wrote_while_its_draft_was_written_again_is_written_after_it() -> None:
     # the owner applies a person's approval between the late record and the draft's
     # repeat: its pending record is written again after the repeat, the key's last word
-    topic: list[tuple[bytes, bytes]] = []
     draft = _record("k", ReplyState.AWAITING, "the owner's draft")
     approved = draft.with_state(ReplyState.PENDING)
-    topic.append((b"k", draft.encode()))
 
     class Meanwhile(Moved):
         async def __call__(self, what: str) -> None:
             if len(self.asked) == 1:
-                topic.append((b"k", approved.encode()))
+                _lands(topic, approved)
             await super().__call__(what)
 
-    ledger = TableLedger(LogTable(topic, 0), fence=Meanwhile(), read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger, topic, _ = _ledger(fence=Meanwhile())
+    _lands(topic, draft)
 
     with pytest.raises(Fenced):
         await ledger.put(_record("k", ReplyState.FAILED))
 
-    assert [ReplyRecord.decode(v).state for _, v in topic] == [
+    assert _states(topic) == [
         ReplyState.AWAITING,
         ReplyState.FAILED,
         ReplyState.PENDING,
@@ -417,7 +429,7 @@ async def test_what_the_owner_wrote_while_its_draft_was_written_again_is_written
 
 async def test_a_covered_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
     ledger, topic, _ = _ledger(recovered=2)
-    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+    _lands(topic, ZOMBIES)
 
     await ledger.put(_record("k", ReplyState.COVERED, None))
 
@@ -426,7 +438,7 @@ async def test_a_covered_record_no_other_writer_settled_first_is_its_keys_last_w
 
 async def test_a_failed_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
     ledger, topic, _ = _ledger(recovered=2)
-    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+    _lands(topic, ZOMBIES)
 
     await ledger.put(_record("k", ReplyState.FAILED, None))
 
@@ -440,8 +452,7 @@ async def _refused(what: str) -> None:
 async def test_a_sent_record_the_fence_refuses_is_written_all_the_same_then_fenced() -> None:
     # finding F8 (seed 369682463): a worker's send past its check went out after the next
     # owner recorded the reply failed; its sent record, refused, left failed the last word
-    topic: list[tuple[bytes, bytes]] = []
-    ledger = TableLedger(LogTable(topic, 0), fence=_refused, read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger, topic, _ = _ledger(fence=_refused)
     sent = _record("k", ReplyState.SENT, "mine", sent_message_id="<r@x>")
 
     with pytest.raises(Fenced):
@@ -451,8 +462,7 @@ async def test_a_sent_record_the_fence_refuses_is_written_all_the_same_then_fenc
 
 
 async def test_any_other_record_the_fence_refuses_is_not_written() -> None:
-    topic: list[tuple[bytes, bytes]] = []
-    ledger = TableLedger(LogTable(topic, 0), fence=_refused, read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger, topic, _ = _ledger(fence=_refused)
 
     for state in (ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED):
         with pytest.raises(Fenced):
@@ -463,7 +473,7 @@ async def test_any_other_record_the_fence_refuses_is_not_written() -> None:
 
 async def test_a_pending_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
     ledger, topic, _ = _ledger(recovered=2)
-    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+    _lands(topic, ZOMBIES)
 
     await ledger.put(_record("k", ReplyState.PENDING, "mine"))
 
@@ -474,7 +484,7 @@ async def test_a_record_another_writer_landed_after_the_own_is_not_read_for_it()
     ledger, topic, reads = _ledger()
     own = _record("k", ReplyState.PENDING, "mine")
     await ledger.put(own)
-    topic.append((b"k", _record("k", ReplyState.PENDING, "later").encode()))
+    _lands(topic, _record("k", ReplyState.PENDING, "later"))
 
     verdict = await ledger.arbitrate(own)
 
@@ -499,12 +509,10 @@ async def test_after_a_rebalance_what_its_recovery_read_is_not_read_again() -> N
     ledger, topic, reads = _ledger()
     await ledger.put(_record("a", ReplyState.PENDING, "a's"))
     ledger.forget()
-    topic.append((b"z", _record("z", ReplyState.PENDING, "recovered by now").encode()))
+    _lands(topic, _record("z", ReplyState.PENDING, "recovered by now"))
     _table(ledger).recover()
-    own = _record("k", ReplyState.PENDING, "mine")
-    await ledger.put(own)
 
-    verdict = await ledger.arbitrate(own)
+    verdict = await _arbitrate_own(ledger)
 
     assert (verdict.ruling, reads.calls) == (Ruling.OWN, [])
 
@@ -514,30 +522,28 @@ async def test_a_record_landed_before_an_own_write_is_read_after_a_rebalance() -
     # so the rebalance's recovery starts after both and never reads it
     ledger, topic, reads = _ledger(recovered=2)
     await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+    _lands(topic, ZOMBIES)
     await ledger.put(_record("b", ReplyState.PENDING, "b's"))
     ledger.forget()
     _table(ledger).recover()
-    own = _record("k", ReplyState.PENDING, "mine")
-    await ledger.put(own)
 
-    verdict = await ledger.arbitrate(own)
+    verdict = await _arbitrate_own(ledger)
 
-    assert (verdict.ruling, verdict.record.reply_text) == (Ruling.ADOPT, "the zombie's")
+    assert (verdict.ruling, verdict.record) == (Ruling.ADOPT, ZOMBIES)
     assert reads.calls == [(0, 3, 3)]
 
 
 async def test_a_pending_record_written_before_a_rebalance_is_still_arbitrated() -> None:
     ledger, topic, _ = _ledger()
     await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+    _lands(topic, ZOMBIES)
     own = _record("k", ReplyState.PENDING, "mine")
     await ledger.put(own)
     ledger.forget()  # the partition stayed; the lane goes on to send
 
     verdict = await ledger.arbitrate(own)
 
-    assert (verdict.ruling, verdict.record.reply_text) == (Ruling.ADOPT, "the zombie's")
+    assert (verdict.ruling, verdict.record) == (Ruling.ADOPT, ZOMBIES)
 
 
 async def test_a_write_under_way_at_a_rebalance_does_not_hide_a_record_before_it() -> None:
@@ -546,19 +552,17 @@ async def test_a_write_under_way_at_a_rebalance_does_not_hide_a_record_before_it
     ledger, topic, reads = _ledger()
     table = _table(ledger)
     await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    topic.append((b"k", _record("k", ReplyState.PENDING, "the zombie's").encode()))
+    _lands(topic, ZOMBIES)
     table.hold = asyncio.Event()
     under_way = asyncio.create_task(ledger.put(_record("b", ReplyState.PENDING, "b's")))
     while table.applied < 2:
         await asyncio.sleep(0)
     table.hold = None
     ledger.forget()
-    own = _record("k", ReplyState.PENDING, "mine")
-    await ledger.put(own)
 
-    verdict = await ledger.arbitrate(own)
+    verdict = await _arbitrate_own(ledger)
 
-    assert (verdict.ruling, verdict.record.reply_text) == (Ruling.ADOPT, "the zombie's")
+    assert (verdict.ruling, verdict.record) == (Ruling.ADOPT, ZOMBIES)
     assert reads.calls == [(0, 1, 2)]  # b's offset too: not yet known to be its own
     under_way.cancel()
 

@@ -12,11 +12,9 @@ from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.reply.once import (
     Outcome,
     Plan,
-    ReplyParts,
     SendPolicy,
     plan,
     reply_once,
-    simple_write,
 )
 from onceonly.processors.writer.contract import Decline, Draft, Inbound
 from onceonly.processors.writer.runner import Writer, outcome_of
@@ -25,6 +23,7 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
 from tests.unit.processors._messages import INBOX, received
+from tests.unit.processors._replying import reply_parts
 
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
@@ -99,17 +98,10 @@ async def test_a_draft_is_recorded_awaiting_with_its_covers_and_not_sent(
     sender = AgentMailSender("k", base_url=mail.base_url, timeout_s=5)
 
     async def run() -> Outcome:
-        result = await reply_once(
-            burst,
-            ReplyParts(
-                ledger=ledger,
-                sender=sender,
-                write=simple_write(writer),
-                dead_letter=_no_dead_letter,
-                now=lambda: T0,
-                policy=SendPolicy(attempts=1),
-            ),
+        parts = reply_parts(
+            ledger, sender, writer, _no_dead_letter, lambda: T0, policy=SendPolicy(attempts=1)
         )
+        result = await reply_once(burst, parts)
         return result.outcome
 
     assert [await run(), await run()] == [Outcome.AWAITING, Outcome.AWAITING]

@@ -35,26 +35,30 @@ def _job(log: list[str], name: str, delay: float = 0.0, fail: BaseException | No
     return Job(run, [name])
 
 
+async def _submitted(*jobs: tuple[bytes, str, float], **kw: Any) -> tuple[Lanes, _Acks, list[str]]:
+    """Lanes (``kw`` their options) given ``jobs`` in turn, each (thread, name, seconds it
+    runs); with their acks and the log of the jobs' starts and ends."""
+    acks, log = _Acks(), []
+    lanes = _lanes(acks, **kw)
+    for thread, name, delay in jobs:
+        await lanes.submit(thread, _job(log, name, delay))
+    return lanes, acks, log
+
+
 async def _idle(lanes: Lanes) -> None:
     while lanes.active:
         await asyncio.sleep(0.005)
 
 
 async def test_a_threads_jobs_run_in_order() -> None:
-    acks, log = _Acks(), []
-    lanes = _lanes(acks)
-    await lanes.submit(b"t", _job(log, "a", 0.02))
-    await lanes.submit(b"t", _job(log, "b"))
+    lanes, _, log = await _submitted((b"t", "a", 0.02), (b"t", "b", 0))
     await _idle(lanes)
 
     assert log == ["start a", "end a", "start b", "end b"]
 
 
 async def test_a_slow_thread_holds_up_no_other() -> None:
-    acks, log = _Acks(), []
-    lanes = _lanes(acks)
-    await lanes.submit(b"slow", _job(log, "slow", 0.2))
-    await lanes.submit(b"fast", _job(log, "fast"))
+    lanes, acks, _ = await _submitted((b"slow", "slow", 0.2), (b"fast", "fast", 0))
     await asyncio.sleep(0.05)
 
     assert acks.acked == ["fast"]  # acknowledged while the slow one still runs
@@ -74,10 +78,7 @@ async def test_a_dropped_job_is_not_acknowledged() -> None:
 
 
 async def test_submit_waits_while_too_many_records_are_pending() -> None:
-    acks, log = _Acks(), []
-    lanes = _lanes(acks, max_pending=2)
-    await lanes.submit(b"t1", _job(log, "a", 0.05))
-    await lanes.submit(b"t2", _job(log, "b", 0.05))
+    lanes, acks, log = await _submitted((b"t1", "a", 0.05), (b"t2", "b", 0.05), max_pending=2)
     third = asyncio.ensure_future(lanes.submit(b"t3", _job(log, "c")))
     await asyncio.sleep(0.01)
 
@@ -88,9 +89,7 @@ async def test_submit_waits_while_too_many_records_are_pending() -> None:
 
 
 async def test_drain_lets_running_jobs_finish_within_the_grace() -> None:
-    acks, log = _Acks(), []
-    lanes = _lanes(acks)
-    await lanes.submit(b"t", _job(log, "running", 0.05))
+    lanes, acks, _ = await _submitted((b"t", "running", 0.05))
     await asyncio.sleep(0.01)
 
     await lanes.drain(grace_s=1)
@@ -99,10 +98,7 @@ async def test_drain_lets_running_jobs_finish_within_the_grace() -> None:
 
 
 async def test_drain_drops_what_runs_past_the_grace_and_what_never_started() -> None:
-    acks, log = _Acks(), []
-    lanes = _lanes(acks)
-    await lanes.submit(b"t", _job(log, "slow", 5))
-    await lanes.submit(b"t", _job(log, "queued"))
+    lanes, acks, _ = await _submitted((b"t", "slow", 5), (b"t", "queued", 0))
     await asyncio.sleep(0.01)
 
     dropped = await lanes.drain(grace_s=0.05)

@@ -44,11 +44,9 @@ from onceonly.processors.mail.registry import mail_providers
 from onceonly.processors.reply.once import (
     BurstResult,
     Outcome,
-    ReplyParts,
     SendPolicy,
     Skip,
     reply_once,
-    simple_write,
 )
 from onceonly.processors.writer.contract import Inbound, reply_key
 from onceonly.schemas.envelope import Envelope
@@ -56,6 +54,7 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from testkit.fakes.ledger import MemoryLedger
 from testkit.fakes.nylas_server import FakeNylas
+from tests.unit.processors._replying import reply_parts
 
 GRANT = "grant-1"
 AGENT = "agent@acme.example"
@@ -334,20 +333,19 @@ class Harness:
     async def run(
         self, burst: Sequence[Inbound], attempts: int = 3, backoff_s: float = 0.01
     ) -> BurstResult:
-        return await reply_once(
-            burst,
-            ReplyParts(
-                ledger=self.ledger,
-                sender=self.sender,
-                write=simple_write(self.writer),
-                dead_letter=self.dead_letter,
-                now=lambda: datetime.now(UTC),
-                policy=SendPolicy(
-                    attempts=attempts, backoff_initial_s=backoff_s, backoff_max_s=backoff_s * 5
-                ),
-                channel="nylas",
-            ),
+        policy = SendPolicy(
+            attempts=attempts, backoff_initial_s=backoff_s, backoff_max_s=backoff_s * 5
         )
+        parts = reply_parts(
+            self.ledger,
+            self.sender,
+            self.writer,
+            self.dead_letter,
+            lambda: datetime.now(UTC),
+            policy=policy,
+            channel="nylas",
+        )
+        return await reply_once(burst, parts)
 
     def replays(self) -> float:
         return self.registry.get_sample_value("onceonly_nylas_replays_total") or 0.0

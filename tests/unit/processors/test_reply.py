@@ -34,7 +34,9 @@ from onceonly.processors.writer.contract import Decline, Inbound, Text, reply_ke
 from onceonly.schemas.ledger import ReplyRecord, ReplyState, Usage
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.fakes.ledger import MemoryLedger
+from tests._mail import seed_agents_message
 from tests.unit.processors._messages import INBOX, T0, owed, received
+from tests.unit.processors._replying import StubSender, reply_parts
 
 
 def _inbound(message_id: str, *, minute: int = 0, thread: str = "thr_1", **kw: Any) -> Inbound:
@@ -160,9 +162,23 @@ class Harness:
         return ReplyParts(**given | {"write": write, "now": lambda: self.now} | options)
 
 
-async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
+def _with_message(mail: FakeAgentMail, now: datetime = T0) -> tuple[Harness, Inbound]:
+    """A harness at ``now``, and a customer's message ``<m1@x>`` seeded in ``mail``."""
     message = _seed(mail, "<m1@x>")
+    return Harness(mail, now=now), message
+
+
+def _owed_since(
+    mail: FakeAgentMail, since: timedelta, text: str
+) -> tuple[Harness, Inbound, ReplyRecord]:
+    """A harness ``since`` after :data:`T0`; ``<m1@x>`` seeded in ``mail``, and the pending
+    record of its reply with ``text`` recorded at T0 (not yet in the ledger)."""
+    harness, message = _with_message(mail, T0 + since)
+    return harness, message, _pending(message, text)
+
+
+async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgentMail) -> None:
+    harness, message = _with_message(mail)
 
     results = [await harness.run([message]) for _ in range(3)]
 
@@ -173,8 +189,7 @@ async def test_a_message_is_answered_once_however_often_it_comes(mail: FakeAgent
 
 
 async def test_the_pending_record_is_acknowledged_before_the_send(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     await harness.run([message])
 
@@ -183,8 +198,7 @@ async def test_the_pending_record_is_acknowledged_before_the_send(mail: FakeAgen
 
 
 async def test_a_crash_after_the_ledger_write_resends_the_stored_text(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     stored = _pending(message, "stored text")
     await harness.ledger.put(stored)
 
@@ -198,8 +212,7 @@ async def test_a_crash_after_the_ledger_write_resends_the_stored_text(mail: Fake
 async def test_a_lost_response_is_retried_with_the_same_key_and_sends_once(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.lose_response_next(1)
 
     result = await harness.run([message])
@@ -258,8 +271,7 @@ async def test_a_key_used_with_other_content_whose_reply_is_in_the_thread_is_rec
     mail: FakeAgentMail,
 ) -> None:
     # another owner sent this key with its own text: the 409 is that email, not a failure
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     other = Harness(mail)
     other.writer = lambda burst: "a different text"  # type: ignore[assignment]
     await other.run([message])
@@ -274,8 +286,7 @@ async def test_a_key_used_with_other_content_whose_reply_is_in_the_thread_is_rec
 
 
 async def test_server_errors_exhaust_the_attempts_then_dead_letter(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.fail_next(10, status=503)
 
     result = await harness.run([message], attempts=3)
@@ -291,8 +302,7 @@ async def test_answers_lost_on_every_attempt_read_the_thread_and_record_the_emai
 ) -> None:
     # found by the simulator (F5; seeds 204, 245, 1047): each answer lost after the email
     # went out; the reply was recorded failed and dead-lettered while the customer had it
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.lose_response_next(10)
 
     result = await harness.run([message], attempts=3)
@@ -335,17 +345,9 @@ async def test_a_thread_unreadable_after_the_failed_send_leaves_the_reply_failed
 async def test_a_stale_pending_record_whose_reply_is_in_the_thread_sends_nothing(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail, now=T0 + timedelta(hours=25))
-    message = _seed(mail, "<m1@x>")
-    mail.seed_message(
-        INBOX,
-        message_id="<r1@x>",
-        thread_id="thr_1",
-        labels=("sent",),
-        in_reply_to="<m1@x>",
-        from_=INBOX,
-    )
-    await harness.ledger.put(_pending(message, "t"))
+    harness, message, pending = _owed_since(mail, timedelta(hours=25), "t")
+    seed_agents_message(mail, INBOX, "<r1@x>", "thr_1", in_reply_to="<m1@x>")
+    await harness.ledger.put(pending)
 
     result = await harness.run([message])
 
@@ -380,56 +382,29 @@ async def test_a_message_id_with_a_slash_reaches_the_right_url(mail: FakeAgentMa
     assert mail.outbox[0].replied_to_message_id == "<CAJ+ab/cd==@mail.gmail.com>"
 
 
-class FlakyThreadReader:
-    """A sender whose thread read fails once (retryable) before it finds the reply."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-        self.sends = 0
-
-    async def reply(self, record: ReplyRecord) -> str:
-        self.sends += 1
-        return "<new@x>"
-
-    async def find_reply(self, record: ReplyRecord) -> str | None:
-        self.reads += 1
-        if self.reads == 1:
-            raise SendError(SendFailure.RETRY, "thread read timed out")
-        return "<r1@x>"
-
-
 async def test_a_failed_thread_read_is_retried_and_never_becomes_a_blind_send() -> None:
     ledger = MemoryLedger()
     message = _inbound("<m1@x>")
     stale = _pending(message, "t")
     await ledger.put(stale)
-    sender = FlakyThreadReader()
+    timed_out = SendError(SendFailure.RETRY, "thread read timed out")
+    sender = StubSender(found="<r1@x>", read_failures=[timed_out])
 
     async def dead_letter(record: ReplyRecord, reason: str, burst: Any = ()) -> None:
         raise AssertionError(reason)
 
-    result = await reply_once(
-        [message],
-        ReplyParts(
-            ledger=ledger,
-            sender=sender,
-            write=simple_write(CountingWriter()),
-            dead_letter=dead_letter,
-            now=lambda: T0 + timedelta(hours=25),
-            policy=SendPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02),
-        ),
-    )
+    later = T0 + timedelta(hours=25)
+    result = await _reply([message], ledger, sender, dead_letter=dead_letter, now=lambda: later)
 
     assert result.outcome is Outcome.ALREADY
-    assert (sender.reads, sender.sends) == (2, 0)
+    assert (len(sender.reads), len(sender.sent)) == (2, 0)
     assert ledger.records[message.key].sent_message_id == "<r1@x>"
 
 
 async def test_a_rebalance_stops_the_retries_and_leaves_the_reply_pending(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
     mail.fail_next(1, status=503)
 
     with pytest.raises(Rebalancing, match="rebalance"):
@@ -441,8 +416,7 @@ async def test_a_rebalance_stops_the_retries_and_leaves_the_reply_pending(
 
 
 async def test_a_rebalance_does_not_stop_a_first_attempt(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     result = await harness.run([message], may_retry=False)
 
@@ -503,8 +477,7 @@ async def test_the_pending_record_is_written_before_any_send_attempt(mail: FakeA
 async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
     mail: FakeAgentMail,
 ) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     async def failing(burst: Sequence[Inbound]) -> str:
         raise WriterFailed("the writer failed", attempts=3, last_error="RuntimeError('429')")
@@ -521,8 +494,7 @@ async def test_a_writer_that_fails_records_failed_and_dead_letters_the_burst(
 
 
 async def test_a_declined_reply_is_recorded_and_nothing_is_sent(mail: FakeAgentMail) -> None:
-    harness = Harness(mail)
-    message = _seed(mail, "<m1@x>")
+    harness, message = _with_message(mail)
 
     result = await reply_once(
         [message],
@@ -616,26 +588,6 @@ async def test_a_failed_send_dead_letters_the_messages_that_superseded_the_first
 # -- the exact records reply_once writes, with an in-memory sender --------------------
 
 
-class StubSender:
-    """Sends ``<sent-N@x>``; raises ``failures`` first, in order; finds ``found`` in the thread."""
-
-    def __init__(self, *failures: SendError, found: str | None = None) -> None:
-        self.failures = list(failures)
-        self.found = found
-        self.sent: list[ReplyRecord] = []
-        self.reads = 0
-
-    async def reply(self, record: ReplyRecord) -> str:
-        if self.failures:
-            raise self.failures.pop(0)
-        self.sent.append(record)
-        return f"<sent-{len(self.sent)}@x>"
-
-    async def find_reply(self, record: ReplyRecord) -> str | None:
-        self.reads += 1
-        return self.found
-
-
 @dataclass
 class Letters:
     letters: list[tuple[ReplyRecord, str, list[str]]] = field(default_factory=list)
@@ -651,18 +603,11 @@ async def _reply(
     writer: Any = "the reply",
     **options: Any,
 ) -> BurstResult:
-    options.setdefault("dead_letter", Letters())
-    return await reply_once(
-        burst,
-        ReplyParts(
-            ledger=ledger,
-            sender=sender or StubSender(),
-            write=simple_write(writer if callable(writer) else lambda burst: writer),
-            now=lambda: T0,
-            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
-            **options,
-        ),
-    )
+    """reply_once at :data:`T0` unless ``options`` give another clock; dead letters to a
+    new :class:`Letters` unless they give another."""
+    write = writer if callable(writer) else lambda burst: writer
+    given = {"dead_letter": Letters(), "now": lambda: T0} | options
+    return await reply_once(burst, reply_parts(ledger, sender or StubSender(), write, **given))
 
 
 async def test_a_burst_writes_its_pending_reply_covers_the_other_then_records_the_send() -> None:
@@ -822,16 +767,8 @@ async def test_a_reply_found_in_the_thread_returns_its_key_and_id() -> None:
     message = _inbound("<a@x>")
     await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
 
-    result = await reply_once(
-        [message],
-        ReplyParts(
-            ledger=ledger,
-            sender=StubSender(found="<r1@x>"),
-            write=simple_write(CountingWriter()),
-            dead_letter=Letters(),
-            now=lambda: T0 + timedelta(hours=25),
-        ),
-    )
+    later = T0 + timedelta(hours=25)
+    result = await _reply([message], ledger, StubSender(found="<r1@x>"), now=lambda: later)
 
     assert result == BurstResult(Outcome.ALREADY, message.key, "<r1@x>")
 
@@ -842,19 +779,10 @@ async def test_a_stale_reply_reads_the_thread_once_not_on_every_send_retry() -> 
     await ledger.put(owed(message, ReplyState.PENDING, reply_text="t"))
     sender = StubSender(SendError(SendFailure.RETRY, "503"), SendError(SendFailure.RETRY, "503"))
 
-    await reply_once(
-        [message],
-        ReplyParts(
-            ledger=ledger,
-            sender=sender,
-            write=simple_write(CountingWriter()),
-            dead_letter=Letters(),
-            now=lambda: T0 + timedelta(hours=25),
-            policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
-        ),
-    )
+    later = T0 + timedelta(hours=25)
+    await _reply([message], ledger, sender, now=lambda: later)
 
-    assert (sender.reads, len(sender.sent)) == (1, 1)
+    assert (len(sender.reads), len(sender.sent)) == (1, 1)
 
 
 async def test_a_newer_message_that_has_a_record_already_does_not_supersede_the_reply() -> None:
@@ -938,9 +866,7 @@ async def test_a_fresh_pending_record_whose_reply_reached_an_api_ignoring_keys_s
     # a worker paused after its send reached the API and before it recorded it sent; its
     # partition's next owner finds the pending record a minute later, and this API does not
     # honour idempotency keys: only reading the thread first keeps the customer at one email
-    harness = Harness(mail, now=T0 + timedelta(minutes=1))
-    message = _seed(mail, "<m1@x>")
-    pending = _pending(message, "first text")
+    harness, message, pending = _owed_since(mail, timedelta(minutes=1), "first text")
     await harness.ledger.put(pending)
     mail.ignore_keys()
     await harness.sender.reply(pending)  # the paused worker's send
@@ -1087,9 +1013,7 @@ async def test_a_reply_found_with_another_text_is_recorded_as_the_thread_has_it(
     # the partition's owner sent its text; a worker that woke after the partition moved had
     # recorded its own pending text after that (no fence reaches a write already under way):
     # the next reconcile finds the email and records what the customer read, not the late text
-    harness = Harness(mail, now=T0 + timedelta(minutes=1))
-    message = _seed(mail, "<m1@x>")
-    owners = _pending(message, "owner's text")
+    harness, message, owners = _owed_since(mail, timedelta(minutes=1), "owner's text")
     await harness.sender.reply(owners)  # the owner's email
     late = owners.with_state(ReplyState.PENDING, reply_text="the woken worker's text")
     await harness.ledger.put(late)

@@ -19,43 +19,19 @@ from onceonly.processors.reply.bursts import Plan, divide, summarize
 from onceonly.processors.reply.once import (
     BurstResult,
     Outcome,
-    ReplyParts,
-    SendPolicy,
     reply_once,
-    simple_write,
 )
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.fakes.ledger import MemoryLedger
 from tests.unit.processors._messages import T0, owed, received
+from tests.unit.processors._replying import StubSender, reply_parts
 
 CONFLICT = SendError(SendFailure.CONFLICT, "409 IdempotencyConflict", status=409)
 
 
 def _inbound(message_id: str, minute: int) -> Inbound:
     return received(message_id, T0 + timedelta(minutes=minute))
-
-
-class Sender:
-    """Sends ``<sent-N@x>``; raises ``failures`` first, in order; finds ``found`` in threads."""
-
-    def __init__(self, *failures: SendError, found: str | None = None) -> None:
-        self.failures = list(failures)
-        self.found = found
-        self.tried: list[ReplyRecord] = []
-        self.sent: list[ReplyRecord] = []
-        self.reads: list[str] = []
-
-    async def reply(self, record: ReplyRecord) -> str:
-        self.tried.append(record)
-        if self.failures:
-            raise self.failures.pop(0)
-        self.sent.append(record)
-        return f"<sent-{len(self.sent)}@x>"
-
-    async def find_reply(self, record: ReplyRecord) -> str | None:
-        self.reads.append(record.key)
-        return self.found
 
 
 @dataclass
@@ -84,23 +60,14 @@ class Letters:
 @dataclass
 class Run:
     ledger: MemoryLedger = field(default_factory=MemoryLedger)
-    sender: Sender = field(default_factory=Sender)
+    sender: StubSender = field(default_factory=StubSender)
     writer: Writer = field(default_factory=Writer)
     letters: Letters = field(default_factory=Letters)
     now: datetime = T0
 
     async def __call__(self, burst: Sequence[Inbound]) -> BurstResult:
-        return await reply_once(
-            burst,
-            ReplyParts(
-                ledger=self.ledger,
-                sender=self.sender,
-                write=simple_write(self.writer),
-                dead_letter=self.letters,
-                now=lambda: self.now,
-                policy=SendPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002),
-            ),
-        )
+        parts = reply_parts(self.ledger, self.sender, self.writer, self.letters, lambda: self.now)
+        return await reply_once(burst, parts)
 
 
 A, B, C = _inbound("<a@x>", 0), _inbound("<b@x>", 1), _inbound("<c@x>", 2)
@@ -251,7 +218,7 @@ async def test_a_message_recorded_covered_goes_with_its_pending_reply_into_its_d
     # send; the next owner's send fails: A's answer was that send, so A is dead-lettered
     # with it rather than left covered by a reply that has no email (simulator seed
     # 384256741)
-    run = Run(sender=Sender(SendError(SendFailure.REJECTED, "422")))
+    run = Run(sender=StubSender(SendError(SendFailure.REJECTED, "422")))
     await run.ledger.put(owed(B, ReplyState.PENDING, reply_text="for a and b", covers=(A.key,)))
     await run.ledger.put(owed(A, ReplyState.COVERED, covered_by=B.key))
 
@@ -262,7 +229,7 @@ async def test_a_message_recorded_covered_goes_with_its_pending_reply_into_its_d
 
 
 async def test_a_pending_record_in_a_later_burst_looks_in_the_thread_first() -> None:
-    run = Run(sender=Sender(found="<r-a@x>"))
+    run = Run(sender=StubSender(found="<r-a@x>"))
     await run.ledger.put(owed(A, ReplyState.PENDING, reply_text="stored"))
 
     await run([A, B])
@@ -276,7 +243,7 @@ async def test_a_pending_record_in_a_later_burst_looks_in_the_thread_first() -> 
 
 
 async def test_a_key_conflict_whose_reply_is_in_the_thread_is_recorded_sent_with_its_id() -> None:
-    run = Run(sender=Sender(CONFLICT, found="<theirs@x>"))
+    run = Run(sender=StubSender(CONFLICT, found="<theirs@x>"))
 
     result = await run([A])
 
@@ -286,7 +253,7 @@ async def test_a_key_conflict_whose_reply_is_in_the_thread_is_recorded_sent_with
 
 
 async def test_a_key_conflict_whose_reply_is_in_the_thread_is_not_dead_lettered() -> None:
-    run = Run(sender=Sender(CONFLICT, found="<theirs@x>"))
+    run = Run(sender=StubSender(CONFLICT, found="<theirs@x>"))
 
     await run([A])
 
@@ -297,7 +264,7 @@ async def test_a_key_conflict_whose_reply_is_in_the_thread_is_not_dead_lettered(
 async def test_a_key_conflict_with_no_reply_in_the_thread_is_still_a_dead_lettered_failure() -> (
     None
 ):
-    run = Run(sender=Sender(CONFLICT, found=None))
+    run = Run(sender=StubSender(CONFLICT, found=None))
 
     result = await run([A])
 
@@ -309,7 +276,7 @@ async def test_a_key_conflict_with_no_reply_in_the_thread_is_still_a_dead_letter
 
 
 async def test_other_refusals_are_not_looked_up_in_the_thread() -> None:
-    run = Run(sender=Sender(SendError(SendFailure.REJECTED, "422"), found="<theirs@x>"))
+    run = Run(sender=StubSender(SendError(SendFailure.REJECTED, "422"), found="<theirs@x>"))
 
     result = await run([A])
 

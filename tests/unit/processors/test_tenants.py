@@ -25,10 +25,15 @@ def _drain(scheduler: FairScheduler[str], slots: int) -> list[str]:
     return out
 
 
+def _queue(scheduler: FairScheduler[str], tenant: str, calls: int) -> None:
+    """``calls`` waiting calls of ``tenant``, named its letter in lower case and a count."""
+    for n in range(calls):
+        scheduler.add(tenant, f"{tenant.lower()}{n}")
+
+
 def test_a_tenant_arriving_during_a_flood_takes_the_next_free_slot() -> None:
     scheduler: FairScheduler[str] = FairScheduler(capacity=4)
-    for n in range(10_000):
-        scheduler.add("A", f"a{n}")
+    _queue(scheduler, "A", 10_000)
     assert _drain(scheduler, 4) == ["a0", "a1", "a2", "a3"]
     scheduler.add("B", "b0")
     scheduler.release("A")
@@ -40,8 +45,7 @@ def test_a_tenant_arriving_during_a_flood_takes_the_next_free_slot() -> None:
 def _flooded(capacity: int, grants: int) -> FairScheduler[str]:
     """Tenant A alone, each slot refilled as it frees, for ``grants`` grants."""
     scheduler: FairScheduler[str] = FairScheduler(capacity=capacity)
-    for n in range(grants + capacity):
-        scheduler.add("A", f"a{n}")
+    _queue(scheduler, "A", grants + capacity)
     _drain(scheduler, capacity)
     for _ in range(grants - capacity):
         scheduler.release("A")
@@ -53,8 +57,7 @@ def test_a_burst_during_a_flood_is_not_made_to_alternate_with_it() -> None:
     # 10 calls of B at 16 slots: alternation gave B 8 of the next 16 slots, so its last
     # two waited for another round of A's calls; B now takes the next 10
     scheduler = _flooded(capacity=16, grants=1_000)
-    for n in range(10):
-        scheduler.add("B", f"b{n}")
+    _queue(scheduler, "B", 10)
     granted = []
     for _ in range(12):
         scheduler.release("A")
@@ -65,8 +68,7 @@ def test_a_burst_during_a_flood_is_not_made_to_alternate_with_it() -> None:
 
 def test_a_burst_takes_about_its_share_of_recent_grants_and_then_alternates() -> None:
     scheduler = _flooded(capacity=16, grants=1_000)
-    for n in range(100):
-        scheduler.add("B", f"b{n}")
+    _queue(scheduler, "B", 100)
     tenants = []
     for _ in range(40):
         released = "A" if scheduler.in_flight.get("A") else "B"
@@ -83,18 +85,15 @@ def test_a_burst_takes_about_its_share_of_recent_grants_and_then_alternates() ->
 
 def test_slots_alternate_between_tenants_with_work() -> None:
     scheduler: FairScheduler[str] = FairScheduler(capacity=6)
-    for n in range(5):
-        scheduler.add("A", f"a{n}")
-    for n in range(3):
-        scheduler.add("B", f"b{n}")
+    _queue(scheduler, "A", 5)
+    _queue(scheduler, "B", 3)
     scheduler.add("C", "c0")
     assert _drain(scheduler, 6) == ["a0", "b0", "c0", "a1", "b1", "a2"]
 
 
 def test_the_per_tenant_limit_holds_and_leaves_slots_to_others() -> None:
     scheduler: FairScheduler[str] = FairScheduler(capacity=8, per_tenant=2)
-    for n in range(10):
-        scheduler.add("A", f"a{n}")
+    _queue(scheduler, "A", 10)
     assert _drain(scheduler, 8) == ["a0", "a1"]
     assert not scheduler.ready()
     scheduler.add("B", "b0")

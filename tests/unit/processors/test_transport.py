@@ -80,30 +80,39 @@ async def test_a_refused_connection_is_an_httpx_connect_error() -> None:
 
 
 @contextlib.asynccontextmanager
-async def serving(handler: Handler) -> AsyncIterator[str]:
-    """``handler`` answering GET / on a free local port; yields the URL."""
+async def serving(handler: Handler, method: str = "GET", path: str = "/") -> AsyncIterator[str]:
+    """``handler`` answering ``method`` ``path`` on a free local port; yields the URL."""
     app = web.Application()
-    app.router.add_get("/", handler)
+    app.router.add_route(method, path, handler)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        yield f"http://127.0.0.1:{port}/"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         await runner.cleanup()
 
 
-async def test_a_compressed_answer_is_decoded_once() -> None:
-    payload = {"hello": "world"}
+def gzipped(payload: object) -> Handler:
+    """A handler answering ``payload`` as gzip-compressed JSON."""
 
-    async def gzipped(request: web.Request) -> web.StreamResponse:
+    async def handler(request: web.Request) -> web.StreamResponse:
         return web.Response(
             body=gzip.compress(json.dumps(payload).encode()),
             headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
         )
 
-    async with serving(gzipped) as url, httpx.AsyncClient(transport=AiohttpTransport()) as http:
+    return handler
+
+
+async def test_a_compressed_answer_is_decoded_once() -> None:
+    payload = {"hello": "world"}
+
+    async with (
+        serving(gzipped(payload)) as url,
+        httpx.AsyncClient(transport=AiohttpTransport()) as http,
+    ):
         answer = await http.get(url)
 
     assert answer.json() == payload
@@ -152,33 +161,13 @@ async def test_a_plain_request_sends_the_bytes_and_headers_httpx_would_send() ->
         seen.append((request.method, request.path_qs, dict(request.headers), await request.read()))
         return web.json_response({"message_id": "<sent@x>"})
 
-    app = web.Application()
-    app.router.add_post("/v0/reply", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
     payload = {"text": 'Grüße, ☃ "quoted"', "to": ["a@x"], "n": 1.5, "none": None}
     headers = {"Idempotency-Key": "reply-k", "Authorization": "Bearer t", "X-Fern-Language": "P"}
-    try:
+    async with serving(handler, "POST", "/v0/reply") as url:
         async with ApiClient(timeout_s=5) as direct:
-            await direct.request(
-                "POST",
-                f"http://127.0.0.1:{port}/v0/reply",
-                json=payload,
-                headers=headers,
-                timeout=5.0,
-            )
+            await direct.request("POST", url, json=payload, headers=headers, timeout=5.0)
         async with httpx.AsyncClient(transport=AiohttpTransport(), timeout=5) as plain:
-            await plain.request(
-                "POST",
-                f"http://127.0.0.1:{port}/v0/reply",
-                json=payload,
-                headers=headers,
-                timeout=5.0,
-            )
-    finally:
-        await runner.cleanup()
+            await plain.request("POST", url, json=payload, headers=headers, timeout=5.0)
 
     (method, path, direct_headers, direct_body), (_, _, httpx_headers, httpx_body) = seen
     assert (method, path) == ("POST", "/v0/reply")
@@ -208,13 +197,7 @@ async def test_the_sdks_reply_builds_no_httpx_request(
 async def test_a_compressed_answer_on_the_direct_path_is_decoded_once() -> None:
     payload = {"hello": "wörld"}
 
-    async def gzipped(request: web.Request) -> web.StreamResponse:
-        return web.Response(
-            body=gzip.compress(json.dumps(payload).encode()),
-            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
-        )
-
-    async with serving(gzipped) as url, ApiClient(timeout_s=5) as http:
+    async with serving(gzipped(payload)) as url, ApiClient(timeout_s=5) as http:
         answer = await http.request("GET", url, headers={"X-Api-Key": "k"}, timeout=5.0)
 
     assert answer.json() == payload

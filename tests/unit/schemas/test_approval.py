@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 import pytest
 
-from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict
+from onceonly.schemas.approval import Approval, ApprovalDecision, Verdict
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import LEDGER_VERSION, ReplyRecord, ReplyState
-from tests.unit.schemas._samples import changed
-
-AT = datetime(2026, 12, 2, 9, 30, tzinfo=UTC)
-DECISION = ApprovalDecision(
-    "d-1", "reply-abc", "agentmail:thr_1", Action.APPROVE, "ana", AT, text="Édité", reason=None
-)
-
-
-def test_a_decision_survives_encoding_unchanged() -> None:
-    assert ApprovalDecision.decode(DECISION.encode()) == DECISION
-
-
-def test_a_decision_of_an_unknown_version_is_refused() -> None:
-    with pytest.raises(SchemaError, match="version 7"):
-        ApprovalDecision.decode(changed(DECISION, v=7))
+from tests.unit.schemas._samples import AT, DECISION, changed
 
 
 def test_a_decision_with_an_unknown_action_is_refused() -> None:
