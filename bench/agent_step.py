@@ -27,15 +27,12 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import click
 
 from bench._agent_load import RunResult
 from bench._model import LATENCY_S
-from bench._options import out_option, partitions, sized
+from bench._options import Float, Int, Opt, partitions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, console, create_topics
@@ -45,10 +42,9 @@ from bench._report import (
     fmt_cpu,
     met,
     print_table,
-    run_on_broker,
     verdict_table,
-    write_markdown,
 )
+from bench._runner import Scenario, command
 from bench._stack_run import Setup, run
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
@@ -67,7 +63,7 @@ class Options:
     concurrency: int
     instant: bool
     instant_count: int
-    partitions: int
+    partitions: int = field(default_factory=partitions)
 
     @property
     def replies_target(self) -> float:
@@ -257,44 +253,35 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     return r
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--rate",
-    type=click.FloatRange(1, 1000),
-    default=None,
-    help="Offered deliveries/s [55; smoke 20].",
+OPTIONS = (
+    Opt("--rate", Float(1, 1000), help="Offered deliveries/s", sizes=(55.0, 20.0)),
+    Opt(
+        "--duration",
+        Float(1, 600),
+        help="Seconds of load per run",
+        dest="duration_s",
+        sizes=(60.0, 15.0),
+    ),
+    Opt("--hang-fraction", Float(0, 0.5), 0.01),
+    Opt("--window-ms", Int(0, 60_000), 2000),
+    Opt("--concurrency", Int(1, 1024), 64),
+    Opt("--instant/--no-instant", None, True, "Run (C)."),
+    Opt("--instant-count", Int(100, 100_000), help="(C) records", sizes=(2000, 500)),
 )
-@click.option(
-    "--duration",
-    "duration_s",
-    type=click.FloatRange(1, 600),
-    default=None,
-    help="Seconds of load per run [60; smoke 15].",
+AGENT_STEP = Scenario(
+    "agent-step",
+    "Agent-step benchmark",
+    "bench.agent_step",
+    OPTIONS,
+    Options,
+    collect,
+    report_lines,
+    smoke="A small quick run (rate 20/s, 15 s, 500 records).",
 )
-@click.option("--hang-fraction", type=click.FloatRange(0, 0.5), default=0.01, show_default=True)
-@click.option("--window-ms", type=click.IntRange(0, 60_000), default=2000, show_default=True)
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
-@click.option("--instant/--no-instant", default=True, show_default=True, help="Run (C).")
-@click.option(
-    "--instant-count",
-    type=click.IntRange(100, 100_000),
-    default=None,
-    help="(C) records [2000; smoke 500].",
+main = command(
+    AGENT_STEP,
+    "Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls.",
 )
-@out_option
-@click.option("--smoke", is_flag=True, help="A small quick run (rate 20/s, 15 s, 500 records).")
-def main(out: Path, smoke: bool, **values: Any) -> None:
-    """Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls."""
-    sized(values, smoke, rate=(55.0, 20.0), duration_s=(60.0, 15.0), instant_count=(2000, 500))
-    opts = Options(**values, partitions=partitions())
-    results, about_items = run_on_broker(
-        "onceonly-bench-agent-", lambda broker, work: collect(opts, broker, work)
-    )
-    body = report_lines(opts, results)
-    path = write_markdown(
-        out, "agent-step", "Agent-step benchmark", "bench.agent_step", body, about_items
-    )
-    console.print(f"written to {path}")
 
 
 if __name__ == "__main__":

@@ -50,11 +50,11 @@ from bench._backlog_records import backlog_records, message_id
 from bench._backlog_report import rows, section
 from bench._backlog_tick import measure as measure_tick
 from bench._backlog_writer import WRITER_S_ENV
-from bench._options import out_option
+from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, get_json, group_rss_mb, scrape
 from bench._procs import BenchError, Broker, CpuWindow, console, create_topics
-from bench._report import command_line, run_on_broker, write_report
+from bench._runner import Scenario, command, whole_run
 
 #: Seconds between two /metrics readings (the lag gauge asks the broker each time).
 SCRAPE_EVERY_S = 5.0
@@ -269,67 +269,68 @@ def print_rows(outcome: Outcome) -> None:
         console.print(f"{figure:<48} {value:>22}  {target}  {verdict}", style=style)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--threads", type=click.IntRange(1, 10_000_000), default=50_000, show_default=True)
-@click.option("--body-kb", type=click.IntRange(1, 1024), default=50, show_default=True)
-@click.option("--writer-s", type=click.FloatRange(0.001, 600), default=1.0, show_default=True)
-@click.option("--window-ms", type=click.IntRange(0, 60_000), default=2000, show_default=True)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 4096),
-    default=None,
-    help="Writer calls in flight [the worker's default, 64].",
-)
-@click.option(
-    "--max-pending",
-    type=click.IntRange(1, 1_000_000),
-    default=None,
-    help="ONCEONLY_MAX_PENDING [the worker's default, 4096].",
-)
-@click.option(
-    "--stall-s",
-    type=click.FloatRange(10, 7200),
-    default=600.0,
-    show_default=True,
-    help="Fail when neither the replies nor the consumer lag move for this long.",
-)
-@click.option(
-    "--timeout-s",
-    type=click.FloatRange(10, 86_400),
-    default=None,
-    help="Stop waiting after this long and report what drained [no limit].",
-)
-@click.option(
-    "--keep-logs",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Copy the worker's and the mail server's logs to this directory.",
-)
-@out_option
-def main(
-    stall_s: float, timeout_s: float | None, keep_logs: Path | None, out: Path, **values: Any
-) -> None:
-    """Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."""
+def options(
+    stall_s: float, timeout_s: float | None, keep_logs: Path | None, **values: Any
+) -> tuple[Plan, Limits]:
+    """The plan (the worker's defaults for what was not given) and the drain's limits."""
     from onceonly.foundation.settings import Settings
 
     defaults = Settings.from_env()
     values["concurrency"] = values["concurrency"] or defaults.writer_concurrency
     values["max_pending"] = values["max_pending"] or defaults.max_pending
-    plan = Plan(**values, partitions=defaults.partitions)
-    limits = Limits(stall_s, timeout_s, keep_logs)
+    return Plan(**values, partitions=defaults.partitions), Limits(stall_s, timeout_s, keep_logs)
 
-    def took(_outcome: Outcome, seconds: float) -> list[tuple[str, str]]:
-        return [("whole run", f"{seconds:.0f} s")]
 
-    outcome, items = run_on_broker(
-        "onceonly-bench-backlog-", lambda broker, work: run(plan, broker, work, limits), took
-    )
+def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
+    outcome = run(opts[0], broker, work, opts[1])
     print_rows(outcome)
-    title = "onceonly backlog benchmark"
-    md, png = write_report(
-        "backlog", title, [section(outcome)], items, command_line("bench.backlog"), out
-    )
-    console.print(f"written to {md} and {png.name}")
+    return outcome
+
+
+OPTIONS = (
+    Opt("--threads", Int(1, 10_000_000), 50_000),
+    Opt("--body-kb", Int(1, 1024), 50),
+    Opt("--writer-s", Float(0.001, 600), 1.0),
+    Opt("--window-ms", Int(0, 60_000), 2000),
+    Opt("--concurrency", Int(1, 4096), None, "Writer calls in flight [the worker's default, 64]."),
+    Opt(
+        "--max-pending",
+        Int(1, 1_000_000),
+        None,
+        "ONCEONLY_MAX_PENDING [the worker's default, 4096].",
+    ),
+    Opt(
+        "--stall-s",
+        Float(10, 7200),
+        600.0,
+        "Fail when neither the replies nor the consumer lag move for this long.",
+    ),
+    Opt(
+        "--timeout-s",
+        Float(10, 86_400),
+        None,
+        "Stop waiting after this long and report what drained [no limit].",
+    ),
+    Opt(
+        "--keep-logs",
+        click.Path(file_okay=False, path_type=Path),
+        None,
+        "Copy the worker's and the mail server's logs to this directory.",
+    ),
+)
+BACKLOG = Scenario(
+    "backlog",
+    "onceonly backlog benchmark",
+    "bench.backlog",
+    OPTIONS,
+    options,
+    collect,
+    sections=lambda _opts, outcome: [section(outcome)],
+    about=whole_run,
+)
+main = command(
+    BACKLOG, "Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."
+)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-import click
 
 from bench._ingest_report import print_report, section
 from bench._ingest_results import (
@@ -60,10 +59,10 @@ from bench._ingest_results import (
 from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool
 from bench._openloop import build_generator, open_loop
-from bench._options import IngestOptions, ingest_options, out_option
+from bench._options import INGEST_OPTIONS, IngestOptions
 from bench._proc_stack import ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
-from bench._report import command_line, run_on_broker, write_report
+from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
 from bench._wrk import WrkLoad, wrk_closed_loop
 
@@ -355,27 +354,22 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
     return results
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@ingest_options
-@out_option
-def main(ingest: IngestOptions, out: Path) -> None:
+INGEST = Scenario(
+    "ingest",
+    "Ingest benchmark",
+    "bench.ingest",
+    INGEST_OPTIONS,
+    IngestOptions,
+    collect,
+    sections=lambda _opts, results: [section(results)],
+    failed=lambda results: verdict(results.runs).failed,
+)
+main = command(
+    INGEST,
     """Deliveries/s, p50/p99 and CPU per delivery of every process, under wrk, of (a) bare
     aiohttp, (b) + svix verify, (c) onceonly ingest, (c2) with 2 ingest processes, (m) with
-    the envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING."""
-    results, about_items = run_on_broker(
-        "onceonly-bench-", lambda broker, work: collect(ingest, broker, work)
-    )
-    md, png = write_report(
-        "ingest",
-        "Ingest benchmark",
-        [section(results)],
-        about_items,
-        command_line("bench.ingest"),
-        out,
-    )
-    console.print(f"written to {md} and {png.name}")
-    if verdict(results.runs).failed:
-        sys.exit(1)
+    the envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING.""",
+)
 
 
 if __name__ == "__main__":

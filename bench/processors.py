@@ -47,10 +47,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
 from bench._changelog_fill import fill_changelog
-from bench._options import ProcessorOptions, out_option, processor_options
+from bench._options import PROCESSOR_OPTIONS, ProcessorOptions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
@@ -58,12 +56,8 @@ from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
 from bench._procs import Broker, console, create_topics, print_log_tails
-from bench._report import (
-    CONTENDED_PERCENT,
-    command_line,
-    run_on_broker,
-    write_report,
-)
+from bench._report import CONTENDED_PERCENT
+from bench._runner import Scenario, command
 
 if TYPE_CHECKING:
     pass
@@ -189,24 +183,20 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     return r
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@processor_options
-@out_option
-def main(processors: ProcessorOptions, out: Path) -> None:
+PROCESSORS = Scenario(
+    "processors",
+    "Processor benchmark",
+    "bench.processors",
+    PROCESSOR_OPTIONS,
+    ProcessorOptions,
+    collect,
+    sections=lambda _opts, results: [section(results)],
+)
+main = command(
+    PROCESSORS,
     """Events/s of a plain faust agent vs onceonly's worker, RSS with many dedupe entries,
-    and restart-to-first-event."""
-    results, about_items = run_on_broker(
-        "onceonly-bench-proc-", lambda broker, work: collect(processors, broker, work)
-    )
-    md, png = write_report(
-        "processors",
-        "Processor benchmark",
-        [section(results)],
-        about_items,
-        command_line("bench.processors"),
-        out,
-    )
-    console.print(f"written to {md} and {png.name}")
+    and restart-to-first-event.""",
+)
 
 
 if __name__ == "__main__":

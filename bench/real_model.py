@@ -31,19 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import click
 
 from bench._agent_load import AgentBench
-from bench._options import out_option, partitions
+from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import get_json
 from bench._procs import BenchError, Broker, console, create_topics, print_log_tails
-from bench._report import (
-    fmt,
-    run_on_broker,
-    write_markdown,
-)
+from bench._report import fmt
+from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
 from devstack import llm
 from testkit import samples
@@ -150,7 +144,7 @@ class Options:
     saturated_rate: float
     saturated_count: int
     threads: int
-    partitions: int
+    partitions: int = field(default_factory=partitions)
 
 
 def _declined(x: Run) -> int:
@@ -228,29 +222,26 @@ def report_lines(opts: Options, r: Results) -> list[str]:
     return lines
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--rate", type=click.FloatRange(0.01, 100), default=0.2, show_default=True)
-@click.option("--count", type=click.IntRange(0, 10_000), default=30, show_default=True)
-@click.option("--saturated-rate", type=click.FloatRange(0.01, 100), default=1.0, show_default=True)
-@click.option(
-    "--saturated-count",
-    type=click.IntRange(0, 10_000),
-    default=60,
-    show_default=True,
-    help="0 (and --count 0): the sample only.",
+OPTIONS = (
+    Opt("--rate", Float(0.01, 100), 0.2),
+    Opt("--count", Int(0, 10_000), 30),
+    Opt("--saturated-rate", Float(0.01, 100), 1.0),
+    Opt("--saturated-count", Int(0, 10_000), 60, "0 (and --count 0): the sample only."),
+    Opt("--threads", Int(1, 64), 1),
 )
-@click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True)
-@out_option
-def main(out: Path, **values: Any) -> None:
-    """Build and serve a real model, answer the sample with it, measure replies/s and p99."""
-    opts = Options(**values, partitions=partitions())
-    results, about_items = run_on_broker(
-        "onceonly-bench-model-", lambda broker, work: collect(opts, broker, work)
-    )
-    title = "A real model behind the openai writer"
-    body = report_lines(opts, results)
-    path = write_markdown(out, "real-model", title, "bench.real_model", body, about_items)
-    console.print(f"written to {path}")
+REAL_MODEL = Scenario(
+    "real-model",
+    "A real model behind the openai writer",
+    "bench.real_model",
+    OPTIONS,
+    Options,
+    collect,
+    report_lines,
+)
+main = command(
+    REAL_MODEL,
+    "Build and serve a real model, answer the sample with it, measure replies/s and p99.",
+)
 
 
 if __name__ == "__main__":

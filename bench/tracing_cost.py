@@ -28,15 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-
-from bench._options import out_option, partitions
+from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import base_env, get_json
 from bench._procs import Broker, ServerProcess, console
-from bench._report import (
-    run_on_broker,
-    write_markdown,
-)
+from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
 from devstack.ports import free_port
 from onceonly.foundation import tracing
@@ -49,7 +44,7 @@ class Options:
     rounds: int
     window_ms: int
     calls: int
-    partitions: int
+    partitions: int = field(default_factory=partitions)
 
     def worker(self) -> dict[str, str]:
         return {
@@ -252,22 +247,17 @@ def report_lines(opts: Options, r: Results) -> list[str]:
     ]
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--rate", type=click.FloatRange(1, 1000), default=100.0, show_default=True)
-@click.option("--count", type=click.IntRange(10, 100_000), default=3000, show_default=True)
-@click.option("--rounds", type=click.IntRange(1, 10), default=2, show_default=True)
-@click.option("--window-ms", type=click.IntRange(0, 60_000), default=200, show_default=True)
-@click.option("--calls", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True)
-@out_option
-def main(out: Path, **values: Any) -> None:
-    """Per-reply cost of OpenTelemetry tracing, on against off, in one run."""
-    opts = Options(**values, partitions=partitions())
-    results, about_items = run_on_broker(
-        "onceonly-bench-tracing-", lambda broker, work: collect(opts, broker, work)
-    )
-    body = report_lines(opts, results)
-    path = write_markdown(out, "tracing", "Tracing cost", "bench.tracing_cost", body, about_items)
-    console.print(f"written to {path}")
+OPTIONS = (
+    Opt("--rate", Float(1, 1000), 100.0),
+    Opt("--count", Int(10, 100_000), 3000),
+    Opt("--rounds", Int(1, 10), 2),
+    Opt("--window-ms", Int(0, 60_000), 200),
+    Opt("--calls", Int(100, 1_000_000), 20_000),
+)
+TRACING = Scenario(
+    "tracing", "Tracing cost", "bench.tracing_cost", OPTIONS, Options, collect, report_lines
+)
+main = command(TRACING, "Per-reply cost of OpenTelemetry tracing, on against off, in one run.")
 
 
 if __name__ == "__main__":
