@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import aiohttp
 import svix.webhooks
 
-from bench._load import Delivery, agentmail_body, percentile
+from bench._load import Delivery, agentmail_body, percentile, webhook_secret
 from bench._model import HANG
 from bench._proc_phases import Bench
 from bench._proc_stack import base_env, check_alive, get_json, ingest_env, scrape
@@ -120,7 +120,7 @@ class AgentBench(Bench):
     extra: dict[str, str] = field(default_factory=dict)
     #: more of ingest's environment (OTEL_* for bench.tracing)
     ingest_extra: dict[str, str] = field(default_factory=dict)
-    secret: str = ""
+    secret: str = field(default_factory=webhook_secret)
     ingest_port: int = 0
     ingest: ServerProcess | None = None
 

@@ -11,8 +11,10 @@ The closed-loop peaks are wrk's (:mod:`bench._wrk`), the open loop is
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import secrets
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,6 +33,11 @@ _TEXT = (
     "old billing address.\n\nThanks,\nDana"
 )
 _HTML = "<div>" + "".join(f"<p>{line}</p>" for line in _TEXT.split("\n") if line) + "</div>"
+
+
+def webhook_secret() -> str:
+    """A fresh Svix webhook secret (``whsec_`` and 24 random bytes), for one run."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
 @dataclass(frozen=True, slots=True)

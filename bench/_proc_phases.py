@@ -7,11 +7,12 @@ import contextlib
 import itertools
 import json
 import math
+import secrets
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from bench._proc_records import agentmail_records, produce, stripe_records
 from bench._proc_results import Drain, Memory, Restart, log_marks
@@ -25,7 +26,7 @@ from bench._proc_stack import (
     scrape,
     wait_progress,
 )
-from bench._procs import BenchError, CpuWindow, ServerProcess, console
+from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 
 #: The same for a restart, which with a large table may take minutes.
 RESTART_STALL_S = 900.0
@@ -55,6 +56,18 @@ class Bench:
     starts: int = 0
     #: more workers than ``worker`` (the takeover's standby pair), stopped by stop_all
     extra: list[ServerProcess] = field(default_factory=list)
+
+    @classmethod
+    def fresh(
+        cls, broker: Broker, work: Path, label: str, partitions: int, log_level: str = "INFO"
+    ) -> Self:
+        """A stack of its own on ``broker``: a tag, topics ``onceonly-bench-<label>-<tag>``,
+        the folder ``<work>/<label>-<tag>``."""
+        tag = secrets.token_hex(3)
+        topics = create_topics(broker.bootstrap, partitions, f"onceonly-bench-{label}-{tag}")
+        folder = work / f"{label}-{tag}"
+        folder.mkdir()
+        return cls(folder, broker.bootstrap, topics, tag, partitions, log_level, broker.pid)
 
     @property
     def deliveries(self) -> str:

@@ -90,6 +90,16 @@ def met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def contended(others: Iterable[float], when: str, effect: str) -> str | None:
+    """A warning when the rest of the machine (``other``, % of one core) took CPU while
+    figures were measured: up to how much, ``when``, and ``effect``; None below
+    :data:`CONTENDED_PERCENT`."""
+    worst = max(others, default=0.0)
+    if worst < CONTENDED_PERCENT:
+        return None
+    return f"other work on this machine took up to {worst:.0f}% of a core {when}: {effect}"
+
+
 def fmt_cpu(cpu: dict[str, float]) -> str:
     """CPU shares as ``name value · …`` (% of one core), NaNs left out."""
     return " · ".join(f"{name} {value:.0f}" for name, value in cpu.items() if not math.isnan(value))

@@ -25,7 +25,6 @@ The report is written to ``<--out>/agent-step-<date>.md``.
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,9 @@ from bench._model import LATENCY_S
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
-from bench._procs import Broker, console, create_topics
+from bench._procs import Broker, console
 from bench._report import (
-    CONTENDED_PERCENT,
+    contended,
     fmt,
     fmt_cpu,
     met,
@@ -110,11 +109,7 @@ def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: f
 
 def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
     """(C) the worker's CPU per reply with the instant writer, window 0 (bench.processors)."""
-    tag = secrets.token_hex(3)
-    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-agent-{tag}")
-    (work / "instant").mkdir()
-    bench = Bench(work / "instant", broker.bootstrap, topics, tag, opts.partitions, "INFO")
-    bench.broker_pid = broker.pid
+    bench = Bench.fresh(broker, work, "instant", opts.partitions)
     count = opts.instant_count
     try:
         produce(broker.bootstrap, bench.deliveries, agentmail_records(count), count)
@@ -207,12 +202,10 @@ def notes(opts: Options, r: Results) -> list[str]:
             f"send lag {x.offered.max_send_lag_s * 1000:.0f} ms; non-204 answers: "
             f"{failures or 'none'}; worker counters: {counters or 'n/a'}"
         )
-    worst = max((x.cpu.get("other", 0.0) for x in (r.a, r.b) if x is not None), default=0.0)
-    if worst >= CONTENDED_PERCENT:
-        lines.append(
-            f"other work on this machine took up to {worst:.0f}% of a core during (A) or (B) "
-            "(`other` in the CPU figures): latencies may be higher than on an idle machine"
-        )
+    others = (x.cpu.get("other", 0.0) for x in (r.a, r.b) if x is not None)
+    when = "during (A) or (B) (`other` in the CPU figures)"
+    if note := contended(others, when, "latencies may be higher than on an idle machine"):
+        lines.append(note)
     if not math.isnan(r.instant_ms):
         lines.append(
             "(C) `onceonly.processors.writer:acknowledge`, window 0, "

@@ -25,7 +25,6 @@ A smoke run, in a few minutes::
 from __future__ import annotations
 
 import math
-import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -53,7 +52,7 @@ from bench._backlog_writer import WRITER_S_ENV
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, get_json, group_rss_mb, scrape
-from bench._procs import BenchError, Broker, CpuWindow, console, create_topics
+from bench._procs import BenchError, Broker, CpuWindow, console
 from bench._runner import Scenario, command, whole_run
 
 #: Seconds between two /metrics readings (the lag gauge asks the broker each time).
@@ -202,10 +201,9 @@ def copy_logs(work: Path, keep: Path | None) -> None:
 
 
 def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
-    tag = secrets.token_hex(3)
     check_disk(plan, work)
-    topics = create_topics(broker.bootstrap, plan.partitions, f"onceonly-bench-backlog-{tag}")
-    bench = AgentBench(work, broker.bootstrap, topics, tag, plan.partitions, "INFO", broker.pid)
+    bench = AgentBench.fresh(broker, work, "backlog", plan.partitions)
+    tag = bench.tag
     bench.extra = worker_settings(plan)
     tick = measure_tick(plan)
     console.print(
@@ -234,7 +232,7 @@ def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
         raise
     finally:
         bench.stop_all()
-        copy_logs(work, limits.keep)
+        copy_logs(bench.work, limits.keep)
     expected = {message_id(tag, n) for n in range(plan.threads)}
     log_text = worker.log()
     return Outcome(

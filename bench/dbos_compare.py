@@ -39,9 +39,9 @@ from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
 from bench._options import Float, Int, Opt, partitions
-from bench._procs import Broker, console, create_topics
+from bench._procs import Broker, console
 from bench._report import (
-    CONTENDED_PERCENT,
+    contended,
     print_table,
     verdict_table,
 )
@@ -88,12 +88,7 @@ class Load:
 
 
 def _bench(opts: Options, broker: Broker, work: Path, label: str) -> AgentBench:
-    tag = secrets.token_hex(3)
-    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-dbos-{tag}")
-    (work / label).mkdir()
-    return AgentBench(
-        work / label, broker.bootstrap, topics, tag, opts.partitions, "INFO", broker.pid
-    )
+    return AgentBench.fresh(broker, work, label, opts.partitions)
 
 
 def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
@@ -146,6 +141,10 @@ def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig
 # --------------------------------------------------------------------------- the report
 
 
+WHEN = "during a steady run (`other` above)"
+EFFECT = "latencies and CPU per reply are higher than on an idle machine"
+
+
 def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) -> list[str]:
     return [
         f"load: {opts.rate:g} records/s by the clock, {opts.duration_s:g} s steady, then "
@@ -175,17 +174,7 @@ def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) ->
         "kill follow the calls in flight at that moment",
         *(f"({a.label}) {n}" for n in a.notes),
         *(f"({b.label}) {n}" for n in b.notes),
-        *_contention(a, b),
-    ]
-
-
-def _contention(a: fig.SystemRun, b: fig.SystemRun) -> list[str]:
-    worst = max(a.other_cpu, b.other_cpu)
-    if worst < CONTENDED_PERCENT:
-        return []
-    return [
-        f"other work on this machine took up to {worst:.0f}% of a core during a steady run "
-        "(`other` above): latencies and CPU per reply are higher than on an idle machine"
+        *filter(None, [contended([a.other_cpu, b.other_cpu], WHEN, EFFECT)]),
     ]
 
 

@@ -36,10 +36,8 @@ exits 1.
 from __future__ import annotations
 
 import asyncio
-import base64
 import math
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -57,7 +55,7 @@ from bench._ingest_results import (
     rotated,
 )
 from bench._ingest_verdict import verdict
-from bench._load import Sample, sign_pool
+from bench._load import Sample, sign_pool, webhook_secret
 from bench._openloop import build_generator, open_loop
 from bench._options import INGEST_OPTIONS, IngestOptions
 from bench._proc_stack import ingest_env
@@ -290,7 +288,7 @@ async def run_all(
     from bench._postgres import describe_postgres, postgres
     from devstack.ports import free_port
 
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    secret = webhook_secret()
     jvm: dict[str, int | None] = {"broker": broker.pid} if broker.pid else {}
     results = Results(opts, partitions, [])
     generator = build_generator(work)  # before any run: a missing Go fails at once

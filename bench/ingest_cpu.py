@@ -17,9 +17,7 @@ per variant): the CPU figures of that round include py-spy's pauses and are not 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import secrets
 import statistics
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from bench._load import sign_pool
+from bench._load import sign_pool, webhook_secret
 from bench._proc_stack import ingest_env
 from bench._procs import Broker, CpuWindow, ServerProcess, console, create_topics, kafka
 from bench._servers import ROUTE, local_url
@@ -153,7 +151,7 @@ async def run_rounds(
 ) -> dict[str, list[dict[str, float]]]:
     from devstack.ports import free_port
 
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    secret = webhook_secret()
     results: dict[str, list[dict[str, float]]] = {}
     names = (["b"] if baseline else []) + [v.name for v in variants]
     plan: list[tuple[str, Path | None]] = [(n, None) for _ in range(rounds) for n in names]

@@ -18,8 +18,6 @@ closed-loop peak), this one the curve. ``--linger`` sets ingest's
 from __future__ import annotations
 
 import asyncio
-import base64
-import secrets
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +26,7 @@ import click
 from rich.table import Table
 
 from bench._ack_latency import quantile_bound, scrape
-from bench._load import percentile
+from bench._load import percentile, webhook_secret
 from bench._openloop import build_generator
 from bench._procs import Broker, console, create_topics, kafka
 from bench._report import execute
@@ -58,7 +56,7 @@ async def _sweep(
 ) -> list[tuple[str, ...]]:
     from devstack.ports import free_port
 
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    secret = webhook_secret()
     generator = build_generator(work)
     port = free_port()
     server = ingest_server(secret, broker, topics, int(opts["partitions"]), work, port)

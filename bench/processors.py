@@ -42,10 +42,8 @@ writes one report of both.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bench._changelog_fill import fill_changelog
 from bench._options import PROCESSOR_OPTIONS, ProcessorOptions
@@ -55,26 +53,20 @@ from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
-from bench._procs import Broker, console, create_topics, print_log_tails
-from bench._report import CONTENDED_PERCENT
+from bench._procs import Broker, console, print_log_tails
+from bench._report import contended
 from bench._runner import Scenario, command
-
-if TYPE_CHECKING:
-    pass
-
 
 # --------------------------------------------------------------------------- main
 
 
 def contention(r: Results) -> str | None:
     drains = [d for d in (r.plain, r.worker, r.memory.drain if r.memory else None) if d]
-    worst = max((d.cpu.get("other", 0.0) for d in drains), default=0.0)
-    if worst < CONTENDED_PERCENT:
-        return None
-    return (
-        f"other work on this machine took up to {worst:.0f}% of a core while figures were "
-        "measured (`other` in the CPU figures): rates are lower and noisier than on an idle "
-        "machine; the ms of CPU per event are the steadier figure"
+    return contended(
+        (d.cpu.get("other", 0.0) for d in drains),
+        "while figures were measured (`other` in the CPU figures)",
+        "rates are lower and noisier than on an idle machine; the ms of CPU per event are "
+        "the steadier figure",
     )
 
 
@@ -156,11 +148,9 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
 
     began = time.monotonic()
     partitions = Settings.from_env().partitions
-    tag = secrets.token_hex(3)
     r = Results(opts.events, partitions, log_level=opts.log_level)
     bootstrap = broker.bootstrap
-    topics = create_topics(bootstrap, partitions, f"onceonly-bench-{tag}")
-    bench = Bench(work, bootstrap, topics, tag, partitions, opts.log_level, broker_pid=broker.pid)
+    bench = Bench.fresh(broker, work, "processors", partitions, opts.log_level)
     try:
         held = 0
         if not opts.takeover_only:

@@ -24,8 +24,6 @@ The report, with the agent-step benchmark's simulated writer beside it, is writt
 from __future__ import annotations
 
 import asyncio
-import base64
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ from pathlib import Path
 from bench._agent_load import AgentBench
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import get_json
-from bench._procs import BenchError, Broker, console, create_topics, print_log_tails
+from bench._procs import BenchError, Broker, console, print_log_tails
 from bench._report import fmt
 from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
@@ -74,18 +72,14 @@ def texts(bench: AgentBench) -> dict[str, str]:
 
 def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: int) -> Results:
     """(S): the sample through ingest and a worker; the reply the model wrote."""
-    tag = secrets.token_hex(3)
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-    topics = create_topics(broker.bootstrap, partitions, f"onceonly-bench-model-{tag}")
-    (work / "sample").mkdir()
-    bench = AgentBench(work / "sample", broker.bootstrap, topics, tag, partitions, "INFO")
-    bench.extra, bench.secret = worker_env(server), secret
+    bench = AgentBench.fresh(broker, work, "sample", partitions)
+    bench.extra = worker_env(server)
     r = Results()
     try:
         bench.start_mail()
         bench.start_ingest()
         bench.start_worker()
-        story = samples.agentmail_story(secret, copies=3, now=datetime.now(UTC))
+        story = samples.agentmail_story(bench.secret, copies=3, now=datetime.now(UTC))
         began = time.monotonic()
         posted = asyncio.run(samples.post_all(bench.url_base, story))
         statuses = [p.status for p in posted]
