@@ -27,6 +27,8 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: CPU of other processes, in % of one core, above which a figure is reported as contended.
 CONTENDED_PERCENT = 20.0
 
+T = TypeVar("T")
+
 # --------------------------------------------------------------------------- figures
 
 
@@ -98,6 +100,14 @@ def contended(others: Iterable[float], when: str, effect: str) -> str | None:
     if worst < CONTENDED_PERCENT:
         return None
     return f"other work on this machine took up to {worst:.0f}% of a core {when}: {effect}"
+
+
+def thin(points: Sequence[T], most: int) -> list[T]:
+    """At most ``most`` of ``points``, evenly spaced, the first and the last among them."""
+    if len(points) <= most:
+        return list(points)
+    step = (len(points) - 1) / (most - 1)
+    return [points[round(i * step)] for i in range(most)]
 
 
 def fmt_cpu(cpu: dict[str, float]) -> str:
@@ -333,8 +343,6 @@ def write_report(
 
 
 # --------------------------------------------------------------------------- running
-
-T = TypeVar("T")
 
 
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
