@@ -31,6 +31,7 @@ class Opt:
     dest: str | None = None
     sizes: tuple[Any, Any] | None = None
     flag: bool = False
+    multiple: bool = False
     callback: Callable[[Any, Any, Any], Any] | None = None
 
     @property
@@ -45,6 +46,8 @@ class Opt:
         if self.sizes is not None:
             text = f"{text} [{self.sizes[0]:g}; smoke {self.sizes[1]:g}]."
         kw: dict[str, Any] = {"is_flag": True} if self.flag else {"default": self.default}
+        if self.multiple:
+            kw["multiple"] = True
         if self.type is not None:
             kw["type"] = self.type
         if self.callback is not None:

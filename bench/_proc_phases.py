@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -10,6 +9,7 @@ import math
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -24,6 +24,7 @@ from bench._proc_stack import (
     group_rss_mb,
     kill_hard,
     scrape,
+    serve,
     wait_progress,
 )
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
@@ -34,6 +35,8 @@ RESTART_STALL_S = 900.0
 
 # --------------------------------------------------------------------------- the phases
 
+#: The instant mail server's module (the AgentMail API the worker replies to).
+MAIL = "bench._instant_mail"
 NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
 #: Stripe events produced at a time in (3): the next batch goes out once half is consumed.
 FILL_CHUNK = 20_000
@@ -114,23 +117,14 @@ class Bench:
         )
         started = time.time()
         self.plain.start()
-        cpu: CpuWindow | None = None
 
         def read() -> int:
-            nonlocal cpu
             try:
-                data = json.loads(out.read_text(encoding="utf-8"))
+                return int(json.loads(out.read_text(encoding="utf-8"))["count"])
             except (OSError, ValueError):
                 return 0
-            if cpu is None:
-                assert self.plain is not None
-                cpu = CpuWindow(self.cpu_pids("agent", self.plain.pid))
-                cpu.begin()
-            return int(data["count"])
 
-        wait_progress(read, count, what="(1) draining", process=self.plain, every_s=0.02)
-        assert cpu is not None
-        cpu.end()
+        cpu = self.drain(read, count, "agent", self.plain, "(1) draining", 0.02)
         data = json.loads(out.read_text(encoding="utf-8"))
         self.plain.stop()
         self.plain = None
@@ -142,6 +136,32 @@ class Bench:
             cpu.percent,
             process="agent",
         )
+
+    def drain(
+        self,
+        read: Callable[[], int],
+        count: int,
+        name: str,
+        process: ServerProcess,
+        what: str,
+        every_s: float,
+    ) -> CpuWindow:
+        """Wait for ``read()`` to reach ``count``; the CPU of ``process`` (as ``name``) and
+        the others from its first count to the end."""
+        cpu: CpuWindow | None = None
+
+        def counted() -> int:
+            nonlocal cpu
+            value = read()
+            if value and cpu is None:
+                cpu = CpuWindow(self.cpu_pids(name, process.pid))
+                cpu.begin()
+            return value
+
+        wait_progress(counted, count, what=what, process=process, every_s=every_s)
+        assert cpu is not None
+        cpu.end()
+        return cpu
 
     # -- the worker and the mail server ------------------------------------------------------
 
@@ -165,34 +185,33 @@ class Bench:
 
     def start_worker(self) -> float:
         """Start ``onceonly worker``; return the wall-clock time just before it was spawned."""
-        self.starts += 1
-        self.worker = ServerProcess(
-            "onceonly worker",
-            [sys.executable, "-m", "onceonly", "worker"],
-            self.worker_env(),
-            self.work / f"worker-{self.starts}.log",
-        )
-        started = time.time()
-        self.worker.start()
+        self.worker, started = self.spawn_worker("onceonly worker")
         return started
+
+    def spawn_worker(self, name: str, **env: str) -> tuple[ServerProcess, float]:
+        """A started ``onceonly worker`` (:meth:`worker_env`, ``env`` on top), and the
+        wall-clock time just before it was spawned."""
+        self.starts += 1
+        argv = [sys.executable, "-m", "onceonly", "worker"]
+        log = self.work / f"worker-{self.starts}.log"
+        process = ServerProcess(name, argv, {**self.worker_env(), **env}, log)
+        started = time.time()
+        process.start()
+        return process, started
 
     def mail_stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = get_json(f"http://127.0.0.1:{self.mail_port}/_control/stats")
         return stats
 
+    def sent(self) -> int:
+        """Replies the mail server has received so far."""
+        return int(self.mail_stats()["sent"])
+
     def start_mail(self) -> None:
         from devstack.broker import free_port
 
-        self.mail_port = free_port()
         self.worker_port = free_port()
-        self.mail = ServerProcess(
-            "instant mail server",
-            [sys.executable, "-m", "bench._instant_mail", "--port", str(self.mail_port)],
-            base_env({}),
-            self.work / "mail.log",
-        )
-        self.mail.start()
-        asyncio.run(self.mail.wait_ready(f"http://127.0.0.1:{self.mail_port}/healthz"))
+        self.mail, self.mail_port = serve("instant mail server", MAIL, self.work / "mail.log")
 
     def worker_metric(self, name: str, timeout_s: float = 30.0, want: float | None = None) -> float:
         """A sample of the worker's /metrics; waits for it to reach ``want`` if given."""
@@ -211,21 +230,8 @@ class Bench:
 
     def run_replies(self, count: int) -> Drain:
         started = self.start_worker()
-        worker = self.worker
-        assert worker is not None
-        cpu: CpuWindow | None = None
-
-        def read() -> int:
-            nonlocal cpu
-            sent = int(self.mail_stats()["sent"])
-            if sent and cpu is None:
-                cpu = CpuWindow(self.cpu_pids("worker", worker.pid))
-                cpu.begin()
-            return sent
-
-        wait_progress(read, count, what="(2) replying", process=worker, every_s=0.05)
-        assert cpu is not None
-        cpu.end()
+        assert self.worker is not None
+        cpu = self.drain(self.sent, count, "worker", self.worker, "(2) replying", 0.05)
         stats = self.mail_stats()
         return Drain(
             "(2) onceonly worker: dedupe, reorder (window 0), reply",
@@ -301,7 +307,7 @@ class Bench:
     def run_restart(self, how: str, entries: int, next_n: int) -> Restart:
         worker = self.worker
         assert worker is not None
-        before = int(self.mail_stats()["sent"])
+        before = self.sent()
         if how == "SIGKILL":
             kill_hard(worker)
         else:
@@ -316,7 +322,7 @@ class Bench:
             nonlocal web_s
             if math.isnan(web_s) and scrape(self.worker_port) is not None:
                 web_s = time.time() - started
-            return int(self.mail_stats()["sent"]) - before
+            return self.sent() - before
 
         # a restart with a large table may legitimately take minutes: allow for it
         wait_progress(
@@ -335,7 +341,7 @@ class Bench:
             self.bootstrap, self.deliveries, self.partitions, next_n + 1, self.partitions
         )
         wait_progress(
-            lambda: int(self.mail_stats()["sent"]) - before - 1,
+            lambda: self.sent() - before - 1,
             self.partitions,
             what=f"(4) one event per partition after {how}",
             process=worker,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -48,6 +50,23 @@ def ingest_env(
         **topics,
         **more,
     }
+
+
+def serve(name: str, module: str, log: Path) -> tuple[ServerProcess, int]:
+    """``python -m <module> --port <a free port>`` started and answering ``/healthz``: the
+    process (the caller stops it) and its port."""
+    from devstack.ports import free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", module, "--port", str(port)]
+    process = ServerProcess(name, argv, base_env({}), log)
+    process.start()
+    try:
+        asyncio.run(process.wait_ready(f"http://127.0.0.1:{port}/healthz"))
+    except BaseException:
+        process.stop()
+        raise
+    return process, port
 
 
 def get_json(url: str, timeout_s: float = 2.0) -> Any:

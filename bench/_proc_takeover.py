@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -135,16 +134,8 @@ def start_worker(bench: Any, name: str, data: Path, **env: str) -> Worker:
     from devstack.broker import free_port
 
     port = free_port()
-    bench.starts += 1
     extra = {"ONCEONLY_DATA_DIR": str(data), "ONCEONLY_WORKER_PORT": str(port), **env}
-    process = ServerProcess(
-        name,
-        [sys.executable, "-m", "onceonly", "worker"],
-        {**bench.worker_env(), **extra},
-        bench.work / f"worker-{bench.starts}.log",
-    )
-    spawned = time.time()
-    process.start()
+    process, spawned = bench.spawn_worker(name, **extra)
     return Worker(process, port, data, spawned)
 
 

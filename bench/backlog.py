@@ -146,7 +146,7 @@ def watch_drain(bench: AgentBench, plan: Plan, started: float, limits: Limits) -
     stall_s, timeout_s = limits.stall_s, limits.timeout_s or math.inf
     moved, last_move, next_scrape, next_print = (-1, math.nan), time.monotonic(), 0.0, 0.0
     while True:
-        sent = int(bench.mail_stats()["sent"])
+        sent = bench.sent()
         rss = group_rss_mb(worker.pid)[0]
         watch.peak_rss_mb = max(watch.peak_rss_mb, rss)
         now = time.monotonic()

@@ -26,12 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
 from bench._load import percentile
+from bench._options import Opt
 from bench._proc_records import Record, produce
 from bench._procs import Broker, console, create_topics, topic_settings
-from bench._report import run_on_broker
+from bench._runner import Scenario, command
 
 if TYPE_CHECKING:
     from onceonly.foundation.settings import Settings
@@ -129,9 +128,16 @@ def page(settings: Settings, key: str, runs: int, name: str = "index") -> None:
     )
 
 
-def collect(
-    broker: Broker, work: Path, records: int, drafts: int, scan: bool = True, runs: int = 20
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Options:
+    records: int
+    drafts: int
+    scan: bool
+    runs: int
+
+
+def collect(opts: Options, broker: Broker, work: Path) -> None:
+    records, drafts, scan, runs = opts.records, opts.drafts, opts.scan, opts.runs
     from onceonly.foundation.kafka import Connection
     from onceonly.operations.index import IndexStore, one_pass
 
@@ -184,22 +190,22 @@ def collect(
         )
 
 
-@click.command()
-@click.option("--records", default=100_000, show_default=True, help="Ledger records to write.")
-@click.option("--drafts", default=100, show_default=True, help="Of them, drafts awaiting approval.")
-@click.option(
-    "--scan/--no-scan",
-    default=True,
-    show_default=True,
-    help="Also answer by today's whole-ledger scan (91 s and 5.4 GB at 1 million records).",
+OPTIONS = (
+    Opt("--records", None, 100_000, "Ledger records to write."),
+    Opt("--drafts", None, 100, "Of them, drafts awaiting approval."),
+    Opt(
+        "--scan/--no-scan",
+        None,
+        True,
+        "Also answer by today's whole-ledger scan (91 s and 5.4 GB at 1 million records).",
+    ),
+    Opt("--runs", None, 20, "Trace runs (a quarter: page runs)."),
 )
-@click.option("--runs", default=20, show_default=True, help="Trace runs (a quarter: page runs).")
-def main(records: int, drafts: int, scan: bool, runs: int) -> None:
-    """Build rate, approvals list, trace and operator page: the index against today's scan."""
-    run_on_broker(
-        "onceonly-index-",
-        lambda broker, work: collect(broker, work, records, drafts, scan, runs),
-    )
+#: no report: what it prints is the output (make bench-index tees it to a file)
+main = command(
+    Scenario("index", "", "bench.index_size", OPTIONS, Options, collect),
+    "Build rate, approvals list, trace and operator page: the index against today's scan.",
+)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ from bench._proc_stack import ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
+from bench._variants import Variant, ingest_argv
 from bench._wrk import WrkLoad, wrk_closed_loop
 
 BENCH_TOPIC_PREFIX = "onceonly-bench"
@@ -70,6 +71,11 @@ BENCH_TOPIC_PREFIX = "onceonly-bench"
 TREES = frozenset({"postgres", "server"})
 
 #: What each server is, in the report.
+#: What (c2) and (m) add to (c)'s environment.
+VARIANT_ENV = {
+    "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
+    "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
+}
 LABELS = {
     "a": "(a) bare aiohttp",
     "b": "(b) + svix verify",
@@ -83,6 +89,15 @@ PARTS = {"c": ("broker",), "c2": ("broker",), "m": ("broker",), "d": ("postgres"
 
 
 # --------------------------------------------------------------------------- the broker
+
+
+def warmed_topics(broker: Broker, partitions: int, warmup_s: float) -> dict[str, str]:
+    """The benchmark's topics, made; then :func:`warm_broker` for ``warmup_s`` (if any)."""
+    topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)
+    if warmup_s > 0:
+        console.print(f"warming the broker up for {warmup_s:g} s …")
+        warm_broker(broker.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], warmup_s)
+    return topics
 
 
 def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
@@ -265,21 +280,17 @@ def ingest_server(
     work: Path,
     port: int,
     key: str = "c",
+    variant: Variant | None = None,
 ) -> ServerProcess:
     """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics;
     (c2): the same with ONCEONLY_INGEST_PROCESSES=2; (m): with ONCEONLY_ENVELOPE_SECRET
-    set, so each record carries its MAC."""
-    variant = {
-        "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
-        "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
-    }.get(key, {})
-    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant)
-    return ServerProcess(
-        LABELS[key],
-        [sys.executable, "-m", "onceonly", "ingest"],
-        server_env(secret, env),
-        work / f"{key}-ingest.log",
-    )
+    set, so each record carries its MAC; or ``variant`` (``bench.ingest_cpu``'s)."""
+    if variant is None:
+        variant = Variant(key, env=VARIANT_ENV.get(key, {}))
+    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant.env)
+    argv = ingest_argv(sys.executable, variant)
+    log = work / f"{variant.name}-ingest.log"
+    return ServerProcess(LABELS.get(variant.name, variant.name), argv, server_env(secret, env), log)
 
 
 async def run_all(
@@ -343,10 +354,7 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
     from onceonly.foundation.settings import Settings
 
     partitions = Settings.from_env().partitions
-    topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)
-    if opts.broker_warmup_s > 0:
-        console.print(f"warming the broker up for {opts.broker_warmup_s:g} s …")
-        warm_broker(broker.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], opts.broker_warmup_s)
+    topics = warmed_topics(broker, partitions, opts.broker_warmup_s)
     results = asyncio.run(run_all(opts, work, broker, topics, partitions))
     print_report(results, verdict(results.runs))
     return results

@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench._options import Float, Int, Opt, partitions
-from bench._proc_stack import base_env, get_json
-from bench._procs import Broker, ServerProcess, console
+from bench._proc_stack import get_json, serve
+from bench._procs import Broker, console
 from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
-from devstack.ports import free_port
 from onceonly.foundation import tracing
 
 
@@ -135,18 +133,9 @@ def _received(receiver: str) -> int:
 
 
 def collect(opts: Options, broker: Broker, work: Path) -> Results:
-    port = free_port()
-    receiver = f"http://127.0.0.1:{port}"
-    process = ServerProcess(
-        "OTLP receiver",
-        [sys.executable, "-m", "testkit.fakes.otlp_receiver", "--port", str(port)],
-        base_env({}),
-        work / "otlp.log",
-    )
-    process.start()
+    process, port = serve("OTLP receiver", "testkit.fakes.otlp_receiver", work / "otlp.log")
     try:
-        asyncio.run(process.wait_ready(f"{receiver}/healthz"))
-        return _collect(opts, broker, work, receiver)
+        return _collect(opts, broker, work, f"http://127.0.0.1:{port}")
     finally:
         process.stop()
 
