@@ -54,7 +54,6 @@ def collect(opts: Both, broker: Broker, work: Path) -> Results:
 BENCH = Scenario(
     "bench",
     "onceonly benchmark",
-    "bench",
     (*INGEST_OPTIONS, *PROCESSOR_OPTIONS),
     options,
     collect,

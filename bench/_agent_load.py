@@ -181,10 +181,8 @@ class AgentBench(Bench):
                     check_alive(process, "the benchmark waited for replies")
             time.sleep(0.25)
 
-    def stop_all(self) -> None:
-        if self.ingest is not None:
-            self.ingest.stop(timeout_s=30)
-        super().stop_all()
+    def processes(self) -> list[ServerProcess]:
+        return [*([self.ingest] if self.ingest else []), *super().processes()]
 
 
 def warm_up(bench: AgentBench, tag: str) -> None:

@@ -9,7 +9,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -351,11 +351,27 @@ class Bench:
         restart.all_partitions_s = float(self.mail_stats()["last"]) - started
         return restart
 
+    def processes(self) -> list[ServerProcess]:
+        """Every process of the stack that was started."""
+        return [p for p in (self.plain, self.worker, *self.extra, self.mail) if p is not None]
+
     def stop_all(self) -> None:
-        for process in (self.plain, self.worker, *self.extra, self.mail):
-            if process is not None:
-                with contextlib.suppress(Exception):
-                    process.stop(timeout_s=30)
+        for process in self.processes():
+            with contextlib.suppress(Exception):
+                process.stop(timeout_s=30)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Self]:
+        """The stack for a run: on a failure, each process's log tail is printed; every
+        process is stopped on the way out."""
+        try:
+            yield self
+        except BaseException:
+            for process in self.processes():
+                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+            raise
+        finally:
+            self.stop_all()
 
 
 def produce_one_per_partition(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench import _agent_load as load
 from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
-from bench._procs import Broker, CpuWindow, console, print_log_tails
+from bench._procs import Broker, CpuWindow, console
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
     replies, stop everything; the figures of that window."""
     bench = AgentBench.fresh(broker, work, setup.label, setup.partitions)
     bench.extra, bench.ingest_extra, tag = setup.worker, setup.ingest, bench.tag
-    try:
+    with bench.running():
         bench.start_mail()
         bench.start_ingest()
         bench.start_worker()
@@ -76,11 +76,6 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
             timeout_s = float(setup.worker["ONCEONLY_WRITER_TIMEOUT_S"])
             bench.worker_metric("onceonly_dead_letters_total", 4 * timeout_s, hanging)
         counters = load.worker_counters(bench.worker_port)
-    except BaseException:
-        print_log_tails((bench.ingest, bench.worker))
-        raise
-    finally:
-        bench.stop_all()
     result = RunResult(setup.label, setup.rate, messages, offered, received, cpu.percent)
     result.cpu_seconds = cpu.percent["worker"] / 100 * seconds
     result.settings = setup.worker

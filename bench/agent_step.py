@@ -111,13 +111,11 @@ def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
     """(C) the worker's CPU per reply with the instant writer, window 0 (bench.processors)."""
     bench = Bench.fresh(broker, work, "instant", opts.partitions)
     count = opts.instant_count
-    try:
+    with bench.running():
         produce(broker.bootstrap, bench.deliveries, agentmail_records(count), count)
         bench.start_mail()
         console.print(f"(C) instant writer, window 0, {count:,} records produced to Kafka …")
         drain = bench.run_replies(count)
-    finally:
-        bench.stop_all()
     r.instant_ms, r.instant_rate, r.instant_cpu = drain.cpu_ms, drain.rate, fmt_cpu(drain.cpu)
     console.print(f"(C) {drain.rate:,.0f} replies/s, {drain.cpu_ms:.2f} ms of CPU per reply")
 
@@ -264,7 +262,6 @@ OPTIONS = (
 AGENT_STEP = Scenario(
     "agent-step",
     "Agent-step benchmark",
-    "bench.agent_step",
     OPTIONS,
     Options,
     collect,

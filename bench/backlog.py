@@ -319,7 +319,6 @@ OPTIONS = (
 BACKLOG = Scenario(
     "backlog",
     "onceonly backlog benchmark",
-    "bench.backlog",
     OPTIONS,
     options,
     collect,

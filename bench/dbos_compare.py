@@ -94,7 +94,7 @@ def _bench(opts: Options, broker: Broker, work: Path, label: str) -> AgentBench:
 def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
     """Warm-up, steady run, kill run and the counts, for one contender."""
     run = fig.SystemRun(c.label)
-    try:
+    with c.bench.running():
         c.bench.start_mail()
         c.start(c)
         console.print(f"({c.label}) warm-up …")
@@ -107,12 +107,6 @@ def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
         )
         killed, restarted = stack.kill_run(c, load.kill, opts.rate, run)
         stack.count(c, load.measured, killed, restarted, run)
-    except BaseException:
-        if c.bench.worker is not None:
-            console.print(f"[dim]{c.bench.worker.name} log tail:\n{c.bench.worker.log_tail(20)}[/]")
-        raise
-    finally:
-        c.bench.stop_all()
     console.print(
         f"({c.label}) emails per message {run.emails.describe()}; model calls per message "
         f"{run.calls.describe()}; first reply {run.first_reply_after_restart_s:.1f} s "
@@ -231,7 +225,6 @@ OPTIONS = (
 DBOS = Scenario(
     "dbos",
     "onceonly vs DBOS Transact",
-    "bench.dbos_compare",
     OPTIONS,
     Options,
     collect,

@@ -255,7 +255,6 @@ OPTIONS = (
 FLOW = Scenario(
     "flow",
     "Flow control for the model",
-    "bench.flow",
     OPTIONS,
     Options,
     collect,

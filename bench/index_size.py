@@ -203,7 +203,7 @@ OPTIONS = (
 )
 #: no report: what it prints is the output (make bench-index tees it to a file)
 main = command(
-    Scenario("index", "", "bench.index_size", OPTIONS, Options, collect),
+    Scenario("index", "", OPTIONS, Options, collect),
     "Build rate, approvals list, trace and operator page: the index against today's scan.",
 )
 

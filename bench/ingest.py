@@ -363,7 +363,6 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
 INGEST = Scenario(
     "ingest",
     "Ingest benchmark",
-    "bench.ingest",
     INGEST_OPTIONS,
     IngestOptions,
     collect,

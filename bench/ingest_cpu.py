@@ -224,7 +224,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> None:
 
 
 main = command(
-    Scenario("ingest-cpu", "", "bench.ingest_cpu", OPTIONS, Options, collect),
+    Scenario("ingest-cpu", "", OPTIONS, Options, collect),
     "(b) and ingest variants under wrk, in rounds: CPU per delivery by thread.",
 )
 

@@ -146,7 +146,7 @@ OPTIONS = (
     Opt("--broker-warmup", Float(0, 60), 8.0),
 )
 main = command(
-    Scenario("ingest-latency", "", "bench.ingest_latency", OPTIONS, Options, collect),
+    Scenario("ingest-latency", "", OPTIONS, Options, collect),
     "Ingest's latency at each of --rates (open loop), with its CPU per delivery.",
 )
 

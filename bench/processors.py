@@ -53,7 +53,7 @@ from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
-from bench._procs import Broker, console, print_log_tails
+from bench._procs import Broker, console
 from bench._report import contended
 from bench._runner import Scenario, command
 
@@ -151,7 +151,7 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     r = Results(opts.events, partitions, log_level=opts.log_level)
     bootstrap = broker.bootstrap
     bench = Bench.fresh(broker, work, "processors", partitions, opts.log_level)
-    try:
+    with bench.running():
         held = 0
         if not opts.takeover_only:
             console.print(f"producing {opts.events:,} AgentMail events to {bench.deliveries} …")
@@ -161,11 +161,6 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
             _throughput(bench, opts, r, partitions)
             held = r.restarts[-1].entries + 1 + partitions if r.restarts else 0
         _takeovers(bench, opts, r, held)
-    except BaseException:
-        print_log_tails((bench.plain, bench.worker, *bench.extra))
-        raise
-    finally:
-        bench.stop_all()
     if (note := contention(r)) is not None:
         r.notes.append(note)
     r.notes.append(f"the processor benchmark took {time.monotonic() - began:.0f} s")
@@ -176,7 +171,6 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
 PROCESSORS = Scenario(
     "processors",
     "Processor benchmark",
-    "bench.processors",
     PROCESSOR_OPTIONS,
     ProcessorOptions,
     collect,

@@ -33,7 +33,7 @@ from pathlib import Path
 from bench._agent_load import AgentBench
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import get_json
-from bench._procs import BenchError, Broker, console, print_log_tails
+from bench._procs import BenchError, Broker, console
 from bench._report import fmt
 from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
@@ -75,7 +75,7 @@ def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: 
     bench = AgentBench.fresh(broker, work, "sample", partitions)
     bench.extra = worker_env(server)
     r = Results()
-    try:
+    with bench.running():
         bench.start_mail()
         bench.start_ingest()
         bench.start_worker()
@@ -92,11 +92,6 @@ def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: 
             time.sleep(0.5)
         r.sample = written
         r.sample_s = time.monotonic() - began
-    except BaseException:
-        print_log_tails((bench.ingest, bench.worker))
-        raise
-    finally:
-        bench.stop_all()
     for message_id, text in r.sample.items():
         console.print(f"\n[bold]the model's reply to {message_id}[/]:\n{text}\n")
     return r
@@ -226,7 +221,6 @@ OPTIONS = (
 REAL_MODEL = Scenario(
     "real-model",
     "A real model behind the openai writer",
-    "bench.real_model",
     OPTIONS,
     Options,
     collect,

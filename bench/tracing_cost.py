@@ -243,9 +243,7 @@ OPTIONS = (
     Opt("--window-ms", Int(0, 60_000), 200),
     Opt("--calls", Int(100, 1_000_000), 20_000),
 )
-TRACING = Scenario(
-    "tracing", "Tracing cost", "bench.tracing_cost", OPTIONS, Options, collect, report_lines
-)
+TRACING = Scenario("tracing", "Tracing cost", OPTIONS, Options, collect, report_lines)
 main = command(TRACING, "Per-reply cost of OpenTelemetry tracing, on against off, in one run.")
 
 
