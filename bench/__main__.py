@@ -24,6 +24,9 @@ from typing import Any
 
 from bench import ingest as ingest_mod
 from bench import processors as processors_mod
+from bench._ingest_report import section as ingest_section
+from bench._ingest_results import Results as IngestResults
+from bench._ingest_verdict import verdict
 from bench._options import (
     INGEST_OPTIONS,
     PROCESSOR_OPTIONS,
@@ -31,11 +34,13 @@ from bench._options import (
     ProcessorOptions,
     picked,
 )
+from bench._proc_report import section as processors_section
+from bench._proc_results import Results as ProcessorResults
 from bench._procs import Broker, console
 from bench._runner import Scenario, command, whole_run
 
 Both = tuple[IngestOptions, ProcessorOptions]
-Results = tuple[ingest_mod.Results, processors_mod.Results]
+Results = tuple[IngestResults, ProcessorResults]
 
 
 def options(**values: Any) -> Both:
@@ -57,9 +62,9 @@ BENCH = Scenario(
     (*INGEST_OPTIONS, *PROCESSOR_OPTIONS),
     options,
     collect,
-    sections=lambda _opts, r: [ingest_mod.section(r[0]), processors_mod.section(r[1])],
+    sections=lambda _opts, r: [ingest_section(r[0]), processors_section(r[1])],
     about=whole_run,
-    failed=lambda r: ingest_mod.verdict(r[0].runs).failed,
+    failed=lambda r: verdict(r[0].runs).failed > 0,
 )
 main = command(BENCH, "Run the ingest and the processor benchmarks; write one report with a chart.")
 

@@ -208,7 +208,7 @@ class Bench:
         return int(self.mail_stats()["sent"])
 
     def start_mail(self) -> None:
-        from devstack.broker import free_port
+        from devstack.ports import free_port
 
         self.worker_port = free_port()
         self.mail, self.mail_port = serve("instant mail server", MAIL, self.work / "mail.log")

@@ -89,9 +89,9 @@ class Scenario(Generic[Opts, R]):
             )
             console.print(f"written to {md} and {png.name}")
         elif self.report is not None:
-            body = self.report(opts, results)
+            lines = self.report(opts, results)
             path = write_markdown(
-                out, self.name, self.title, self.module, body, items, smoke=smoke, note=self.note
+                out, self.name, self.title, self.module, lines, items, smoke=smoke, note=self.note
             )
             console.print(f"written to {path}")
         if self.failed is not None and self.failed(results):

@@ -367,7 +367,7 @@ INGEST = Scenario(
     IngestOptions,
     collect,
     sections=lambda _opts, results: [section(results)],
-    failed=lambda results: verdict(results.runs).failed,
+    failed=lambda results: verdict(results.runs).failed > 0,
 )
 main = command(
     INGEST,
