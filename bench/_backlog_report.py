@@ -17,6 +17,7 @@ from bench._report import (
     verdict_table,
 )
 
+HEADERS = ("figure", "value", "target or baseline", "")
 #: Rows of the RSS-over-time table, at most.
 SAMPLE_ROWS = 12
 
@@ -188,7 +189,7 @@ def section(o: Outcome) -> Section:
         (Figure("floor", f"floor: {p.concurrency} writer calls / {p.writer_s:g} s", p.floor_rate),),
     )
     body = [
-        *verdict_table(("figure", "value", "target or baseline", ""), rows(o)),
+        *verdict_table(HEADERS, rows(o)),
         "",
         f"Targets: {met(o.targets_met)} (RSS under {RSS_TARGET_MB:,.0f} MiB, no rebalance, "
         "every thread answered once).",

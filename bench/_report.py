@@ -285,6 +285,19 @@ def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[str]
     console.print(table)
 
 
+def verdict_report(
+    title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str]
+) -> list[str]:
+    """A table of figures and its notes, printed on the console (:func:`print_table`), and
+    as the markdown body of a report (:func:`verdict_table`, the notes as bullets)."""
+    from bench._procs import console
+
+    print_table(title, headers, rows)
+    for line in notes:
+        console.print(line)
+    return [*verdict_table(headers, rows), "", *(f"- {line}" for line in notes)]
+
+
 def command_line(module: str) -> str:
     args = sys.argv[1:]
     return f"python -m {module}" + (" " + " ".join(args) if args else "")

@@ -35,14 +35,7 @@ from bench._options import Float, Int, Opt, partitions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, console
-from bench._report import (
-    contended,
-    fmt,
-    fmt_cpu,
-    met,
-    print_table,
-    verdict_table,
-)
+from bench._report import contended, fmt, fmt_cpu, met, verdict_report
 from bench._runner import Scenario, command
 from bench._stack_run import Setup, run
 
@@ -217,18 +210,8 @@ def notes(opts: Options, r: Results) -> list[str]:
 HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
 
 
-def print_results(opts: Options, r: Results) -> None:
-    print_table("onceonly agent-step benchmark", HEADERS, rows(opts, r))
-    for line in notes(opts, r):
-        console.print(line)
-
-
 def report_lines(opts: Options, r: Results) -> list[str]:
-    return [
-        *verdict_table(HEADERS, rows(opts, r)),
-        "",
-        *(f"- {line}" for line in notes(opts, r)),
-    ]
+    return verdict_report("onceonly agent-step benchmark", HEADERS, rows(opts, r), notes(opts, r))
 
 
 # --------------------------------------------------------------------------- main
@@ -240,7 +223,6 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     r.b = run_agent(opts, broker, work, "B", opts.hang_fraction)
     if opts.instant:
         run_instant(opts, broker, work, r)
-    print_results(opts, r)
     return r
 
 

@@ -46,13 +46,14 @@ from bench._backlog_figures import (
     rebalances,
 )
 from bench._backlog_records import backlog_records, message_id
-from bench._backlog_report import rows, section
+from bench._backlog_report import HEADERS, rows, section
 from bench._backlog_tick import measure as measure_tick
 from bench._backlog_writer import WRITER_S_ENV
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, get_json, group_rss_mb, scrape
 from bench._procs import BenchError, Broker, CpuWindow, console
+from bench._report import print_table
 from bench._runner import Scenario, command, whole_run
 
 #: Seconds between two /metrics readings (the lag gauge asks the broker each time).
@@ -260,13 +261,6 @@ def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
 # --------------------------------------------------------------------------- main
 
 
-def print_rows(outcome: Outcome) -> None:
-    console.print()
-    for figure, value, target, verdict in rows(outcome):
-        style = "red" if "NOT met" in verdict else None
-        console.print(f"{figure:<48} {value:>22}  {target}  {verdict}", style=style)
-
-
 def options(
     stall_s: float, timeout_s: float | None, keep_logs: Path | None, **values: Any
 ) -> tuple[Plan, Limits]:
@@ -281,7 +275,7 @@ def options(
 
 def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
     outcome = run(opts[0], broker, work, opts[1])
-    print_rows(outcome)
+    print_table("onceonly backlog benchmark", HEADERS, rows(outcome))
     return outcome
 
 

@@ -40,11 +40,7 @@ from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
 from bench._options import Float, Int, Opt, partitions
 from bench._procs import Broker, console
-from bench._report import (
-    contended,
-    print_table,
-    verdict_table,
-)
+from bench._report import contended, verdict_report
 from bench._runner import Scenario, command
 
 
@@ -193,17 +189,13 @@ def collect(opts: Options, broker: Broker, work: Path) -> Contest:
     load = Load.build(opts, secrets.token_hex(3))
     a = run_onceonly(opts, broker, work, load)
     b, pg_version = run_dbos(opts, broker, work, load)
-    print_table("onceonly worker vs the DBOS app", fig.headers(a, b), fig.rows(a, b))
     return a, b, pg_version
 
 
 def report_lines(opts: Options, run: Contest) -> list[str]:
     a, b, pg_version = run
-    return [
-        *verdict_table(fig.headers(a, b), fig.rows(a, b)),
-        "",
-        *(f"- {line}" for line in notes(opts, a, b, pg_version)),
-    ]
+    title = "onceonly worker vs the DBOS app"
+    return verdict_report(title, fig.headers(a, b), fig.rows(a, b), notes(opts, a, b, pg_version))
 
 
 def about_dbos(run: Contest, _seconds: float) -> list[tuple[str, str]]:
