@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from bench._proc_records import agentmail_records, produce, stripe_records
+from bench._proc_records import agentmail_records, produce, produce_on, stripe_records
 from bench._proc_results import Drain, Memory, Restart, log_marks
 from bench._proc_stack import (
     STALL_S,
@@ -337,9 +337,8 @@ class Bench:
         restart = Restart(how, entries, first_s, web_s, log_marks(worker.log_path, started))
         # then one new event on every partition: each partition's first record after a
         # start also runs that partition's dedupe expiry sweep
-        produce_one_per_partition(
-            self.bootstrap, self.deliveries, self.partitions, next_n + 1, self.partitions
-        )
+        events = enumerate(agentmail_records(self.partitions, start=next_n + 1))
+        produce_on(self.bootstrap, self.deliveries, events, "the per-partition events")
         wait_progress(
             lambda: self.sent() - before - 1,
             self.partitions,
@@ -372,20 +371,6 @@ class Bench:
             raise
         finally:
             self.stop_all()
-
-
-def produce_one_per_partition(
-    bootstrap: str, topic: str, partitions: int, start: int, count: int
-) -> None:
-    """``count`` new AgentMail events, the i-th on partition i (its key may hash elsewhere,
-    which the worker does not check)."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
-    for i, (key, value, headers) in enumerate(agentmail_records(count, start=start)):
-        producer.produce(topic, value, key=key, headers=headers, partition=i % partitions)
-    if producer.flush(30):
-        raise BenchError(f"could not produce the per-partition events to {topic}")
 
 
 def _progress(done: int, produced: int, target: int, rss_mb: float, seconds: float) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._load import agentmail_body
-from bench._proc_records import Record, as_record
+from bench._proc_records import Record, as_record, produce_on
 from bench._proc_stack import get_json, group_rss_mb, kill_hard, wait_progress
 from bench._procs import BenchError, ServerProcess, console, cpu_seconds
 from onceonly.processors.runtime.progress import JOINED, READY, RECOVERED
@@ -98,16 +98,10 @@ def probe_records(label: str, partitions: list[int]) -> Iterator[tuple[int, str,
 
 def probe(bench: Any, label: str, partitions: list[int]) -> dict[int, str]:
     """Produce one probe per partition (on that partition); partition -> Message-ID."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bench.bootstrap, "acks": "all", "log_level": 3})
-    ids: dict[int, str] = {}
-    for p, message_id, (key, value, headers) in probe_records(label, partitions):
-        producer.produce(bench.deliveries, value, key=key, headers=headers, partition=p)
-        ids[p] = message_id
-    if producer.flush(30):
-        raise BenchError(f"could not produce the takeover probes to {bench.deliveries}")
-    return ids
+    probes = list(probe_records(label, partitions))
+    records = ((p, record) for p, _, record in probes)
+    produce_on(bench.bootstrap, bench.deliveries, records, "the takeover probes")
+    return {p: message_id for p, message_id, _ in probes}
 
 
 def answered(bench: Any, ids: dict[int, str]) -> dict[int, float]:

@@ -83,10 +83,6 @@ class Load:
         return [m for m, _ in self.steady + self.kill]
 
 
-def _bench(opts: Options, broker: Broker, work: Path, label: str) -> AgentBench:
-    return AgentBench.fresh(broker, work, label, opts.partitions)
-
-
 def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
     """Warm-up, steady run, kill run and the counts, for one contender."""
     run = fig.SystemRun(c.label)
@@ -112,7 +108,7 @@ def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
 
 
 def run_onceonly(opts: Options, broker: Broker, work: Path, load: Load) -> fig.SystemRun:
-    bench = _bench(opts, broker, work, "onceonly")
+    bench = AgentBench.fresh(broker, work, "onceonly", opts.partitions)
     bench.extra = opts.worker_settings() | {CALLS_ENV: str(bench.work / "model-calls.txt")}
     return contend(stack.Contender("onceonly worker", bench, stack.start_onceonly), opts, load)
 
@@ -120,7 +116,7 @@ def run_onceonly(opts: Options, broker: Broker, work: Path, load: Load) -> fig.S
 def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig.SystemRun, str]:
     from bench._postgres import postgres
 
-    bench = _bench(opts, broker, work, "dbos")
+    bench = AgentBench.fresh(broker, work, "dbos", opts.partitions)
     with postgres() as pg:
         url = pg.dsn.rsplit("/", 1)[0] + f"/dbos_bench_{bench.tag}"
         start = stack.dbos_starter(url, f"onceonly-bench-dbos-{bench.tag}")
