@@ -12,7 +12,6 @@ import asyncio
 import math
 import sys
 import time
-import urllib.error
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ import svix.webhooks
 from bench._load import Delivery, agentmail_body, percentile, webhook_secret
 from bench._model import HANG
 from bench._proc_phases import Bench
-from bench._proc_stack import base_env, check_alive, get_json, ingest_env, scrape
+from bench._proc_stack import base_env, check_alive, ingest_env, scrape
 from bench._procs import BenchError, ServerProcess
 
 ROUTE = "/webhooks/agentmail"
@@ -152,16 +151,6 @@ class AgentBench(Bench):
     @property
     def url_base(self) -> str:
         return f"http://127.0.0.1:{self.ingest_port}"
-
-    def received(self) -> dict[str, float]:
-        """The mail server's replied-to Message-IDs and when each reply arrived."""
-        try:
-            data: dict[str, float] = get_json(
-                f"http://127.0.0.1:{self.mail_port}/_control/received", timeout_s=10
-            )
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise BenchError(f"the instant mail server did not answer: {exc}") from exc
-        return data
 
     def wait_answered(self, ids: set[str], timeout_s: float, stall_s: float = 30.0) -> float:
         """Wait until every one of ``ids`` has a reply, at most ``timeout_s`` (or ``stall_s``

@@ -9,6 +9,7 @@ import math
 import secrets
 import sys
 import time
+import urllib.error
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from bench._proc_stack import (
     get_json,
     group_rss_mb,
     kill_hard,
+    poll,
     scrape,
     serve,
     wait_progress,
@@ -199,9 +201,21 @@ class Bench:
         process.start()
         return process, started
 
+    def control(self, what: str, timeout_s: float = 10.0) -> Any:
+        """The instant mail server's ``/_control/<what>`` (stats, received, counts, texts)."""
+        try:
+            return get_json(f"http://127.0.0.1:{self.mail_port}/_control/{what}", timeout_s)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise BenchError(f"the instant mail server did not answer: {exc}") from exc
+
     def mail_stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = get_json(f"http://127.0.0.1:{self.mail_port}/_control/stats")
+        stats: dict[str, Any] = self.control("stats")
         return stats
+
+    def received(self) -> dict[str, float]:
+        """The mail server's replied-to Message-IDs and when each reply arrived."""
+        found: dict[str, float] = self.control("received")
+        return found
 
     def sent(self) -> int:
         """Replies the mail server has received so far."""
@@ -215,16 +229,12 @@ class Bench:
 
     def worker_metric(self, name: str, timeout_s: float = 30.0, want: float | None = None) -> float:
         """A sample of the worker's /metrics; waits for it to reach ``want`` if given."""
-        deadline = time.monotonic() + timeout_s
-        value = math.nan
-        while time.monotonic() < deadline:
-            samples = scrape(self.worker_port)
-            if samples is not None:
-                value = samples.get(name, 0.0)
-                if want is None or value >= want:
-                    return value
-            time.sleep(0.2)
-        return value
+
+        def reached(found: dict[str, float] | None) -> bool:
+            return found is not None and (want is None or found.get(name, 0.0) >= want)
+
+        found = poll(lambda: scrape(self.worker_port), reached, timeout_s, 0.2)
+        return math.nan if found is None else found.get(name, 0.0)
 
     # -- (2) replies ------------------------------------------------------------------------
 

@@ -13,9 +13,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench._procs import BenchError, ServerProcess
+
+T = TypeVar("T")
 
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0
@@ -131,6 +133,15 @@ def is_alive(process: ServerProcess) -> bool:
     except (BenchError, OSError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def poll(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float, every_s: float) -> T:
+    """``read()`` every ``every_s`` until ``done`` says so of it or ``timeout_s`` has passed;
+    its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not done(value := read()) and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return value
 
 
 def wait_progress(

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench._load import agentmail_body
 from bench._proc_records import Record, as_record, produce_on
-from bench._proc_stack import get_json, group_rss_mb, kill_hard, wait_progress
+from bench._proc_stack import group_rss_mb, kill_hard, wait_progress
 from bench._procs import BenchError, ServerProcess, console, cpu_seconds
 from onceonly.processors.runtime.progress import JOINED, READY, RECOVERED
 
@@ -106,7 +106,7 @@ def probe(bench: Any, label: str, partitions: list[int]) -> dict[int, str]:
 
 def answered(bench: Any, ids: dict[int, str]) -> dict[int, float]:
     """partition -> when the mail server received its probe's reply (epoch seconds)."""
-    received: dict[str, float] = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/received")
+    received = bench.received()
     return {p: received[m] for p, m in ids.items() if m in received}
 
 

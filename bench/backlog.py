@@ -51,7 +51,7 @@ from bench._backlog_tick import measure as measure_tick
 from bench._backlog_writer import WRITER_S_ENV
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
-from bench._proc_stack import check_alive, get_json, group_rss_mb, scrape
+from bench._proc_stack import check_alive, group_rss_mb, poll, scrape
 from bench._procs import BenchError, Broker, CpuWindow, console
 from bench._report import print_table
 from bench._runner import Scenario, command, whole_run
@@ -182,13 +182,10 @@ def watch_drain(bench: AgentBench, plan: Plan, started: float, limits: Limits) -
 
 def final_counters(bench: AgentBench) -> dict[str, float]:
     """The worker's /metrics at the end (waits up to 30 s for an answer)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = scrape(bench.worker_port)
-        if found is not None:
-            return found
-        time.sleep(0.5)
-    raise BenchError(f"the worker's /metrics did not answer on port {bench.worker_port}")
+    found = poll(lambda: scrape(bench.worker_port), lambda found: found is not None, 30, 0.5)
+    if found is None:
+        raise BenchError(f"the worker's /metrics did not answer on port {bench.worker_port}")
+    return found
 
 
 def copy_logs(work: Path, keep: Path | None) -> None:
@@ -226,7 +223,7 @@ def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
         metrics = final_counters(bench)
         hwm = group_rss_mb(worker.pid)[1]
         stats = bench.mail_stats()
-        counts = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/counts", timeout_s=60)
+        counts = bench.control("counts", timeout_s=60)
     except BaseException:
         if bench.worker is not None:
             console.print(f"[dim]worker log tail:\n{bench.worker.log_tail(20)}[/]")

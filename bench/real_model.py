@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench._agent_load import AgentBench
 from bench._options import Float, Int, Opt, partitions
-from bench._proc_stack import get_json
+from bench._proc_stack import poll
 from bench._procs import BenchError, Broker, console
 from bench._report import fmt
 from bench._runner import Scenario, command
@@ -65,11 +65,6 @@ def worker_env(server: llm.ModelServer) -> dict[str, str]:
     }
 
 
-def texts(bench: AgentBench) -> dict[str, str]:
-    found: dict[str, str] = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/texts", 10)
-    return found
-
-
 def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: int) -> Results:
     """(S): the sample through ingest and a worker; the reply the model wrote."""
     bench = AgentBench.fresh(broker, work, "sample", partitions)
@@ -85,12 +80,9 @@ def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: 
         statuses = [p.status for p in posted]
         if set(statuses) != {204}:
             raise BenchError(f"ingest answered the sample with {statuses}")
-        deadline = time.monotonic() + 300
-        while not (written := texts(bench)):
-            if time.monotonic() > deadline:
-                raise BenchError("the sample got no reply in 300 s")
-            time.sleep(0.5)
-        r.sample = written
+        r.sample = poll(lambda: bench.control("texts"), bool, 300, 0.5)
+        if not r.sample:
+            raise BenchError("the sample got no reply in 300 s")
         r.sample_s = time.monotonic() - began
     for message_id, text in r.sample.items():
         console.print(f"\n[bold]the model's reply to {message_id}[/]:\n{text}\n")
