@@ -34,7 +34,7 @@ from bench._agent_load import AgentBench
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import poll
 from bench._procs import BenchError, Broker, console
-from bench._report import fmt
+from bench._report import fmt, fmt_cpu
 from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
 from devstack import llm
@@ -181,8 +181,7 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
     for x in runs:
         lines.append(
             f"- {x.result.label}: CPU over the run, % of one core: "
-            + " · ".join(f"{k} {v:.0f}" for k, v in x.result.cpu.items())
-            + "; worker counters: "
+            + f"{fmt_cpu(x.result.cpu)}; worker counters: "
             + ", ".join(f"{k} = {v:g}" for k, v in sorted(x.result.metrics.items()))
         )
     return lines

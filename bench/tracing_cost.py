@@ -30,6 +30,7 @@ from typing import Any
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import get_json, serve
 from bench._procs import Broker, console
+from bench._report import fmt_cpu
 from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
 from onceonly.foundation import tracing
@@ -211,8 +212,7 @@ def per_run(r: Results) -> list[str]:
                 f"ingest {x.cpu_ms_per_reply('ingest'):.3f} + worker "
                 f"{x.cpu_ms_per_reply('worker'):.3f} ms CPU per reply, p50 "
                 f"{x.result.p(0.5):.3f} s, p99 {x.result.p(0.99):.3f} s, "
-                f"{r.spans[id(x)]:,} spans; CPU % of one core: "
-                + " · ".join(f"{k} {v:.0f}" for k, v in x.result.cpu.items())
+                f"{r.spans[id(x)]:,} spans; CPU % of one core: " + fmt_cpu(x.result.cpu)
             )
     return lines
 
