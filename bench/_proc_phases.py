@@ -91,32 +91,19 @@ class Bench:
 
     def run_plain(self, count: int) -> Drain:
         out = self.work / "plain.json"
-        self.plain = ServerProcess(
-            "plain faust agent",
-            [
-                sys.executable,
-                "-m",
-                "bench._plain_faust",
-                "--bootstrap",
-                self.bootstrap,
-                "--topic",
-                self.deliveries,
-                "--app-id",
-                f"onceonly-bench-{self.tag}-plain",
-                "--data-dir",
-                str(self.work / "plain-data"),
-                "--partitions",
-                str(self.partitions),
-                "--expect",
-                str(count),
-                "--out",
-                str(out),
-                "--loglevel",
-                self.log_level.lower(),
-            ],
-            base_env({}),
-            self.work / "plain.log",
-        )
+        settings = {
+            "bootstrap": self.bootstrap,
+            "topic": self.deliveries,
+            "app_id": f"onceonly-bench-{self.tag}-plain",
+            "data_dir": str(self.work / "plain-data"),
+            "partitions": self.partitions,
+            "expect": count,
+            "out": str(out),
+            "loglevel": self.log_level.lower(),
+        }
+        argv = [sys.executable, "-m", "bench._plain_faust", json.dumps(settings)]
+        log = self.work / "plain.log"
+        self.plain = ServerProcess("plain faust agent", argv, base_env({}), log)
         started = time.time()
         self.plain.start()
 
