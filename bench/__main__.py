@@ -19,55 +19,54 @@ A smoke run, in about two minutes::
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-import click
+from typing import Any
 
 from bench import ingest as ingest_mod
 from bench import processors as processors_mod
+from bench._ingest_report import section as ingest_section
+from bench._ingest_results import Results as IngestResults
+from bench._ingest_verdict import verdict
 from bench._options import (
+    INGEST_OPTIONS,
+    PROCESSOR_OPTIONS,
     IngestOptions,
     ProcessorOptions,
-    ingest_options,
-    out_option,
-    processor_options,
+    picked,
 )
+from bench._proc_report import section as processors_section
+from bench._proc_results import Results as ProcessorResults
 from bench._procs import Broker, console
-from bench._report import command_line, run_on_broker, write_report
+from bench._runner import Scenario, command, whole_run
+
+Both = tuple[IngestOptions, ProcessorOptions]
+Results = tuple[IngestResults, ProcessorResults]
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@ingest_options
-@processor_options
-@out_option
-def main(ingest: IngestOptions, processors: ProcessorOptions, out: Path) -> None:
-    """Run the ingest and the processor benchmarks; write one report with a chart."""
+def options(**values: Any) -> Both:
+    return picked(IngestOptions, values), picked(ProcessorOptions, values)
 
-    def collect(broker: Broker, work: Path) -> tuple[ingest_mod.Results, processors_mod.Results]:
-        (work / "ingest").mkdir()
-        (work / "processors").mkdir()
-        console.rule("ingest benchmark")
-        ingest_results = ingest_mod.collect(ingest, broker, work / "ingest")
-        console.rule("processor benchmark")
-        return ingest_results, processors_mod.collect(processors, broker, work / "processors")
 
-    took: list[float] = []
+def collect(opts: Both, broker: Broker, work: Path) -> Results:
+    (work / "ingest").mkdir()
+    (work / "processors").mkdir()
+    console.rule("ingest benchmark")
+    ingest_results = ingest_mod.collect(opts[0], broker, work / "ingest")
+    console.rule("processor benchmark")
+    return ingest_results, processors_mod.collect(opts[1], broker, work / "processors")
 
-    def whole_run(_results: object, seconds: float) -> list[tuple[str, str]]:
-        took.append(seconds)
-        return [("whole run", f"{seconds:.0f} s")]
 
-    (ingest_results, processor_results), items = run_on_broker(
-        "onceonly-bench-", collect, whole_run
-    )
-    sections = [ingest_mod.section(ingest_results), processors_mod.section(processor_results)]
-    md, png = write_report(
-        "bench", "onceonly benchmark", sections, items, command_line("bench"), out
-    )
-    console.print(f"written to {md} and {png.name} ({took[0]:.0f} s in all)")
-    if ingest_mod.verdict(ingest_results.runs).failed:
-        sys.exit(1)
+BENCH = Scenario(
+    "bench",
+    "onceonly benchmark",
+    (*INGEST_OPTIONS, *PROCESSOR_OPTIONS),
+    options,
+    collect,
+    sections=lambda _opts, r: [ingest_section(r[0]), processors_section(r[1])],
+    about=whole_run,
+    failed=lambda r: verdict(r[0].runs).failed > 0,
+)
+main = command(BENCH, "Run the ingest and the processor benchmarks; write one report with a chart.")
 
 
 if __name__ == "__main__":

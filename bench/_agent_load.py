@@ -12,7 +12,6 @@ import asyncio
 import math
 import sys
 import time
-import urllib.error
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,10 +19,10 @@ from datetime import UTC, datetime
 import aiohttp
 import svix.webhooks
 
-from bench._load import Delivery, agentmail_body, percentile
+from bench._load import Delivery, agentmail_body, percentile, webhook_secret
 from bench._model import HANG
 from bench._proc_phases import Bench
-from bench._proc_stack import base_env, check_alive, get_json, ingest_env, scrape
+from bench._proc_stack import base_env, check_alive, ingest_env, scrape
 from bench._procs import BenchError, ServerProcess
 
 ROUTE = "/webhooks/agentmail"
@@ -120,7 +119,7 @@ class AgentBench(Bench):
     extra: dict[str, str] = field(default_factory=dict)
     #: more of ingest's environment (OTEL_* for bench.tracing)
     ingest_extra: dict[str, str] = field(default_factory=dict)
-    secret: str = ""
+    secret: str = field(default_factory=webhook_secret)
     ingest_port: int = 0
     ingest: ServerProcess | None = None
 
@@ -153,16 +152,6 @@ class AgentBench(Bench):
     def url_base(self) -> str:
         return f"http://127.0.0.1:{self.ingest_port}"
 
-    def received(self) -> dict[str, float]:
-        """The mail server's replied-to Message-IDs and when each reply arrived."""
-        try:
-            data: dict[str, float] = get_json(
-                f"http://127.0.0.1:{self.mail_port}/_control/received", timeout_s=10
-            )
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise BenchError(f"the instant mail server did not answer: {exc}") from exc
-        return data
-
     def wait_answered(self, ids: set[str], timeout_s: float, stall_s: float = 30.0) -> float:
         """Wait until every one of ``ids`` has a reply, at most ``timeout_s`` (or ``stall_s``
         without a new one); return the wall-clock time it ended."""
@@ -181,10 +170,8 @@ class AgentBench(Bench):
                     check_alive(process, "the benchmark waited for replies")
             time.sleep(0.25)
 
-    def stop_all(self) -> None:
-        if self.ingest is not None:
-            self.ingest.stop(timeout_s=30)
-        super().stop_all()
+    def processes(self) -> list[ServerProcess]:
+        return [*([self.ingest] if self.ingest else []), *super().processes()]
 
 
 def warm_up(bench: AgentBench, tag: str) -> None:

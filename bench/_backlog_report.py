@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import math
 
-from bench._backlog_figures import RSS_TARGET_MB, Outcome, Plan, Sample, bucket_of
+from bench._backlog_figures import RSS_TARGET_MB, Outcome, Plan, bucket_of
 from bench._report import (
     CONTENDED_PERCENT,
     Comparison,
     Figure,
     Section,
+    fmt,
     fmt_cpu,
     met,
+    thin,
     verdict_table,
 )
 
+HEADERS = ("figure", "value", "target or baseline", "")
 #: Rows of the RSS-over-time table, at most.
 SAMPLE_ROWS = 12
 
@@ -99,8 +102,9 @@ def rows(o: Outcome) -> list[tuple[str, str, str, str]]:
         ("timers overlapping (mode's warnings)", fmt_overlaps(o.overlaps), "", ""),
         (
             "most work pending, sampled (records and releases)",
-            _num(
-                max((s.pending for s in o.samples if not math.isnan(s.pending)), default=math.nan)
+            fmt(
+                max((s.pending for s in o.samples if not math.isnan(s.pending)), default=math.nan),
+                ",.0f",
             ),
             f"bound: ONCEONLY_MAX_PENDING = {p.max_pending:,}",
             "",
@@ -108,23 +112,11 @@ def rows(o: Outcome) -> list[tuple[str, str, str, str]]:
         *tick_rows(o),
         (
             "writer calls per thread",
-            "n/a" if math.isnan(o.writer_calls) else f"{o.writer_calls / p.threads:.3f}",
+            fmt(o.writer_calls / p.threads, ".3f"),
             "1 (a fenced reply's call is made again)",
             "",
         ),
     ]
-
-
-def samples(found: list[Sample], rows_at_most: int = SAMPLE_ROWS) -> list[Sample]:
-    """At most ``rows_at_most`` samples, evenly spread, the first and the last kept."""
-    if len(found) <= rows_at_most:
-        return list(found)
-    step = (len(found) - 1) / (rows_at_most - 1)
-    return [found[round(i * step)] for i in range(rows_at_most)]
-
-
-def _num(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:,.0f}"
 
 
 def sample_table(o: Outcome) -> list[str]:
@@ -132,10 +124,10 @@ def sample_table(o: Outcome) -> list[str]:
         "| s after start | replies | worker RSS, MiB | work pending | consumer lag |",
         "| ---: | ---: | ---: | ---: | ---: |",
     ]
-    for s in samples(o.samples):
+    for s in thin(o.samples, SAMPLE_ROWS):
         lines.append(
-            f"| {s.t_s:,.0f} | {s.replies:,} | {s.rss_mb:,.0f} | {_num(s.pending)} | "
-            f"{_num(s.lag)} |"
+            f"| {s.t_s:,.0f} | {s.replies:,} | {s.rss_mb:,.0f} | {fmt(s.pending, ',.0f')} | "
+            f"{fmt(s.lag, ',.0f')} |"
         )
     return lines
 
@@ -197,7 +189,7 @@ def section(o: Outcome) -> Section:
         (Figure("floor", f"floor: {p.concurrency} writer calls / {p.writer_s:g} s", p.floor_rate),),
     )
     body = [
-        *verdict_table(("figure", "value", "target or baseline", ""), rows(o)),
+        *verdict_table(HEADERS, rows(o)),
         "",
         f"Targets: {met(o.targets_met)} (RSS under {RSS_TARGET_MB:,.0f} MiB, no rebalance, "
         "every thread answered once).",

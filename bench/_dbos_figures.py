@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bench import _once
@@ -194,61 +194,34 @@ def verdicts(a: SystemRun, b: SystemRun) -> dict[str, str]:
 def rows(a: SystemRun, b: SystemRun) -> list[tuple[str, str, str, str]]:
     """(figure, onceonly, DBOS, target for onceonly) rows."""
     v = verdicts(a, b)
-    return [
-        ("replies (steady run)", f"{a.replies:,}", f"{b.replies:,}", ""),
-        (
-            "replies/s",
-            fmt(a.replies_per_s, ".1f"),
-            fmt(b.replies_per_s, ".1f"),
-            f">= DBOS's: {v['replies/s']}",
-        ),
-        ("p50 record → email, s", fmt(a.p(0.5), ".2f"), fmt(b.p(0.5), ".2f"), ""),
-        (
-            "p99 record → email, s",
-            fmt(a.p(0.99), ".2f"),
-            fmt(b.p(0.99), ".2f"),
-            f"<= DBOS's: {v['p99']}",
-        ),
-        ("CPU per reply, ms (by process)", _cpu(a), _cpu(b), ""),
-        ("memory, MB PSS (by process)", _mem(a), _mem(b), ""),
-        (
-            "model calls in flight at the SIGKILL",
-            str(a.in_flight_at_kill),
-            str(b.in_flight_at_kill),
-            "",
-        ),
-        (
-            "emails per message (both runs)",
-            a.emails.describe(),
-            b.emails.describe(),
-            f"1: {v['emails']}",
-        ),
-        ("send requests per message (both runs)", a.sends.describe(), b.sends.describe(), ""),
+    figures: list[tuple[str, Callable[[SystemRun], str], str]] = [
+        ("replies (steady run)", lambda x: f"{x.replies:,}", ""),
+        ("replies/s", lambda x: fmt(x.replies_per_s, ".1f"), f">= DBOS's: {v['replies/s']}"),
+        ("p50 record → email, s", lambda x: fmt(x.p(0.5), ".2f"), ""),
+        ("p99 record → email, s", lambda x: fmt(x.p(0.99), ".2f"), f"<= DBOS's: {v['p99']}"),
+        ("CPU per reply, ms (by process)", _cpu, ""),
+        ("memory, MB PSS (by process)", _mem, ""),
+        ("model calls in flight at the SIGKILL", lambda x: str(x.in_flight_at_kill), ""),
+        ("emails per message (both runs)", lambda x: x.emails.describe(), f"1: {v['emails']}"),
+        ("send requests per message (both runs)", lambda x: x.sends.describe(), ""),
         (
             "model calls per message (kill run)",
-            a.calls.describe(),
-            b.calls.describe(),
+            lambda x: x.calls.describe(),
             f"< DBOS's: {v['calls']}",
         ),
         (
             "of which repeats of a call that had returned",
-            str(a.repeated_after_return),
-            str(b.repeated_after_return),
+            lambda x: str(x.repeated_after_return),
             "",
         ),
         (
             "first reply after the restart, s",
-            fmt(a.first_reply_after_restart_s, ".1f"),
-            fmt(b.first_reply_after_restart_s, ".1f"),
+            lambda x: fmt(x.first_reply_after_restart_s, ".1f"),
             "",
         ),
-        (
-            "unanswered after the kill run",
-            str(a.unanswered_after_kill),
-            str(b.unanswered_after_kill),
-            "0",
-        ),
+        ("unanswered after the kill run", lambda x: str(x.unanswered_after_kill), "0"),
     ]
+    return [(name, get(a), get(b), target) for name, get, target in figures]
 
 
 def headers(a: SystemRun, b: SystemRun) -> tuple[str, ...]:

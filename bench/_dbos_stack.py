@@ -21,7 +21,7 @@ from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
 from bench._load import agentmail_body
 from bench._proc_records import Record, as_record
-from bench._proc_stack import base_env, get_json, kill_hard
+from bench._proc_stack import base_env, kill_hard
 from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console, tree_pids
 
 #: The DBOS app's interpreter: its own virtual environment (``make bench-dbos`` makes it).
@@ -231,9 +231,7 @@ def count(
     c: Contender, everything: list[str], killed: int, restarted: float, run: fig.SystemRun
 ) -> None:
     """Emails, sends and model calls per message; the first reply after the restart."""
-    counts: dict[str, list[int]] = get_json(
-        f"http://127.0.0.1:{c.bench.mail_port}/_control/counts", timeout_s=10
-    )
+    counts: dict[str, list[int]] = c.bench.control("counts")
     calls = fig.parse_calls(c.calls_file.read_text(encoding="utf-8"))
     run.emails = fig.PerMessage.of(everything, fig.emails(counts))
     run.sends = fig.PerMessage.of(everything, fig.requests(counts))

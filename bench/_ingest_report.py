@@ -26,9 +26,9 @@ from bench._ingest_verdict import Verdict, fmt_us, summary_lines, verdict
 from bench._load import Sample, percentile
 from bench._procs import console
 from bench._report import (
-    CONTENDED_PERCENT,
     Comparison,
     Section,
+    contended,
     fmt_ms,
     fmt_rate,
     fmt_ratio,
@@ -218,12 +218,10 @@ def scaling_lines(runs: list[Run]) -> list[str]:
 def contention(runs: list[Run]) -> str | None:
     """A warning when the rest of the machine took CPU while a figure was measured."""
     windows = [run.cpu for run in runs] + [ol.cpu for run in runs for ol in run.open_loops]
-    worst = max((cpu.get("other", 0.0) for cpu in windows), default=0.0)
-    if worst < CONTENDED_PERCENT:
-        return None
-    return (
-        f"other work on this machine took up to {worst:.0f}% of a core while figures were "
-        "measured (column `other`): the figures are lower and noisier than on an idle machine"
+    return contended(
+        (cpu.get("other", 0.0) for cpu in windows),
+        "while figures were measured (column `other`)",
+        "the figures are lower and noisier than on an idle machine",
     )
 
 

@@ -11,8 +11,10 @@ The closed-loop peaks are wrk's (:mod:`bench._wrk`), the open loop is
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import secrets
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +22,8 @@ from datetime import UTC, datetime
 from typing import ClassVar
 
 import svix.webhooks
+
+from testkit import payloads
 
 #: Distinct threads the deliveries belong to: keys spread over every partition.
 THREADS = 1024
@@ -31,6 +35,11 @@ _TEXT = (
     "old billing address.\n\nThanks,\nDana"
 )
 _HTML = "<div>" + "".join(f"<p>{line}</p>" for line in _TEXT.split("\n") if line) + "</div>"
+
+
+def webhook_secret() -> str:
+    """A fresh Svix webhook secret (``whsec_`` and 24 random bytes), for one run."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,32 +60,23 @@ def agentmail_body(
     ``thread_id``, ``message_id`` and ``text`` replace the defaults (a thread among
     :data:`THREADS`, a random Message-ID, a fixed customer email) when given."""
     inbox = f"support-{n % 8}@agentmail.to"
-    thread = thread_id or f"thr_{n % THREADS:04d}"
     stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     body = _TEXT if text is None else text
-    message = {
-        "inbox_id": inbox,
-        "thread_id": thread,
-        "message_id": message_id or f"<{uuid.uuid4().hex}@mail.example.com>",
-        "labels": ["received", "unread"],
-        "timestamp": stamp,
-        "from": "Dana Customer <dana@example.com>",
-        "to": [inbox],
-        "subject": "Re: onboarding call and November invoice",
-        "preview": body[:120],
-        "text": body,
-        "html": _HTML if text is None else f"<div><p>{body}</p></div>",
-        "size": 4312,
-        "created_at": stamp,
-        "updated_at": stamp,
-    }
-    event = {
-        "type": "event",
-        "event_type": "message.received",
-        "event_id": f"evt_{uuid.uuid4().hex}",
-        "message": message,
-        "thread": {"inbox_id": inbox, "thread_id": thread},
-    }
+    event = payloads.agentmail_received(
+        inbox_id=inbox,
+        thread_id=thread_id or f"thr_{n % THREADS:04d}",
+        message_id=message_id or f"<{uuid.uuid4().hex}@mail.example.com>",
+        timestamp=stamp,
+        sender="Dana Customer <dana@example.com>",
+        text=body,
+    )
+    event["message"].update(
+        labels=["received", "unread"],
+        subject="Re: onboarding call and November invoice",
+        preview=body[:120],
+        html=_HTML if text is None else f"<div><p>{body}</p></div>",
+        size=4312,
+    )
     return json.dumps(event).encode()
 
 

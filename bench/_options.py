@@ -1,10 +1,10 @@
-"""The benchmarks' shared options: one click option block per benchmark, and the results dir."""
+"""The benchmarks' options: each command's a table of :class:`Opt` rows, and the two option
+blocks that ``python -m bench`` shares with ``bench.ingest`` and ``bench.processors``."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,7 +12,106 @@ import click
 
 from bench._report import RESULTS_DIR
 
-# --------------------------------------------------------------------------- options
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+# --------------------------------------------------------------------------- one option
+
+
+@dataclass(frozen=True, slots=True)
+class Opt:
+    """One row of a command's option table: ``click.option(*decls, dest)``, its default
+    shown in ``--help``. ``sizes``: ``(full, smoke)`` when the command's ``--smoke`` picks
+    the size that was not given (:func:`sized`); the help then names both."""
+
+    decls: str | tuple[str, ...]
+    type: Any = None
+    default: Any = None
+    help: str = ""
+    dest: str | None = None
+    sizes: tuple[Any, Any] | None = None
+    flag: bool = False
+    multiple: bool = False
+    callback: Callable[[Any, Any, Any], Any] | None = None
+
+    @property
+    def key(self) -> str:
+        """The name its value is handed under."""
+        first = self.decls if isinstance(self.decls, str) else self.decls[0]
+        return self.dest or first.split("/")[0].lstrip("-").replace("-", "_")
+
+    def __call__(self, f: F) -> F:
+        decls = (self.decls,) if isinstance(self.decls, str) else self.decls
+        text = self.help
+        if self.sizes is not None:
+            text = f"{text} [{self.sizes[0]:g}; smoke {self.sizes[1]:g}]."
+        kw: dict[str, Any] = {"is_flag": True} if self.flag else {"default": self.default}
+        if self.multiple:
+            kw["multiple"] = True
+        if self.type is not None:
+            kw["type"] = self.type
+        if self.callback is not None:
+            kw["callback"] = self.callback
+        spelled = (*decls, self.dest) if self.dest else decls
+        return click.option(*spelled, show_default=True, help=text, **kw)(f)
+
+
+def with_options(table: Sequence[Opt]) -> Callable[[F], F]:
+    """A decorator: every option of ``table``, in its order in ``--help``."""
+
+    def decorate(f: F) -> F:
+        for row in reversed(table):
+            f = row(f)
+        return f
+
+    return decorate
+
+
+def sized(values: dict[str, Any], smoke: bool, table: Sequence[Opt]) -> dict[str, Any]:
+    """``values`` (a command's options), each option of ``table`` with sizes that was not
+    given set to its full size, or its smoke one with ``--smoke``."""
+    for row in table:
+        if row.sizes is not None and values.get(row.key) is None:
+            values[row.key] = row.sizes[1] if smoke else row.sizes[0]
+    return values
+
+
+def picked(cls: Callable[..., T], values: Mapping[str, Any]) -> T:
+    """``cls`` (a dataclass) made of the ``values`` its fields name."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+#: ``--out`` (also spelled ``--results-dir``): where the report is written.
+OUT = Opt(
+    ("--out", "--results-dir"),
+    click.Path(file_okay=False, path_type=Path),
+    RESULTS_DIR,
+    "Where the report is written.",
+    dest="out",
+)
+
+
+def partitions() -> int:
+    """ONCEONLY_PARTITIONS as the worker reads it (the topics are made with this many)."""
+    from onceonly.foundation.settings import Settings
+
+    return Settings.from_env().partitions
+
+
+# --------------------------------------------------------------------------- ingest, processors
+
+
+def connection_counts(text: str) -> tuple[int, ...]:
+    """``"64,128"`` as ``(64, 128)``: distinct counts of 1-256, ascending; a
+    click.BadParameter saying what is wrong otherwise."""
+    try:
+        counts = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers") from None
+    if not all(1 <= count <= 256 for count in counts):
+        raise click.BadParameter(f"{text!r}: each count of connections must be 1-256")
+    return tuple(counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,210 +149,130 @@ class ProcessorOptions:
     takeover_standby: bool = True
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def connection_counts(text: str) -> tuple[int, ...]:
-    """``"64,128"`` as ``(64, 128)``: distinct counts of 1-256, ascending; a
-    click.BadParameter saying what is wrong otherwise."""
-    try:
-        counts = sorted({int(part) for part in text.split(",")})
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers") from None
-    if not all(1 <= count <= 256 for count in counts):
-        raise click.BadParameter(f"{text!r}: each count of connections must be 1-256")
-    return tuple(counts)
-
-
-def option(*decls: str, help: str = "", **kw: Any) -> Callable[[F], F]:
-    """``click.option`` as the benchmarks use it: the default shown in ``--help``."""
-    return click.option(*decls, show_default=True, help=help, **kw)
-
-
-Spec = tuple[tuple[str, ...], dict[str, Any]]
-
-
-def _spec(*decls: str, **kw: Any) -> Spec:
-    return decls, kw
-
-
 def _connections(_ctx: object, _param: object, value: str) -> tuple[int, ...]:
     return connection_counts(value)
 
 
-_INGEST_OPTIONS = (
-    _spec(
+Int, Float = click.IntRange, click.FloatRange
+
+INGEST_OPTIONS = (
+    Opt(
         "--duration",
-        type=click.FloatRange(1, 60),
-        default=10.0,
-        help="Ingest: measured seconds per closed loop (wrk's run is this, rounded up to "
-        "whole seconds, plus one), and of the open loop.",
+        Float(1, 60),
+        10.0,
+        "Ingest: measured seconds per closed loop (wrk's run is this, rounded up to whole "
+        "seconds, plus one), and of the open loop.",
+        dest="duration_s",
     ),
-    _spec(
+    Opt(
         "--warmup",
-        type=click.FloatRange(0, 30),
-        default=2.0,
-        help="Ingest: unmeasured seconds of wrk before each closed loop (rounded up to whole "
+        Float(0, 30),
+        2.0,
+        "Ingest: unmeasured seconds of wrk before each closed loop (rounded up to whole "
         "seconds; 0 for none).",
+        dest="warmup_s",
     ),
-    _spec(
+    Opt(
         "--concurrency",
-        default="64,128",
+        None,
+        "64,128",
+        "Ingest: keep-alive connections of wrk, comma-separated (1-256 each): every server's "
+        "closed loop at each in turn, its peak the fastest; the open loops use the largest.",
         callback=_connections,
-        help="Ingest: keep-alive connections of wrk, comma-separated (1-256 each): every "
-        "server's closed loop at each in turn, its peak the fastest; the open loops use the "
-        "largest.",
     ),
-    _spec(
+    Opt(
         "--pool",
-        type=click.IntRange(100, 200_000),
-        default=30_000,
-        help="Ingest: distinct signed deliveries per closed loop (reused in turn if the "
-        "loop sends more).",
+        Int(100, 200_000),
+        30_000,
+        "Ingest: distinct signed deliveries per closed loop (reused in turn if the loop "
+        "sends more).",
     ),
-    _spec(
+    Opt(
         "--broker-warmup",
-        type=click.FloatRange(0, 60),
-        default=8.0,
-        help="Ingest: seconds of produce load on the broker before any server is measured "
+        Float(0, 60),
+        8.0,
+        "Ingest: seconds of produce load on the broker before any server is measured "
         "(JIT warm-up).",
+        dest="broker_warmup_s",
     ),
-    _spec(
-        "--pg-pool",
-        type=click.IntRange(1, 100),
-        default=16,
-        help="Ingest: asyncpg connections of the PostgreSQL baseline (d).",
+    Opt(
+        "--pg-pool", Int(1, 100), 16, "Ingest: asyncpg connections of the PostgreSQL baseline (d)."
     ),
-    _spec(
+    Opt(
         "--wrk-threads",
-        type=click.IntRange(1, 64),
-        default=1,
-        help="Ingest: wrk's threads (the connections are shared out among them).",
+        Int(1, 64),
+        1,
+        "Ingest: wrk's threads (the connections are shared out among them).",
     ),
-    _spec(
+    Opt(
         "--target-runs",
-        type=click.IntRange(1, 20),
-        default=3,
-        help="Ingest: open loops at half of c's peak; the p99 target is judged on the "
-        "median run's.",
+        Int(1, 20),
+        3,
+        "Ingest: open loops at half of c's peak; the p99 target is judged on the median run's.",
     ),
-    _spec(
+    Opt(
         "--rounds",
-        type=click.IntRange(1, 20),
-        default=3,
-        help="Ingest: closed loops of every server in turn, this many times; each server's "
-        "figures are those of its median round (by deliveries/s).",
+        Int(1, 20),
+        3,
+        "Ingest: closed loops of every server in turn, this many times; each server's figures "
+        "are those of its median round (by deliveries/s).",
     ),
 )
 
-#: in the order of :class:`ProcessorOptions`' fields
-_PROCESSOR_OPTIONS = (
-    _spec(
+PROCESSOR_OPTIONS = (
+    Opt(
         "--events",
-        type=click.IntRange(100, 1_000_000),
-        default=20_000,
-        help="Processors: AgentMail events for the throughput phases (1) and (2).",
+        Int(100, 1_000_000),
+        20_000,
+        "Processors: AgentMail events for the throughput phases (1) and (2).",
     ),
-    _spec(
+    Opt(
         "--dedupe-entries",
-        type=click.IntRange(1, 10_000_000),
-        default=1_000_000,
-        help="Processors: distinct events the worker records before its RSS is read (3).",
+        Int(1, 10_000_000),
+        1_000_000,
+        "Processors: distinct events the worker records before its RSS is read (3).",
     ),
-    _spec(
-        "--skip-rss", is_flag=True, help="Processors: skip (3); (4) then restarts with less state."
-    ),
-    _spec(
+    Opt("--skip-rss", help="Processors: skip (3); (4) then restarts with less state.", flag=True),
+    Opt(
         "--rss-budget",
-        type=click.FloatRange(10, 7200),
-        default=3600.0,
-        help="Processors: seconds (3) may take; if the worker has not recorded "
-        "--dedupe-entries by then, the RSS is read at what it has and extrapolated, and the "
-        "report says so.",
+        Float(10, 7200),
+        3600.0,
+        "Processors: seconds (3) may take; if the worker has not recorded --dedupe-entries by "
+        "then, the RSS is read at what it has and extrapolated, and the report says so.",
+        dest="rss_budget_s",
     ),
-    _spec(
+    Opt(
         "--log-level",
-        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-        default="INFO",
-        help="Processors: ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the "
-        "plain agent's.",
+        click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        "INFO",
+        "Processors: ONCEONLY_LOG_LEVEL of the worker (INFO is its default), and the plain "
+        "agent's.",
     ),
-    _spec(
+    Opt(
         "--takeover-entries",
-        type=click.IntRange(0, 100_000_000),
-        default=1_000_000,
-        help="Processors: dedupe entries the worker holds when it is SIGKILLed and an empty "
-        "worker takes over (6), topped up if (3) left fewer; 0 skips (6).",
+        Int(0, 100_000_000),
+        1_000_000,
+        "Processors: dedupe entries the worker holds when it is SIGKILLed and an empty worker "
+        "takes over (6), topped up if (3) left fewer; 0 skips (6).",
     ),
-    _spec(
+    Opt(
         "--takeover-only",
-        is_flag=True,
         help="Processors: only fill a worker with --takeover-entries and run (6) "
         "(make bench-scale).",
+        flag=True,
     ),
-    _spec(
+    Opt(
         "--takeover-fill",
-        type=click.Choice(["worker", "changelog"]),
-        default="worker",
-        help="Processors: how (6)'s entries are made: recorded by the worker from Stripe "
-        "events, or written straight to its events changelog as the worker writes them "
-        "(sizes the worker would take hours to record; make bench-scale).",
+        click.Choice(["worker", "changelog"]),
+        "worker",
+        "Processors: how (6)'s entries are made: recorded by the worker from Stripe events, "
+        "or written straight to its events changelog as the worker writes them (sizes the "
+        "worker would take hours to record; make bench-scale).",
     ),
-    _spec(
+    Opt(
         "--takeover-standby/--no-takeover-standby",
-        default=True,
-        help="Processors: run (6)'s standby takeover after the cold one.",
+        None,
+        True,
+        "Processors: run (6)'s standby takeover after the cold one.",
     ),
 )
-
-
-def _bundle(specs: Sequence[Spec], make: Callable[..., Any], key: str) -> Callable[[F], F]:
-    """A decorator: the options of ``specs``, whose values (in their order) are handed to
-    ``f`` as one ``key=make(*values)``."""
-    names = [click.Option(decls, **kw).name for decls, kw in specs]
-
-    def decorate(f: F) -> F:
-        @functools.wraps(f)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            values = [kwargs.pop(name) for name in names if name is not None]
-            return f(*args, **{key: make(*values)}, **kwargs)
-
-        for decls, kw in reversed(specs):
-            wrapper = option(*decls, **kw)(wrapper)
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
-
-
-#: the ingest benchmark's options, handed to ``f`` as ``ingest=IngestOptions(...)``
-ingest_options = _bundle(_INGEST_OPTIONS, IngestOptions, "ingest")
-#: the processor benchmark's options, handed to ``f`` as ``processors=ProcessorOptions(...)``
-processor_options = _bundle(_PROCESSOR_OPTIONS, ProcessorOptions, "processors")
-
-
-def sized(values: dict[str, Any], smoke: bool, **sizes: tuple[Any, Any]) -> dict[str, Any]:
-    """``values`` (a command's options), each of ``sizes`` that was not given set to its
-    ``(full, smoke)`` size: the smoke one with ``--smoke``."""
-    for name, (full, small) in sizes.items():
-        if values[name] is None:
-            values[name] = small if smoke else full
-    return values
-
-
-def partitions() -> int:
-    """ONCEONLY_PARTITIONS as the worker reads it (the topics are made with this many)."""
-    from onceonly.foundation.settings import Settings
-
-    return Settings.from_env().partitions
-
-
-def out_option(f: F) -> F:
-    """``--out`` (also spelled ``--results-dir``): where the report is written."""
-    return option(
-        "--out",
-        "--results-dir",
-        "out",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=RESULTS_DIR,
-        help="Where the report is written.",
-    )(f)

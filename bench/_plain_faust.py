@@ -1,7 +1,8 @@
 """The baseline of the processor benchmark: a plain faust agent that only counts events.
 
-``python -m bench._plain_faust --bootstrap B --topic T --app-id A --data-dir D \
---partitions P --expect N --out result.json``
+``python -m bench._plain_faust SETTINGS``, SETTINGS one JSON object: ``bootstrap``,
+``topic``, ``app_id``, ``data_dir``, ``partitions``, ``expect`` (N), ``out`` (a path) and
+``loglevel`` (``bench._proc_phases.Bench.run_plain`` writes it).
 
 The faust App is built as :func:`onceonly.processors.runtime.worker.build_app` builds onceonly's
 (same
@@ -10,8 +11,8 @@ what a counter has no use for: no tables (so the in-memory store instead of Rock
 no web server. One agent, concurrency 1, iterates ``stream.events()`` exactly as the
 worker's agent does and counts.
 
-It writes ``--out`` (JSON, replaced atomically) when the first event arrives and again
-when the ``--expect``-th does: ``{"started", "first", "last", "count"}``, wall-clock
+It writes ``out`` (JSON, replaced atomically) when the first event arrives and again
+when the N-th does: ``{"started", "first", "last", "count"}``, wall-clock
 epoch seconds. It keeps running until it is stopped (SIGTERM), like a worker.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -77,18 +79,8 @@ def build(args: argparse.Namespace) -> faust.App:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench._plain_faust")
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--app-id", required=True)
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--partitions", type=int, required=True)
-    parser.add_argument("--expect", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--loglevel", default="warning")
-    args = parser.parse_args(argv)
-    app = build(args)
-    faust.Worker(app, loglevel=args.loglevel).execute_from_commandline()
+    args = argparse.Namespace(**json.loads((sys.argv[1:] if argv is None else argv)[0]))
+    faust.Worker(build(args), loglevel=args.loglevel).execute_from_commandline()
 
 
 if __name__ == "__main__":

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
 import math
+import secrets
 import sys
 import time
+import urllib.error
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from bench._proc_records import agentmail_records, produce, stripe_records
+from bench._proc_records import agentmail_records, produce, produce_on, stripe_records
 from bench._proc_results import Drain, Memory, Restart, log_marks
 from bench._proc_stack import (
     STALL_S,
@@ -22,10 +24,12 @@ from bench._proc_stack import (
     get_json,
     group_rss_mb,
     kill_hard,
+    poll,
     scrape,
+    serve,
     wait_progress,
 )
-from bench._procs import BenchError, CpuWindow, ServerProcess, console
+from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 
 #: The same for a restart, which with a large table may take minutes.
 RESTART_STALL_S = 900.0
@@ -33,6 +37,8 @@ RESTART_STALL_S = 900.0
 
 # --------------------------------------------------------------------------- the phases
 
+#: The instant mail server's module (the AgentMail API the worker replies to).
+MAIL = "bench._instant_mail"
 NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
 #: Stripe events produced at a time in (3): the next batch goes out once half is consumed.
 FILL_CHUNK = 20_000
@@ -56,6 +62,18 @@ class Bench:
     #: more workers than ``worker`` (the takeover's standby pair), stopped by stop_all
     extra: list[ServerProcess] = field(default_factory=list)
 
+    @classmethod
+    def fresh(
+        cls, broker: Broker, work: Path, label: str, partitions: int, log_level: str = "INFO"
+    ) -> Self:
+        """A stack of its own on ``broker``: a tag, topics ``onceonly-bench-<label>-<tag>``,
+        the folder ``<work>/<label>-<tag>``."""
+        tag = secrets.token_hex(3)
+        topics = create_topics(broker.bootstrap, partitions, f"onceonly-bench-{label}-{tag}")
+        folder = work / f"{label}-{tag}"
+        folder.mkdir()
+        return cls(folder, broker.bootstrap, topics, tag, partitions, log_level, broker.pid)
+
     @property
     def deliveries(self) -> str:
         return self.topics["ONCEONLY_DELIVERIES_TOPIC"]
@@ -73,51 +91,29 @@ class Bench:
 
     def run_plain(self, count: int) -> Drain:
         out = self.work / "plain.json"
-        self.plain = ServerProcess(
-            "plain faust agent",
-            [
-                sys.executable,
-                "-m",
-                "bench._plain_faust",
-                "--bootstrap",
-                self.bootstrap,
-                "--topic",
-                self.deliveries,
-                "--app-id",
-                f"onceonly-bench-{self.tag}-plain",
-                "--data-dir",
-                str(self.work / "plain-data"),
-                "--partitions",
-                str(self.partitions),
-                "--expect",
-                str(count),
-                "--out",
-                str(out),
-                "--loglevel",
-                self.log_level.lower(),
-            ],
-            base_env({}),
-            self.work / "plain.log",
-        )
+        settings = {
+            "bootstrap": self.bootstrap,
+            "topic": self.deliveries,
+            "app_id": f"onceonly-bench-{self.tag}-plain",
+            "data_dir": str(self.work / "plain-data"),
+            "partitions": self.partitions,
+            "expect": count,
+            "out": str(out),
+            "loglevel": self.log_level.lower(),
+        }
+        argv = [sys.executable, "-m", "bench._plain_faust", json.dumps(settings)]
+        log = self.work / "plain.log"
+        self.plain = ServerProcess("plain faust agent", argv, base_env({}), log)
         started = time.time()
         self.plain.start()
-        cpu: CpuWindow | None = None
 
         def read() -> int:
-            nonlocal cpu
             try:
-                data = json.loads(out.read_text(encoding="utf-8"))
+                return int(json.loads(out.read_text(encoding="utf-8"))["count"])
             except (OSError, ValueError):
                 return 0
-            if cpu is None:
-                assert self.plain is not None
-                cpu = CpuWindow(self.cpu_pids("agent", self.plain.pid))
-                cpu.begin()
-            return int(data["count"])
 
-        wait_progress(read, count, what="(1) draining", process=self.plain, every_s=0.02)
-        assert cpu is not None
-        cpu.end()
+        cpu = self.drain(read, count, "agent", self.plain, "(1) draining", 0.02)
         data = json.loads(out.read_text(encoding="utf-8"))
         self.plain.stop()
         self.plain = None
@@ -129,6 +125,32 @@ class Bench:
             cpu.percent,
             process="agent",
         )
+
+    def drain(
+        self,
+        read: Callable[[], int],
+        count: int,
+        name: str,
+        process: ServerProcess,
+        what: str,
+        every_s: float,
+    ) -> CpuWindow:
+        """Wait for ``read()`` to reach ``count``; the CPU of ``process`` (as ``name``) and
+        the others from its first count to the end."""
+        cpu: CpuWindow | None = None
+
+        def counted() -> int:
+            nonlocal cpu
+            value = read()
+            if value and cpu is None:
+                cpu = CpuWindow(self.cpu_pids(name, process.pid))
+                cpu.begin()
+            return value
+
+        wait_progress(counted, count, what=what, process=process, every_s=every_s)
+        assert cpu is not None
+        cpu.end()
+        return cpu
 
     # -- the worker and the mail server ------------------------------------------------------
 
@@ -152,67 +174,61 @@ class Bench:
 
     def start_worker(self) -> float:
         """Start ``onceonly worker``; return the wall-clock time just before it was spawned."""
-        self.starts += 1
-        self.worker = ServerProcess(
-            "onceonly worker",
-            [sys.executable, "-m", "onceonly", "worker"],
-            self.worker_env(),
-            self.work / f"worker-{self.starts}.log",
-        )
-        started = time.time()
-        self.worker.start()
+        self.worker, started = self.spawn_worker("onceonly worker")
         return started
 
+    def spawn_worker(self, name: str, **env: str) -> tuple[ServerProcess, float]:
+        """A started ``onceonly worker`` (:meth:`worker_env`, ``env`` on top), and the
+        wall-clock time just before it was spawned."""
+        self.starts += 1
+        argv = [sys.executable, "-m", "onceonly", "worker"]
+        log = self.work / f"worker-{self.starts}.log"
+        process = ServerProcess(name, argv, {**self.worker_env(), **env}, log)
+        started = time.time()
+        process.start()
+        return process, started
+
+    def control(self, what: str, timeout_s: float = 10.0) -> Any:
+        """The instant mail server's ``/_control/<what>`` (stats, received, counts, texts)."""
+        try:
+            return get_json(f"http://127.0.0.1:{self.mail_port}/_control/{what}", timeout_s)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise BenchError(f"the instant mail server did not answer: {exc}") from exc
+
     def mail_stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = get_json(f"http://127.0.0.1:{self.mail_port}/_control/stats")
+        stats: dict[str, Any] = self.control("stats")
         return stats
 
-    def start_mail(self) -> None:
-        from devstack.broker import free_port
+    def received(self) -> dict[str, float]:
+        """The mail server's replied-to Message-IDs and when each reply arrived."""
+        found: dict[str, float] = self.control("received")
+        return found
 
-        self.mail_port = free_port()
+    def sent(self) -> int:
+        """Replies the mail server has received so far."""
+        return int(self.mail_stats()["sent"])
+
+    def start_mail(self) -> None:
+        from devstack.ports import free_port
+
         self.worker_port = free_port()
-        self.mail = ServerProcess(
-            "instant mail server",
-            [sys.executable, "-m", "bench._instant_mail", "--port", str(self.mail_port)],
-            base_env({}),
-            self.work / "mail.log",
-        )
-        self.mail.start()
-        asyncio.run(self.mail.wait_ready(f"http://127.0.0.1:{self.mail_port}/healthz"))
+        self.mail, self.mail_port = serve("instant mail server", MAIL, self.work / "mail.log")
 
     def worker_metric(self, name: str, timeout_s: float = 30.0, want: float | None = None) -> float:
         """A sample of the worker's /metrics; waits for it to reach ``want`` if given."""
-        deadline = time.monotonic() + timeout_s
-        value = math.nan
-        while time.monotonic() < deadline:
-            samples = scrape(self.worker_port)
-            if samples is not None:
-                value = samples.get(name, 0.0)
-                if want is None or value >= want:
-                    return value
-            time.sleep(0.2)
-        return value
+
+        def reached(found: dict[str, float] | None) -> bool:
+            return found is not None and (want is None or found.get(name, 0.0) >= want)
+
+        found = poll(lambda: scrape(self.worker_port), reached, timeout_s, 0.2)
+        return math.nan if found is None else found.get(name, 0.0)
 
     # -- (2) replies ------------------------------------------------------------------------
 
     def run_replies(self, count: int) -> Drain:
         started = self.start_worker()
-        worker = self.worker
-        assert worker is not None
-        cpu: CpuWindow | None = None
-
-        def read() -> int:
-            nonlocal cpu
-            sent = int(self.mail_stats()["sent"])
-            if sent and cpu is None:
-                cpu = CpuWindow(self.cpu_pids("worker", worker.pid))
-                cpu.begin()
-            return sent
-
-        wait_progress(read, count, what="(2) replying", process=worker, every_s=0.05)
-        assert cpu is not None
-        cpu.end()
+        assert self.worker is not None
+        cpu = self.drain(self.sent, count, "worker", self.worker, "(2) replying", 0.05)
         stats = self.mail_stats()
         return Drain(
             "(2) onceonly worker: dedupe, reorder (window 0), reply",
@@ -288,7 +304,7 @@ class Bench:
     def run_restart(self, how: str, entries: int, next_n: int) -> Restart:
         worker = self.worker
         assert worker is not None
-        before = int(self.mail_stats()["sent"])
+        before = self.sent()
         if how == "SIGKILL":
             kill_hard(worker)
         else:
@@ -303,7 +319,7 @@ class Bench:
             nonlocal web_s
             if math.isnan(web_s) and scrape(self.worker_port) is not None:
                 web_s = time.time() - started
-            return int(self.mail_stats()["sent"]) - before
+            return self.sent() - before
 
         # a restart with a large table may legitimately take minutes: allow for it
         wait_progress(
@@ -318,11 +334,10 @@ class Bench:
         restart = Restart(how, entries, first_s, web_s, log_marks(worker.log_path, started))
         # then one new event on every partition: each partition's first record after a
         # start also runs that partition's dedupe expiry sweep
-        produce_one_per_partition(
-            self.bootstrap, self.deliveries, self.partitions, next_n + 1, self.partitions
-        )
+        events = enumerate(agentmail_records(self.partitions, start=next_n + 1))
+        produce_on(self.bootstrap, self.deliveries, events, "the per-partition events")
         wait_progress(
-            lambda: int(self.mail_stats()["sent"]) - before - 1,
+            lambda: self.sent() - before - 1,
             self.partitions,
             what=f"(4) one event per partition after {how}",
             process=worker,
@@ -332,25 +347,27 @@ class Bench:
         restart.all_partitions_s = float(self.mail_stats()["last"]) - started
         return restart
 
+    def processes(self) -> list[ServerProcess]:
+        """Every process of the stack that was started."""
+        return [p for p in (self.plain, self.worker, *self.extra, self.mail) if p is not None]
+
     def stop_all(self) -> None:
-        for process in (self.plain, self.worker, *self.extra, self.mail):
-            if process is not None:
-                with contextlib.suppress(Exception):
-                    process.stop(timeout_s=30)
+        for process in self.processes():
+            with contextlib.suppress(Exception):
+                process.stop(timeout_s=30)
 
-
-def produce_one_per_partition(
-    bootstrap: str, topic: str, partitions: int, start: int, count: int
-) -> None:
-    """``count`` new AgentMail events, the i-th on partition i (its key may hash elsewhere,
-    which the worker does not check)."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
-    for i, (key, value, headers) in enumerate(agentmail_records(count, start=start)):
-        producer.produce(topic, value, key=key, headers=headers, partition=i % partitions)
-    if producer.flush(30):
-        raise BenchError(f"could not produce the per-partition events to {topic}")
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Self]:
+        """The stack for a run: on a failure, each process's log tail is printed; every
+        process is stopped on the way out."""
+        try:
+            yield self
+        except BaseException:
+            for process in self.processes():
+                console.print(f"[dim]{process.name} log tail:\n{process.log_tail(15)}[/]")
+            raise
+        finally:
+            self.stop_all()
 
 
 def _progress(done: int, produced: int, target: int, rss_mb: float, seconds: float) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,20 @@ def stripe_records(count: int, tag: str) -> Iterator[Record]:
         )
         envelope = normalise.stripe(body, {}, now)
         yield as_record(envelope)
+
+
+def produce_on(
+    bootstrap: str, topic: str, records: Iterable[tuple[int, Record]], what: str
+) -> None:
+    """Each record to the partition it comes with (acks=all, whatever its key hashes to);
+    BenchError, saying ``what`` they are, if any is not stored within 30 s."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
+    for partition, (key, value, headers) in records:
+        producer.produce(topic, value, key=key, headers=headers, partition=partition)
+    if producer.flush(30):
+        raise BenchError(f"could not produce {what} to {topic}")
 
 
 def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -> float:

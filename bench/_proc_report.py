@@ -18,6 +18,7 @@ from bench._report import (
     Section,
     met,
     print_table,
+    thin,
     verdict_table,
 )
 
@@ -221,14 +222,6 @@ def figures(r: Results) -> list[Row]:
             ("(5) one process's ceiling from the SDK alone, replies/s", f"{ceiling:,.0f}", "", "")
         )
     return rows
-
-
-def thin(points: list[tuple[int, float]], most: int) -> list[tuple[int, float]]:
-    """At most ``most`` of ``points``, evenly spaced, the first and the last among them."""
-    if len(points) <= most:
-        return points
-    step = (len(points) - 1) / (most - 1)
-    return [points[round(i * step)] for i in range(most)]
 
 
 def summary(r: Results) -> list[str]:

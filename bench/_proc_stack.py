@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench._procs import BenchError, ServerProcess
+
+T = TypeVar("T")
 
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0
@@ -48,6 +52,23 @@ def ingest_env(
         **topics,
         **more,
     }
+
+
+def serve(name: str, module: str, log: Path) -> tuple[ServerProcess, int]:
+    """``python -m <module> --port <a free port>`` started and answering ``/healthz``: the
+    process (the caller stops it) and its port."""
+    from devstack.ports import free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", module, "--port", str(port)]
+    process = ServerProcess(name, argv, base_env({}), log)
+    process.start()
+    try:
+        asyncio.run(process.wait_ready(f"http://127.0.0.1:{port}/healthz"))
+    except BaseException:
+        process.stop()
+        raise
+    return process, port
 
 
 def get_json(url: str, timeout_s: float = 2.0) -> Any:
@@ -112,6 +133,15 @@ def is_alive(process: ServerProcess) -> bool:
     except (BenchError, OSError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def poll(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float, every_s: float) -> T:
+    """``read()`` every ``every_s`` until ``done`` says so of it or ``timeout_s`` has passed;
+    its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not done(value := read()) and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return value
 
 
 def wait_progress(

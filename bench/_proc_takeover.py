@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._load import agentmail_body
-from bench._proc_records import Record, as_record
-from bench._proc_stack import get_json, group_rss_mb, kill_hard, wait_progress
+from bench._proc_records import Record, as_record, produce_on
+from bench._proc_stack import group_rss_mb, kill_hard, wait_progress
 from bench._procs import BenchError, ServerProcess, console, cpu_seconds
 from onceonly.processors.runtime.progress import JOINED, READY, RECOVERED
 
@@ -99,21 +98,15 @@ def probe_records(label: str, partitions: list[int]) -> Iterator[tuple[int, str,
 
 def probe(bench: Any, label: str, partitions: list[int]) -> dict[int, str]:
     """Produce one probe per partition (on that partition); partition -> Message-ID."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bench.bootstrap, "acks": "all", "log_level": 3})
-    ids: dict[int, str] = {}
-    for p, message_id, (key, value, headers) in probe_records(label, partitions):
-        producer.produce(bench.deliveries, value, key=key, headers=headers, partition=p)
-        ids[p] = message_id
-    if producer.flush(30):
-        raise BenchError(f"could not produce the takeover probes to {bench.deliveries}")
-    return ids
+    probes = list(probe_records(label, partitions))
+    records = ((p, record) for p, _, record in probes)
+    produce_on(bench.bootstrap, bench.deliveries, records, "the takeover probes")
+    return {p: message_id for p, message_id, _ in probes}
 
 
 def answered(bench: Any, ids: dict[int, str]) -> dict[int, float]:
     """partition -> when the mail server received its probe's reply (epoch seconds)."""
-    received: dict[str, float] = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/received")
+    received = bench.received()
     return {p: received[m] for p, m in ids.items() if m in received}
 
 
@@ -135,16 +128,8 @@ def start_worker(bench: Any, name: str, data: Path, **env: str) -> Worker:
     from devstack.broker import free_port
 
     port = free_port()
-    bench.starts += 1
     extra = {"ONCEONLY_DATA_DIR": str(data), "ONCEONLY_WORKER_PORT": str(port), **env}
-    process = ServerProcess(
-        name,
-        [sys.executable, "-m", "onceonly", "worker"],
-        {**bench.worker_env(), **extra},
-        bench.work / f"worker-{bench.starts}.log",
-    )
-    spawned = time.time()
-    process.start()
+    process, spawned = bench.spawn_worker(name, **extra)
     return Worker(process, port, data, spawned)
 
 

@@ -10,7 +10,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,13 +46,6 @@ class ServerProcess(Supervised):
     def stop(self, timeout_s: float = 10.0) -> None:
         super().stop(timeout_s)
         self.process = None
-
-
-def print_log_tails(processes: Iterable[ServerProcess | None], lines: int = 15) -> None:
-    """The last ``lines`` of each started process's log, dimmed: what a failed run shows."""
-    for process in processes:
-        if process is not None:
-            console.print(f"[dim]{process.name} log tail:\n{process.log_tail(lines)}[/]")
 
 
 async def reap(process: asyncio.subprocess.Process) -> None:

@@ -1,5 +1,5 @@
-"""What the benchmarks share: their options, onceonly's figures as ratios to the baselines,
-the markdown report with its chart, and how a benchmark command starts and fails.
+"""The benchmarks' one report writer: onceonly's figures as ratios to the baselines, the
+tables, the markdown report (with its chart, or without); :mod:`bench._runner` runs them.
 
 The report is built by pure functions, from figures to text (:func:`ratios`,
 :func:`ratio_table`, :func:`render`), so that it can be tested without running anything;
@@ -10,22 +10,19 @@ writes both, ``<name>-<date>.md`` and ``<name>-<date>.png``, under ``bench/resul
 from __future__ import annotations
 
 import math
-import signal
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 #: CPU of other processes, in % of one core, above which a figure is reported as contended.
 CONTENDED_PERCENT = 20.0
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- figures
 
@@ -88,6 +85,24 @@ def fmt_ms(value: float) -> str:
 
 def met(ok: bool) -> str:
     return "met" if ok else "NOT met"
+
+
+def contended(others: Iterable[float], when: str, effect: str) -> str | None:
+    """A warning when the rest of the machine (``other``, % of one core) took CPU while
+    figures were measured: up to how much, ``when``, and ``effect``; None below
+    :data:`CONTENDED_PERCENT`."""
+    worst = max(others, default=0.0)
+    if worst < CONTENDED_PERCENT:
+        return None
+    return f"other work on this machine took up to {worst:.0f}% of a core {when}: {effect}"
+
+
+def thin(points: Sequence[T], most: int) -> list[T]:
+    """At most ``most`` of ``points``, evenly spaced, the first and the last among them."""
+    if len(points) <= most:
+        return list(points)
+    step = (len(points) - 1) / (most - 1)
+    return [points[round(i * step)] for i in range(most)]
 
 
 def fmt_cpu(cpu: dict[str, float]) -> str:
@@ -237,21 +252,6 @@ def chart(comparisons: Sequence[Comparison], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def about(
-    kafka: str, load_before: str, code: str, extra: Sequence[tuple[str, str]] = ()
-) -> list[tuple[str, str]]:
-    """The machine's description for the report: cores, RAM, CPU, Python, libraries,
-    Kafka, the code under test, and the load average at the start and at the end."""
-    from bench._machine import loadavg, machine
-
-    return [
-        *machine(kafka),
-        *extra,
-        ("code", code),
-        ("load average (1, 5, 15 min)", f"{load_before} at the start, {loadavg()} at the end"),
-    ]
-
-
 def machine_table(items: Sequence[tuple[str, str]]) -> list[str]:
     """The report's "Machine" section as a two-column table."""
     return ["## Machine", "", "| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in items), ""]
@@ -283,6 +283,19 @@ def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[str]
         table.add_row(*row, style="red" if "NOT met" in row[last] else None)
     console.print()
     console.print(table)
+
+
+def verdict_report(
+    title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str]
+) -> list[str]:
+    """A table of figures and its notes, printed on the console (:func:`print_table`), and
+    as the markdown body of a report (:func:`verdict_table`, the notes as bullets)."""
+    from bench._procs import console
+
+    print_table(title, headers, rows)
+    for line in notes:
+        console.print(line)
+    return [*verdict_table(headers, rows), "", *(f"- {line}" for line in notes)]
 
 
 def command_line(module: str) -> str:
@@ -320,56 +333,6 @@ def write_report(
     chart(comparisons, png, f"{title}, {date}")
     md.write_text(render(title, date, sections, about_items, command, png.name), encoding="utf-8")
     return md, png
-
-
-# --------------------------------------------------------------------------- running
-
-T = TypeVar("T")
-
-
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
-def execute(body: Callable[[], T]) -> T:
-    """Run a benchmark: SIGTERM stops it as Ctrl-C does (every process it started is
-    stopped on the way out), exit 130 then; exit 1 with the message when it cannot run."""
-    from bench._procs import BenchError, console
-    from onceonly.foundation.errors import OnceOnlyError
-
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    try:
-        return body()
-    except KeyboardInterrupt:
-        console.print("[red]interrupted: every process, the broker and the database are stopped[/]")
-        sys.exit(130)
-    except (BenchError, OnceOnlyError, subprocess.SubprocessError) as exc:
-        console.print(f"[red]bench: {exc}[/]")
-        sys.exit(1)
-
-
-def run_on_broker(
-    prefix: str,
-    collect: Callable[[Any, Path], T],
-    extra: Callable[[T, float], Sequence[tuple[str, str]]] | None = None,
-) -> tuple[T, list[tuple[str, str]]]:
-    """Run ``collect(broker, folder)`` on a broker of its own, in a temporary folder that
-    ``prefix`` names, under :func:`execute`: its results, and the report's description of
-    the machine (:func:`about`, with ``extra(results, seconds the run took)``; the load
-    average and the code are taken at the start, as the processes run the code as it is
-    then)."""
-    from bench._machine import loadavg, revision
-    from bench._procs import kafka
-
-    load_before, code, began = loadavg(), revision(), time.monotonic()
-
-    def body() -> tuple[T, str]:
-        with tempfile.TemporaryDirectory(prefix=prefix) as tmp, kafka(Path(tmp)) as broker:
-            return collect(broker, Path(tmp)), broker.about
-
-    results, kafka_about = execute(body)
-    more = extra(results, time.monotonic() - began) if extra is not None else ()
-    return results, about(kafka_about, load_before, code, more)
 
 
 def write_markdown(

@@ -7,15 +7,13 @@ POSTed at a steady rate, a share of them hanging in the writer if asked. What
 from __future__ import annotations
 
 import asyncio
-import base64
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import _agent_load as load
 from bench._agent_load import ROUTE, AgentBench, RunResult, build_messages, offer
-from bench._procs import Broker, CpuWindow, console, create_topics, print_log_tails
+from bench._procs import Broker, CpuWindow, console
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,21 +47,16 @@ class Run:
 def run(setup: Setup, broker: Broker, work: Path) -> Run:
     """Start the stack, offer ``setup.count`` deliveries at ``setup.rate``, wait for the
     replies, stop everything; the figures of that window."""
-    tag = secrets.token_hex(3)
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-    topics = create_topics(broker.bootstrap, setup.partitions, f"onceonly-bench-{tag}")
-    folder = work / f"{setup.label}-{tag}"
-    folder.mkdir()
-    bench = AgentBench(folder, broker.bootstrap, topics, tag, setup.partitions, "INFO", broker.pid)
-    bench.extra, bench.ingest_extra, bench.secret = setup.worker, setup.ingest, secret
-    try:
+    bench = AgentBench.fresh(broker, work, setup.label, setup.partitions)
+    bench.extra, bench.ingest_extra, tag = setup.worker, setup.ingest, bench.tag
+    with bench.running():
         bench.start_mail()
         bench.start_ingest()
         bench.start_worker()
         assert bench.worker is not None and bench.ingest is not None
         if setup.warm:
             load.warm_up(bench, tag)
-        messages = build_messages(secret, setup.count, tag, setup.hang_fraction)
+        messages = build_messages(bench.secret, setup.count, tag, setup.hang_fraction)
         ours: dict[str, int | None] = {"ingest": bench.ingest.pid, **setup.pids}
         cpu = CpuWindow(bench.cpu_pids("worker", bench.worker.pid) | ours)
         hanging = sum(m.hang for m in messages)
@@ -83,11 +76,6 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
             timeout_s = float(setup.worker["ONCEONLY_WRITER_TIMEOUT_S"])
             bench.worker_metric("onceonly_dead_letters_total", 4 * timeout_s, hanging)
         counters = load.worker_counters(bench.worker_port)
-    except BaseException:
-        print_log_tails((bench.ingest, bench.worker))
-        raise
-    finally:
-        bench.stop_all()
     result = RunResult(setup.label, setup.rate, messages, offered, received, cpu.percent)
     result.cpu_seconds = cpu.percent["worker"] / 100 * seconds
     result.settings = setup.worker

@@ -25,30 +25,18 @@ The report is written to ``<--out>/agent-step-<date>.md``.
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import click
 
 from bench._agent_load import RunResult
 from bench._model import LATENCY_S
-from bench._options import out_option, partitions, sized
+from bench._options import Float, Int, Opt, partitions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
-from bench._procs import Broker, console, create_topics
-from bench._report import (
-    CONTENDED_PERCENT,
-    fmt,
-    fmt_cpu,
-    met,
-    print_table,
-    run_on_broker,
-    verdict_table,
-    write_markdown,
-)
+from bench._procs import Broker, console
+from bench._report import contended, fmt, fmt_cpu, met, verdict_report
+from bench._runner import Scenario, command
 from bench._stack_run import Setup, run
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
@@ -67,7 +55,7 @@ class Options:
     concurrency: int
     instant: bool
     instant_count: int
-    partitions: int
+    partitions: int = field(default_factory=partitions)
 
     @property
     def replies_target(self) -> float:
@@ -114,19 +102,13 @@ def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: f
 
 def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
     """(C) the worker's CPU per reply with the instant writer, window 0 (bench.processors)."""
-    tag = secrets.token_hex(3)
-    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-agent-{tag}")
-    (work / "instant").mkdir()
-    bench = Bench(work / "instant", broker.bootstrap, topics, tag, opts.partitions, "INFO")
-    bench.broker_pid = broker.pid
+    bench = Bench.fresh(broker, work, "instant", opts.partitions)
     count = opts.instant_count
-    try:
+    with bench.running():
         produce(broker.bootstrap, bench.deliveries, agentmail_records(count), count)
         bench.start_mail()
         console.print(f"(C) instant writer, window 0, {count:,} records produced to Kafka …")
         drain = bench.run_replies(count)
-    finally:
-        bench.stop_all()
     r.instant_ms, r.instant_rate, r.instant_cpu = drain.cpu_ms, drain.rate, fmt_cpu(drain.cpu)
     console.print(f"(C) {drain.rate:,.0f} replies/s, {drain.cpu_ms:.2f} ms of CPU per reply")
 
@@ -211,12 +193,10 @@ def notes(opts: Options, r: Results) -> list[str]:
             f"send lag {x.offered.max_send_lag_s * 1000:.0f} ms; non-204 answers: "
             f"{failures or 'none'}; worker counters: {counters or 'n/a'}"
         )
-    worst = max((x.cpu.get("other", 0.0) for x in (r.a, r.b) if x is not None), default=0.0)
-    if worst >= CONTENDED_PERCENT:
-        lines.append(
-            f"other work on this machine took up to {worst:.0f}% of a core during (A) or (B) "
-            "(`other` in the CPU figures): latencies may be higher than on an idle machine"
-        )
+    others = (x.cpu.get("other", 0.0) for x in (r.a, r.b) if x is not None)
+    when = "during (A) or (B) (`other` in the CPU figures)"
+    if note := contended(others, when, "latencies may be higher than on an idle machine"):
+        lines.append(note)
     if not math.isnan(r.instant_ms):
         lines.append(
             "(C) `onceonly.processors.writer:acknowledge`, window 0, "
@@ -230,18 +210,8 @@ def notes(opts: Options, r: Results) -> list[str]:
 HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
 
 
-def print_results(opts: Options, r: Results) -> None:
-    print_table("onceonly agent-step benchmark", HEADERS, rows(opts, r))
-    for line in notes(opts, r):
-        console.print(line)
-
-
 def report_lines(opts: Options, r: Results) -> list[str]:
-    return [
-        *verdict_table(HEADERS, rows(opts, r)),
-        "",
-        *(f"- {line}" for line in notes(opts, r)),
-    ]
+    return verdict_report("onceonly agent-step benchmark", HEADERS, rows(opts, r), notes(opts, r))
 
 
 # --------------------------------------------------------------------------- main
@@ -253,48 +223,37 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     r.b = run_agent(opts, broker, work, "B", opts.hang_fraction)
     if opts.instant:
         run_instant(opts, broker, work, r)
-    print_results(opts, r)
     return r
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--rate",
-    type=click.FloatRange(1, 1000),
-    default=None,
-    help="Offered deliveries/s [55; smoke 20].",
+OPTIONS = (
+    Opt("--rate", Float(1, 1000), help="Offered deliveries/s", sizes=(55.0, 20.0)),
+    Opt(
+        "--duration",
+        Float(1, 600),
+        help="Seconds of load per run",
+        dest="duration_s",
+        sizes=(60.0, 15.0),
+    ),
+    Opt("--hang-fraction", Float(0, 0.5), 0.01),
+    Opt("--window-ms", Int(0, 60_000), 2000),
+    Opt("--concurrency", Int(1, 1024), 64),
+    Opt("--instant/--no-instant", None, True, "Run (C)."),
+    Opt("--instant-count", Int(100, 100_000), help="(C) records", sizes=(2000, 500)),
 )
-@click.option(
-    "--duration",
-    "duration_s",
-    type=click.FloatRange(1, 600),
-    default=None,
-    help="Seconds of load per run [60; smoke 15].",
+AGENT_STEP = Scenario(
+    "agent-step",
+    "Agent-step benchmark",
+    OPTIONS,
+    Options,
+    collect,
+    report_lines,
+    smoke="A small quick run (rate 20/s, 15 s, 500 records).",
 )
-@click.option("--hang-fraction", type=click.FloatRange(0, 0.5), default=0.01, show_default=True)
-@click.option("--window-ms", type=click.IntRange(0, 60_000), default=2000, show_default=True)
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
-@click.option("--instant/--no-instant", default=True, show_default=True, help="Run (C).")
-@click.option(
-    "--instant-count",
-    type=click.IntRange(100, 100_000),
-    default=None,
-    help="(C) records [2000; smoke 500].",
+main = command(
+    AGENT_STEP,
+    "Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls.",
 )
-@out_option
-@click.option("--smoke", is_flag=True, help="A small quick run (rate 20/s, 15 s, 500 records).")
-def main(out: Path, smoke: bool, **values: Any) -> None:
-    """Replies/s and 204-to-reply latency with a model-like writer, then with hanging calls."""
-    sized(values, smoke, rate=(55.0, 20.0), duration_s=(60.0, 15.0), instant_count=(2000, 500))
-    opts = Options(**values, partitions=partitions())
-    results, about_items = run_on_broker(
-        "onceonly-bench-agent-", lambda broker, work: collect(opts, broker, work)
-    )
-    body = report_lines(opts, results)
-    path = write_markdown(
-        out, "agent-step", "Agent-step benchmark", "bench.agent_step", body, about_items
-    )
-    console.print(f"written to {path}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ A smoke run, in a few minutes::
 from __future__ import annotations
 
 import math
-import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -47,14 +46,15 @@ from bench._backlog_figures import (
     rebalances,
 )
 from bench._backlog_records import backlog_records, message_id
-from bench._backlog_report import rows, section
+from bench._backlog_report import HEADERS, rows, section
 from bench._backlog_tick import measure as measure_tick
 from bench._backlog_writer import WRITER_S_ENV
-from bench._options import out_option
+from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
-from bench._proc_stack import check_alive, get_json, group_rss_mb, scrape
-from bench._procs import BenchError, Broker, CpuWindow, console, create_topics
-from bench._report import command_line, run_on_broker, write_report
+from bench._proc_stack import check_alive, group_rss_mb, poll, scrape
+from bench._procs import BenchError, Broker, CpuWindow, console
+from bench._report import print_table
+from bench._runner import Scenario, command, whole_run
 
 #: Seconds between two /metrics readings (the lag gauge asks the broker each time).
 SCRAPE_EVERY_S = 5.0
@@ -147,7 +147,7 @@ def watch_drain(bench: AgentBench, plan: Plan, started: float, limits: Limits) -
     stall_s, timeout_s = limits.stall_s, limits.timeout_s or math.inf
     moved, last_move, next_scrape, next_print = (-1, math.nan), time.monotonic(), 0.0, 0.0
     while True:
-        sent = int(bench.mail_stats()["sent"])
+        sent = bench.sent()
         rss = group_rss_mb(worker.pid)[0]
         watch.peak_rss_mb = max(watch.peak_rss_mb, rss)
         now = time.monotonic()
@@ -182,13 +182,10 @@ def watch_drain(bench: AgentBench, plan: Plan, started: float, limits: Limits) -
 
 def final_counters(bench: AgentBench) -> dict[str, float]:
     """The worker's /metrics at the end (waits up to 30 s for an answer)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = scrape(bench.worker_port)
-        if found is not None:
-            return found
-        time.sleep(0.5)
-    raise BenchError(f"the worker's /metrics did not answer on port {bench.worker_port}")
+    found = poll(lambda: scrape(bench.worker_port), lambda found: found is not None, 30, 0.5)
+    if found is None:
+        raise BenchError(f"the worker's /metrics did not answer on port {bench.worker_port}")
+    return found
 
 
 def copy_logs(work: Path, keep: Path | None) -> None:
@@ -202,10 +199,9 @@ def copy_logs(work: Path, keep: Path | None) -> None:
 
 
 def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
-    tag = secrets.token_hex(3)
     check_disk(plan, work)
-    topics = create_topics(broker.bootstrap, plan.partitions, f"onceonly-bench-backlog-{tag}")
-    bench = AgentBench(work, broker.bootstrap, topics, tag, plan.partitions, "INFO", broker.pid)
+    bench = AgentBench.fresh(broker, work, "backlog", plan.partitions)
+    tag = bench.tag
     bench.extra = worker_settings(plan)
     tick = measure_tick(plan)
     console.print(
@@ -227,14 +223,14 @@ def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
         metrics = final_counters(bench)
         hwm = group_rss_mb(worker.pid)[1]
         stats = bench.mail_stats()
-        counts = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/counts", timeout_s=60)
+        counts = bench.control("counts", timeout_s=60)
     except BaseException:
         if bench.worker is not None:
             console.print(f"[dim]worker log tail:\n{bench.worker.log_tail(20)}[/]")
         raise
     finally:
         bench.stop_all()
-        copy_logs(work, limits.keep)
+        copy_logs(bench.work, limits.keep)
     expected = {message_id(tag, n) for n in range(plan.threads)}
     log_text = worker.log()
     return Outcome(
@@ -262,74 +258,67 @@ def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
 # --------------------------------------------------------------------------- main
 
 
-def print_rows(outcome: Outcome) -> None:
-    console.print()
-    for figure, value, target, verdict in rows(outcome):
-        style = "red" if "NOT met" in verdict else None
-        console.print(f"{figure:<48} {value:>22}  {target}  {verdict}", style=style)
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--threads", type=click.IntRange(1, 10_000_000), default=50_000, show_default=True)
-@click.option("--body-kb", type=click.IntRange(1, 1024), default=50, show_default=True)
-@click.option("--writer-s", type=click.FloatRange(0.001, 600), default=1.0, show_default=True)
-@click.option("--window-ms", type=click.IntRange(0, 60_000), default=2000, show_default=True)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 4096),
-    default=None,
-    help="Writer calls in flight [the worker's default, 64].",
-)
-@click.option(
-    "--max-pending",
-    type=click.IntRange(1, 1_000_000),
-    default=None,
-    help="ONCEONLY_MAX_PENDING [the worker's default, 4096].",
-)
-@click.option(
-    "--stall-s",
-    type=click.FloatRange(10, 7200),
-    default=600.0,
-    show_default=True,
-    help="Fail when neither the replies nor the consumer lag move for this long.",
-)
-@click.option(
-    "--timeout-s",
-    type=click.FloatRange(10, 86_400),
-    default=None,
-    help="Stop waiting after this long and report what drained [no limit].",
-)
-@click.option(
-    "--keep-logs",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Copy the worker's and the mail server's logs to this directory.",
-)
-@out_option
-def main(
-    stall_s: float, timeout_s: float | None, keep_logs: Path | None, out: Path, **values: Any
-) -> None:
-    """Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."""
+def options(
+    stall_s: float, timeout_s: float | None, keep_logs: Path | None, **values: Any
+) -> tuple[Plan, Limits]:
+    """The plan (the worker's defaults for what was not given) and the drain's limits."""
     from onceonly.foundation.settings import Settings
 
     defaults = Settings.from_env()
     values["concurrency"] = values["concurrency"] or defaults.writer_concurrency
     values["max_pending"] = values["max_pending"] or defaults.max_pending
-    plan = Plan(**values, partitions=defaults.partitions)
-    limits = Limits(stall_s, timeout_s, keep_logs)
+    return Plan(**values, partitions=defaults.partitions), Limits(stall_s, timeout_s, keep_logs)
 
-    def took(_outcome: Outcome, seconds: float) -> list[tuple[str, str]]:
-        return [("whole run", f"{seconds:.0f} s")]
 
-    outcome, items = run_on_broker(
-        "onceonly-bench-backlog-", lambda broker, work: run(plan, broker, work, limits), took
-    )
-    print_rows(outcome)
-    title = "onceonly backlog benchmark"
-    md, png = write_report(
-        "backlog", title, [section(outcome)], items, command_line("bench.backlog"), out
-    )
-    console.print(f"written to {md} and {png.name}")
+def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
+    outcome = run(opts[0], broker, work, opts[1])
+    print_table("onceonly backlog benchmark", HEADERS, rows(outcome))
+    return outcome
+
+
+OPTIONS = (
+    Opt("--threads", Int(1, 10_000_000), 50_000),
+    Opt("--body-kb", Int(1, 1024), 50),
+    Opt("--writer-s", Float(0.001, 600), 1.0),
+    Opt("--window-ms", Int(0, 60_000), 2000),
+    Opt("--concurrency", Int(1, 4096), None, "Writer calls in flight [the worker's default, 64]."),
+    Opt(
+        "--max-pending",
+        Int(1, 1_000_000),
+        None,
+        "ONCEONLY_MAX_PENDING [the worker's default, 4096].",
+    ),
+    Opt(
+        "--stall-s",
+        Float(10, 7200),
+        600.0,
+        "Fail when neither the replies nor the consumer lag move for this long.",
+    ),
+    Opt(
+        "--timeout-s",
+        Float(10, 86_400),
+        None,
+        "Stop waiting after this long and report what drained [no limit].",
+    ),
+    Opt(
+        "--keep-logs",
+        click.Path(file_okay=False, path_type=Path),
+        None,
+        "Copy the worker's and the mail server's logs to this directory.",
+    ),
+)
+BACKLOG = Scenario(
+    "backlog",
+    "onceonly backlog benchmark",
+    OPTIONS,
+    options,
+    collect,
+    sections=lambda _opts, outcome: [section(outcome)],
+    about=whole_run,
+)
+main = command(
+    BACKLOG, "Drain a backlog of large bodies with a slow writer: time, RSS, rebalances, once."
+)
 
 
 if __name__ == "__main__":

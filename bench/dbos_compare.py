@@ -30,26 +30,18 @@ message exactly 1, fewer model calls per message after the kill.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
-
-import click
 
 from bench import _dbos_figures as fig
 from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
-from bench._options import out_option, partitions, sized
-from bench._procs import Broker, console, create_topics
-from bench._report import (
-    CONTENDED_PERCENT,
-    print_table,
-    run_on_broker,
-    verdict_table,
-    write_markdown,
-)
+from bench._options import Float, Int, Opt, partitions
+from bench._procs import Broker, console
+from bench._report import contended, verdict_report
+from bench._runner import Scenario, command
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +50,7 @@ class Options:
     duration_s: float
     kill_duration_s: float
     concurrency: int
-    partitions: int
+    partitions: int = field(default_factory=partitions)
 
     def worker_settings(self) -> dict[str, str]:
         return {
@@ -91,19 +83,10 @@ class Load:
         return [m for m, _ in self.steady + self.kill]
 
 
-def _bench(opts: Options, broker: Broker, work: Path, label: str) -> AgentBench:
-    tag = secrets.token_hex(3)
-    topics = create_topics(broker.bootstrap, opts.partitions, f"onceonly-bench-dbos-{tag}")
-    (work / label).mkdir()
-    return AgentBench(
-        work / label, broker.bootstrap, topics, tag, opts.partitions, "INFO", broker.pid
-    )
-
-
 def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
     """Warm-up, steady run, kill run and the counts, for one contender."""
     run = fig.SystemRun(c.label)
-    try:
+    with c.bench.running():
         c.bench.start_mail()
         c.start(c)
         console.print(f"({c.label}) warm-up …")
@@ -116,12 +99,6 @@ def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
         )
         killed, restarted = stack.kill_run(c, load.kill, opts.rate, run)
         stack.count(c, load.measured, killed, restarted, run)
-    except BaseException:
-        if c.bench.worker is not None:
-            console.print(f"[dim]{c.bench.worker.name} log tail:\n{c.bench.worker.log_tail(20)}[/]")
-        raise
-    finally:
-        c.bench.stop_all()
     console.print(
         f"({c.label}) emails per message {run.emails.describe()}; model calls per message "
         f"{run.calls.describe()}; first reply {run.first_reply_after_restart_s:.1f} s "
@@ -131,7 +108,7 @@ def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
 
 
 def run_onceonly(opts: Options, broker: Broker, work: Path, load: Load) -> fig.SystemRun:
-    bench = _bench(opts, broker, work, "onceonly")
+    bench = AgentBench.fresh(broker, work, "onceonly", opts.partitions)
     bench.extra = opts.worker_settings() | {CALLS_ENV: str(bench.work / "model-calls.txt")}
     return contend(stack.Contender("onceonly worker", bench, stack.start_onceonly), opts, load)
 
@@ -139,7 +116,7 @@ def run_onceonly(opts: Options, broker: Broker, work: Path, load: Load) -> fig.S
 def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig.SystemRun, str]:
     from bench._postgres import postgres
 
-    bench = _bench(opts, broker, work, "dbos")
+    bench = AgentBench.fresh(broker, work, "dbos", opts.partitions)
     with postgres() as pg:
         url = pg.dsn.rsplit("/", 1)[0] + f"/dbos_bench_{bench.tag}"
         start = stack.dbos_starter(url, f"onceonly-bench-dbos-{bench.tag}")
@@ -148,6 +125,10 @@ def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig
 
 
 # --------------------------------------------------------------------------- the report
+
+
+WHEN = "during a steady run (`other` above)"
+EFFECT = "latencies and CPU per reply are higher than on an idle machine"
 
 
 def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) -> list[str]:
@@ -179,17 +160,7 @@ def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) ->
         "kill follow the calls in flight at that moment",
         *(f"({a.label}) {n}" for n in a.notes),
         *(f"({b.label}) {n}" for n in b.notes),
-        *_contention(a, b),
-    ]
-
-
-def _contention(a: fig.SystemRun, b: fig.SystemRun) -> list[str]:
-    worst = max(a.other_cpu, b.other_cpu)
-    if worst < CONTENDED_PERCENT:
-        return []
-    return [
-        f"other work on this machine took up to {worst:.0f}% of a core during a steady run "
-        "(`other` above): latencies and CPU per reply are higher than on an idle machine"
+        *filter(None, [contended([a.other_cpu, b.other_cpu], WHEN, EFFECT)]),
     ]
 
 
@@ -207,51 +178,51 @@ def _dbos_version() -> str:
     return found[-1].name.removeprefix("dbos-").removesuffix(".dist-info") if found else "unknown"
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--rate", type=click.FloatRange(1, 500), default=None, help="Records/s [50; smoke 20]."
-)
-@click.option(
-    "--duration",
-    "duration_s",
-    type=click.FloatRange(2, 600),
-    default=None,
-    help="Steady run, s [60; smoke 15].",
-)
-@click.option(
-    "--kill-duration",
-    "kill_duration_s",
-    type=click.FloatRange(4, 600),
-    default=None,
-    help="Kill run, s [60; smoke 20].",
-)
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
-@out_option
-@click.option("--smoke", is_flag=True, help="A run of a few minutes (20/s, 15 s, 20 s).")
-def main(out: Path, smoke: bool, **values: Any) -> None:
-    """onceonly's worker and a DBOS Transact app on the same records, then a SIGKILL each."""
-    sized(values, smoke, rate=(50.0, 20.0), duration_s=(60.0, 15.0), kill_duration_s=(60.0, 20.0))
-    opts = Options(**values, partitions=partitions())
+Contest = tuple[fig.SystemRun, fig.SystemRun, str]  #: onceonly's, the DBOS app's, PostgreSQL's
 
-    def collect(broker: Broker, work: Path) -> tuple[fig.SystemRun, fig.SystemRun, str]:
-        load = Load.build(opts, secrets.token_hex(3))
-        a = run_onceonly(opts, broker, work, load)
-        b, pg_version = run_dbos(opts, broker, work, load)
-        return a, b, pg_version
 
-    def dbos(run: tuple[fig.SystemRun, fig.SystemRun, str], _s: float) -> list[tuple[str, str]]:
-        return [("DBOS", f"dbos {_version('dbos')}, PostgreSQL {run[2]}")]
+def collect(opts: Options, broker: Broker, work: Path) -> Contest:
+    load = Load.build(opts, secrets.token_hex(3))
+    a = run_onceonly(opts, broker, work, load)
+    b, pg_version = run_dbos(opts, broker, work, load)
+    return a, b, pg_version
 
-    (a, b, pg_version), items = run_on_broker("onceonly-bench-dbos-", collect, dbos)
-    print_table("onceonly worker vs the DBOS app", fig.headers(a, b), fig.rows(a, b))
-    body = [
-        *verdict_table(fig.headers(a, b), fig.rows(a, b)),
-        "",
-        *(f"- {line}" for line in notes(opts, a, b, pg_version)),
-    ]
-    title = "onceonly vs DBOS Transact"
-    path = write_markdown(out, "dbos", title, "bench.dbos_compare", body, items, smoke=smoke)
-    console.print(f"written to {path}")
+
+def report_lines(opts: Options, run: Contest) -> list[str]:
+    a, b, pg_version = run
+    title = "onceonly worker vs the DBOS app"
+    return verdict_report(title, fig.headers(a, b), fig.rows(a, b), notes(opts, a, b, pg_version))
+
+
+def about_dbos(run: Contest, _seconds: float) -> list[tuple[str, str]]:
+    return [("DBOS", f"dbos {_version('dbos')}, PostgreSQL {run[2]}")]
+
+
+OPTIONS = (
+    Opt("--rate", Float(1, 500), help="Records/s", sizes=(50.0, 20.0)),
+    Opt("--duration", Float(2, 600), help="Steady run, s", dest="duration_s", sizes=(60.0, 15.0)),
+    Opt(
+        "--kill-duration",
+        Float(4, 600),
+        help="Kill run, s",
+        dest="kill_duration_s",
+        sizes=(60.0, 20.0),
+    ),
+    Opt("--concurrency", Int(1, 1024), 64),
+)
+DBOS = Scenario(
+    "dbos",
+    "onceonly vs DBOS Transact",
+    OPTIONS,
+    Options,
+    collect,
+    report_lines,
+    smoke="A run of a few minutes (20/s, 15 s, 20 s).",
+    about=about_dbos,
+)
+main = command(
+    DBOS, "onceonly's worker and a DBOS Transact app on the same records, then a SIGKILL each."
+)
 
 
 if __name__ == "__main__":

@@ -30,15 +30,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
-
 from bench import _flow_figures as fig
 from bench import _once
 from bench._flow_stack import Stack
-from bench._options import out_option
+from bench._options import Opt
 from bench._proc_stack import scrape
 from bench._procs import Broker, console
-from bench._report import run_on_broker, write_markdown
+from bench._runner import Scenario, command
 
 # --------------------------------------------------------------------------- the runs
 
@@ -230,36 +228,41 @@ async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
     return lines
 
 
-@click.command()
-@click.option("--workers", default=2, show_default=True)
-@click.option("--rpm", default=600.0, show_default=True)
-@click.option("--latency", "latency_s", default=0.5, show_default=True)
-@click.option("--messages", default=2000, show_default=True)
-@click.option("--throttle", "throttle_s", default=10.0, show_default=True)
-@click.option("--retry-after", "retry_after_s", default=2.0, show_default=True)
-@click.option("--throttled-messages", default=200, show_default=True)
-@click.option("--concurrency", default=64, show_default=True)
-@click.option("--flood", default=5000, show_default=True)
-@click.option("--tenant-b", default=10, show_default=True)
-@click.option("--window-ms", default=2000, show_default=True)
-@click.option("--flood-latency", "flood_latency_s", default=1.0, show_default=True)
-@click.option("--partitions", default=8, show_default=True)
-@click.option("--runs", default="rate,throttle,fairness", show_default=True)
-@click.option("--smoke", is_flag=True, help="small sizes: a minute or two")
-@out_option
-def main(smoke: bool, out: Path, **values: object) -> None:
-    """The flow-control benchmark; see the module's docstring."""
-    if smoke:
-        values.update(messages=120, rpm=120.0, flood=600, tenant_b=5, throttled_messages=30)
-    opts = Options(**values)  # type: ignore[arg-type]
-    lines, items = run_on_broker(
-        "onceonly-bench-flow-", lambda broker, work: asyncio.run(run_all(opts, broker, work))
-    )
-    note = "; see bench/flow.py for what each run does."
-    path = write_markdown(
-        out, "flow", "Flow control for the model", "bench.flow", lines, items, note=note
-    )
-    console.print(f"report: {path}")
+def collect(opts: Options, broker: Broker, work: Path) -> list[str]:
+    return asyncio.run(run_all(opts, broker, work))
+
+
+def report_lines(_opts: Options, lines: list[str]) -> list[str]:
+    return lines
+
+
+OPTIONS = (
+    Opt("--workers", None, 2),
+    Opt("--rpm", float, help="Model calls a minute", sizes=(600.0, 120.0)),
+    Opt("--latency", None, 0.5, dest="latency_s"),
+    Opt("--messages", int, help="Messages of (A)", sizes=(2000, 120)),
+    Opt("--throttle", None, 10.0, dest="throttle_s"),
+    Opt("--retry-after", None, 2.0, dest="retry_after_s"),
+    Opt("--throttled-messages", int, help="Messages of (B)", sizes=(200, 30)),
+    Opt("--concurrency", None, 64),
+    Opt("--flood", int, help="Tenant A's messages in (C)", sizes=(5000, 600)),
+    Opt("--tenant-b", int, help="Tenant B's messages in (C), twice", sizes=(10, 5)),
+    Opt("--window-ms", None, 2000),
+    Opt("--flood-latency", None, 1.0, dest="flood_latency_s"),
+    Opt("--partitions", None, 8),
+    Opt("--runs", None, "rate,throttle,fairness"),
+)
+FLOW = Scenario(
+    "flow",
+    "Flow control for the model",
+    OPTIONS,
+    Options,
+    collect,
+    report_lines,
+    smoke="small sizes: a minute or two",
+    note="; see bench/flow.py for what each run does.",
+)
+main = command(FLOW, "The flow-control benchmark; see the module's docstring.")
 
 
 if __name__ == "__main__":

@@ -29,12 +29,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
 from bench._load import percentile
+from bench._options import Opt
 from bench._proc_records import Record, produce
 from bench._procs import Broker, console, create_topics, topic_settings
-from bench._report import run_on_broker
+from bench._runner import Scenario, command
 
 if TYPE_CHECKING:
     from onceonly.foundation.settings import Settings
@@ -166,24 +165,26 @@ def build(settings: Settings, index_dir: Path) -> None:
     console.print("  read per topic: " + ", ".join(f"{t} {n:,}" for t, n in done.read.items()))
 
 
-def collect(
-    broker: Broker,
-    work: Path,
-    records: int,
-    drafts: int,
-    scan: bool = True,
-    runs: int = 20,
-    deliveries: int = 0,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Options:
+    records: int
+    drafts: int
+    scan: bool
+    runs: int
+    deliveries: int
+
+
+def collect(opts: Options, broker: Broker, work: Path) -> None:
+    records, drafts, scan, runs = opts.records, opts.drafts, opts.scan, opts.runs
     topics = create_topics(broker.bootstrap, 8, "idx")
     seconds = produce(
         broker.bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], ledger_records(records, drafts), records
     )
     console.print(f"wrote {records:,} ledger records ({drafts} drafts) in {seconds:.1f} s")
-    if deliveries:
-        topic = topics["ONCEONLY_DELIVERIES_TOPIC"]
-        seconds = produce(broker.bootstrap, topic, delivery_records(deliveries), deliveries)
-        console.print(f"wrote {deliveries:,} deliveries in {seconds:.1f} s")
+    if opts.deliveries:
+        topic, count = topics["ONCEONLY_DELIVERIES_TOPIC"], opts.deliveries
+        seconds = produce(broker.bootstrap, topic, delivery_records(count), count)
+        console.print(f"wrote {count:,} deliveries in {seconds:.1f} s")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEONLY_")}
     env |= {"ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap, "ONCEONLY_PARTITIONS": "8", **topics}
     settings = topic_settings(broker.bootstrap, 8, topics)
@@ -207,8 +208,8 @@ def collect(
     # one draft found by key (no worker: the rejection is produced and left waiting, exit 1)
     key = f"reply-bench{records - 1:010d}"
     traces(indexing, work, key, runs)
-    if deliveries:
-        message = f"<m{deliveries - 1}@example.com>"
+    if opts.deliveries:
+        message = f"<m{opts.deliveries - 1}@example.com>"
         traces(indexing, work, message, runs, "one delivery's message id")
     page(settings.model_copy(update={"index_dir": index_dir}), key, max(1, runs // 4))
     if scan:
@@ -222,25 +223,23 @@ def collect(
         )
 
 
-@click.command()
-@click.option("--records", default=100_000, show_default=True, help="Ledger records to write.")
-@click.option("--drafts", default=100, show_default=True, help="Of them, drafts awaiting approval.")
-@click.option(
-    "--scan/--no-scan",
-    default=True,
-    show_default=True,
-    help="Also answer by today's whole-ledger scan (91 s and 5.4 GB at 1 million records).",
+OPTIONS = (
+    Opt("--records", None, 100_000, "Ledger records to write."),
+    Opt("--drafts", None, 100, "Of them, drafts awaiting approval."),
+    Opt(
+        "--scan/--no-scan",
+        None,
+        True,
+        "Also answer by today's whole-ledger scan (91 s and 5.4 GB at 1 million records).",
+    ),
+    Opt("--runs", None, 20, "Trace runs (a quarter: page runs)."),
+    Opt("--deliveries", None, 0, "Deliveries to write too (AgentMail)."),
 )
-@click.option("--runs", default=20, show_default=True, help="Trace runs (a quarter: page runs).")
-@click.option(
-    "--deliveries", default=0, show_default=True, help="Deliveries to write too (AgentMail)."
+#: no report: what it prints is the output (make bench-index tees it to a file)
+main = command(
+    Scenario("index", "", OPTIONS, Options, collect),
+    "Build rate, approvals list, trace and operator page: the index against today's scan.",
 )
-def main(records: int, drafts: int, scan: bool, runs: int, deliveries: int) -> None:
-    """Build rate, approvals list, trace and operator page: the index against today's scan."""
-    run_on_broker(
-        "onceonly-index-",
-        lambda broker, work: collect(broker, work, records, drafts, scan, runs, deliveries),
-    )
 
 
 if __name__ == "__main__":

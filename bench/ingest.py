@@ -36,16 +36,13 @@ exits 1.
 from __future__ import annotations
 
 import asyncio
-import base64
 import math
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
 
 import aiohttp
-import click
 
 from bench._ingest_report import print_report, section
 from bench._ingest_results import (
@@ -58,13 +55,14 @@ from bench._ingest_results import (
     rotated,
 )
 from bench._ingest_verdict import verdict
-from bench._load import Sample, sign_pool
+from bench._load import Sample, sign_pool, webhook_secret
 from bench._openloop import build_generator, open_loop
-from bench._options import IngestOptions, ingest_options, out_option
+from bench._options import INGEST_OPTIONS, IngestOptions
 from bench._proc_stack import ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
-from bench._report import command_line, run_on_broker, write_report
+from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
+from bench._variants import Variant, ingest_argv
 from bench._wrk import WrkLoad, wrk_closed_loop
 
 BENCH_TOPIC_PREFIX = "onceonly-bench"
@@ -73,6 +71,11 @@ BENCH_TOPIC_PREFIX = "onceonly-bench"
 TREES = frozenset({"postgres", "server"})
 
 #: What each server is, in the report.
+#: What (c2) and (m) add to (c)'s environment.
+VARIANT_ENV = {
+    "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
+    "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
+}
 LABELS = {
     "a": "(a) bare aiohttp",
     "b": "(b) + svix verify",
@@ -86,6 +89,15 @@ PARTS = {"c": ("broker",), "c2": ("broker",), "m": ("broker",), "d": ("postgres"
 
 
 # --------------------------------------------------------------------------- the broker
+
+
+def warmed_topics(broker: Broker, partitions: int, warmup_s: float) -> dict[str, str]:
+    """The benchmark's topics, made; then :func:`warm_broker` for ``warmup_s`` (if any)."""
+    topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)
+    if warmup_s > 0:
+        console.print(f"warming the broker up for {warmup_s:g} s …")
+        warm_broker(broker.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], warmup_s)
+    return topics
 
 
 def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
@@ -268,21 +280,17 @@ def ingest_server(
     work: Path,
     port: int,
     key: str = "c",
+    variant: Variant | None = None,
 ) -> ServerProcess:
     """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics;
     (c2): the same with ONCEONLY_INGEST_PROCESSES=2; (m): with ONCEONLY_ENVELOPE_SECRET
-    set, so each record carries its MAC."""
-    variant = {
-        "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
-        "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
-    }.get(key, {})
-    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant)
-    return ServerProcess(
-        LABELS[key],
-        [sys.executable, "-m", "onceonly", "ingest"],
-        server_env(secret, env),
-        work / f"{key}-ingest.log",
-    )
+    set, so each record carries its MAC; or ``variant`` (``bench.ingest_cpu``'s)."""
+    if variant is None:
+        variant = Variant(key, env=VARIANT_ENV.get(key, {}))
+    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant.env)
+    argv = ingest_argv(sys.executable, variant)
+    log = work / f"{variant.name}-ingest.log"
+    return ServerProcess(LABELS.get(variant.name, variant.name), argv, server_env(secret, env), log)
 
 
 async def run_all(
@@ -291,7 +299,7 @@ async def run_all(
     from bench._postgres import describe_postgres, postgres
     from devstack.ports import free_port
 
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    secret = webhook_secret()
     jvm: dict[str, int | None] = {"broker": broker.pid} if broker.pid else {}
     results = Results(opts, partitions, [])
     generator = build_generator(work)  # before any run: a missing Go fails at once
@@ -346,36 +354,27 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
     from onceonly.foundation.settings import Settings
 
     partitions = Settings.from_env().partitions
-    topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)
-    if opts.broker_warmup_s > 0:
-        console.print(f"warming the broker up for {opts.broker_warmup_s:g} s …")
-        warm_broker(broker.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], opts.broker_warmup_s)
+    topics = warmed_topics(broker, partitions, opts.broker_warmup_s)
     results = asyncio.run(run_all(opts, work, broker, topics, partitions))
     print_report(results, verdict(results.runs))
     return results
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@ingest_options
-@out_option
-def main(ingest: IngestOptions, out: Path) -> None:
+INGEST = Scenario(
+    "ingest",
+    "Ingest benchmark",
+    INGEST_OPTIONS,
+    IngestOptions,
+    collect,
+    sections=lambda _opts, results: [section(results)],
+    failed=lambda results: verdict(results.runs).failed > 0,
+)
+main = command(
+    INGEST,
     """Deliveries/s, p50/p99 and CPU per delivery of every process, under wrk, of (a) bare
     aiohttp, (b) + svix verify, (c) onceonly ingest, (c2) with 2 ingest processes, (m) with
-    the envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING."""
-    results, about_items = run_on_broker(
-        "onceonly-bench-", lambda broker, work: collect(ingest, broker, work)
-    )
-    md, png = write_report(
-        "ingest",
-        "Ingest benchmark",
-        [section(results)],
-        about_items,
-        command_line("bench.ingest"),
-        out,
-    )
-    console.print(f"written to {md} and {png.name}")
-    if verdict(results.runs).failed:
-        sys.exit(1)
+    the envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING.""",
+)
 
 
 if __name__ == "__main__":

@@ -17,25 +17,23 @@ per variant): the CPU figures of that round include py-spy's pauses and are not 
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
-import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from bench._load import sign_pool
-from bench._proc_stack import ingest_env
-from bench._procs import Broker, CpuWindow, ServerProcess, console, create_topics, kafka
+from bench._load import sign_pool, webhook_secret
+from bench._options import Float, Int, Opt
+from bench._procs import Broker, CpuWindow, ServerProcess, console
+from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
 from bench._threads import GROUPS, per_delivery_us, thread_seconds
-from bench._variants import Variant, ingest_argv, parse_variant
+from bench._variants import Variant, parse_variant
 from bench._wrk import WrkLoad, wrk_closed_loop
-from bench.ingest import BENCH_TOPIC_PREFIX, server_env, warm_broker
+from bench.ingest import ingest_server, server_env, warmed_topics
 
 
 class ThreadWindow(CpuWindow):
@@ -86,30 +84,30 @@ async def one_run(
     port: int,
     secret: str,
     broker: Broker,
-    opts: dict[str, float],
+    opts: Options,
     spy: Path | None,
 ) -> dict[str, float]:
     """One closed loop against ``server``: its figures, or {} when profiled."""
     base = local_url(port)
     with server:
         await server.wait_ready(f"{base}/healthz")
-        pool = sign_pool(secret, int(opts["pool"]))
+        pool = sign_pool(secret, opts.pool)
         others: dict[str, int | None] = {"broker": broker.pid} if broker.pid else {}
         window = ThreadWindow({"server": server.pid, "load": None, **others}, server.pid, spy)
-        load = WrkLoad(int(opts["concurrency"]))
+        load = WrkLoad(opts.concurrency)
         sample = await wrk_closed_loop(
             base + ROUTE,
             pool,
             load,
-            warmup_s=opts["warmup"],
-            duration_s=opts["duration"],
+            warmup_s=opts.warmup,
+            duration_s=opts.duration,
             window=window,
         )
         pid = server.pid
     if spy is not None:
         console.print(f"{name}: the profiler wrote {spy}")
         return {}
-    delivered = sample.rate * opts["duration"]
+    delivered = sample.rate * opts.duration
     figures = per_delivery_us(window.before, window.after, pid, delivered)
     figures["rate"] = sample.rate
     figures["p50"] = sample.percentile_ms(0.5)
@@ -132,40 +130,25 @@ def baseline_server(secret: str, port: int, work: Path) -> ServerProcess:
     return ServerProcess("(b)", argv, server_env(secret, {}), work / "b.log")
 
 
-def ingest_server(
-    variant: Variant, secret: str, port: int, broker: Broker, topics: dict[str, str], work: Path
-) -> ServerProcess:
-    env = ingest_env(broker.bootstrap, 8, port, work, topics, **variant.env)
-    argv = ingest_argv(sys.executable, variant)
-    return ServerProcess(variant.name, argv, server_env(secret, env), work / f"{variant.name}.log")
-
-
 async def run_rounds(
-    variants: list[Variant],
-    baseline: bool,
-    rounds: int,
-    opts: dict[str, float],
-    broker: Broker,
-    topics: dict[str, str],
-    work: Path,
-    spy_dir: Path | None,
-    suffix: str = ".txt",
+    opts: Options, broker: Broker, topics: dict[str, str], work: Path
 ) -> dict[str, list[dict[str, float]]]:
     from devstack.ports import free_port
 
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    secret = webhook_secret()
     results: dict[str, list[dict[str, float]]] = {}
-    names = (["b"] if baseline else []) + [v.name for v in variants]
-    plan: list[tuple[str, Path | None]] = [(n, None) for _ in range(rounds) for n in names]
-    if spy_dir is not None:
-        plan += [(n, spy_dir / f"{n}{suffix}") for n in names]
-    by_name = {v.name: v for v in variants}
+    names = ([] if opts.no_baseline else ["b"]) + [v.name for v in opts.variants]
+    plan: list[tuple[str, Path | None]] = [(n, None) for _ in range(opts.rounds) for n in names]
+    if opts.spy_dir is not None:
+        suffix = ".perf" if opts.perf else ".txt"
+        plan += [(n, opts.spy_dir / f"{n}{suffix}") for n in names]
+    by_name = {v.name: v for v in opts.variants}
     for name, spy in plan:
         port = free_port()
         if name == "b":
             server = baseline_server(secret, port, work)
         else:
-            server = ingest_server(by_name[name], secret, port, broker, topics, work)
+            server = ingest_server(secret, broker, topics, 8, work, port, variant=by_name[name])
         figures = await one_run(name, server, port, secret, broker, opts, spy)
         if figures:
             results.setdefault(name, []).append(figures)
@@ -187,67 +170,63 @@ def summary(results: dict[str, list[dict[str, float]]]) -> None:
         console.print(f"{name:8}" + " ".join(f"{m:10.1f}" for m in medians) + "   " + ratio)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--variant",
-    "specs",
-    multiple=True,
-    help="NAME[@DIR][,VAR=VALUE...] (repeatable); default: 'c', this checkout's ingest.",
-)
-@click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True)
-@click.option("--duration", type=click.FloatRange(1, 60), default=10.0, show_default=True)
-@click.option("--warmup", type=click.FloatRange(0, 30), default=2.0, show_default=True)
-@click.option("--concurrency", type=click.IntRange(1, 256), default=64, show_default=True)
-@click.option("--pool", type=click.IntRange(100, 200_000), default=30_000, show_default=True)
-@click.option("--broker-warmup", type=click.FloatRange(0, 60), default=8.0, show_default=True)
-@click.option("--no-baseline", is_flag=True, help="Skip (b).")
-@click.option(
-    "--py-spy",
-    "spy_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Also profile each variant once with py-spy, into this directory.",
-)
-@click.option("--perf", is_flag=True, help="With --py-spy: profile with perf instead.")
-def main(
-    specs: tuple[str, ...],
-    rounds: int,
-    duration: float,
-    warmup: float,
-    concurrency: int,
-    pool: int,
-    broker_warmup: float,
-    no_baseline: bool,
-    spy_dir: Path | None,
-    perf: bool,
-) -> None:
-    """(b) and ingest variants under wrk, in rounds: CPU per delivery by thread."""
+def _variants(_ctx: object, _param: object, specs: tuple[str, ...]) -> list[Variant]:
     try:
-        variants = [parse_variant(s) for s in specs] or [Variant("c")]
+        return [parse_variant(s) for s in specs] or [Variant("c")]
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--variant") from exc
-    if spy_dir is not None:
-        spy_dir.mkdir(parents=True, exist_ok=True)
-    opts = {"duration": duration, "warmup": warmup, "concurrency": concurrency, "pool": pool}
-    with tempfile.TemporaryDirectory(prefix="onceonly-cpu-") as tmp, kafka(Path(tmp)) as broker:
-        topics = create_topics(broker.bootstrap, 8, BENCH_TOPIC_PREFIX)
-        if broker_warmup > 0:
-            console.print(f"warming the broker up for {broker_warmup:g} s …")
-            warm_broker(broker.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], broker_warmup)
-        with contextlib.suppress(KeyboardInterrupt):
-            results = asyncio.run(
-                run_rounds(
-                    variants,
-                    not no_baseline,
-                    rounds,
-                    opts,
-                    broker,
-                    topics,
-                    Path(tmp),
-                    spy_dir,
-                    ".perf" if perf else ".txt",
-                )
-            )
-            summary(results)
+        raise click.BadParameter(str(exc)) from exc
+
+
+OPTIONS = (
+    Opt(
+        "--variant",
+        help="NAME[@DIR][,VAR=VALUE...] (repeatable); default: 'c', this checkout's ingest.",
+        dest="variants",
+        multiple=True,
+        callback=_variants,
+    ),
+    Opt("--rounds", Int(1, 50), 3),
+    Opt("--duration", Float(1, 60), 10.0),
+    Opt("--warmup", Float(0, 30), 2.0),
+    Opt("--concurrency", Int(1, 256), 64),
+    Opt("--pool", Int(100, 200_000), 30_000),
+    Opt("--broker-warmup", Float(0, 60), 8.0),
+    Opt("--no-baseline", help="Skip (b).", flag=True),
+    Opt(
+        "--py-spy",
+        click.Path(file_okay=False, path_type=Path),
+        help="Also profile each variant once with py-spy, into this directory.",
+        dest="spy_dir",
+    ),
+    Opt("--perf", help="With --py-spy: profile with perf instead.", flag=True),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    variants: list[Variant]
+    rounds: int
+    duration: float
+    warmup: float
+    concurrency: int
+    pool: int
+    broker_warmup: float
+    no_baseline: bool
+    spy_dir: Path | None
+    perf: bool
+
+
+def collect(opts: Options, broker: Broker, work: Path) -> None:
+    if opts.spy_dir is not None:
+        opts.spy_dir.mkdir(parents=True, exist_ok=True)
+    topics = warmed_topics(broker, 8, opts.broker_warmup)
+    summary(asyncio.run(run_rounds(opts, broker, topics, work)))
+
+
+main = command(
+    Scenario("ingest-cpu", "", OPTIONS, Options, collect),
+    "(b) and ingest variants under wrk, in rounds: CPU per delivery by thread.",
+)
 
 
 if __name__ == "__main__":

@@ -18,23 +18,21 @@ closed-loop peak), this one the curve. ``--linger`` sets ingest's
 from __future__ import annotations
 
 import asyncio
-import base64
-import secrets
-import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 from rich.table import Table
 
 from bench._ack_latency import quantile_bound, scrape
-from bench._load import percentile
+from bench._load import percentile, webhook_secret
 from bench._openloop import build_generator
-from bench._procs import Broker, console, create_topics, kafka
-from bench._report import execute
+from bench._options import Float, Int, Opt
+from bench._procs import Broker, console
+from bench._runner import Scenario, command
 from bench._servers import local_url
 from bench._threads import per_delivery_us, thread_seconds
-from bench.ingest import BENCH_TOPIC_PREFIX, fixed_rate, ingest_server, warm_broker
+from bench.ingest import fixed_rate, ingest_server, warmed_topics
 
 COLUMNS = (
     "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "queued late", "sent late",
@@ -53,27 +51,42 @@ def _rates(value: str) -> list[float]:
     return rates
 
 
+@dataclass(frozen=True, slots=True)
+class Options:
+    rates: list[float]
+    duration: float
+    connections: int
+    partitions: int
+    linger: int
+    broker_warmup: float
+
+
+def collect(opts: Options, broker: Broker, work: Path) -> None:
+    topics = warmed_topics(broker, opts.partitions, opts.broker_warmup)
+    print_rows(asyncio.run(_sweep(broker, topics, work, opts)))
+
+
 async def _sweep(
-    broker: Broker, topics: dict[str, str], work: Path, rates: list[float], opts: dict[str, float]
+    broker: Broker, topics: dict[str, str], work: Path, opts: Options
 ) -> list[tuple[str, ...]]:
     from devstack.ports import free_port
 
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    secret = webhook_secret()
     generator = build_generator(work)
     port = free_port()
-    server = ingest_server(secret, broker, topics, int(opts["partitions"]), work, port)
-    if opts["linger"] >= 0:
-        server.env["ONCEONLY_PRODUCE_LINGER_MS"] = str(int(opts["linger"]))
+    server = ingest_server(secret, broker, topics, opts.partitions, work, port)
+    if opts.linger >= 0:
+        server.env["ONCEONLY_PRODUCE_LINGER_MS"] = str(opts.linger)
     base = local_url(port)
     rows = []
     with server:
         await server.wait_ready(f"{base}/healthz")
-        for rate in rates:
+        for rate in opts.rates:
             acks = await scrape(base)  # before the CPU is read: the scrape is not a delivery
             before = thread_seconds(server.pid)
             sample, cpu = await fixed_rate(
-                server, base, secret, generator, rate=rate, duration_s=opts["duration"],
-                connections=int(opts["connections"]), others={"broker": broker.pid},
+                server, base, secret, generator, rate=rate, duration_s=opts.duration,
+                connections=opts.connections, others={"broker": broker.pid},
             )  # fmt: skip
             us = per_delivery_us(before, thread_seconds(server.pid), server.pid, sample.ok)
             own_p99_ms = quantile_bound(acks, await scrape(base), 0.99) * 1000
@@ -100,44 +113,7 @@ async def _sweep(
     return rows
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--rates", default="1000,2000,3000,3500", show_default=True, help="Rates, /s.")
-@click.option("--duration", type=click.FloatRange(1, 120), default=10.0, show_default=True)
-@click.option("--connections", type=click.IntRange(1, 1024), default=64, show_default=True)
-@click.option("--partitions", type=click.IntRange(1, 64), default=8, show_default=True)
-@click.option(
-    "--linger",
-    type=int,
-    default=-1,
-    help="ONCEONLY_PRODUCE_LINGER_MS for ingest (default: the setting's own default).",
-)
-@click.option("--broker-warmup", type=click.FloatRange(0, 60), default=8.0, show_default=True)
-def main(
-    rates: str,
-    duration: float,
-    connections: int,
-    partitions: int,
-    linger: int,
-    broker_warmup: float,
-) -> None:
-    """Ingest's latency at each of --rates (open loop), with its CPU per delivery."""
-    chosen = _rates(rates)
-    opts = {
-        "duration": duration,
-        "connections": connections,
-        "partitions": partitions,
-        "linger": linger,
-    }
-
-    def body() -> list[tuple[str, ...]]:
-        with tempfile.TemporaryDirectory(prefix="onceonly-bench-") as tmp, kafka(Path(tmp)) as b:
-            topics = create_topics(b.bootstrap, partitions, BENCH_TOPIC_PREFIX)
-            if broker_warmup > 0:
-                console.print(f"warming the broker up for {broker_warmup:g} s …")
-                warm_broker(b.bootstrap, topics["ONCEONLY_DELIVERIES_TOPIC"], broker_warmup)
-            return asyncio.run(_sweep(b, topics, Path(tmp), chosen, opts))
-
-    rows = execute(body)
+def print_rows(rows: list[tuple[str, ...]]) -> None:
     table = Table(title="ingest latency by arrival rate (open loop)")
     for column in COLUMNS:
         table.add_column(column, justify="right")
@@ -156,5 +132,24 @@ def main(
     )
 
 
+OPTIONS = (
+    Opt("--rates", None, "1000,2000,3000,3500", "Rates, /s.", callback=lambda _c, _p, v: _rates(v)),
+    Opt("--duration", Float(1, 120), 10.0),
+    Opt("--connections", Int(1, 1024), 64),
+    Opt("--partitions", Int(1, 64), 8),
+    Opt(
+        "--linger",
+        int,
+        -1,
+        "ONCEONLY_PRODUCE_LINGER_MS for ingest (default: the setting's own default).",
+    ),
+    Opt("--broker-warmup", Float(0, 60), 8.0),
+)
+main = command(
+    Scenario("ingest-latency", "", OPTIONS, Options, collect),
+    "Ingest's latency at each of --rates (open loop), with its CPU per delivery.",
+)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -42,45 +42,31 @@ writes one report of both.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import click
 
 from bench._changelog_fill import fill_changelog
-from bench._options import ProcessorOptions, out_option, processor_options
+from bench._options import PROCESSOR_OPTIONS, ProcessorOptions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
-from bench._procs import Broker, console, create_topics, print_log_tails
-from bench._report import (
-    CONTENDED_PERCENT,
-    command_line,
-    run_on_broker,
-    write_report,
-)
-
-if TYPE_CHECKING:
-    pass
-
+from bench._procs import Broker, console
+from bench._report import contended
+from bench._runner import Scenario, command
 
 # --------------------------------------------------------------------------- main
 
 
 def contention(r: Results) -> str | None:
     drains = [d for d in (r.plain, r.worker, r.memory.drain if r.memory else None) if d]
-    worst = max((d.cpu.get("other", 0.0) for d in drains), default=0.0)
-    if worst < CONTENDED_PERCENT:
-        return None
-    return (
-        f"other work on this machine took up to {worst:.0f}% of a core while figures were "
-        "measured (`other` in the CPU figures): rates are lower and noisier than on an idle "
-        "machine; the ms of CPU per event are the steadier figure"
+    return contended(
+        (d.cpu.get("other", 0.0) for d in drains),
+        "while figures were measured (`other` in the CPU figures)",
+        "rates are lower and noisier than on an idle machine; the ms of CPU per event are "
+        "the steadier figure",
     )
 
 
@@ -162,12 +148,10 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
 
     began = time.monotonic()
     partitions = Settings.from_env().partitions
-    tag = secrets.token_hex(3)
     r = Results(opts.events, partitions, log_level=opts.log_level)
     bootstrap = broker.bootstrap
-    topics = create_topics(bootstrap, partitions, f"onceonly-bench-{tag}")
-    bench = Bench(work, bootstrap, topics, tag, partitions, opts.log_level, broker_pid=broker.pid)
-    try:
+    bench = Bench.fresh(broker, work, "processors", partitions, opts.log_level)
+    with bench.running():
         held = 0
         if not opts.takeover_only:
             console.print(f"producing {opts.events:,} AgentMail events to {bench.deliveries} …")
@@ -177,11 +161,6 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
             _throughput(bench, opts, r, partitions)
             held = r.restarts[-1].entries + 1 + partitions if r.restarts else 0
         _takeovers(bench, opts, r, held)
-    except BaseException:
-        print_log_tails((bench.plain, bench.worker, *bench.extra))
-        raise
-    finally:
-        bench.stop_all()
     if (note := contention(r)) is not None:
         r.notes.append(note)
     r.notes.append(f"the processor benchmark took {time.monotonic() - began:.0f} s")
@@ -189,24 +168,19 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     return r
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@processor_options
-@out_option
-def main(processors: ProcessorOptions, out: Path) -> None:
+PROCESSORS = Scenario(
+    "processors",
+    "Processor benchmark",
+    PROCESSOR_OPTIONS,
+    ProcessorOptions,
+    collect,
+    sections=lambda _opts, results: [section(results)],
+)
+main = command(
+    PROCESSORS,
     """Events/s of a plain faust agent vs onceonly's worker, RSS with many dedupe entries,
-    and restart-to-first-event."""
-    results, about_items = run_on_broker(
-        "onceonly-bench-proc-", lambda broker, work: collect(processors, broker, work)
-    )
-    md, png = write_report(
-        "processors",
-        "Processor benchmark",
-        [section(results)],
-        about_items,
-        command_line("bench.processors"),
-        out,
-    )
-    console.print(f"written to {md} and {png.name}")
+    and restart-to-first-event.""",
+)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ py-spy is in the dev extras; ``--py-spy`` names another binary.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,10 @@ from pathlib import Path
 
 import click
 
+from bench._machine import loadavg
 from bench._proc_stack import scrape
+from bench._procs import cpu_seconds, tree_pids
+from bench._threads import thread_seconds
 
 REPLIES = "onceonly_replies_sent_total"
 #: The worker's argv ends with these (``bench._proc_phases.Bench.start_worker``).
@@ -50,38 +52,15 @@ class Window:
         return 1000 * self.cpu_s / self.replies if self.replies else float("nan")
 
 
-def parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def descends_from(pid: int, ancestor: int) -> bool:
-    seen = 0
-    while pid > 1 and seen < 64:
-        if pid == ancestor:
-            return True
-        parent = parent_of(pid)
-        if parent is None:
-            return False
-        pid, seen = parent, seen + 1
-    return False
-
-
 def find_worker(ancestor: int) -> int | None:
     """The pid of an ``onceonly worker`` descending from ``ancestor``, or None."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in sorted(tree_pids(ancestor)):
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        words = [a.decode(errors="replace") for a in argv if a]
-        if words[-3:] == WORKER_ARGV and descends_from(int(entry.name), ancestor):
-            return int(entry.name)
+        if [a.decode(errors="replace") for a in argv if a][-3:] == WORKER_ARGV:
+            return pid
     return None
 
 
@@ -94,33 +73,14 @@ def worker_port(pid: int) -> int:
     raise click.ClickException(f"worker {pid} has no ONCEONLY_WORKER_PORT in its environment")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of the process (all its threads), from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds per thread, keyed by name and thread id."""
-    out: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            name = (task / "comm").read_text(encoding="utf-8").strip()
-            fields = (task / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        out[f"{name}:{task.name}"] = ticks
-    return out
+    return {f"{comm}:{tid}": cpu for tid, (comm, cpu) in thread_seconds(pid).items()}
 
 
 def replies(port: int) -> float | None:
     found = scrape(port)
     return None if found is None else found.get(REPLIES, 0.0)
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
 
 
 def wait_for_worker(bench: subprocess.Popen[bytes], after: float) -> tuple[int, int]:

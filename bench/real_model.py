@@ -24,26 +24,18 @@ The report, with the agent-step benchmark's simulated writer beside it, is writt
 from __future__ import annotations
 
 import asyncio
-import base64
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import click
 
 from bench._agent_load import AgentBench
-from bench._options import out_option, partitions
-from bench._proc_stack import get_json
-from bench._procs import BenchError, Broker, console, create_topics, print_log_tails
-from bench._report import (
-    fmt,
-    run_on_broker,
-    write_markdown,
-)
+from bench._options import Float, Int, Opt, partitions
+from bench._proc_stack import poll
+from bench._procs import BenchError, Broker, console
+from bench._report import fmt, fmt_cpu
+from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
 from devstack import llm
 from testkit import samples
@@ -73,42 +65,25 @@ def worker_env(server: llm.ModelServer) -> dict[str, str]:
     }
 
 
-def texts(bench: AgentBench) -> dict[str, str]:
-    found: dict[str, str] = get_json(f"http://127.0.0.1:{bench.mail_port}/_control/texts", 10)
-    return found
-
-
 def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: int) -> Results:
     """(S): the sample through ingest and a worker; the reply the model wrote."""
-    tag = secrets.token_hex(3)
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-    topics = create_topics(broker.bootstrap, partitions, f"onceonly-bench-model-{tag}")
-    (work / "sample").mkdir()
-    bench = AgentBench(work / "sample", broker.bootstrap, topics, tag, partitions, "INFO")
-    bench.extra, bench.secret = worker_env(server), secret
+    bench = AgentBench.fresh(broker, work, "sample", partitions)
+    bench.extra = worker_env(server)
     r = Results()
-    try:
+    with bench.running():
         bench.start_mail()
         bench.start_ingest()
         bench.start_worker()
-        story = samples.agentmail_story(secret, copies=3, now=datetime.now(UTC))
+        story = samples.agentmail_story(bench.secret, copies=3, now=datetime.now(UTC))
         began = time.monotonic()
         posted = asyncio.run(samples.post_all(bench.url_base, story))
         statuses = [p.status for p in posted]
         if set(statuses) != {204}:
             raise BenchError(f"ingest answered the sample with {statuses}")
-        deadline = time.monotonic() + 300
-        while not (written := texts(bench)):
-            if time.monotonic() > deadline:
-                raise BenchError("the sample got no reply in 300 s")
-            time.sleep(0.5)
-        r.sample = written
+        r.sample = poll(lambda: bench.control("texts"), bool, 300, 0.5)
+        if not r.sample:
+            raise BenchError("the sample got no reply in 300 s")
         r.sample_s = time.monotonic() - began
-    except BaseException:
-        print_log_tails((bench.ingest, bench.worker))
-        raise
-    finally:
-        bench.stop_all()
     for message_id, text in r.sample.items():
         console.print(f"\n[bold]the model's reply to {message_id}[/]:\n{text}\n")
     return r
@@ -150,7 +125,7 @@ class Options:
     saturated_rate: float
     saturated_count: int
     threads: int
-    partitions: int
+    partitions: int = field(default_factory=partitions)
 
 
 def _declined(x: Run) -> int:
@@ -206,8 +181,7 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
     for x in runs:
         lines.append(
             f"- {x.result.label}: CPU over the run, % of one core: "
-            + " · ".join(f"{k} {v:.0f}" for k, v in x.result.cpu.items())
-            + "; worker counters: "
+            + f"{fmt_cpu(x.result.cpu)}; worker counters: "
             + ", ".join(f"{k} = {v:g}" for k, v in sorted(x.result.metrics.items()))
         )
     return lines
@@ -228,29 +202,25 @@ def report_lines(opts: Options, r: Results) -> list[str]:
     return lines
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--rate", type=click.FloatRange(0.01, 100), default=0.2, show_default=True)
-@click.option("--count", type=click.IntRange(0, 10_000), default=30, show_default=True)
-@click.option("--saturated-rate", type=click.FloatRange(0.01, 100), default=1.0, show_default=True)
-@click.option(
-    "--saturated-count",
-    type=click.IntRange(0, 10_000),
-    default=60,
-    show_default=True,
-    help="0 (and --count 0): the sample only.",
+OPTIONS = (
+    Opt("--rate", Float(0.01, 100), 0.2),
+    Opt("--count", Int(0, 10_000), 30),
+    Opt("--saturated-rate", Float(0.01, 100), 1.0),
+    Opt("--saturated-count", Int(0, 10_000), 60, "0 (and --count 0): the sample only."),
+    Opt("--threads", Int(1, 64), 1),
 )
-@click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True)
-@out_option
-def main(out: Path, **values: Any) -> None:
-    """Build and serve a real model, answer the sample with it, measure replies/s and p99."""
-    opts = Options(**values, partitions=partitions())
-    results, about_items = run_on_broker(
-        "onceonly-bench-model-", lambda broker, work: collect(opts, broker, work)
-    )
-    title = "A real model behind the openai writer"
-    body = report_lines(opts, results)
-    path = write_markdown(out, "real-model", title, "bench.real_model", body, about_items)
-    console.print(f"written to {path}")
+REAL_MODEL = Scenario(
+    "real-model",
+    "A real model behind the openai writer",
+    OPTIONS,
+    Options,
+    collect,
+    report_lines,
+)
+main = command(
+    REAL_MODEL,
+    "Build and serve a real model, answer the sample with it, measure replies/s and p99.",
+)
 
 
 if __name__ == "__main__":

@@ -5,16 +5,15 @@ issue 46), alternated in one process; prints both and their ratio."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import tempfile
 from pathlib import Path
 
 import click
 
+from bench._proc_phases import MAIL
 from bench._proc_report import sdk_cost_pair
-from bench._proc_stack import base_env
-from bench._procs import ServerProcess, console
+from bench._proc_stack import serve
+from bench._procs import console
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,19 +21,9 @@ from bench._procs import ServerProcess, console
 @click.option("--rounds", default=8, show_default=True, help="Alternations of the two.")
 def main(calls: int, rounds: int) -> None:
     """Time the SDK's reply call both ways; print ms of CPU per reply and the ratio."""
-    from devstack.broker import free_port
-
-    port = free_port()
     with tempfile.TemporaryDirectory() as work:
-        mail = ServerProcess(
-            "instant mail server",
-            [sys.executable, "-m", "bench._instant_mail", "--port", str(port)],
-            base_env({}),
-            Path(work) / "mail.log",
-        )
-        mail.start()
+        mail, port = serve("instant mail server", MAIL, Path(work) / "mail.log")
         try:
-            asyncio.run(mail.wait_ready(f"http://127.0.0.1:{port}/healthz"))
             direct, whole = sdk_cost_pair(f"http://127.0.0.1:{port}", calls, rounds)
         finally:
             mail.stop()

@@ -22,23 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-
-from bench._options import out_option, partitions
-from bench._proc_stack import base_env, get_json
-from bench._procs import Broker, ServerProcess, console
-from bench._report import (
-    run_on_broker,
-    write_markdown,
-)
+from bench._options import Float, Int, Opt, partitions
+from bench._proc_stack import get_json, serve
+from bench._procs import Broker, console
+from bench._report import fmt_cpu
+from bench._runner import Scenario, command
 from bench._stack_run import Run, Setup, run
-from devstack.ports import free_port
 from onceonly.foundation import tracing
 
 
@@ -49,7 +43,7 @@ class Options:
     rounds: int
     window_ms: int
     calls: int
-    partitions: int
+    partitions: int = field(default_factory=partitions)
 
     def worker(self) -> dict[str, str]:
         return {
@@ -140,18 +134,9 @@ def _received(receiver: str) -> int:
 
 
 def collect(opts: Options, broker: Broker, work: Path) -> Results:
-    port = free_port()
-    receiver = f"http://127.0.0.1:{port}"
-    process = ServerProcess(
-        "OTLP receiver",
-        [sys.executable, "-m", "testkit.fakes.otlp_receiver", "--port", str(port)],
-        base_env({}),
-        work / "otlp.log",
-    )
-    process.start()
+    process, port = serve("OTLP receiver", "testkit.fakes.otlp_receiver", work / "otlp.log")
     try:
-        asyncio.run(process.wait_ready(f"{receiver}/healthz"))
-        return _collect(opts, broker, work, receiver)
+        return _collect(opts, broker, work, f"http://127.0.0.1:{port}")
     finally:
         process.stop()
 
@@ -227,8 +212,7 @@ def per_run(r: Results) -> list[str]:
                 f"ingest {x.cpu_ms_per_reply('ingest'):.3f} + worker "
                 f"{x.cpu_ms_per_reply('worker'):.3f} ms CPU per reply, p50 "
                 f"{x.result.p(0.5):.3f} s, p99 {x.result.p(0.99):.3f} s, "
-                f"{r.spans[id(x)]:,} spans; CPU % of one core: "
-                + " · ".join(f"{k} {v:.0f}" for k, v in x.result.cpu.items())
+                f"{r.spans[id(x)]:,} spans; CPU % of one core: " + fmt_cpu(x.result.cpu)
             )
     return lines
 
@@ -252,22 +236,15 @@ def report_lines(opts: Options, r: Results) -> list[str]:
     ]
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--rate", type=click.FloatRange(1, 1000), default=100.0, show_default=True)
-@click.option("--count", type=click.IntRange(10, 100_000), default=3000, show_default=True)
-@click.option("--rounds", type=click.IntRange(1, 10), default=2, show_default=True)
-@click.option("--window-ms", type=click.IntRange(0, 60_000), default=200, show_default=True)
-@click.option("--calls", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True)
-@out_option
-def main(out: Path, **values: Any) -> None:
-    """Per-reply cost of OpenTelemetry tracing, on against off, in one run."""
-    opts = Options(**values, partitions=partitions())
-    results, about_items = run_on_broker(
-        "onceonly-bench-tracing-", lambda broker, work: collect(opts, broker, work)
-    )
-    body = report_lines(opts, results)
-    path = write_markdown(out, "tracing", "Tracing cost", "bench.tracing_cost", body, about_items)
-    console.print(f"written to {path}")
+OPTIONS = (
+    Opt("--rate", Float(1, 1000), 100.0),
+    Opt("--count", Int(10, 100_000), 3000),
+    Opt("--rounds", Int(1, 10), 2),
+    Opt("--window-ms", Int(0, 60_000), 200),
+    Opt("--calls", Int(100, 1_000_000), 20_000),
+)
+TRACING = Scenario("tracing", "Tracing cost", OPTIONS, Options, collect, report_lines)
+main = command(TRACING, "Per-reply cost of OpenTelemetry tracing, on against off, in one run.")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from bench._backlog_figures import (
     rebalances,
 )
 from bench._backlog_records import backlog_records, body_text, message_id
-from bench._backlog_report import fmt_overlaps, rows, samples, section
+from bench._backlog_report import fmt_overlaps, rows, section
+from bench._report import thin
 
 START = (
     "2026-12-02T10:00:00.000Z [info     ] worker starting app=x\n"
@@ -231,11 +232,11 @@ def test_the_section_compares_the_drain_rate_with_the_floor() -> None:
 def test_samples_keep_the_first_and_the_last() -> None:
     found = [Sample(float(t), t, 1.0) for t in range(100)]
 
-    kept = samples(found, 12)
+    kept = thin(found, 12)
 
     assert len(kept) == 12
     assert (kept[0].t_s, kept[-1].t_s) == (0.0, 99.0)
-    assert samples(found[:5], 12) == found[:5]
+    assert thin(found[:5], 12) == found[:5]
 
 
 def test_a_backlog_record_is_one_thread_with_a_body_of_the_size_asked() -> None:
