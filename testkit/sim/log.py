@@ -9,6 +9,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from onceonly.foundation.topics import LEDGER_COMPACTION_LAG_MS
 from onceonly.processors.fence import Position
 from onceonly.processors.records import applied_after_write
 from onceonly.processors.reply.ledger import TableLedger
@@ -37,9 +38,10 @@ AUDIT_S = 30.0
 #: schedule's generator, so the other calls' latencies are what they were without it)
 AUDIT_LATENCY_S = 0.002
 
-#: the ledger topic's ``min.compaction.lag.ms``: the log cleaner removes no record younger
-#: (Kafka's default, 0: any record a later record of its key follows may go at once)
-COMPACTION_LAG_S = 0.0
+#: the ledger topic's ``min.compaction.lag.ms`` as onceonly creates it: the log cleaner
+#: removes no record younger (at Kafka's default, 0, any record a later record of its key
+#: follows may go at once: finding F22)
+COMPACTION_LAG_S = LEDGER_COMPACTION_LAG_MS / 1000
 #: of the records that land, the share after which the cleaner runs at once (the segment
 #: rolled right then), besides its runs at drawn moments
 CLEAN_AFTER_LANDING = 0.1
@@ -187,9 +189,10 @@ class Cleaner:
         rng: random.Random,
         clock: Callable[[], float],
         trace: Callable[[str, object], None],
-        lag_s: float = COMPACTION_LAG_S,
+        lag_s: float | None = None,
     ) -> None:
-        self.part, self.rng, self.clock, self.trace, self.lag_s = part, rng, clock, trace, lag_s
+        self.part, self.rng, self.clock, self.trace = part, rng, clock, trace
+        self.lag_s = COMPACTION_LAG_S if lag_s is None else lag_s
 
     def moments(self, span_s: float) -> list[float]:
         """When the cleaner runs of its own accord (5 to 15 times over ``span_s``)."""

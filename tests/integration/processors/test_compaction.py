@@ -36,14 +36,18 @@ CLEANER_S = 120  # the broker's cleaner wakes every 15 s (log.cleaner.backoff.ms
 
 def _compact_soon(stack: Stack) -> None:
     """Let the broker's cleaner take the ledger's records at once: a segment rolls at the
-    next record, and any dirty share is enough."""
+    next record, any dirty share is enough, and no record is too young."""
     admin = AdminClient({"bootstrap.servers": stack.settings.kafka_bootstrap})
     resource = ConfigResource(
         ResourceType.TOPIC,
         stack.settings.ledger_topic,
         incremental_configs=[
             ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-            for name, value in (("segment.ms", "100"), ("min.cleanable.dirty.ratio", "0.01"))
+            for name, value in (
+                ("segment.ms", "100"),
+                ("min.cleanable.dirty.ratio", "0.01"),
+                ("min.compaction.lag.ms", "0"),  # onceonly creates it with 10 min
+            )
         ],
     )
     for future in admin.incremental_alter_configs([resource]).values():
