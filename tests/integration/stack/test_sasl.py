@@ -103,13 +103,21 @@ async def _ingest(settings: Settings) -> tuple[TestClient[Any, Any], AsyncProduc
     return client, producer
 
 
+async def _stack(
+    cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path, **extra: Any
+) -> tuple[TestClient[Any, Any], Stack]:
+    """The topics on the cluster, ingest in this process, and a stack with the credentials."""
+    settings = _settings(cluster, tmp_path, SASL_USER[1], **extra)
+    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
+    client, producer = await _ingest(settings)
+    return client, Stack(settings, producer, mail, tmp_path)
+
+
 async def test_with_the_credentials_ingest_a_worker_replay_and_lag_work(
     kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
-    settings = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1])
-    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
-    client, producer = await _ingest(settings)
-    stack = Stack(settings, producer, mail, tmp_path)
+    client, stack = await _stack(kafka_sasl_cluster, mail, tmp_path)
+    settings, producer = stack.settings, stack.producer
     try:
         stack.worker("w1", **_security_env(settings))
         assert [await _post(client, n, stack) for n in range(3)] == [204, 204, 204]
@@ -189,10 +197,8 @@ async def _page(settings: Settings, ident: str) -> dict[str, str | None]:
 async def test_with_the_credentials_trace_the_operator_page_and_send_work(
     kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
-    settings = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1], send_attempts=1)
-    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
-    client, producer = await _ingest(settings)
-    stack = Stack(settings, producer, mail, tmp_path)
+    client, stack = await _stack(kafka_sasl_cluster, mail, tmp_path, send_attempts=1)
+    settings, producer = stack.settings, stack.producer
     env = {
         **_env(settings, stack, "cli"),
         "ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": signing.SVIX_SECRET,

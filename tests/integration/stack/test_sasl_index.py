@@ -24,10 +24,10 @@ from tests.integration.stack.test_sasl import (
     _cli,
     _dead_letter,
     _env,
-    _ingest,
     _post,
     _security_env,
     _settings,
+    _stack,
 )
 from tests.integration.workers import Stack
 
@@ -37,10 +37,8 @@ pytestmark = pytest.mark.integration
 async def test_with_the_credentials_the_index_is_built_and_the_commands_answer_from_it(
     kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
-    settings = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1], send_attempts=1)
-    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
-    client, producer = await _ingest(settings)
-    stack = Stack(settings, producer, mail, tmp_path)
+    client, stack = await _stack(kafka_sasl_cluster, mail, tmp_path, send_attempts=1)
+    settings, producer = stack.settings, stack.producer
     index_dir = tmp_path / "index"
     env = {**_env(settings, stack, "cli"), "ONCEONLY_INDEX_DIR": str(index_dir)}
     try:
