@@ -138,3 +138,31 @@ async def test_a_late_covered_record_after_the_owners_sent_one_is_followed_by_it
     await ledger.audit(0, len(topic))
 
     assert _last(topic) == _sent()
+
+
+def _failed() -> ReplyRecord:
+    return record("k", ReplyState.FAILED, None, reason="writer failed")
+
+
+async def test_a_late_draft_after_the_owners_failed_record_is_followed_by_it() -> None:
+    # F23: the owner's writer failed (dead-lettered); a worker past its fence check landed
+    # its draft after that, which the approvals list showed while the owner refused it
+    ledger, _, topic, _ = _owner()
+    await ledger.put(_failed())
+    topic.append((b"k", record("k", ReplyState.AWAITING, "the zombie's draft").encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert _last(topic) == _failed()
+
+
+async def test_a_late_pending_after_the_owners_failed_record_is_left() -> None:
+    # its text goes out with the key's reply: the key's next owner sends it
+    ledger, _, topic, _ = _owner()
+    await ledger.put(_failed())
+    late = record("k", ReplyState.PENDING, "the zombie's")
+    topic.append((b"k", late.encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert _last(topic) == late

@@ -55,7 +55,7 @@ def test_a_clean_range_of_seeds_passes() -> None:
 
 #: the regression seeds of the approval path's findings (F11-F15), replayed with approval on
 APPROVAL_FINDINGS = frozenset(
-    {103, 118, 202, 229, 288, 481, 487, 955, 1800, 422293163, 426429705, 434550709}
+    {103, 118, 202, 229, 288, 481, 487, 955, 1800, 422293163, 426429705, 434550709, 500225067}
 )
 
 
@@ -151,6 +151,11 @@ APPROVAL_FINDINGS = frozenset(
         # other text, whose writer never saw m1 (the adopted text now covers what its
         # writer saw, and the rest is answered anew)
         493911162,
+        # F23 (approval on): a worker past its fence check landed its draft after the
+        # owner's failed record of the key (its writer failed; dead-lettered); the approvals
+        # list showed the draft, the owner refused every approval, and it waited forever
+        # (the owner's audit now writes its failed record again after a late draft)
+        500225067,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
