@@ -121,13 +121,20 @@ async def reply_once(
     done = [_skipped(ledger, message, step) for message, step in division.done]
     send = Sending(parts)
     acted: list[BurstResult] = []
-    if division.covered_by is not None:  # the latest message's pending reply saw them
+    finishing = {message.key for message, _ in division.finish}
+    if division.covered_by is not None and division.covered_by not in finishing:
+        # the latest message's settled reply saw them
         await _cover(ledger, division.cover, division.covered_by, now, channel)
     for message, _ in division.finish:
         record = ledger.get(message.key)
         assert record is not None
-        covered = _covered(ledger, division, message.key)
-        acted.append(await send(record, True, [*covered, message], len(covered)))
+        if message.key != division.covered_by:
+            acted.append(await send(record, True, [message], 0))
+            continue
+        # the latest message's pending reply: arbitrated before it covers anything
+        before = _covered_before(ledger, division, message.key)
+        answers = [*before, *division.cover, message]
+        acted += await _answer(record, division.cover, answers, parts, send, reconcile=True)
     if division.write:
         acted += await _write(division.write, parts, send)
     return summarize(acted, done)
@@ -139,16 +146,35 @@ async def _write(burst: Sequence[Inbound], parts: ReplyParts, send: Sending) -> 
     if isinstance(written, BurstResult):
         return [written]
     record, others, messages = written
-    # arbitration first: another writer's reply that came first (its pending text, or its
-    # sent record) answers instead, and covers only what its writer saw
-    answer, result = await send.arbitrate(record)
+    return await _answer(record, others, messages, parts, send, reconcile=False)
+
+
+async def _answer(
+    record: ReplyRecord,
+    others: Sequence[Inbound],
+    answers: Sequence[Inbound],
+    parts: ReplyParts,
+    send: Sending,
+    *,
+    reconcile: bool,
+) -> list[BurstResult]:
+    """Send the *pending* ``record``, which covers ``others`` (messages with no record yet),
+    and answers ``answers`` (dead-lettered with it if it fails).
+
+    Arbitration comes first: another writer's reply that came first (its pending text, or
+    its sent record) answers instead, and covers only what its writer saw; the others are
+    answered anew (the simulator's finding F21). ``reconcile``: the thread is read for
+    the reply before it is sent (a record written before this burst)."""
+    answer, result = record, None
+    if record.state is ReplyState.PENDING:
+        answer, result = await send.arbitrate(record)
     seen = [m for m in others if answer.covers is None or m.key in answer.covers]
     unseen = [m for m in others if m not in seen]
     # the record's key, not the first target's: a rewrite answers the latest message
     await _cover(parts.ledger, seen, record.key, parts.now, parts.channel)
     if result is None:
-        answers = [m for m in messages if m not in unseen]
-        result = await send(answer, False, answers, len(seen), arbitrated=True)
+        kept = [m for m in answers if m not in unseen]
+        result = await send(answer, reconcile, kept, len(kept) - 1, arbitrated=True)
     if not unseen:
         return [result]
     log.warning(  # the simulator's finding F21
@@ -160,19 +186,15 @@ async def _write(burst: Sequence[Inbound], parts: ReplyParts, send: Sending) -> 
     return [result, await reply_once(unseen, parts)]
 
 
-def _covered(ledger: Ledger, division: Division, key: str) -> tuple[Inbound, ...]:
-    """The messages the pending reply ``key`` covers, which go (and are dead-lettered) with
-    it: those covered just now, and those recorded covered by it before (a worker stopped
-    after its covered records, before its send: their records are done, their answer is
-    this send; simulator seed 384256741)."""
-    if key != division.covered_by:
-        return ()
-    before = tuple(
+def _covered_before(ledger: Ledger, division: Division, key: str) -> tuple[Inbound, ...]:
+    """The burst's messages recorded covered by the pending reply ``key`` before this
+    burst, which go (and are dead-lettered) with it: a worker stopped after their covered
+    records, before its send; their answer is this send (simulator seed 384256741)."""
+    return tuple(
         message
         for message, step in division.done
         if step is Plan.SKIP_COVERED and covered_by(ledger, ledger.get(message.key), key)
     )
-    return (*before, *division.cover)
 
 
 def covered_by(ledger: Ledger, record: ReplyRecord | None, key: str) -> bool:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.reply.arbitration import Ruling, Verdict
 from onceonly.processors.reply.bursts import Plan, divide, summarize
 from onceonly.processors.reply.once import (
     BurstResult,
@@ -64,9 +65,13 @@ class Run:
     writer: Writer = field(default_factory=Writer)
     letters: Letters = field(default_factory=Letters)
     now: datetime = T0
+    #: reply_once's other parts (an arbitration)
+    options: dict[str, object] = field(default_factory=dict)
 
     async def __call__(self, burst: Sequence[Inbound]) -> BurstResult:
-        parts = reply_parts(self.ledger, self.sender, self.writer, self.letters, lambda: self.now)
+        parts = reply_parts(
+            self.ledger, self.sender, self.writer, self.letters, lambda: self.now, **self.options
+        )
         return await reply_once(burst, parts)
 
 
@@ -195,6 +200,32 @@ async def test_an_unrecorded_message_older_than_a_pending_latest_reply_is_covere
     assert run.writer.calls == []
     covered = run.ledger.records[A.key]
     assert (covered.state, covered.covered_by) == (ReplyState.COVERED, B.key)
+
+
+@pytest.mark.parametrize("ruling", [Ruling.ADOPT, Ruling.SENT])
+async def test_a_pending_latest_reply_another_writer_answered_first_never_covers_the_unseen(
+    ruling: Ruling,
+) -> None:
+    # F21 where a pending reply is finished: B's pending reply (its writer saw A) was
+    # recorded after another writer's reply of B, whose writer never saw A; that reply
+    # answers B, and A, which no writer of it saw, gets a reply of its own
+    run = Run()
+    theirs = owed(B, ReplyState.PENDING, reply_text="theirs for b", covers=())
+    if ruling is Ruling.SENT:
+        theirs = theirs.with_state(ReplyState.SENT, sent_message_id="<r-b@x>")
+
+    async def came_first(record: ReplyRecord) -> Verdict:
+        return Verdict(ruling, theirs) if record.key == B.key else Verdict(Ruling.OWN, record)
+
+    run.options["arbitrate"] = came_first
+    await run.ledger.put(owed(B, ReplyState.PENDING, reply_text="for a and b", covers=(A.key,)))
+
+    await run([A, B])
+
+    sent = [(r.key, r.reply_text) for r in run.sender.sent]
+    own_b = [(B.key, "theirs for b")] if ruling is Ruling.ADOPT else []
+    assert sent == [*own_b, (A.key, "text for <a@x>")]
+    assert run.ledger.records[A.key].state is ReplyState.SENT
 
 
 async def test_an_unrecorded_message_a_sent_latest_reply_saw_is_covered_by_it() -> None:
