@@ -20,6 +20,7 @@ from onceonly.foundation.kafka import Connection, replicated_config
 from onceonly.foundation.settings import Settings
 from onceonly.processors.records import Record
 from onceonly.processors.runtime.recovery import BulkRestore, table_manager
+from onceonly.processors.runtime.stream import BatchingStream
 from onceonly.processors.runtime.tables import ContiguousTable, rocks_options
 
 
@@ -74,6 +75,8 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
         # a store's recovery starts after the last changelog record it holds every record
         # up to, never after an own write that landed past another writer's records
         Table=ContiguousTable,
+        # batches that wait for a first record, not a loop that polls for one every 5 ms
+        Stream=BatchingStream,
     )
 
 
