@@ -86,6 +86,14 @@ OTHER_DRAFT = (
 )
 
 
+#: a decision made on a draft that a worker past its fence check landed after the owner's
+#: *failed* record (F23): the owner's record is written again after it
+LATE_DRAFT = (
+    "; the draft decided on was landed late by a worker that no longer owns the thread: "
+    "retry the reply's dead letter to have it written again"
+)
+
+
 def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
     """What ``decision`` does to the reply's current ledger ``record``.
 
@@ -94,7 +102,8 @@ def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
     people, a double click, a bot's retry) is ``ALREADY``; an edit to another text, a
     rejection, an approval of a declined draft are ``REFUSED`` with the reply's state.
     A decision that names another text than the draft's (``draft``) is ``REFUSED``, with
-    the draft as the record to write again.
+    the draft as the record to write again; one made on a draft (``draft``) of a reply
+    that is *failed* here is ``REFUSED`` with the failed record to write again.
     """
     if record is None:
         return Applied(Answer.REFUSED, None, f"no reply {decision.key} in the ledger")
@@ -102,6 +111,11 @@ def apply(record: ReplyRecord | None, decision: ApprovalDecision) -> Applied:
         if _repeats(record, decision):
             return Applied(Answer.ALREADY, None, _state_of(record))
         refused = f"refused: the reply is {_state_of(record)}"
+        if record.state is ReplyState.FAILED and decision.draft is not None:
+            # made on a draft the ledger showed after the reply failed here: a late record
+            # of a worker past its fence check (the simulator's finding F23); the failed
+            # record is written again, so the draft leaves the approvals list
+            return Applied(Answer.REFUSED, record, refused + LATE_DRAFT)
         return Applied(Answer.REFUSED, None, refused)
     if decision.draft is not None and decision.draft != draft_digest(record.reply_text):
         return Applied(Answer.REFUSED, record, OTHER_DRAFT)

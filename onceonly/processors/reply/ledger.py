@@ -33,12 +33,6 @@ _MAY_LAND_LATE = frozenset(
 #: the states that settle a key: nothing follows them in the ledger but themselves
 _SETTLING = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
 
-#: the owner's records an audit writes again after another writer's late record: the
-#: settling ones, and *failed* (its writer failed, the messages dead-lettered) after a late
-#: draft, which the approvals list would show while the owner refuses every decision on it
-#: (the simulator's finding F23)
-_OWNERS_WORD = _SETTLING | {ReplyState.FAILED}
-
 #: times a late record's owner draft is written again while the owner writes the key
 _REPEATS = 5
 
@@ -237,9 +231,7 @@ class TableLedger:
         this itself after its own record (``_keep_settled``), unless a kill, or its lane
         cancelled by its drain, stops it between the two writes; left so, the compacted
         ledger's last word for a key whose email went out is a *pending* record, which a
-        later owner sends again (the simulator's finding F19). The owner's *failed* is
-        written again after a late draft (*awaiting*) only: left so, the approvals list
-        shows a draft whose every approval the owner refuses (F23)."""
+        later owner sends again (the simulator's finding F19)."""
         last = {key: (offset, record) for offset, key, record in learned}
         for key, (offset, record) in last.items():
             if record.state is ReplyState.SENT:  # an email went out: that is the last word
@@ -247,8 +239,6 @@ class TableLedger:
             own = self._settled_before(key, partition, offset)
             if own is None:
                 continue
-            if own.state is ReplyState.FAILED and record.state is not ReplyState.AWAITING:
-                continue  # a late pending goes out with the key's reply; covered settles it
             if record.state in _SETTLING and own.state is not ReplyState.SENT:
                 continue  # covered or declined over covered or declined: either settles it
             landed = await self._write(key, own.encode(), fenced=False, partition=partition)
@@ -262,12 +252,12 @@ class TableLedger:
             )
 
     def _settled_before(self, key: str, partition: int, offset: int) -> ReplyRecord | None:
-        """This worker's record of ``key`` if it settles the key (or is *failed*) and landed before
+        """This worker's record of ``key`` if it settles the key and landed before
         ``offset``: its own write's offset, or, for a record its store's recovery read,
         that recovery's end. Never a late record of its own (a zombie's *covered* after
         the owner's draft: that is ``_keep_draft``'s)."""
         own = self.get(key)
-        if own is None or own.state not in _OWNERS_WORD:
+        if own is None or own.state not in _SETTLING:
             return None
         at = self._own_at.get(key, self._recovered_to.get(partition, offset))
         return own if at < offset else None

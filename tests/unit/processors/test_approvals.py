@@ -93,6 +93,26 @@ def test_a_decision_made_on_another_text_is_refused_and_the_draft_written_again(
     assert (applied.answer, applied.record, applied.detail) == (Answer.REFUSED, DRAFT, OTHER_DRAFT)
 
 
+def test_a_decision_on_a_draft_of_a_reply_failed_here_writes_the_failed_record_again() -> None:
+    # F23: a worker past its fence check landed its draft after the owner's failed record;
+    # the approvals list showed it, and the owner refused every approval of it
+    failed = replace(DRAFT, state=ReplyState.FAILED, reply_text=None, reason=None)
+    decision = replace(_decision(), draft=draft_digest("the late draft"))
+
+    applied = apply(failed, decision)
+
+    assert (applied.answer, applied.record) == (Answer.REFUSED, failed)
+    assert applied.detail.startswith("refused: the reply is failed")
+
+
+def test_a_decision_naming_no_draft_on_a_failed_reply_writes_nothing() -> None:
+    failed = replace(DRAFT, state=ReplyState.FAILED, reply_text=None, reason=None)
+
+    applied = apply(failed, _decision())
+
+    assert (applied.answer, applied.record) == (Answer.REFUSED, None)
+
+
 def test_a_decision_made_on_the_drafts_text_or_naming_none_is_applied() -> None:
     named = replace(_decision(), draft=draft_digest("draft text"))
 

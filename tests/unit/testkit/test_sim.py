@@ -55,7 +55,22 @@ def test_a_clean_range_of_seeds_passes() -> None:
 
 #: the regression seeds of the approval path's findings (F11-F15), replayed with approval on
 APPROVAL_FINDINGS = frozenset(
-    {103, 118, 202, 229, 288, 481, 487, 955, 1800, 422293163, 426429705, 434550709, 500225067}
+    {
+        103,
+        118,
+        202,
+        229,
+        288,
+        481,
+        487,
+        955,
+        1800,
+        422293163,
+        426429705,
+        434550709,
+        500225067,
+        508047065,
+    }
 )
 
 
@@ -154,8 +169,13 @@ APPROVAL_FINDINGS = frozenset(
         # F23 (approval on): a worker past its fence check landed its draft after the
         # owner's failed record of the key (its writer failed; dead-lettered); the approvals
         # list showed the draft, the owner refused every approval, and it waited forever
-        # (the owner's audit now writes its failed record again after a late draft)
+        # (a decision on such a draft now writes the owner's failed record again)
         500225067,
+        # F24 (approval on; found by F23's first fix): a worker woke from a pause with its
+        # old failed record of a key whose dead letter an operator had retried; its audit,
+        # unfenced, wrote that failed record again over the new owner's draft of the retry
+        # (the audit repeats only records that settle a key)
+        508047065,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
