@@ -158,8 +158,9 @@ async def _answer(
     *,
     reconcile: bool,
 ) -> list[BurstResult]:
-    """Send the *pending* ``record``, which covers ``others`` (messages with no record yet),
-    and answers ``answers`` (dead-lettered with it if it fails).
+    """Send the recorded ``record`` (*pending*, or on a replay a failed send's), which
+    covers ``others`` (messages with no record yet) and answers ``answers`` (dead-lettered
+    with it if it fails).
 
     Arbitration comes first: another writer's reply that came first (its pending text, or
     its sent record) answers instead, and covers only what its writer saw; the others are

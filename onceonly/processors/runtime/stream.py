@@ -39,8 +39,7 @@ class BatchingStream(faust.Stream[Any]):
         return batches
 
     async def _batches(self, max_: int, within: float) -> AsyncGenerator[Sequence[Any], None]:
-        buffer: list[Any] = []
-        events: list[Any] = []
+        events: list[Any] = []  #: the buffer: the events of the batch being gathered
         started = Event()  #: the buffer holds a record
         full = Event()
         consumed = Event()
@@ -55,13 +54,12 @@ class BatchingStream(faust.Stream[Any]):
                     await consuming
                 finally:
                     consuming = None
-            buffer.append(value)
             event = self.current_event
             if event is None:
                 raise RuntimeError("take_events found no current event")
             events.append(event)
             started.set()
-            if len(buffer) >= max_:
+            if len(events) >= max_:
                 full.set()
                 consumed.clear()  # never more than max_ in one batch
                 await self.wait(consumed)
@@ -72,17 +70,16 @@ class BatchingStream(faust.Stream[Any]):
         self._enable_passive(cast(ChannelT[Any], aiter(self.channel)))
         try:
             while not self.should_stop:
-                if not buffer and await self.wait_for_stopped(started):
+                if not events and await self.wait_for_stopped(started):
                     break
-                if await self.wait_for_stopped(full, timeout=timeout) and not buffer:
+                if await self.wait_for_stopped(full, timeout=timeout) and not events:
                     break
-                if not buffer:
+                if not events:
                     continue
                 consuming = self.loop.create_future()
                 try:
                     yield list(events)
                 finally:
-                    buffer.clear()
                     for event in events:
                         await self.ack(event)
                     events.clear()
