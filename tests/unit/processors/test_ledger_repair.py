@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.unit.processors._ledger_log import LogTable, Reads, record
@@ -144,25 +146,21 @@ def _failed() -> ReplyRecord:
     return record("k", ReplyState.FAILED, None, reason="writer failed")
 
 
-async def test_a_late_draft_after_an_own_failed_record_is_left() -> None:
-    # F24: it may be the next owner's draft for the dead letter an operator retried, read by
-    # a worker that woke from a pause with its old failed record: an unfenced audit write
-    # repeating that record would put the reply's dead letter back over its new draft
+@pytest.mark.parametrize(
+    "late",
+    [
+        # F24: it may be the next owner's draft for the dead letter an operator retried,
+        # read by a worker that woke from a pause with its old failed record: an unfenced
+        # audit write repeating that record would put the dead letter back over the draft
+        record("k", ReplyState.AWAITING, "the retry's draft"),
+        # its text goes out with the key's reply: the key's next owner sends it
+        record("k", ReplyState.PENDING, "the zombie's"),
+    ],
+    ids=lambda late: late.state.value,
+)
+async def test_a_late_record_after_an_own_failed_record_is_left(late: ReplyRecord) -> None:
     ledger, _, topic, _ = _owner()
     await ledger.put(_failed())
-    draft = record("k", ReplyState.AWAITING, "the retry's draft")
-    topic.append((b"k", draft.encode()))
-
-    await ledger.audit(0, len(topic))
-
-    assert _last(topic) == draft
-
-
-async def test_a_late_pending_after_the_owners_failed_record_is_left() -> None:
-    # its text goes out with the key's reply: the key's next owner sends it
-    ledger, _, topic, _ = _owner()
-    await ledger.put(_failed())
-    late = record("k", ReplyState.PENDING, "the zombie's")
     topic.append((b"k", late.encode()))
 
     await ledger.audit(0, len(topic))
