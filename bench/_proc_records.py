@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bench._load import agentmail_body
-from bench._procs import BenchError, console
+from bench._procs import BenchError, console, security
 
 if TYPE_CHECKING:
     from onceonly.schemas.envelope import Envelope
@@ -100,6 +100,7 @@ def produce(bootstrap: str, topic: str, records: Iterator[Record], total: int) -
         producer_config(
             Connection(
                 bootstrap,
+                security(),
                 produce_timeout_ms=120_000,
                 record_max_bytes=8 * 1024 * 1024,
                 produce_linger_ms=20,

@@ -189,13 +189,39 @@ class Broker:
     pid: int | None  #: the JVM's, for CPU figures; None for an external cluster
 
 
+#: the variables that say how to authenticate to an external cluster (SASL, TLS)
+SECURITY_VARIABLES = (
+    "ONCEONLY_KAFKA_SECURITY_PROTOCOL",
+    "ONCEONLY_KAFKA_SASL_MECHANISM",
+    "ONCEONLY_KAFKA_SASL_USERNAME",
+    "ONCEONLY_KAFKA_SASL_PASSWORD",
+    "ONCEONLY_KAFKA_SSL_CA_FILE",
+)
+
+
+def security_env() -> dict[str, str]:
+    """This process's Kafka security variables, for the processes a benchmark starts with
+    the other ``ONCEONLY_*`` variables left out (a SASL cluster needs them all)."""
+    return {name: os.environ[name] for name in SECURITY_VARIABLES if name in os.environ}
+
+
+def security() -> dict[str, str]:
+    """librdkafka's security properties for this process's security variables."""
+    from onceonly.foundation.kafka import client_security
+    from onceonly.foundation.settings import Settings
+
+    return client_security(Settings.from_env())
+
+
 @contextlib.contextmanager
 def kafka(run_dir: Path) -> Iterator[Broker]:
     """A broker for the run. An :class:`~devstack.broker.EmbeddedBroker` on a free port in
     ``run_dir``, stopped on exit; or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``."""
     external = os.environ.get("ONCEONLY_KAFKA_BOOTSTRAP")
     if external:
-        yield Broker(external, f"external cluster at {external} (ONCEONLY_KAFKA_BOOTSTRAP)", None)
+        protocol = os.environ.get("ONCEONLY_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
+        about = f"external cluster at {external} (ONCEONLY_KAFKA_BOOTSTRAP), {protocol}"
+        yield Broker(external, about, None)
         return
     from devstack.broker import EmbeddedBroker, free_port, kafka_classpath
     from onceonly.foundation.settings import Settings

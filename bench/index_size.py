@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from bench._load import percentile
 from bench._options import Opt
 from bench._proc_records import Record, produce
-from bench._procs import Broker, console, create_topics, topic_settings
+from bench._procs import Broker, console, create_topics, security_env, topic_settings
 from bench._runner import Scenario, command
 
 if TYPE_CHECKING:
@@ -186,6 +186,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> None:
         seconds = produce(broker.bootstrap, topic, delivery_records(count), count)
         console.print(f"wrote {count:,} deliveries in {seconds:.1f} s")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEONLY_")}
+    env |= security_env()
     env |= {"ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap, "ONCEONLY_PARTITIONS": "8", **topics}
     settings = topic_settings(broker.bootstrap, 8, topics)
 

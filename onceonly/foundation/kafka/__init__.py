@@ -24,6 +24,7 @@ from onceonly.foundation.kafka._reader import (
     read,
     read_batches,
     read_to_end,
+    topic_ranges,
 )
 from onceonly.foundation.kafka._replication import (
     cluster_size,
@@ -75,4 +76,5 @@ __all__ = [
     "replication_factor",
     "sync_producer",
     "topic_problems",
+    "topic_ranges",
 ]

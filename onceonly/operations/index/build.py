@@ -20,10 +20,9 @@ import structlog
 from onceonly.foundation.kafka import (
     Connection,
     KafkaAdapterError,
-    TopicMissing,
     TopicRange,
-    ranges,
     read_batches,
+    topic_ranges,
 )
 from onceonly.foundation.settings import Settings
 from onceonly.operations.index.lag import Behind, behind, lost, next_range
@@ -47,23 +46,18 @@ def indexed_topics(settings: Settings) -> dict[Topic, str]:
     }
 
 
-def _current(connection: Connection, name: str) -> list[TopicRange] | None:
-    try:
-        return ranges(connection, name, from_offset=0)
-    except TopicMissing:
-        return None
-
-
 def freshness(connection: Connection, settings: Settings, store: IndexStore) -> Behind:
     """How many records of each topic the index has not read yet (the answer's caveat)."""
-    out: dict[str, int] = {}
     try:
-        for name in indexed_topics(settings).values():
-            current = _current(connection, name)
-            out[name] = 0 if current is None else behind(store.offsets(name), current)
+        found = topic_ranges(connection, indexed_topics(settings).values())
     except KafkaAdapterError as exc:
-        return Behind(out, error=str(exc))
-    return Behind(out)
+        return Behind({}, error=str(exc))
+    return Behind(
+        {
+            name: 0 if current is None else behind(store.offsets(name), current)
+            for name, current in found.items()
+        }
+    )
 
 
 def _partition(
@@ -88,8 +82,10 @@ class Pass:
 def one_pass(connection: Connection, settings: Settings, store: IndexStore) -> Pass:
     """Read every indexed topic from the stored offsets to its end now."""
     started, read = time.monotonic(), {}
-    for topic, name in indexed_topics(settings).items():
-        current = _current(connection, name)
+    topics = indexed_topics(settings)
+    found = topic_ranges(connection, topics.values())
+    for topic, name in topics.items():
+        current = found[name]
         if current is None:
             log.info("index: topic not there yet, skipped this pass", topic=name)
             continue

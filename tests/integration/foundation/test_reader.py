@@ -8,15 +8,20 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from onceonly.foundation.kafka import (
     Admin,
     Connection,
     Follower,
+    TopicRange,
     TopicSpec,
     following,
+    ranges,
     read_batches,
     sync_producer,
+    topic_ranges,
 )
 
 pytestmark = pytest.mark.integration
@@ -60,6 +65,31 @@ def _produce(kafka_bootstrap: str, topic: str, values: list[str], partitions: in
     for n, value in enumerate(values):
         producer.produce(topic, value=value.encode(), partition=n % partitions)
     assert producer.flush(10) == 0
+
+
+def test_the_ranges_of_several_topics_are_each_topics_start_to_end_and_none_for_a_missing_one(
+    kafka_bootstrap: str,
+) -> None:
+    connection = Connection(kafka_bootstrap)
+    one, two = (f"ranges-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    Admin(connection).ensure_topics([TopicSpec(one, partitions=2), TopicSpec(two, partitions=1)])
+    _produce(kafka_bootstrap, one, ["a", "b", "c", "d", "e"], partitions=2)
+    _produce(kafka_bootstrap, two, ["f", "g", "h", "i"])
+    # retention's work: the first two records of two[0] deleted, its start moved to 2
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # held until it answers
+    deleted = admin.delete_records([TopicPartition(two, 0, 2)], request_timeout=10)
+    for future in deleted.values():
+        future.result(timeout=30)
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+
+    found = topic_ranges(connection, [one, two, missing])
+
+    assert found == {
+        one: [TopicRange(0, 0, 3), TopicRange(1, 0, 2)],
+        two: [TopicRange(0, 2, 4)],
+        missing: None,
+    }
+    assert [found[one], found[two]] == [ranges(connection, t, from_offset=0) for t in (one, two)]
 
 
 def _taken(follower: Follower, want: int, timeout_s: float = 20.0) -> list[Any]:
