@@ -184,7 +184,8 @@ async def _answer(
         key=record.key,
         unseen=[m.key for m in unseen],
     )
-    return [result, await reply_once(unseen, parts)]
+    # each is owed a writing (no record, or one a superseded draft's rewrite recalled)
+    return [result, await reply_once(unseen, parts, rewrite=frozenset(m.key for m in unseen))]
 
 
 def _covered_before(ledger: Ledger, division: Division, key: str) -> tuple[Inbound, ...]:
@@ -301,6 +302,23 @@ def _coverable(record: ReplyRecord | None) -> bool:
     return record.state is ReplyState.FAILED and record.reply_text is None
 
 
+def _covered_elsewhere(
+    ledger: Ledger, record: ReplyRecord | None, by: str, with_it: Collection[str]
+) -> bool:
+    """A *covered* record whose chain ends at another reply: neither at ``by`` nor at a
+    message covered by ``by`` with it (``with_it``), nor at a record not written yet."""
+    if record is None or record.state is not ReplyState.COVERED:
+        return False
+    seen: set[str] = set()
+    while record is not None and record.state is ReplyState.COVERED and record.covered_by:
+        key = record.covered_by
+        if key == by or key in with_it or key in seen:
+            return False
+        seen.add(key)
+        record = ledger.get(key)
+    return record is not None and record.state is not ReplyState.COVERED
+
+
 async def _cover(
     ledger: Ledger,
     covered: Iterable[Inbound],
@@ -309,9 +327,17 @@ async def _cover(
     channel: str,
 ) -> None:
     """Record the burst's other messages as answered by ``by``, unless they have a record
-    (a replay's failed writer's record is covered: the writer was asked again with it)."""
+    (a replay's failed writer's record is covered: the writer was asked again with it).
+
+    A message a superseded draft's rewrite recalled has a *covered* record already: left
+    while its chain leads to ``by`` (it names the draft, the draft the newer reply), written
+    again when it leads elsewhere. The newer message's reply was then another writer's,
+    which never saw it, and ``by`` answers it anew (simulator finding F25)."""
+    covered = list(covered)
+    with_it = {m.key for m in covered}
     for message in covered:
-        if not _coverable(ledger.get(message.key)):
+        record = ledger.get(message.key)
+        if not (_coverable(record) or _covered_elsewhere(ledger, record, by, with_it)):
             continue
         await ledger.put(
             ReplyRecord(

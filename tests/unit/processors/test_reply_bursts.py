@@ -68,11 +68,13 @@ class Run:
     #: reply_once's other parts (an arbitration)
     options: dict[str, object] = field(default_factory=dict)
 
-    async def __call__(self, burst: Sequence[Inbound]) -> BurstResult:
+    async def __call__(
+        self, burst: Sequence[Inbound], rewrite: frozenset[str] = frozenset()
+    ) -> BurstResult:
         parts = reply_parts(
             self.ledger, self.sender, self.writer, self.letters, lambda: self.now, **self.options
         )
-        return await reply_once(burst, parts)
+        return await reply_once(burst, parts, rewrite=rewrite)
 
 
 A, B, C = _inbound("<a@x>", 0), _inbound("<b@x>", 1), _inbound("<c@x>", 2)
@@ -226,6 +228,65 @@ async def test_a_pending_latest_reply_another_writer_answered_first_never_covers
     own_b = [(B.key, "theirs for b")] if ruling is Ruling.ADOPT else []
     assert sent == [*own_b, (A.key, "text for <a@x>")]
     assert run.ledger.records[A.key].state is ReplyState.SENT
+
+
+# F25: a waiting draft's messages, recalled by the newer message that superseded it (their
+# records: the draft *covered* by that message, its older message by the draft), where the
+# newer message's reply turns out to be another writer's, whose writer never saw them. The
+# recall's clocks may put the draft's older message last (seed 513866219): the reply
+# written anew goes to it, and the draft's record must name that reply, not the chain
+# through the newer message
+D, C1 = _inbound("<d@x>", 1), _inbound("<c1@x>", 2)
+N, L = _inbound("<n@x>", 3), _inbound("<l@x>", 4)
+
+
+async def _superseded_draft(run: Run) -> None:
+    await run.ledger.put(owed(C1, ReplyState.COVERED, covered_by=D.key))
+    await run.ledger.put(
+        owed(D, ReplyState.COVERED, covered_by=N.key, reply_text="draft", covers=(C1.key,))
+    )
+
+
+async def test_a_recalled_draft_whose_newer_message_another_writer_answered_names_the_new() -> None:
+    run = Run()
+    await _superseded_draft(run)
+    await run.ledger.put(owed(L, ReplyState.AWAITING, reply_text="theirs", covers=(N.key,)))
+
+    await run([D, C1, N, L], rewrite=frozenset({D.key, C1.key}))
+
+    assert run.writer.calls == [["<d@x>", "<c1@x>"]]
+    assert run.ledger.records[C1.key].state is ReplyState.SENT
+    draft = run.ledger.records[D.key]
+    assert (draft.state, draft.covered_by) == (ReplyState.COVERED, C1.key)
+    assert run.ledger.records[N.key].covered_by == L.key
+
+
+async def test_recalled_messages_a_pending_reply_saw_are_written_anew_when_another_came_first() -> (
+    None
+):
+    # the same, where the latest message's own pending reply saw them, but another
+    # writer's reply of it came first (adopted), which saw only the newer message N
+    run = Run()
+    await _superseded_draft(run)
+    theirs = owed(L, ReplyState.PENDING, reply_text="theirs", covers=(N.key,))
+
+    async def came_first(record: ReplyRecord) -> Verdict:
+        return Verdict(Ruling.ADOPT, theirs) if record.key == L.key else Verdict(Ruling.OWN, record)
+
+    run.options["arbitrate"] = came_first
+    ours = owed(L, ReplyState.PENDING, reply_text="ours", covers=(D.key, C1.key, N.key))
+    await run.ledger.put(ours)
+
+    await run([D, C1, N, L], rewrite=frozenset({D.key, C1.key}))
+
+    assert run.writer.calls == [["<d@x>", "<c1@x>"]]
+    assert [(r.key, r.reply_text) for r in run.sender.sent] == [
+        (L.key, "theirs"),
+        (C1.key, "text for <d@x> <c1@x>"),
+    ]
+    draft = run.ledger.records[D.key]
+    assert (draft.state, draft.covered_by) == (ReplyState.COVERED, C1.key)
+    assert run.ledger.records[N.key].covered_by == L.key
 
 
 async def test_an_unrecorded_message_a_sent_latest_reply_saw_is_covered_by_it() -> None:
