@@ -1,10 +1,5 @@
-"""Ingest's own view of its latency: the ack-latency histogram on its ``/metrics``.
-
-``onceonly_ack_latency_seconds`` times each delivery from the handler's start to the
-broker's acknowledgement. Beside the generator's latency (from each request's scheduled
-time) it splits a tail in two: what ingest's handler waited for, and what came before the
-handler ran (the generator's wait for a free connection, the event loop's queue).
-"""
+"""Ingest's own view of its latency: the ``onceonly_ack_latency_seconds`` histogram on its
+``/metrics`` (handler start to broker ack), to split a tail between the handler and before it."""
 
 from __future__ import annotations
 

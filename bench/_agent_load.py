@@ -1,10 +1,5 @@
-"""The agent-step benchmark's load, processes and figures (``bench.agent_step`` runs them).
-
-Each delivery is a distinct AgentMail ``message.received`` event in a thread of its own,
-signed with Svix's ``Webhook.sign``; the load generator records when ingest answered it
-204, the instant mail server (``bench._instant_mail``) when it received its reply, both
-on this machine's wall clock, so a message's latency is the difference.
-"""
+"""The agent-step benchmark's load, processes and figures (``bench.agent_step`` runs them):
+a message's latency is from ingest's 204 to the mail server receiving its reply."""
 
 from __future__ import annotations
 

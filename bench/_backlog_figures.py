@@ -1,10 +1,4 @@
-"""The backlog benchmark's figures, from what it measured to the report: pure functions.
-
-:func:`rebalances` reads the worker's log, :func:`histogram_quantile` the fence-to-send
-histogram of its /metrics, :func:`answered_once` the instant mail server's counts;
-:func:`rows` and :func:`section` turn a :class:`Outcome` into the report's text, with
-every target stated as met or NOT met and the drain time beside its floor.
-"""
+"""The backlog benchmark's figures, from what it measured to the report: pure functions."""
 
 from __future__ import annotations
 

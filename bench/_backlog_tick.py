@@ -1,12 +1,6 @@
-"""A tick's cost over held bodies, measured in the benchmark's own process.
-
-The worker's tick asks :meth:`onceonly.processors.reorder.holds.Holds.due_keys` which threads of a
-partition are due. In a backlog every held thread is due at once, so this times one
-``due_keys`` over one partition's share of the backlog (at most :data:`MAX_HELD`
-threads), all past their window, held with the run's bodies and, as the baseline of the
-same run, with 1 KB bodies: if a tick's cost did not grow with the held bodies, the
-ratio would be about 1. The table is a dict (RocksDB's read is left out).
-"""
+"""A tick's cost over held bodies: one ``Holds.due_keys`` over one partition's share of the
+backlog (at most :data:`MAX_HELD` threads, all due), with the run's bodies and with 1 KB
+bodies as the baseline; a dict as the table (RocksDB's read left out)."""
 
 from __future__ import annotations
 

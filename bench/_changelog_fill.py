@@ -1,13 +1,5 @@
-"""Dedupe entries written straight to the events changelog, for takeovers at sizes the
-worker would take hours to record (``--takeover-fill changelog``).
-
-Each entry is the two records the worker writes for an event it records (its claim, then
-its outcome), made by the worker's own functions (``onceonly.processors.dedupe.decisions``) in its
-own
-encoding, under the key it uses (``stripe:<event id>``), on the partition the producer's
-murmur2 gives that key. A takeover replays them exactly as it replays the worker's own:
-the recovery reads bytes, it does not know who wrote them.
-"""
+"""Dedupe entries written straight to the events changelog (``--takeover-fill changelog``),
+with the worker's own functions and encoding, on the partition the producer would pick."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The DBOS comparison's figures, from what the harness recorded to the report's table.
-
-Pure functions over plain data, so that they are unit-tested without running anything:
-the calls file of :mod:`bench._counted_model` (:func:`parse_calls`), the per-message
-counts of the mail server (``/_control/counts``), and one :class:`SystemRun` per
-system (onceonly's worker, the DBOS app) rendered side by side (:func:`rows`,
-:func:`headers`).
-"""
+"""The DBOS comparison's figures, from what the harness recorded to the report: pure functions."""
 
 from __future__ import annotations
 

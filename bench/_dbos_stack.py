@@ -1,11 +1,5 @@
-"""The DBOS comparison's moving parts: the envelopes, the open-loop feeder, the two
-contenders (onceonly's worker, the DBOS app) and one contender's run with its SIGKILL.
-
-Both contenders get the very same records (built once, :func:`envelopes`), each on a
-deliveries topic of its own created as onceonly's, with a mail server of its own (the
-instant AgentMail server, ``bench._instant_mail``) and a calls file of its own
-(``bench._counted_model``); they run one after the other on one broker.
-"""
+"""The DBOS comparison's moving parts: the envelopes, the open-loop feeder, the two contenders
+(onceonly's worker, the DBOS app), and one contender's run with its SIGKILL."""
 
 from __future__ import annotations
 

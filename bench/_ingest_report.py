@@ -1,10 +1,4 @@
-"""The ingest benchmark's report: the rows, the notes, and the verdict's lines
-(:mod:`bench._ingest_verdict`) around them.
-
-Every figure here comes from pure functions of the runs (:func:`rows`,
-:func:`latency_lines`, :func:`scaling_lines`), so that the report is tested without
-running anything.
-"""
+"""The ingest benchmark's report: the rows, the notes and the verdict's lines, pure functions."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The database of the ingest benchmark's baseline (d): Debian's PostgreSQL, started for the run.
-
-:func:`postgres` initialises a data directory of its own under the project's run directory
-(``.run/bench-pg-*``), starts the server with ``pg_ctl`` on a free port on 127.0.0.1, and
-stops it and removes the directory on exit, whatever happens. The binaries are those of
-Debian's ``postgresql`` package (``/usr/lib/postgresql/<major>/bin``); as root, the
-package is installed with ``apt-get`` when they are missing. PostgreSQL refuses to run as
-root, so as root every command runs as the package's ``postgres`` user (``runuser``).
-
-The server keeps PostgreSQL's defaults (``fsync`` and ``synchronous_commit`` on: a
-commit is on disk before the INSERT returns), as the reference design would run it.
-"""
+"""The database of the ingest benchmark's baseline (d): Debian's PostgreSQL, started for the
+run in a data directory of its own (``.run/bench-pg-*``), with its defaults (fsync on),
+stopped and removed on exit; installed with apt-get and run as ``postgres`` when root."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""(6) Cold takeover: a worker holding N dedupe entries is SIGKILLed and a worker with an
-empty data directory takes over its partitions; then the same with a warm standby.
-
-The times run from the kill: to the first of the killed worker's partitions answering a
-new event, and to every one of them answering. The replay rate is the changelog records
-of the new owner's "tables recovered" line over the time from its "joined" line to it.
-"""
+"""(6) Cold takeover: a worker holding N dedupe entries is SIGKILLed and an empty worker takes
+over; then with a warm standby. Times run from the kill to the first and to every partition
+answering; the replay rate is from the new owner's log."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The benchmarks' one report writer: onceonly's figures as ratios to the baselines, the
-tables, the markdown report (with its chart, or without); :mod:`bench._runner` runs them.
-
-The report is built by pure functions, from figures to text (:func:`ratios`,
-:func:`ratio_table`, :func:`render`), so that it can be tested without running anything;
-:func:`chart` draws the PNG with matplotlib (Agg backend) and :func:`write_report`
-writes both, ``<name>-<date>.md`` and ``<name>-<date>.png``, under ``bench/results/``.
-"""
+"""The benchmarks' one report writer: ratios to the baselines, the tables, the markdown report
+(with its chart or without), built by pure functions; :mod:`bench._runner` runs them."""
 
 from __future__ import annotations
 

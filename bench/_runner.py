@@ -1,10 +1,5 @@
-"""The one runner of the benchmarks that start a stack, drive a load and write a report.
-
-Each such benchmark is a :class:`Scenario`: its option table, what it makes of the
-options, what it runs on a broker of its own (embedded, or ``ONCEONLY_KAFKA_BOOTSTRAP``)
-in a temporary folder, and the report it writes of the results; :func:`command` makes its
-``python -m`` command, with ``--out`` (and ``--smoke`` when its options have smoke sizes).
-"""
+"""The one runner of the benchmarks that start a stack, drive a load and write a report:
+each is a :class:`Scenario`, and :func:`command` makes its ``python -m`` command."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""CPU time per thread of one process, grouped by what the thread is, from /proc.
-
-* :func:`thread_group` names a thread by its ``comm``: the event loop (the main thread,
-  whose tid is the pid), librdkafka's ``rdk:main`` and ``rdk:broker*`` threads, or other;
-* :func:`thread_seconds` reads every thread's user + system CPU of a process so far;
-* :func:`per_delivery_us` turns two such readings and a count into µs per delivery, by
-  group (threads that started or ended between the readings count what they had);
-* :func:`runqueue_wait_seconds` reads how long a process's main thread has waited for a
-  CPU (ready to run, not running) so far.
-"""
+"""CPU time per thread of one process, grouped by what the thread is (the event loop,
+librdkafka's threads, other), and a main thread's wait for a CPU, from /proc."""
 
 from __future__ import annotations
 

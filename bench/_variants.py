@@ -1,10 +1,5 @@
-"""What ``python -m bench.ingest_cpu`` compares: ingest variants, each a name, the code it
-runs and the environment it adds.
-
-``NAME[@DIR][,VAR=VALUE...]``: ``onceonly ingest`` of the checkout at ``DIR`` (default:
-this one), with the extra ``ONCEONLY_*`` (or other) variables; e.g. ``main@/tmp/main``,
-``linger10,ONCEONLY_PRODUCE_LINGER_MS=10``.
-"""
+"""What ``python -m bench.ingest_cpu`` compares: ingest variants, ``NAME[@DIR][,VAR=VALUE...]``
+(e.g. ``main@/tmp/main``, ``linger10,ONCEONLY_PRODUCE_LINGER_MS=10``)."""
 
 from __future__ import annotations
 

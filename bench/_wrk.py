@@ -1,19 +1,6 @@
-"""wrk, the closed-loop load generator of the ingest benchmark.
-
-wrk (Debian's ``wrk`` package, installed with apt-get where missing, as
-:mod:`bench._postgres` installs PostgreSQL) is a C event loop: at the peaks of (a) and (b)
-it needs a fraction of the CPU the Python generator needed, so the peak is the server's.
-
-* :func:`lua_script` writes a wrk script that sends the pool of signed deliveries in turn,
-  each with its own body and headers (``wrk.format`` with a headers table, Host included);
-* :func:`parse_output` reads what ``wrk --latency`` prints: requests, duration, answers
-  that were not 2xx, socket errors, and the latency distribution (p50, p75, p90, p99);
-* :func:`wrk_closed_loop` runs a warm-up, then the measured run, with a
-  :class:`~bench._procs.CpuWindow` inside it that names wrk's pid ``load``.
-
-wrk's latency is from the request's send to its answer on one of ``connections``
-keep-alive connections, corrected by wrk for coordinated omission (its ``stats_correct``).
-"""
+"""wrk, the closed-loop load generator of the ingest benchmark (Debian's ``wrk``, installed
+where missing): a Lua script of the signed pool, its output parsed, a warm-up then the
+measured run with a CPU window that names wrk ``load``."""
 
 from __future__ import annotations
 

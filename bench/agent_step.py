@@ -1,25 +1,9 @@
-"""Agent-step benchmark: a model-like writer behind the reorder window, at a steady rate.
+"""Agent-step benchmark (``python -m bench.agent_step``, ``make bench-agent``): ingest and a
+worker with a model-like writer (1 s ± 20 %) behind the reorder window, at a steady
+rate; (B) with some messages hanging in the writer; (C) ``--instant``: CPU per reply.
 
-``python -m bench.agent_step`` (``make bench-agent``) runs, on one embedded broker (or the
-cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id:
-
-(A) ``onceonly ingest`` and one ``onceonly worker`` (real processes) with
-    ``ONCEONLY_REPLY_WRITER=bench._model:writer`` (async, 1 s ± 20 %), the reorder window
-    at ``--window-ms`` and ``ONCEONLY_WRITER_CONCURRENCY=--concurrency``; an open loop
-    POSTs svix-signed AgentMail deliveries to ingest at ``--rate`` for ``--duration`` s,
-    each a distinct message in a thread of its own; the instant mail server
-    (``bench._instant_mail``) records when each reply arrives. Figures: replies/s per
-    worker (the mail server's first reply to its last), p50/p99 from ingest's 204 to the
-    mail server receiving the reply, unanswered messages, the worker's CPU per reply;
-(B) the same with ``--hang-fraction`` of the messages (evenly spread) hanging in the
-    writer until ``ONCEONLY_WRITER_TIMEOUT_S``; the latencies are the other messages';
-(C) with ``--instant``: the worker's CPU per reply with the instant writer
-    (``onceonly.processors.writer:acknowledge``) and window 0, over ``--instant-count`` records
-    produced straight to Kafka (``bench.processors`` (2), same code).
-
-Targets (the issue): replies/s >= 0.8 x concurrency / mean writer latency (1.0 s), p99 <=
-window + the writer's longest latency (1.2 s) + 1 s, and (B)'s p99 <= 1.1 x (A)'s.
-The report is written to ``<--out>/agent-step-<date>.md``.
+Targets: replies/s >= 0.8 x concurrency / 1.0 s, p99 <= window + 1.2 s + 1 s, (B)'s p99
+<= 1.1 x (A)'s. Report: ``<--out>/agent-step-<date>.md``; docs/benchmarks.md describes it.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
-"""Flow-control benchmark: the group's rate limit, the model's 429s, fairness between tenants.
-
-``python -m bench.flow`` (``make bench-flow``) runs, on one embedded broker (or the cluster
-named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id, real
-``onceonly worker`` processes with the openai example writer
-(``onceonly.processors.writer.openai:reply``) against the local chat-completions server
-(``testkit.fakes.openai_server``, which notes when each request came and answers after
-``latency``), and the local AgentMail server. Deliveries are produced to the deliveries
-topic as ingest would (the clock starts at the broker's ack, which precedes ingest's 204):
-
-(A) **rate**: ``--workers`` workers with ``ONCEONLY_MODEL_RPM=--rpm``, a ``--latency`` s
-    model, ``--messages`` messages at once, one per thread. Target: at most RPM model calls
-    in any 60 s window (10/s +- 10 % at 600), replies at >= 0.9 x RPM/60 a second.
-(B) **429**: one worker; the model answers 429 with ``Retry-After: --retry-after`` for
-    ``--throttle`` s while ``--throttled-messages`` messages come in. Target: after the
-    calls in flight at the first 429, at most one call per ``--retry-after`` s until the
-    window ends; every message answered once afterwards, none dead-lettered.
-(C) **fairness**: one worker at ``--concurrency``; tenant A (an inbox) posts ``--flood``
-    messages at once, tenant B ``--tenant-b`` once A's first replies are out, and
-    ``--tenant-b`` more once the worker has taken all of A's records. Target: B's p99
-    from its produce to its email <= window + 2 x model latency + 1 s.
-
-The report is ``<--out>/flow-<date>.md``.
-"""
+"""Flow-control benchmark (``python -m bench.flow``, ``make bench-flow``): (A) the group's
+rate limit, (B) the model's 429s with Retry-After, (C) fairness between two tenants; real
+workers with the openai writer against the local model server. Report:
+``<--out>/flow-<date>.md``; the targets are in docs/benchmarks.md."""
 
 from __future__ import annotations
 

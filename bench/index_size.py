@@ -1,21 +1,6 @@
-"""The operator index against today's whole-topic scan, on one embedded broker:
-``python -m bench.index_size`` (about a minute at the default 100,000 ledger records).
-
-Writes ``--records`` reply-ledger records (``--drafts`` of them drafts awaiting approval,
-the rest sent), then measures: the index's build rate from a cold start (records/s,
-in this process), its disk per million records, and ``onceonly approvals list`` and
-``onceonly approvals reject KEY --wait 0`` (finding one draft by key, twice: before the
-decision and after its wait) run as an operator runs them (a fresh process each, wall
-time and peak memory) answered from the index and by today's scan of the whole ledger;
-prints the ratios. Then ``onceonly trace KEY`` from the index (``--runs`` fresh processes:
-p50, p99) and the operator page's sections read and rendered from the index (a quarter as
-many runs). No worker runs: the rejection is produced and left waiting. At 10 million
-records (``--records 10000000 --no-scan``: the scan needs about 90 s and 5 GB per million)
-the build takes most of the run. ``--deliveries N`` also writes N deliveries (AgentMail
-envelopes as ingest produces them, ~1.5 KB bodies, message ids ``<m{n}@example.com>`` as
-the ledger's replies name them) and traces the last one's message id, so the build rate
-and the disk per million are shown for the deliveries topic too. Issue 45.
-"""
+"""The operator index against today's whole-topic scan (``python -m bench.index_size``,
+issue 45): build rate, disk per million records, ``approvals list``/``reject`` and
+``trace`` as fresh processes from the index and by the scan, and the operator page."""
 
 from __future__ import annotations
 

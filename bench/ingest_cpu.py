@@ -1,18 +1,6 @@
-"""Where ingest's CPU per delivery goes: (b) and ingest variants under wrk, by thread.
-
-``python -m bench.ingest_cpu`` starts a broker (as ``python -m bench.ingest`` does, warmed
-up the same way), then, for ``--rounds`` rounds, measures (b) (bare aiohttp + svix, the
-target's baseline; ``--no-baseline`` skips it) and each ``--variant`` (:mod:`bench._variants`;
-default: this checkout's ingest) in turn, each in a process of its own under the same wrk
-closed loop as ``bench.ingest``. Interleaving the variants in rounds puts each before/after
-pair on the same machine load, which is what a noisy shared machine needs.
-
-Per run it prints deliveries/s, p50/p99, and µs of CPU per delivery of the server by
-thread group (:mod:`bench._threads`: the event loop, librdkafka's main and broker
-threads), and of the broker. ``--py-spy DIR`` adds a round, after the measured ones, in
-which py-spy records each variant's threads (``--native``; raw collapsed stacks, one file
-per variant): the CPU figures of that round include py-spy's pauses and are not printed.
-"""
+"""Where ingest's CPU per delivery goes (``python -m bench.ingest_cpu``): (b) and ingest
+variants (:mod:`bench._variants`) under wrk, interleaved in rounds, µs per delivery by
+thread group; ``--py-spy DIR`` adds a profiled round."""
 
 from __future__ import annotations
 

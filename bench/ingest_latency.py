@@ -1,19 +1,6 @@
-"""Ingest's latency against its arrival rate: the open loop at several fixed rates.
-
-``python -m bench.ingest_latency --rates 1000,2000,3000,3500`` starts a broker (as
-``python -m bench.ingest`` does, warmed up the same way) and one ``onceonly ingest``, then
-runs :mod:`bench._openloop` at each rate in turn for ``--duration`` s, and prints, per
-rate: p50/p90/p99/p99.9 and the longest latency (from each request's scheduled time), how
-late the generator sent (p99), ingest's CPU per delivery by thread group (its event loop,
-librdkafka's threads), the share of a core of ingest, the broker and the generator, the
-host's steal, how long ingest's event loop waited for a CPU, and ingest's own p99 (the
-bound of the bucket of its ``onceonly_ack_latency_seconds`` that holds it: from the
-handler's start to the broker's ack, so the rest of the p99 came before the handler ran).
-
-It shows where the latency bends: ``bench.ingest`` measures p99 at one rate (half of the
-closed-loop peak), this one the curve. ``--linger`` sets ingest's
-``ONCEONLY_PRODUCE_LINGER_MS`` for the run, to compare batching against latency.
-"""
+"""Ingest's latency against its arrival rate (``python -m bench.ingest_latency --rates
+1000,2000``): the open loop at each rate, with percentiles, the generator's lateness, CPU
+by thread group, steal, and ingest's own p99."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""What tracing costs per reply: OpenTelemetry off (no provider, no endpoint) against on
-(the SDK exporting over OTLP/HTTP to a receiver on loopback), in the same run.
-
-``python -m bench.tracing_cost`` (``make bench-tracing``):
-
-(1) the span path alone, in this process: the helpers one reply goes through (ingest's
-    span and its headers, the hold, process, dedupe, writer and send spans), ``--calls``
-    times, off and then on, in CPU microseconds per reply (the exporter's thread
-    included, after a flush);
-(2) the whole stack, alternately off and on (``--rounds`` of each): ``onceonly ingest``
-    and one ``onceonly worker`` with the instant writer
-    (``onceonly.processors.writer:acknowledge``),
-    the reorder window at ``--window-ms``, an open loop of ``--count`` deliveries at
-    ``--rate``/s; ingest's and the worker's CPU per reply, replies/s, p50 and p99 from
-    the 204 to the reply, and the spans the receiver got per reply.
-
-The figures of "on" are given as ratios to "off" of the same run. The report is written
-to ``<--out>/tracing-<date>.md``.
-"""
+"""What tracing costs per reply (``python -m bench.tracing_cost``, ``make bench-tracing``):
+(1) the span path alone in this process, (2) the whole stack, OpenTelemetry off and on
+in turn; "on" as ratios to "off". Report: ``<--out>/tracing-<date>.md``."""
 
 from __future__ import annotations
 
