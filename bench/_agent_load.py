@@ -192,9 +192,6 @@ def worker_counters(port: int) -> dict[str, float]:
     return {k: v for k, v in samples.items() if k.startswith(keep)}
 
 
-# --------------------------------------------------------------------------- figures
-
-
 @dataclass(slots=True)
 class RunResult:
     """One run (A or B): what was offered and what the mail server received."""

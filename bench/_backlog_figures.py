@@ -29,9 +29,6 @@ _OVERLAP = re.compile(r"Timer (?P<name>\S+) is overlapping \(interval=[\d.]+ run
 _BUCKET = re.compile(r'^(?P<name>\w+)_bucket\{(?:[^}]*,)?le="(?P<le>[^"]+)"(?:,[^}]*)?\}$')
 
 
-# --------------------------------------------------------------------------- readings
-
-
 @dataclass(frozen=True, slots=True)
 class Rebalances:
     """What the worker's log says of its group membership."""
@@ -145,9 +142,6 @@ def answered_once(counts: Mapping[str, Sequence[int]], expected: Collection[str]
         requests=sum(v[1] for v in mine.values()),
         stray=len(counts.keys() - want),
     )
-
-
-# --------------------------------------------------------------------------- the run
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,6 @@ from bench import _once
 from bench._load import percentile
 from bench._report import fmt, met
 
-# --------------------------------------------------------------------------- model calls
-
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -47,9 +45,6 @@ def in_flight(calls: Sequence[Call], pid: int) -> int:
     begun = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "start")
     ended = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "done")
     return sum((begun - ended).values())
-
-
-# --------------------------------------------------------------------------- per message
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +92,6 @@ def emails(counts: dict[str, list[int]]) -> dict[str, int]:
 def requests(counts: dict[str, list[int]]) -> dict[str, int]:
     """Reply requests per message (replays of a key included)."""
     return {m: pair[1] for m, pair in counts.items()}
-
-
-# --------------------------------------------------------------------------- one system
 
 
 @dataclass(slots=True)
@@ -157,9 +149,6 @@ class SystemRun:
             return math.nan
         seconds = self.cpu_s.get(name, math.nan) if name else sum(self.cpu_s.values())
         return 1000 * seconds / self.replies
-
-
-# --------------------------------------------------------------------------- the table
 
 
 def _cpu(run: SystemRun) -> str:

@@ -97,9 +97,6 @@ def tree_pss_mb(pid: int) -> float:
     return total_kb / 1024
 
 
-# --------------------------------------------------------------------------- contenders
-
-
 @dataclass
 class Contender:
     """One system under test: how to start it, and which processes are its own."""
@@ -152,9 +149,6 @@ def dbos_starter(database_url: str, group: str) -> Callable[[Contender], None]:
         b.worker.start()
 
     return start
-
-
-# --------------------------------------------------------------------------- one run
 
 
 def _feed(c: Contender, messages: list[Message], rate: float) -> Feeder:

@@ -30,8 +30,6 @@ from bench._report import (
 )
 from bench._wrk import measured_run_s
 
-# --------------------------------------------------------------------------- the table
-
 HEADERS = (
     "server",
     "deliveries/s",

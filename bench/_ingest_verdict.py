@@ -20,8 +20,6 @@ from bench._ingest_results import (
 from bench._load import percentile
 from bench._report import fmt_ms, fmt_ratio, met, ratio
 
-# --------------------------------------------------------------------------- the verdict
-
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -88,9 +86,6 @@ def verdict(runs: list[Run]) -> Verdict:
 
 def fmt_us(value: float) -> str:
     return "" if math.isnan(value) else f"{value:,.0f}"
-
-
-# --------------------------------------------------------------------------- what it says
 
 
 def summary_lines(v: Verdict) -> list[str]:

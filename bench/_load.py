@@ -96,9 +96,6 @@ def sign_pool(secret: str, size: int) -> list[Delivery]:
     return pool
 
 
-# --------------------------------------------------------------------------- figures
-
-
 @dataclass(slots=True)
 class Sample:
     """What one phase measured. Latencies are in seconds, of 204 answers only."""

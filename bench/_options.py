@@ -15,8 +15,6 @@ from bench._report import RESULTS_DIR
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-# --------------------------------------------------------------------------- one option
-
 
 @dataclass(frozen=True, slots=True)
 class Opt:
@@ -97,9 +95,6 @@ def partitions() -> int:
     from onceonly.foundation.settings import Settings
 
     return Settings.from_env().partitions
-
-
-# --------------------------------------------------------------------------- ingest, processors
 
 
 def connection_counts(text: str) -> tuple[int, ...]:

@@ -35,8 +35,6 @@ from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, 
 RESTART_STALL_S = 900.0
 
 
-# --------------------------------------------------------------------------- the phases
-
 #: The instant mail server's module (the AgentMail API the worker replies to).
 MAIL = "bench._instant_mail"
 NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
@@ -86,8 +84,6 @@ class Bench:
             pids["broker"] = self.broker_pid
         pids["bench"] = None
         return pids
-
-    # -- (1) the plain agent ------------------------------------------------------------
 
     def run_plain(self, count: int) -> Drain:
         out = self.work / "plain.json"
@@ -151,8 +147,6 @@ class Bench:
         assert cpu is not None
         cpu.end()
         return cpu
-
-    # -- the worker and the mail server ------------------------------------------------------
 
     def worker_env(self) -> dict[str, str]:
         return base_env(
@@ -223,8 +217,6 @@ class Bench:
         found = poll(lambda: scrape(self.worker_port), reached, timeout_s, 0.2)
         return math.nan if found is None else found.get(name, 0.0)
 
-    # -- (2) replies ------------------------------------------------------------------------
-
     def run_replies(self, count: int) -> Drain:
         started = self.start_worker()
         assert self.worker is not None
@@ -237,8 +229,6 @@ class Bench:
             stats["first"] - started,
             cpu.percent,
         )
-
-    # -- (3) memory -------------------------------------------------------------------------
 
     def run_memory(self, target: int, held: int, budget_s: float, tag: str = "") -> Memory:
         """Produce ``target`` distinct Stripe events in batches while the running worker
@@ -298,8 +288,6 @@ class Bench:
         rss, hwm = group_rss_mb(worker.pid)
         growth.append((held + done, rss))
         return Memory(held + target, held + done, rss, hwm, drain, growth, budget_s)
-
-    # -- (4) restart ------------------------------------------------------------------------
 
     def run_restart(self, how: str, entries: int, next_n: int) -> Restart:
         worker = self.worker

@@ -18,9 +18,6 @@ if TYPE_CHECKING:
 Record = tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]  # key, value, headers
 
 
-# --------------------------------------------------------------------------- records
-
-
 def as_record(envelope: Envelope) -> Record:
     """The record ingest produces for an envelope: keyed by thread, with its headers."""
     headers: list[tuple[str, str | bytes | None]] = [*envelope.headers()]

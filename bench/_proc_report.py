@@ -29,9 +29,6 @@ TARGET_RSS_MB = 300.0
 SDK_CALLS = 2000
 
 
-# --------------------------------------------------------------------------- the report
-
-
 def _takeover_how(fill: str) -> str:
     """The report's "How" of (6)."""
     return (

@@ -12,8 +12,6 @@ from bench._proc_takeover import Takeover
 from bench._report import fmt_cpu as _cpu
 from onceonly.processors.runtime.progress import JOINED, JOINING, READY, STARTING
 
-# --------------------------------------------------------------------------- figures
-
 
 @dataclass(slots=True)
 class Drain:

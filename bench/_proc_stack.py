@@ -23,9 +23,6 @@ T = TypeVar("T")
 STALL_S = 90.0
 
 
-# --------------------------------------------------------------------------- processes
-
-
 def base_env(extra: dict[str, str]) -> dict[str, str]:
     """The caller's environment without any ONCEONLY_* variable (nor an AgentMail key)."""
     env = {

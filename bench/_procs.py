@@ -56,9 +56,6 @@ async def reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-# --------------------------------------------------------------------------- CPU time
-
-
 def cpu_seconds(pid: int | None) -> float:
     """User + system CPU seconds of a process (all its threads) so far; ours if ``pid`` is
     None; NaN if it cannot be read."""
@@ -166,9 +163,6 @@ class CpuWindow:
         self.begin()
         await asyncio.sleep(for_s)
         self.end()
-
-
-# --------------------------------------------------------------------------- the broker
 
 
 def kafka_version(classpath: str | None) -> str:

@@ -18,8 +18,6 @@ CONTENDED_PERCENT = 20.0
 
 T = TypeVar("T")
 
-# --------------------------------------------------------------------------- figures
-
 
 @dataclass(frozen=True, slots=True)
 class Figure:
@@ -138,9 +136,6 @@ def ratio_table(comparison: Comparison) -> list[str]:
         )
         lines.append("| " + " | ".join(row) + " |")
     return lines
-
-
-# --------------------------------------------------------------------------- the report
 
 
 @dataclass(slots=True)

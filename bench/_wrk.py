@@ -28,9 +28,6 @@ LEAD_S = 0.5
 TAIL_S = 0.5
 
 
-# --------------------------------------------------------------------------- the script
-
-
 def _escape(byte: int) -> str:
     char = chr(byte)
     if char in '"\\':
@@ -122,9 +119,6 @@ def lua_script(pool: Sequence[Delivery], url: str) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- its output
-
-
 @dataclass(frozen=True, slots=True)
 class WrkOutput:
     """What one ``wrk --latency`` run printed."""
@@ -196,9 +190,6 @@ def sample_of(out: WrkOutput, pool_size: int, sent_before: int = 0) -> WrkSample
             sample.statuses[f"socket {name} error"] = n
     sample.pool_wrapped = sent_before + out.requests > pool_size
     return sample
-
-
-# --------------------------------------------------------------------------- running it
 
 
 def wrk_binary() -> str:

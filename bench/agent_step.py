@@ -68,9 +68,6 @@ class Results:
     instant_cpu: str = ""
 
 
-# --------------------------------------------------------------------------- the runs
-
-
 def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
     """(A) or (B): the steady load through ingest and the worker (:func:`bench._stack_run.run`),
     ``fraction`` of the messages hanging."""
@@ -95,9 +92,6 @@ def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
         drain = bench.run_replies(count)
     r.instant_ms, r.instant_rate, r.instant_cpu = drain.cpu_ms, drain.rate, fmt_cpu(drain.cpu)
     console.print(f"(C) {drain.rate:,.0f} replies/s, {drain.cpu_ms:.2f} ms of CPU per reply")
-
-
-# --------------------------------------------------------------------------- the report
 
 
 def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
@@ -196,9 +190,6 @@ HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
 
 def report_lines(opts: Options, r: Results) -> list[str]:
     return verdict_report("onceonly agent-step benchmark", HEADERS, rows(opts, r), notes(opts, r))
-
-
-# --------------------------------------------------------------------------- main
 
 
 def collect(opts: Options, broker: Broker, work: Path) -> Results:

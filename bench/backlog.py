@@ -58,9 +58,6 @@ def worker_settings(plan: Plan) -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------- the backlog
-
-
 def check_disk(plan: Plan, work: Path) -> None:
     need = plan.threads * (plan.body_kb + 2) * 1024 * DISK_FACTOR
     free = shutil.disk_usage(work).free
@@ -84,9 +81,6 @@ def produce_backlog(plan: Plan, broker: Broker, topic: str, tag: str) -> tuple[f
     seconds = produce(broker.bootstrap, topic, counted(), plan.threads)
     console.print(f"  {produced[0] / 1e6:,.0f} MB in {seconds:.0f} s")
     return seconds, produced[0] / 1e6
-
-
-# --------------------------------------------------------------------------- the drain
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +229,6 @@ def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
         overlaps(log_text),
         tick,
     )
-
-
-# --------------------------------------------------------------------------- main
 
 
 def options(

@@ -101,9 +101,6 @@ def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig
         return contend(c, opts, load), pg.version
 
 
-# --------------------------------------------------------------------------- the report
-
-
 WHEN = "during a steady run (`other` above)"
 EFFECT = "latencies and CPU per reply are higher than on an idle machine"
 

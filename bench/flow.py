@@ -18,8 +18,6 @@ from bench._proc_stack import scrape
 from bench._procs import Broker, console
 from bench._runner import Scenario, command
 
-# --------------------------------------------------------------------------- the runs
-
 
 @dataclass(frozen=True, slots=True)
 class Options:

@@ -62,9 +62,6 @@ LABELS = {
 PARTS = {"c": ("broker",), "c2": ("broker",), "m": ("broker",), "d": ("postgres",)}
 
 
-# --------------------------------------------------------------------------- the broker
-
-
 def warmed_topics(broker: Broker, partitions: int, warmup_s: float) -> dict[str, str]:
     """The benchmark's topics, made; then :func:`warm_broker` for ``warmup_s`` (if any)."""
     topics = create_topics(broker.bootstrap, partitions, BENCH_TOPIC_PREFIX)
@@ -100,9 +97,6 @@ def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
         producer.flush(10)
         stored += 64
     return stored
-
-
-# --------------------------------------------------------------------------- one server
 
 
 def server_env(secret: str, extra: dict[str, str]) -> dict[str, str]:
@@ -318,9 +312,6 @@ async def run_all(
             await server.wait_ready(f"{base}/healthz")
             await open_loops(c, server, base, secret, opts, jvm, generator)
     return results
-
-
-# --------------------------------------------------------------------------- main
 
 
 def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:

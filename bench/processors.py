@@ -25,8 +25,6 @@ from bench._procs import Broker, console
 from bench._report import contended
 from bench._runner import Scenario, command
 
-# --------------------------------------------------------------------------- main
-
 
 def contention(r: Results) -> str | None:
     drains = [d for d in (r.plain, r.worker, r.memory.drain if r.memory else None) if d]

@@ -43,9 +43,6 @@ class Results:
     spans: dict[int, int] = field(default_factory=dict)  #: id(run) -> spans received
 
 
-# --------------------------------------------------------------------------- (1) the path
-
-
 class _Record:
     key = "reply-bench"
     channel = "agentmail"
@@ -108,9 +105,6 @@ def span_path(calls: int, receiver: str) -> dict[str, float]:
         provider.shutdown()
     console.print(f"(1) the span path: off {off:.2f} µs, on {on:.1f} µs per reply")
     return {"off": off, "on": on}
-
-
-# --------------------------------------------------------------------------- (2) the stack
 
 
 def _received(receiver: str) -> int:
