@@ -39,8 +39,5 @@ def measure(plan: Plan) -> TickCost:
     held = max(1, min(MAX_HELD, math.ceil(plan.threads / plan.partitions)))
     window = plan.window_ms or 2000  # window 0 holds nothing: time the default's ticks
     return TickCost(
-        held,
-        plan.body_kb,
-        tick_ms(held, plan.body_kb, window),
-        tick_ms(held, BASELINE_KB, window),
+        held, plan.body_kb, tick_ms(held, plan.body_kb, window), tick_ms(held, BASELINE_KB, window)
     )

@@ -19,15 +19,7 @@ from bench._ingest_results import (
 from bench._ingest_verdict import Verdict, fmt_us, summary_lines, verdict
 from bench._load import Sample, percentile
 from bench._procs import console
-from bench._report import (
-    Comparison,
-    Section,
-    contended,
-    fmt_ms,
-    fmt_rate,
-    fmt_ratio,
-    ratio,
-)
+from bench._report import Comparison, Section, contended, fmt_ms, fmt_rate, fmt_ratio, ratio
 from bench._wrk import measured_run_s
 
 HEADERS = (

@@ -12,15 +12,7 @@ from bench._proc_phases import FILL_CHUNK
 from bench._proc_results import Results
 from bench._proc_takeover import describe as describe_takeover
 from bench._procs import console
-from bench._report import (
-    Comparison,
-    Figure,
-    Section,
-    met,
-    print_table,
-    thin,
-    verdict_table,
-)
+from bench._report import Comparison, Figure, Section, met, print_table, thin, verdict_table
 
 TARGET_RATIO = 0.5
 TARGET_REPLIES_PER_S = 2000.0

@@ -84,12 +84,7 @@ async def one_run(
         window = ThreadWindow({"server": server.pid, "load": None, **others}, server.pid, spy)
         load = WrkLoad(opts.concurrency)
         sample = await wrk_closed_loop(
-            base + ROUTE,
-            pool,
-            load,
-            warmup_s=opts.warmup,
-            duration_s=opts.duration,
-            window=window,
+            base + ROUTE, pool, load, warmup_s=opts.warmup, duration_s=opts.duration, window=window
         )
         pid = server.pid
     if spy is not None:

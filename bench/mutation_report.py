@@ -116,10 +116,7 @@ def render(
     modules = list(dict.fromkeys(m.module for m in mutants))
     lines = [f"# Mutation testing of the decision core, {when}", ""]
     if seconds is not None:
-        lines += [
-            f"`make mutate` ran mutmut in {seconds / 60:.1f} min (one child, nice 5).",
-            "",
-        ]
+        lines += [f"`make mutate` ran mutmut in {seconds / 60:.1f} min (one child, nice 5).", ""]
     if remark:
         lines += [remark, ""]
     lines += [

@@ -192,12 +192,7 @@ OPTIONS = (
     Opt("--threads", Int(1, 64), 1),
 )
 REAL_MODEL = Scenario(
-    "real-model",
-    "A real model behind the openai writer",
-    OPTIONS,
-    Options,
-    collect,
-    report_lines,
+    "real-model", "A real model behind the openai writer", OPTIONS, Options, collect, report_lines
 )
 main = command(
     REAL_MODEL,
