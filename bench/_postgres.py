@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench._debian import debian_package
 from bench._procs import ROOT, BenchError, console
 
 #: The user PostgreSQL runs as when the benchmark runs as root (Debian's package creates it).
@@ -54,24 +55,7 @@ def _installed() -> Path | None:
 
 def binaries() -> Path:
     """The directory of Debian's PostgreSQL binaries; installs the package if missing."""
-    found = _installed()
-    if found is not None:
-        return found
-    if os.geteuid() != 0:
-        raise BenchError(
-            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres) and this is "
-            "not root: install Debian's package first, `sudo apt-get install postgresql`"
-        )
-    console.print("installing Debian's postgresql package (apt-get) …")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]
-    if subprocess.run(install, env=env, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
-        subprocess.run(install, env=env, check=False)
-    found = _installed()
-    if found is None:
-        raise BenchError("apt-get could not install postgresql; see its output above")
-    return found
+    return debian_package("postgresql", _installed, "PostgreSQL (/usr/lib/postgresql/*/bin)")
 
 
 def _as_user() -> list[str]:
