@@ -6,17 +6,55 @@ workers with the openai writer against the local model server. Report:
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import _flow_figures as fig
-from bench import _once
+from bench import _load, _once
 from bench._flow_stack import Stack
 from bench._options import Opt
 from bench._proc_stack import scrape
 from bench._procs import Broker, console
 from bench._runner import Scenario, command
+from testkit.invariants import most_in_window as most_in_window  # the checker's own
+
+
+def rate(times: Sequence[float]) -> float:
+    """Events a second from the first to the last (nan for fewer than two)."""
+    if len(times) < 2:
+        return math.nan
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else math.inf
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0-100) of ``values`` (nan when empty)."""
+    return _load.percentile(list(values), q / 100)
+
+
+def gaps(times: Sequence[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(sorted(times))]
+
+
+def probes_in_pause(
+    refused: Sequence[float], first_answer: float, until: float, settle_s: float = 0.5
+) -> list[float]:
+    """The 429s after the calls in flight at the first 429 came back (``settle_s`` after
+    it) and before the throttle ended: what the pause let through."""
+    return [at for at in refused if first_answer + settle_s < at < until]
+
+
+def mean_of(metrics: dict[str, float], histogram: str) -> float:
+    """A Prometheus histogram's mean from its ``_sum`` and ``_count`` (nan with none)."""
+    count = metrics.get(f"{histogram}_count", 0.0)
+    return metrics.get(f"{histogram}_sum", math.nan) / count if count else math.nan
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +85,8 @@ async def run_rate(opts: Options, stack: Stack) -> list[str]:
     budget_s = opts.messages / (opts.rpm / 60) * 1.5 + 120
     answered = await stack.answered(set(acked), budget_s)
     calls = [at for at, status in stack.chat.calls if status == 200]
-    most = fig.most_in_window(calls, 60.0)
-    call_rate, reply_rate = fig.rate(calls), fig.rate(list(answered.values()))
+    most = most_in_window(calls, 60.0)
+    call_rate, reply_rate = rate(calls), rate(list(answered.values()))
     per_s = opts.rpm / 60
     twice = _once.doubled(_once.verdict(acked, stack.sent_to()))
     ok_window = most <= opts.rpm
@@ -59,14 +97,13 @@ async def run_rate(opts: Options, stack: Stack) -> list[str]:
         "",
         "| figure | value | target | met |",
         "| --- | --- | --- | --- |",
-        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | "
-        f"{fig.met(ok_window)} |",
+        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | {met(ok_window)} |",
         f"| model calls a second, first to last | {call_rate:.2f} | {per_s:g} +- 10 % | "
-        f"{fig.met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
+        f"{met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
         f"| replies a second, first to last | {reply_rate:.2f} | >= {0.9 * per_s:.2f} | "
-        f"{fig.met(ok_rate)} |",
+        f"{met(ok_rate)} |",
         f"| answered / answered twice | {len(answered)} / {twice} | {opts.messages} / 0 | "
-        f"{fig.met(len(answered) == opts.messages and twice == 0)} |",
+        f"{met(len(answered) == opts.messages and twice == 0)} |",
         "",
     ]
 
@@ -83,9 +120,9 @@ async def run_throttle(opts: Options, stack: Stack) -> list[str]:
     answered = await stack.answered(set(acked), opts.throttle_s + 180)
     refused = [at for at, status in stack.chat.calls if status == 429]
     first_wave = [at for at in refused if at <= refused[0] + 0.5] if refused else []
-    probes = fig.probes_in_pause(refused, refused[0], until) if refused else []
+    probes = probes_in_pause(refused, refused[0], until) if refused else []
     allowed = (until - refused[0]) / opts.retry_after_s + 1 if refused else 0
-    spacing = min(fig.gaps(probes), default=float("nan"))
+    spacing = min(gaps(probes), default=float("nan"))
     twice = _once.doubled(_once.verdict(acked, stack.sent_to()))
     return [
         f"## (B) 429 with Retry-After: {opts.retry_after_s:g} for {opts.throttle_s:g} s, "
@@ -97,12 +134,12 @@ async def run_throttle(opts: Options, stack: Stack) -> list[str]:
         "(not limited: they had started) | |",
         f"| calls after those, while the model still refused | {len(probes)} | "
         f"<= {allowed:.0f} (one per {opts.retry_after_s:g} s) | "
-        f"{fig.met(len(probes) <= allowed)} |",
+        f"{met(len(probes) <= allowed)} |",
         f"| shortest gap between those calls | {spacing:.2f} s | >= {opts.retry_after_s:g} s | "
-        f"{fig.met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
+        f"{met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
         f"| answered / answered twice | {len(answered)} / {twice} | "
         f"{opts.throttled_messages} / 0 | "
-        f"{fig.met(len(answered) == opts.throttled_messages and twice == 0)} |",
+        f"{met(len(answered) == opts.throttled_messages and twice == 0)} |",
         "",
     ]
 
@@ -153,11 +190,11 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
         *_b_rows("B once A's first replies are out", early, written, target, opts),
         *_b_rows("B once the worker took all of A's records", read, written, target, opts),
         f"| A answered in all | {len(seen_a)} (in {drain:.0f} s) | {opts.flood} | "
-        f"{fig.met(len(seen_a) == opts.flood)} |",
+        f"{met(len(seen_a) == opts.flood)} |",
         f"| answered twice | {_once.doubled(_once.verdict(everyone, stack.sent_to()))} | 0 | |",
         f"| worker: mean writer call / mean wait for admission | "
-        f"{fig.mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
-        f"{fig.mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
+        f"{mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
+        f"{mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
         "",
     ]
 
@@ -178,14 +215,14 @@ def _b_rows(
     acked, seen, a_then = posted
     waits = [seen[m] - acked[m] for m in seen]
     to_text = [written[m] - acked[m] for m in acked if m in written]
-    p99 = fig.percentile(waits, 99)
+    p99 = percentile(waits, 99)
     return [
         f"| {label} (A's replies out then: {a_then}): p50 / p99 / max from produce to "
-        f"email | {fig.percentile(waits, 50):.2f} / {p99:.2f} / "
+        f"email | {percentile(waits, 50):.2f} / {p99:.2f} / "
         f"{max(waits, default=float('nan')):.2f} s | p99 <= {target:g} s | "
-        f"{fig.met(len(waits) == opts.tenant_b and p99 <= target)} |",
+        f"{met(len(waits) == opts.tenant_b and p99 <= target)} |",
         f"| the same, p99 from produce to its text recorded | "
-        f"{fig.percentile(to_text, 99):.2f} s | | |",
+        f"{percentile(to_text, 99):.2f} s | | |",
     ]
 
 
