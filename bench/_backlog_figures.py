@@ -179,7 +179,7 @@ class Sample:
 
 @dataclass(frozen=True, slots=True)
 class TickCost:
-    """One tick's ``Holds.due_keys`` over due threads (``bench._backlog_tick``)."""
+    """One tick's ``Holds.due_keys`` over due threads (``bench._backlog_records``)."""
 
     held: int  #: due threads in the partition
     body_kb: int

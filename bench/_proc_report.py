@@ -42,7 +42,7 @@ _FILLS = {
     "worker": "Its entries were recorded by the worker itself, from distinct Stripe events as "
     "in (3) (`--takeover-fill worker`)",
     "changelog": "Its entries were written straight to the events changelog "
-    "(`--takeover-fill changelog`, `bench._changelog_fill`): two records each, the claim and "
+    "(`--takeover-fill changelog`, `bench._proc_records`): two records each, the claim and "
     "the outcome, made by the worker's own `onceonly.processors.dedupe.decisions` functions "
     "in its encoding, "
     "under its keys; the recovery replays them as it replays the worker's own",

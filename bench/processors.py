@@ -13,10 +13,9 @@ import math
 import time
 from pathlib import Path
 
-from bench._changelog_fill import fill_changelog
 from bench._options import PROCESSOR_OPTIONS, ProcessorOptions
 from bench._proc_phases import Bench
-from bench._proc_records import agentmail_records, ledger_sent, produce
+from bench._proc_records import agentmail_records, fill_changelog, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
