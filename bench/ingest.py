@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool, webhook_secret
 from bench._openloop import build_generator, open_loop
 from bench._options import INGEST_OPTIONS, IngestOptions
-from bench._proc_stack import ingest_env
+from bench._proc_stack import base_env, ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
@@ -100,12 +99,8 @@ def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
 
 
 def server_env(secret: str, extra: dict[str, str]) -> dict[str, str]:
-    """The caller's environment without any ONCEONLY_* variable, plus ours."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("ONCEONLY_")}
-    env["ONCEONLY_AGENTMAIL_WEBHOOK_SECRET"] = secret
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
+    """:func:`~bench._proc_stack.base_env` with the webhook secret and ``extra``."""
+    return base_env({"ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": secret, **extra})
 
 
 async def wait_processes(server: ServerProcess, url: str, count: int, timeout_s: float) -> None:
