@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import click
@@ -78,6 +79,11 @@ def picked(cls: Callable[..., T], values: Mapping[str, Any]) -> T:
     """``cls`` (a dataclass) made of the ``values`` its fields name."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+#: What a benchmark whose options need no class of their own is handed: ``opts.<key>``
+#: for each row of its table (:attr:`Opt.key`).
+Values = SimpleNamespace
 
 
 #: ``--out`` (also spelled ``--results-dir``): where the report is written.

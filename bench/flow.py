@@ -10,12 +10,11 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench import _load, _once
 from bench._flow_stack import Stack
-from bench._options import Opt
+from bench._options import Opt, Values
 from bench._proc_stack import scrape
 from bench._procs import Broker, console
 from bench._runner import Scenario, command
@@ -57,25 +56,7 @@ def met(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    workers: int
-    rpm: float
-    latency_s: float
-    messages: int
-    throttle_s: float
-    retry_after_s: float
-    throttled_messages: int
-    concurrency: int
-    flood: int
-    tenant_b: int
-    window_ms: int
-    flood_latency_s: float
-    partitions: int
-    runs: str
-
-
-async def run_rate(opts: Options, stack: Stack) -> list[str]:
+async def run_rate(opts: Values, stack: Stack) -> list[str]:
     """(A): the group's RPM over ``--workers`` workers."""
     stack.chat.latency_s = opts.latency_s
     for _ in range(opts.workers):
@@ -108,7 +89,7 @@ async def run_rate(opts: Options, stack: Stack) -> list[str]:
     ]
 
 
-async def run_throttle(opts: Options, stack: Stack) -> list[str]:
+async def run_throttle(opts: Values, stack: Stack) -> list[str]:
     """(B): a model that answers 429 with Retry-After for a while."""
     stack.chat.latency_s = 0.1
     stack.worker(ONCEONLY_REORDER_WINDOW_MS="0")
@@ -144,7 +125,7 @@ async def run_throttle(opts: Options, stack: Stack) -> list[str]:
     ]
 
 
-async def run_fairness(opts: Options, stack: Stack) -> list[str]:
+async def run_fairness(opts: Values, stack: Stack) -> list[str]:
     """(C): tenant A's flood against tenant B's few messages, twice: B posts once A's
     first replies are out (A's records may still be being read), and once the worker has
     taken all of A's records (A's flood waits for the model)."""
@@ -202,7 +183,7 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
 Posted = tuple[dict[str, float], dict[str, float], int]
 
 
-async def _tenant_b(stack: Stack, prefix: str, opts: Options, seen_a: dict[str, float]) -> Posted:
+async def _tenant_b(stack: Stack, prefix: str, opts: Values, seen_a: dict[str, float]) -> Posted:
     """B's messages: when each was acked, when each was answered, A's replies by then."""
     names = [f"{prefix}{n}" for n in range(opts.tenant_b)]
     acked = await stack.deliver("b@bench.example", names)
@@ -210,7 +191,7 @@ async def _tenant_b(stack: Stack, prefix: str, opts: Options, seen_a: dict[str, 
 
 
 def _b_rows(
-    label: str, posted: Posted, written: dict[str, float], target: float, opts: Options
+    label: str, posted: Posted, written: dict[str, float], target: float, opts: Values
 ) -> list[str]:
     acked, seen, a_then = posted
     waits = [seen[m] - acked[m] for m in seen]
@@ -229,7 +210,7 @@ def _b_rows(
 RUNS = {"rate": run_rate, "throttle": run_throttle, "fairness": run_fairness}
 
 
-async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
+async def run_all(opts: Values, broker: Broker, work: Path) -> list[str]:
     lines: list[str] = []
     for name in opts.runs.split(","):
         body = RUNS[name]
@@ -243,11 +224,11 @@ async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
     return lines
 
 
-def collect(opts: Options, broker: Broker, work: Path) -> list[str]:
+def collect(opts: Values, broker: Broker, work: Path) -> list[str]:
     return asyncio.run(run_all(opts, broker, work))
 
 
-def report_lines(_opts: Options, lines: list[str]) -> list[str]:
+def report_lines(_opts: Values, lines: list[str]) -> list[str]:
     return lines
 
 
@@ -271,7 +252,7 @@ FLOW = Scenario(
     "flow",
     "Flow control for the model",
     OPTIONS,
-    Options,
+    Values,
     collect,
     report_lines,
     smoke="small sizes: a minute or two",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench._load import percentile
-from bench._options import Opt
+from bench._options import Opt, Values
 from bench._proc_records import Record, produce
 from bench._procs import Broker, console, create_topics, topic_settings
 from bench._runner import Scenario, command
@@ -150,16 +150,7 @@ def build(settings: Settings, index_dir: Path) -> None:
     console.print("  read per topic: " + ", ".join(f"{t} {n:,}" for t, n in done.read.items()))
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    records: int
-    drafts: int
-    scan: bool
-    runs: int
-    deliveries: int
-
-
-def collect(opts: Options, broker: Broker, work: Path) -> None:
+def collect(opts: Values, broker: Broker, work: Path) -> None:
     records, drafts, scan, runs = opts.records, opts.drafts, opts.scan, opts.runs
     topics = create_topics(broker.bootstrap, 8, "idx")
     seconds = produce(
@@ -222,7 +213,7 @@ OPTIONS = (
 )
 #: no report: what it prints is the output (make bench-index tees it to a file)
 main = command(
-    Scenario("index", "", OPTIONS, Options, collect),
+    Scenario("index", "", OPTIONS, Values, collect),
     "Build rate, approvals list, trace and operator page: the index against today's scan.",
 )
 

@@ -8,13 +8,12 @@ import asyncio
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from bench._load import sign_pool, webhook_secret
-from bench._options import Float, Int, Opt
+from bench._options import Float, Int, Opt, Values
 from bench._procs import Broker, CpuWindow, ServerProcess, console
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
@@ -72,7 +71,7 @@ async def one_run(
     port: int,
     secret: str,
     broker: Broker,
-    opts: Options,
+    opts: Values,
     spy: Path | None,
 ) -> dict[str, float]:
     """One closed loop against ``server``: its figures, or {} when profiled."""
@@ -114,7 +113,7 @@ def baseline_server(secret: str, port: int, work: Path) -> ServerProcess:
 
 
 async def run_rounds(
-    opts: Options, broker: Broker, topics: dict[str, str], work: Path
+    opts: Values, broker: Broker, topics: dict[str, str], work: Path
 ) -> dict[str, list[dict[str, float]]]:
     from devstack.ports import free_port
 
@@ -185,21 +184,7 @@ OPTIONS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    variants: list[Variant]
-    rounds: int
-    duration: float
-    warmup: float
-    concurrency: int
-    pool: int
-    broker_warmup: float
-    no_baseline: bool
-    spy_dir: Path | None
-    perf: bool
-
-
-def collect(opts: Options, broker: Broker, work: Path) -> None:
+def collect(opts: Values, broker: Broker, work: Path) -> None:
     if opts.spy_dir is not None:
         opts.spy_dir.mkdir(parents=True, exist_ok=True)
     topics = warmed_topics(broker, 8, opts.broker_warmup)
@@ -207,7 +192,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> None:
 
 
 main = command(
-    Scenario("ingest-cpu", "", OPTIONS, Options, collect),
+    Scenario("ingest-cpu", "", OPTIONS, Values, collect),
     "(b) and ingest variants under wrk, in rounds: CPU per delivery by thread.",
 )
 

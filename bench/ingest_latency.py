@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -16,7 +15,7 @@ from rich.table import Table
 
 from bench._load import percentile, webhook_secret
 from bench._openloop import build_generator
-from bench._options import Float, Int, Opt
+from bench._options import Float, Int, Opt, Values
 from bench._procs import Broker, console
 from bench._runner import Scenario, command
 from bench._servers import local_url
@@ -77,23 +76,13 @@ def _rates(value: str) -> list[float]:
     return rates
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    rates: list[float]
-    duration: float
-    connections: int
-    partitions: int
-    linger: int
-    broker_warmup: float
-
-
-def collect(opts: Options, broker: Broker, work: Path) -> None:
+def collect(opts: Values, broker: Broker, work: Path) -> None:
     topics = warmed_topics(broker, opts.partitions, opts.broker_warmup)
     print_rows(asyncio.run(_sweep(broker, topics, work, opts)))
 
 
 async def _sweep(
-    broker: Broker, topics: dict[str, str], work: Path, opts: Options
+    broker: Broker, topics: dict[str, str], work: Path, opts: Values
 ) -> list[tuple[str, ...]]:
     from devstack.ports import free_port
 
@@ -172,7 +161,7 @@ OPTIONS = (
     Opt("--broker-warmup", Float(0, 60), 8.0),
 )
 main = command(
-    Scenario("ingest-latency", "", OPTIONS, Options, collect),
+    Scenario("ingest-latency", "", OPTIONS, Values, collect),
     "Ingest's latency at each of --rates (open loop), with its CPU per delivery.",
 )
 
