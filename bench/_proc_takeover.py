@@ -53,13 +53,15 @@ class Worker:
     spawned: float = field(default_factory=time.time)
 
 
-def marks(log_path: Path, since: float) -> list[tuple[float, str, dict[str, str]]]:
-    """(seconds after ``since``, message, fields) of the worker's progress lines."""
+def marks(
+    log_path: Path, since: float, needles: tuple[str, ...] = (JOINED, RECOVERED, READY)
+) -> list[tuple[float, str, dict[str, str]]]:
+    """(seconds after ``since``, message, fields) of the worker's lines that hold a needle."""
     out: list[tuple[float, str, dict[str, str]]] = []
     text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     for line in text.splitlines():
         found = _LINE.match(line)
-        if found is None or not any(m in found.group(2) for m in (JOINED, RECOVERED, READY)):
+        if found is None or not any(m in found.group(2) for m in needles):
             continue
         stamp = datetime.fromisoformat(found.group(1)).timestamp() - since
         if stamp >= 0:
