@@ -219,16 +219,13 @@ def chart(comparisons: Sequence[Comparison], path: Path, title: str) -> None:
                 ax.set_yscale("log")
         else:
             width = 0.38
-            p50 = [0.0 if math.isnan(f.p50_ms) else f.p50_ms for f in figures]
-            p99 = [0.0 if math.isnan(f.p99_ms) else f.p99_ms for f in figures]
-            b50 = ax.bar(
-                [x - width / 2 for x in positions], p50, width, label="p50", color="#4c6ef5"
-            )
-            b99 = ax.bar(
-                [x + width / 2 for x in positions], p99, width, label="p99", color="#e8590c"
-            )
-            ax.bar_label(b50, labels=[fmt_ms(f.p50_ms) for f in figures], fontsize=7)
-            ax.bar_label(b99, labels=[fmt_ms(f.p99_ms) for f in figures], fontsize=7)
+            for name, side, colour in (("p50", -1, "#4c6ef5"), ("p99", 1, "#e8590c")):
+                ms = [getattr(f, f"{name}_ms") for f in figures]
+                at = [x + side * width / 2 for x in positions]
+                bars = ax.bar(
+                    at, [0.0 if math.isnan(v) else v for v in ms], width, label=name, color=colour
+                )
+                ax.bar_label(bars, labels=[fmt_ms(v) for v in ms], fontsize=7)
             ax.set_ylabel("ms")
             ax.set_title("latency at peak, ms", fontsize=10)
             ax.legend(fontsize=8)
