@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._debian import debian_package
-from bench._procs import ROOT, BenchError, console
+from bench._procs import ROOT, BenchError, alive, console
 
 #: The user PostgreSQL runs as when the benchmark runs as root (Debian's package creates it).
 SERVICE_USER = "postgres"
@@ -97,15 +97,6 @@ def _run(argv: list[str], what: str, log: Path | None = None) -> None:
         )
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (an orphaned postmaster's zombie does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def _start(bindir: Path, user: list[str], data: Path, log: Path, port: int) -> None:
     """initdb (trust, UTF8, no fsync at init) and pg_ctl start on 127.0.0.1:``port``."""
     init = ["--username", ROLE, "--auth", "trust", "--encoding", "UTF8", "--locale", "C"]
@@ -130,9 +121,9 @@ def _stop(bindir: Path, user: list[str], data: Path, pid: int) -> None:
         timeout=120,
     )
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 

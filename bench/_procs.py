@@ -56,18 +56,29 @@ async def reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (its state first), or
+    None when it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (read from /proc, so nothing is reaped here; a zombie does not)."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
 def cpu_seconds(pid: int | None) -> float:
     """User + system CPU seconds of a process (all its threads) so far; ours if ``pid`` is
     None; NaN if it cannot be read."""
     if pid is None:
         times = os.times()
         return times.user + times.system
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return float("nan")
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    fields = stat_fields(pid)
+    return float("nan") if fields is None else (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def tree_pids(pid: int) -> set[int]:
