@@ -16,7 +16,7 @@ from bench import ingest as ingest_mod
 from bench import processors as processors_mod
 from bench._ingest_report import section as ingest_section
 from bench._ingest_results import Results as IngestResults
-from bench._ingest_verdict import verdict
+from bench._ingest_results import verdict
 from bench._options import (
     INGEST_OPTIONS,
     PROCESSOR_OPTIONS,

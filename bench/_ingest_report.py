@@ -13,10 +13,13 @@ from bench._ingest_results import (
     TARGET_FRACTION,
     Results,
     Run,
+    Verdict,
+    fmt_us,
     fraction_name,
     per_delivery_us,
+    summary_lines,
+    verdict,
 )
-from bench._ingest_verdict import Verdict, fmt_us, summary_lines, verdict
 from bench._load import Sample, percentile
 from bench._procs import console
 from bench._report import Comparison, Section, contended, fmt_ms, fmt_rate, fmt_ratio, ratio

@@ -26,8 +26,8 @@ from bench._ingest_results import (
     Run,
     fastest,
     rotated,
+    verdict,
 )
-from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool, webhook_secret
 from bench._openloop import build_generator, open_loop
 from bench._options import INGEST_OPTIONS, IngestOptions
