@@ -17,13 +17,11 @@ from typing import TYPE_CHECKING
 from bench._load import percentile
 from bench._options import Opt, Values
 from bench._proc_records import Record, produce
-from bench._procs import Broker, console, create_topics, topic_settings
+from bench._procs import ROOT, Broker, console, create_topics, topic_settings
 from bench._runner import Scenario, command
 
 if TYPE_CHECKING:
     from onceonly.foundation.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def ledger_records(count: int, drafts: int) -> Iterator[Record]:
