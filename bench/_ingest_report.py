@@ -26,19 +26,9 @@ from bench._report import Comparison, Section, contended, fmt_ms, fmt_rate, fmt_
 from bench._wrk import measured_run_s
 
 HEADERS = (
-    "server",
-    "deliveries/s",
-    "p50 ms",
-    "p99 ms",
-    "failed",
-    "server µs",
-    "postgres µs",
-    "broker µs",
-    "total µs",
-    "load µs",
-    "server %",
-    "other %",
-)
+    "server", "deliveries/s", "p50 ms", "p99 ms", "failed", "server µs", "postgres µs",
+    "broker µs", "total µs", "load µs", "server %", "other %",
+)  # fmt: skip
 #: What the CPU columns are, under the table.
 LEGEND = (
     "µs: CPU per delivery of each process (user + system, all threads): the server with "

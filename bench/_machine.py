@@ -10,6 +10,9 @@ from pathlib import Path
 
 from bench._procs import ROOT
 
+#: The libraries of the worker whose versions a report gives.
+LIBRARIES = ("faust-streaming", "mode-streaming", "aiokafka", "rocksdict", "agentmail", "httpx")
+
 
 def _first(path: str, key: str) -> str | None:
     try:
@@ -54,17 +57,7 @@ def machine(kafka: str) -> list[tuple[str, str]]:
         ),
         (
             "processor libraries",
-            ", ".join(
-                f"{name} {_version(name)}"
-                for name in (
-                    "faust-streaming",
-                    "mode-streaming",
-                    "aiokafka",
-                    "rocksdict",
-                    "agentmail",
-                    "httpx",
-                )
-            ),
+            ", ".join(f"{name} {_version(name)}" for name in LIBRARIES),
         ),
         ("Kafka", kafka),
     ]
