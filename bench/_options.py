@@ -150,10 +150,6 @@ class ProcessorOptions:
     takeover_standby: bool = True
 
 
-def _connections(_ctx: object, _param: object, value: str) -> tuple[int, ...]:
-    return connection_counts(value)
-
-
 Int, Float = click.IntRange, click.FloatRange
 
 INGEST_OPTIONS = (
@@ -179,7 +175,7 @@ INGEST_OPTIONS = (
         "64,128",
         "Ingest: keep-alive connections of wrk, comma-separated (1-256 each): every server's "
         "closed loop at each in turn, its peak the fastest; the open loops use the largest.",
-        callback=_connections,
+        callback=lambda _ctx, _param, value: connection_counts(value),
     ),
     Opt(
         "--pool",
