@@ -60,25 +60,18 @@ class Outbox:
             self.texts.setdefault(replied_to, str(json.loads(body).get("text") or ""))
         return web.json_response({"message_id": sent_id, "thread_id": "thr_bench"})
 
-    async def stats(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(
-            {
-                "requests": self.requests,
-                "sent": len(self.keys),
-                "replayed": self.replayed,
-                "first": self.first,
-                "last": self.last,
-            }
-        )
-
-    async def received_at(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.received)
-
-    async def counted(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.counts)
-
-    async def written(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.texts)
+    async def control(self, request: web.Request) -> web.StreamResponse:
+        """``/_control/<what>``: ``stats``, ``received``, ``counts`` or ``texts``."""
+        stats = dict(requests=self.requests, sent=len(self.keys), replayed=self.replayed)
+        found = {
+            "stats": {**stats, "first": self.first, "last": self.last},
+            "received": self.received,
+            "counts": self.counts,
+            "texts": self.texts,
+        }.get(request.match_info["what"])
+        if found is None:
+            return web.json_response({"name": "NotFoundError", "message": "not served"}, status=404)
+        return web.json_response(found)
 
 
 async def thread(request: web.Request) -> web.StreamResponse:
@@ -132,10 +125,7 @@ async def serve(host: str, port: int) -> None:
     outbox = Outbox()
     app = web.Application()
     app.router.add_post("/v0/{tail:.*}", outbox.reply)
-    app.router.add_get("/_control/stats", outbox.stats)
-    app.router.add_get("/_control/received", outbox.received_at)
-    app.router.add_get("/_control/counts", outbox.counted)
-    app.router.add_get("/_control/texts", outbox.written)
+    app.router.add_get("/_control/{what}", outbox.control)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v0/{tail:.*}", thread)
     await serve_until_stopped(app, host, port)
