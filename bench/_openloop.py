@@ -15,9 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench._debian import debian_command
 from bench._load import Delivery, Sample
-from bench._procs import BenchError, CpuWindow, reap
+from bench._procs import BenchError, CpuWindow, debian_command, reap
 
 SOURCE = Path(__file__).with_name("openloop")
 #: What the generator prints on standard error when its clock starts.

@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._debian import debian_package
-from bench._procs import ROOT, BenchError, alive, console
+from bench._procs import ROOT, BenchError, alive, console, debian_package
 
 #: The user PostgreSQL runs as when the benchmark runs as root (Debian's package creates it).
 SERVICE_USER = "postgres"

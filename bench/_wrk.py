@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from bench._debian import debian_command
 from bench._load import Delivery, Sample
-from bench._procs import BenchError, CpuWindow, reap
+from bench._procs import BenchError, CpuWindow, debian_command, reap
 
 #: What the script prints, flushed, once a thread's requests are formatted: the runner
 #: starts its CPU window only after every thread printed it (wrk starts the clock then).

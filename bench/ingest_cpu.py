@@ -14,10 +14,17 @@ import click
 
 from bench._load import sign_pool, webhook_secret
 from bench._options import Float, Int, Opt, Values
-from bench._procs import Broker, CpuWindow, ServerProcess, console
+from bench._procs import (
+    GROUPS,
+    Broker,
+    CpuWindow,
+    ServerProcess,
+    console,
+    per_delivery_us,
+    thread_seconds,
+)
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
-from bench._threads import GROUPS, per_delivery_us, thread_seconds
 from bench._variants import Variant, parse_variant
 from bench._wrk import WrkLoad, wrk_closed_loop
 from bench.ingest import ingest_server, server_env, warmed_topics

@@ -16,10 +16,9 @@ from rich.table import Table
 from bench._load import percentile, webhook_secret
 from bench._openloop import build_generator
 from bench._options import Float, Int, Opt, Values
-from bench._procs import Broker, console
+from bench._procs import Broker, console, per_delivery_us, thread_seconds
 from bench._runner import Scenario, command
 from bench._servers import local_url
-from bench._threads import per_delivery_us, thread_seconds
 from bench.ingest import fixed_rate, ingest_server, warmed_topics
 
 COLUMNS = (

@@ -15,8 +15,7 @@ import click
 
 from bench._machine import loadavg
 from bench._proc_stack import scrape
-from bench._procs import cpu_seconds, tree_pids
-from bench._threads import thread_seconds
+from bench._procs import cpu_seconds, thread_seconds, tree_pids
 
 REPLIES = "onceonly_replies_sent_total"
 #: The worker's argv ends with these (``bench._proc_phases.Bench.start_worker``).
