@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench._agent_load import RunResult
+from bench._agent_load import RunResult, Setup, run
 from bench._model import LATENCY_S
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_phases import Bench
@@ -21,7 +21,6 @@ from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, console
 from bench._report import contended, fmt, fmt_cpu, met, verdict_report
 from bench._runner import Scenario, command
-from bench._stack_run import Setup, run
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
 #: Writer timeout and attempts in (A) and (B), so that a hanging call ends in seconds.
@@ -69,7 +68,7 @@ class Results:
 
 
 def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
-    """(A) or (B): the steady load through ingest and the worker (:func:`bench._stack_run.run`),
+    """(A) or (B): the steady load through ingest and the worker (:func:`bench._agent_load.run`),
     ``fraction`` of the messages hanging."""
     count = int(opts.rate * opts.duration_s)
     settings = opts.worker_settings()

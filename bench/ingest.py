@@ -30,12 +30,11 @@ from bench._ingest_results import (
 )
 from bench._load import Sample, sign_pool, webhook_secret
 from bench._openloop import build_generator, open_loop
-from bench._options import INGEST_OPTIONS, IngestOptions
+from bench._options import INGEST_OPTIONS, IngestOptions, Variant, ingest_argv
 from bench._proc_stack import base_env, ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
-from bench._variants import Variant, ingest_argv
 from bench._wrk import WrkLoad, wrk_closed_loop
 
 BENCH_TOPIC_PREFIX = "onceonly-bench"

@@ -1,5 +1,5 @@
 """Where ingest's CPU per delivery goes (``python -m bench.ingest_cpu``): (b) and ingest
-variants (:mod:`bench._variants`) under wrk, interleaved in rounds, µs per delivery by
+variants (:mod:`bench._options`) under wrk, interleaved in rounds, µs per delivery by
 thread group; ``--py-spy DIR`` adds a profiled round."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from bench._load import sign_pool, webhook_secret
-from bench._options import Float, Int, Opt, Values
+from bench._options import Float, Int, Opt, Values, Variant, parse_variant
 from bench._procs import (
     GROUPS,
     Broker,
@@ -25,7 +25,6 @@ from bench._procs import (
 )
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
-from bench._variants import Variant, parse_variant
 from bench._wrk import WrkLoad, wrk_closed_loop
 from bench.ingest import ingest_server, server_env, warmed_topics
 

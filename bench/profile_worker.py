@@ -13,9 +13,9 @@ from pathlib import Path
 
 import click
 
-from bench._machine import loadavg
 from bench._proc_stack import scrape
 from bench._procs import cpu_seconds, thread_seconds, tree_pids
+from bench._runner import loadavg
 
 REPLIES = "onceonly_replies_sent_total"
 #: The worker's argv ends with these (``bench._proc_phases.Bench.start_worker``).

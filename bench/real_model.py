@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench._agent_load import AgentBench
+from bench._agent_load import AgentBench, Run, Setup, run
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import poll
 from bench._procs import BenchError, Broker, console
 from bench._report import fmt, fmt_cpu
 from bench._runner import Scenario, command
-from bench._stack_run import Run, Setup, run
 from devstack import llm
 from testkit import samples
 

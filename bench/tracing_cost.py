@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench._agent_load import Run, Setup, run
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import get_json, serve
 from bench._procs import Broker, console
 from bench._report import fmt_cpu
 from bench._runner import Scenario, command
-from bench._stack_run import Run, Setup, run
 from onceonly.foundation import tracing
 
 
