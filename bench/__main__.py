@@ -1,15 +1,5 @@
-"""``python -m bench`` (``make bench``): the ingest and the processor benchmark in one run,
-one report.
-
-Both run against one Kafka broker (embedded, or ``ONCEONLY_KAFKA_BOOTSTRAP``): first
-the ingest benchmark (:mod:`bench.ingest`, wrk as the closed-loop load: (a) bare aiohttp,
-(b) + svix verification, (c) onceonly ingest, (c2) with two ingest processes, (m) with the
-envelope MAC, (d) + svix + PostgreSQL INSERT ... ON CONFLICT DO NOTHING), then the
-processor benchmark (:mod:`bench.processors`: a plain faust agent vs onceonly's worker,
-RSS with many dedupe entries, restart-to-first-event). It writes
-``bench/results/bench-<date>.md`` and ``bench/results/bench-<date>.png``: the machine,
-a table per benchmark with every baseline and onceonly's figures as ratios to each, and
-a chart of throughput and latency.
+"""``python -m bench`` (``make bench``): the ingest and the processor benchmark on one broker,
+one report with a chart (``bench/results/bench-<date>.md`` and ``.png``).
 
 A smoke run, in about two minutes::
 
@@ -26,7 +16,7 @@ from bench import ingest as ingest_mod
 from bench import processors as processors_mod
 from bench._ingest_report import section as ingest_section
 from bench._ingest_results import Results as IngestResults
-from bench._ingest_verdict import verdict
+from bench._ingest_results import verdict
 from bench._options import (
     INGEST_OPTIONS,
     PROCESSOR_OPTIONS,

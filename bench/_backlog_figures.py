@@ -1,10 +1,4 @@
-"""The backlog benchmark's figures, from what it measured to the report: pure functions.
-
-:func:`rebalances` reads the worker's log, :func:`histogram_quantile` the fence-to-send
-histogram of its /metrics, :func:`answered_once` the instant mail server's counts;
-:func:`rows` and :func:`section` turn a :class:`Outcome` into the report's text, with
-every target stated as met or NOT met and the drain time beside its floor.
-"""
+"""The backlog benchmark's figures, from what it measured to the report: pure functions."""
 
 from __future__ import annotations
 
@@ -33,9 +27,6 @@ COORDINATOR_LOST = re.compile(r"coordinator dead", re.IGNORECASE)
 #: what the timer waits for, was held up): faust's ``commit``, the worker's ``onceonly.tick``
 _OVERLAP = re.compile(r"Timer (?P<name>\S+) is overlapping \(interval=[\d.]+ runtime=(?P<s>[\d.]+)")
 _BUCKET = re.compile(r'^(?P<name>\w+)_bucket\{(?:[^}]*,)?le="(?P<le>[^"]+)"(?:,[^}]*)?\}$')
-
-
-# --------------------------------------------------------------------------- readings
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +144,6 @@ def answered_once(counts: Mapping[str, Sequence[int]], expected: Collection[str]
     )
 
 
-# --------------------------------------------------------------------------- the run
-
-
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What the run was asked for."""
@@ -191,7 +179,7 @@ class Sample:
 
 @dataclass(frozen=True, slots=True)
 class TickCost:
-    """One tick's ``Holds.due_keys`` over due threads (``bench._backlog_tick``)."""
+    """One tick's ``Holds.due_keys`` over due threads (``bench._backlog_records``)."""
 
     held: int  #: due threads in the partition
     body_kb: int

@@ -1,10 +1,6 @@
-"""The backlog benchmark's reply writer: ``bench._backlog_writer:writer``.
-
-``ONCEONLY_REPLY_WRITER=bench._backlog_writer:writer`` makes the worker's writer an async
-call that sleeps exactly :data:`WRITER_S_ENV` seconds (1 s when unset), with no CPU to
-speak of, and returns a short text: a model whose latency is fixed, so that the drain's
-floor is ``threads x seconds / ONCEONLY_WRITER_CONCURRENCY``.
-"""
+"""The backlog benchmark's reply writer, ``bench._backlog_writer:writer``: sleeps exactly
+:data:`WRITER_S_ENV` seconds (1 s when unset), so the drain's floor is
+``threads x seconds / ONCEONLY_WRITER_CONCURRENCY``."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
 """``bench._counted_model:writer``: the model-like writer of ``bench._model``, every call noted.
 
-The DBOS comparison (``bench.dbos_compare``) counts model calls per message across a
-SIGKILL, so no counter may live in the process that is killed. Each call appends two
-lines to the file named by :data:`CALLS_ENV` (``O_APPEND``, one ``write`` per line, so
-lines from concurrent calls never mix and survive the process being killed)::
-
-    <pid> start <message_id>
-    <pid> done <message_id>
-
-the first when the call begins (a call cut short by the kill is counted all the same,
-as a model provider bills it), the second when it returns. Without the variable, the
-calls are not written down. Only the standard library: the DBOS app imports this from
-its own virtual environment.
+Each call appends ``<pid> start <message_id>`` and ``<pid> done <message_id>`` to the file
+named by :data:`CALLS_ENV` (``O_APPEND``, one write per line: a SIGKILL loses nothing), so
+the DBOS comparison counts model calls across a kill. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""The DBOS comparison's figures, from what the harness recorded to the report's table.
-
-Pure functions over plain data, so that they are unit-tested without running anything:
-the calls file of :mod:`bench._counted_model` (:func:`parse_calls`), the per-message
-counts of the mail server (``/_control/counts``), and one :class:`SystemRun` per
-system (onceonly's worker, the DBOS app) rendered side by side (:func:`rows`,
-:func:`headers`).
-"""
+"""The DBOS comparison's figures, from what the harness recorded to the report: pure functions."""
 
 from __future__ import annotations
 
@@ -17,8 +10,6 @@ from dataclasses import dataclass, field
 from bench import _once
 from bench._load import percentile
 from bench._report import fmt, met
-
-# --------------------------------------------------------------------------- model calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +45,6 @@ def in_flight(calls: Sequence[Call], pid: int) -> int:
     begun = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "start")
     ended = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "done")
     return sum((begun - ended).values())
-
-
-# --------------------------------------------------------------------------- per message
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +92,6 @@ def emails(counts: dict[str, list[int]]) -> dict[str, int]:
 def requests(counts: dict[str, list[int]]) -> dict[str, int]:
     """Reply requests per message (replays of a key included)."""
     return {m: pair[1] for m, pair in counts.items()}
-
-
-# --------------------------------------------------------------------------- one system
 
 
 @dataclass(slots=True)
@@ -164,9 +149,6 @@ class SystemRun:
             return math.nan
         seconds = self.cpu_s.get(name, math.nan) if name else sum(self.cpu_s.values())
         return 1000 * seconds / self.replies
-
-
-# --------------------------------------------------------------------------- the table
 
 
 def _cpu(run: SystemRun) -> str:

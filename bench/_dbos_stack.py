@@ -1,11 +1,5 @@
-"""The DBOS comparison's moving parts: the envelopes, the open-loop feeder, the two
-contenders (onceonly's worker, the DBOS app) and one contender's run with its SIGKILL.
-
-Both contenders get the very same records (built once, :func:`envelopes`), each on a
-deliveries topic of its own created as onceonly's, with a mail server of its own (the
-instant AgentMail server, ``bench._instant_mail``) and a calls file of its own
-(``bench._counted_model``); they run one after the other on one broker.
-"""
+"""The DBOS comparison's moving parts: the envelopes, the open-loop feeder, the two contenders
+(onceonly's worker, the DBOS app), and one contender's run with its SIGKILL."""
 
 from __future__ import annotations
 
@@ -103,9 +97,6 @@ def tree_pss_mb(pid: int) -> float:
     return total_kb / 1024
 
 
-# --------------------------------------------------------------------------- contenders
-
-
 @dataclass
 class Contender:
     """One system under test: how to start it, and which processes are its own."""
@@ -158,9 +149,6 @@ def dbos_starter(database_url: str, group: str) -> Callable[[Contender], None]:
         b.worker.start()
 
     return start
-
-
-# --------------------------------------------------------------------------- one run
 
 
 def _feed(c: Contender, messages: list[Message], rate: float) -> Feeder:

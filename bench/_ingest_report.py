@@ -1,10 +1,4 @@
-"""The ingest benchmark's report: the rows, the notes, and the verdict's lines
-(:mod:`bench._ingest_verdict`) around them.
-
-Every figure here comes from pure functions of the runs (:func:`rows`,
-:func:`latency_lines`, :func:`scaling_lines`), so that the report is tested without
-running anything.
-"""
+"""The ingest benchmark's report: the rows, the notes and the verdict's lines, pure functions."""
 
 from __future__ import annotations
 
@@ -19,39 +13,22 @@ from bench._ingest_results import (
     TARGET_FRACTION,
     Results,
     Run,
+    Verdict,
+    fmt_us,
     fraction_name,
     per_delivery_us,
+    summary_lines,
+    verdict,
 )
-from bench._ingest_verdict import Verdict, fmt_us, summary_lines, verdict
 from bench._load import Sample, percentile
 from bench._procs import console
-from bench._report import (
-    Comparison,
-    Section,
-    contended,
-    fmt_ms,
-    fmt_rate,
-    fmt_ratio,
-    ratio,
-)
+from bench._report import Comparison, Section, contended, fmt_ms, fmt_rate, fmt_ratio, ratio
 from bench._wrk import measured_run_s
 
-# --------------------------------------------------------------------------- the table
-
 HEADERS = (
-    "server",
-    "deliveries/s",
-    "p50 ms",
-    "p99 ms",
-    "failed",
-    "server µs",
-    "postgres µs",
-    "broker µs",
-    "total µs",
-    "load µs",
-    "server %",
-    "other %",
-)
+    "server", "deliveries/s", "p50 ms", "p99 ms", "failed", "server µs", "postgres µs",
+    "broker µs", "total µs", "load µs", "server %", "other %",
+)  # fmt: skip
 #: What the CPU columns are, under the table.
 LEGEND = (
     "µs: CPU per delivery of each process (user + system, all threads): the server with "

@@ -1,44 +1,8 @@
-"""The "instant mail server" of the processor benchmark: AgentMail's reply endpoint, nothing else.
-
-``python -m bench._instant_mail --port N``
-
-It answers ``POST /v0/inboxes/{inbox_id}/messages/{message_id}/reply`` at once with the
-``SendMessageResponse`` JSON the ``agentmail`` SDK parses (``{"message_id", "thread_id"}``),
-so the worker under test runs its real
-:class:`~onceonly.processors.mail.agentmail.sender.AgentMailSender` and the
-mail API costs (almost) nothing. ``testkit/fakes/agentmail_server.py`` speaks far more of
-the API, but it needs every message seeded first and keeps the whole mailbox; this is
-the cheaper of the two, which is what a throughput figure wants.
-
-It counts what it is sent and when, for the benchmark to read:
-
-``GET /_control/stats``
-    ``{"requests", "sent", "replayed", "first", "last"}``: reply requests, distinct
-    ``Idempotency-Key`` values among them (each key's first request is a send, a repeat
-    is answered as a replay, as AgentMail does), and the wall-clock times (epoch seconds)
-    of the first and the latest send.
-``GET /_control/received``
-    ``{message_id: epoch seconds}``: for every send (not a replay), the replied-to
-    Message-ID (from the request path, unescaped) and when its first request arrived,
-    so that a benchmark can compute each message's latency.
-``GET /_control/counts``
-    ``{message_id: [emails, requests]}``: per replied-to Message-ID, the distinct
-    ``Idempotency-Key`` values sent (emails, as AgentMail sends one per key) and the
-    reply requests (replays included), so that a benchmark can count emails per message.
-``GET /_control/texts``
-    ``{message_id: text}``: the text of each reply sent (not a replay), by replied-to
-    Message-ID (``bench.real_model`` prints what the model wrote).
-``GET /v0/inboxes/{inbox_id}/threads/{thread_id}``
-    the thread, empty: a writer that reads the history (``onceonly.processors.writer.openai``)
-    finds none, as for the first message of a thread.
-``GET /v0/inboxes/{inbox_id}/messages/{message_id}``
-    the message, in a thread of its own: what a restarted worker reads to reconcile a
-    *pending* reply (it then finds the thread empty, and sends with the same key).
-``GET /healthz``
-    200 once it serves.
-
-It stops on SIGINT or SIGTERM.
-"""
+"""The instant mail server: AgentMail's reply endpoint answered at once, ``python -m
+bench._instant_mail --port N``. It counts what it is sent: ``/_control/stats``,
+``/_control/received`` (first arrival per message), ``/_control/counts`` (emails and
+requests per message), ``/_control/texts``; an empty thread and a one-message thread for
+a reconciling worker; ``/healthz``."""
 
 from __future__ import annotations
 
@@ -96,25 +60,18 @@ class Outbox:
             self.texts.setdefault(replied_to, str(json.loads(body).get("text") or ""))
         return web.json_response({"message_id": sent_id, "thread_id": "thr_bench"})
 
-    async def stats(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(
-            {
-                "requests": self.requests,
-                "sent": len(self.keys),
-                "replayed": self.replayed,
-                "first": self.first,
-                "last": self.last,
-            }
-        )
-
-    async def received_at(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.received)
-
-    async def counted(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.counts)
-
-    async def written(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.texts)
+    async def control(self, request: web.Request) -> web.StreamResponse:
+        """``/_control/<what>``: ``stats``, ``received``, ``counts`` or ``texts``."""
+        stats = dict(requests=self.requests, sent=len(self.keys), replayed=self.replayed)
+        found = {
+            "stats": {**stats, "first": self.first, "last": self.last},
+            "received": self.received,
+            "counts": self.counts,
+            "texts": self.texts,
+        }.get(request.match_info["what"])
+        if found is None:
+            return web.json_response({"name": "NotFoundError", "message": "not served"}, status=404)
+        return web.json_response(found)
 
 
 async def thread(request: web.Request) -> web.StreamResponse:
@@ -168,10 +125,7 @@ async def serve(host: str, port: int) -> None:
     outbox = Outbox()
     app = web.Application()
     app.router.add_post("/v0/{tail:.*}", outbox.reply)
-    app.router.add_get("/_control/stats", outbox.stats)
-    app.router.add_get("/_control/received", outbox.received_at)
-    app.router.add_get("/_control/counts", outbox.counted)
-    app.router.add_get("/_control/texts", outbox.written)
+    app.router.add_get("/_control/{what}", outbox.control)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v0/{tail:.*}", thread)
     await serve_until_stopped(app, host, port)

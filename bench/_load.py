@@ -1,13 +1,6 @@
-"""The ingest benchmark's deliveries, and the figures a load generator returns.
-
-Deliveries are AgentMail ``message.received`` events, each body distinct, signed up front
-with Svix's own ``Webhook.sign`` so that signing is not part of what is measured. A pool
-is signed right before the phase that uses it: its timestamps stay well inside Svix's
-5-minute tolerance for the phase's duration.
-
-The closed-loop peaks are wrk's (:mod:`bench._wrk`), the open loop is
-:mod:`bench._openloop`'s; both send these pools and return a :class:`Sample`.
-"""
+"""The ingest benchmark's deliveries (AgentMail events signed up front with Svix's
+``Webhook.sign``, right before the phase that uses them), and the :class:`Sample` a load
+generator returns."""
 
 from __future__ import annotations
 
@@ -101,9 +94,6 @@ def sign_pool(secret: str, size: int) -> list[Delivery]:
             )
         )
     return pool
-
-
-# --------------------------------------------------------------------------- figures
 
 
 @dataclass(slots=True)

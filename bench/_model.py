@@ -1,12 +1,5 @@
-"""A model-like reply writer for the agent-step benchmark: ``bench._model:writer``.
-
-``ONCEONLY_REPLY_WRITER=bench._model:writer`` makes the worker's writer an async call
-that takes ``random.uniform(0.8, 1.2)`` seconds (1 s ± 20 %, as a model's latency),
-with no CPU to speak of, and returns a short text. A message whose text holds
-:data:`HANG` never answers (it sleeps an hour): the worker's ``ONCEONLY_WRITER_TIMEOUT_S``
-cancels the call, retries it up to ``ONCEONLY_WRITER_ATTEMPTS`` times, then dead-letters
-the burst (``writer_failed``).
-"""
+"""A model-like reply writer, ``bench._model:writer``: ``random.uniform(0.8, 1.2)`` s, no CPU;
+a message whose text holds :data:`HANG` never answers (the worker's writer timeout ends it)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
 """The benchmarks' options: each command's a table of :class:`Opt` rows, and the two option
-blocks that ``python -m bench`` shares with ``bench.ingest`` and ``bench.processors``."""
+blocks that ``python -m bench`` shares with ``bench.ingest`` and ``bench.processors``, and the
+ingest variants ``bench.ingest_cpu`` compares, ``NAME[@DIR][,VAR=VALUE...]``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import click
@@ -14,8 +17,6 @@ from bench._report import RESULTS_DIR
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-# --------------------------------------------------------------------------- one option
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,11 @@ def picked(cls: Callable[..., T], values: Mapping[str, Any]) -> T:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
+#: What a benchmark whose options need no class of their own is handed: ``opts.<key>``
+#: for each row of its table (:attr:`Opt.key`).
+Values = SimpleNamespace
+
+
 #: ``--out`` (also spelled ``--results-dir``): where the report is written.
 OUT = Opt(
     ("--out", "--results-dir"),
@@ -97,9 +103,6 @@ def partitions() -> int:
     from onceonly.foundation.settings import Settings
 
     return Settings.from_env().partitions
-
-
-# --------------------------------------------------------------------------- ingest, processors
 
 
 def connection_counts(text: str) -> tuple[int, ...]:
@@ -149,10 +152,6 @@ class ProcessorOptions:
     takeover_standby: bool = True
 
 
-def _connections(_ctx: object, _param: object, value: str) -> tuple[int, ...]:
-    return connection_counts(value)
-
-
 Int, Float = click.IntRange, click.FloatRange
 
 INGEST_OPTIONS = (
@@ -178,7 +177,7 @@ INGEST_OPTIONS = (
         "64,128",
         "Ingest: keep-alive connections of wrk, comma-separated (1-256 each): every server's "
         "closed loop at each in turn, its peak the fastest; the open loops use the largest.",
-        callback=_connections,
+        callback=lambda _ctx, _param, value: connection_counts(value),
     ),
     Opt(
         "--pool",
@@ -276,3 +275,48 @@ PROCESSOR_OPTIONS = (
         "Processors: run (6)'s standby takeover after the cold one.",
     ),
 )
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One ingest to measure: ``code`` is a checkout's root (None: this one)."""
+
+    name: str
+    code: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def parse_variant(spec: str) -> Variant:
+    """The :class:`Variant` of ``spec``; ValueError saying what is wrong with it."""
+    head, *assignments = spec.split(",")
+    name, at, code = head.partition("@")
+    if not _NAME.match(name):
+        raise ValueError(f"variant {spec!r}: a name of letters, digits and _.+- comes first")
+    if at and not code:
+        raise ValueError(f"variant {spec!r}: '@' needs a directory after it")
+    env: dict[str, str] = {}
+    for assignment in assignments:
+        variable, eq, value = assignment.partition("=")
+        if not eq or not _VARIABLE.match(variable):
+            raise ValueError(f"variant {spec!r}: {assignment!r} is not VARIABLE=VALUE")
+        env[variable] = value
+    return Variant(name, Path(code).resolve() if code else None, env)
+
+
+def ingest_argv(python: str, variant: Variant) -> list[str]:
+    """The command that runs ``onceonly ingest`` from ``variant``'s checkout: that
+    checkout's packages first on the path (they shadow this one's editable install)."""
+    if variant.code is None:
+        return [python, "-m", "onceonly", "ingest"]
+    root = str(variant.code)
+    program = (
+        "import os, runpy, sys; "
+        f"os.chdir({root!r}); sys.path.insert(0, {root!r}); "
+        "sys.argv = ['onceonly', 'ingest']; "
+        "runpy.run_module('onceonly', run_name='__main__', alter_sys=True)"
+    )
+    return [python, "-c", program]

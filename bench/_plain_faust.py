@@ -1,20 +1,6 @@
-"""The baseline of the processor benchmark: a plain faust agent that only counts events.
-
-``python -m bench._plain_faust SETTINGS``, SETTINGS one JSON object: ``bootstrap``,
-``topic``, ``app_id``, ``data_dir``, ``partitions``, ``expect`` (N), ``out`` (a path) and
-``loglevel`` (``bench._proc_phases.Bench.run_plain`` writes it).
-
-The faust App is built as :func:`onceonly.processors.runtime.worker.build_app` builds onceonly's
-(same
-broker, session and heartbeat settings, raw bytes codec, ``stream_wait_empty``), without
-what a counter has no use for: no tables (so the in-memory store instead of RocksDB) and
-no web server. One agent, concurrency 1, iterates ``stream.events()`` exactly as the
-worker's agent does and counts.
-
-It writes ``out`` (JSON, replaced atomically) when the first event arrives and again
-when the N-th does: ``{"started", "first", "last", "count"}``, wall-clock
-epoch seconds. It keeps running until it is stopped (SIGTERM), like a worker.
-"""
+"""The processor benchmark's baseline: a plain faust agent, built as onceonly's App, that only
+counts events. ``python -m bench._plain_faust SETTINGS`` (one JSON object); it writes
+``out`` at its first and N-th event: ``{"started", "first", "last", "count"}``."""
 
 from __future__ import annotations
 

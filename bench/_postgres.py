@@ -1,15 +1,6 @@
-"""The database of the ingest benchmark's baseline (d): Debian's PostgreSQL, started for the run.
-
-:func:`postgres` initialises a data directory of its own under the project's run directory
-(``.run/bench-pg-*``), starts the server with ``pg_ctl`` on a free port on 127.0.0.1, and
-stops it and removes the directory on exit, whatever happens. The binaries are those of
-Debian's ``postgresql`` package (``/usr/lib/postgresql/<major>/bin``); as root, the
-package is installed with ``apt-get`` when they are missing. PostgreSQL refuses to run as
-root, so as root every command runs as the package's ``postgres`` user (``runuser``).
-
-The server keeps PostgreSQL's defaults (``fsync`` and ``synchronous_commit`` on: a
-commit is on disk before the INSERT returns), as the reference design would run it.
-"""
+"""The database of the ingest benchmark's baseline (d): Debian's PostgreSQL, started for the
+run in a data directory of its own (``.run/bench-pg-*``), with its defaults (fsync on),
+stopped and removed on exit; installed with apt-get and run as ``postgres`` when root."""
 
 from __future__ import annotations
 
@@ -25,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._procs import ROOT, BenchError, console
+from bench._procs import ROOT, BenchError, alive, console, debian_package
 
 #: The user PostgreSQL runs as when the benchmark runs as root (Debian's package creates it).
 SERVICE_USER = "postgres"
@@ -63,24 +54,7 @@ def _installed() -> Path | None:
 
 def binaries() -> Path:
     """The directory of Debian's PostgreSQL binaries; installs the package if missing."""
-    found = _installed()
-    if found is not None:
-        return found
-    if os.geteuid() != 0:
-        raise BenchError(
-            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres) and this is "
-            "not root: install Debian's package first, `sudo apt-get install postgresql`"
-        )
-    console.print("installing Debian's postgresql package (apt-get) …")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]
-    if subprocess.run(install, env=env, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
-        subprocess.run(install, env=env, check=False)
-    found = _installed()
-    if found is None:
-        raise BenchError("apt-get could not install postgresql; see its output above")
-    return found
+    return debian_package("postgresql", _installed, "PostgreSQL (/usr/lib/postgresql/*/bin)")
 
 
 def _as_user() -> list[str]:
@@ -122,15 +96,6 @@ def _run(argv: list[str], what: str, log: Path | None = None) -> None:
         )
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (an orphaned postmaster's zombie does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def _start(bindir: Path, user: list[str], data: Path, log: Path, port: int) -> None:
     """initdb (trust, UTF8, no fsync at init) and pg_ctl start on 127.0.0.1:``port``."""
     init = ["--username", ROLE, "--auth", "trust", "--encoding", "UTF8", "--locale", "C"]
@@ -155,9 +120,9 @@ def _stop(bindir: Path, user: list[str], data: Path, pid: int) -> None:
         timeout=120,
     )
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 

@@ -35,8 +35,6 @@ from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, 
 RESTART_STALL_S = 900.0
 
 
-# --------------------------------------------------------------------------- the phases
-
 #: The instant mail server's module (the AgentMail API the worker replies to).
 MAIL = "bench._instant_mail"
 NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
@@ -79,15 +77,9 @@ class Bench:
         return self.topics["ONCEONLY_DELIVERIES_TOPIC"]
 
     def cpu_pids(self, name: str, pid: int) -> dict[str, int | None]:
-        pids: dict[str, int | None] = {name: pid}
-        if self.mail is not None:
-            pids["mail"] = self.mail.pid
-        if self.broker_pid is not None:
-            pids["broker"] = self.broker_pid
-        pids["bench"] = None
-        return pids
-
-    # -- (1) the plain agent ------------------------------------------------------------
+        mail = {"mail": self.mail.pid} if self.mail is not None else {}
+        broker = {"broker": self.broker_pid} if self.broker_pid is not None else {}
+        return {name: pid, **mail, **broker, "bench": None}
 
     def run_plain(self, count: int) -> Drain:
         out = self.work / "plain.json"
@@ -152,8 +144,6 @@ class Bench:
         cpu.end()
         return cpu
 
-    # -- the worker and the mail server ------------------------------------------------------
-
     def worker_env(self) -> dict[str, str]:
         return base_env(
             {
@@ -196,13 +186,11 @@ class Bench:
             raise BenchError(f"the instant mail server did not answer: {exc}") from exc
 
     def mail_stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = self.control("stats")
-        return stats
+        return self.control("stats")  # type: ignore[no-any-return]
 
     def received(self) -> dict[str, float]:
         """The mail server's replied-to Message-IDs and when each reply arrived."""
-        found: dict[str, float] = self.control("received")
-        return found
+        return self.control("received")  # type: ignore[no-any-return]
 
     def sent(self) -> int:
         """Replies the mail server has received so far."""
@@ -223,8 +211,6 @@ class Bench:
         found = poll(lambda: scrape(self.worker_port), reached, timeout_s, 0.2)
         return math.nan if found is None else found.get(name, 0.0)
 
-    # -- (2) replies ------------------------------------------------------------------------
-
     def run_replies(self, count: int) -> Drain:
         started = self.start_worker()
         assert self.worker is not None
@@ -237,8 +223,6 @@ class Bench:
             stats["first"] - started,
             cpu.percent,
         )
-
-    # -- (3) memory -------------------------------------------------------------------------
 
     def run_memory(self, target: int, held: int, budget_s: float, tag: str = "") -> Memory:
         """Produce ``target`` distinct Stripe events in batches while the running worker
@@ -298,8 +282,6 @@ class Bench:
         rss, hwm = group_rss_mb(worker.pid)
         growth.append((held + done, rss))
         return Memory(held + target, held + done, rss, hwm, drain, growth, budget_s)
-
-    # -- (4) restart ------------------------------------------------------------------------
 
     def run_restart(self, how: str, entries: int, next_n: int) -> Restart:
         worker = self.worker

@@ -1,5 +1,6 @@
 """The processor benchmark's records: AgentMail and Stripe envelopes produced in bulk, and
-the ledger read back."""
+the ledger read back; dedupe entries written straight to the events changelog
+(``--takeover-fill changelog``) with the worker's own functions and encoding."""
 
 from __future__ import annotations
 
@@ -16,9 +17,6 @@ if TYPE_CHECKING:
     from onceonly.schemas.envelope import Envelope
 
 Record = tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]  # key, value, headers
-
-
-# --------------------------------------------------------------------------- records
 
 
 def as_record(envelope: Envelope) -> Record:
@@ -148,3 +146,27 @@ def ledger_sent(bootstrap: str, topic: str, partitions: int) -> int:
         if key is not None and value is not None:
             latest[key] = json.loads(value).get("state", "")
     return sum(1 for state in latest.values() if state == "sent")
+
+
+def dedupe_records(count: int, tag: str, now_ms: int | None = None) -> Iterator[Record]:
+    """The events changelog's records of ``count`` recorded Stripe events: claim, outcome."""
+    from onceonly.processors.dedupe import decisions as dedupe
+
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    for n in range(count):
+        key = f"stripe:evt_{tag}{n:010d}".encode()
+        position = (n % 8, n)
+        claim = dedupe.decide(None, position=position, now_ms=now, replay=False).entry
+        assert claim is not None
+        done = dedupe.finished(True, position=position, now_ms=now)
+        yield key, json.dumps(claim.to_json()).encode(), []
+        yield key, json.dumps(done.to_json()).encode(), []
+
+
+def fill_changelog(bootstrap: str, app_id: str, count: int, tag: str) -> float:
+    """Produce ``count`` entries (2 records each) to ``<app_id>-events-changelog``; seconds."""
+    topic = f"{app_id}-events-changelog"
+    console.print(f"(6) writing {count:,} dedupe entries ({2 * count:,} records) to {topic} …")
+    seconds = produce(bootstrap, topic, dedupe_records(count, tag), 2 * count)
+    console.print(f"(6) written in {seconds:.1f} s")
+    return seconds

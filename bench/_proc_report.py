@@ -12,24 +12,13 @@ from bench._proc_phases import FILL_CHUNK
 from bench._proc_results import Results
 from bench._proc_takeover import describe as describe_takeover
 from bench._procs import console
-from bench._report import (
-    Comparison,
-    Figure,
-    Section,
-    met,
-    print_table,
-    thin,
-    verdict_table,
-)
+from bench._report import Comparison, Figure, Section, met, print_table, thin, verdict_table
 
 TARGET_RATIO = 0.5
 TARGET_REPLIES_PER_S = 2000.0
 TARGET_RSS_MB = 300.0
 #: Calls of the SDK alone, (5).
 SDK_CALLS = 2000
-
-
-# --------------------------------------------------------------------------- the report
 
 
 def _takeover_how(fill: str) -> str:
@@ -53,7 +42,7 @@ _FILLS = {
     "worker": "Its entries were recorded by the worker itself, from distinct Stripe events as "
     "in (3) (`--takeover-fill worker`)",
     "changelog": "Its entries were written straight to the events changelog "
-    "(`--takeover-fill changelog`, `bench._changelog_fill`): two records each, the claim and "
+    "(`--takeover-fill changelog`, `bench._proc_records`): two records each, the claim and "
     "the outcome, made by the worker's own `onceonly.processors.dedupe.decisions` functions "
     "in its encoding, "
     "under its keys; the recovery replays them as it replays the worker's own",

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import math
-import re
+import statistics
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
-from bench._proc_takeover import Takeover
+from bench._proc_takeover import Takeover, marks
 from bench._report import fmt_cpu as _cpu
 from onceonly.processors.runtime.progress import JOINED, JOINING, READY, STARTING
-
-# --------------------------------------------------------------------------- figures
 
 
 @dataclass(slots=True)
@@ -73,11 +70,7 @@ class Memory:
         points = [(n, mb) for n, mb in self.growth if n >= self.entries / 2]
         if len(points) < 2 or points[-1][0] == points[0][0]:
             return math.nan
-        mean_n = sum(n for n, _ in points) / len(points)
-        mean_mb = sum(mb for _, mb in points) / len(points)
-        slope = sum((n - mean_n) * (mb - mean_mb) for n, mb in points) / sum(
-            (n - mean_n) ** 2 for n, _ in points
-        )
+        slope = statistics.linear_regression(*zip(*points, strict=True)).slope
         return self.rss_mb + max(slope, 0.0) * (self.target - self.entries)
 
 
@@ -124,24 +117,13 @@ LOG_MARKS = {
     JOINED: "joined",
     READY: "ready (tables recovered)",
 }
-_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) \[\w+\s*\] (.*)$")
 
 
 def log_marks(log_path: Path, started: float) -> dict[str, float]:
     """Seconds from ``started`` (wall clock) to the first log line of each LOG_MARKS step."""
-    marks: dict[str, float] = {}
-    try:
-        text = log_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return marks
-    for line in text.splitlines():
-        found = _LOG_LINE.match(line)
-        if found is None:
-            continue
+    found: dict[str, float] = {}
+    for seconds, message, _ in marks(log_path, started, tuple(LOG_MARKS)):
         for needle, name in LOG_MARKS.items():
-            if name not in marks and needle in found.group(2):
-                stamp = datetime.fromisoformat(found.group(1)).timestamp()  # UTC, ISO 8601
-                marks[name] = stamp - started
-        if len(marks) == len(LOG_MARKS):
-            break
-    return marks
+            if needle in message:
+                found.setdefault(name, seconds)
+    return found

@@ -15,15 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench._procs import BenchError, ServerProcess
+from bench._procs import BenchError, ServerProcess, alive
 
 T = TypeVar("T")
 
 #: How long without progress before a phase is declared stuck.
 STALL_S = 90.0
-
-
-# --------------------------------------------------------------------------- processes
 
 
 def base_env(extra: dict[str, str]) -> dict[str, str]:
@@ -122,17 +119,8 @@ def kill_hard(process: ServerProcess) -> None:
 
 
 def check_alive(process: ServerProcess, what: str) -> None:
-    if not is_alive(process):
+    if process.process is None or not alive(process.pid):
         raise BenchError(f"{process.name} exited while {what}; its output:\n{process.log_tail()}")
-
-
-def is_alive(process: ServerProcess) -> bool:
-    """Whether the process runs (read from /proc, so that it is not reaped here)."""
-    try:
-        stat = Path(f"/proc/{process.pid}/stat").read_text(encoding="ascii")
-    except (BenchError, OSError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def poll(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float, every_s: float) -> T:

@@ -1,10 +1,6 @@
-"""(6) Cold takeover: a worker holding N dedupe entries is SIGKILLed and a worker with an
-empty data directory takes over its partitions; then the same with a warm standby.
-
-The times run from the kill: to the first of the killed worker's partitions answering a
-new event, and to every one of them answering. The replay rate is the changelog records
-of the new owner's "tables recovered" line over the time from its "joined" line to it.
-"""
+"""(6) Cold takeover: a worker holding N dedupe entries is SIGKILLed and an empty worker takes
+over; then with a warm standby. Times run from the kill to the first and to every partition
+answering; the replay rate is from the new owner's log."""
 
 from __future__ import annotations
 
@@ -57,13 +53,15 @@ class Worker:
     spawned: float = field(default_factory=time.time)
 
 
-def marks(log_path: Path, since: float) -> list[tuple[float, str, dict[str, str]]]:
-    """(seconds after ``since``, message, fields) of the worker's progress lines."""
+def marks(
+    log_path: Path, since: float, needles: tuple[str, ...] = (JOINED, RECOVERED, READY)
+) -> list[tuple[float, str, dict[str, str]]]:
+    """(seconds after ``since``, message, fields) of the worker's lines that hold a needle."""
     out: list[tuple[float, str, dict[str, str]]] = []
     text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     for line in text.splitlines():
         found = _LINE.match(line)
-        if found is None or not any(m in found.group(2) for m in (JOINED, RECOVERED, READY)):
+        if found is None or not any(m in found.group(2) for m in needles):
             continue
         stamp = datetime.fromisoformat(found.group(1)).timestamp() - since
         if stamp >= 0:

@@ -1,4 +1,6 @@
-"""The benchmarks' processes: the broker, servers under test, their CPU time."""
+"""The benchmarks' processes: the broker, servers under test, their CPU time (whole, and by
+thread group: the event loop, librdkafka's threads, other), read from /proc; and Debian's
+packages they need (wrk, Go, PostgreSQL), installed where missing."""
 
 from __future__ import annotations
 
@@ -8,16 +10,16 @@ import math
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 
-from bench._threads import runqueue_wait_seconds
 from testkit.processes import Supervised
 
 if TYPE_CHECKING:
@@ -56,7 +58,19 @@ async def reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-# --------------------------------------------------------------------------- CPU time
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (its state first), or
+    None when it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (read from /proc, so nothing is reaped here; a zombie does not)."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -65,12 +79,8 @@ def cpu_seconds(pid: int | None) -> float:
     if pid is None:
         times = os.times()
         return times.user + times.system
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return float("nan")
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    fields = stat_fields(pid)
+    return float("nan") if fields is None else (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def tree_pids(pid: int) -> set[int]:
@@ -166,9 +176,6 @@ class CpuWindow:
         self.begin()
         await asyncio.sleep(for_s)
         self.end()
-
-
-# --------------------------------------------------------------------------- the broker
 
 
 def kafka_version(classpath: str | None) -> str:
@@ -277,3 +284,116 @@ def topic_settings(
         decisions_topic=topics["ONCEONLY_DECISIONS_TOPIC"],
         **more,
     )
+
+
+#: The groups in the order the reports give them.
+GROUPS = ("loop", "rdk:main", "rdk:broker", "other")
+
+
+def thread_group(comm: str, tid: int, pid: int) -> str:
+    """The group of thread ``tid`` of process ``pid`` named ``comm``: ``loop`` for the main
+    thread (asyncio's loop runs there), ``rdk:main`` for librdkafka's main thread,
+    ``rdk:broker`` for each of its broker threads (one per broker and the internal ones),
+    ``other`` for the rest (executors, py-spy's, threads of other libraries)."""
+    if tid == pid:
+        return "loop"
+    if comm == "rdk:main":
+        return "rdk:main"
+    if comm.startswith("rdk:broker"):
+        return "rdk:broker"
+    return "other"
+
+
+def parse_stat(text: str) -> tuple[str, float]:
+    """(comm, user + system CPU seconds) of one /proc/<pid>/task/<tid>/stat line."""
+    head, _, rest = text.rpartition(")")
+    comm = head.partition("(")[2]
+    fields = rest.split()
+    return comm, (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+
+
+def thread_seconds(pid: int) -> dict[int, tuple[str, float]]:
+    """tid -> (comm, CPU seconds so far) of each live thread of ``pid``; {} if it is gone."""
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out[int(task.name)] = parse_stat((task / "stat").read_text(encoding="ascii"))
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return out
+
+
+def per_delivery_us(
+    before: Mapping[int, tuple[str, float]],
+    after: Mapping[int, tuple[str, float]],
+    pid: int,
+    deliveries: float,
+) -> dict[str, float]:
+    """µs of CPU per delivery by group (:data:`GROUPS`, all present) between two readings of
+    :func:`thread_seconds`, and ``total``. A thread read only once counts what it had then
+    (from 0 if it started meanwhile; nothing more if it ended)."""
+    spent = dict.fromkeys(GROUPS, 0.0)
+    for tid in before.keys() | after.keys():
+        comm, end = after.get(tid, before.get(tid, ("", 0.0)))
+        start = before[tid][1] if tid in before else 0.0
+        spent[thread_group(comm, tid, pid)] += max(0.0, end - start)
+    if deliveries <= 0:
+        return {**dict.fromkeys(spent, float("nan")), "total": float("nan")}
+    us = {group: 1e6 * seconds / deliveries for group, seconds in spent.items()}
+    us["total"] = sum(us.values())
+    return us
+
+
+def parse_schedstat(text: str) -> float:
+    """Seconds spent waiting on a run queue, from a /proc/<pid>/task/<tid>/schedstat line:
+    nanoseconds on a CPU, nanoseconds ready but waiting for one, and timeslices run."""
+    return int(text.split()[1]) / 1e9
+
+
+def runqueue_wait_seconds(pid: int | None) -> float:
+    """Seconds the main thread of ``pid`` (a server's event loop) has waited for a CPU so
+    far; NaN without a pid, once it is gone, or on a kernel without schedstat."""
+    if pid is None:
+        return float("nan")
+    try:
+        return parse_schedstat(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text("ascii"))
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+T = TypeVar("T")
+
+
+def debian_package(package: str, find: Callable[[], T | None], what: str) -> T:
+    """What ``find`` finds; installs Debian's ``package`` with apt-get as root first when it
+    finds nothing (``what``: the missing thing, in the message)."""
+    found = find()
+    if found is not None:
+        return found
+    if os.geteuid() != 0:
+        raise BenchError(
+            f"{what} is not installed and this is not root: `sudo apt-get install {package}`"
+        )
+    console.print(f"installing Debian's {package} package (apt-get) …")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
+    if subprocess.run(install, env=env, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
+        subprocess.run(install, env=env, check=False)
+    found = find()
+    if found is None:
+        raise BenchError(f"apt-get could not install {package}; see its output above")
+    return found
+
+
+def debian_command(command: str, package: str, *, also: tuple[str, ...] = ()) -> str:
+    """The path of ``command`` (or of the first of ``also``, full paths, that exists)."""
+
+    def find() -> str | None:
+        return shutil.which(command) or next((p for p in also if os.access(p, os.X_OK)), None)
+
+    return debian_package(package, find, command)

@@ -1,11 +1,5 @@
-"""The benchmarks' one report writer: onceonly's figures as ratios to the baselines, the
-tables, the markdown report (with its chart, or without); :mod:`bench._runner` runs them.
-
-The report is built by pure functions, from figures to text (:func:`ratios`,
-:func:`ratio_table`, :func:`render`), so that it can be tested without running anything;
-:func:`chart` draws the PNG with matplotlib (Agg backend) and :func:`write_report`
-writes both, ``<name>-<date>.md`` and ``<name>-<date>.png``, under ``bench/results/``.
-"""
+"""The benchmarks' one report writer: ratios to the baselines, the tables, the markdown report
+(with its chart or without), built by pure functions; :mod:`bench._runner` runs them."""
 
 from __future__ import annotations
 
@@ -23,8 +17,6 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CONTENDED_PERCENT = 20.0
 
 T = TypeVar("T")
-
-# --------------------------------------------------------------------------- figures
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +138,6 @@ def ratio_table(comparison: Comparison) -> list[str]:
     return lines
 
 
-# --------------------------------------------------------------------------- the report
-
-
 @dataclass(slots=True)
 class Section:
     """One benchmark's part of the report."""
@@ -230,16 +219,13 @@ def chart(comparisons: Sequence[Comparison], path: Path, title: str) -> None:
                 ax.set_yscale("log")
         else:
             width = 0.38
-            p50 = [0.0 if math.isnan(f.p50_ms) else f.p50_ms for f in figures]
-            p99 = [0.0 if math.isnan(f.p99_ms) else f.p99_ms for f in figures]
-            b50 = ax.bar(
-                [x - width / 2 for x in positions], p50, width, label="p50", color="#4c6ef5"
-            )
-            b99 = ax.bar(
-                [x + width / 2 for x in positions], p99, width, label="p99", color="#e8590c"
-            )
-            ax.bar_label(b50, labels=[fmt_ms(f.p50_ms) for f in figures], fontsize=7)
-            ax.bar_label(b99, labels=[fmt_ms(f.p99_ms) for f in figures], fontsize=7)
+            for name, side, colour in (("p50", -1, "#4c6ef5"), ("p99", 1, "#e8590c")):
+                ms = [getattr(f, f"{name}_ms") for f in figures]
+                at = [x + side * width / 2 for x in positions]
+                bars = ax.bar(
+                    at, [0.0 if math.isnan(v) else v for v in ms], width, label=name, color=colour
+                )
+                ax.bar_label(bars, labels=[fmt_ms(v) for v in ms], fontsize=7)
             ax.set_ylabel("ms")
             ax.set_title("latency at peak, ms", fontsize=10)
             ax.legend(fontsize=8)

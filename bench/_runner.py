@@ -1,13 +1,11 @@
-"""The one runner of the benchmarks that start a stack, drive a load and write a report.
-
-Each such benchmark is a :class:`Scenario`: its option table, what it makes of the
-options, what it runs on a broker of its own (embedded, or ``ONCEONLY_KAFKA_BOOTSTRAP``)
-in a temporary folder, and the report it writes of the results; :func:`command` makes its
-``python -m`` command, with ``--out`` (and ``--smoke`` when its options have smoke sizes).
-"""
+"""The one runner of the benchmarks that start a stack, drive a load and write a report:
+each is a :class:`Scenario`, and :func:`command` makes its ``python -m`` command; the
+machine, versions, load and code its report says the figures were measured on."""
 
 from __future__ import annotations
 
+import os
+import platform
 import signal
 import subprocess
 import sys
@@ -15,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import Any, Generic, TypeVar
@@ -22,7 +21,7 @@ from typing import Any, Generic, TypeVar
 import click
 
 from bench._options import OUT, Opt, sized, with_options
-from bench._procs import BenchError, Broker, console, kafka
+from bench._procs import ROOT, BenchError, Broker, console, kafka
 from bench._report import Section, command_line, write_markdown, write_report
 
 Opts = TypeVar("Opts")
@@ -63,8 +62,6 @@ class Scenario(Generic[Opts, R]):
         """Make the options, collect on a broker of its own (under :func:`execute`), write
         the report, the machine described in it (the load average and the code are taken at
         the start, as the processes run the code as it is then)."""
-        from bench._machine import loadavg, machine, revision
-
         opts = self.make(**sized(values, smoke, self.options))
         load_before, code, began = loadavg(), revision(), time.monotonic()
 
@@ -138,3 +135,83 @@ def command(scenario: Scenario[Any, Any], doc: str) -> click.Command:
 def whole_run(_results: object, seconds: float) -> list[tuple[str, str]]:
     """The machine table's line of how long the whole run took."""
     return [("whole run", f"{seconds:.0f} s")]
+
+
+#: The libraries of the worker whose versions a report gives.
+LIBRARIES = ("faust-streaming", "mode-streaming", "aiokafka", "rocksdict", "agentmail", "httpx")
+
+
+def _first(path: str, key: str) -> str | None:
+    try:
+        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key:
+                return value.strip()
+    except OSError:
+        return None
+    return None
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine(kafka: str) -> list[tuple[str, str]]:
+    """What the figures were measured on, as (item, value) pairs."""
+    import confluent_kafka
+
+    mem_kb = _first("/proc/meminfo", "MemTotal")
+    mem = f"{int(mem_kb.split()[0]) / 1024**2:.1f} GiB" if mem_kb else "unknown"
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count() or 0
+    librdkafka = confluent_kafka.libversion()[0]
+    return [
+        ("CPU", _first("/proc/cpuinfo", "model name") or platform.processor() or "unknown"),
+        ("cores", f"{os.cpu_count()} logical, {usable} usable by this process"),
+        ("memory", mem),
+        ("OS", platform.platform()),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
+        (
+            "libraries",
+            f"aiohttp {_version('aiohttp')}, svix {_version('svix')}, "
+            f"confluent-kafka {_version('confluent-kafka')} (librdkafka {librdkafka}), "
+            f"asyncpg {_version('asyncpg')}",
+        ),
+        (
+            "processor libraries",
+            ", ".join(f"{name} {_version(name)}" for name in LIBRARIES),
+        ),
+        ("Kafka", kafka),
+    ]
+
+
+def loadavg() -> str:
+    """The machine's load average over 1, 5 and 15 minutes."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+    )
+    return done.stdout.strip()
+
+
+def revision() -> str:
+    """The commit the code under test comes from, and whether it had local changes."""
+    try:
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--", "onceonly")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    if dirty:
+        return f"{head}, with uncommitted changes under onceonly/"
+    return head

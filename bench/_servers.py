@@ -1,22 +1,7 @@
-"""The two baseline servers of the ingest benchmark, each run as its own process.
-
-``python -m bench._servers bare --port N``
-    (a) an aiohttp POST handler that reads the body and answers 204.
-``python -m bench._servers svix --port N``
-    (b) the same handler plus Svix verification of the raw body and headers
-    (:func:`onceonly.ingest.verify.verify_svix`, which wraps ``svix.webhooks.Webhook``);
-    the secret comes from ``ONCEONLY_AGENTMAIL_WEBHOOK_SECRET``, as for ingest.
-``python -m bench._servers postgres --port N --dsn DSN [--pool-size P]``
-    (d) the reference design of AgentMail's webhook article: (b), then
-    ``INSERT INTO deliveries (event_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING``
-    into PostgreSQL through an asyncpg pool of ``P`` connections, awaited before the
-    204 (the event id is the body's ``event_id``, the body stored as jsonb). It creates
-    the table at start-up if it is missing (:data:`bench._postgres.SCHEMA`).
-
-All are set up as ingest sets up its site (``AppRunner`` without access log, one
-``TCPSite`` on loopback, the default asyncio loop) and answer ``GET /healthz``.
-They stop on SIGINT or SIGTERM.
-"""
+"""The baseline servers of the ingest benchmark, each its own process:
+``python -m bench._servers bare|svix|postgres --port N [--dsn DSN --pool-size P]``:
+(a) answers 204, (b) + Svix verification, (d) + ``INSERT ... ON CONFLICT DO NOTHING``
+through asyncpg, awaited before the 204. Set up as ingest's site; ``GET /healthz``."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
-"""wrk, the closed-loop load generator of the ingest benchmark.
-
-wrk (Debian's ``wrk`` package, installed with apt-get where missing, as
-:mod:`bench._postgres` installs PostgreSQL) is a C event loop: at the peaks of (a) and (b)
-it needs a fraction of the CPU the Python generator needed, so the peak is the server's.
-
-* :func:`lua_script` writes a wrk script that sends the pool of signed deliveries in turn,
-  each with its own body and headers (``wrk.format`` with a headers table, Host included);
-* :func:`parse_output` reads what ``wrk --latency`` prints: requests, duration, answers
-  that were not 2xx, socket errors, and the latency distribution (p50, p75, p90, p99);
-* :func:`wrk_closed_loop` runs a warm-up, then the measured run, with a
-  :class:`~bench._procs.CpuWindow` inside it that names wrk's pid ``load``.
-
-wrk's latency is from the request's send to its answer on one of ``connections``
-keep-alive connections, corrected by wrk for coordinated omission (its ``stats_correct``).
-"""
+"""wrk, the closed-loop load generator of the ingest benchmark (Debian's ``wrk``, installed
+where missing): a Lua script of the signed pool, its output parsed, a warm-up then the
+measured run with a CPU window that names wrk ``load``."""
 
 from __future__ import annotations
 
@@ -27,9 +14,8 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from bench._debian import debian_command
 from bench._load import Delivery, Sample
-from bench._procs import BenchError, CpuWindow, reap
+from bench._procs import BenchError, CpuWindow, debian_command, reap
 
 #: What the script prints, flushed, once a thread's requests are formatted: the runner
 #: starts its CPU window only after every thread printed it (wrk starts the clock then).
@@ -39,9 +25,6 @@ CHUNK = 500
 #: Seconds of the measured run before the CPU window opens and after it closes.
 LEAD_S = 0.5
 TAIL_S = 0.5
-
-
-# --------------------------------------------------------------------------- the script
 
 
 def _escape(byte: int) -> str:
@@ -135,9 +118,6 @@ def lua_script(pool: Sequence[Delivery], url: str) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- its output
-
-
 @dataclass(frozen=True, slots=True)
 class WrkOutput:
     """What one ``wrk --latency`` run printed."""
@@ -209,9 +189,6 @@ def sample_of(out: WrkOutput, pool_size: int, sent_before: int = 0) -> WrkSample
             sample.statuses[f"socket {name} error"] = n
     sample.pool_wrapped = sent_before + out.requests > pool_size
     return sample
-
-
-# --------------------------------------------------------------------------- running it
 
 
 def wrk_binary() -> str:

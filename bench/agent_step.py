@@ -1,25 +1,9 @@
-"""Agent-step benchmark: a model-like writer behind the reorder window, at a steady rate.
+"""Agent-step benchmark (``python -m bench.agent_step``, ``make bench-agent``): ingest and a
+worker with a model-like writer (1 s ± 20 %) behind the reorder window, at a steady
+rate; (B) with some messages hanging in the writer; (C) ``--instant``: CPU per reply.
 
-``python -m bench.agent_step`` (``make bench-agent``) runs, on one embedded broker (or the
-cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id:
-
-(A) ``onceonly ingest`` and one ``onceonly worker`` (real processes) with
-    ``ONCEONLY_REPLY_WRITER=bench._model:writer`` (async, 1 s ± 20 %), the reorder window
-    at ``--window-ms`` and ``ONCEONLY_WRITER_CONCURRENCY=--concurrency``; an open loop
-    POSTs svix-signed AgentMail deliveries to ingest at ``--rate`` for ``--duration`` s,
-    each a distinct message in a thread of its own; the instant mail server
-    (``bench._instant_mail``) records when each reply arrives. Figures: replies/s per
-    worker (the mail server's first reply to its last), p50/p99 from ingest's 204 to the
-    mail server receiving the reply, unanswered messages, the worker's CPU per reply;
-(B) the same with ``--hang-fraction`` of the messages (evenly spread) hanging in the
-    writer until ``ONCEONLY_WRITER_TIMEOUT_S``; the latencies are the other messages';
-(C) with ``--instant``: the worker's CPU per reply with the instant writer
-    (``onceonly.processors.writer:acknowledge``) and window 0, over ``--instant-count`` records
-    produced straight to Kafka (``bench.processors`` (2), same code).
-
-Targets (the issue): replies/s >= 0.8 x concurrency / mean writer latency (1.0 s), p99 <=
-window + the writer's longest latency (1.2 s) + 1 s, and (B)'s p99 <= 1.1 x (A)'s.
-The report is written to ``<--out>/agent-step-<date>.md``.
+Targets: replies/s >= 0.8 x concurrency / 1.0 s, p99 <= window + 1.2 s + 1 s, (B)'s p99
+<= 1.1 x (A)'s. Report: ``<--out>/agent-step-<date>.md``; docs/benchmarks.md describes it.
 """
 
 from __future__ import annotations
@@ -29,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench._agent_load import RunResult
+from bench._agent_load import RunResult, Setup, run
 from bench._model import LATENCY_S
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_phases import Bench
@@ -37,7 +21,6 @@ from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, console
 from bench._report import contended, fmt, fmt_cpu, met, verdict_report
 from bench._runner import Scenario, command
-from bench._stack_run import Setup, run
 
 MEAN_WRITER_S = sum(LATENCY_S) / 2
 #: Writer timeout and attempts in (A) and (B), so that a hanging call ends in seconds.
@@ -84,11 +67,8 @@ class Results:
     instant_cpu: str = ""
 
 
-# --------------------------------------------------------------------------- the runs
-
-
 def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
-    """(A) or (B): the steady load through ingest and the worker (:func:`bench._stack_run.run`),
+    """(A) or (B): the steady load through ingest and the worker (:func:`bench._agent_load.run`),
     ``fraction`` of the messages hanging."""
     count = int(opts.rate * opts.duration_s)
     settings = opts.worker_settings()
@@ -111,9 +91,6 @@ def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
         drain = bench.run_replies(count)
     r.instant_ms, r.instant_rate, r.instant_cpu = drain.cpu_ms, drain.rate, fmt_cpu(drain.cpu)
     console.print(f"(C) {drain.rate:,.0f} replies/s, {drain.cpu_ms:.2f} ms of CPU per reply")
-
-
-# --------------------------------------------------------------------------- the report
 
 
 def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
@@ -212,9 +189,6 @@ HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
 
 def report_lines(opts: Options, r: Results) -> list[str]:
     return verdict_report("onceonly agent-step benchmark", HEADERS, rows(opts, r), notes(opts, r))
-
-
-# --------------------------------------------------------------------------- main
 
 
 def collect(opts: Options, broker: Broker, work: Path) -> Results:

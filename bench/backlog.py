@@ -1,26 +1,8 @@
-"""Backlog benchmark: backpressure at every window, over a backlog of large bodies.
-
-``python -m bench.backlog`` (``make bench-backlog``, and the last step of ``make bench``)
-produces, on one embedded broker (or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``),
-``--threads`` AgentMail ``message.received`` envelopes (as ingest makes them; each a
-thread of its own with a ``--body-kb`` KB text body) to a fresh deliveries topic; only
-then starts one ``onceonly worker`` with an async writer that sleeps ``--writer-s``
-(``bench._backlog_writer``), the reorder window at ``--window-ms`` and
-``ONCEONLY_WRITER_CONCURRENCY=--concurrency``, replying through its real AgentMail sender
-to the instant mail server (``bench._instant_mail``), which counts the emails per message.
-
-Figures: the time from the worker's start to the last reply beside its floor (threads x
-writer-s / concurrency), replies/s, the worker's peak RSS (VmHWM), the rebalances in its
-log, the emails per thread, and its ``onceonly_fence_to_send_seconds`` p50/p99 and
-``onceonly_fenced_total``; and, in the benchmark's own process, a tick's ``due_keys``
-over held bodies beside its 1 KB baseline (``bench._backlog_tick``). Targets (issue 29,
-item 5): RSS under 1 GiB, no rebalance, every thread answered exactly once. The report:
-``<--results-dir>/backlog-<date>.md`` (and its chart, ``.png``).
-
-A smoke run, in a few minutes::
-
-    python -m bench.backlog --threads 2000 --body-kb 50
-"""
+"""Backlog benchmark (``python -m bench.backlog``, ``make bench-backlog``): a backlog of
+large-bodied envelopes produced first, then one worker with a fixed-latency writer drains
+it. Targets (issue 29): RSS under 1 GiB, no rebalance, every thread answered once.
+Report: ``<--results-dir>/backlog-<date>.md`` and ``.png``. Smoke:
+``python -m bench.backlog --threads 2000 --body-kb 50``."""
 
 from __future__ import annotations
 
@@ -46,8 +28,8 @@ from bench._backlog_figures import (
     rebalances,
 )
 from bench._backlog_records import backlog_records, message_id
+from bench._backlog_records import measure as measure_tick
 from bench._backlog_report import HEADERS, rows, section
-from bench._backlog_tick import measure as measure_tick
 from bench._backlog_writer import WRITER_S_ENV
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
@@ -76,9 +58,6 @@ def worker_settings(plan: Plan) -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------- the backlog
-
-
 def check_disk(plan: Plan, work: Path) -> None:
     need = plan.threads * (plan.body_kb + 2) * 1024 * DISK_FACTOR
     free = shutil.disk_usage(work).free
@@ -102,9 +81,6 @@ def produce_backlog(plan: Plan, broker: Broker, topic: str, tag: str) -> tuple[f
     seconds = produce(broker.bootstrap, topic, counted(), plan.threads)
     console.print(f"  {produced[0] / 1e6:,.0f} MB in {seconds:.0f} s")
     return seconds, produced[0] / 1e6
-
-
-# --------------------------------------------------------------------------- the drain
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +229,6 @@ def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
         overlaps(log_text),
         tick,
     )
-
-
-# --------------------------------------------------------------------------- main
 
 
 def options(

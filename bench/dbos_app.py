@@ -1,32 +1,10 @@
 """The DBOS Transact app of the DBOS comparison: the same job as onceonly's worker, DBOS's way.
 
 ``.venv-dbos/bin/python -m bench.dbos_app --bootstrap HOST:PORT --topic T --group G
---database-url postgresql://… --mail-url http://127.0.0.1:N``
-
-It runs in its own virtual environment (``.venv-dbos``, from
-``bench/dbos-requirements.txt``; ``make bench-dbos`` makes it): dbos 3.4.0 needs
-croniter >= 6.2.4 and faust-streaming's mode-streaming needs croniter < 6, so the two
-cannot share one. It imports nothing of onceonly, as a team's own app would not; only
-the benchmark's model-like writer (:mod:`bench._counted_model`, standard library only).
-
-Written as DBOS's Kafka guide and its reference recommend
-(https://docs.dbos.dev/python/tutorials/kafka-integration): ``@DBOS.kafka_consumer``
-on a ``@DBOS.workflow``, one workflow per record, whose id DBOS derives from topic,
-partition, group and offset (``kafka-unique-id-…``): a record consumed again finds its
-workflow already there, which is DBOS's dedupe. Every external call is a ``@DBOS.step``,
-checkpointed in the PostgreSQL system database once it returns:
-
-1. ``write_reply``: the model-like writer (1 s ± 20 %, ``bench._model``);
-2. ``send_reply``: ``inboxes.messages.reply`` through the ``agentmail`` SDK (its own
-   httpx client, as a user would write it), carrying onceonly's idempotency key
-   (``reply-`` + sha256(inbox_id, newline, message_id)), so that a send the step repeats
-   after a crash is a replay at the mail API, not a second email.
-
-``ordering`` is left at its default, ``"none"``: records run in parallel, in no order,
-as onceonly's worker with a reorder window of 0 runs distinct conversations. DBOS has
-no reorder by payload time and no per-key lane; ``ordering="partition"`` would run one
-workflow at a time per partition. The queue polling interval and every other setting
-are DBOS's defaults. SIGTERM or SIGINT stop it (``DBOS.destroy``).
+--database-url postgresql://… --mail-url http://127.0.0.1:N``, in its own virtualenv
+(dbos and faust-streaming need incompatible croniter). As DBOS's Kafka guide recommends:
+``@DBOS.kafka_consumer`` on a workflow per record, the writer and the send (with
+onceonly's idempotency key) as steps; DBOS's defaults otherwise.
 """
 
 from __future__ import annotations

@@ -1,31 +1,8 @@
-"""onceonly's worker beside a DBOS Transact app: the same job, the same faults, one run.
-
-``python -m bench.dbos_compare`` (``make bench-dbos``; ``--smoke`` for a run of a few
-minutes) runs, on one embedded broker (or ``ONCEONLY_KAFKA_BOOTSTRAP``), one after the
-other, each with a deliveries topic, a mail server and a calls file of its own:
-
-(A) ``onceonly worker`` (a real process): ``ONCEONLY_REPLY_WRITER=bench._counted_model:writer``
-    (the agent-step benchmark's model-like writer, 1 s ± 20 %, every call written down),
-    ``ONCEONLY_WRITER_CONCURRENCY=--concurrency``, and a reorder window of 0, since the
-    DBOS app has no reorder to match;
-(B) the DBOS app (``bench.dbos_app``, dbos 3.4.0 from ``.venv-dbos``): ``@DBOS.kafka_consumer``
-    on a workflow with the same writer as a step and the send as a step with the same
-    idempotency key, on Debian's PostgreSQL as its system database, started for the run
-    (``bench._postgres``, installed if missing) and removed after.
-
-Both read the very same envelopes (AgentMail ``message.received``, each in a thread of
-its own), produced straight to Kafka by an open loop at ``--rate``/s. For each: a warm-up,
-then the steady run (``--duration`` s): replies/s, p50/p99 from the broker's ack of the
-record to the mail server receiving the email, CPU per reply of every process of the
-system (the worker or the app, PostgreSQL with all its backends, the broker), memory
-(PSS); then the kill run (``--kill-duration`` s of the same load): SIGKILL of the worker
-or the app halfway, started again at once, and then emails, send requests and model
-calls per message, model calls in flight at the kill, and the time from the restart to
-the first email. The report is ``<--out>/dbos-<date>.md``.
-
-Targets for onceonly (issue 17): replies/s >= the DBOS app's, p99 <= its, emails per
-message exactly 1, fewer model calls per message after the kill.
-"""
+"""onceonly's worker beside a DBOS Transact app (``python -m bench.dbos_compare``,
+``make bench-dbos``): the same envelopes, writer and faults, one after the other; a steady
+run, then a run with a SIGKILL halfway. Targets (issue 17): replies/s >= DBOS's, p99 <=
+its, exactly 1 email per message, fewer model calls per message after the kill.
+Report: ``<--out>/dbos-<date>.md``."""
 
 from __future__ import annotations
 
@@ -122,9 +99,6 @@ def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig
         start = stack.dbos_starter(url, f"onceonly-bench-dbos-{bench.tag}")
         c = stack.Contender("DBOS app", bench, start, {"postgres": pg.pid}, name="app")
         return contend(c, opts, load), pg.version
-
-
-# --------------------------------------------------------------------------- the report
 
 
 WHEN = "during a steady run (`other` above)"

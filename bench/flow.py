@@ -1,65 +1,62 @@
-"""Flow-control benchmark: the group's rate limit, the model's 429s, fairness between tenants.
-
-``python -m bench.flow`` (``make bench-flow``) runs, on one embedded broker (or the cluster
-named by ``ONCEONLY_KAFKA_BOOTSTRAP``), each run with fresh topics and app id, real
-``onceonly worker`` processes with the openai example writer
-(``onceonly.processors.writer.openai:reply``) against the local chat-completions server
-(``testkit.fakes.openai_server``, which notes when each request came and answers after
-``latency``), and the local AgentMail server. Deliveries are produced to the deliveries
-topic as ingest would (the clock starts at the broker's ack, which precedes ingest's 204):
-
-(A) **rate**: ``--workers`` workers with ``ONCEONLY_MODEL_RPM=--rpm``, a ``--latency`` s
-    model, ``--messages`` messages at once, one per thread. Target: at most RPM model calls
-    in any 60 s window (10/s +- 10 % at 600), replies at >= 0.9 x RPM/60 a second.
-(B) **429**: one worker; the model answers 429 with ``Retry-After: --retry-after`` for
-    ``--throttle`` s while ``--throttled-messages`` messages come in. Target: after the
-    calls in flight at the first 429, at most one call per ``--retry-after`` s until the
-    window ends; every message answered once afterwards, none dead-lettered.
-(C) **fairness**: one worker at ``--concurrency``; tenant A (an inbox) posts ``--flood``
-    messages at once, tenant B ``--tenant-b`` once A's first replies are out, and
-    ``--tenant-b`` more once the worker has taken all of A's records. Target: B's p99
-    from its produce to its email <= window + 2 x model latency + 1 s.
-
-The report is ``<--out>/flow-<date>.md``.
-"""
+"""Flow-control benchmark (``python -m bench.flow``, ``make bench-flow``): (A) the group's
+rate limit, (B) the model's 429s with Retry-After, (C) fairness between two tenants; real
+workers with the openai writer against the local model server. Report:
+``<--out>/flow-<date>.md``; the targets are in docs/benchmarks.md."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-from bench import _flow_figures as fig
-from bench import _once
+from bench import _load, _once
 from bench._flow_stack import Stack
-from bench._options import Opt
+from bench._options import Opt, Values
 from bench._proc_stack import scrape
 from bench._procs import Broker, console
 from bench._runner import Scenario, command
-
-# --------------------------------------------------------------------------- the runs
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    workers: int
-    rpm: float
-    latency_s: float
-    messages: int
-    throttle_s: float
-    retry_after_s: float
-    throttled_messages: int
-    concurrency: int
-    flood: int
-    tenant_b: int
-    window_ms: int
-    flood_latency_s: float
-    partitions: int
-    runs: str
+from testkit.invariants import most_in_window as most_in_window  # the checker's own
 
 
-async def run_rate(opts: Options, stack: Stack) -> list[str]:
+def rate(times: Sequence[float]) -> float:
+    """Events a second from the first to the last (nan for fewer than two)."""
+    if len(times) < 2:
+        return math.nan
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else math.inf
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0-100) of ``values`` (nan when empty)."""
+    return _load.percentile(list(values), q / 100)
+
+
+def gaps(times: Sequence[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(sorted(times))]
+
+
+def probes_in_pause(
+    refused: Sequence[float], first_answer: float, until: float, settle_s: float = 0.5
+) -> list[float]:
+    """The 429s after the calls in flight at the first 429 came back (``settle_s`` after
+    it) and before the throttle ended: what the pause let through."""
+    return [at for at in refused if first_answer + settle_s < at < until]
+
+
+def mean_of(metrics: dict[str, float], histogram: str) -> float:
+    """A Prometheus histogram's mean from its ``_sum`` and ``_count`` (nan with none)."""
+    count = metrics.get(f"{histogram}_count", 0.0)
+    return metrics.get(f"{histogram}_sum", math.nan) / count if count else math.nan
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+async def run_rate(opts: Values, stack: Stack) -> list[str]:
     """(A): the group's RPM over ``--workers`` workers."""
     stack.chat.latency_s = opts.latency_s
     for _ in range(opts.workers):
@@ -69,8 +66,8 @@ async def run_rate(opts: Options, stack: Stack) -> list[str]:
     budget_s = opts.messages / (opts.rpm / 60) * 1.5 + 120
     answered = await stack.answered(set(acked), budget_s)
     calls = [at for at, status in stack.chat.calls if status == 200]
-    most = fig.most_in_window(calls, 60.0)
-    call_rate, reply_rate = fig.rate(calls), fig.rate(list(answered.values()))
+    most = most_in_window(calls, 60.0)
+    call_rate, reply_rate = rate(calls), rate(list(answered.values()))
     per_s = opts.rpm / 60
     twice = _once.doubled(_once.verdict(acked, stack.sent_to()))
     ok_window = most <= opts.rpm
@@ -81,19 +78,18 @@ async def run_rate(opts: Options, stack: Stack) -> list[str]:
         "",
         "| figure | value | target | met |",
         "| --- | --- | --- | --- |",
-        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | "
-        f"{fig.met(ok_window)} |",
+        f"| most model calls in any 60 s window | {most} | <= {opts.rpm:g} | {met(ok_window)} |",
         f"| model calls a second, first to last | {call_rate:.2f} | {per_s:g} +- 10 % | "
-        f"{fig.met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
+        f"{met(abs(call_rate - per_s) <= 0.1 * per_s)} |",
         f"| replies a second, first to last | {reply_rate:.2f} | >= {0.9 * per_s:.2f} | "
-        f"{fig.met(ok_rate)} |",
+        f"{met(ok_rate)} |",
         f"| answered / answered twice | {len(answered)} / {twice} | {opts.messages} / 0 | "
-        f"{fig.met(len(answered) == opts.messages and twice == 0)} |",
+        f"{met(len(answered) == opts.messages and twice == 0)} |",
         "",
     ]
 
 
-async def run_throttle(opts: Options, stack: Stack) -> list[str]:
+async def run_throttle(opts: Values, stack: Stack) -> list[str]:
     """(B): a model that answers 429 with Retry-After for a while."""
     stack.chat.latency_s = 0.1
     stack.worker(ONCEONLY_REORDER_WINDOW_MS="0")
@@ -105,9 +101,9 @@ async def run_throttle(opts: Options, stack: Stack) -> list[str]:
     answered = await stack.answered(set(acked), opts.throttle_s + 180)
     refused = [at for at, status in stack.chat.calls if status == 429]
     first_wave = [at for at in refused if at <= refused[0] + 0.5] if refused else []
-    probes = fig.probes_in_pause(refused, refused[0], until) if refused else []
+    probes = probes_in_pause(refused, refused[0], until) if refused else []
     allowed = (until - refused[0]) / opts.retry_after_s + 1 if refused else 0
-    spacing = min(fig.gaps(probes), default=float("nan"))
+    spacing = min(gaps(probes), default=float("nan"))
     twice = _once.doubled(_once.verdict(acked, stack.sent_to()))
     return [
         f"## (B) 429 with Retry-After: {opts.retry_after_s:g} for {opts.throttle_s:g} s, "
@@ -119,17 +115,17 @@ async def run_throttle(opts: Options, stack: Stack) -> list[str]:
         "(not limited: they had started) | |",
         f"| calls after those, while the model still refused | {len(probes)} | "
         f"<= {allowed:.0f} (one per {opts.retry_after_s:g} s) | "
-        f"{fig.met(len(probes) <= allowed)} |",
+        f"{met(len(probes) <= allowed)} |",
         f"| shortest gap between those calls | {spacing:.2f} s | >= {opts.retry_after_s:g} s | "
-        f"{fig.met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
+        f"{met(not probes or spacing >= opts.retry_after_s * 0.95)} |",
         f"| answered / answered twice | {len(answered)} / {twice} | "
         f"{opts.throttled_messages} / 0 | "
-        f"{fig.met(len(answered) == opts.throttled_messages and twice == 0)} |",
+        f"{met(len(answered) == opts.throttled_messages and twice == 0)} |",
         "",
     ]
 
 
-async def run_fairness(opts: Options, stack: Stack) -> list[str]:
+async def run_fairness(opts: Values, stack: Stack) -> list[str]:
     """(C): tenant A's flood against tenant B's few messages, twice: B posts once A's
     first replies are out (A's records may still be being read), and once the worker has
     taken all of A's records (A's flood waits for the model)."""
@@ -175,11 +171,11 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
         *_b_rows("B once A's first replies are out", early, written, target, opts),
         *_b_rows("B once the worker took all of A's records", read, written, target, opts),
         f"| A answered in all | {len(seen_a)} (in {drain:.0f} s) | {opts.flood} | "
-        f"{fig.met(len(seen_a) == opts.flood)} |",
+        f"{met(len(seen_a) == opts.flood)} |",
         f"| answered twice | {_once.doubled(_once.verdict(everyone, stack.sent_to()))} | 0 | |",
         f"| worker: mean writer call / mean wait for admission | "
-        f"{fig.mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
-        f"{fig.mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
+        f"{mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
+        f"{mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
         "",
     ]
 
@@ -187,7 +183,7 @@ async def run_fairness(opts: Options, stack: Stack) -> list[str]:
 Posted = tuple[dict[str, float], dict[str, float], int]
 
 
-async def _tenant_b(stack: Stack, prefix: str, opts: Options, seen_a: dict[str, float]) -> Posted:
+async def _tenant_b(stack: Stack, prefix: str, opts: Values, seen_a: dict[str, float]) -> Posted:
     """B's messages: when each was acked, when each was answered, A's replies by then."""
     names = [f"{prefix}{n}" for n in range(opts.tenant_b)]
     acked = await stack.deliver("b@bench.example", names)
@@ -195,26 +191,26 @@ async def _tenant_b(stack: Stack, prefix: str, opts: Options, seen_a: dict[str, 
 
 
 def _b_rows(
-    label: str, posted: Posted, written: dict[str, float], target: float, opts: Options
+    label: str, posted: Posted, written: dict[str, float], target: float, opts: Values
 ) -> list[str]:
     acked, seen, a_then = posted
     waits = [seen[m] - acked[m] for m in seen]
     to_text = [written[m] - acked[m] for m in acked if m in written]
-    p99 = fig.percentile(waits, 99)
+    p99 = percentile(waits, 99)
     return [
         f"| {label} (A's replies out then: {a_then}): p50 / p99 / max from produce to "
-        f"email | {fig.percentile(waits, 50):.2f} / {p99:.2f} / "
+        f"email | {percentile(waits, 50):.2f} / {p99:.2f} / "
         f"{max(waits, default=float('nan')):.2f} s | p99 <= {target:g} s | "
-        f"{fig.met(len(waits) == opts.tenant_b and p99 <= target)} |",
+        f"{met(len(waits) == opts.tenant_b and p99 <= target)} |",
         f"| the same, p99 from produce to its text recorded | "
-        f"{fig.percentile(to_text, 99):.2f} s | | |",
+        f"{percentile(to_text, 99):.2f} s | | |",
     ]
 
 
 RUNS = {"rate": run_rate, "throttle": run_throttle, "fairness": run_fairness}
 
 
-async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
+async def run_all(opts: Values, broker: Broker, work: Path) -> list[str]:
     lines: list[str] = []
     for name in opts.runs.split(","):
         body = RUNS[name]
@@ -228,11 +224,11 @@ async def run_all(opts: Options, broker: Broker, work: Path) -> list[str]:
     return lines
 
 
-def collect(opts: Options, broker: Broker, work: Path) -> list[str]:
+def collect(opts: Values, broker: Broker, work: Path) -> list[str]:
     return asyncio.run(run_all(opts, broker, work))
 
 
-def report_lines(_opts: Options, lines: list[str]) -> list[str]:
+def report_lines(_opts: Values, lines: list[str]) -> list[str]:
     return lines
 
 
@@ -256,7 +252,7 @@ FLOW = Scenario(
     "flow",
     "Flow control for the model",
     OPTIONS,
-    Options,
+    Values,
     collect,
     report_lines,
     smoke="small sizes: a minute or two",

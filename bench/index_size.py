@@ -1,21 +1,8 @@
-"""The operator index against today's whole-topic scan, on one embedded broker:
-``python -m bench.index_size`` (about a minute at the default 100,000 ledger records).
-
-Writes ``--records`` reply-ledger records (``--drafts`` of them drafts awaiting approval,
-the rest sent), then measures: the index's build rate from a cold start (records/s,
-in this process), its disk per million records, and ``onceonly approvals list`` and
-``onceonly approvals reject KEY --wait 0`` (finding one draft by key, twice: before the
-decision and after its wait) run as an operator runs them (a fresh process each, wall
-time and peak memory) answered from the index and by today's scan of the whole ledger;
-prints the ratios. Then ``onceonly trace KEY`` from the index (``--runs`` fresh processes:
-p50, p99) and the operator page's sections read and rendered from the index (a quarter as
-many runs). No worker runs: the rejection is produced and left waiting. At 10 million
-records (``--records 10000000 --no-scan``: the scan needs about 90 s and 5 GB per million)
-the build takes most of the run. ``--deliveries N`` also writes N deliveries (AgentMail
-envelopes as ingest produces them, ~1.5 KB bodies, message ids ``<m{n}@example.com>`` as
-the ledger's replies name them) and traces the last one's message id, so the build rate
-and the disk per million are shown for the deliveries topic too. Issue 45.
-"""
+"""The operator index against today's whole-topic scan (``python -m bench.index_size``,
+issue 45): build rate, disk per million records, ``approvals list``/``reject`` and
+``trace`` as fresh processes from the index and by the scan, and the operator page. Against
+an external cluster (``ONCEONLY_KAFKA_BOOTSTRAP``) with SASL, its security variables reach
+the producers and the commands."""
 
 from __future__ import annotations
 
@@ -30,15 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench._load import percentile
-from bench._options import Opt
+from bench._options import Opt, Values
 from bench._proc_records import Record, produce
-from bench._procs import Broker, console, create_topics, security_env, topic_settings
+from bench._procs import ROOT, Broker, console, create_topics, security_env, topic_settings
 from bench._runner import Scenario, command
 
 if TYPE_CHECKING:
     from onceonly.foundation.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def ledger_records(count: int, drafts: int) -> Iterator[Record]:
@@ -165,16 +150,7 @@ def build(settings: Settings, index_dir: Path) -> None:
     console.print("  read per topic: " + ", ".join(f"{t} {n:,}" for t, n in done.read.items()))
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    records: int
-    drafts: int
-    scan: bool
-    runs: int
-    deliveries: int
-
-
-def collect(opts: Options, broker: Broker, work: Path) -> None:
+def collect(opts: Values, broker: Broker, work: Path) -> None:
     records, drafts, scan, runs = opts.records, opts.drafts, opts.scan, opts.runs
     topics = create_topics(broker.bootstrap, 8, "idx")
     seconds = produce(
@@ -238,7 +214,7 @@ OPTIONS = (
 )
 #: no report: what it prints is the output (make bench-index tees it to a file)
 main = command(
-    Scenario("index", "", OPTIONS, Options, collect),
+    Scenario("index", "", OPTIONS, Values, collect),
     "Build rate, approvals list, trace and operator page: the index against today's scan.",
 )
 

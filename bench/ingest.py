@@ -1,43 +1,16 @@
-"""Ingest benchmark: what verifying and storing a delivery costs next to answering it bare.
+"""Ingest benchmark (``python -m bench.ingest``): what verifying and storing a delivery costs.
 
-``python -m bench.ingest`` measures, in one run, on one machine, under one load generator
-(``python -m bench``, which ``make bench`` runs, measures this and the processors):
-
-(a) a bare aiohttp POST handler that reads the body and answers 204;
-(b) the same handler with Svix verification only (``onceonly.ingest.verify.verify_svix``);
-(c) onceonly ingest (``onceonly ingest``) producing to a real broker with acks=all;
-(d) the reference design of AgentMail's webhook article: (b), then
-    ``INSERT ... ON CONFLICT DO NOTHING`` into PostgreSQL (Debian's package, started by
-    the benchmark in a data directory of its own, :mod:`bench._postgres`) through asyncpg.
-
-(c2) is (c) with ``ONCEONLY_INGEST_PROCESSES=2``: two ingest processes on one port under
-one parent; (m) is (c) with ``ONCEONLY_ENVELOPE_SECRET`` (each record's MAC).
-
-Each server is its own process, so the load generator never shares its CPU or GIL.
-The broker is an :class:`~devstack.broker.EmbeddedBroker` on a free port in a temporary
-run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP`` when it is set (the
-benchmark then produces to topics of its own, ``onceonly-bench.*``).
-
-Per server: a closed loop by wrk (:mod:`bench._wrk`: ``--concurrency`` keep-alive
-connections, ``--warmup`` s unmeasured, then ``--duration`` s measured) gives
-deliveries/s and p50/p99 at the peak, and the CPU time of every process meanwhile (the
-server, PostgreSQL with its backends, the broker, wrk), which the report gives per
-delivery. Then (c) gets open loops at a quarter and at half of its peak rate
-(:mod:`bench._openloop`, a small Go program that keeps up where a Python generator did
-not), arrivals scheduled by the clock and latency counted from the scheduled time.
-Targets (issue 13): c's CPU per delivery <= 1.5 x b's, c >= 2 x d in deliveries/s, and
-p99 < 20 ms at half of c's peak.
-
-The figures are printed and written to ``bench/results/ingest-<date>.md`` (and ``.png``).
-Any answer other than 2xx (204 in the open loop) makes the run invalid: it says so, and
-exits 1.
+(a) bare aiohttp, (b) + Svix verify, (c) onceonly ingest (acks=all), (c2) with two ingest
+processes, (m) with the envelope MAC, (d) + ``INSERT ... ON CONFLICT DO NOTHING`` into
+PostgreSQL. Closed loops by wrk, then open loops of (c). Targets (issue 13): c's CPU per
+delivery <= 1.5 x b's, c >= 2 x d, p99 < 20 ms at half of c's peak; any answer not 2xx
+makes the run invalid (exit 1). Report: ``bench/results/ingest-<date>.md`` and ``.png``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -53,16 +26,15 @@ from bench._ingest_results import (
     Run,
     fastest,
     rotated,
+    verdict,
 )
-from bench._ingest_verdict import verdict
 from bench._load import Sample, sign_pool, webhook_secret
 from bench._openloop import build_generator, open_loop
-from bench._options import INGEST_OPTIONS, IngestOptions
-from bench._proc_stack import ingest_env
+from bench._options import INGEST_OPTIONS, IngestOptions, Variant, ingest_argv
+from bench._proc_stack import base_env, ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
-from bench._variants import Variant, ingest_argv
 from bench._wrk import WrkLoad, wrk_closed_loop
 
 BENCH_TOPIC_PREFIX = "onceonly-bench"
@@ -86,9 +58,6 @@ LABELS = {
 }
 #: The processes each server's work takes, beside its own (the report's total per delivery).
 PARTS = {"c": ("broker",), "c2": ("broker",), "m": ("broker",), "d": ("postgres",)}
-
-
-# --------------------------------------------------------------------------- the broker
 
 
 def warmed_topics(broker: Broker, partitions: int, warmup_s: float) -> dict[str, str]:
@@ -128,16 +97,9 @@ def warm_broker(bootstrap: str, topic: str, seconds: float) -> int:
     return stored
 
 
-# --------------------------------------------------------------------------- one server
-
-
 def server_env(secret: str, extra: dict[str, str]) -> dict[str, str]:
-    """The caller's environment without any ONCEONLY_* variable, plus ours."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("ONCEONLY_")}
-    env["ONCEONLY_AGENTMAIL_WEBHOOK_SECRET"] = secret
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
+    """:func:`~bench._proc_stack.base_env` with the webhook secret and ``extra``."""
+    return base_env({"ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": secret, **extra})
 
 
 async def wait_processes(server: ServerProcess, url: str, count: int, timeout_s: float) -> None:
@@ -344,9 +306,6 @@ async def run_all(
             await server.wait_ready(f"{base}/healthz")
             await open_loops(c, server, base, secret, opts, jvm, generator)
     return results
-
-
-# --------------------------------------------------------------------------- main
 
 
 def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:

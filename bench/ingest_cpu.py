@@ -1,18 +1,6 @@
-"""Where ingest's CPU per delivery goes: (b) and ingest variants under wrk, by thread.
-
-``python -m bench.ingest_cpu`` starts a broker (as ``python -m bench.ingest`` does, warmed
-up the same way), then, for ``--rounds`` rounds, measures (b) (bare aiohttp + svix, the
-target's baseline; ``--no-baseline`` skips it) and each ``--variant`` (:mod:`bench._variants`;
-default: this checkout's ingest) in turn, each in a process of its own under the same wrk
-closed loop as ``bench.ingest``. Interleaving the variants in rounds puts each before/after
-pair on the same machine load, which is what a noisy shared machine needs.
-
-Per run it prints deliveries/s, p50/p99, and µs of CPU per delivery of the server by
-thread group (:mod:`bench._threads`: the event loop, librdkafka's main and broker
-threads), and of the broker. ``--py-spy DIR`` adds a round, after the measured ones, in
-which py-spy records each variant's threads (``--native``; raw collapsed stacks, one file
-per variant): the CPU figures of that round include py-spy's pauses and are not printed.
-"""
+"""Where ingest's CPU per delivery goes (``python -m bench.ingest_cpu``): (b) and ingest
+variants (:mod:`bench._options`) under wrk, interleaved in rounds, µs per delivery by
+thread group; ``--py-spy DIR`` adds a profiled round."""
 
 from __future__ import annotations
 
@@ -20,18 +8,23 @@ import asyncio
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from bench._load import sign_pool, webhook_secret
-from bench._options import Float, Int, Opt
-from bench._procs import Broker, CpuWindow, ServerProcess, console
+from bench._options import Float, Int, Opt, Values, Variant, parse_variant
+from bench._procs import (
+    GROUPS,
+    Broker,
+    CpuWindow,
+    ServerProcess,
+    console,
+    per_delivery_us,
+    thread_seconds,
+)
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
-from bench._threads import GROUPS, per_delivery_us, thread_seconds
-from bench._variants import Variant, parse_variant
 from bench._wrk import WrkLoad, wrk_closed_loop
 from bench.ingest import ingest_server, server_env, warmed_topics
 
@@ -84,7 +77,7 @@ async def one_run(
     port: int,
     secret: str,
     broker: Broker,
-    opts: Options,
+    opts: Values,
     spy: Path | None,
 ) -> dict[str, float]:
     """One closed loop against ``server``: its figures, or {} when profiled."""
@@ -96,12 +89,7 @@ async def one_run(
         window = ThreadWindow({"server": server.pid, "load": None, **others}, server.pid, spy)
         load = WrkLoad(opts.concurrency)
         sample = await wrk_closed_loop(
-            base + ROUTE,
-            pool,
-            load,
-            warmup_s=opts.warmup,
-            duration_s=opts.duration,
-            window=window,
+            base + ROUTE, pool, load, warmup_s=opts.warmup, duration_s=opts.duration, window=window
         )
         pid = server.pid
     if spy is not None:
@@ -131,7 +119,7 @@ def baseline_server(secret: str, port: int, work: Path) -> ServerProcess:
 
 
 async def run_rounds(
-    opts: Options, broker: Broker, topics: dict[str, str], work: Path
+    opts: Values, broker: Broker, topics: dict[str, str], work: Path
 ) -> dict[str, list[dict[str, float]]]:
     from devstack.ports import free_port
 
@@ -202,21 +190,7 @@ OPTIONS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    variants: list[Variant]
-    rounds: int
-    duration: float
-    warmup: float
-    concurrency: int
-    pool: int
-    broker_warmup: float
-    no_baseline: bool
-    spy_dir: Path | None
-    perf: bool
-
-
-def collect(opts: Options, broker: Broker, work: Path) -> None:
+def collect(opts: Values, broker: Broker, work: Path) -> None:
     if opts.spy_dir is not None:
         opts.spy_dir.mkdir(parents=True, exist_ok=True)
     topics = warmed_topics(broker, 8, opts.broker_warmup)
@@ -224,7 +198,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> None:
 
 
 main = command(
-    Scenario("ingest-cpu", "", OPTIONS, Options, collect),
+    Scenario("ingest-cpu", "", OPTIONS, Values, collect),
     "(b) and ingest variants under wrk, in rounds: CPU per delivery by thread.",
 )
 

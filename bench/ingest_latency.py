@@ -1,37 +1,24 @@
-"""Ingest's latency against its arrival rate: the open loop at several fixed rates.
-
-``python -m bench.ingest_latency --rates 1000,2000,3000,3500`` starts a broker (as
-``python -m bench.ingest`` does, warmed up the same way) and one ``onceonly ingest``, then
-runs :mod:`bench._openloop` at each rate in turn for ``--duration`` s, and prints, per
-rate: p50/p90/p99/p99.9 and the longest latency (from each request's scheduled time), how
-late the generator sent (p99), ingest's CPU per delivery by thread group (its event loop,
-librdkafka's threads), the share of a core of ingest, the broker and the generator, the
-host's steal, how long ingest's event loop waited for a CPU, and ingest's own p99 (the
-bound of the bucket of its ``onceonly_ack_latency_seconds`` that holds it: from the
-handler's start to the broker's ack, so the rest of the p99 came before the handler ran).
-
-It shows where the latency bends: ``bench.ingest`` measures p99 at one rate (half of the
-closed-loop peak), this one the curve. ``--linger`` sets ingest's
-``ONCEONLY_PRODUCE_LINGER_MS`` for the run, to compare batching against latency.
-"""
+"""Ingest's latency against its arrival rate (``python -m bench.ingest_latency --rates
+1000,2000``): the open loop at each rate, with percentiles, the generator's lateness, CPU
+by thread group, steal, and ingest's own p99."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import math
 from pathlib import Path
 
+import aiohttp
 import click
+from prometheus_client.parser import text_string_to_metric_families
 from rich.table import Table
 
-from bench._ack_latency import quantile_bound, scrape
 from bench._load import percentile, webhook_secret
 from bench._openloop import build_generator
-from bench._options import Float, Int, Opt
-from bench._procs import Broker, console
+from bench._options import Float, Int, Opt, Values
+from bench._procs import Broker, console, per_delivery_us, thread_seconds
 from bench._runner import Scenario, command
 from bench._servers import local_url
-from bench._threads import per_delivery_us, thread_seconds
 from bench.ingest import fixed_rate, ingest_server, warmed_topics
 
 COLUMNS = (
@@ -39,6 +26,43 @@ COLUMNS = (
     "loop µs", "rdkafka µs", "ingest %", "broker %", "load %", "steal %", "loop waited %",
     "ingest p99 ≤ ms",
 )  # fmt: skip
+
+
+#: ingest's own view of its latency, handler start to broker ack
+METRIC = "onceonly_ack_latency_seconds"
+
+#: upper bound (seconds) -> deliveries at or under it, summed over providers
+Buckets = dict[float, float]
+
+
+def ack_buckets(exposition: str) -> Buckets:
+    """The histogram's cumulative bucket counts in a ``/metrics`` text."""
+    out: Buckets = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name != METRIC:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{METRIC}_bucket":
+                bound = float(sample.labels["le"])
+                out[bound] = out.get(bound, 0.0) + sample.value
+    return out
+
+
+def quantile_bound(before: Buckets, after: Buckets, q: float) -> float:
+    """The upper bound, in seconds, of the bucket holding quantile ``q`` of the deliveries
+    acknowledged between two scrapes: ``inf`` past the last finite bucket, NaN for none."""
+    counts = sorted((bound, after[bound] - before.get(bound, 0.0)) for bound in after)
+    total = counts[-1][1] if counts else 0.0
+    if total <= 0:
+        return math.nan
+    return next(bound for bound, count in counts if count >= q * total)
+
+
+async def scrape(base: str) -> Buckets:
+    """The histogram of the ingest at ``base`` now."""
+    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as answer:
+        answer.raise_for_status()
+        return ack_buckets(await answer.text())
 
 
 def _rates(value: str) -> list[float]:
@@ -51,23 +75,13 @@ def _rates(value: str) -> list[float]:
     return rates
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    rates: list[float]
-    duration: float
-    connections: int
-    partitions: int
-    linger: int
-    broker_warmup: float
-
-
-def collect(opts: Options, broker: Broker, work: Path) -> None:
+def collect(opts: Values, broker: Broker, work: Path) -> None:
     topics = warmed_topics(broker, opts.partitions, opts.broker_warmup)
     print_rows(asyncio.run(_sweep(broker, topics, work, opts)))
 
 
 async def _sweep(
-    broker: Broker, topics: dict[str, str], work: Path, opts: Options
+    broker: Broker, topics: dict[str, str], work: Path, opts: Values
 ) -> list[tuple[str, ...]]:
     from devstack.ports import free_port
 
@@ -146,7 +160,7 @@ OPTIONS = (
     Opt("--broker-warmup", Float(0, 60), 8.0),
 )
 main = command(
-    Scenario("ingest-latency", "", OPTIONS, Options, collect),
+    Scenario("ingest-latency", "", OPTIONS, Values, collect),
     "Ingest's latency at each of --rates (open loop), with its CPU per delivery.",
 )
 

@@ -1,15 +1,6 @@
-"""``python -m bench.mutation_report`` (``make mutate``): mutation testing of the decision core.
-
-Runs ``nice -n 5 mutmut run --max-children 1`` from a clean ``mutants/`` (pyproject.toml's
-``[tool.mutmut]`` names the decision modules and runs tests/unit against each mutant),
-then writes ``bench/results/mutation-<date>.md``: per module the mutants killed, survived
-and equivalent, and the score (killed / non-equivalent mutants); then every mutant that
-survived the unit tests once, with why it is harmless or the test that now kills it. Both
-come from ``bench/mutation_notes.toml``: ``[equivalent]`` (mutant -> one line of
-reasoning), ``[harmless]`` (a survivor accepted, with why; it still counts against the
-score) and ``[killed_by]`` (mutant -> the test written for it). Any other survivor is
-listed as unexplained. ``--no-run`` only writes the report from the last run.
-"""
+"""``python -m bench.mutation_report`` (``make mutate``): mutmut over the decision core, then
+``bench/results/mutation-<date>.md``: per-module scores and every survivor, explained by
+``bench/mutation_notes.toml``. ``--no-run`` only writes the report from the last run."""
 
 from __future__ import annotations
 
@@ -125,10 +116,7 @@ def render(
     modules = list(dict.fromkeys(m.module for m in mutants))
     lines = [f"# Mutation testing of the decision core, {when}", ""]
     if seconds is not None:
-        lines += [
-            f"`make mutate` ran mutmut in {seconds / 60:.1f} min (one child, nice 5).",
-            "",
-        ]
+        lines += [f"`make mutate` ran mutmut in {seconds / 60:.1f} min (one child, nice 5).", ""]
     if remark:
         lines += [remark, ""]
     lines += [

@@ -1,42 +1,10 @@
-"""Processor benchmark: what dedupe, reorder and reply cost next to a faust agent that only counts.
+"""Processor benchmark (``python -m bench.processors``): (1) a plain faust agent that counts,
+(2) ``onceonly worker`` replying to an instant mail server, (3) its RSS with
+``--dedupe-entries``, (4) restart-to-first-event after SIGKILL and SIGTERM, (6) cold and
+standby takeover (``--takeover-only``: ``make bench-scale``).
 
-``python -m bench.processors`` measures, in one run, on one machine:
-
-(1) a plain faust agent (``bench._plain_faust``, concurrency 1, the App built as
-    onceonly's) that only counts events: events/s from its first event to its last;
-(2) ``onceonly worker`` (``python -m onceonly worker``, a real process) with
-    ``ONCEONLY_REORDER_WINDOW_MS=0`` and an instant mail server (``bench._instant_mail``,
-    AgentMail's reply endpoint answering at once): replies/s from the first reply the
-    mail server receives to the last. Every record is a distinct ``message.received``
-    event, so each one is deduped, recorded, replied to and recorded as sent;
-(3) the worker's RSS (its whole process group, from ``/proc``) once it holds
-    ``--dedupe-entries`` more dedupe entries: that many distinct Stripe events, produced
-    in batches while the same worker runs, which it dedupes and records without any
-    effect (no handler for Stripe). If that takes longer than ``--rss-budget``, the RSS
-    is read at the entries reached and extrapolated to the target, and the report says
-    so in capitals;
-(4) restart-to-first-event with that state: the worker is SIGKILLed (a crash), started
-    again on the same data directory and app id, one new AgentMail event is produced,
-    and the time from the new process's start to that event's reply is measured; then
-    the same after a SIGTERM (a clean stop), for comparison;
-(6) cold takeover (``bench._proc_takeover``): the worker, filled up to
-    ``--takeover-entries`` dedupe entries, is SIGKILLed and a worker with an empty data
-    directory takes over every partition: time from the kill to the first and to the last
-    partition answering a new event, the changelog records replayed per second, the new
-    owner's RSS; then the same with ``ONCEONLY_STANDBY_REPLICAS=1`` and two workers, the
-    first one SIGKILLed. ``--takeover-only`` runs (6) alone (``make bench-scale``: 10 M).
-
-Both (1) and (2) read the same ``--events`` records, produced before either starts.
-The broker is an :class:`~devstack.broker.EmbeddedBroker` on a free port in a temporary
-run directory, or the cluster named by ``ONCEONLY_KAFKA_BOOTSTRAP``; the topics and app
-ids are fresh for every run (``onceonly-bench-<tag>.*``).
-
-Targets (the issues): (2)/(1) >= 0.5 and (2) >= 2,000 replies/s per worker; (3) < 300 MB;
-(6) first answered within 30 s of the kill and every partition within 60 s, with a
-standby within 15 s.
-The figures are printed and written to ``bench/results/processors-<date>.md`` (and
-``.png``); ``python -m bench`` (``make bench``) runs this after the ingest benchmark and
-writes one report of both.
+Targets: (2)/(1) >= 0.5 and >= 2,000 replies/s; (3) < 300 MB; (6) first answer within 30 s,
+every partition within 60 s, 15 s with a standby. Report: ``processors-<date>.md``.
 """
 
 from __future__ import annotations
@@ -45,10 +13,9 @@ import math
 import time
 from pathlib import Path
 
-from bench._changelog_fill import fill_changelog
 from bench._options import PROCESSOR_OPTIONS, ProcessorOptions
 from bench._proc_phases import Bench
-from bench._proc_records import agentmail_records, ledger_sent, produce
+from bench._proc_records import agentmail_records, fill_changelog, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
@@ -56,8 +23,6 @@ from bench._proc_takeover import probe, run_takeovers, wait_answered
 from bench._procs import Broker, console
 from bench._report import contended
 from bench._runner import Scenario, command
-
-# --------------------------------------------------------------------------- main
 
 
 def contention(r: Results) -> str | None:

@@ -1,22 +1,6 @@
-"""The worker's CPU by step, from a py-spy profile: ``python -m bench.profile_shares RAW``.
-
-RAW is ``py-spy record --format raw`` output, or it gzipped (``.gz``): collapsed stacks,
-``frame;frame;... count``, each frame ``function (path:line)``, as ``bench.profile_worker``
-writes it. Each sample goes
-to one step, decided by its frames:
-
-1. the deepest frame in onceonly's own code that a rule in :data:`ONCEONLY_RULES` names (so
-   the rocksdb read under ``Holds.take`` is the reorder hold's, the HTTP under
-   ``AgentMailSender.reply`` the send's);
-2. else the deepest library frame a rule in :data:`LIBRARY_RULES` names (aiokafka's
-   sender task is Kafka produce, its group coordinator's commit is the commit);
-3. else the deepest frame a rule in :data:`GENERIC_RULES` names (aiokafka's connections,
-   the event loop, faust's and mode's services), else "other".
-
-With ``--json`` (``bench.profile_worker``'s summary) it adds each step's CPU ms per reply:
-its share times the window's CPU ms per reply. ``--top N`` lists the N frames with the
-most self samples, for finding what a rule should name.
-"""
+"""The worker's CPU by step, from a py-spy raw profile: ``python -m bench.profile_shares RAW``.
+Each sample goes to the deepest frame a rule names: onceonly's (:data:`ONCEONLY_RULES`),
+else a library's (:data:`LIBRARY_RULES`), else :data:`GENERIC_RULES`, else "other"."""
 
 from __future__ import annotations
 

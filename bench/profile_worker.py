@@ -1,18 +1,6 @@
-"""Profile the worker a benchmark starts: py-spy attached by pid, and its CPU per reply.
-
-``python -m bench.profile_worker --out bench/results/profile-sat -- python -m bench.backlog ...``
-runs the benchmark command given after ``--``, waits for the ``onceonly worker`` process it
-starts (a descendant of the command, so another run's worker on the same machine is never
-picked), waits until that worker has sent ``--after`` replies, then for ``--duration`` s runs
-two ``py-spy record --nonblocking`` on it at ``--rate`` Hz: one writes ``<out>.raw.txt``
-(collapsed stacks, which ``bench.profile_shares`` reads) and one ``<out>.svg`` (the flame
-graph). Over the same window it reads the worker's CPU seconds (``/proc/<pid>/stat``, all
-its threads: user + system) and its ``onceonly_replies_sent_total``, and writes
-``<out>.json``: CPU seconds, replies, CPU ms per reply and the load average at both ends.
-The benchmark then runs to its end; this command exits with its status.
-
-py-spy is in the dev extras; ``--py-spy`` names another binary.
-"""
+"""Profile the worker a benchmark starts: ``python -m bench.profile_worker --out P -- CMD``
+attaches py-spy to the command's ``onceonly worker`` after ``--after`` replies and writes
+``P.raw.txt``, ``P.svg`` and ``P.json`` (CPU ms per reply over the window)."""
 
 from __future__ import annotations
 
@@ -25,10 +13,9 @@ from pathlib import Path
 
 import click
 
-from bench._machine import loadavg
 from bench._proc_stack import scrape
-from bench._procs import cpu_seconds, tree_pids
-from bench._threads import thread_seconds
+from bench._procs import cpu_seconds, thread_seconds, tree_pids
+from bench._runner import loadavg
 
 REPLIES = "onceonly_replies_sent_total"
 #: The worker's argv ends with these (``bench._proc_phases.Bench.start_worker``).

@@ -1,25 +1,7 @@
-"""A real language model behind ``onceonly.processors.writer.openai``: SmolLM2-135M-Instruct in
-llama-cpp-python's OpenAI-compatible server, on this CPU (``devstack.llm``).
-
-``python -m bench.real_model`` (``make real-model``), on one embedded broker:
-
-(0) builds the model server once (cached under ``.run/``; the seconds it took are
-    reported) and starts it on loopback;
-(S) the sample: ``onceonly ingest`` and one ``onceonly worker`` (real processes) with
-    ``ONCEONLY_REPLY_WRITER=onceonly.processors.writer.openai:reply`` pointed at it, the instant
-    mail server as AgentMail; ``python -m devstack send``'s AgentMail sample (message B, then an
-    older message A of the same thread three times) is POSTed to ingest, and the reply
-    text the model wrote is printed;
-(M) the measure: the same stack, an open loop of deliveries, each a message in a thread
-    of its own, the agent-step benchmark's window (2,000 ms) and writer concurrency (64):
-    *steady*, ``--count`` at ``--rate``/s (below what the model serves: the latency),
-    then *saturated*, ``--saturated-count`` at ``--saturated-rate``/s (above it: the
-    replies/s it can give); replies/s, p50/p99 from ingest's 204 to the reply, the
-    model's declines (``NO_REPLY``), the model server's CPU per reply.
-
-The report, with the agent-step benchmark's simulated writer beside it, is written to
-``<--out>/real-model-<date>.md``.
-"""
+"""A real language model behind ``onceonly.processors.writer.openai`` (``python -m
+bench.real_model``, ``make real-model``): SmolLM2-135M in llama-cpp-python's server; the
+sample's reply texts, then steady and saturated open loops. Report:
+``<--out>/real-model-<date>.md``."""
 
 from __future__ import annotations
 
@@ -30,13 +12,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench._agent_load import AgentBench
+from bench._agent_load import AgentBench, Run, Setup, run
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import poll
 from bench._procs import BenchError, Broker, console
 from bench._report import fmt, fmt_cpu
 from bench._runner import Scenario, command
-from bench._stack_run import Run, Setup, run
 from devstack import llm
 from testkit import samples
 
@@ -210,12 +191,7 @@ OPTIONS = (
     Opt("--threads", Int(1, 64), 1),
 )
 REAL_MODEL = Scenario(
-    "real-model",
-    "A real model behind the openai writer",
-    OPTIONS,
-    Options,
-    collect,
-    report_lines,
+    "real-model", "A real model behind the openai writer", OPTIONS, Options, collect, report_lines
 )
 main = command(
     REAL_MODEL,

@@ -1,22 +1,6 @@
-"""What tracing costs per reply: OpenTelemetry off (no provider, no endpoint) against on
-(the SDK exporting over OTLP/HTTP to a receiver on loopback), in the same run.
-
-``python -m bench.tracing_cost`` (``make bench-tracing``):
-
-(1) the span path alone, in this process: the helpers one reply goes through (ingest's
-    span and its headers, the hold, process, dedupe, writer and send spans), ``--calls``
-    times, off and then on, in CPU microseconds per reply (the exporter's thread
-    included, after a flush);
-(2) the whole stack, alternately off and on (``--rounds`` of each): ``onceonly ingest``
-    and one ``onceonly worker`` with the instant writer
-    (``onceonly.processors.writer:acknowledge``),
-    the reorder window at ``--window-ms``, an open loop of ``--count`` deliveries at
-    ``--rate``/s; ingest's and the worker's CPU per reply, replies/s, p50 and p99 from
-    the 204 to the reply, and the spans the receiver got per reply.
-
-The figures of "on" are given as ratios to "off" of the same run. The report is written
-to ``<--out>/tracing-<date>.md``.
-"""
+"""What tracing costs per reply (``python -m bench.tracing_cost``, ``make bench-tracing``):
+(1) the span path alone in this process, (2) the whole stack, OpenTelemetry off and on
+in turn; "on" as ratios to "off". Report: ``<--out>/tracing-<date>.md``."""
 
 from __future__ import annotations
 
@@ -27,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench._agent_load import Run, Setup, run
 from bench._options import Float, Int, Opt, partitions
 from bench._proc_stack import get_json, serve
 from bench._procs import Broker, console
 from bench._report import fmt_cpu
 from bench._runner import Scenario, command
-from bench._stack_run import Run, Setup, run
 from onceonly.foundation import tracing
 
 
@@ -57,9 +41,6 @@ class Results:
     path_us: dict[str, float] = field(default_factory=dict)  #: (1): "off", "on"
     runs: dict[str, list[Run]] = field(default_factory=lambda: {"off": [], "on": []})
     spans: dict[int, int] = field(default_factory=dict)  #: id(run) -> spans received
-
-
-# --------------------------------------------------------------------------- (1) the path
 
 
 class _Record:
@@ -124,9 +105,6 @@ def span_path(calls: int, receiver: str) -> dict[str, float]:
         provider.shutdown()
     console.print(f"(1) the span path: off {off:.2f} µs, on {on:.1f} µs per reply")
     return {"off": off, "on": on}
-
-
-# --------------------------------------------------------------------------- (2) the stack
 
 
 def _received(receiver: str) -> int:

@@ -1,20 +1,6 @@
-"""What waking up costs on this machine: the same work, back to back and after sleeps.
-
-``python -m bench.wake_cost`` times one delivery-sized piece of work (parse a ~2 KB JSON
-body, HMAC-SHA256 it, encode it again) by the thread's own CPU clock, 2,000 times after
-each of several sleeps, and prints the median. On a shared VM the work costs more after
-a sleep than back to back: while the vCPU idled, the host ran other work on its core, and
-caches and predictors start cold (on this machine: 1.3-1.6 x after 0.2 ms, 4.6-5 x after
-5 ms, with or without the guest's halt polling). A server that sleeps between requests
-pays that on each one, which is why ingest's CPU per delivery is higher at a moderate
-rate than at its peak (``python -m bench.ingest_latency``).
-
-``--spin`` waits out each gap on the CPU instead of sleeping: if the cost came only from
-the vCPU idling, a spinning thread would stay warm. On this machine spinning takes about a
-third off and leaves the rest (two runs each: 50-55 µs after 1 ms spinning against 73-76
-asleep, 115-118 after 5 ms against 192-203, with 24 back to back): most of the cold start
-comes with the time that passed, while the host's other work used the core's caches.
-"""
+"""What waking up costs on this machine (``python -m bench.wake_cost``): one delivery-sized
+piece of work timed back to back and after sleeps (or ``--spin`` waits); on a shared VM
+it costs more after a sleep, which is why ingest's CPU per delivery rises at lower rates."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import math
 
 from prometheus_client import generate_latest
 
-from bench._ack_latency import ack_buckets, quantile_bound
+from bench.ingest_latency import ack_buckets, quantile_bound
 from onceonly.ingest.metrics import IngestMetrics
 
 

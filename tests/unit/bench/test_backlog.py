@@ -269,7 +269,7 @@ def test_a_ticks_cost_is_shown_beside_its_1_kb_baseline() -> None:
 
 
 def test_a_tick_is_timed_over_due_threads_of_the_plans_share() -> None:
-    from bench._backlog_tick import measure, tick_ms
+    from bench._backlog_records import measure, tick_ms
 
     assert tick_ms(5, 1) >= 0
     cost = measure(Plan(16, 1, 1.0, 0, 64, 4096, 8))

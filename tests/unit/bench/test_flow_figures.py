@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench import _flow_figures as fig
+from bench import flow as fig
 
 
 def test_the_most_in_a_window_counts_a_half_open_window() -> None:

@@ -7,8 +7,7 @@ import click
 import pytest
 
 from bench._ingest_report import rounds_lines
-from bench._ingest_results import Run, fastest
-from bench._ingest_verdict import verdict
+from bench._ingest_results import Run, fastest, verdict
 from bench._load import Sample
 from bench._options import connection_counts
 

@@ -8,8 +8,15 @@ import math
 import pytest
 
 from bench._ingest_report import HEADERS, latency_lines, rounds_lines, rows, scaling_lines
-from bench._ingest_results import OpenLoop, Results, Run, per_delivery_us, rotated
-from bench._ingest_verdict import summary_lines, verdict
+from bench._ingest_results import (
+    OpenLoop,
+    Results,
+    Run,
+    per_delivery_us,
+    rotated,
+    summary_lines,
+    verdict,
+)
 from bench._load import Sample
 from bench._options import IngestOptions
 

@@ -14,7 +14,7 @@ async def test_a_repeated_key_is_a_request_not_an_email() -> None:
     outbox = Outbox()
     app = web.Application()
     app.router.add_post("/v0/{tail:.*}", outbox.reply)
-    app.router.add_get("/_control/counts", outbox.counted)
+    app.router.add_get("/_control/{what}", outbox.control)
     async with TestClient(TestServer(app)) as client:
         for key in ("reply-a", "reply-a", "reply-b"):
             response = await client.post(
@@ -22,7 +22,12 @@ async def test_a_repeated_key_is_a_request_not_an_email() -> None:
             )
             assert response.status == 200
         counts = await (await client.get("/_control/counts")).json()
+        stats = await (await client.get("/_control/stats")).json()
+        unknown = await client.get("/_control/nothing")
     assert counts == {"<m-1@mail.example.com>": [2, 3]}
+    assert (stats["requests"], stats["sent"], stats["replayed"]) == (3, 2, 1)
+    assert stats["first"] <= stats["last"]
+    assert unknown.status == 404
 
 
 async def test_a_restarted_workers_reconcile_finds_no_reply_and_raises_nothing() -> None:

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from bench._threads import (
+from bench._procs import (
     GROUPS,
     parse_schedstat,
     parse_stat,

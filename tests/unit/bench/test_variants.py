@@ -1,4 +1,4 @@
-"""bench._variants: what `python -m bench.ingest_cpu --variant` names, and how it is run."""
+"""bench._options: what `python -m bench.ingest_cpu --variant` names, and how it is run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench._variants import Variant, ingest_argv, parse_variant
+from bench._options import Variant, ingest_argv, parse_variant
 
 
 def test_a_name_alone_is_this_checkout_with_nothing_added() -> None:
