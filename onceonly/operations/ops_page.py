@@ -213,17 +213,21 @@ class OpsPage:
         def sourced(what: str, read: Callable[[], Found[T]]) -> asyncio.Future[Read[T]]:
             return asyncio.ensure_future(asyncio.to_thread(attempt_found, what, read))
 
-        letters = sourced("the dead-letter topic", lambda: letters_section(settings, retried))
-        lag = section("the consumer lag", lambda: read_lag(settings))
-        usage = sourced("the model usage in the ledger", lambda: today_usage(settings))
-        drafts = sourced("the drafts awaiting approval", lambda: read_drafts(settings))
         skips = trace = None
-        if sources.skips is not None:
-            recent = sources.skips
-            skips = sourced("the recent skips", lambda: recent_skips(settings, recent))
-        if sources.trace is not None and ident is not None:
-            found = sources.trace
-            trace = sourced(f"the trace of {ident[:80]}", lambda: lookup(settings, found, ident))
+        # the sections the index answers share one read of the topics' ends
+        with index.one_view():
+            letters = sourced("the dead-letter topic", lambda: letters_section(settings, retried))
+            lag = section("the consumer lag", lambda: read_lag(settings))
+            usage = sourced("the model usage in the ledger", lambda: today_usage(settings))
+            drafts = sourced("the drafts awaiting approval", lambda: read_drafts(settings))
+            if sources.skips is not None:
+                recent = sources.skips
+                skips = sourced("the recent skips", lambda: recent_skips(settings, recent))
+            if sources.trace is not None and ident is not None:
+                found = sources.trace
+                trace = sourced(
+                    f"the trace of {ident[:80]}", lambda: lookup(settings, found, ident)
+                )
         return OpsView(
             app_id=settings.app_id,
             writable=settings.ops_token is not None,

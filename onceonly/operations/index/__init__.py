@@ -6,7 +6,14 @@ catch-up``, the operator page) costs what its answer holds, not what the topics 
 was. See docs/operations.md, *The operator index*.
 """
 
-from onceonly.operations.index.answers import Answer, approvals, no_index_reason, trace, usage
+from onceonly.operations.index.answers import (
+    Answer,
+    approvals,
+    no_index_reason,
+    one_view,
+    trace,
+    usage,
+)
 from onceonly.operations.index.build import Pass, follow, freshness, indexed_topics, one_pass
 from onceonly.operations.index.lag import Behind
 from onceonly.operations.index.reads import dead_letters, recent_skips, reply
@@ -27,6 +34,7 @@ __all__ = [
     "indexed_topics",
     "no_index_reason",
     "one_pass",
+    "one_view",
     "recent_skips",
     "replied",
     "reply",

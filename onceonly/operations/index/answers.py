@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from onceonly.foundation.kafka import Connection
 from onceonly.foundation.settings import Settings
-from onceonly.operations.index.build import freshness
+from onceonly.operations.index.build import TopicEnds, freshness
 from onceonly.operations.index.lag import Behind
 from onceonly.operations.index.layout import (
     DRAFTS_PREFIX,
@@ -74,8 +75,23 @@ def opened(settings: Settings) -> Iterator[IndexStore]:
         store.close()
 
 
+#: the topics' ends the answers of the current view share (:func:`one_view`)
+_view: ContextVar[TopicEnds | None] = ContextVar("onceonly_index_view", default=None)
+
+
+@contextmanager
+def one_view() -> Iterator[None]:
+    """Answers asked for inside (and in the tasks and threads started inside: they copy the
+    context) read the topics' ends once between them, for one freshness line."""
+    token = _view.set(TopicEnds())
+    try:
+        yield
+    finally:
+        _view.reset(token)
+
+
 def answered(settings: Settings, store: IndexStore, value: T) -> Answer[T]:
-    behind = freshness(Connection.from_settings(settings), settings, store)
+    behind = freshness(Connection.from_settings(settings), settings, store, _view.get())
     return Answer(value, behind, f"the index at {store.path}")
 
 

@@ -11,8 +11,9 @@ ran) is skipped until it does.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -46,10 +47,38 @@ def indexed_topics(settings: Settings) -> dict[Topic, str]:
     }
 
 
-def freshness(connection: Connection, settings: Settings, store: IndexStore) -> Behind:
-    """How many records of each topic the index has not read yet (the answer's caveat)."""
+class TopicEnds:
+    """The indexed topics' ranges, asked of Kafka once and shared by the answers of one view
+    (the operator page's sections, read side by side in threads): their freshness lines
+    agree, and the page opens one pair of Kafka clients for them, not one per section."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._found: dict[str, list[TopicRange] | None] | KafkaAdapterError | None = None
+
+    def of(
+        self, connection: Connection, topics: Iterable[str]
+    ) -> dict[str, list[TopicRange] | None]:
+        with self._lock:
+            if self._found is None:
+                try:
+                    self._found = topic_ranges(connection, topics)
+                except KafkaAdapterError as exc:  # every answer of the view says so
+                    self._found = exc
+            found = self._found
+        if isinstance(found, KafkaAdapterError):
+            raise found
+        return found
+
+
+def freshness(
+    connection: Connection, settings: Settings, store: IndexStore, ends: TopicEnds | None = None
+) -> Behind:
+    """How many records of each topic the index has not read yet (the answer's caveat);
+    ``ends``: the topics' ranges one view shares (none: asked now)."""
+    names = indexed_topics(settings).values()
     try:
-        found = topic_ranges(connection, indexed_topics(settings).values())
+        found = topic_ranges(connection, names) if ends is None else ends.of(connection, names)
     except KafkaAdapterError as exc:
         return Behind({}, error=str(exc))
     return Behind(
