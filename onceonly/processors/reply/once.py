@@ -203,15 +203,28 @@ def covered_by(ledger: Ledger, record: ReplyRecord | None, key: str) -> bool:
     """Whether ``record`` is a message recorded *covered* by the reply ``key``, directly or
     through a draft that ``key`` superseded (a chain of *covered* records ending at it):
     its answer is that reply's email, so it goes (and is dead-lettered) with it."""
+    return _chain_end(ledger, record, {key}) == key
+
+
+def _chain_end(
+    ledger: Ledger, record: ReplyRecord | None, stop: Collection[str]
+) -> str | ReplyRecord | None:
+    """Where a *covered* record's chain ends (each record names the reply that covers it,
+    which may be a superseded draft, covered in turn): the first key of ``stop`` it
+    reaches; else the first record on it that is not *covered* (another reply); else None
+    (``record`` is not *covered*, or the chain reaches a record not written yet or loops)."""
+    if record is None or record.state is not ReplyState.COVERED:
+        return None
     seen: set[str] = set()
     while record is not None and record.state is ReplyState.COVERED and record.covered_by:
-        if record.covered_by == key:
-            return True
-        if record.covered_by in seen:
-            return False
-        seen.add(record.covered_by)
-        record = ledger.get(record.covered_by)
-    return False
+        key = record.covered_by
+        if key in stop:
+            return key
+        if key in seen:
+            return None
+        seen.add(key)
+        record = ledger.get(key)
+    return record if record is not None and record.state is not ReplyState.COVERED else None
 
 
 def answered_by(ledger: Ledger, record: ReplyRecord) -> tuple[ReplyRecord, ...]:
@@ -307,16 +320,7 @@ def _covered_elsewhere(
 ) -> bool:
     """A *covered* record whose chain ends at another reply: neither at ``by`` nor at a
     message covered by ``by`` with it (``with_it``), nor at a record not written yet."""
-    if record is None or record.state is not ReplyState.COVERED:
-        return False
-    seen: set[str] = set()
-    while record is not None and record.state is ReplyState.COVERED and record.covered_by:
-        key = record.covered_by
-        if key == by or key in with_it or key in seen:
-            return False
-        seen.add(key)
-        record = ledger.get(key)
-    return record is not None and record.state is not ReplyState.COVERED
+    return isinstance(_chain_end(ledger, record, {by, *with_it}), ReplyRecord)
 
 
 async def _cover(
