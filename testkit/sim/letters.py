@@ -20,10 +20,8 @@ note naming them. A member takes a resent record as the worker does: its MAC che
 dedupe (:func:`~onceonly.processors.dedupe.claims.claim`, replay: a failed event runs
 again, a succeeded one is a duplicate), its message read by the AgentMail channel, and its
 burst answered with ``replay`` set (a failed send's pending text is sent again with its key,
-a writer's failure written again). The events table is the world's one dict (its
-changelog's state): the originals' outcomes are recorded as their bursts end, only the
-replayed records are claimed (an original read again after a rebalance is answered again,
-and the ledger decides, as before).
+a writer's failure written again). The claims and outcomes go into the member's store of
+the events table (:mod:`testkit.sim.events`), as an original webhook's do.
 
 A ``forge`` event plants a letter whose envelope nobody delivered (a message
 ``<forgedN@sim>`` in a thread of the run), its MAC made under another key or missing. A
@@ -58,8 +56,9 @@ from onceonly.schemas import dead_letter
 from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.dead_letter import Check, Resend
 from onceonly.schemas.envelope import Envelope, has_valid_mac, mac_of
-from onceonly.schemas.ledger import EventEntry, ReplyRecord
+from onceonly.schemas.ledger import ReplyRecord
 from testkit.sim.approvals import ChannelMail, _Nothing
+from testkit.sim.events import claim_original, entry_of
 from testkit.sim.io import remote
 
 if TYPE_CHECKING:
@@ -137,7 +136,6 @@ class Letters:
         self.log: list[bytes] = []  #: the dead-letter topic's records
         metrics: Any = _Nothing()
         self.writer = DeadLetters(self, metrics, self._epoch, MAX_LETTER_BYTES, KEY)
-        self.events: dict[bytes, bytes] = {}  #: the events table (dedupe), as its changelog
         self.forged: list[Inbound] = []
         self.rng = random.Random(world.schedule.seed * 7937 + 19)
         self._claimed: set[int] = set()  #: offsets of resent records claimed
@@ -228,10 +226,10 @@ class Letters:
     async def admit(
         self, member: Member, batch: Sequence[tuple[int, Item]]
     ) -> list[tuple[int, Inbound]]:
-        """The messages of a lane's batch, by offset: each resent record as the worker
-        takes it (one without a valid MAC, a duplicate or a skip is left out)."""
-        if not any(isinstance(item, Resent) for _, item in batch):
-            return list(batch)  # type: ignore[arg-type]
+        """The messages of a lane's batch, by offset, as the worker takes them: each
+        webhook's claimed in the member's events table (a duplicate of one claimed or
+        finished before is left out), each resent record's too, after its MAC check (one
+        without a valid MAC, a duplicate or a skip is left out)."""
         out: list[tuple[int, Inbound]] = []
         for offset, item in batch:
             if isinstance(item, Resent):
@@ -239,7 +237,13 @@ class Letters:
                 if inbound is not None:
                     out.append((offset, inbound))
             elif isinstance(item, Inbound):
-                out.append((offset, item))
+                verdict = claim_original(member.events, item.event_id, offset, self._now_ms())
+                if verdict is None:
+                    out.append((offset, item))
+                else:
+                    self.world.trace(
+                        member.name, f"delivery {offset} of {item.message_id} skipped: {verdict}"
+                    )
         return out
 
     async def _resent(self, member: Member, offset: int, item: Resent) -> Inbound | None:
@@ -258,7 +262,7 @@ class Letters:
         delivery = Delivery(envelope, (0, offset), replay=item.replay)
         metrics = _Nothing()
         now_ms = self._now_ms()
-        if not claim(self.events, [delivery], now_ms=now_ms, metrics=metrics, on_skip=skipped):
+        if not claim(member.events, [delivery], now_ms=now_ms, metrics=metrics, on_skip=skipped):
             return None
         self._claimed.add(offset)
         channel = self._channels.get(member.name)
@@ -269,31 +273,33 @@ class Letters:
             inbound = await channel.inbound(envelope)
         except SendError as exc:
             await self.writer.record_failure([envelope], check=Check.FETCH_FAILED, error=str(exc))
-            self._finish(delivery, False)
+            self._finish(member, delivery, False)
             return None
         if isinstance(inbound, Skip):
-            self._finish(delivery, True)
+            self._finish(member, delivery, True)
             return None
         return inbound
 
-    def _finish(self, delivery: Delivery, succeeded: bool) -> None:
+    def _finish(self, member: Member, delivery: Delivery, succeeded: bool) -> None:
         self._claimed.discard(delivery.position[1])
         entry = dedupe.finished(succeeded, position=delivery.position, now_ms=self._now_ms())
-        self.events[delivery.envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()
+        member.events[delivery.envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()
 
-    def _finish_original(self, message: Inbound, offset: int, succeeded: bool) -> None:
+    def _finish_original(
+        self, member: Member, message: Inbound, offset: int, succeeded: bool
+    ) -> None:
         """An original's entry as the worker's table would hold it: an original read again
         that its dedupe would skip (succeeded or failed before) leaves its entry alone."""
         key = f"agentmail:{message.event_id}".encode()
-        raw = self.events.get(key)
-        current = EventEntry.from_json(json.loads(raw)) if raw else None
         now_ms = self._now_ms()
-        if dedupe.decide(current, position=(0, offset), now_ms=now_ms).skip:
+        if dedupe.decide(entry_of(member.events, key), position=(0, offset), now_ms=now_ms).skip:
             return
-        entry = dedupe.finished(succeeded, position=(0, offset), now_ms=now_ms)
-        self.events[key] = json.dumps(entry.to_json()).encode()
+        finished = dedupe.finished(succeeded, position=(0, offset), now_ms=now_ms)
+        member.events[key] = json.dumps(finished.to_json()).encode()
 
-    def finish(self, taken: Sequence[int], succeeded: bool, failed: Collection[str] = ()) -> None:
+    def finish(
+        self, member: Member, taken: Sequence[int], succeeded: bool, failed: Collection[str] = ()
+    ) -> None:
         """The events of a burst end: succeeded, or failed (dead-lettered); those of
         ``failed`` (messages whose reply ended failed, ``ended_failed``) failed whatever
         the burst did, as ``Conversation.act`` records them."""
@@ -302,11 +308,11 @@ class Letters:
             item = part.deliveries[offset]
             if isinstance(item, Inbound):
                 ok = succeeded and item.event_id not in failed
-                self._finish_original(item, offset, ok)
+                self._finish_original(member, item, offset, ok)
             elif isinstance(item, Resent) and offset in self._claimed:
                 envelope = item.resend.envelope
                 ok = succeeded and envelope.event_id not in failed
-                self._finish(Delivery(envelope, (0, offset), replay=item.replay), ok)
+                self._finish(member, Delivery(envelope, (0, offset), replay=item.replay), ok)
 
     # -- the operator and the forger -----------------------------------------------------
 

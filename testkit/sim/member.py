@@ -28,6 +28,7 @@ from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.approvals import unchecked_decide, worker_parts
+from testkit.sim.events import EventsStore
 from testkit.sim.io import Actor, Killed, current, remote
 from testkit.sim.letters import Item, Resent
 from testkit.sim.log import (
@@ -60,6 +61,8 @@ class Member(Actor):
         self.world = world
         self.generation = -1
         self.table = SimTable(world.part, world, self)
+        #: its store of the events table (dedupe), recovered at each assignment
+        self.events = EventsStore(world, self)
         self.fence = Fence(self._confirm, self._current)
         self._rounds: Rounds[Any, bool] = Rounds(self._ask)
         ledger_type = LateLedger if world.bugs.ledger_after_send else TableLedger
@@ -138,6 +141,7 @@ class Member(Actor):
         self.lanes = {}
         self.ledger.forget()
         self.table.recover()
+        self.events.recover()
         self.open = {}
         self.fetched = self.world.part.committed
         for raw in list(self.table.store.values()):
@@ -262,7 +266,7 @@ class Member(Actor):
         self.world.trace(self.name, f"burst {[m.message_id for m in messages]}: {result.outcome}")
         failed = {m.event_id for m in messages if ended_failed(self.ledger.get(m.key))}
         await self.fence.check("recording how the events ended")  # as Conversation.process
-        self.world.letters.finish(taken, result.outcome is not Outcome.FAILED, failed)
+        self.world.letters.finish(self, taken, result.outcome is not Outcome.FAILED, failed)
 
     async def _decide(self, decision: ApprovalDecision) -> None:
         """A decision on a draft, applied on its thread's lane as the worker applies it."""

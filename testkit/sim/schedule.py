@@ -21,6 +21,10 @@ Half the schedules have 1-3 messages whose webhook is lost (:attr:`Schedule.lost
 2 ``catch_up`` events (the operator's ``onceonly catch-up``) among the others, drawn from a
 fourth generator (:mod:`testkit.sim.catchup`).
 
+Half the schedules have 1-4 ``redeliver`` events: a message's webhook delivered again, a
+provider's retry, or a lost one's at last, late (:data:`REDELIVERY_DELAYS_S`), drawn from a
+fifth generator (:mod:`testkit.sim.events`).
+
 Every schedule has 1 to 3 ``retry`` events (the operator's ``onceonly dead-letters
 retry``) and half of them a ``forge`` event (a letter planted on the dead-letter topic),
 drawn from a third generator (:mod:`testkit.sim.letters`).
@@ -156,6 +160,7 @@ class Schedule:
             faults += _after_writes(random.Random(self.seed * 7963 + 29))
         catch_ups, lost = _catch_ups(random.Random(self.seed * 8017 + 43), messages)
         faults += catch_ups
+        faults += _redeliveries(random.Random(self.seed * 8053 + 59), arrivals)
         object.__setattr__(self, "lost", lost)
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
@@ -171,6 +176,11 @@ class Schedule:
         object.__setattr__(self, "arrivals", tuple(self.arrivals[i] for i in kept))
         faults = (f for i, f in enumerate(self.faults) if i not in self.drop_faults)
         object.__setattr__(self, "faults", tuple(faults))
+
+    def by_index(self, index: int) -> Inbound | None:
+        """Message ``index`` as drawn (``<m{index}@sim>``), None where it was dropped."""
+        wanted = f"<m{index}@sim>"
+        return next((m for m in self.messages if m.message_id == wanted), None)
 
     @property
     def end(self) -> float:
@@ -212,6 +222,28 @@ def _catch_ups(rng: random.Random, messages: list[Inbound]) -> tuple[list[Fault]
     # catch-ups only where webhooks were lost: elsewhere a message a worker lost (the
     # planted commit-before-done) stays unanswered for the checker, not healed
     return (faults if lost else []), lost
+
+
+#: when a provider delivers a webhook again, after the first delivery (Svix's retries
+#: come after 5 s, 5 min, 30 min, 2 h, ...; the first delivery's answer was lost or late)
+REDELIVERY_DELAYS_S = (0.0, 5.0, 300.0, 1800.0)
+
+
+def _redeliveries(rng: random.Random, arrivals: list[float]) -> list[Fault]:
+    """In half the schedules, 1-4 ``redeliver`` events: a message's webhook delivered again
+    (the argument: its index), at one of a provider's retry delays after the message
+    arrived, with up to a tenth of it again as jitter. A lost webhook's is its first
+    delivery, late. From a generator of their own, so the other draws are the ones they
+    were before."""
+    if rng.random() >= 0.5:
+        return []
+    faults = []
+    for _ in range(rng.randint(1, 4)):
+        index = rng.randrange(len(arrivals))
+        delay = rng.choice(REDELIVERY_DELAYS_S)
+        at = arrivals[index] + delay + rng.uniform(0.0, max(0.5, delay / 10))
+        faults.append(Fault(round(at, 3), "redeliver", float(index)))
+    return faults
 
 
 def _after_writes(rng: random.Random) -> list[Fault]:

@@ -25,6 +25,7 @@ from onceonly.schemas.approval import ApprovalDecision
 from testkit.invariants import Email, Message, Observed
 from testkit.sim.approvals import VARIANTS, Operator
 from testkit.sim.catchup import CatchUps
+from testkit.sim.events import Changelog
 from testkit.sim.letters import Letters, Resent
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
 from testkit.sim.mail import SimMail
@@ -58,6 +59,8 @@ class World:
         #: ``what`` is a str or an object whose str() is the event's text
         self.events: list[tuple[float, str, object]] = []
         self.part = Partition()
+        #: the events table's changelog (dedupe), each member's store over it
+        self.event_log = Changelog(schedule.seed)
         #: Kafka's log cleaner over the ledger partition (a generator of its own)
         self.cleaner = Cleaner(
             self.part, random.Random(schedule.seed * 8011 + 41), self.loop.time, self.trace
@@ -211,6 +214,19 @@ class World:
             self.letters.forge(int(fault.arg))
         elif fault.kind == "catch_up":
             self.catch_ups.play()
+        elif fault.kind == "redeliver":
+            self.redeliver(int(fault.arg))
+
+    def redeliver(self, index: int) -> None:
+        """A provider delivers message ``index``'s webhook again (its retry: the first
+        delivery's answer was lost or late) or, for a lost webhook, at last."""
+        message = self.schedule.by_index(index)
+        if message is None:  # left out of a shrunk schedule
+            return
+        late = message.message_id in self.schedule.lost
+        what = "late" if late else "again"
+        self.trace("world", f"webhook {what}: {message.message_id} thread {message.thread_id}")
+        self.deliver(message)
 
     def busy(self) -> bool:
         part = self.part

@@ -1,0 +1,108 @@
+"""The events table (dedupe) in the simulated world: the changelog's state, shared, and each
+member's store of it, written as faust writes a table.
+
+A member's write goes into its store at once and reaches the changelog later, sent by its
+producer in the order written: each write leaves after the previous one landed and lands
+after a broker latency (from a generator of its own, so the world's other draws are the
+ones they were). A paused member's writes leave once it resumes (they may land after the
+next owner's); a killed member's unsent writes are lost. A member reads its store: what
+its last assignment recovered from the changelog, and its own writes since; never another
+member's writes after its recovery.
+
+Every delivery a member takes is claimed in it with the product's dedupe
+(:func:`~onceonly.processors.dedupe.decisions.decide`): an original webhook's (its
+``agentmail:<event_id>`` key at its offset) as well as a resent record's
+(:mod:`testkit.sim.letters`). A webhook delivered again (``redeliver``, a provider's retry)
+is a duplicate while its first delivery's claim or outcome is in the member's store, and
+taken as new where it is not (the ledger then decides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from onceonly.processors.dedupe import decisions as dedupe
+from onceonly.schemas.ledger import EventEntry
+from testkit.sim.io import Killed, current, remote
+
+if TYPE_CHECKING:
+    from testkit.sim.member import Member
+    from testkit.sim.world import World
+
+
+class Changelog:
+    """The events table's changelog, as the latest value of each key."""
+
+    def __init__(self, seed: int) -> None:
+        self.state: dict[bytes, bytes] = {}
+        self.rng = random.Random(seed * 8069 + 61)
+
+    def latency(self) -> float:
+        return self.rng.uniform(0.001, 0.02)
+
+
+class EventsStore:
+    """One member's store of the events table (a ``KeyValues``: ``get`` and ``[]=``)."""
+
+    def __init__(self, world: World, member: Member) -> None:
+        self.world = world
+        self.member = member
+        self.log: Changelog = world.event_log
+        self.store: dict[bytes, bytes] = {}
+        self._unsent: list[tuple[bytes, bytes]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    def recover(self) -> None:
+        """An assignment: the store is the changelog's state (the member's own writes not
+        yet landed stay in it: they are in its RocksDB)."""
+        self.store = {**self.log.state, **dict(self._unsent)}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.store.get(key)
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.store[key] = value
+        self._unsent.append((key, value))
+        if self._sender is None:
+            self._sender = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        current.set(self.member)
+        try:
+            while self._unsent:
+                key, value = self._unsent[0]
+                latency = self.log.latency()
+                await remote(latency, _put(self.log.state, key, value), 0.0)
+                self._unsent.pop(0)
+        except Killed:
+            self._unsent.clear()
+        finally:
+            self._sender = None
+
+
+def _put(state: dict[bytes, bytes], key: bytes, value: bytes) -> Callable[[], None]:
+    def put() -> None:
+        state[key] = value
+
+    return put
+
+
+def entry_of(store: EventsStore, key: bytes) -> EventEntry | None:
+    raw = store.get(key)
+    return EventEntry.from_json(json.loads(raw)) if raw else None
+
+
+def claim_original(store: EventsStore, event_id: str, offset: int, now_ms: int) -> str | None:
+    """An original webhook's delivery at ``offset`` claimed as the worker claims it: None
+    (taken, its claim written) or the verdict it is skipped with."""
+    key = f"agentmail:{event_id}".encode()
+    decision = dedupe.decide(entry_of(store, key), position=(0, offset), now_ms=now_ms)
+    if decision.skip:
+        return decision.verdict.value
+    assert decision.entry is not None
+    store[key] = json.dumps(decision.entry.to_json()).encode()
+    return None
