@@ -110,6 +110,7 @@ async def reply_once(
     ``parts``.
     """
     ledger, now, channel = parts.ledger, parts.now, parts.channel
+    burst = _distinct(burst)
     latest = ledger.get(split_burst(burst)[0].key)
     division = divide(
         [
@@ -236,6 +237,18 @@ def answered_by(ledger: Ledger, record: ReplyRecord) -> tuple[ReplyRecord, ...]:
     return (record, *(r for r in covered if r is not None and covered_by(ledger, r, record.key)))
 
 
+def _distinct(messages: Iterable[Inbound]) -> list[Inbound]:
+    """``messages`` with each message once (its first delivery), in their order. One
+    message may come in two deliveries with two event ids (its webhook and a catch-up's
+    record, or a provider's retry under a new id): answered as two, the reply's writer
+    would see it twice and the reply that covers the one would leave the other unseen,
+    answered anew (the simulator's finding F26: a second email with keys ignored)."""
+    seen: dict[str, Inbound] = {}
+    for message in messages:
+        seen.setdefault(message.key, message)
+    return list(seen.values())
+
+
 def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:
     log.info("reply skipped: already handled", reason=step.value, **log_ids(message))
     return already(message, step, ledger.get(message.key))
@@ -268,7 +281,9 @@ async def _compose(
     try:
         written = await write(messages)
         for _ in range(parts.supersede_max):
-            more = [m for m in await parts.newer() if ledger.get(m.key) is None]
+            have = {m.key for m in messages}
+            more = [m for m in _distinct(await parts.newer()) if m.key not in have]
+            more = [m for m in more if ledger.get(m.key) is None]
             if not more:
                 break
             messages.extend(more)

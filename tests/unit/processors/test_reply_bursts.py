@@ -434,3 +434,40 @@ async def test_a_pending_reply_covers_the_messages_its_writer_saw() -> None:
 
     assert run.writer.calls == []
     assert run.ledger.records[seen.key].covered_by == latest.key
+
+
+# F26: one message in two deliveries (its webhook and a catch-up's record, two event ids),
+# both reaching one reply: answered as two, the writer saw the message twice, and where
+# another writer's reply came first, the second copy was left unseen by it and answered
+# anew: a second email with keys ignored (seed 954856068)
+B_AGAIN = dataclasses.replace(B, event_id="catch-up-b")
+
+
+async def test_a_message_twice_in_a_burst_is_answered_once() -> None:
+    run = Run()
+    theirs = owed(B, ReplyState.PENDING, reply_text="theirs", covers=(A.key,))
+
+    async def came_first(record: ReplyRecord) -> Verdict:
+        return Verdict(Ruling.ADOPT, theirs) if record.key == B.key else Verdict(Ruling.OWN, record)
+
+    run.options["arbitrate"] = came_first
+
+    await run([A, B, B_AGAIN])
+
+    assert run.writer.calls == [["<a@x>", "<b@x>"]]
+    assert [(r.key, r.reply_text) for r in run.sender.sent] == [(B.key, "theirs")]
+
+
+async def test_a_newer_delivery_of_a_message_in_the_reply_is_not_taken_again() -> None:
+    run = Run()
+    deliveries = [[B_AGAIN, C]]
+
+    async def newer() -> Sequence[Inbound]:
+        return deliveries.pop() if deliveries else []
+
+    run.options["newer"] = newer
+
+    await run([A, B])
+
+    assert run.writer.calls == [["<a@x>", "<b@x>"], ["<a@x>", "<b@x>", "<c@x>"]]
+    assert [r.key for r in run.sender.sent] == [C.key]
