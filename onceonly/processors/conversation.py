@@ -22,6 +22,7 @@ from onceonly.foundation import tracing
 from onceonly.processors.approval import applying as approving
 from onceonly.processors.approval import decisions as approvals
 from onceonly.processors.dead_letters import for_reply
+from onceonly.processors.dedupe import decisions as dedupe
 from onceonly.processors.dedupe.claims import claim, finish
 from onceonly.processors.effects.handlers import handle_event
 from onceonly.processors.effects.once import Effects
@@ -52,15 +53,39 @@ class Conversation:
     def __init__(self, parts: WorkerParts) -> None:
         self.parts = parts
 
-    def claim(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
-        """The deliveries to act on: new events claimed in progress, duplicates skipped."""
-        skip = self.parts.decisions.dedupe
-        return claim(
+    async def claim(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """The deliveries to act on: new events claimed in progress, duplicates skipped; a
+        dead letter's retry that met its event in progress is dead-lettered again."""
+        raced: list[Delivery] = []
+
+        def skip(delivery: Delivery, verdict: str) -> None:
+            self.parts.decisions.dedupe(delivery, verdict)
+            if dedupe.raced(verdict, delivery.replay):
+                raced.append(delivery)
+
+        claimed = claim(
             self.parts.events,
             deliveries,
             now_ms=self.parts.now_ms(),
             metrics=self.parts.metrics,
             on_skip=skip,
+        )
+        await self.retry_raced(raced, "another delivery of its event was being processed")
+        return claimed
+
+    async def retry_raced(self, deliveries: Sequence[Delivery], why: str) -> None:
+        """Dead-letter again the retries (replays) that did not run because ``why``: their
+        letters were closed by the retry, and the event's other delivery ends as before."""
+        if not deliveries:
+            return
+        for delivery in deliveries:
+            log.warning(
+                "retry raced its event; dead-lettered again", why=why, **_ids(delivery.envelope)
+            )
+        error = f"the retry reached the worker while {why}; retry it again once that has ended"
+        envelopes = [d.envelope for d in deliveries]
+        await self.parts.dead_letters.record_failure(
+            envelopes, check=Check.RETRY_RACED, error=error
         )
 
     def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
@@ -71,7 +96,7 @@ class Conversation:
         self, job: Job, deliveries: Sequence[Delivery], *, key: bytes | None = None
     ) -> list[Delivery]:
         """Dedupe, act, record the outcome. Returns every delivery it took care of."""
-        claimed = self.claim(deliveries)
+        claimed = await self.claim(deliveries)
         taken = list(deliveries)
         if not claimed:
             return taken
@@ -94,7 +119,7 @@ class Conversation:
                 self.parts.lanes.absorb(lane_key, job, waiting)
                 fresh = [w.item for w in waiting]
             taken.extend(fresh)
-            more = self.claim(fresh)
+            more = await self.claim(fresh)
             claimed.extend(more)
             return await self._inbounds(more, outcomes)
 

@@ -2,11 +2,11 @@
 
 A letter is JSON with ``reason`` (what failed, for a person), ``check`` (a short name:
 ``writer_failed``, ``send_failed``, ``record_failed``, ``not_an_envelope``,
-``fetch_failed``, ``handler_failed``, ``effect_conflict``, ``bad_mac``), ``at``, and the
-``envelopes`` that ``onceonly dead-letters retry`` sends through the pipeline again. With
-ONCEONLY_ENVELOPE_SECRET each envelope's MAC goes beside it: the topic has no MAC of its
-own, and a retry sends only envelopes whose MAC verifies. The format is
-:mod:`onceonly.schemas.dead_letter`'s.
+``fetch_failed``, ``handler_failed``, ``effect_conflict``, ``bad_mac``, ``retry_raced``),
+``at``, and the ``envelopes`` that ``onceonly dead-letters retry`` sends through the
+pipeline again. With ONCEONLY_ENVELOPE_SECRET each envelope's MAC goes beside it: the
+topic has no MAC of its own, and a retry sends only envelopes whose MAC verifies. The
+format is :mod:`onceonly.schemas.dead_letter`'s.
 """
 
 from __future__ import annotations

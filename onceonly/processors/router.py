@@ -114,6 +114,9 @@ class Router:
             self.parts.metrics.duplicates.labels("duplicate").inc()
             log.info("delivery skipped", verdict="duplicate", held=True, **_ids(envelope))
             self.parts.decisions.skipped(delivery, Stage.HOLD, "duplicate")
+            if delivery.replay:  # a retry whose event is held: it ends as its letter said
+                why = "its event was held for its thread's window"
+                await self.conversation.retry_raced([delivery], why)
         await self.parts.lanes.ack_now(event)  # durable in the holds table (or dead-lettered)
 
     async def on_tick(self, partition: int, event: Record) -> None:

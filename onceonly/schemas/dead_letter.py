@@ -54,6 +54,9 @@ class Check(StrEnum):
     EFFECT_CONFLICT = "effect_conflict"
     #: ONCEONLY_EVENT_HANDLER raised (a handler is not retried)
     HANDLER_FAILED = "handler_failed"
+    #: a dead letter's retry reached the worker while its event was being processed again
+    #: (in progress, or held for its thread's window): it did not run; retry it again
+    RETRY_RACED = "retry_raced"
 
 
 #: the check of a record of the topic that is not a JSON object (onceonly never writes one)

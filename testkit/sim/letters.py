@@ -256,13 +256,20 @@ class Letters:
             return None
         envelope = Envelope.decode(resend.value)
 
+        raced: list[Delivery] = []
+
         def skipped(delivery: Delivery, verdict: str) -> None:
             self.world.trace(member.name, f"resent {envelope.event_id} skipped: {verdict}")
+            if dedupe.raced(verdict, delivery.replay):
+                raced.append(delivery)
 
         delivery = Delivery(envelope, (0, offset), replay=item.replay)
         metrics = _Nothing()
         now_ms = self._now_ms()
         if not claim(member.events, [delivery], now_ms=now_ms, metrics=metrics, on_skip=skipped):
+            if raced:  # as Conversation.claim: the retry is dead-lettered again (F27)
+                error = "the retry reached the worker while its event was being processed"
+                await self.writer.record_failure([envelope], check=Check.RETRY_RACED, error=error)
             return None
         self._claimed.add(offset)
         channel = self._channels.get(member.name)

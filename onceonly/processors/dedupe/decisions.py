@@ -61,6 +61,15 @@ def decide(
     raise AssertionError(current.state)  # pragma: no cover - exhaustive
 
 
+def raced(verdict: Verdict | str, replay: bool) -> bool:
+    """Whether a skipped delivery is a dead letter's retry that met its event in progress:
+    another delivery of it (its original, read again after a rebalance) is being processed,
+    and ends as its letter said, *failed*, while the operator's retry, which closed the
+    letter, would be lost (the simulator's finding F27). Such a retry is dead-lettered
+    again (``retry_raced``), so its message stays in an open letter."""
+    return replay and Verdict(verdict) is Verdict.IN_PROGRESS
+
+
 def finished(succeeded: bool, *, position: tuple[int, int], now_ms: int) -> EventEntry:
     """The entry to store once an event's processing ends."""
     state = EventState.SUCCEEDED if succeeded else EventState.FAILED

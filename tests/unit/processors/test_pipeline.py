@@ -15,6 +15,7 @@ from onceonly.processors.conversation import Conversation
 from onceonly.processors.fence import Fence
 from onceonly.processors.lanes import Dropped, Job, Lanes
 from onceonly.processors.reorder.holds import Delivery, Holds
+from onceonly.processors.router import Router
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.ledger import EventEntry, EventState, ReplyRecord, ReplyState
 from testkit import payloads
@@ -341,3 +342,60 @@ async def test_a_message_whose_reply_failed_before_fails_its_event_when_read_aga
     await pipeline.act([first] if alone else [first, second], outcomes)
 
     assert outcomes[first.envelope.event_id] is False
+
+
+async def test_a_retry_that_meets_its_event_in_progress_is_dead_lettered_again(
+    mail: FakeAgentMail,
+) -> None:
+    """A dead letter's retry (a replay) whose event another delivery is processing (its
+    original, read again after a rebalance) is skipped as in progress: that delivery ends
+    as the letter said, and the retry, whose letter the CLI closed, would be lost. It is
+    dead-lettered again, ``retry_raced`` (the simulator's finding F27, seed 954867658)."""
+    first = _delivery(mail, 1, 5)
+    retry = dataclasses.replace(first, position=(0, 9), replay=True)
+    pipeline = _pipeline(mail, lambda burst: "a reply")
+
+    claimed = await pipeline.claim([first, retry])
+
+    assert claimed == [first]
+    letters = pipeline.parts.dead_letters.letters  # type: ignore[attr-defined]
+    assert letters == [("retry_raced", [first.envelope.event_id])]
+
+
+async def test_a_second_delivery_that_is_no_retry_is_only_skipped(mail: FakeAgentMail) -> None:
+    first = _delivery(mail, 1, 5)
+    again = dataclasses.replace(first, position=(0, 9))
+    pipeline = _pipeline(mail, lambda burst: "a reply")
+
+    claimed = await pipeline.claim([first, again])
+
+    assert claimed == [first]
+    assert pipeline.parts.dead_letters.letters == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["retry", "webhook-again"])
+async def test_a_delivery_of_an_event_held_already_is_dead_lettered_again_if_a_retry(
+    mail: FakeAgentMail, replay: bool
+) -> None:
+    """With a reorder window, a retry of an event whose delivery is still held (a crash
+    after its letter, before the buffer let it go) is a repeat of the held one: dropped, it
+    would be lost the same way (F27). A webhook delivered again is only skipped."""
+    first = _delivery(mail, 1, 5)
+    holds = Holds({}, window_ms=2000)
+    acked: list[Any] = []
+
+    class Acks:
+        async def ack_now(self, event: Any) -> None:
+            acked.append(event)
+
+    pipeline = _pipeline(mail, lambda burst: "a reply", holds=holds, lanes=Acks())
+    router = Router(pipeline.parts)
+    key = first.envelope.thread_key.encode()
+    await router._hold("first", key, first)
+    again = dataclasses.replace(first, position=(0, 9), replay=replay)
+
+    await router._hold("again", key, again)
+
+    letters = pipeline.parts.dead_letters.letters  # type: ignore[attr-defined]
+    assert letters == ([("retry_raced", [first.envelope.event_id])] if replay else [])
+    assert acked == ["first", "again"]

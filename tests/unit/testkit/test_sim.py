@@ -184,6 +184,16 @@ APPROVAL_FINDINGS = frozenset(
         # draft answered, and answered the draft's messages anew, but their records still
         # named the newer message (a reply whose writer never saw them)
         513866219,
+        # F26 (keys ignored; the first fresh seeds with the events table): a catch-up fed a
+        # message whose reply was being written (a new event id); it joined the reply as a
+        # second copy, which another writer's adopted reply did not cover, and was answered
+        # anew: two emails
+        954856068,
+        # F27: an operator's retry of a failed reply's letter reached the next owner while
+        # the original, read again after a rebalance, was being processed: skipped as in
+        # progress, its letter closed, the message left failed with no open letter (a
+        # retry skipped so is now dead-lettered again)
+        954867658,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:

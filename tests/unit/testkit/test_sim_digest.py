@@ -44,7 +44,7 @@ DIGESTS = [
     (3003, Bugs(), True, "a4b86df95a537d7b"),
     (3004, Bugs(), False, "767a95207fc19f29"),
     (1, Bugs(no_fence_before_send=True), None, "6b552fbb10ea1860"),
-    (2, Bugs(ledger_after_send=True), None, "778fb7338558a78b"),  # a violation
+    (2, Bugs(ledger_after_send=True), None, "1361a02220c6d2e5"),  # none since F26's fix
     (3, Bugs(approval_applied_twice=True), True, "3f0ef6f6d575d062"),  # a violation
     (4, Bugs(keys_ignored=True), None, "73803dfe2455f31d"),
 ]
