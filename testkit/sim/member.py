@@ -4,6 +4,7 @@ view of the shared ledger partition."""
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from testkit.sim.letters import Item, Resent
 from testkit.sim.log import (
     AUDIT_LATENCY_S,
     AUDIT_S,
+    COMPACTION_LAG_S,
     DRAIN_GRACE_S,
     TP,
     LateLedger,
@@ -85,6 +87,9 @@ class Member(Actor):
         #: the partition's end at this member's last ledger audit (the world is busy
         #: until its owner has audited past its last record)
         self.audited = -1
+        #: the generation of this member's last take-over read of the ledger partition
+        #: (TableLedger.take_over: the first audit after each assignment; finding F29)
+        self.taken = -1
         self._auditor = loop.create_task(self._audits())
 
     # -- the group -------------------------------------------------------------------
@@ -191,6 +196,22 @@ class Member(Actor):
     def _log_end(self) -> int:
         return len(self.world.part.changelog)
 
+    def _tail(self) -> tuple[int, int]:
+        """The offsets of the ledger partition that landed within the compaction lag (the
+        worker asks the broker for the offset at that time), and its log end."""
+        part = self.world.part
+        return bisect_left(part.landed_at, self.world.loop.time() - COMPACTION_LAG_S), len(
+            part.changelog
+        )
+
+    async def _read_tail(
+        self, partition: int, first: int, last: int
+    ) -> Sequence[tuple[int, bytes, bytes | None]]:
+        def read() -> list[tuple[int, bytes, bytes | None]]:
+            return self.world.part.entries(first, last)
+
+        return await remote(AUDIT_LATENCY_S, read, AUDIT_LATENCY_S)
+
     async def _audits(self) -> None:
         """The worker's ledger audit timer: every AUDIT_S, while it owns the partition,
         its ledger reads what other writers landed there and settles again a key a late
@@ -201,6 +222,11 @@ class Member(Actor):
                 await asyncio.sleep(AUDIT_S)
                 if not self.owns() or self.paused:
                     continue
+                if self.taken != self.generation:  # the first audit since an assignment
+                    first, end = await remote(AUDIT_LATENCY_S, self._tail, AUDIT_LATENCY_S)
+                    taking = self.generation
+                    if self.owns() and await self.ledger.take_over(0, first, end, self._read_tail):
+                        self.taken = taking
                 end = await remote(AUDIT_LATENCY_S, self._log_end, AUDIT_LATENCY_S)
                 if self.owns() and await self.ledger.audit(0, end):
                     self.audited = end

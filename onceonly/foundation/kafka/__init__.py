@@ -24,6 +24,7 @@ from onceonly.foundation.kafka._reader import (
     read,
     read_batches,
     read_to_end,
+    tails,
     topic_ranges,
 )
 from onceonly.foundation.kafka._replication import (
@@ -75,6 +76,7 @@ __all__ = [
     "replicated_config",
     "replication_factor",
     "sync_producer",
+    "tails",
     "topic_problems",
     "topic_ranges",
 ]

@@ -111,6 +111,28 @@ def log_ends(connection: Connection, topic: str, partitions: Iterable[int]) -> d
         consumer.close()
 
 
+def tails(
+    connection: Connection, topic: str, partitions: Iterable[int], since: datetime
+) -> dict[int, TopicRange]:
+    """Each partition's records that landed at or after ``since`` (by the broker's
+    timestamps), as a range from the first of them to the log end; one consumer for all."""
+    timeout_s = connection.request_timeout_s
+    consumer = _consumer(connection)
+    try:
+        out: dict[int, TopicRange] = {}
+        for p in partitions:
+            low, high = _watermarks(consumer, topic, p, timeout_s)
+            wanted = TopicPartition(topic, p, int(since.timestamp() * 1000))
+            [found] = consumer.offsets_for_times([wanted], timeout=timeout_s)
+            start = high if found.offset < 0 else max(low, found.offset)
+            out[p] = TopicRange(p, min(start, high), high)
+        return out
+    except KafkaException as exc:
+        raise adapter_error(exc, f"read the offsets of {topic}") from exc
+    finally:
+        consumer.close()
+
+
 def ranges(
     connection: Connection,
     topic: str,

@@ -24,7 +24,6 @@ from onceonly.processors.approval.decisions import (
     Answer,
     apply,
     recall,
-    supersede,
     superseded_by,
     survey,
     timeout_decision,
@@ -33,6 +32,7 @@ from onceonly.processors.dead_letters import for_reply
 from onceonly.processors.lanes import Job
 from onceonly.processors.messages import Inbound, reply_key
 from onceonly.processors.records import Record
+from onceonly.processors.reply.bursts import supersede
 from onceonly.processors.reply.once import (
     BurstResult,
     Plan,

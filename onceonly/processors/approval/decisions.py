@@ -169,12 +169,6 @@ def superseded_by(record: ReplyRecord | None, burst: Collection[str]) -> bool:
     return record.state is ReplyState.COVERED and record.covered_by in burst
 
 
-def supersede(draft: ReplyRecord, by: str) -> ReplyRecord:
-    """The draft, superseded by the reply to the newer message ``by``: *covered* by it, so
-    a decision on it is refused naming ``by``, and its message is never answered twice."""
-    return draft.with_state(ReplyState.COVERED, covered_by=by, reason=f"superseded by {by}")
-
-
 def recall(message: ThreadMessage, like: Inbound) -> Inbound:
     """An earlier message of the thread (from its history) as the writer is given it: before
     ``like`` (the burst's latest), whatever the clocks say, so the reply still answers it."""

@@ -43,7 +43,7 @@ is unaccounted for and arbitration reads nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -165,3 +165,72 @@ def arbitrate(
     # is answered anew (once.reply_once; the simulator's finding F21)
     adopted = replace(own, reply_text=first_pending.reply_text, covers=first_pending.covers)
     return Verdict(Ruling.ADOPT, adopted)
+
+
+#: the states that settle a key: nothing follows them in the ledger but themselves
+SETTLING = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
+
+
+def late_last_words(
+    records: Iterable[tuple[int, str, ReplyRecord | None]],
+) -> list[tuple[str, ReplyRecord]]:
+    """The keys whose last record in ``records`` (offset, key, record; None for a
+    tombstone) is a late one, each with the settled record to write again after it.
+
+    A record is late when it landed after a record of its key that settles it (sent,
+    covered, declined) and was *made* before that one: its writer built it, passed its
+    fence check, and paused past its session (or was cut off) while the next owner settled
+    the key. A writer makes a record only from what its store says of the key, and the next
+    owner's records are all made after the late writer's check, which came before the
+    rebalance; every record that legitimately follows a settled one (a message answered
+    anew, a repair that repeats a settled record) is made after it. So the order of
+    ``created_at`` against the order in the log tells a late record from the others, as
+    long as the writers' clocks agree to within a rebalance (seconds).
+
+    The settled record is the last one made after the late record (a *sent* one before
+    any other: an email went out). Nothing is returned for a key whose last record is
+    *sent* (the email is the last word), nor for a late *covered* or *declined* record
+    after a settled record other than *sent* (either settles it)."""
+    chains: dict[str, list[ReplyRecord]] = {}
+    for _, key, record in sorted(records, key=lambda item: item[0]):
+        if record is None:
+            chains.pop(key, None)  # a tombstone: what came before it is gone
+        else:
+            chains.setdefault(key, []).append(record)
+    found: list[tuple[str, ReplyRecord]] = []
+    for key, chain in chains.items():
+        last = chain[-1]
+        if last.state is ReplyState.SENT:
+            continue
+        made_after = [
+            r for r in chain[:-1] if r.state in SETTLING and r.created_at > last.created_at
+        ]
+        if not made_after:
+            continue
+        sent = [r for r in made_after if r.state is ReplyState.SENT]
+        settled = sent[-1] if sent else made_after[-1]
+        if last.state in SETTLING and settled.state is not ReplyState.SENT:
+            continue
+        found.append((key, settled))
+    return found
+
+
+#: the bytes of every *sent* record (ReplyRecord.encode's separators)
+_SENT = b'"state":"sent"'
+
+
+def may_be_late(
+    rows: Sequence[tuple[int, bytes, bytes | None]],
+) -> dict[bytes, list[tuple[int, bytes | None]]]:
+    """The records read, by key, of the keys that may have a late last word: those with
+    more than one record whose last is not *sent*. A take-over reads the last compaction
+    lag of a partition (most keys a pending record, then its sent one), and decodes only
+    these."""
+    by_key: dict[bytes, list[tuple[int, bytes | None]]] = {}
+    for offset, key, value in rows:
+        by_key.setdefault(key, []).append((offset, value))
+    return {
+        key: chain
+        for key, chain in by_key.items()
+        if len(chain) > 1 and not (chain[-1][1] is not None and _SENT in chain[-1][1])
+    }

@@ -21,7 +21,7 @@ A message is covered only by a reply whose writer saw it. So a released burst is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -74,6 +74,53 @@ def ended_failed(record: ReplyRecord | None) -> bool:
     as done; recorded as a success, the letter's retry would be skipped as a duplicate
     and the message never answered (simulator finding F16)."""
     return record is not None and record.state is ReplyState.FAILED
+
+
+def supersede(draft: ReplyRecord, by: str) -> ReplyRecord:
+    """The draft, superseded by the reply to the newer message ``by``: *covered* by it, so
+    a decision on it is refused naming ``by``, and its message is never answered twice."""
+    return draft.with_state(ReplyState.COVERED, covered_by=by, reason=f"superseded by {by}")
+
+
+def left_drafts(
+    latest: ReplyRecord | None, records: Mapping[str, ReplyRecord | None]
+) -> tuple[list[ReplyRecord], list[ReplyRecord]]:
+    """The drafts still awaiting a decision beside ``latest`` (the burst's latest message's
+    reply, written: a draft, pending, sent, declined or a failed send) whose messages it
+    covers (``records``: the ledger records of its ``covers``): those it supersedes (every
+    message the draft's writer saw, ``latest``'s saw too), and those left waiting.
+
+    A newer message supersedes a waiting draft before its reply is written
+    (``approval.applying.answer``), so the two never wait together, except where two
+    late writers crossed: one landed its draft of an older message after the other, then
+    owner, had written the newer message's reply covering it, and the owner's record
+    superseding that draft never landed, or landed before the draft and F17's rule wrote
+    the draft back (the simulator's finding F28). Both approved, the older message would be
+    answered twice. A draft whose writer saw a message ``latest``'s did not is left (its
+    message would be covered by a reply that never saw it)."""
+    if latest is None or latest.state is ReplyState.COVERED or latest.reply_text is None:
+        return [], []
+    saw = {*(latest.covers or ())}
+    superseded: list[ReplyRecord] = []
+    left: list[ReplyRecord] = []
+    for key in latest.covers or ():
+        draft = records.get(key)
+        if key == latest.key or draft is None or draft.state is not ReplyState.AWAITING:
+            continue
+        (superseded if saw.issuperset(draft.covers or ()) else left).append(draft)
+    return superseded, left
+
+
+def distinct(messages: Iterable[Inbound]) -> list[Inbound]:
+    """``messages`` with each message once (its first delivery), in their order. One
+    message may come in two deliveries with two event ids (its webhook and a catch-up's
+    record, or a provider's retry under a new id): answered as two, the reply's writer
+    would see it twice and the reply that covers the one would leave the other unseen,
+    answered anew (the simulator's finding F26: a second email with keys ignored)."""
+    seen: dict[str, Inbound] = {}
+    for message in messages:
+        seen.setdefault(message.key, message)
+    return list(seen.values())
 
 
 def _order(message: Inbound) -> tuple[datetime, str]:

@@ -10,7 +10,15 @@ import structlog
 
 from onceonly.processors.exceptions import Fenced
 from onceonly.processors.records import Table
-from onceonly.processors.reply.arbitration import PartitionLog, Ruling, Verdict, arbitrate
+from onceonly.processors.reply.arbitration import (
+    SETTLING,
+    PartitionLog,
+    Ruling,
+    Verdict,
+    arbitrate,
+    late_last_words,
+    may_be_late,
+)
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -29,9 +37,6 @@ PENDING_KEPT = 100_000
 _MAY_LAND_LATE = frozenset(
     {ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED, ReplyState.AWAITING}
 )
-
-#: the states that settle a key: nothing follows them in the ledger but themselves
-_SETTLING = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
 
 #: times a late record's owner draft is written again while the owner writes the key
 _REPEATS = 5
@@ -239,16 +244,14 @@ class TableLedger:
             own = self._settled_before(key, partition, offset)
             if own is None:
                 continue
-            if record.state in _SETTLING and own.state is not ReplyState.SENT:
+            if record.state in SETTLING and own.state is not ReplyState.SENT:
                 continue  # covered or declined over covered or declined: either settles it
-            landed = await self._write(key, own.encode(), fenced=False, partition=partition)
-            log.warning(
+            await self._write_again(
+                own,
+                partition,
                 "ledger: another writer's late record of a settled key; "
                 "the settled record written again after it",
-                key=key,
                 late=record.state.value,
-                state=own.state.value,
-                landed=landed[1],
             )
 
     def _settled_before(self, key: str, partition: int, offset: int) -> ReplyRecord | None:
@@ -257,7 +260,7 @@ class TableLedger:
         that recovery's end. Never a late record of its own (a zombie's *covered* after
         the owner's draft: that is ``_keep_draft``'s)."""
         own = self.get(key)
-        if own is None or own.state not in _SETTLING:
+        if own is None or own.state not in SETTLING:
             return None
         at = self._own_at.get(key, self._recovered_to.get(partition, offset))
         return own if at < offset else None
@@ -276,6 +279,46 @@ class TableLedger:
         self._account_store(partition)
         await self._read_gaps(partition, end, "")
         return True
+
+    async def take_over(
+        self, partition: int, first: int, end: int, read: ReadLog | None = None
+    ) -> bool:
+        """Read ``partition`` (one this worker has just been given) from ``first`` to its
+        log-end offset ``end``, and write again the settled record of each key whose last
+        record there is a late one (:func:`~onceonly.processors.reply.arbitration.late_last_words`).
+
+        The late writer repeats the settled record (``_keep_settled``), or the owner at its
+        next write or audit (``_settle_again``); with both stopped first, the next owner
+        recovered the late record as the key's last word (the simulator's finding F29). It
+        wrote none of the records, so it tells the late one by when it was made. ``read``:
+        how to read the partition, if not as arbitration does. False while an own write is
+        under way."""
+        read = read or self.read_log
+        if read is None or self._writing.get(partition):
+            return False
+        if end <= first:
+            return True
+        found: list[tuple[int, str, ReplyRecord | None]] = []
+        for raw_key, chain in may_be_late(await read(partition, first, end - 1)).items():
+            for offset, value in chain:
+                record = _decoded(value)
+                if record is not None or value is None:  # a reply's record, or a tombstone
+                    found.append((offset, raw_key.decode(errors="replace"), record))
+        for _, settled in late_last_words(found):
+            await self._write_again(
+                settled,
+                partition,
+                "ledger: a late record was the key's last word when this worker took the "
+                "partition over; the settled record written again after it",
+            )
+        return True
+
+    async def _write_again(
+        self, settled: ReplyRecord, partition: int, why: str, **ids: str
+    ) -> None:
+        """``settled`` written again after a late record, unfenced (right whenever it lands)."""
+        landed = await self._write(settled.key, settled.encode(), fenced=False, partition=partition)
+        log.warning(why, key=settled.key, state=settled.state.value, landed=landed[1], **ids)
 
     def get_raw(self, key: str) -> bytes | None:
         raw = self.table.get(key.encode())

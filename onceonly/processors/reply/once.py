@@ -27,10 +27,13 @@ from onceonly.processors.reply.bursts import (
     Outcome,
     Plan,
     already,
+    distinct,
     divide,
+    left_drafts,
     plan,
     split_burst,
     summarize,
+    supersede,
 )
 from onceonly.processors.reply.parts import (
     DeadLetter,
@@ -110,8 +113,9 @@ async def reply_once(
     ``parts``.
     """
     ledger, now, channel = parts.ledger, parts.now, parts.channel
-    burst = _distinct(burst)
+    burst = distinct(burst)
     latest = ledger.get(split_burst(burst)[0].key)
+    await _supersede_left(ledger, latest)
     division = divide(
         [
             (m, Plan.WRITE if m.key in rewrite else plan(ledger.get(m.key), replay=parts.replay))
@@ -139,6 +143,30 @@ async def reply_once(
     if division.write:
         acted += await _write(division.write, parts, send)
     return summarize(acted, done)
+
+
+async def _supersede_left(ledger: Ledger, latest: ReplyRecord | None) -> None:
+    """Each draft the burst's latest reply supersedes but that still awaits a decision
+    (:func:`~onceonly.processors.reply.bursts.left_drafts`; the simulator's finding F28) is
+    marked superseded by it before the burst is divided: its message is covered by the
+    reply whose writer saw it, and a decision on the draft is refused."""
+    if latest is None or not latest.covers:
+        return
+    superseded, left = left_drafts(latest, {key: ledger.get(key) for key in latest.covers})
+    for draft in superseded:
+        await ledger.put(supersede(draft, latest.key))
+        log.warning(
+            "a waiting draft superseded by the newer reply that covers its message",
+            key=draft.key,
+            newer=latest.key,
+        )
+    for draft in left:  # its writer saw a message the newer reply's did not
+        log.error(
+            "a draft waits beside a newer reply that covers its message; approve one "
+            "of them, not both (onceonly approvals reject)",
+            key=draft.key,
+            newer=latest.key,
+        )
 
 
 async def _write(burst: Sequence[Inbound], parts: ReplyParts, send: Sending) -> list[BurstResult]:
@@ -237,18 +265,6 @@ def answered_by(ledger: Ledger, record: ReplyRecord) -> tuple[ReplyRecord, ...]:
     return (record, *(r for r in covered if r is not None and covered_by(ledger, r, record.key)))
 
 
-def _distinct(messages: Iterable[Inbound]) -> list[Inbound]:
-    """``messages`` with each message once (its first delivery), in their order. One
-    message may come in two deliveries with two event ids (its webhook and a catch-up's
-    record, or a provider's retry under a new id): answered as two, the reply's writer
-    would see it twice and the reply that covers the one would leave the other unseen,
-    answered anew (the simulator's finding F26: a second email with keys ignored)."""
-    seen: dict[str, Inbound] = {}
-    for message in messages:
-        seen.setdefault(message.key, message)
-    return list(seen.values())
-
-
 def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:
     log.info("reply skipped: already handled", reason=step.value, **log_ids(message))
     return already(message, step, ledger.get(message.key))
@@ -282,7 +298,7 @@ async def _compose(
         written = await write(messages)
         for _ in range(parts.supersede_max):
             have = {m.key for m in messages}
-            more = [m for m in _distinct(await parts.newer()) if m.key not in have]
+            more = [m for m in distinct(await parts.newer()) if m.key not in have]
             more = [m for m in more if ledger.get(m.key) is None]
             if not more:
                 break

@@ -9,9 +9,10 @@ worker paused after its fence check would once it woke.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -215,3 +216,29 @@ async def test_a_late_record_after_the_owners_sent_one_is_followed_by_it(
 
     assert ledger_records(stack)[key] == sent
     assert len(stack.mail.outbox) == 1
+
+
+async def test_a_new_owner_settles_a_late_record_its_last_owner_did_not_repair(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # F29: a late writer's pending record landed after the last owner recorded the key
+    # sent, and neither repaired it (the late writer stopped, the owner killed before its
+    # audit); a worker taking the partition over writes the sent record again after it
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    key = reply_key(INBOX, MESSAGE)
+    sent = _theirs(key, ReplyState.SENT, "the last owner's", sent_message_id="<by-them@x>")
+    late = dataclasses.replace(
+        _theirs(key, ReplyState.PENDING, "a late writer's text"),
+        created_at=sent.created_at - timedelta(seconds=30),  # made before its fence check
+    )
+    await _land(stack, 0, sent)
+    await _land(stack, 0, late)
+    assert ledger_records(stack)[key] == late
+
+    worker = stack.worker(ONCEONLY_LEDGER_AUDIT_S="1")
+    await until(
+        stack, lambda: "when this worker took the partition over" in worker.log(), "the take-over"
+    )
+
+    assert ledger_records(stack)[key] == sent
+    assert stack.mail.outbox == []

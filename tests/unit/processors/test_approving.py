@@ -208,7 +208,7 @@ async def test_a_newer_message_supersedes_the_waiting_draft_and_one_reply_covers
 
 
 def test_a_decision_on_a_superseded_draft_is_refused_naming_the_newer_reply() -> None:
-    from onceonly.processors.approval.decisions import supersede
+    from onceonly.processors.reply.bursts import supersede
 
     draft = ReplyRecord("reply-old", "i", "<m@x>", "agentmail:t", ReplyState.AWAITING, T0, "d")
     gone = supersede(draft, "reply-new")

@@ -471,3 +471,50 @@ async def test_a_newer_delivery_of_a_message_in_the_reply_is_not_taken_again() -
 
     assert run.writer.calls == [["<a@x>", "<b@x>"], ["<a@x>", "<b@x>", "<c@x>"]]
     assert [r.key for r in run.sender.sent] == [C.key]
+
+
+# -- (F28) a draft left waiting beside the newer reply that covers its message ----------
+# two late writers crossed: one's draft of A landed after the owner wrote B's reply
+# covering A, and the owner's record superseding A's draft never stood
+
+
+@pytest.mark.parametrize(
+    "newer",
+    [
+        owed(B, ReplyState.AWAITING, reply_text="for a and b", covers=(A.key,)),
+        owed(B, ReplyState.SENT, reply_text="for a and b", covers=(A.key,), sent_message_id="<r>"),
+    ],
+    ids=lambda record: record.state.value,
+)
+async def test_a_draft_the_latest_reply_covers_is_superseded_by_it(newer: ReplyRecord) -> None:
+    run = Run()
+    await run.ledger.put(owed(A, ReplyState.AWAITING, reply_text="for a"))
+    await run.ledger.put(newer)
+
+    await run([A, B])
+
+    draft = run.ledger.records[A.key]
+    assert (draft.state, draft.covered_by) == (ReplyState.COVERED, B.key)
+    assert (run.writer.calls, run.sender.tried) == ([], [])
+
+
+async def test_a_draft_whose_writer_saw_more_than_the_latest_reply_is_left_waiting() -> None:
+    # covered by B, its older message C0 would be covered by a reply that never saw it
+    run = Run()
+    older = _inbound("<c0@x>", -1)
+    await run.ledger.put(owed(A, ReplyState.AWAITING, reply_text="for a", covers=(older.key,)))
+    await run.ledger.put(owed(B, ReplyState.AWAITING, reply_text="for a and b", covers=(A.key,)))
+
+    await run([A, B])
+
+    assert run.ledger.records[A.key].state is ReplyState.AWAITING
+
+
+async def test_a_draft_of_a_message_the_latest_reply_does_not_cover_is_left_waiting() -> None:
+    run = Run()
+    await run.ledger.put(owed(A, ReplyState.AWAITING, reply_text="for a"))
+    await run.ledger.put(owed(B, ReplyState.AWAITING, reply_text="for b", covers=()))
+
+    await run([A, B])
+
+    assert run.ledger.records[A.key].state is ReplyState.AWAITING

@@ -1,0 +1,139 @@
+"""A new owner settles a key again after a late record its last owner did not live to repair
+(the simulator's finding F29): a worker past its fence check lands a *pending* record after
+the owner settled the key, and stops before it writes the settled record again; the owner
+is killed before its audit reads it. The next owner, which wrote none of the records, tells
+the late one by when it was made (``arbitration.late_last_words``) and writes the settled
+record again after it (``TableLedger.take_over``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from onceonly.processors.reply.arbitration import late_last_words
+from onceonly.processors.reply.ledger import TableLedger
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from tests.unit.processors._ledger_log import T0, LogTable, Reads, record
+
+Topic = list[tuple[bytes, bytes]]
+
+
+def _at(minute: int, state: ReplyState, key: str = "k", **changes: object) -> ReplyRecord:
+    """A record of ``key`` made at minute ``minute``."""
+    text = None if state is ReplyState.COVERED else f"text {minute}"
+    made = record(key, state, text, **changes)
+    return made.with_state(state, created_at=T0 + timedelta(minutes=minute))
+
+
+def _log(*records: ReplyRecord) -> list[tuple[int, str, ReplyRecord | None]]:
+    return [(offset, r.key, r) for offset, r in enumerate(records)]
+
+
+SENT = _at(5, ReplyState.SENT, sent_message_id="<r@x>")
+COVERED = _at(5, ReplyState.COVERED, covered_by="reply-newer")
+
+# -- the rule ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("settled", [SENT, COVERED], ids=["sent", "covered"])
+@pytest.mark.parametrize(
+    "late", [ReplyState.PENDING, ReplyState.FAILED, ReplyState.AWAITING], ids=str
+)
+def test_a_record_made_before_the_settled_one_it_follows_is_late(
+    settled: ReplyRecord, late: ReplyState
+) -> None:
+    assert late_last_words(_log(settled, _at(1, late))) == [("k", settled)]
+
+
+def test_a_record_made_after_the_settled_one_it_follows_is_not_late() -> None:
+    # a message answered anew after a covered record whose writer never saw it (F21, F25)
+    assert late_last_words(_log(COVERED, _at(9, ReplyState.PENDING))) == []
+
+
+def test_a_key_whose_last_record_is_sent_is_left() -> None:
+    assert late_last_words(_log(SENT, _at(1, ReplyState.SENT, sent_message_id="<z@x>"))) == []
+
+
+def test_a_late_covered_record_after_a_sent_one_is_followed_by_the_sent_one() -> None:
+    assert late_last_words(_log(SENT, _at(1, ReplyState.COVERED))) == [("k", SENT)]
+
+
+def test_a_late_covered_record_after_a_covered_one_is_left() -> None:
+    assert late_last_words(_log(COVERED, _at(1, ReplyState.COVERED))) == []
+
+
+def test_a_sent_record_comes_before_a_later_covered_one_as_the_settled_word() -> None:
+    later = _at(7, ReplyState.COVERED)
+
+    assert late_last_words(_log(SENT, later, _at(1, ReplyState.PENDING))) == [("k", SENT)]
+
+
+def test_the_owners_draft_written_back_after_a_late_covered_record_is_left() -> None:
+    # F17: the late writer's covered record was made before the owner's draft
+    draft = _at(9, ReplyState.AWAITING)
+
+    assert late_last_words(_log(draft, _at(1, ReplyState.COVERED), draft)) == []
+
+
+def test_a_late_draft_written_back_after_the_owners_covered_record_is_late() -> None:
+    # F28: the draft written back (F17's rule) was the late writer's, made before it
+    draft = _at(1, ReplyState.AWAITING)
+
+    assert late_last_words(_log(draft, COVERED, draft)) == [("k", COVERED)]
+
+
+def test_a_tombstone_ends_what_came_before_it() -> None:
+    read = [*_log(SENT), (1, "k", None), (2, "k", _at(1, ReplyState.PENDING))]
+
+    assert late_last_words(read) == []
+
+
+def test_each_key_is_judged_by_its_own_records() -> None:
+    other = _at(0, ReplyState.PENDING, key="other")
+
+    assert late_last_words(_log(SENT, other, _at(1, ReplyState.PENDING))) == [("k", SENT)]
+
+
+# -- the ledger ---------------------------------------------------------------------------
+
+
+def _new_owner(topic: Topic) -> tuple[TableLedger, Reads]:
+    """A worker that has just recovered ``topic``, every record another's."""
+    reads = Reads(topic)
+    return TableLedger(LogTable(topic, len(topic)), read_log=reads), reads  # type: ignore[arg-type]
+
+
+def _last(topic: Topic) -> ReplyRecord:
+    return ReplyRecord.decode([value for key, value in topic if key == b"k"][-1])
+
+
+async def test_a_take_over_writes_the_settled_record_after_a_late_one() -> None:
+    topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
+    ledger, _ = _new_owner(topic)
+
+    assert await ledger.take_over(0, 0, len(topic))
+
+    assert (_last(topic), len(topic)) == (SENT, 3)
+
+
+async def test_a_take_over_reads_only_the_range_it_is_given() -> None:
+    topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
+    ledger, reads = _new_owner(topic)
+
+    await ledger.take_over(0, 1, len(topic))
+
+    assert (reads.calls, len(topic)) == ([(0, 1, 1)], 2)
+
+
+async def test_a_take_over_skips_values_that_are_not_reply_records() -> None:
+    topic: Topic = [
+        (b"k", SENT.encode()),
+        (b"k", _at(1, ReplyState.PENDING).encode()),
+        (b"k", b"an effect's record"),
+    ]
+    ledger, _ = _new_owner(topic)
+
+    await ledger.take_over(0, 0, len(topic))
+
+    assert _last(topic) == SENT
