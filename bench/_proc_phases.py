@@ -109,13 +109,8 @@ class Bench:
         data = json.loads(out.read_text(encoding="utf-8"))
         self.plain.stop()
         self.plain = None
-        return Drain(
-            "(1) plain faust agent, counts only",
-            count,
-            data["last"] - data["first"],
-            data["first"] - started,
-            cpu.percent,
-            process="agent",
+        return Drain.timed(
+            "(1) plain faust agent, counts only", count, data, started, cpu.percent, "agent"
         )
 
     def drain(
@@ -215,12 +210,11 @@ class Bench:
         started = self.start_worker()
         assert self.worker is not None
         cpu = self.drain(self.sent, count, "worker", self.worker, "(2) replying", 0.05)
-        stats = self.mail_stats()
-        return Drain(
+        return Drain.timed(
             "(2) onceonly worker: dedupe, reorder (window 0), reply",
             count,
-            stats["last"] - stats["first"],
-            stats["first"] - started,
+            self.mail_stats(),
+            started,
             cpu.percent,
         )
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench._proc_takeover import Takeover, marks
 from bench._report import fmt_cpu as _cpu
@@ -22,6 +24,21 @@ class Drain:
     startup_s: float  #: process start to its first event
     cpu: dict[str, float] = field(default_factory=dict)
     process: str = "worker"  #: the key of the process under test in ``cpu``
+
+    @classmethod
+    def timed(
+        cls,
+        label: str,
+        count: int,
+        times: Mapping[str, Any],
+        started: float,
+        cpu: dict[str, float],
+        process: str = "worker",
+    ) -> Drain:
+        """The drain whose events ran from ``times["first"]`` to ``times["last"]`` (epoch
+        s), of a process started at ``started``."""
+        first = times["first"]
+        return cls(label, count, times["last"] - first, first - started, cpu, process)
 
     @property
     def rate(self) -> float:

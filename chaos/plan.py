@@ -17,6 +17,9 @@ from testkit import payloads
 
 # --------------------------------------------------------------------------- the plan
 
+#: the fields of a webhook's message that the fake AgentMail server is not seeded with
+_UNSEEDED = ("size", "created_at", "updated_at")
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -37,31 +40,24 @@ class Message:
 
     @property
     def body(self) -> bytes:
-        return payloads.dumps(
-            payloads.agentmail_received(
-                event_id=self.event_id,
-                inbox_id=self.inbox_id,
-                thread_id=self.thread_id,
-                message_id=self.message_id,
-                timestamp=self.timestamp,
-                sender=self.sender,
-                text=self.text,
-            )
-        )
+        return payloads.dumps(self._event())
 
     def seed(self) -> dict[str, Any]:
-        """The same message as the fake AgentMail server holds it (for replies, catch-up)."""
-        return {
-            "inbox_id": self.inbox_id,
-            "message_id": self.message_id,
-            "thread_id": self.thread_id,
-            "from": self.sender,
-            "to": [self.inbox_id],
-            "subject": "Meeting",
-            "text": self.text,
-            "timestamp": self.timestamp,
-            "labels": ["received"],
-        }
+        """The same message as the fake AgentMail server holds it (for replies, catch-up):
+        the webhook's message but for what the fake works out itself."""
+        message = self._event()["message"]
+        return {name: value for name, value in message.items() if name not in _UNSEEDED}
+
+    def _event(self) -> dict[str, Any]:
+        return payloads.agentmail_received(
+            event_id=self.event_id,
+            inbox_id=self.inbox_id,
+            thread_id=self.thread_id,
+            message_id=self.message_id,
+            timestamp=self.timestamp,
+            sender=self.sender,
+            text=self.text,
+        )
 
 
 @dataclass(frozen=True, slots=True)

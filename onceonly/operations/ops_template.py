@@ -10,6 +10,19 @@ if TYPE_CHECKING:
     from onceonly.operations.ops_view import OpsView
 
 PAGE = """\
+{#- a section read as a Table (or None: no source): its rows, or why there are none -#}
+{% macro table(read, missing, empty) %}
+{% if read is none %}<p class="unknown">{{ missing }}</p>
+{%- elif read.error %}<p class="bad">{{ read.error }}</p>
+{%- elif not read.value.rows %}<p>{{ empty }}</p>
+{%- else %}
+<table>
+<tr>{% for c in read.value.columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for r in read.value.rows %}<tr>{% for cell in r %}<td>{{ cell }}</td>{% endfor %}</tr>
+{% endfor %}
+</table>
+{%- endif %}
+{% endmacro %}
 <!doctype html>
 <html lang="en">
 <head>
@@ -96,16 +109,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 
 {% if v.drafts and v.drafts.source %}<p class="source">{{ v.drafts.source }}</p>{% endif %}
 <h2 id="skips">Recent skips</h2>
-{% if v.skips is none %}<p class="unknown">Recent skips: not available.</p>
-{% elif v.skips.error %}<p class="bad">{{ v.skips.error }}</p>
-{% elif not v.skips.value.rows %}<p>No skips recorded.</p>
-{% else %}
-<table>
-<tr>{% for c in v.skips.value.columns %}<th>{{ c }}</th>{% endfor %}</tr>
-{% for r in v.skips.value.rows %}<tr>{% for cell in r %}<td>{{ cell }}</td>{% endfor %}</tr>
-{% endfor %}
-</table>
-{% endif %}
+{{ table(v.skips, "Recent skips: not available.", "No skips recorded.") }}
 
 {% if v.skips and v.skips.source %}<p class="source">{{ v.skips.source }}</p>{% endif %}
 <h2 id="trace">Trace</h2>
@@ -125,16 +129,7 @@ drafted {{ d.drafted_at }} ({{ d.age }} ago); why: {{ d.reason }}</p>
 {% endif %}
 
 <h2 id="usage">Model usage today (UTC)</h2>
-{% if v.usage is none %}<p class="unknown">Model usage: not read.</p>
-{% elif v.usage.error %}<p class="bad">{{ v.usage.error }}</p>
-{% elif not v.usage.value.rows %}<p>No reply recorded today reported its usage.</p>
-{% else %}
-<table>
-<tr>{% for c in v.usage.value.columns %}<th>{{ c }}</th>{% endfor %}</tr>
-{% for r in v.usage.value.rows %}<tr>{% for cell in r %}<td>{{ cell }}</td>{% endfor %}</tr>
-{% endfor %}
-</table>
-{% endif %}
+{{ table(v.usage, "Model usage: not read.", "No reply recorded today reported its usage.") }}
 {% if v.usage and v.usage.source %}<p class="source">{{ v.usage.source }}</p>{% endif %}
 
 <h2 id="lag">Lag per partition</h2>

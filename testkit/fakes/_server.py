@@ -186,6 +186,7 @@ class MailFaults:
 
 
 F = TypeVar("F", bound=MailFaults)
+R = TypeVar("R")
 
 
 class FakeMailServer(FakeServer, Generic[F]):
@@ -267,6 +268,26 @@ class FakeMailServer(FakeServer, Generic[F]):
             del self._keys[scope]
             return None
         return record
+
+    async def _send_holding_key(self, scope: Any, send: Callable[[], R]) -> R:
+        """Wait ``send_delay_s`` (the key is reserved, the request in flight), then call
+        ``send`` with the lock held. If the wait or the send fails, or is cancelled, the
+        key's record under ``scope`` (None: the request has no key) is dropped."""
+        try:
+            if self.faults.send_delay_s > 0:
+                await asyncio.sleep(self.faults.send_delay_s)
+            with self._lock:
+                return send()
+        except BaseException:
+            if scope is not None:
+                with self._lock:
+                    self._keys.pop(scope, None)
+            raise
+
+    async def _answer_delay(self) -> None:
+        """After a send, before its answer: wait ``answer_delay_s`` (the email is out)."""
+        if self.faults.answer_delay_s > 0:
+            await asyncio.sleep(self.faults.answer_delay_s)
 
     async def _c_outbox(self, request: web.Request) -> web.Response:
         entries = [e.to_json() for e in self.outbox]

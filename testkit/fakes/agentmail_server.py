@@ -597,16 +597,9 @@ class FakeAgentMail(FakeMailServer[Faults]):
                     return self._answer(record.response, replayed=True)
                 self._keys[key] = _KeyRecord(fingerprint=fingerprint, in_flight=True)
 
-        try:
-            if self.faults.send_delay_s > 0:
-                await asyncio.sleep(self.faults.send_delay_s)
-            with self._lock:
-                response = self._send_reply(inbox_id, message_id, body, sent_key)
-        except BaseException:
-            if key is not None:
-                with self._lock:
-                    self._keys.pop(key, None)
-            raise
+        response = await self._send_holding_key(
+            key, lambda: self._send_reply(inbox_id, message_id, body, sent_key)
+        )
         with self._lock:
             if key is not None:
                 self._keys[key] = _KeyRecord(
@@ -615,8 +608,7 @@ class FakeAgentMail(FakeMailServer[Faults]):
                     response=response,
                     expires_at=self.now() + self.key_ttl_s,
                 )
-        if self.faults.answer_delay_s > 0:
-            await asyncio.sleep(self.faults.answer_delay_s)
+        await self._answer_delay()
         with self._lock:
             return self._answer(response, replayed=False)
 

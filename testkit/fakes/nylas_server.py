@@ -484,29 +484,21 @@ class FakeNylas(FakeMailServer[NylasFaults]):
                     scope, 400, "invalid_request_error", "to: at least one recipient is required"
                 )
 
-        try:
-            if self.faults.send_delay_s > 0:
-                await asyncio.sleep(self.faults.send_delay_s)
-            with self._lock:
-                response = {"request_id": _request_id(), "data": self._deliver(grant_id, body, key)}
-                if scope is not None:
-                    reserved = self._keys.get(scope)
-                    self._keys[scope] = _KeyRecord(
-                        fingerprint,
-                        expires_at=(
-                            reserved.expires_at if reserved else self.now() + self.key_ttl_s
-                        ),
-                        in_flight=False,
-                        status=200,
-                        body=response,
-                    )
-        except BaseException:
+        def send() -> Json:
+            response = {"request_id": _request_id(), "data": self._deliver(grant_id, body, key)}
             if scope is not None:
-                with self._lock:
-                    self._keys.pop(scope, None)
-            raise
-        if self.faults.answer_delay_s > 0:
-            await asyncio.sleep(self.faults.answer_delay_s)
+                reserved = self._keys.get(scope)
+                self._keys[scope] = _KeyRecord(
+                    fingerprint,
+                    expires_at=reserved.expires_at if reserved else self.now() + self.key_ttl_s,
+                    in_flight=False,
+                    status=200,
+                    body=response,
+                )
+            return response
+
+        response = await self._send_holding_key(scope, send)
+        await self._answer_delay()
         with self._lock:
             if self.faults.lose_remaining > 0:
                 self.faults.lose_remaining -= 1
