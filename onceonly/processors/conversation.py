@@ -83,10 +83,7 @@ class Conversation:
                 "retry raced its event; dead-lettered again", why=why, **_ids(delivery.envelope)
             )
         error = f"the retry reached the worker while {why}; retry it again once that has ended"
-        envelopes = [d.envelope for d in deliveries]
-        await self.parts.dead_letters.record_failure(
-            envelopes, check=Check.RETRY_RACED, error=error
-        )
+        await self.dead_letter(deliveries, Check.RETRY_RACED, error)
 
     def finish(self, claimed: Sequence[Delivery], outcomes: dict[str, bool]) -> None:
         finish(self.parts.events, claimed, outcomes, now_ms=self.parts.now_ms())
@@ -171,11 +168,12 @@ class Conversation:
                     outcomes[delivery.envelope.event_id] = False
 
     async def dead_letter(
-        self, deliveries: Sequence[Delivery], check: Check, exc: BaseException
+        self, deliveries: Sequence[Delivery], check: Check, error: BaseException | str
     ) -> None:
         """Dead-letter ``deliveries`` with ``check`` and the error (the router's too)."""
         envelopes = [d.envelope for d in deliveries]
-        await self.parts.dead_letters.record_failure(envelopes, check=check, error=repr(exc))
+        said = error if isinstance(error, str) else repr(error)
+        await self.parts.dead_letters.record_failure(envelopes, check=check, error=said)
 
     async def _inbounds(
         self, claimed: Sequence[Delivery], outcomes: dict[str, bool]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,7 @@ from onceonly.processors.approval.decisions import Answer, by_mode
 from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.fence import Fence, Position, Rounds
 from onceonly.processors.flow.admission import Admission
-from onceonly.processors.reply.bursts import ended_failed
+from onceonly.processors.reply.bursts import distinct, ended_failed
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.once import (
     MailSender,
@@ -265,7 +265,7 @@ class Member(Actor):
                     continue
                 batch, lane.queue = _messages(lane.queue)
                 taken = [offset for offset, _ in batch]
-                messages = _unique(m for _, m in await self.world.letters.admit(self, batch))
+                messages = distinct(m for _, m in await self.world.letters.admit(self, batch))
                 if messages:
                     await self._burst(thread_key, messages, taken)
                 for offset in taken:
@@ -340,7 +340,7 @@ class Member(Actor):
                 recorded |= {o for o, _ in admitted if world.letters.replayed([o])}
             lane.queue = [pair for pair in more if pair[0] in recorded] + lane.queue
             taken.extend(offset for offset, _ in more if offset not in recorded)
-            return _unique(m for offset, m in admitted if offset not in recorded)
+            return distinct(m for offset, m in admitted if offset not in recorded)
 
         async def dead_letter(record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
             await world.letters.reply_letter(self, record, reason, burst, taken)
@@ -379,10 +379,3 @@ def _messages(
     if cut is None:
         return queue, []  # type: ignore[return-value]
     return queue[:cut], queue[cut:]  # type: ignore[return-value]
-
-
-def _unique(messages: Iterator[Inbound] | Sequence[Inbound]) -> list[Inbound]:
-    seen: dict[str, Inbound] = {}
-    for message in messages:
-        seen.setdefault(message.key, message)
-    return list(seen.values())
