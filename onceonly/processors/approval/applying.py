@@ -197,12 +197,17 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
     if not drafts:
         return await reply_once(burst, reply)
-    rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
             await ledger.put(supersede(draft, target.key))  # before the writer is asked
             parts.metrics.approval_decisions.labels("superseded").inc()
+    # the ledger's word after the writes: a draft another writer had approved and sent
+    # meanwhile is recorded sent again after the mark (TableLedger._keep_settled), and its
+    # messages are answered: never recalled into the new reply (the simulator's F30)
+    drafts = [d for d in drafts if superseded_by(ledger.get(d.key), new)]
+    for draft in drafts:
         log.info("draft superseded by a newer message", key=draft.key, newer=target.key)
+    rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}
     recalled = [recall(by_key[k], target) for k in sorted(rewrite) if k not in keys]
     return await reply_once([*recalled, *burst], reply, rewrite=frozenset(rewrite))
 

@@ -207,6 +207,37 @@ async def test_a_newer_message_supersedes_the_waiting_draft_and_one_reply_covers
     assert len(seen) == 2
 
 
+async def test_a_draft_another_writer_sent_before_its_mark_landed_is_not_recalled(
+    mail: FakeAgentMail,
+) -> None:
+    # F30: another writer (the draft's approver, paused past its session) sent the draft;
+    # the ledger writes its sent record again right after the superseding mark
+    # (TableLedger._keep_settled), and the draft's message is answered: not recalled
+    seen: list[list[str | None]] = []
+
+    def writer(burst: Any) -> str:
+        seen.append([m.text for m in burst])
+        return f"draft for {len(burst)} message(s)"
+
+    pipeline = _pipeline(mail, writer=writer)
+    old = await _drafted(mail, pipeline)
+    ledger = pipeline.parts.ledger
+    sent = replace(ledger.get(old), state=ReplyState.SENT, sent_message_id="<theirs@x>")
+    put = ledger.put
+
+    async def put_then_theirs(record: ReplyRecord) -> None:
+        await put(record)
+        if record.key == old and record.state is ReplyState.COVERED:
+            await put(sent)
+
+    ledger.put = put_then_theirs  # type: ignore[method-assign]
+
+    await pipeline.act([_delivery(mail, 2)], {})
+
+    assert seen == [["message 1"], ["message 2"]]
+    assert ledger.get(old) == sent
+
+
 def test_a_decision_on_a_superseded_draft_is_refused_naming_the_newer_reply() -> None:
     from onceonly.processors.reply.bursts import supersede
 

@@ -72,6 +72,7 @@ APPROVAL_FINDINGS = frozenset(
         508047065,
         513866219,
         533346931,
+        540853064,
     }
 )
 
@@ -207,6 +208,11 @@ APPROVAL_FINDINGS = frozenset(
         # its audit read the late record, and the next owner recovered pending as m0's last
         # word (the next owner's take-over read now writes the covered record again)
         541005806,
+        # F30 (approval on): a newer message superseded m6's draft on the owner, whose store
+        # still said awaiting; another writer, paused past its session, had sent m6's
+        # approved draft, and the ledger wrote its sent record again after the mark; the
+        # owner recalled m6 into the newer draft all the same, and both answered it
+        540853064,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
