@@ -47,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 
@@ -234,3 +235,18 @@ def may_be_late(
         for key, chain in by_key.items()
         if len(chain) > 1 and not (chain[-1][1] is not None and _SENT in chain[-1][1])
     }
+
+
+def waits_on_person_or_send(record: ReplyRecord) -> bool:
+    """A draft, waiting for a person or approved and on its way to be sent."""
+    approved = record.state is ReplyState.PENDING and record.approval is not None
+    return record.state is ReplyState.AWAITING or approved
+
+
+def decoded(value: bytes | None) -> ReplyRecord | None:
+    if value is None:
+        return None
+    try:
+        return ReplyRecord.decode(value)
+    except SchemaError:
+        return None  # an effect's record or a stranger: not a reply's

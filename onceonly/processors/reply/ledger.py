@@ -16,10 +16,11 @@ from onceonly.processors.reply.arbitration import (
     Ruling,
     Verdict,
     arbitrate,
+    decoded,
     late_last_words,
     may_be_late,
+    waits_on_person_or_send,
 )
-from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
@@ -135,19 +136,20 @@ class TableLedger:
         )
 
     async def _keep_draft(self, record: ReplyRecord, where: tuple[int, int]) -> None:
-        """Another writer's draft (*awaiting*) of the key came before ``record`` (*failed*,
-        *covered* or *awaiting*) and nothing settled the key: if the fence now refuses,
-        this worker is the late one (past its check, paused, woken after the partition
-        moved) and the draft is the owner's, waiting for a person. Left so, the compacted
-        ledger's last word is this worker's record: the draft leaves the approvals list
-        and its covered messages are left covered by a reply with no email (the
-        simulator's finding F17). The draft is written again after it, unfenced, then
-        whatever the owner wrote of the key meanwhile, until nothing of theirs lands
-        between; then Fenced (the lane stands down: no dead letter for the owner's work).
-        Still ours: the other writer was the late one, and ``record`` stands."""
+        """Another writer's draft (*awaiting*), or its draft approved (*pending* with an
+        approval), came before ``record`` (*failed*, *covered* or *awaiting*) and nothing
+        settled the key: if the fence now refuses, this worker is the late one (past its
+        check, paused, woken after the partition moved) and the draft is the owner's. Left
+        so, the ledger's last word is this worker's record: the draft leaves the approvals
+        list and its covered messages are covered by a reply with no email (the simulator's
+        finding F17), or a stale draft stands over the approved one, a person approves it
+        too and the approved text goes out under that decision (F31). Theirs is written
+        again after it, unfenced, then whatever the owner wrote of the key meanwhile, until
+        nothing of theirs lands between; then Fenced (the lane stands down: no dead letter
+        for the owner's work). Still ours: the other was the late one; ``record`` stands."""
         partition, offset = where
-        theirs = self._others(record.key, partition, -1, offset)
-        if not theirs or theirs[-1].state is not ReplyState.AWAITING or self.fence is None:
+        last = self._others(record.key, partition, -1, offset)[-1:]
+        if not last or not waits_on_person_or_send(last[0]) or self.fence is None:
             return
         try:
             await self.fence("a late record's partition")
@@ -155,7 +157,7 @@ class TableLedger:
             pass
         else:
             return
-        latest = theirs[-1]
+        latest = last[0]
         for _ in range(_REPEATS):
             landed = await self._write(record.key, latest.encode(), fenced=False)
             log.warning(
@@ -213,7 +215,7 @@ class TableLedger:
         for first, last in partition_log.gaps(before):
             raw = await self.read_log(partition, first, last)
             learned = partition_log.learn(
-                ((o, k.decode(), _decoded(v)) for o, k, v in raw), first, last
+                ((o, k.decode(), decoded(v)) for o, k, v in raw), first, last
             )
             log.warning(
                 "ledger: another writer's records read",
@@ -301,7 +303,7 @@ class TableLedger:
         found: list[tuple[int, str, ReplyRecord | None]] = []
         for raw_key, chain in may_be_late(await read(partition, first, end - 1)).items():
             for offset, value in chain:
-                record = _decoded(value)
+                record = decoded(value)
                 if record is not None or value is None:  # a reply's record, or a tombstone
                     found.append((offset, raw_key.decode(errors="replace"), record))
         for _, settled in late_last_words(found):
@@ -389,12 +391,3 @@ class TableLedger:
             self._moved.discard(partition)
             applied = self._recovered_to[partition] = self.table.applied_offset(partition)
             partition_log.recovered(applied)
-
-
-def _decoded(value: bytes | None) -> ReplyRecord | None:
-    if value is None:
-        return None
-    try:
-        return ReplyRecord.decode(value)
-    except SchemaError:
-        return None  # an effect's record or a stranger: not a reply's

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from onceonly.processors.exceptions import Fenced
 from onceonly.processors.reply.arbitration import PartitionLog, Ruling, Verdict, arbitrate
 from onceonly.processors.reply.ledger import PENDING_KEPT, TableLedger
+from onceonly.schemas.approval import Approval
+from onceonly.schemas.approval import Verdict as ApprovalVerdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
-from tests.unit.processors._ledger_log import LogTable, Reads
+from tests.unit.processors._ledger_log import T0, LogTable, Reads
 from tests.unit.processors._ledger_log import record as _record
 
 # -- the ruling ---------------------------------------------------------------------------
@@ -383,6 +385,38 @@ async def test_a_late_record_after_the_owners_draft_is_followed_by_the_draft_the
     ]
     assert ReplyRecord.decode(topic[-1][1]) == draft
     assert fence.asked == ["a ledger record", "a late record's partition"]
+
+
+async def test_a_late_draft_after_the_owners_approved_draft_is_followed_by_it_then_fenced() -> None:
+    # finding F31 (seed 541801252): a worker paused past its fence check lands its older
+    # draft after the owner applied a person's approval of its own; left so, the approvals
+    # list shows the stale draft, a person approves it too, and the approved text goes
+    # out under that decision
+    fence = Moved()
+    ledger, topic, _ = _ledger(fence=fence)
+    approved = _record(
+        "k",
+        ReplyState.PENDING,
+        "the owner's approved draft",
+        approval=Approval(ApprovalVerdict.APPROVED, "ana", T0, "d-1"),
+    )
+    _lands(topic, approved)
+
+    with pytest.raises(Fenced):
+        await ledger.put(_record("k", ReplyState.AWAITING, "the late draft"))
+
+    assert ReplyRecord.decode(topic[-1][1]) == approved
+
+
+async def test_a_late_draft_after_another_writers_unapproved_pending_record_stands() -> None:
+    # a reply with no approval on its way is sent by its writer whatever comes after it
+    fence = Moved()
+    ledger, topic, _ = _ledger(fence=fence)
+    _lands(topic, _record("k", ReplyState.PENDING, "their reply"))
+
+    await ledger.put(_record("k", ReplyState.AWAITING, "the late draft"))
+
+    assert ReplyRecord.decode(topic[-1][1]).reply_text == "the late draft"
 
 
 async def test_a_record_after_another_writers_draft_stands_while_the_partition_is_ours() -> None:

@@ -73,6 +73,7 @@ APPROVAL_FINDINGS = frozenset(
         513866219,
         533346931,
         540853064,
+        541801252,
     }
 )
 
@@ -213,6 +214,11 @@ APPROVAL_FINDINGS = frozenset(
         # approved draft, and the ledger wrote its sent record again after the mark; the
         # owner recalled m6 into the newer draft all the same, and both answered it
         540853064,
+        # F31 (approval on): a worker paused past its fence check landed its older draft of
+        # m58 after the owner had applied a person's approval of its own draft; the stale
+        # draft was approved too, and the first approved text went out under that decision
+        # (a late record after the owner's approved draft now writes it again: _keep_draft)
+        541801252,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
