@@ -174,16 +174,21 @@ async def test_never_sends_the_writers_text_without_a_draft(mail: FakeAgentMail)
     assert [e.text for e in mail.outbox] == ["the model's draft"]
 
 
-async def test_a_newer_message_supersedes_the_waiting_draft_and_one_reply_covers_both(
-    mail: FakeAgentMail,
-) -> None:
+def _noting(mail: FakeAgentMail) -> tuple[list[list[str | None]], Conversation]:
+    """A pipeline whose writer notes the texts of each burst it is asked with."""
     seen: list[list[str | None]] = []
 
     def writer(burst: Any) -> str:
         seen.append([m.text for m in burst])
         return f"draft for {len(burst)} message(s)"
 
-    pipeline = _pipeline(mail, writer=writer)
+    return seen, _pipeline(mail, writer=writer)
+
+
+async def test_a_newer_message_supersedes_the_waiting_draft_and_one_reply_covers_both(
+    mail: FakeAgentMail,
+) -> None:
+    seen, pipeline = _noting(mail)
     old = await _drafted(mail, pipeline)
     newer = _delivery(mail, 2)
 
@@ -213,13 +218,7 @@ async def test_a_draft_another_writer_sent_before_its_mark_landed_is_not_recalle
     # F30: another writer (the draft's approver, paused past its session) sent the draft;
     # the ledger writes its sent record again right after the superseding mark
     # (TableLedger._keep_settled), and the draft's message is answered: not recalled
-    seen: list[list[str | None]] = []
-
-    def writer(burst: Any) -> str:
-        seen.append([m.text for m in burst])
-        return f"draft for {len(burst)} message(s)"
-
-    pipeline = _pipeline(mail, writer=writer)
+    seen, pipeline = _noting(mail)
     old = await _drafted(mail, pipeline)
     ledger = pipeline.parts.ledger
     sent = replace(ledger.get(old), state=ReplyState.SENT, sent_message_id="<theirs@x>")
