@@ -134,9 +134,9 @@ def test_onceonly_is_imported_from_the_clean_environment_with_its_surface(
     installed: Installed,
 ) -> None:
     out = installed.run(
-        "import json, onceonly, sys; "
+        "import importlib.util, json, onceonly, sys; "
         "print(json.dumps({'file': onceonly.__file__, 'all': sorted(onceonly.__all__), "
-        "'devstack': __import__('importlib').util.find_spec('devstack') is not None}))"
+        "'devstack': importlib.util.find_spec('devstack') is not None}))"
     )
     seen = json.loads(out)
 
