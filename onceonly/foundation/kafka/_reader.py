@@ -111,6 +111,18 @@ def log_ends(connection: Connection, topic: str, partitions: Iterable[int]) -> d
         consumer.close()
 
 
+def _since(
+    consumer: Consumer, topic: str, partition: int, since: datetime, timeout_s: float
+) -> TopicRange:
+    """``topic[partition]`` from its first record at or after ``since`` (by the broker's
+    timestamps; its end if none) to its end."""
+    low, high = _watermarks(consumer, topic, partition, timeout_s)
+    wanted = TopicPartition(topic, partition, int(since.timestamp() * 1000))
+    [found] = consumer.offsets_for_times([wanted], timeout=timeout_s)
+    start = high if found.offset < 0 else max(low, found.offset)
+    return TopicRange(partition, min(start, high), high)
+
+
 def tails(
     connection: Connection, topic: str, partitions: Iterable[int], since: datetime
 ) -> dict[int, TopicRange]:
@@ -119,14 +131,7 @@ def tails(
     timeout_s = connection.request_timeout_s
     consumer = _consumer(connection)
     try:
-        out: dict[int, TopicRange] = {}
-        for p in partitions:
-            low, high = _watermarks(consumer, topic, p, timeout_s)
-            wanted = TopicPartition(topic, p, int(since.timestamp() * 1000))
-            [found] = consumer.offsets_for_times([wanted], timeout=timeout_s)
-            start = high if found.offset < 0 else max(low, found.offset)
-            out[p] = TopicRange(p, min(start, high), high)
-        return out
+        return {p: _since(consumer, topic, p, since, timeout_s) for p in partitions}
     except KafkaException as exc:
         raise adapter_error(exc, f"read the offsets of {topic}") from exc
     finally:
@@ -155,15 +160,12 @@ def ranges(
     try:
         out = []
         for p in chosen:
-            low, high = _watermarks(consumer, topic, p, timeout_s)
-            if from_offset is not None:
-                start = max(low, from_offset)
-            else:
+            if from_offset is None:
                 assert from_time is not None
-                wanted = TopicPartition(topic, p, int(from_time.timestamp() * 1000))
-                [found] = consumer.offsets_for_times([wanted], timeout=timeout_s)
-                start = high if found.offset < 0 else max(low, found.offset)
-            out.append(TopicRange(p, min(start, high), high))
+                out.append(_since(consumer, topic, p, from_time, timeout_s))
+                continue
+            low, high = _watermarks(consumer, topic, p, timeout_s)
+            out.append(TopicRange(p, min(max(low, from_offset), high), high))
         return out
     except KafkaException as exc:
         raise adapter_error(exc, f"read the offsets of {topic}") from exc
