@@ -14,9 +14,9 @@ from onceonly.schemas.exceptions import SchemaError
 #: 4 added the *awaiting* state and ``approval`` (who decided on a draft, when, what);
 #: 2 added ``reason`` (why a reply was declined) and ``message_at`` (the answered
 #: message's own time); 4 also added ``usage`` (what the writer's calls cost); older
-#: versions still decode
-LEDGER_VERSION = 4
-KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3, 4})
+#: versions still decode; 5 added ``written_at`` (when the record itself was made)
+LEDGER_VERSION = 5
+KNOWN_LEDGER_VERSIONS = frozenset({1, 2, 3, 4, 5})
 
 
 class ReplyState(StrEnum):
@@ -85,10 +85,21 @@ class ReplyRecord:
     usage: Usage | None = None
     #: the decision applied to a draft (version 4; None: no person decided on it)
     approval: Approval | None = None
+    #: when this record (this state of the reply, not the reply) was made: stamped by the
+    #: ledger before its fence check, and again on a repair that writes the record anew
+    #: (version 5; None: written before, when ``created_at`` stood in for it). Not compared:
+    #: a record written again is the same record
+    written_at: datetime | None = field(default=None, compare=False)
     v: int = LEDGER_VERSION
 
     def with_state(self, state: ReplyState, **changes: Any) -> ReplyRecord:
         return replace(self, state=state, **changes)
+
+    @property
+    def made_at(self) -> datetime:
+        """When this record was made: ``written_at``, or for an older record its reply's
+        ``created_at``."""
+        return self.written_at or self.created_at
 
     def encode(self) -> bytes:
         # by hand, not dataclasses.asdict (which deep-copies): this runs twice per reply
@@ -110,6 +121,7 @@ class ReplyRecord:
             "covers": list(self.covers) if self.covers is not None else None,
             "usage": self.usage.to_json() if self.usage is not None else None,
             "approval": self.approval.to_json() if self.approval is not None else None,
+            "written_at": self.written_at.isoformat() if self.written_at else None,
             "v": self.v,
         }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
@@ -122,8 +134,9 @@ class ReplyRecord:
                 raise SchemaError(f"ledger record version {data.get('v')!r} is not known")
             data["state"] = ReplyState(data["state"])
             data["created_at"] = datetime.fromisoformat(data["created_at"])
-            if data.get("message_at"):
-                data["message_at"] = datetime.fromisoformat(data["message_at"])
+            for when in ("message_at", "written_at"):
+                if data.get(when):
+                    data[when] = datetime.fromisoformat(data[when])
             if data.get("covers") is not None:
                 data["covers"] = tuple(str(key) for key in data["covers"])
             if data.get("usage") is not None:

@@ -68,7 +68,9 @@ class Member(Actor):
         self.fence = Fence(self._confirm, self._current)
         self._rounds: Rounds[Any, bool] = Rounds(self._ask)
         ledger_type = LateLedger if world.bugs.ledger_after_send else TableLedger
-        self.ledger = ledger_type(self.table, fence=self.fence.check, read_log=self._read_log)
+        self.ledger = ledger_type(
+            self.table, fence=self.fence.check, read_log=self._read_log, clock=world.now
+        )
         loop = asyncio.get_running_loop()
         self.writer = Writer(
             world.model,

@@ -173,10 +173,11 @@ SETTLING = frozenset({ReplyState.SENT, ReplyState.COVERED, ReplyState.DECLINED})
 
 
 def late_last_words(
-    records: Iterable[tuple[int, str, ReplyRecord | None]],
+    rows: Sequence[tuple[int, bytes, bytes | None]],
 ) -> list[tuple[str, ReplyRecord]]:
-    """The keys whose last record in ``records`` (offset, key, record; None for a
-    tombstone) is a late one, each with the settled record to write again after it.
+    """The keys whose last record in ``rows`` (offset, key, value, in log order; a value
+    None is a tombstone) is a late one, each with the settled record to write again after
+    it. Only the keys :func:`may_be_late` picks are decoded.
 
     A record is late when it landed after a record of its key that settles it (sent,
     covered, declined) and was *made* before that one: its writer built it, passed its
@@ -185,34 +186,34 @@ def late_last_words(
     owner's records are all made after the late writer's check, which came before the
     rebalance; every record that legitimately follows a settled one (a message answered
     anew, a repair that repeats a settled record) is made after it. So the order of
-    ``created_at`` against the order in the log tells a late record from the others, as
-    long as the writers' clocks agree to within a rebalance (seconds).
+    ``made_at`` (``written_at``, stamped by the ledger before its fence check) against the
+    order in the log tells a late record from the others, as long as the writers' clocks
+    agree to within a rebalance (seconds). (A reply's ``created_at`` does not: a draft's
+    approval and its *sent* record keep the draft's.)
 
     The settled record is the last one made after the late record (a *sent* one before
     any other: an email went out). Nothing is returned for a key whose last record is
     *sent* (the email is the last word), nor for a late *covered* or *declined* record
     after a settled record other than *sent* (either settles it)."""
-    chains: dict[str, list[ReplyRecord]] = {}
-    for _, key, record in sorted(records, key=lambda item: item[0]):
-        if record is None:
-            chains.pop(key, None)  # a tombstone: what came before it is gone
-        else:
-            chains.setdefault(key, []).append(record)
     found: list[tuple[str, ReplyRecord]] = []
-    for key, chain in chains.items():
-        last = chain[-1]
-        if last.state is ReplyState.SENT:
+    for key, values in may_be_late(rows).items():
+        chain: list[ReplyRecord] = []
+        for _, value in values:
+            if value is None:
+                chain.clear()  # a tombstone: what came before it is gone
+            elif (record := decoded(value)) is not None:  # not an effect's record
+                chain.append(record)
+        if not chain or chain[-1].state is ReplyState.SENT:
             continue
-        made_after = [
-            r for r in chain[:-1] if r.state in SETTLING and r.created_at > last.created_at
-        ]
+        last = chain[-1]
+        made_after = [r for r in chain[:-1] if r.state in SETTLING and r.made_at > last.made_at]
         if not made_after:
             continue
         sent = [r for r in made_after if r.state is ReplyState.SENT]
         settled = sent[-1] if sent else made_after[-1]
         if last.state in SETTLING and settled.state is not ReplyState.SENT:
             continue
-        found.append((key, settled))
+        found.append((key.decode(errors="replace"), settled))
     return found
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -18,7 +20,6 @@ from onceonly.processors.reply.arbitration import (
     arbitrate,
     decoded,
     late_last_words,
-    may_be_late,
     waits_on_person_or_send,
 )
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -63,8 +64,11 @@ class TableLedger:
         table: Table,
         fence: Callable[[str], Awaitable[Any]] | None = None,
         read_log: ReadLog | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.table = table
+        #: stamps each record's ``written_at`` (arbitration.late_last_words reads it)
+        self.clock = clock
         #: awaited before each write: raises Fenced once the record's partition is not ours
         self.fence = fence
         #: reads the ledger topic where another writer's records may be (arbitration)
@@ -87,7 +91,7 @@ class TableLedger:
 
     async def put(self, record: ReplyRecord) -> None:
         try:
-            where = await self._write(record.key, record.encode())
+            where = await self._write(record.key, self._made(record))
         except Fenced:
             if record.state is ReplyState.SENT:
                 await self._write_sent_anyway(record)
@@ -106,7 +110,7 @@ class TableLedger:
         written all the same, unfenced: it says what happened, not who owns the key, and
         without it the ledger's last word may be the next owner's *failed* for an email
         the customer has (the simulator's finding F8)."""
-        await self._write(record.key, record.encode(), fenced=False)
+        await self._write(record.key, self._made(record), fenced=False)
         log.warning(
             "ledger: sent record written after the partition moved (the email went out)",
             key=record.key,
@@ -127,7 +131,7 @@ class TableLedger:
                 await self._keep_draft(record, where)
             return
         settled = verdict.record
-        await self._write(record.key, settled.encode(), fenced=False)
+        await self._write(record.key, self._made(settled), fenced=False)
         log.warning(
             "ledger: own record landed after another writer settled the key; "
             "their record written again after it",
@@ -159,7 +163,7 @@ class TableLedger:
             return
         latest = last[0]
         for _ in range(_REPEATS):
-            landed = await self._write(record.key, latest.encode(), fenced=False)
+            landed = await self._write(record.key, self._made(latest), fenced=False)
             log.warning(
                 "ledger: own record landed after the owner's draft; the draft written again",
                 key=record.key,
@@ -300,13 +304,7 @@ class TableLedger:
             return False
         if end <= first:
             return True
-        found: list[tuple[int, str, ReplyRecord | None]] = []
-        for raw_key, chain in may_be_late(await read(partition, first, end - 1)).items():
-            for offset, value in chain:
-                record = decoded(value)
-                if record is not None or value is None:  # a reply's record, or a tombstone
-                    found.append((offset, raw_key.decode(errors="replace"), record))
-        for _, settled in late_last_words(found):
+        for _, settled in late_last_words(await read(partition, first, end - 1)):
             await self._write_again(
                 settled,
                 partition,
@@ -319,7 +317,8 @@ class TableLedger:
         self, settled: ReplyRecord, partition: int, why: str, **ids: str
     ) -> None:
         """``settled`` written again after a late record, unfenced (right whenever it lands)."""
-        landed = await self._write(settled.key, settled.encode(), fenced=False, partition=partition)
+        value = self._made(settled)
+        landed = await self._write(settled.key, value, fenced=False, partition=partition)
         log.warning(why, key=settled.key, state=settled.state.value, landed=landed[1], **ids)
 
     def get_raw(self, key: str) -> bytes | None:
@@ -354,6 +353,11 @@ class TableLedger:
         for key in keys:
             self._pending.pop(key.decode(errors="replace"), None)
             self._own_at.pop(key.decode(errors="replace"), None)
+
+    def _made(self, record: ReplyRecord) -> bytes:
+        """``record`` as written now: made now, before the fence check (a writer paused
+        past its check lands a record made before the rebalance; a repair's is made anew)."""
+        return replace(record, written_at=self.clock()).encode()
 
     async def _write(
         self, key: str, value: bytes, fenced: bool = True, partition: int | None = None

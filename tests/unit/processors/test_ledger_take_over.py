@@ -17,17 +17,20 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.unit.processors._ledger_log import T0, LogTable, Reads, record
 
 Topic = list[tuple[bytes, bytes]]
+Rows = list[tuple[int, bytes, bytes | None]]
+#: the new owner's clock: when its repairs are made
+NOW = T0 + timedelta(hours=1)
 
 
 def _at(minute: int, state: ReplyState, key: str = "k", **changes: object) -> ReplyRecord:
-    """A record of ``key`` made at minute ``minute``."""
+    """A record of ``key`` written (made) at minute ``minute``; every reply created at T0."""
     text = None if state is ReplyState.COVERED else f"text {minute}"
     made = record(key, state, text, **changes)
-    return made.with_state(state, created_at=T0 + timedelta(minutes=minute))
+    return made.with_state(state, written_at=T0 + timedelta(minutes=minute))
 
 
-def _log(*records: ReplyRecord) -> list[tuple[int, str, ReplyRecord | None]]:
-    return [(offset, r.key, r) for offset, r in enumerate(records)]
+def _log(*records: ReplyRecord) -> Rows:
+    return [(offset, r.key.encode(), r.encode()) for offset, r in enumerate(records)]
 
 
 SENT = _at(5, ReplyState.SENT, sent_message_id="<r@x>")
@@ -84,9 +87,35 @@ def test_a_late_draft_written_back_after_the_owners_covered_record_is_late() -> 
 
 
 def test_a_tombstone_ends_what_came_before_it() -> None:
-    read = [*_log(SENT), (1, "k", None), (2, "k", _at(1, ReplyState.PENDING))]
+    read = [*_log(SENT), (1, b"k", None), (2, b"k", _at(1, ReplyState.PENDING).encode())]
 
     assert late_last_words(read) == []
+
+
+def test_an_approved_drafts_records_are_judged_by_when_each_was_written() -> None:
+    # a draft's approval and its sent record keep the draft's created_at: a late writer's
+    # approval of the same draft, made before the owner's, shares it too
+    draft = _at(0, ReplyState.AWAITING)
+    approved = _at(6, ReplyState.PENDING)
+    sent = _at(7, ReplyState.SENT, sent_message_id="<r@x>")
+
+    found = late_last_words(_log(draft, approved, sent, _at(3, ReplyState.PENDING)))
+
+    assert found == [("k", sent)]
+
+
+def test_records_written_before_they_said_when_are_judged_by_their_replys_time() -> None:
+    def older(minute: int, state: ReplyState, **changes: object) -> ReplyRecord:
+        made = record("k", state, f"text {minute}", **changes)
+        return made.with_state(state, created_at=T0 + timedelta(minutes=minute), v=4)
+
+    sent = older(5, ReplyState.SENT, sent_message_id="<r@x>")
+
+    found = late_last_words(_log(sent, older(1, ReplyState.PENDING)))
+
+    assert [(key, r.sent_message_id, r.made_at) for key, r in found] == [
+        ("k", "<r@x>", sent.created_at)
+    ]
 
 
 def test_each_key_is_judged_by_its_own_records() -> None:
@@ -101,7 +130,8 @@ def test_each_key_is_judged_by_its_own_records() -> None:
 def _new_owner(topic: Topic) -> tuple[TableLedger, Reads]:
     """A worker that has just recovered ``topic``, every record another's."""
     reads = Reads(topic)
-    return TableLedger(LogTable(topic, len(topic)), read_log=reads), reads  # type: ignore[arg-type]
+    table = LogTable(topic, len(topic))
+    return TableLedger(table, read_log=reads, clock=lambda: NOW), reads  # type: ignore[arg-type]
 
 
 def _last(topic: Topic) -> ReplyRecord:
@@ -137,3 +167,27 @@ async def test_a_take_over_skips_values_that_are_not_reply_records() -> None:
     await ledger.take_over(0, 0, len(topic))
 
     assert _last(topic) == SENT
+
+
+async def test_a_take_overs_repair_is_made_when_it_is_written() -> None:
+    topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
+    ledger, _ = _new_owner(topic)
+
+    await ledger.take_over(0, 0, len(topic))
+
+    assert _last(topic).written_at == NOW
+
+
+async def test_a_record_is_made_before_its_fence_check() -> None:
+    # a writer paused past its check lands a record made before the rebalance
+    times = [T0]
+
+    async def fence(_: str) -> None:
+        times.append(T0 + timedelta(minutes=1))
+
+    topic: Topic = []
+    ledger = TableLedger(LogTable(topic, 0), fence=fence, clock=lambda: times[-1])  # type: ignore[arg-type]
+
+    await ledger.put(_at(0, ReplyState.SENT, sent_message_id="<r@x>"))
+
+    assert (_last(topic).written_at, len(times)) == (T0, 2)

@@ -45,6 +45,7 @@ FULL = ReplyRecord(
     attempts=4,
     error="mail API answered 503",
     channel="nylas",
+    written_at=datetime(2026, 11, 30, 1, 2, 4, 5, tzinfo=UTC),
 )
 
 

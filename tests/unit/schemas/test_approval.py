@@ -33,7 +33,7 @@ def test_an_awaiting_draft_with_its_approval_survives_the_ledger() -> None:
     decoded = ReplyRecord.decode(record.encode())
 
     assert decoded == record
-    assert decoded.v == LEDGER_VERSION == 4
+    assert decoded.v == LEDGER_VERSION == 5
 
 
 def test_a_version_3_record_still_decodes_without_an_approval() -> None:

@@ -30,12 +30,21 @@ def test_usage_survives_a_round_trip_and_a_version_3_record_decodes_without_it()
     from onceonly.schemas.ledger import LEDGER_VERSION, Usage
 
     costed = replace(FULL, usage=Usage("gpt-4o-mini", 120, 35))
-    assert LEDGER_VERSION == 4
+    assert LEDGER_VERSION == 5
     assert ReplyRecord.decode(costed.encode()).usage == Usage("gpt-4o-mini", 120, 35)
     older = json.loads(FULL.encode())
     del older["usage"]
     older["v"] = 3
     assert ReplyRecord.decode(json.dumps(older)).usage is None
+
+
+def test_a_record_is_made_when_written_or_for_a_version_4_record_when_its_reply_was() -> None:
+    older = json.loads(FULL.encode())
+    del older["written_at"]
+    older["v"] = 4
+
+    assert ReplyRecord.decode(FULL.encode()).made_at == FULL.written_at
+    assert ReplyRecord.decode(json.dumps(older)).made_at == FULL.created_at
 
 
 def test_usages_add_up() -> None:
