@@ -176,25 +176,26 @@ def late_last_words(
     rows: Sequence[tuple[int, bytes, bytes | None]],
 ) -> list[tuple[str, ReplyRecord]]:
     """The keys whose last record in ``rows`` (offset, key, value, in log order; a value
-    None is a tombstone) is a late one, each with the settled record to write again after
-    it. Only the keys :func:`may_be_late` picks are decoded.
+    None is a tombstone) is a late one, each with the record to write again after it.
+    Only the keys :func:`may_be_late` picks are decoded.
 
-    A record is late when it landed after a record of its key that settles it (sent,
-    covered, declined) and was *made* before that one: its writer built it, passed its
-    fence check, and paused past its session (or was cut off) while the next owner settled
-    the key. A writer makes a record only from what its store says of the key, and the next
-    owner's records are all made after the late writer's check, which came before the
-    rebalance; every record that legitimately follows a settled one (a message answered
-    anew, a repair that repeats a settled record) is made after it. So the order of
+    A record is late when it landed after a record of its key that was *made* after it:
+    its writer built it, passed its fence check, and paused past its session (or was cut
+    off) while the next owner wrote the key (settled it, or drafted or approved its reply).
+    A writer makes a record only from what its store says of the key, and the next owner's
+    records are all made after the late writer's check, which came before the rebalance;
+    one worker writes a key's records one at a time, on its thread's lane; every record
+    that legitimately follows another (a message answered anew, an approval, a repair that
+    repeats a record) is made after it. So the order of
     ``made_at`` (``written_at``, stamped by the ledger before its fence check) against the
     order in the log tells a late record from the others, as long as the writers' clocks
     agree to within a rebalance (seconds). (A reply's ``created_at`` does not: a draft's
     approval and its *sent* record keep the draft's.)
 
-    The settled record is the last one made after the late record (a *sent* one before
-    any other: an email went out). Nothing is returned for a key whose last record is
-    *sent* (the email is the last word), nor for a late *covered* or *declined* record
-    after a settled record other than *sent* (either settles it)."""
+    What is written again is a record made after the late one (:func:`_word_again`).
+    Nothing is returned for a key whose last record is *sent* (the email is the last
+    word), nor for a late *covered* or *declined* record after a settled record other than
+    *sent* (either settles it)."""
     found: list[tuple[str, ReplyRecord]] = []
     for key, values in may_be_late(rows).items():
         chain: list[ReplyRecord] = []
@@ -206,15 +207,29 @@ def late_last_words(
         if not chain or chain[-1].state is ReplyState.SENT:
             continue
         last = chain[-1]
-        made_after = [r for r in chain[:-1] if r.state in SETTLING and r.made_at > last.made_at]
+        made_after = [r for r in chain[:-1] if r.made_at > last.made_at]
         if not made_after:
             continue
-        sent = [r for r in made_after if r.state is ReplyState.SENT]
-        settled = sent[-1] if sent else made_after[-1]
-        if last.state in SETTLING and settled.state is not ReplyState.SENT:
-            continue
-        found.append((key.decode(errors="replace"), settled))
+        again = _word_again(made_after)
+        if last.state in SETTLING and again.state in _SETTLED_UNSENT:
+            continue  # covered or declined over covered or declined: either settles it
+        found.append((key.decode(errors="replace"), again))
     return found
+
+
+_SETTLED_UNSENT = SETTLING - {ReplyState.SENT}
+
+
+def _word_again(made_after: Sequence[ReplyRecord]) -> ReplyRecord:
+    """Of the records made after a late one, the one to write again after it: the last
+    *sent* (an email went out), else the last that settles the key, else the one made last
+    (the owner's draft, or its draft approved: F17's and F31's, when the late writer did
+    not live to repeat it)."""
+    for states in ((ReplyState.SENT,), SETTLING):
+        settled = [r for r in made_after if r.state in states]
+        if settled:
+            return settled[-1]
+    return max(made_after, key=lambda r: r.made_at)
 
 
 #: the bytes of every *sent* record (ReplyRecord.encode's separators)

@@ -118,6 +118,28 @@ def test_records_written_before_they_said_when_are_judged_by_their_replys_time()
     ]
 
 
+def test_the_owners_draft_is_written_after_a_late_record_made_before_it() -> None:
+    # F17's case, with the late writer killed before it wrote the draft back itself
+    draft = _at(9, ReplyState.AWAITING)
+
+    assert late_last_words(_log(draft, _at(1, ReplyState.COVERED))) == [("k", draft)]
+
+
+def test_the_owners_approved_draft_is_written_after_a_late_stale_draft() -> None:
+    # F31's case, with the late writer killed before it wrote the approved draft back
+    approved = _at(6, ReplyState.PENDING)
+
+    assert late_last_words(_log(approved, _at(3, ReplyState.AWAITING))) == [("k", approved)]
+
+
+def test_of_the_records_made_after_a_late_one_the_one_made_last_is_written() -> None:
+    # two late writers, the older landing last, around the owner's draft
+    draft = _at(5, ReplyState.AWAITING)
+    read = _log(_at(2, ReplyState.PENDING), draft, _at(1, ReplyState.COVERED))
+
+    assert late_last_words(read) == [("k", draft)]
+
+
 def test_each_key_is_judged_by_its_own_records() -> None:
     other = _at(0, ReplyState.PENDING, key="other")
 
