@@ -1,6 +1,6 @@
 """The Kafka of a chaos run: the single embedded broker, or a local cluster of N nodes.
 
-Both answer to :class:`ChaosBroker`: start and wait, stop, alive, the bootstrap (a list on
+Either is a :data:`ChaosBroker`: start and wait, stop, alive, the bootstrap (a list on
 a cluster), the tail of the log. The cluster also kills, stops and starts one node, and
 reads the partitions' leaders and in-sync replicas.
 """
@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TypeAlias
 
 from chaos.common import ChaosError, now
 from chaos.processes import Proc
@@ -22,23 +22,6 @@ from devstack.exceptions import BrokerError
 from devstack.jvm import kafka_jvm, tail
 from devstack.ports import free_port, free_run_of_ports
 from onceonly.foundation.kafka import Admin, Connection, PartitionState
-
-
-class ChaosBroker(Protocol):
-    @property
-    def nodes(self) -> int: ...
-
-    @property
-    def bootstrap(self) -> str: ...
-
-    @property
-    def alive(self) -> bool: ...
-
-    def start_and_wait(self, timeout_s: float = 120.0) -> None: ...
-
-    def stop(self, timeout_s: float = 60.0) -> None: ...
-
-    def log_tail(self, lines: int = 25) -> str: ...
 
 
 class SingleBroker(Proc):
@@ -144,3 +127,7 @@ class ClusterBroker:
             + tail(node.log_path, lines)
             for node in self.cluster.nodes
         )
+
+
+#: the broker of a chaos run; the node calls are ClusterBroker's alone (see broker_faults)
+ChaosBroker: TypeAlias = SingleBroker | ClusterBroker

@@ -10,9 +10,10 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Self
+from typing import ClassVar, Self
 
 import aiohttp
 
@@ -23,23 +24,22 @@ class ProcessError(Exception):
     """A supervised process exited or did not become ready; the message holds its output."""
 
 
+@dataclass(eq=False, repr=False)
 class Supervised:
     """``argv`` with ``env``, output to ``log_path``; ``append`` keeps earlier runs' output
     (with a banner per start), else each start truncates the log."""
 
     #: what ``wait_ready`` raises; a subclass may raise its own
-    error: type[Exception] = ProcessError
+    error: ClassVar[type[Exception]] = ProcessError
 
-    def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], log_path: Path, *, append: bool
-    ) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log_path = log_path
-        self.append = append
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    _: KW_ONLY
+    append: bool
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    starts: int = field(default=0, init=False)
 
     def start(self) -> Self:
         self.starts += 1

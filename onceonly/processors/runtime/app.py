@@ -8,6 +8,7 @@ import hashlib
 import socket
 import ssl
 import weakref
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,20 @@ def worker_id(settings: Settings, host: str | None = None) -> str:
     return f"{host or socket.gethostname()}-{digest}"
 
 
+#: faust's own web views, all turned off: they can show table contents (email text); the
+#: worker serves only /metrics and the pages given to build_app (the operator page)
+FAUST_VIEWS_OFF: Mapping[str, Any] = dict.fromkeys(
+    (
+        "web_router_enabled",
+        "web_tables_enabled",
+        "web_graph_enabled",
+        "web_stats_enabled",
+        "web_metrics_enabled",
+    ),
+    False,
+)
+
+
 def faust_app(settings: Settings, replication: int = 1) -> faust.App:
     """The faust App: RocksDB tables, static membership, ``replication`` copies of the
     topics faust creates (the changelogs, the assignor's), and table recovery that loads a
@@ -48,13 +63,7 @@ def faust_app(settings: Settings, replication: int = 1) -> faust.App:
         store="rocksdb://",
         datadir=str(settings.data_dir),
         web_enabled=True,
-        # faust's own views can show table contents (email text): serve only /metrics
-        # and the pages given to build_app (the operator page)
-        web_router_enabled=False,
-        web_tables_enabled=False,
-        web_graph_enabled=False,
-        web_stats_enabled=False,
-        web_metrics_enabled=False,
+        **FAUST_VIEWS_OFF,
         web_host=settings.worker_host,
         web_port=settings.worker_port,
         topic_partitions=settings.partitions,

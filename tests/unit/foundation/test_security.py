@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.kafka import Connection, client_security, producer_config
 from onceonly.foundation.settings import Settings
-from onceonly.processors.runtime.app import faust_credentials
+from onceonly.processors.runtime.app import faust_app, faust_credentials
 
 
 def _scram(**overrides: object) -> Settings:
@@ -70,3 +70,13 @@ def test_the_password_is_never_shown() -> None:
     settings = _scram()
     assert "s3cret" not in repr(settings)
     assert "s3cret" not in str(settings.model_dump())
+
+
+@pytest.mark.parametrize("view", ["router", "tables", "graph", "stats", "metrics"])
+def test_faust_serves_none_of_its_own_views(view: str) -> None:
+    """They can show table contents (email text); the worker's web server stays up for
+    /metrics and the operator page."""
+    conf = faust_app(Settings()).conf
+
+    assert getattr(conf, f"web_{view}_enabled") is False
+    assert conf.web_enabled is True
