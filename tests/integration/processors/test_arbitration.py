@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.approval import Approval, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.conftest import consume_all
 from tests.integration.workers import (
@@ -218,20 +219,48 @@ async def test_a_late_record_after_the_owners_sent_one_is_followed_by_it(
     assert len(stack.mail.outbox) == 1
 
 
-async def test_a_new_owner_settles_a_late_record_its_last_owner_did_not_repair(
+def _made(record: ReplyRecord, before: ReplyRecord | None = None) -> ReplyRecord:
+    """``record`` stamped as a worker stamps it: made now, or 30 s before ``before`` was
+    (a late writer's, made before its fence check)."""
+    now = datetime.now(UTC)
+    at = now if before is None or before.written_at is None else before.written_at
+    return dataclasses.replace(record, written_at=at - timedelta(seconds=30 if before else 0))
+
+
+def _f29(key: str) -> tuple[ReplyRecord, ReplyRecord]:
+    # a late writer's pending record after the last owner recorded the key sent
+    sent = _made(_theirs(key, ReplyState.SENT, "the last owner's", sent_message_id="<by@x>"))
+    return sent, _made(_theirs(key, ReplyState.PENDING, "a late writer's text"), before=sent)
+
+
+def _f31(key: str) -> tuple[ReplyRecord, ReplyRecord]:
+    # a late writer's stale draft after the last owner approved the draft (both keep the
+    # draft's created_at)
+    approval = Approval(Verdict.APPROVED, "ana", datetime.now(UTC), "d-1")
+    draft = _theirs(key, ReplyState.AWAITING, "the draft")
+    approved = _made(draft.with_state(ReplyState.PENDING, approval=approval))
+    return approved, _made(draft, before=approved)
+
+
+def _f29_version_4(key: str) -> tuple[ReplyRecord, ReplyRecord]:
+    # records written before version 5 (no written_at) are judged by created_at
+    sent = _theirs(key, ReplyState.SENT, "the last owner's", sent_message_id="<by@x>")
+    late = _theirs(key, ReplyState.PENDING, "a late writer's text")
+    return sent, dataclasses.replace(late, created_at=sent.created_at - timedelta(seconds=30))
+
+
+@pytest.mark.parametrize("case", [_f29, _f31, _f29_version_4], ids=["F29", "F31", "F29 v4"])
+async def test_a_new_owner_repairs_a_late_record_its_last_owner_did_not(
     stack_factory: Callable[..., Stack],
+    case: Callable[[str], tuple[ReplyRecord, ReplyRecord]],
 ) -> None:
-    # F29: a late writer's pending record landed after the last owner recorded the key
-    # sent, and neither repaired it (the late writer stopped, the owner killed before its
-    # audit); a worker taking the partition over writes the sent record again after it
+    # a late writer's record landed after the last owner's, made after it, and neither
+    # repaired it (the late writer stopped, the owner killed before its audit); a worker
+    # taking the partition over writes the owner's record again after it
     stack = stack_factory(partitions=1, reorder_window_ms=0)
     key = reply_key(INBOX, MESSAGE)
-    sent = _theirs(key, ReplyState.SENT, "the last owner's", sent_message_id="<by-them@x>")
-    late = dataclasses.replace(
-        _theirs(key, ReplyState.PENDING, "a late writer's text"),
-        created_at=sent.created_at - timedelta(seconds=30),  # made before its fence check
-    )
-    await _land(stack, 0, sent)
+    owners, late = case(key)
+    await _land(stack, 0, owners)
     await _land(stack, 0, late)
     assert ledger_records(stack)[key] == late
 
@@ -240,5 +269,6 @@ async def test_a_new_owner_settles_a_late_record_its_last_owner_did_not_repair(
         stack, lambda: "when this worker took the partition over" in worker.log(), "the take-over"
     )
 
-    assert ledger_records(stack)[key] == sent
-    assert stack.mail.outbox == []
+    assert ledger_records(stack)[key] == owners
+    if owners.state is ReplyState.SENT:
+        assert stack.mail.outbox == []
