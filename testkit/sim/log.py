@@ -108,7 +108,25 @@ class Partition:
         return record
 
 
-class SimTable:
+class OnePartitionStore:
+    """A worker's store of one ledger partition (partition 0), what the ledger asks of
+    its table besides the writes: the store's values and the offset it has applied."""
+
+    def __init__(self) -> None:
+        self.store: dict[bytes, bytes] = {}
+        self.applied = -1
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.store.get(key)
+
+    def partition_of(self, key: bytes) -> int:
+        return 0
+
+    def applied_offset(self, partition: int) -> int:
+        return self.applied
+
+
+class SimTable(OnePartitionStore):
     """A member's store of the ledger partition, over the shared changelog (as faust's
     table: ``write_through`` appends, awaits the broker's ack, then stores; the applied
     offset moves past an own write as the product's table moves it
@@ -116,14 +134,10 @@ class SimTable:
     recovery)."""
 
     def __init__(self, part: Partition, world: World, member: Member) -> None:
+        super().__init__()
         self.part = part
         self.world = world
         self.member = member
-        self.store: dict[bytes, bytes] = {}
-        self.applied = -1
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.store.get(key)
 
     def __getitem__(self, key: bytes) -> bytes:
         return self.store[key]
@@ -142,12 +156,6 @@ class SimTable:
 
     def own_entries(self, partition: int, after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         return iter(sorted((k, v) for k, v in self.store.items() if after is None or k > after))
-
-    def partition_of(self, key: bytes) -> int:
-        return 0
-
-    def applied_offset(self, partition: int) -> int:
-        return self.applied
 
     async def write_through(
         self, key: bytes, value: bytes, partition: int | None = None

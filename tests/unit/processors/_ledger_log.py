@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from testkit.sim.log import OnePartitionStore
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -15,28 +16,20 @@ def record(key: str, state: ReplyState, text: str | None = None, **changes: obje
     return ReplyRecord(key, "inbox", "<m@x>", "inbox:t", state, T0, text, **changes)  # type: ignore[arg-type]
 
 
-class LogTable:
+class LogTable(OnePartitionStore):
     """A table whose changelog is a list shared with other writers (one partition). Its
     store's offset moves as faust's does: past each own write (``_on_changelog_sent``),
     and to the end when a recovery reads what came after it."""
 
     def __init__(self, topic: list[tuple[bytes, bytes]], recovered: int) -> None:
+        super().__init__()
         self.topic = topic
-        self.store: dict[bytes, bytes] = dict(topic[:recovered])
+        self.store.update(topic[:recovered])
         self.applied = recovered - 1
         #: the offsets a recovery read into the store
         self.read = set(range(recovered))
         #: set: a write's acknowledgement comes before its caller resumes
         self.hold: asyncio.Event | None = None
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.store.get(key)
-
-    def partition_of(self, key: bytes) -> int:
-        return 0
-
-    def applied_offset(self, partition: int) -> int:
-        return self.applied
 
     async def write_through(
         self, key: bytes, value: bytes, partition: int | None = None
