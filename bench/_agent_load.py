@@ -13,9 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
-import svix.webhooks
 
-from bench._load import Delivery, agentmail_body, percentile, webhook_secret
+from bench._load import Delivery, percentile, signed, thread_message, webhook_secret
 from bench._model import HANG
 from bench._proc_phases import Bench
 from bench._proc_stack import base_env, check_alive, ingest_env, scrape
@@ -40,28 +39,13 @@ def hangs(count: int, fraction: float) -> set[int]:
 
 def build_messages(secret: str, count: int, tag: str, hang_fraction: float) -> list[Message]:
     """``count`` distinct deliveries, each in its own thread, signed now."""
-    webhook = svix.webhooks.Webhook(secret)
     now = datetime.now(UTC)
-    stamp = str(int(now.timestamp()))
     hanging = hangs(count, hang_fraction)
     out: list[Message] = []
     for n in range(count):
-        message_id = f"<{tag}-{n:06d}@mail.example.com>"
-        body = agentmail_body(
-            n,
-            now,
-            thread_id=f"thr_{tag}_{n:06d}",
-            message_id=message_id,
-            text=HANG_TEXT if n in hanging else None,
-        )
-        svix_id = f"msg_{tag}_{n:06d}"
-        headers = {
-            "svix-id": svix_id,
-            "svix-timestamp": stamp,
-            "svix-signature": webhook.sign(svix_id, now, body.decode()),
-            "content-type": "application/json",
-        }
-        out.append(Message(message_id, n in hanging, Delivery(body, headers)))
+        message_id, body = thread_message(tag, n, now, HANG_TEXT if n in hanging else None)
+        delivery = signed(secret, body, f"msg_{tag}_{n:06d}", now)
+        out.append(Message(message_id, n in hanging, delivery))
     return out
 
 
