@@ -14,7 +14,7 @@ from bench import _dbos_figures as fig
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
 from bench._load import thread_message
-from bench._proc_records import Record, as_record
+from bench._proc_records import Record, ingested
 from bench._proc_stack import base_env, kill_hard
 from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console, tree_pids
 
@@ -32,13 +32,11 @@ Message = tuple[str, Record]  #: (Message-ID, the record ingest would produce)
 def envelopes(tag: str, count: int, start: int = 0) -> list[Message]:
     """``count`` distinct AgentMail ``message.received`` records, each in a thread of its
     own, as ingest produces them (the envelope, keyed by thread)."""
-    from onceonly.ingest import normalise
-
     now = datetime.now(UTC)
     out: list[Message] = []
     for n in range(start, start + count):
         message_id, body = thread_message(tag, n, now)
-        out.append((message_id, as_record(normalise.agentmail(body.decode(), {}, now))))
+        out.append((message_id, ingested(body, now)))
     return out
 
 

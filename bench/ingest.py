@@ -42,12 +42,12 @@ BENCH_TOPIC_PREFIX = "onceonly-bench"
 #: the server (the ingest processes of (c2) are children of their parent).
 TREES = frozenset({"postgres", "server"})
 
-#: What each server is, in the report.
 #: What (c2) and (m) add to (c)'s environment.
 VARIANT_ENV = {
     "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
     "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
 }
+#: What each server is, in the report.
 LABELS = {
     "a": "(a) bare aiohttp",
     "b": "(b) + svix verify",
@@ -255,6 +255,14 @@ def ingest_server(
     return ServerProcess(LABELS.get(variant.name, variant.name), argv, server_env(secret, env), log)
 
 
+def baseline_server(
+    key: str, kind: str, secret: str, work: Path, port: int, *args: str
+) -> ServerProcess:
+    """(a), (b) or (d): ``bench._servers``' ``kind`` server on ``port``."""
+    argv = [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *args]
+    return ServerProcess(LABELS[key], argv, server_env(secret, {}), work / f"{key}-{kind}.log")
+
+
 async def run_all(
     opts: IngestOptions, work: Path, broker: Broker, topics: dict[str, str], partitions: int
 ) -> Results:
@@ -268,9 +276,7 @@ async def run_all(
 
     def baseline(key: str, kind: str, extra_args: list[str]) -> tuple[ServerProcess, str]:
         port = free_port()
-        argv = [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *extra_args]
-        log = work / f"{key}-{kind}.log"
-        return ServerProcess(LABELS[key], argv, server_env(secret, {}), log), local_url(port)
+        return baseline_server(key, kind, secret, work, port, *extra_args), local_url(port)
 
     def ingest(key: str) -> tuple[ServerProcess, str]:
         port = free_port()
