@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,8 +15,9 @@ import aiohttp
 
 from bench._load import Delivery, percentile, signed, thread_message, webhook_secret
 from bench._model import HANG
+from bench._options import Variant
 from bench._proc_phases import Bench
-from bench._proc_stack import base_env, check_alive, ingest_env, scrape
+from bench._proc_stack import check_alive, scrape
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console
 
 ROUTE = "/webhooks/agentmail"
@@ -109,22 +109,17 @@ class AgentBench(Bench):
         return env
 
     def start_ingest(self) -> None:
+        """``onceonly ingest`` as the ingest benchmark's (c) starts it, ``ingest_extra`` on
+        top of its settings; returns once it is ready."""
+        from bench.ingest import ingest_server
         from devstack.broker import free_port
 
         self.ingest_port = free_port()
-        more = {"ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": self.secret, **self.ingest_extra}
-        run_dir = self.work / "ingest-run"
-        env = base_env(
-            ingest_env(
-                self.bootstrap, self.partitions, self.ingest_port, run_dir, self.topics, **more
-            )
-        )
-        self.ingest = ServerProcess(
-            "onceonly ingest",
-            [sys.executable, "-m", "onceonly", "ingest"],
-            env,
-            self.work / "ingest.log",
-        )
+        variant = Variant("c", env=self.ingest_extra)
+        self.ingest = ingest_server(
+            self.secret, self.bootstrap, self.topics, self.partitions, self.work,
+            self.ingest_port, variant=variant,
+        )  # fmt: skip
         self.ingest.start()
         asyncio.run(self.ingest.wait_ready(f"{self.url_base}/readyz"))
 

@@ -236,7 +236,7 @@ def _failed_note(sample: Sample) -> str:
 
 def ingest_server(
     secret: str,
-    broker: Broker,
+    bootstrap: str,
     topics: dict[str, str],
     partitions: int,
     work: Path,
@@ -246,10 +246,11 @@ def ingest_server(
 ) -> ServerProcess:
     """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics;
     (c2): the same with ONCEONLY_INGEST_PROCESSES=2; (m): with ONCEONLY_ENVELOPE_SECRET
-    set, so each record carries its MAC; or ``variant`` (``bench.ingest_cpu``'s)."""
+    set, so each record carries its MAC; or ``variant`` (``bench.ingest_cpu``'s, or
+    ``bench._agent_load``'s with its environment)."""
     if variant is None:
         variant = Variant(key, env=VARIANT_ENV.get(key, {}))
-    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant.env)
+    env = ingest_env(bootstrap, partitions, port, work, topics, **variant.env)
     argv = ingest_argv(sys.executable, variant)
     log = work / f"{variant.name}-ingest.log"
     return ServerProcess(LABELS.get(variant.name, variant.name), argv, server_env(secret, env), log)
@@ -280,7 +281,8 @@ async def run_all(
 
     def ingest(key: str) -> tuple[ServerProcess, str]:
         port = free_port()
-        return ingest_server(secret, broker, topics, partitions, work, port, key), local_url(port)
+        server = ingest_server(secret, broker.bootstrap, topics, partitions, work, port, key)
+        return server, local_url(port)
 
     with postgres() as db:
         results.postgres = await describe_postgres(db.dsn, db.version)

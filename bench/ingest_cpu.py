@@ -131,7 +131,8 @@ async def run_rounds(
         if name == "b":
             server = baseline_server("b", "svix", secret, work, port)
         else:
-            server = ingest_server(secret, broker, topics, 8, work, port, variant=by_name[name])
+            variant = by_name[name]
+            server = ingest_server(secret, broker.bootstrap, topics, 8, work, port, variant=variant)
         figures = await one_run(name, server, port, secret, broker, opts, spy)
         if figures:
             results.setdefault(name, []).append(figures)
