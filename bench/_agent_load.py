@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,12 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
-import svix.webhooks
 
-from bench._load import Delivery, agentmail_body, percentile, webhook_secret
+from bench._load import Delivery, percentile, signed, thread_message, webhook_secret
 from bench._model import HANG
+from bench._options import Variant
 from bench._proc_phases import Bench
-from bench._proc_stack import base_env, check_alive, ingest_env, scrape
+from bench._proc_stack import check_alive, scrape
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console
 
 ROUTE = "/webhooks/agentmail"
@@ -40,28 +39,13 @@ def hangs(count: int, fraction: float) -> set[int]:
 
 def build_messages(secret: str, count: int, tag: str, hang_fraction: float) -> list[Message]:
     """``count`` distinct deliveries, each in its own thread, signed now."""
-    webhook = svix.webhooks.Webhook(secret)
     now = datetime.now(UTC)
-    stamp = str(int(now.timestamp()))
     hanging = hangs(count, hang_fraction)
     out: list[Message] = []
     for n in range(count):
-        message_id = f"<{tag}-{n:06d}@mail.example.com>"
-        body = agentmail_body(
-            n,
-            now,
-            thread_id=f"thr_{tag}_{n:06d}",
-            message_id=message_id,
-            text=HANG_TEXT if n in hanging else None,
-        )
-        svix_id = f"msg_{tag}_{n:06d}"
-        headers = {
-            "svix-id": svix_id,
-            "svix-timestamp": stamp,
-            "svix-signature": webhook.sign(svix_id, now, body.decode()),
-            "content-type": "application/json",
-        }
-        out.append(Message(message_id, n in hanging, Delivery(body, headers)))
+        message_id, body = thread_message(tag, n, now, HANG_TEXT if n in hanging else None)
+        delivery = signed(secret, body, f"msg_{tag}_{n:06d}", now)
+        out.append(Message(message_id, n in hanging, delivery))
     return out
 
 
@@ -125,22 +109,17 @@ class AgentBench(Bench):
         return env
 
     def start_ingest(self) -> None:
+        """``onceonly ingest`` as the ingest benchmark's (c) starts it, ``ingest_extra`` on
+        top of its settings; returns once it is ready."""
+        from bench.ingest import ingest_server
         from devstack.broker import free_port
 
         self.ingest_port = free_port()
-        more = {"ONCEONLY_AGENTMAIL_WEBHOOK_SECRET": self.secret, **self.ingest_extra}
-        run_dir = self.work / "ingest-run"
-        env = base_env(
-            ingest_env(
-                self.bootstrap, self.partitions, self.ingest_port, run_dir, self.topics, **more
-            )
-        )
-        self.ingest = ServerProcess(
-            "onceonly ingest",
-            [sys.executable, "-m", "onceonly", "ingest"],
-            env,
-            self.work / "ingest.log",
-        )
+        variant = Variant("c", env=self.ingest_extra)
+        self.ingest = ingest_server(
+            self.secret, self.bootstrap, self.topics, self.partitions, self.work,
+            self.ingest_port, variant=variant,
+        )  # fmt: skip
         self.ingest.start()
         asyncio.run(self.ingest.wait_ready(f"{self.url_base}/readyz"))
 

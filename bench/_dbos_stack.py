@@ -13,8 +13,8 @@ from pathlib import Path
 from bench import _dbos_figures as fig
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
-from bench._load import agentmail_body
-from bench._proc_records import Record, as_record
+from bench._load import thread_message
+from bench._proc_records import Record, ingested
 from bench._proc_stack import base_env, kill_hard
 from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console, tree_pids
 
@@ -32,14 +32,11 @@ Message = tuple[str, Record]  #: (Message-ID, the record ingest would produce)
 def envelopes(tag: str, count: int, start: int = 0) -> list[Message]:
     """``count`` distinct AgentMail ``message.received`` records, each in a thread of its
     own, as ingest produces them (the envelope, keyed by thread)."""
-    from onceonly.ingest import normalise
-
     now = datetime.now(UTC)
     out: list[Message] = []
     for n in range(start, start + count):
-        message_id = f"<{tag}-{n:06d}@mail.example.com>"
-        body = agentmail_body(n, now, thread_id=f"thr_{tag}_{n:06d}", message_id=message_id)
-        out.append((message_id, as_record(normalise.agentmail(body.decode(), {}, now))))
+        message_id, body = thread_message(tag, n, now)
+        out.append((message_id, ingested(body, now)))
     return out
 
 

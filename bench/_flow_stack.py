@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
-import sys
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench._proc_stack import base_env, scrape
-from bench._procs import Broker, ServerProcess, create_topics
+from bench._proc_phases import Bench
+from bench._proc_stack import scrape
+from bench._procs import Broker, ServerProcess
 from devstack.ports import free_port
 from onceonly.foundation.kafka import AsyncProducer, Connection
 from onceonly.foundation.settings import Settings
@@ -26,13 +24,12 @@ from testkit.fakes.openai_server import FakeChatModel
 
 @dataclass
 class Stack:
-    """One run: fresh topics, the two fake APIs, the workers and a producer."""
+    """One run: fresh topics (:class:`~bench._proc_phases.Bench`'s, which starts the
+    workers), the two fake APIs, the workers and a producer."""
 
     broker: Broker
     work: Path
     partitions: int
-    topics: dict[str, str] = field(default_factory=dict)
-    app_id: str = field(default_factory=lambda: f"onceonly-flow-{uuid.uuid4().hex[:6]}")
     mail: FakeAgentMail = field(default_factory=FakeAgentMail)
     chat: FakeChatModel = field(default_factory=FakeChatModel)
     workers: list[ServerProcess] = field(default_factory=list)
@@ -40,40 +37,30 @@ class Stack:
     producer: AsyncProducer | None = None
 
     def __post_init__(self) -> None:
-        self.topics = create_topics(
-            self.broker.bootstrap, self.partitions, f"{self.app_id}-{secrets.token_hex(2)}"
-        )
+        self.bench = Bench.fresh(self.broker, self.work, "flow", self.partitions)
+        self.topics = self.bench.topics
         self.mail.start_in_thread()
         self.chat.start_in_thread()
         settings = Settings(kafka_bootstrap=self.broker.bootstrap)
         self.producer = AsyncProducer(Connection.from_settings(settings))
 
     def worker(self, **extra: str) -> None:
-        name = f"w{len(self.workers) + 1}"
-        data, port = self.work / self.app_id / name, free_port()
-        data.mkdir(parents=True)
-        env = base_env(
-            {
-                **self.topics,
-                "ONCEONLY_KAFKA_BOOTSTRAP": self.broker.bootstrap,
-                "ONCEONLY_PARTITIONS": str(self.partitions),
-                "ONCEONLY_APP_ID": self.app_id,
-                "ONCEONLY_DATA_DIR": str(data),
-                "ONCEONLY_RUN_DIR": str(data / "run"),
-                "ONCEONLY_WORKER_PORT": str(port),
-                "ONCEONLY_AGENTMAIL_BASE_URL": self.mail.base_url,
-                "AGENTMAIL_API_KEY": "bench",
-                "ONCEONLY_REPLY_WRITER": "onceonly.processors.writer.openai:reply",
-                "OPENAI_BASE_URL": f"{self.chat.base_url}/v1",
-                "OPENAI_API_KEY": "bench",
-                "OPENAI_MODEL": "bench-model",
-                "ONCEONLY_WRITER_BACKOFF_S": "0.1",
-                **extra,
-            }
+        """One more worker of the group (Bench's worker settings, a data directory and a
+        port of its own), replying through the fake AgentMail and the fake model."""
+        name, port = f"w{len(self.workers) + 1}", free_port()
+        process, _ = self.bench.spawn_worker(
+            name,
+            ONCEONLY_DATA_DIR=str(self.bench.work / name),
+            ONCEONLY_RUN_DIR=str(self.bench.work / name / "run"),
+            ONCEONLY_WORKER_PORT=str(port),
+            ONCEONLY_AGENTMAIL_BASE_URL=self.mail.base_url,
+            ONCEONLY_REPLY_WRITER="onceonly.processors.writer.openai:reply",
+            OPENAI_BASE_URL=f"{self.chat.base_url}/v1",
+            OPENAI_API_KEY="bench",
+            OPENAI_MODEL="bench-model",
+            ONCEONLY_WRITER_BACKOFF_S="0.1",
+            **extra,
         )
-        log = self.work / f"{self.app_id}-{name}.log"
-        process = ServerProcess(name, [sys.executable, "-m", "onceonly", "worker"], env, log)
-        process.start()
         self.workers.append(process)
         self.ports.append(port)
 
@@ -86,7 +73,7 @@ class Stack:
             if all(f"{m.get('onceonly_model_share', -1):.1f}" == wanted for m in found):
                 return
             await asyncio.sleep(0.5)
-        raise RuntimeError(f"the workers never reached share {share}; see {self.work}")
+        raise RuntimeError(f"the workers never reached share {share}; see {self.bench.work}")
 
     async def deliver(self, inbox: str, names: list[str]) -> dict[str, float]:
         """One message per thread to ``inbox``, produced at once; message id -> acked at."""

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
-import svix.webhooks
-
 from testkit import payloads
+from testkit.signing import svix_headers
 
 #: Distinct threads the deliveries belong to: keys spread over every partition.
 THREADS = 1024
@@ -73,27 +72,30 @@ def agentmail_body(
     return json.dumps(event).encode()
 
 
+def message_id(tag: str, n: int) -> str:
+    """The Message-ID of the ``n``-th message of a run tagged ``tag`` (what the mail server
+    counts replies by)."""
+    return f"<{tag}-{n:06d}@mail.example.com>"
+
+
+def thread_message(tag: str, n: int, now: datetime, text: str | None = None) -> tuple[str, bytes]:
+    """The ``n``-th message of a run tagged ``tag``, alone in a thread of its own: its
+    Message-ID and its event (:func:`agentmail_body`)."""
+    mid = message_id(tag, n)
+    return mid, agentmail_body(n, now, thread_id=f"thr_{tag}_{n:06d}", message_id=mid, text=text)
+
+
+def signed(secret: str, body: bytes, msg_id: str, now: datetime) -> Delivery:
+    """``body`` as a delivery signed with ``svix.webhooks.Webhook.sign`` at ``now``."""
+    return Delivery(body, svix_headers(body, secret=secret, msg_id=msg_id, at=now))
+
+
 def sign_pool(secret: str, size: int) -> list[Delivery]:
     """``size`` distinct deliveries signed with ``svix.webhooks.Webhook.sign`` now."""
-    webhook = svix.webhooks.Webhook(secret)
     now = datetime.now(UTC)
-    stamp = str(int(now.timestamp()))
-    pool: list[Delivery] = []
-    for n in range(size):
-        body = agentmail_body(n, now)
-        msg_id = f"msg_{uuid.uuid4().hex}"
-        pool.append(
-            Delivery(
-                body,
-                {
-                    "svix-id": msg_id,
-                    "svix-timestamp": stamp,
-                    "svix-signature": webhook.sign(msg_id, now, body.decode()),
-                    "content-type": "application/json",
-                },
-            )
-        )
-    return pool
+    return [
+        signed(secret, agentmail_body(n, now), f"msg_{uuid.uuid4().hex}", now) for n in range(size)
+    ]
 
 
 @dataclass(slots=True)

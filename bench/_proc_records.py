@@ -25,15 +25,20 @@ def as_record(envelope: Envelope) -> Record:
     return envelope.thread_key.encode(), envelope.encode(), headers
 
 
+def ingested(body: str | bytes, now: datetime) -> Record:
+    """The record ingest produces for an AgentMail event's ``body`` received at ``now``."""
+    from onceonly.ingest import normalise
+
+    text = body.decode() if isinstance(body, bytes) else body
+    return as_record(normalise.agentmail(text, {}, now))
+
+
 def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
     """What ingest produces for ``count`` distinct AgentMail ``message.received`` events
     (~1.5 KB bodies, 1024 threads, every message and event id distinct)."""
-    from onceonly.ingest import normalise
-
     now = datetime.now(UTC)
     for n in range(start, start + count):
-        envelope = normalise.agentmail(agentmail_body(n, now).decode(), {}, now)
-        yield as_record(envelope)
+        yield ingested(agentmail_body(n, now), now)
 
 
 def stripe_records(count: int, tag: str) -> Iterator[Record]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._load import agentmail_body
-from bench._proc_records import Record, as_record, produce_on
+from bench._proc_records import Record, ingested, produce_on
 from bench._proc_stack import group_rss_mb, kill_hard, wait_progress
 from bench._procs import BenchError, ServerProcess, console, cpu_seconds
 from onceonly.processors.runtime.progress import JOINED, READY, RECOVERED
@@ -85,13 +85,11 @@ def read_marks(t: Takeover, log_path: Path, since: float) -> None:
 
 def probe_records(label: str, partitions: list[int]) -> Iterator[tuple[int, str, Record]]:
     """(partition, Message-ID, record) of one new AgentMail event per partition."""
-    from onceonly.ingest import normalise
-
     now = datetime.now(UTC)
     for p in partitions:
         message_id = f"<{label}-{p}@takeover.bench>"
         body = agentmail_body(10**9 + p, now, thread_id=f"thr_{label}_{p}", message_id=message_id)
-        yield p, message_id, as_record(normalise.agentmail(body.decode(), {}, now))
+        yield p, message_id, ingested(body, now)
 
 
 def probe(bench: Any, label: str, partitions: list[int]) -> dict[int, str]:

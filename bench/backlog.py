@@ -27,10 +27,11 @@ from bench._backlog_figures import (
     overlaps,
     rebalances,
 )
-from bench._backlog_records import backlog_records, message_id
+from bench._backlog_records import backlog_records
 from bench._backlog_records import measure as measure_tick
 from bench._backlog_report import HEADERS, rows, section
 from bench._backlog_writer import WRITER_S_ENV
+from bench._load import message_id
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, group_rss_mb, poll, scrape

@@ -12,8 +12,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import _load, _once
+from bench import _once
 from bench._flow_stack import Stack
+from bench._load import percentile
 from bench._options import Opt, Values
 from bench._proc_stack import scrape
 from bench._procs import Broker, console
@@ -27,11 +28,6 @@ def rate(times: Sequence[float]) -> float:
         return math.nan
     span = max(times) - min(times)
     return (len(times) - 1) / span if span > 0 else math.inf
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank percentile ``q`` (0-100) of ``values`` (nan when empty)."""
-    return _load.percentile(list(values), q / 100)
 
 
 def gaps(times: Sequence[float]) -> list[float]:
@@ -196,14 +192,14 @@ def _b_rows(
     acked, seen, a_then = posted
     waits = [seen[m] - acked[m] for m in seen]
     to_text = [written[m] - acked[m] for m in acked if m in written]
-    p99 = percentile(waits, 99)
+    p99 = percentile(waits, 0.99)
     return [
         f"| {label} (A's replies out then: {a_then}): p50 / p99 / max from produce to "
-        f"email | {percentile(waits, 50):.2f} / {p99:.2f} / "
+        f"email | {percentile(waits, 0.5):.2f} / {p99:.2f} / "
         f"{max(waits, default=float('nan')):.2f} s | p99 <= {target:g} s | "
         f"{met(len(waits) == opts.tenant_b and p99 <= target)} |",
         f"| the same, p99 from produce to its text recorded | "
-        f"{percentile(to_text, 99):.2f} s | | |",
+        f"{percentile(to_text, 0.99):.2f} s | | |",
     ]
 
 

@@ -49,13 +49,11 @@ def delivery_records(count: int) -> Iterator[Record]:
     envelope's headers); message ``n`` is ``<m{n}@example.com>``, the message the ledger's
     reply ``n`` answers."""
     from bench._load import agentmail_body
-    from bench._proc_records import as_record
-    from onceonly.ingest import normalise
+    from bench._proc_records import ingested
 
     now = datetime.now(UTC)
     for n in range(count):
-        body = agentmail_body(n, now, message_id=f"<m{n}@example.com>")
-        yield as_record(normalise.agentmail(body.decode(), {}, now))
+        yield ingested(agentmail_body(n, now, message_id=f"<m{n}@example.com>"), now)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,12 +42,12 @@ BENCH_TOPIC_PREFIX = "onceonly-bench"
 #: the server (the ingest processes of (c2) are children of their parent).
 TREES = frozenset({"postgres", "server"})
 
-#: What each server is, in the report.
 #: What (c2) and (m) add to (c)'s environment.
 VARIANT_ENV = {
     "c2": {"ONCEONLY_INGEST_PROCESSES": "2"},
     "m": {"ONCEONLY_ENVELOPE_SECRET": "bench-envelope-secret"},
 }
+#: What each server is, in the report.
 LABELS = {
     "a": "(a) bare aiohttp",
     "b": "(b) + svix verify",
@@ -236,7 +236,7 @@ def _failed_note(sample: Sample) -> str:
 
 def ingest_server(
     secret: str,
-    broker: Broker,
+    bootstrap: str,
     topics: dict[str, str],
     partitions: int,
     work: Path,
@@ -246,13 +246,22 @@ def ingest_server(
 ) -> ServerProcess:
     """(c): ``onceonly ingest`` on ``port`` against the benchmark's broker and topics;
     (c2): the same with ONCEONLY_INGEST_PROCESSES=2; (m): with ONCEONLY_ENVELOPE_SECRET
-    set, so each record carries its MAC; or ``variant`` (``bench.ingest_cpu``'s)."""
+    set, so each record carries its MAC; or ``variant`` (``bench.ingest_cpu``'s, or
+    ``bench._agent_load``'s with its environment)."""
     if variant is None:
         variant = Variant(key, env=VARIANT_ENV.get(key, {}))
-    env = ingest_env(broker.bootstrap, partitions, port, work, topics, **variant.env)
+    env = ingest_env(bootstrap, partitions, port, work, topics, **variant.env)
     argv = ingest_argv(sys.executable, variant)
     log = work / f"{variant.name}-ingest.log"
     return ServerProcess(LABELS.get(variant.name, variant.name), argv, server_env(secret, env), log)
+
+
+def baseline_server(
+    key: str, kind: str, secret: str, work: Path, port: int, *args: str
+) -> ServerProcess:
+    """(a), (b) or (d): ``bench._servers``' ``kind`` server on ``port``."""
+    argv = [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *args]
+    return ServerProcess(LABELS[key], argv, server_env(secret, {}), work / f"{key}-{kind}.log")
 
 
 async def run_all(
@@ -268,13 +277,12 @@ async def run_all(
 
     def baseline(key: str, kind: str, extra_args: list[str]) -> tuple[ServerProcess, str]:
         port = free_port()
-        argv = [sys.executable, "-m", "bench._servers", kind, "--port", str(port), *extra_args]
-        log = work / f"{key}-{kind}.log"
-        return ServerProcess(LABELS[key], argv, server_env(secret, {}), log), local_url(port)
+        return baseline_server(key, kind, secret, work, port, *extra_args), local_url(port)
 
     def ingest(key: str) -> tuple[ServerProcess, str]:
         port = free_port()
-        return ingest_server(secret, broker, topics, partitions, work, port, key), local_url(port)
+        server = ingest_server(secret, broker.bootstrap, topics, partitions, work, port, key)
+        return server, local_url(port)
 
     with postgres() as db:
         results.postgres = await describe_postgres(db.dsn, db.version)

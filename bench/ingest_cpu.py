@@ -26,7 +26,7 @@ from bench._procs import (
 from bench._runner import Scenario, command
 from bench._servers import ROUTE, local_url
 from bench._wrk import WrkLoad, wrk_closed_loop
-from bench.ingest import ingest_server, server_env, warmed_topics
+from bench.ingest import baseline_server, ingest_server, warmed_topics
 
 
 class ThreadWindow(CpuWindow):
@@ -113,11 +113,6 @@ async def one_run(
     return figures
 
 
-def baseline_server(secret: str, port: int, work: Path) -> ServerProcess:
-    argv = [sys.executable, "-m", "bench._servers", "svix", "--port", str(port)]
-    return ServerProcess("(b)", argv, server_env(secret, {}), work / "b.log")
-
-
 async def run_rounds(
     opts: Values, broker: Broker, topics: dict[str, str], work: Path
 ) -> dict[str, list[dict[str, float]]]:
@@ -134,9 +129,10 @@ async def run_rounds(
     for name, spy in plan:
         port = free_port()
         if name == "b":
-            server = baseline_server(secret, port, work)
+            server = baseline_server("b", "svix", secret, work, port)
         else:
-            server = ingest_server(secret, broker, topics, 8, work, port, variant=by_name[name])
+            variant = by_name[name]
+            server = ingest_server(secret, broker.bootstrap, topics, 8, work, port, variant=variant)
         figures = await one_run(name, server, port, secret, broker, opts, spy)
         if figures:
             results.setdefault(name, []).append(figures)

@@ -88,7 +88,7 @@ async def _sweep(
     secret = webhook_secret()
     generator = build_generator(work)
     port = free_port()
-    server = ingest_server(secret, broker, topics, opts.partitions, work, port)
+    server = ingest_server(secret, broker.bootstrap, topics, opts.partitions, work, port)
     if opts.linger >= 0:
         server.env["ONCEONLY_PRODUCE_LINGER_MS"] = str(opts.linger)
     base = local_url(port)

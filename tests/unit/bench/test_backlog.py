@@ -22,8 +22,9 @@ from bench._backlog_figures import (
     overlaps,
     rebalances,
 )
-from bench._backlog_records import backlog_records, body_text, message_id
+from bench._backlog_records import backlog_records, body_text
 from bench._backlog_report import fmt_overlaps, rows, section
+from bench._load import message_id
 from bench._report import thin
 
 START = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from bench import flow as fig
+from bench._load import percentile
 
 
 def test_the_most_in_a_window_counts_a_half_open_window() -> None:
@@ -19,9 +20,9 @@ def test_the_rate_is_from_the_first_to_the_last() -> None:
 
 
 def test_the_percentile_is_nearest_rank() -> None:
-    assert fig.percentile(list(range(1, 101)), 99) == 99
-    assert fig.percentile([3.0], 99) == 3.0
-    assert math.isnan(fig.percentile([], 50))
+    assert percentile(list(range(1, 101)), 0.99) == 99
+    assert percentile([3.0], 0.99) == 3.0
+    assert math.isnan(percentile([], 0.5))
 
 
 def test_the_probes_are_the_429s_after_the_first_wave_and_before_the_end() -> None:
