@@ -131,7 +131,10 @@ class ReplyRecord:
         try:
             data = json.loads(value)
             if data.get("v") not in KNOWN_LEDGER_VERSIONS:
-                raise SchemaError(f"ledger record version {data.get('v')!r} is not known")
+                raise SchemaError(
+                    f"ledger record version {data.get('v')!r} is not known to this onceonly "
+                    f"(it reads up to {LEDGER_VERSION}); upgrade every worker"
+                )
             data["state"] = ReplyState(data["state"])
             data["created_at"] = datetime.fromisoformat(data["created_at"])
             for when in ("message_at", "written_at"):

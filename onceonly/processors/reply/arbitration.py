@@ -185,12 +185,13 @@ def late_last_words(
     A writer makes a record only from what its store says of the key, and the next owner's
     records are all made after the late writer's check, which came before the rebalance;
     one worker writes a key's records one at a time, on its thread's lane; every record
-    that legitimately follows another (a message answered anew, an approval, a repair that
-    repeats a record) is made after it. So the order of
-    ``made_at`` (``written_at``, stamped by the ledger before its fence check) against the
-    order in the log tells a late record from the others, as long as the writers' clocks
-    agree to within a rebalance (seconds). (A reply's ``created_at`` does not: a draft's
-    approval and its *sent* record keep the draft's.)
+    that legitimately follows another (a message answered anew, an approval) is made after
+    it. A repair repeats a record with the time it was made: a repeat that lands after a
+    newer record is late too. So the order of ``made_at`` (``written_at``, stamped by the
+    ledger before its fence check) against the order in the log tells a late record from
+    the others, as long as the writers' clocks agree to within a rebalance (seconds). (A
+    reply's ``created_at`` does not: a draft's approval and its *sent* record keep the
+    draft's.)
 
     What is written again is a record made after the late one (:func:`_word_again`).
     Nothing is returned for a key whose last record is *sent* (the email is the last
@@ -222,14 +223,11 @@ _SETTLED_UNSENT = SETTLING - {ReplyState.SENT}
 
 def _word_again(made_after: Sequence[ReplyRecord]) -> ReplyRecord:
     """Of the records made after a late one, the one to write again after it: the last
-    *sent* (an email went out), else the last that settles the key, else the one made last
-    (the owner's draft, or its draft approved: F17's and F31's, when the late writer did
-    not live to repeat it)."""
-    for states in ((ReplyState.SENT,), SETTLING):
-        settled = [r for r in made_after if r.state in states]
-        if settled:
-            return settled[-1]
-    return max(made_after, key=lambda r: r.made_at)
+    *sent* (an email went out), else the one made last, the key's word before the late
+    record landed (the owner's settled record, its draft or its draft approved, a message
+    answered anew after a covered record)."""
+    sent = [r for r in made_after if r.state is ReplyState.SENT]
+    return sent[-1] if sent else max(made_after, key=lambda r: r.made_at)
 
 
 #: the bytes of every *sent* record (ReplyRecord.encode's separators)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -42,6 +42,8 @@ _MAY_LAND_LATE = frozenset(
 
 #: times a late record's owner draft is written again while the owner writes the key
 _REPEATS = 5
+#: the least step between two of this ledger's stamps
+_TICK = timedelta(microseconds=1)
 
 #: reads (offset, key, value) of the ledger topic's records: partition, first, last (included)
 ReadLog = Callable[[int, int, int], Awaitable[Sequence[tuple[int, bytes, bytes | None]]]]
@@ -69,6 +71,7 @@ class TableLedger:
         self.table = table
         #: stamps each record's ``written_at`` (arbitration.late_last_words reads it)
         self.clock = clock
+        self._stamped = datetime.min.replace(tzinfo=UTC)
         #: awaited before each write: raises Fenced once the record's partition is not ours
         self.fence = fence
         #: reads the ledger topic where another writer's records may be (arbitration)
@@ -111,11 +114,8 @@ class TableLedger:
         without it the ledger's last word may be the next owner's *failed* for an email
         the customer has (the simulator's finding F8)."""
         await self._write(record.key, self._made(record), fenced=False)
-        log.warning(
-            "ledger: sent record written after the partition moved (the email went out)",
-            key=record.key,
-            sent=record.sent_message_id,
-        )
+        why = "ledger: sent record written after the partition moved (the email went out)"
+        log.warning(why, key=record.key, sent=record.sent_message_id)
 
     async def _keep_settled(self, record: ReplyRecord, where: tuple[int, int]) -> None:
         """Another writer's record that settled the key (sent, covered, declined) before
@@ -131,7 +131,7 @@ class TableLedger:
                 await self._keep_draft(record, where)
             return
         settled = verdict.record
-        await self._write(record.key, self._made(settled), fenced=False)
+        await self._write(record.key, settled.encode(), fenced=False)
         log.warning(
             "ledger: own record landed after another writer settled the key; "
             "their record written again after it",
@@ -163,7 +163,7 @@ class TableLedger:
             return
         latest = last[0]
         for _ in range(_REPEATS):
-            landed = await self._write(record.key, self._made(latest), fenced=False)
+            landed = await self._write(record.key, latest.encode(), fenced=False)
             log.warning(
                 "ledger: own record landed after the owner's draft; the draft written again",
                 key=record.key,
@@ -235,14 +235,12 @@ class TableLedger:
     ) -> None:
         """Another writer's records just read (in log order): where the last of a key's
         does not settle it (or is *covered* or *declined*, and this worker sent the key's
-        email: F10, a late covered record after the email went out) and came after this
-        worker's settled record of the key (``_settled_before``), the settled record is
-        written again after it, unfenced (it
-        repeats the key's settled word: right whenever it lands). The late writer does
-        this itself after its own record (``_keep_settled``), unless a kill, or its lane
-        cancelled by its drain, stops it between the two writes; left so, the compacted
-        ledger's last word for a key whose email went out is a *pending* record, which a
-        later owner sends again (the simulator's finding F19)."""
+        email: F10) and came after this worker's settled record of the key
+        (``_settled_before``), the settled record is written again after it, unfenced (it
+        repeats the key's settled word: right whenever it lands). The late writer does this
+        itself (``_keep_settled``) unless a kill, or its lane cancelled by its drain, stops
+        it between the two writes; left so, the key's last word is a *pending* record,
+        which a later owner sends again (the simulator's finding F19)."""
         last = {key: (offset, record) for offset, key, record in learned}
         for key, (offset, record) in last.items():
             if record.state is ReplyState.SENT:  # an email went out: that is the last word
@@ -290,36 +288,35 @@ class TableLedger:
         self, partition: int, first: int, end: int, read: ReadLog | None = None
     ) -> bool:
         """Read ``partition`` (one this worker has just been given) from ``first`` to its
-        log-end offset ``end``, and write again the settled record of each key whose last
-        record there is a late one (:func:`~onceonly.processors.reply.arbitration.late_last_words`).
-
-        The late writer repeats the settled record (``_keep_settled``), or the owner at its
-        next write or audit (``_settle_again``); with both stopped first, the next owner
-        recovered the late record as the key's last word (the simulator's finding F29). It
-        wrote none of the records, so it tells the late one by when it was made. ``read``:
-        how to read the partition, if not as arbitration does. False while an own write is
-        under way."""
+        log-end offset ``end``, and write again the record before each key's last one there
+        when that is late (:func:`~onceonly.processors.reply.arbitration.late_last_words`),
+        unless this worker wrote the key since. The late writer or the owner repairs it
+        (``_keep_settled``, ``_keep_draft``, ``_settle_again``); with both stopped first, the
+        next owner recovered the late record (the simulator's finding F29). ``read``: if not
+        as arbitration reads. False while an own write is under way (the next audit again)."""
         read = read or self.read_log
         if read is None or self._writing.get(partition):
             return False
         if end <= first:
             return True
-        for _, settled in late_last_words(await read(partition, first, end - 1)):
+        for key, again in late_last_words(await read(partition, first, end - 1)):
+            if self._writing.get(partition):
+                return False  # a lane writes meanwhile: the next audit takes over again
+            if self._own_at.get(key, -1) >= end:
+                continue  # written here since: the late record is not the last word
             await self._write_again(
-                settled,
+                again,
                 partition,
                 "ledger: a late record was the key's last word when this worker took the "
-                "partition over; the settled record written again after it",
+                "partition over; the record before it written again after it",
             )
         return True
 
-    async def _write_again(
-        self, settled: ReplyRecord, partition: int, why: str, **ids: str
-    ) -> None:
-        """``settled`` written again after a late record, unfenced (right whenever it lands)."""
-        value = self._made(settled)
-        landed = await self._write(settled.key, value, fenced=False, partition=partition)
-        log.warning(why, key=settled.key, state=settled.state.value, landed=landed[1], **ids)
+    async def _write_again(self, record: ReplyRecord, partition: int, why: str, **ids: str) -> None:
+        """``record`` written again after a late one, unfenced, as it was (``written_at``
+        too: a repeat is not a record made anew)."""
+        landed = await self._write(record.key, record.encode(), fenced=False, partition=partition)
+        log.warning(why, key=record.key, state=record.state.value, landed=landed[1], **ids)
 
     def get_raw(self, key: str) -> bytes | None:
         raw = self.table.get(key.encode())
@@ -355,9 +352,12 @@ class TableLedger:
             self._own_at.pop(key.decode(errors="replace"), None)
 
     def _made(self, record: ReplyRecord) -> bytes:
-        """``record`` as written now: made now, before the fence check (a writer paused
-        past its check lands a record made before the rebalance; a repair's is made anew)."""
-        return replace(record, written_at=self.clock()).encode()
+        """``record`` as made now, before the fence check (a writer paused past its check
+        lands a record made before the rebalance); each stamp after this ledger's last
+        (a clock stepped back does not reorder one worker's records)."""
+        now = max(self.clock(), self._stamped + _TICK)
+        self._stamped = now
+        return replace(record, written_at=now).encode()
 
     async def _write(
         self, key: str, value: bytes, fenced: bool = True, partition: int | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -329,6 +330,7 @@ async def test_an_awaiting_record_landed_after_the_key_was_settled_is_followed_b
     # draft's *awaiting* record lands it after the next owner sent the key's reply, or
     # superseded its own draft; left so, the draft would await a decision for ever
     ledger, topic, _ = _ledger()
+    settled = replace(settled, written_at=T0)
     _lands(topic, settled)
 
     await ledger.put(_record("k", ReplyState.AWAITING, "the zombie's draft"))
@@ -336,6 +338,7 @@ async def test_an_awaiting_record_landed_after_the_key_was_settled_is_followed_b
     states = _states(topic)
     assert states == [settled.state, ReplyState.AWAITING, settled.state]
     assert ReplyRecord.decode(topic[-1][1]) == settled
+    assert ReplyRecord.decode(topic[-1][1]).written_at == T0  # repeated as it was made
 
 
 async def test_an_awaiting_record_after_another_writers_draft_is_its_keys_last_word() -> None:
@@ -373,6 +376,7 @@ async def test_a_late_record_after_the_owners_draft_is_followed_by_the_draft_the
     fence = Moved()
     ledger, topic, _ = _ledger(fence=fence)
     draft = _record("k", ReplyState.AWAITING, "the owner's draft", covers=("k0",))
+    draft = replace(draft, written_at=T0)
     _lands(topic, draft)
 
     with pytest.raises(Fenced):
@@ -383,6 +387,8 @@ async def test_a_late_record_after_the_owners_draft_is_followed_by_the_draft_the
         state,
         ReplyState.AWAITING,
     ]
+    # the draft as it was made: a repeat made anew would not look late to a take-over (F28)
+    assert ReplyRecord.decode(topic[-1][1]).written_at == T0
     assert ReplyRecord.decode(topic[-1][1]) == draft
     assert fence.asked == ["a ledger record", "a late record's partition"]
 

@@ -7,6 +7,7 @@ record again after it (``TableLedger.take_over``)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -140,6 +141,14 @@ def test_of_the_records_made_after_a_late_one_the_one_made_last_is_written() -> 
     assert late_last_words(read) == [("k", draft)]
 
 
+def test_a_message_answered_anew_after_a_covered_record_is_the_word_written_again() -> None:
+    # of the records made after the late one, the one made last, not the settling one
+    answered_anew = _at(8, ReplyState.PENDING)
+    read = _log(COVERED, answered_anew, _at(1, ReplyState.PENDING))
+
+    assert late_last_words(read) == [("k", answered_anew)]
+
+
 def test_each_key_is_judged_by_its_own_records() -> None:
     other = _at(0, ReplyState.PENDING, key="other")
 
@@ -191,13 +200,55 @@ async def test_a_take_over_skips_values_that_are_not_reply_records() -> None:
     assert _last(topic) == SENT
 
 
-async def test_a_take_overs_repair_is_made_when_it_is_written() -> None:
+async def test_a_take_overs_repair_keeps_the_time_its_record_was_made() -> None:
+    # a repeat made anew would stand as the newest word over the owner's next record,
+    # and a late draft written back (F28) would no longer look late
     topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
     ledger, _ = _new_owner(topic)
 
     await ledger.take_over(0, 0, len(topic))
 
-    assert _last(topic).written_at == NOW
+    assert (_last(topic).written_at, len(topic)) == (SENT.written_at, 3)
+
+
+async def test_a_take_over_leaves_a_key_this_worker_wrote_since_its_read() -> None:
+    topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
+    ledger, _ = _new_owner(topic)
+    end = len(topic)
+    await ledger.put(_at(70, ReplyState.FAILED))  # the lane's record, after the range read
+
+    await ledger.take_over(0, 0, end)
+
+    assert (_last(topic).state, len(topic)) == (ReplyState.FAILED, 3)
+
+
+async def test_a_take_over_stops_when_a_lane_writes_meanwhile() -> None:
+    # its repair, unfenced, could land after the lane's record: the next audit reads again
+    topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
+    ledger, reads = _new_owner(topic)
+    table: LogTable = ledger.table  # type: ignore[assignment]
+    table.hold = asyncio.Event()
+    writes: list[asyncio.Task[None]] = []
+
+    async def read_while_a_lane_writes(partition: int, first: int, last: int) -> object:
+        writes.append(asyncio.create_task(ledger.put(_at(70, ReplyState.AWAITING, key="j"))))
+        await asyncio.sleep(0)  # the lane's write is under way, its ack held
+        return await reads(partition, first, last)
+
+    taken = await ledger.take_over(0, 0, 2, read=read_while_a_lane_writes)  # type: ignore[arg-type]
+    table.hold.set()
+    await writes[0]
+
+    assert (taken, [key for key, _ in topic]) == (False, [b"k", b"k", b"j"])
+
+
+def test_stamps_follow_each_other_when_the_clock_stands_still_or_steps_back() -> None:
+    times = iter([T0, T0, T0 - timedelta(seconds=5)])
+    ledger = TableLedger(LogTable([], 0), clock=lambda: next(times))  # type: ignore[arg-type]
+
+    stamps = [ReplyRecord.decode(ledger._made(SENT)).made_at for _ in range(3)]
+
+    assert stamps == sorted(set(stamps)) and stamps[0] == T0
 
 
 async def test_a_record_is_made_before_its_fence_check() -> None:
