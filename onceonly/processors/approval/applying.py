@@ -15,7 +15,9 @@ sends the stored text with the same key.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -23,16 +25,20 @@ import structlog
 from onceonly.processors.approval.decisions import (
     Answer,
     apply,
+    attached,
+    owed_anew,
     recall,
     superseded_by,
     survey,
     timeout_decision,
+    unseen_marks,
+    waits_unapproved,
 )
 from onceonly.processors.dead_letters import for_reply
 from onceonly.processors.lanes import Job
-from onceonly.processors.messages import Inbound, reply_key
+from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
 from onceonly.processors.records import Record
-from onceonly.processors.reply.bursts import supersede
+from onceonly.processors.reply.bursts import summarize, supersede
 from onceonly.processors.reply.once import (
     BurstResult,
     Plan,
@@ -50,6 +56,7 @@ from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 if TYPE_CHECKING:
+    from onceonly.processors.mail.protocol import MailProvider
     from onceonly.processors.parts import WorkerParts
 
 __all__ = ["APPROVAL_HEADER", "admit"]
@@ -175,28 +182,28 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     from the thread) and the new ones together; a decision on the old draft is then
     refused naming the newer reply. A crash in between leaves the draft marked superseded
     by a message of this burst, which the redelivery finds again (``superseded_by``).
+
+    A burst delivered again (its messages recorded) reads the thread too, for a draft
+    marked superseded whose newer reply, landed since by another writer, never saw its
+    message (:func:`~onceonly.processors.approval.decisions.unseen_marks`, the simulator's
+    finding F32). When that reply is the burst's latest message's draft, no decision yet,
+    it is written again with the marked draft's messages recalled; otherwise the marked
+    draft waits for a decision again.
     """
-    ledger, channel = parts.ledger, parts.channels[reply.channel]
+    ledger = parts.ledger
     # a new message, or one a replay writes again (its writer failed: a dead letter's
     # retry), whose record may already mark the drafts it superseded (simulator F14, seed 955)
     fresh = [m for m in burst if plan(ledger.get(m.key), replay=reply.replay) is Plan.WRITE]
-    if parts.settings.approval == "never" or not fresh:
+    if parts.settings.approval == "never" or not burst:
         return await reply_once(burst, reply)
-    # the newest message with no record: the new reply's, what a draft is superseded by.
-    # A message of the burst with a record (delivered again: a catch-up's or a replay's
-    # event) has its reply already, and never marks or recalls a draft (simulator F20)
-    target = max(fresh, key=lambda m: (m.occurred_at, m.event_id))
-    try:
-        earlier = await channel.history(target)
-    except Exception as exc:  # the thread cannot be read: answer the new messages alone
-        log.warning("thread not read; a waiting draft is not superseded", error=repr(exc))
+    found = await _read_thread(parts, burst, fresh, reply)
+    if found is None:
         return await reply_once(burst, reply)
-    keys = {m.key for m in burst}
-    new = {m.key for m in fresh}
-    by_key = {reply_key(target.inbox_id, m.message_id): m for m in earlier if not m.own}
+    target, by_key, keys = found.target, found.before, {m.key for m in burst}
+    new = {m.key for m in found.fresh}
+    if not new:
+        return await _answer_anew(parts, reply, found, burst, await reply_once(burst, reply))
     drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
-    if not drafts:
-        return await reply_once(burst, reply)
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
             await ledger.put(supersede(draft, target.key))  # before the writer is asked
@@ -208,8 +215,90 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     for draft in drafts:
         log.info("draft superseded by a newer message", key=draft.key, newer=target.key)
     rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}
+    # and every message whose chain of covers reaches a draft written again or a new
+    # message, whether that draft's writer saw it or not (F32)
+    rewrite |= attached(ledger.get, [*by_key, *keys], {*rewrite, *new}) | (new & keys)
     recalled = [recall(by_key[k], target) for k in sorted(rewrite) if k not in keys]
-    return await reply_once([*recalled, *burst], reply, rewrite=frozenset(rewrite))
+    result = await reply_once([*recalled, *burst], reply, rewrite=frozenset(rewrite))
+    return await _answer_anew(parts, reply, found, burst, result, rewrite)
+
+
+#: a draft marked superseded, whose newer reply never saw its messages (F32)
+NEVER_SAW = (
+    "a draft was marked superseded by a newer reply whose writer never saw its messages; "
+    "they are answered anew"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Thread:
+    """What a burst's read of its thread found (:func:`_read_thread`)."""
+
+    target: Inbound  #: the message whose new reply supersedes the waiting drafts
+    before: dict[str, ThreadMessage]  #: the thread's messages before it, by reply key
+    read: dict[str, ThreadMessage]  #: every message read, by reply key
+    unseen: list[tuple[ReplyRecord, ReplyRecord]]  #: :func:`unseen_marks`
+    fresh: list[Inbound]  #: the messages written: no record, or a draft written again
+
+
+async def _read_thread(
+    parts: WorkerParts, burst: Sequence[Inbound], fresh: list[Inbound], reply: ReplyParts
+) -> _Thread | None:
+    """The thread as the burst's reply needs it; None when it cannot be read."""
+    ledger, channel = parts.ledger, parts.channels[reply.channel]
+    latest = max(burst, key=_order)
+    drafted = latest not in fresh and waits_unapproved(ledger.get(latest.key))
+    # the newest message with no record: the new reply's, what a draft is superseded by.
+    # A message of the burst with a record (delivered again: a catch-up's or a replay's
+    # event) has its reply already, and never marks or recalls a draft (simulator F20),
+    # unless its reply is a draft that never saw a message marked superseded by it (F32)
+    target = max(fresh, key=_order) if fresh and not drafted else latest
+    if (read := await _earlier(channel, target)) is None:
+        return None
+    unseen = unseen_marks(ledger.get, [*read, *(m.key for m in burst)])
+    if drafted and any(end.key == latest.key for _, end in unseen):
+        return _Thread(target, read, read, unseen, [*fresh, latest])  # its draft written again
+    if not fresh or target is max(fresh, key=_order):
+        return _Thread(target, read, read, unseen, fresh)
+    target = max(fresh, key=_order)  # read for the marks alone: read before the new one
+    before = await _earlier(channel, target)
+    return _Thread(target, before, read, unseen, fresh) if before is not None else None
+
+
+async def _answer_anew(
+    parts: WorkerParts,
+    reply: ReplyParts,
+    found: _Thread,
+    burst: Sequence[Inbound],
+    result: BurstResult,
+    rewrite: Collection[str] = frozenset(),
+) -> BurstResult:
+    """``result``, and the reply written anew to the messages of each marked draft that
+    the rewrite left out, whose newer reply never saw them (:func:`owed_anew`)."""
+    owed = owed_anew(parts.ledger.get, found.unseen, [*found.read, *(m.key for m in burst)])
+    owed -= set(rewrite)
+    if not owed:
+        return result
+    given, latest = {m.key: m for m in burst}, max(burst, key=_order)
+    messages = [given.get(k) or recall(found.read[k], latest) for k in sorted(owed)]
+    log.warning(NEVER_SAW, keys=sorted(owed), newer=[end.key for _, end in found.unseen])
+    again = await reply_once(messages, reply, rewrite=frozenset(owed))
+    return summarize([result, again], [])
+
+
+def _order(message: Inbound) -> tuple[datetime, str]:
+    return message.occurred_at, message.event_id
+
+
+async def _earlier(channel: MailProvider, target: Inbound) -> dict[str, ThreadMessage] | None:
+    """The thread's messages before ``target`` (not the agent's own) by their reply keys;
+    None when the thread cannot be read (the burst is answered alone)."""
+    try:
+        earlier = await channel.history(target)
+    except Exception as exc:
+        log.warning("thread not read; a waiting draft is not superseded", error=repr(exc))
+        return None
+    return {reply_key(target.inbox_id, m.message_id): m for m in earlier if not m.own}
 
 
 #: the bytes every awaiting record holds: the sweep decodes no other record

@@ -15,7 +15,7 @@ email), an edit or a rejection is refused with it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -23,6 +23,7 @@ from enum import StrEnum
 import structlog
 
 from onceonly.processors.messages import Inbound, ThreadMessage
+from onceonly.processors.reply.bursts import chain_end
 from onceonly.processors.writer.contract import Decline, Draft
 from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict, draft_digest
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -167,6 +168,63 @@ def superseded_by(record: ReplyRecord | None, burst: Collection[str]) -> bool:
     if record.state is ReplyState.AWAITING:
         return True
     return record.state is ReplyState.COVERED and record.covered_by in burst
+
+
+def waits_unapproved(record: ReplyRecord | None) -> bool:
+    """Whether ``record`` is a draft no decision has reached: the writer may write it again."""
+    return record is not None and record.state is ReplyState.AWAITING and record.approval is None
+
+
+def unseen_marks(
+    get: Callable[[str], ReplyRecord | None], keys: Iterable[str]
+) -> list[tuple[ReplyRecord, ReplyRecord]]:
+    """The drafts among ``keys``' records marked superseded by a newer message whose reply,
+    where their chain of covers ends, never saw them: each with that reply's record.
+
+    A worker marks a draft superseded by a new message *before* its writer is asked with
+    the draft's messages. Stopped after the mark, a worker past its fence check (paused,
+    woken after the partition moved) may land the newer message's reply, written before
+    the mark by a writer that never saw the draft's messages. Left so, they are covered by
+    a reply that never answers them (the simulator's finding F32)."""
+    found = []
+    for key in dict.fromkeys(keys):
+        mark = get(key)
+        if mark is None or mark.state is not ReplyState.COVERED or mark.reply_text is None:
+            continue
+        end = chain_end(get, mark, ())
+        if (
+            mark.approval is None
+            and isinstance(end, ReplyRecord)
+            and end.covers is not None  # a record from before version 3 saw every older one
+            and mark.key not in end.covers
+            and not (end.state is ReplyState.FAILED and end.reply_text is None)  # replayed
+        ):
+            found.append((mark, end))
+    return found
+
+
+def attached(
+    get: Callable[[str], ReplyRecord | None], keys: Iterable[str], to: Collection[str]
+) -> set[str]:
+    """The keys among ``keys`` whose records are covered, through their chain, by one of
+    ``to`` (drafts written again, new messages): what a rewrite of those recalls, whether
+    or not the drafts' writers saw them (F32)."""
+    return {k for k in keys if isinstance(chain_end(get, get(k), to), str)}
+
+
+def owed_anew(
+    get: Callable[[str], ReplyRecord | None],
+    unseen: Iterable[tuple[ReplyRecord, ReplyRecord]],
+    keys: Iterable[str],
+) -> set[str]:
+    """The messages among ``keys`` owed a reply written anew, for each marked draft of
+    ``unseen`` (:func:`unseen_marks`): the draft's message and those covered through it,
+    less what the newer reply's writer saw (its own and its ``covers``)."""
+    keys, owed = list(keys), set()
+    for mark, end in unseen:
+        covered = {mark.key, *attached(get, keys, {mark.key})}
+        owed |= covered - {end.key, *(end.covers or ())}
+    return owed
 
 
 def recall(message: ThreadMessage, like: Inbound) -> Inbound:

@@ -21,7 +21,7 @@ A message is covered only by a reply whose writer saw it. So a released burst is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -109,6 +109,27 @@ def left_drafts(
             continue
         (superseded if saw.issuperset(draft.covers or ()) else left).append(draft)
     return superseded, left
+
+
+def chain_end(
+    get: Callable[[str], ReplyRecord | None], record: ReplyRecord | None, stop: Collection[str]
+) -> str | ReplyRecord | None:
+    """Where a *covered* record's chain ends (each record names the reply that covers it,
+    which may be a superseded draft, covered in turn): the first key of ``stop`` it
+    reaches; else the first record on it that is not *covered* (another reply); else None
+    (``record`` is not *covered*, or the chain reaches a record not written yet or loops)."""
+    if record is None or record.state is not ReplyState.COVERED:
+        return None
+    seen: set[str] = set()
+    while record is not None and record.state is ReplyState.COVERED and record.covered_by:
+        key = record.covered_by
+        if key in stop:
+            return key
+        if key in seen:
+            return None
+        seen.add(key)
+        record = get(key)
+    return record if record is not None and record.state is not ReplyState.COVERED else None
 
 
 def distinct(messages: Iterable[Inbound]) -> list[Inbound]:

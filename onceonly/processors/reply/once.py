@@ -27,6 +27,7 @@ from onceonly.processors.reply.bursts import (
     Outcome,
     Plan,
     already,
+    chain_end,
     distinct,
     divide,
     left_drafts,
@@ -232,28 +233,7 @@ def covered_by(ledger: Ledger, record: ReplyRecord | None, key: str) -> bool:
     """Whether ``record`` is a message recorded *covered* by the reply ``key``, directly or
     through a draft that ``key`` superseded (a chain of *covered* records ending at it):
     its answer is that reply's email, so it goes (and is dead-lettered) with it."""
-    return _chain_end(ledger, record, {key}) == key
-
-
-def _chain_end(
-    ledger: Ledger, record: ReplyRecord | None, stop: Collection[str]
-) -> str | ReplyRecord | None:
-    """Where a *covered* record's chain ends (each record names the reply that covers it,
-    which may be a superseded draft, covered in turn): the first key of ``stop`` it
-    reaches; else the first record on it that is not *covered* (another reply); else None
-    (``record`` is not *covered*, or the chain reaches a record not written yet or loops)."""
-    if record is None or record.state is not ReplyState.COVERED:
-        return None
-    seen: set[str] = set()
-    while record is not None and record.state is ReplyState.COVERED and record.covered_by:
-        key = record.covered_by
-        if key in stop:
-            return key
-        if key in seen:
-            return None
-        seen.add(key)
-        record = ledger.get(key)
-    return record if record is not None and record.state is not ReplyState.COVERED else None
+    return chain_end(ledger.get, record, {key}) == key
 
 
 def answered_by(ledger: Ledger, record: ReplyRecord) -> tuple[ReplyRecord, ...]:
@@ -351,7 +331,7 @@ def _covered_elsewhere(
 ) -> bool:
     """A *covered* record whose chain ends at another reply: neither at ``by`` nor at a
     message covered by ``by`` with it (``with_it``), nor at a record not written yet."""
-    return isinstance(_chain_end(ledger, record, {by, *with_it}), ReplyRecord)
+    return isinstance(chain_end(ledger.get, record, {by, *with_it}), ReplyRecord)
 
 
 async def _cover(

@@ -4,6 +4,7 @@ a draft, decided from the CLI and the HTTP API, is sent once, with the approved 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import urllib.error
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from onceonly.processors.reply.bursts import supersede
+from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from tests.integration.workers import (
@@ -318,3 +321,37 @@ async def test_an_approved_draft_whose_send_fails_is_dead_lettered_with_the_mess
     assert state_of(stack, new.key) is ReplyState.SENT
     judged = verdict(stack, ["<m1@x>", "<m2@x>"])
     assert judged.passed, judged.violations
+
+
+async def test_a_newer_draft_landed_late_without_a_superseded_draft_is_written_again_with_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the simulator's finding F32: a worker marked m1's draft superseded by m2 and stopped
+    # before m2's reply was recorded; a worker past its fence check then landed its own
+    # draft of m2, written by a writer that saw m2 alone. The next owner, given m2 again,
+    # writes m2's draft again with m1 recalled from the thread
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    worker = _worker(stack)
+    old = await _draft(stack)
+    worker.stop()
+    new_key = reply_key(INBOX, "<m2@x>")
+    theirs = dataclasses.replace(
+        old, key=new_key, message_id="<m2@x>", reply_text="their draft of m2 alone", covers=()
+    )
+    for record in (supersede(old, new_key), theirs):
+        await stack.producer.produce(
+            stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=0
+        )
+    _worker(stack, "w2")
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+
+    def rewritten() -> bool:
+        record = ledger_records(stack).get(new_key)
+        return record is not None and record.reply_text != theirs.reply_text
+
+    await until(stack, rewritten, "m2's draft written again")
+    new = ledger_records(stack)[new_key]
+    assert (new.state, new.covers) == (ReplyState.AWAITING, (old.key,))
+    assert "2 message(s)" in (new.reply_text or "")  # the writer saw both
+    assert ledger_records(stack)[old.key].covered_by == new_key
+    assert stack.mail.outbox == []

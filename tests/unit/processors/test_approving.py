@@ -13,7 +13,9 @@ from onceonly.processors.approval.applying import decide
 from onceonly.processors.approval.decisions import Answer, apply
 from onceonly.processors.conversation import Conversation
 from onceonly.processors.mail.agentmail.channel import AgentMailChannel
+from onceonly.processors.messages import reply_key
 from onceonly.processors.reorder.holds import Delivery
+from onceonly.processors.reply.bursts import supersede
 from onceonly.processors.reply.parts import SendParts
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.approval import Action, ApprovalDecision, Verdict, draft_digest
@@ -370,3 +372,108 @@ async def test_a_message_delivered_again_with_a_late_older_one_leaves_the_drafts
     assert waiting == ["<m0@example.com>", "<m3@example.com>"]
     assert {k: r for k, r in records.items() if k in before} == before  # nothing rewritten
     assert records[latest].state is ReplyState.AWAITING
+
+
+async def _marked_then_theirs(
+    mail: FakeAgentMail, pipeline: Conversation, state: ReplyState
+) -> tuple[str, str, Delivery]:
+    """m1 drafted; a worker marked its draft superseded by m2 and stopped before m2's reply
+    was recorded; then another writer's reply to m2 (``state``), written before the mark by
+    a writer that saw m2 alone, landed (a worker past its fence check: the simulator's
+    finding F32). Returns m1's key, m2's, and m2's delivery, to be delivered again."""
+    old = await _drafted(mail, pipeline)
+    ledger = pipeline.parts.ledger
+    second = _delivery(mail, 2)
+    new_key = reply_key(INBOX, "<m2@example.com>")
+    await ledger.put(supersede(ledger.get(old), new_key))
+    theirs = replace(
+        ledger.get(old),
+        key=new_key,
+        message_id="<m2@example.com>",
+        state=state,
+        reply_text="their reply to m2 alone",
+        covered_by=None,
+        reason=None,
+        covers=(),
+    )
+    await ledger.put(theirs)
+    return old, new_key, second
+
+
+async def test_a_newer_draft_that_never_saw_a_draft_marked_superseded_by_it_is_written_again(
+    mail: FakeAgentMail,
+) -> None:
+    seen, pipeline = _noting(mail)
+    old, new_key, second = await _marked_then_theirs(mail, pipeline, ReplyState.AWAITING)
+
+    await pipeline.act([_again(second, 3)], {})
+
+    ledger = pipeline.parts.ledger
+    assert seen == [["message 1"], ["message 1", "message 2"]]
+    assert ledger.get(new_key).state is ReplyState.AWAITING
+    assert ledger.get(new_key).covers == (old,)
+    assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.COVERED, new_key)
+
+
+async def test_a_draft_marked_superseded_by_a_reply_sent_without_it_is_answered_anew(
+    mail: FakeAgentMail,
+) -> None:
+    seen, pipeline = _noting(mail)
+    old, new_key, second = await _marked_then_theirs(mail, pipeline, ReplyState.SENT)
+
+    await pipeline.act([_again(second, 3)], {})
+
+    ledger = pipeline.parts.ledger
+    assert seen == [["message 1"], ["message 1"]]  # m1 alone: m2 has its email
+    assert ledger.get(new_key).state is ReplyState.SENT
+    assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.AWAITING, None)
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    assert [(e.text, e.replied_to_message_id) for e in mail.outbox] == [
+        ("draft for 1 message(s)", "<m1@example.com>")
+    ]
+
+
+async def test_a_reply_that_saw_a_marked_drafts_covered_message_leaves_it_out_of_the_new_one(
+    mail: FakeAgentMail,
+) -> None:
+    # m1 and m2 drafted together (m2's draft covers m1), marked superseded by m3; m3's
+    # reply, sent by a writer that saw m1 and m3 but not m2: only m2 is answered anew
+    seen, pipeline = _noting(mail)
+    await pipeline.act([_delivery(mail, 1), _delivery(mail, 2)], {})
+    ledger = pipeline.parts.ledger
+    first, second, third_key = (reply_key(INBOX, f"<m{n}@example.com>") for n in (1, 2, 3))
+    third = _delivery(mail, 3)
+    await ledger.put(supersede(ledger.get(second), third_key))
+    theirs = replace(
+        ledger.get(second),
+        key=third_key,
+        message_id="<m3@example.com>",
+        state=ReplyState.SENT,
+        reply_text="their reply to m1 and m3",
+        covered_by=None,
+        reason=None,
+        covers=(first,),
+    )
+    await ledger.put(theirs)
+
+    await pipeline.act([_again(third, 4)], {})
+
+    assert seen == [["message 1", "message 2"], ["message 2"]]
+    assert ledger.get(second).covers == ()
+
+
+async def test_a_newer_message_superseding_a_draft_recalls_a_draft_marked_superseded_by_it(
+    mail: FakeAgentMail,
+) -> None:
+    # m2's draft (another writer's, which never saw m1) is superseded by m3 before m2 is
+    # delivered again: m3's writer sees m1 too, through the chain m1 -> m2
+    seen, pipeline = _noting(mail)
+    old, new_key, _ = await _marked_then_theirs(mail, pipeline, ReplyState.AWAITING)
+
+    await pipeline.act([_delivery(mail, 3)], {})
+
+    ledger = pipeline.parts.ledger
+    assert seen[1:] == [["message 1", "message 2", "message 3"]]
+    newest = reply_key(INBOX, "<m3@example.com>")
+    assert ledger.get(newest).state is ReplyState.AWAITING
+    assert set(ledger.get(newest).covers or ()) == {old, new_key}

@@ -26,7 +26,10 @@ before; 3001 and 3004, which read none again and draw no redelivery, play as bef
 two (3003 and 3, approval on) again with the new owner's take-over read of the ledger
 (finding F29): in each, two decisions made at one virtual instant leave the loop's heap in
 the other order (the read's awaits are in it too), and nothing else moves; the take-over
-writes nothing in any of the nine."""
+writes nothing in any of the nine; and the three with approval on (3002, 3003, 3) again
+with F32's fix (a burst delivered again reads the thread, with the mail API's latency, for
+a draft marked superseded by a reply that never saw it): bursts of redelivered drafts
+finish later, and nothing else moves (the same violations in seed 3)."""
 
 from __future__ import annotations
 
@@ -44,12 +47,12 @@ pytestmark = pytest.mark.usefixtures("sim_quiet")
 DIGESTS = [
     (3000, Bugs(), None, "e821cf4075b076e9"),
     (3001, Bugs(), None, "1a83072e0e46888a"),
-    (3002, Bugs(), True, "a49cde6db362959a"),
-    (3003, Bugs(), True, "7af049b81a52f20a"),
+    (3002, Bugs(), True, "3e659f84ed9656d8"),
+    (3003, Bugs(), True, "4398c1efb73c5e14"),
     (3004, Bugs(), False, "767a95207fc19f29"),
     (1, Bugs(no_fence_before_send=True), None, "6b552fbb10ea1860"),
     (2, Bugs(ledger_after_send=True), None, "1361a02220c6d2e5"),  # none since F26's fix
-    (3, Bugs(approval_applied_twice=True), True, "98d04ba286b8abcd"),  # a violation
+    (3, Bugs(approval_applied_twice=True), True, "ccbafe2585db066e"),  # a violation
     (4, Bugs(keys_ignored=True), None, "73803dfe2455f31d"),
 ]
 
