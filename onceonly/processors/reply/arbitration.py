@@ -251,6 +251,26 @@ def may_be_late(
     }
 
 
+def stands_over(own: ReplyRecord, after: Sequence[ReplyRecord]) -> bool:
+    """Whether ``own`` (the worker's record of a key) is still the key's word over
+    ``after`` (other writers' records of it that landed after it, in log order), and is
+    written again after them.
+
+    Never after *sent* (an email went out). After ``own`` settled the key: always, but
+    *covered* or *declined* after *covered* or *declined* (either settles it). After
+    ``own`` is a draft, or its draft approved: when every record after it was made before
+    it (each is late, as :func:`late_last_words` finds one at a take-over; F17's and F31's
+    repair when the late writer was stopped before it wrote the draft again). Not after
+    any other own record: a *pending* one's send arbitrates the key; after a *failed* one,
+    a record may be the next owner's draft for the dead letter an operator retried (F24)."""
+    last = after[-1]
+    if last.state is ReplyState.SENT:
+        return False
+    if own.state in SETTLING:
+        return not (last.state in SETTLING and own.state is not ReplyState.SENT)
+    return waits_on_person_or_send(own) and all(r.made_at < own.made_at for r in after)
+
+
 def waits_on_person_or_send(record: ReplyRecord) -> bool:
     """A draft, waiting for a person or approved and on its way to be sent."""
     approved = record.state is ReplyState.PENDING and record.approval is not None

@@ -13,13 +13,13 @@ import structlog
 from onceonly.processors.exceptions import Fenced
 from onceonly.processors.records import Table
 from onceonly.processors.reply.arbitration import (
-    SETTLING,
     PartitionLog,
     Ruling,
     Verdict,
     arbitrate,
     decoded,
     late_last_words,
+    stands_over,
     waits_on_person_or_send,
 )
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -234,40 +234,39 @@ class TableLedger:
         self, partition: int, learned: Sequence[tuple[int, str, ReplyRecord]]
     ) -> None:
         """Another writer's records just read (in log order): where the last of a key's
-        does not settle it (or is *covered* or *declined*, and this worker sent the key's
-        email: F10) and came after this worker's settled record of the key
-        (``_settled_before``), the settled record is written again after it, unfenced (it
-        repeats the key's settled word: right whenever it lands). The late writer does this
-        itself (``_keep_settled``) unless a kill, or its lane cancelled by its drain, stops
-        it between the two writes; left so, the key's last word is a *pending* record,
-        which a later owner sends again (the simulator's finding F19)."""
-        last = {key: (offset, record) for offset, key, record in learned}
-        for key, (offset, record) in last.items():
-            if record.state is ReplyState.SENT:  # an email went out: that is the last word
+        came after this worker's record of the key (``_own_before``) and that record still
+        stands over it (:func:`~onceonly.processors.reply.arbitration.stands_over`: it
+        settled the key, or it is a draft made after each record landed after it), its record
+        is written again after it, unfenced. The late writer does this itself
+        (``_keep_settled``, ``_keep_draft``) unless a kill, or its lane cancelled by its
+        drain, stops it between the two writes; left so, the key's last word is a
+        *pending* record, which a later owner sends again (the simulator's finding F19),
+        or a late record over the owner's draft until the next take-over."""
+        by_key: dict[str, list[tuple[int, ReplyRecord]]] = {}
+        for offset, key, record in learned:
+            by_key.setdefault(key, []).append((offset, record))
+        for key, records in by_key.items():
+            found = self._own_before(key, partition, records[-1][0])
+            if found is None or not stands_over(found[1], [r for o, r in records if o > found[0]]):
                 continue
-            own = self._settled_before(key, partition, offset)
-            if own is None:
-                continue
-            if record.state in SETTLING and own.state is not ReplyState.SENT:
-                continue  # covered or declined over covered or declined: either settles it
             await self._write_again(
-                own,
+                found[1],
                 partition,
-                "ledger: another writer's late record of a settled key; "
-                "the settled record written again after it",
-                late=record.state.value,
+                "ledger: another writer's late record of a key; "
+                "this worker's record written again after it",
+                late=records[-1][1].state.value,
             )
 
-    def _settled_before(self, key: str, partition: int, offset: int) -> ReplyRecord | None:
-        """This worker's record of ``key`` if it settles the key and landed before
+    def _own_before(self, key: str, partition: int, offset: int) -> tuple[int, ReplyRecord] | None:
+        """This worker's record of ``key``, and where it landed, if that is before
         ``offset``: its own write's offset, or, for a record its store's recovery read,
         that recovery's end. Never a late record of its own (a zombie's *covered* after
         the owner's draft: that is ``_keep_draft``'s)."""
         own = self.get(key)
-        if own is None or own.state not in SETTLING:
+        if own is None:
             return None
         at = self._own_at.get(key, self._recovered_to.get(partition, offset))
-        return own if at < offset else None
+        return (at, own) if at < offset else None
 
     async def audit(self, partition: int, end: int) -> bool:
         """Read what other writers landed in ``partition`` (one this worker owns) below

@@ -7,12 +7,15 @@ at its timer's audit, and writes its settled record after it."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 import pytest
 
 from onceonly.processors.reply.ledger import TableLedger
+from onceonly.schemas.approval import Approval, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
-from tests.unit.processors._ledger_log import LogTable, Reads, record
+from tests.unit.processors._ledger_log import T0, LogTable, Reads, record
 
 Topic = list[tuple[bytes, bytes]]
 
@@ -166,3 +169,78 @@ async def test_a_late_record_after_an_own_failed_record_is_left(late: ReplyRecor
     await ledger.audit(0, len(topic))
 
     assert _last(topic) == late
+
+
+def _at(minutes: int) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def _drafted_owner() -> tuple[TableLedger, Topic]:
+    topic: Topic = []
+    ledger = TableLedger(LogTable(topic, 0), read_log=Reads(topic), clock=lambda: _at(10))  # type: ignore[arg-type]
+    return ledger, topic
+
+
+_APPROVED = Approval(Verdict.APPROVED, "ana", T0, "d1")
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        record("k", ReplyState.AWAITING, "the owner's draft"),
+        record("k", ReplyState.PENDING, "the owner's draft", approval=_APPROVED),
+    ],
+    ids=["draft", "approved"],
+)
+@pytest.mark.parametrize(
+    "late",
+    [
+        record("k", ReplyState.COVERED, "theirs", covered_by="reply-x"),
+        record("k", ReplyState.FAILED, None, reason="writer failed"),
+        record("k", ReplyState.AWAITING, "their older draft"),
+    ],
+    ids=lambda late: late.state.value,
+)
+async def test_a_late_record_made_before_the_owners_draft_is_followed_by_it(
+    own: ReplyRecord, late: ReplyRecord
+) -> None:
+    # F17's and F31's late records, the late writer stopped before it wrote the owner's
+    # draft again: the owner's audit does, so the draft stays the key's last word
+    ledger, topic = _drafted_owner()
+    await ledger.put(own)
+    topic.append((b"k", replace(late, written_at=_at(5)).encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert (_last(topic), len(topic)) == (own, 3)
+
+
+async def test_another_writers_record_made_after_the_owners_draft_is_left() -> None:
+    # made after the draft: not late (a newer owner's, the owner itself the stale one)
+    ledger, topic = _drafted_owner()
+    own = record("k", ReplyState.AWAITING, "the owner's")
+    await ledger.put(own)
+    newer = record("k", ReplyState.COVERED, "the owner's", covered_by="reply-y")
+    topic.append((b"k", replace(newer, written_at=_at(15)).encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert (_last(topic), len(topic)) == (newer, 2)
+
+
+async def test_a_late_record_after_one_made_after_the_owners_draft_is_left_to_the_take_over() -> (
+    None
+):
+    # a newer record (made after the draft) then a late one: the draft is not the key's
+    # word (the newer record is: the next owner's take-over writes it again)
+    ledger, topic = _drafted_owner()
+    own = record("k", ReplyState.AWAITING, "the owner's")
+    await ledger.put(own)
+    newer = record("k", ReplyState.COVERED, "the owner's", covered_by="reply-y")
+    late = record("k", ReplyState.FAILED, None, reason="writer failed")
+    topic.append((b"k", replace(newer, written_at=_at(15)).encode()))
+    topic.append((b"k", replace(late, written_at=_at(5)).encode()))
+
+    await ledger.audit(0, len(topic))
+
+    assert (_last(topic), len(topic)) == (late, 3)
