@@ -93,11 +93,12 @@ class TableLedger:
         return ReplyRecord.decode(raw) if raw is not None else None
 
     async def put(self, record: ReplyRecord) -> None:
+        made = self._made(record)
         try:
-            where = await self._write(record.key, self._made(record))
+            where = await self._write(record.key, made)
         except Fenced:
             if record.state is ReplyState.SENT:
-                await self._write_sent_anyway(record)
+                await self._write_sent_anyway(record, made)
             raise
         self._pending.pop(record.key, None)
         if record.state is ReplyState.PENDING:
@@ -107,13 +108,14 @@ class TableLedger:
         if record.state in _MAY_LAND_LATE:
             await self._keep_settled(record, where)
 
-    async def _write_sent_anyway(self, record: ReplyRecord) -> None:
+    async def _write_sent_anyway(self, record: ReplyRecord, made: bytes) -> None:
         """An email went out with ``record.key`` (this worker's send, past its check) and
         the fence refused its *sent* record: the partition moved meanwhile. The record is
         written all the same, unfenced: it says what happened, not who owns the key, and
         without it the ledger's last word may be the next owner's *failed* for an email
-        the customer has (the simulator's finding F8)."""
-        await self._write(record.key, self._made(record), fenced=False)
+        the customer has (the simulator's finding F8). ``made``: the record as it was made,
+        before the fence check (a repeat keeps its stamp: it was made before the rebalance)."""
+        await self._write(record.key, made, fenced=False)
         why = "ledger: sent record written after the partition moved (the email went out)"
         log.warning(why, key=record.key, sent=record.sent_message_id)
 

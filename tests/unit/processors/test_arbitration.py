@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -499,6 +500,19 @@ async def test_a_sent_record_the_fence_refuses_is_written_all_the_same_then_fenc
         await ledger.put(sent)
 
     assert [ReplyRecord.decode(v) for _, v in topic] == [sent]
+
+
+async def test_a_sent_record_written_after_the_fence_refused_it_keeps_its_stamp() -> None:
+    # made before the fence check, which came before the rebalance: written so, not made
+    # anew after the next owner's records (which would hide that it landed late)
+    stamps = iter([T0, T0 + timedelta(minutes=5)])
+    ledger, topic, _ = _ledger(fence=_refused)
+    ledger.clock = lambda: next(stamps)
+
+    with pytest.raises(Fenced):
+        await ledger.put(_record("k", ReplyState.SENT, "mine", sent_message_id="<r@x>"))
+
+    assert ReplyRecord.decode(topic[-1][1]).written_at == T0
 
 
 async def test_any_other_record_the_fence_refuses_is_not_written() -> None:
