@@ -290,9 +290,9 @@ async def _compose(
         target, _ = split_burst(messages)
         failed = _record_for(target, ReplyState.FAILED, now(), channel)
         failed = failed.with_state(ReplyState.FAILED, attempts=exc.attempts, error=exc.last_error)
-        await ledger.put(failed)
         reason = f"writer_failed after {exc.attempts} attempt(s): {exc.last_error}"
-        await parts.dead_letter(failed, reason, messages)
+        await parts.dead_letter(failed, reason, messages)  # first: F33
+        await ledger.put(failed)
         log.error("reply dead-lettered", reason=reason, key=target.key)
         return BurstResult(Outcome.FAILED, target.key)
     target, covered = split_burst(messages)

@@ -143,8 +143,11 @@ class Sending:
             else f"{exc.failure.value}: {exc}"
         )
         failed = record.with_state(ReplyState.FAILED, attempts=attempts, error=str(exc))
-        await self.parts.ledger.put(failed)
+        # the letter first: a worker stopped between the two leaves the letter (its retry
+        # finds the key settled, or writes it), never a failed record with no letter, which
+        # every redelivery skips as done (the simulator's finding F33)
         await self.parts.dead_letter(failed, reason, burst)
+        await self.parts.ledger.put(failed)
         log.error("reply dead-lettered", reason=reason, attempts=attempts, **log_ids(record))
         return BurstResult(Outcome.FAILED, record.key)
 
