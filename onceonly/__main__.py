@@ -1,3 +1,3 @@
-from onceonly.cli import run
+from onceonly._start import run
 
 run()
