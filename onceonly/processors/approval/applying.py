@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from onceonly.processors.approval.decisions import (
     attached,
     owed_anew,
     recall,
+    seen_by_end,
     superseded_by,
     survey,
     timeout_decision,
@@ -187,8 +188,9 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     marked superseded whose newer reply, landed since by another writer, never saw its
     message (:func:`~onceonly.processors.approval.decisions.unseen_marks`, the simulator's
     finding F32). When that reply is the burst's latest message's draft, no decision yet,
-    it is written again with the marked draft's messages recalled; otherwise the marked
-    draft waits for a decision again.
+    it is written again with the marked draft's messages recalled (no newer message moves
+    it to another key); otherwise the messages that reply saw are recorded covered by it,
+    and the others get a reply of their own, as the ledger says after the burst's reply.
     """
     ledger = parts.ledger
     # a new message, or one a replay writes again (its writer failed: a dead letter's
@@ -203,6 +205,7 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     new = {m.key for m in found.fresh}
     if not new:
         return await _answer_anew(parts, reply, found, burst, await reply_once(burst, reply))
+    redo = waits_unapproved(ledger.get(target.key))  # the latest message's own draft
     drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
@@ -219,7 +222,11 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     # message, whether that draft's writer saw it or not (F32)
     rewrite |= attached(ledger.get, [*by_key, *keys], {*rewrite, *new}) | (new & keys)
     recalled = [recall(by_key[k], target) for k in sorted(rewrite) if k not in keys]
-    result = await reply_once([*recalled, *burst], reply, rewrite=frozenset(rewrite))
+    # a draft written again answers its own message: no newer message moves the reply to
+    # another key, which would leave that draft waiting beside it (the newer ones come in
+    # their own burst, which supersedes it)
+    again = replace(reply, newer=_none_newer) if redo else reply
+    result = await reply_once([*recalled, *burst], again, rewrite=frozenset(rewrite))
     return await _answer_anew(parts, reply, found, burst, result, rewrite)
 
 
@@ -275,15 +282,25 @@ async def _answer_anew(
 ) -> BurstResult:
     """``result``, and the reply written anew to the messages of each marked draft that
     the rewrite left out, whose newer reply never saw them (:func:`owed_anew`)."""
-    owed = owed_anew(parts.ledger.get, found.unseen, [*found.read, *(m.key for m in burst)])
-    owed -= set(rewrite)
+    ledger, keys = parts.ledger, [*found.read, *(m.key for m in burst)]
+    # the ledger's word after the burst's reply, which may have moved the chains
+    unseen = [(m, end) for m, end in unseen_marks(ledger.get, keys) if m.key not in rewrite]
+    for key, end in seen_by_end(ledger.get, unseen, keys).items():
+        record = ledger.get(key)
+        if record is not None and record.state is ReplyState.COVERED:
+            await ledger.put(record.with_state(ReplyState.COVERED, covered_by=end))
+    owed = owed_anew(ledger.get, unseen, keys) - set(rewrite)
     if not owed:
         return result
     given, latest = {m.key: m for m in burst}, max(burst, key=_order)
     messages = [given.get(k) or recall(found.read[k], latest) for k in sorted(owed)]
-    log.warning(NEVER_SAW, keys=sorted(owed), newer=[end.key for _, end in found.unseen])
+    log.warning(NEVER_SAW, keys=sorted(owed), newer=[end.key for _, end in unseen])
     again = await reply_once(messages, reply, rewrite=frozenset(owed))
     return summarize([result, again], [])
+
+
+async def _none_newer() -> Sequence[Inbound]:
+    return ()
 
 
 def _order(message: Inbound) -> tuple[datetime, str]:

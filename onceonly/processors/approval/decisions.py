@@ -227,6 +227,21 @@ def owed_anew(
     return owed
 
 
+def seen_by_end(
+    get: Callable[[str], ReplyRecord | None],
+    unseen: Iterable[tuple[ReplyRecord, ReplyRecord]],
+    keys: Iterable[str],
+) -> dict[str, str]:
+    """The messages among ``keys`` covered through a marked draft of ``unseen`` whose newer
+    reply's writer saw them: each with that reply's key, which answers them (their records
+    are written again to name it, so the draft's new reply never covers them)."""
+    keys, seen = list(keys), {}
+    for mark, end in unseen:
+        for key in attached(get, keys, {mark.key}) & {*(end.covers or ())}:
+            seen[key] = end.key
+    return seen
+
+
 def recall(message: ThreadMessage, like: Inbound) -> Inbound:
     """An earlier message of the thread (from its history) as the writer is given it: before
     ``like`` (the burst's latest), whatever the clocks say, so the reply still answers it."""

@@ -258,9 +258,10 @@ def stands_over(own: ReplyRecord, after: Sequence[ReplyRecord]) -> bool:
 
     Never after *sent* (an email went out). After ``own`` settled the key: always, but
     *covered* or *declined* after *covered* or *declined* (either settles it). After
-    ``own`` is a draft, or its draft approved: when every record after it was made before
-    it (each is late, as :func:`late_last_words` finds one at a take-over; F17's and F31's
-    repair when the late writer was stopped before it wrote the draft again). Not after
+    ``own`` is a draft, or its draft approved: when none after it is *sent* and every one
+    was made before it (each is late, as :func:`late_last_words` finds one at a take-over;
+    F17's and F31's repair when the late writer was stopped before it wrote the draft
+    again). Not after
     any other own record: a *pending* one's send arbitrates the key; after a *failed* one,
     a record may be the next owner's draft for the dead letter an operator retried (F24)."""
     last = after[-1]
@@ -268,6 +269,8 @@ def stands_over(own: ReplyRecord, after: Sequence[ReplyRecord]) -> bool:
         return False
     if own.state in SETTLING:
         return not (last.state in SETTLING and own.state is not ReplyState.SENT)
+    if any(r.state is ReplyState.SENT for r in after):
+        return False  # an email went out: never a draft over it (the take-over's word)
     return waits_on_person_or_send(own) and all(r.made_at < own.made_at for r in after)
 
 

@@ -79,8 +79,9 @@ class TableLedger:
         self._logs: dict[int, PartitionLog] = {}
         #: partitions whose log takes in what a recovery read, at their next write
         self._moved: set[int] = set()
-        #: own writes under way, by partition (a recovery's end is not read meanwhile)
+        #: own writes under way by partition (no recovery's end read meanwhile) and by key
         self._writing: dict[int, int] = {}
+        self._inflight: dict[str, int] = {}
         #: where each key's own *pending* record landed (partition, offset), until settled
         self._pending: dict[str, tuple[int, int]] = {}
         #: the offset of each key's last own record, the latest PENDING_KEPT keys
@@ -187,9 +188,8 @@ class TableLedger:
         return [other for at, other in found if after < at < before]
 
     def forget(self) -> None:
-        """The partitions changed. Each partition's log is kept (an offset it has not
-        accounted for may now be below the store's, where no recovery reads), and takes
-        in what the rebalance's recovery read at the partition's next write."""
+        """The partitions changed. Each partition's log is kept, and takes in what the
+        rebalance's recovery read at the partition's next write."""
         self._moved.update(self._logs)
 
     async def arbitrate(self, record: ReplyRecord) -> Verdict:
@@ -235,15 +235,13 @@ class TableLedger:
     async def _settle_again(
         self, partition: int, learned: Sequence[tuple[int, str, ReplyRecord]]
     ) -> None:
-        """Another writer's records just read (in log order): where the last of a key's
-        came after this worker's record of the key (``_own_before``) and that record still
-        stands over it (:func:`~onceonly.processors.reply.arbitration.stands_over`: it
-        settled the key, or it is a draft made after each record landed after it), its record
-        is written again after it, unfenced. The late writer does this itself
-        (``_keep_settled``, ``_keep_draft``) unless a kill, or its lane cancelled by its
-        drain, stops it between the two writes; left so, the key's last word is a
-        *pending* record, which a later owner sends again (the simulator's finding F19),
-        or a late record over the owner's draft until the next take-over."""
+        """Another writer's records just read (in log order): this worker's record of a
+        key that landed before them (``_own_before``) and still stands over them
+        (:func:`~onceonly.processors.reply.arbitration.stands_over`) is written again after
+        them, unfenced. The late writer does this itself (``_keep_settled``,
+        ``_keep_draft``) unless a kill, or its drain, stops it between the two writes; left
+        so, the key's last word is a late record (*pending*: sent again by a later owner,
+        the simulator's finding F19) until the next take-over."""
         by_key: dict[str, list[tuple[int, ReplyRecord]]] = {}
         for offset, key, record in learned:
             by_key.setdefault(key, []).append((offset, record))
@@ -251,6 +249,8 @@ class TableLedger:
             found = self._own_before(key, partition, records[-1][0])
             if found is None or not stands_over(found[1], [r for o, r in records if o > found[0]]):
                 continue
+            if self._inflight.get(key):
+                continue  # a lane's newer record of the key is landing: it is the last word
             await self._write_again(
                 found[1],
                 partition,
@@ -260,10 +260,9 @@ class TableLedger:
             )
 
     def _own_before(self, key: str, partition: int, offset: int) -> tuple[int, ReplyRecord] | None:
-        """This worker's record of ``key``, and where it landed, if that is before
-        ``offset``: its own write's offset, or, for a record its store's recovery read,
-        that recovery's end. Never a late record of its own (a zombie's *covered* after
-        the owner's draft: that is ``_keep_draft``'s)."""
+        """This worker's record of ``key`` and where it landed (its own write's offset, or
+        its store's last recovery's end), if before ``offset``: never a late record of its
+        own (a zombie's *covered* after the owner's draft: that is ``_keep_draft``'s)."""
         own = self.get(key)
         if own is None:
             return None
@@ -370,10 +369,13 @@ class TableLedger:
         at = self.table.partition_of(raw) if partition is None else partition
         self._account_store(at)
         self._writing[at] = self._writing.get(at, 0) + 1
+        self._inflight[key] = self._inflight.get(key, 0) + 1
         try:
             where = await self.table.write_through(raw, value, partition)
         finally:
             self._writing[at] -= 1
+            if (left := self._inflight.pop(key) - 1) > 0:
+                self._inflight[key] = left
         landed = self._logs.get(where[0])
         if landed is not None:
             landed.wrote(where[1])

@@ -460,6 +460,7 @@ async def test_a_reply_that_saw_a_marked_drafts_covered_message_leaves_it_out_of
 
     assert seen == [["message 1", "message 2"], ["message 2"]]
     assert ledger.get(second).covers == ()
+    assert ledger.get(first).covered_by == third_key  # answered by the reply that saw it
 
 
 async def test_a_newer_message_superseding_a_draft_recalls_a_draft_marked_superseded_by_it(
@@ -477,3 +478,30 @@ async def test_a_newer_message_superseding_a_draft_recalls_a_draft_marked_supers
     newest = reply_key(INBOX, "<m3@example.com>")
     assert ledger.get(newest).state is ReplyState.AWAITING
     assert set(ledger.get(newest).covers or ()) == {old, new_key}
+
+
+async def test_a_draft_written_again_is_not_moved_to_a_newer_message_that_came_meanwhile(
+    mail: FakeAgentMail,
+) -> None:
+    # m3 reaches the worker while m2's draft is written again: the rewrite stays m2's (m3
+    # comes in a burst of its own, which supersedes it), or m2's old draft would wait
+    # beside m3's reply, which covers m2
+    seen, pipeline = _noting(mail)
+    old, new_key, second = await _marked_then_theirs(mail, pipeline, ReplyState.AWAITING)
+    third = _delivery(mail, 3)
+    channel = pipeline.parts.channels["agentmail"]
+    asked: list[int] = []
+
+    async def newer() -> list[Any]:
+        asked.append(1)
+        return [await channel.inbound(third.envelope)]
+
+    await pipeline.act([_again(second, 4)], {}, newer)
+
+    ledger = pipeline.parts.ledger
+    assert seen[1:] == [["message 1", "message 2"]]
+    assert (ledger.get(new_key).state, ledger.get(new_key).covers) == (
+        ReplyState.AWAITING,
+        (old,),
+    )
+    assert ledger.get(reply_key(INBOX, "<m3@example.com>")) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -244,3 +245,53 @@ async def test_a_late_record_after_one_made_after_the_owners_draft_is_left_to_th
     await ledger.audit(0, len(topic))
 
     assert (_last(topic), len(topic)) == (late, 3)
+
+
+class _SlowReads(Reads):
+    """A log read that lets the lane's write start before it answers."""
+
+    async def __call__(self, partition: int, first: int, last: int) -> Any:
+        rows = list(await super().__call__(partition, first, last))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return iter(rows)
+
+
+class _StoreAtAck(LogTable):
+    """A table whose store takes a write only at its acknowledgement, as faust's does
+    (``FaustTable.write_through``); the acknowledgement waits for ``hold``."""
+
+    async def write_through(
+        self, key: bytes, value: bytes, partition: int | None = None
+    ) -> tuple[int, int]:
+        self.topic.append((key, value))
+        offset = self.applied = len(self.topic) - 1
+        if self.hold is not None:
+            await self.hold.wait()
+        self.store[key] = value
+        return 0, offset
+
+
+async def test_the_audit_leaves_a_draft_a_lane_is_replacing_meanwhile() -> None:
+    # the review's race: the audit reads the log while a lane writes the draft's approval;
+    # the store still says awaiting until the ack, and repeating the draft would land it
+    # over the approval, which would then never be sent
+    topic: Topic = []
+    table, reads = _StoreAtAck(topic, 0), _SlowReads(topic)
+    ledger = TableLedger(table, read_log=reads, clock=lambda: _at(10))  # type: ignore[arg-type]
+    draft = record("k", ReplyState.AWAITING, "the owner's draft")
+    await ledger.put(draft)
+    older = record("k", ReplyState.AWAITING, "their older draft", written_at=_at(5))
+    topic.append((b"k", older.encode()))
+    approved = record("k", ReplyState.PENDING, "the owner's draft", approval=_APPROVED)
+    table.hold = asyncio.Event()
+
+    audit = asyncio.create_task(ledger.audit(0, len(topic)))
+    await asyncio.sleep(0)
+    writing = asyncio.create_task(ledger.put(approved))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    table.hold.set()
+    await asyncio.wait_for(asyncio.gather(audit, writing), 5)
+
+    assert _last(topic) == approved

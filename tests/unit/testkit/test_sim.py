@@ -225,7 +225,7 @@ APPROVAL_FINDINGS = frozenset(
         # check, then landed its own draft of m13, written before the mark by a writer that
         # never saw m4 or m7, and the chain m7 -> m13 -> ... ended in a reply sent without
         # them (a redelivered burst now reads the thread for such a mark: m13's draft is
-        # written again with them, or the marked draft waits again)
+        # written again with them, or they are answered anew)
         556462435,
         # F33: a1's writer failed three times for m23; a1 recorded the reply *failed* and
         # was killed before its dead letter; every redelivery skipped m23 as done (the
