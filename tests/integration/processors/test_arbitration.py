@@ -211,7 +211,7 @@ async def test_a_late_record_after_the_owners_sent_one_is_followed_by_it(
     await _land(stack, 0, _theirs(key, late["state"], late["text"], **changes))
     await until(
         stack,
-        lambda: "another writer's late record of a settled key" in worker.log(),
+        lambda: "another writer's late record of a key" in worker.log(),
         "the owner's audit",
     )
 
