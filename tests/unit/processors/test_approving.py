@@ -400,15 +400,23 @@ async def _marked_then_theirs(
     return old, new_key, second
 
 
+async def _given_again(
+    mail: FakeAgentMail, state: ReplyState
+) -> tuple[list[list[str | None]], Conversation, str, str]:
+    """:func:`_marked_then_theirs` with their reply ``state``, then m2 delivered again: the
+    writer's bursts, the pipeline, m1's key and m2's."""
+    seen, pipeline = _noting(mail)
+    old, new_key, second = await _marked_then_theirs(mail, pipeline, state)
+    await pipeline.act([_again(second, 3)], {})
+    return seen, pipeline, old, new_key
+
+
 async def test_a_newer_draft_that_never_saw_a_draft_marked_superseded_by_it_is_written_again(
     mail: FakeAgentMail,
 ) -> None:
-    seen, pipeline = _noting(mail)
-    old, new_key, second = await _marked_then_theirs(mail, pipeline, ReplyState.AWAITING)
-
-    await pipeline.act([_again(second, 3)], {})
-
+    seen, pipeline, old, new_key = await _given_again(mail, ReplyState.AWAITING)
     ledger = pipeline.parts.ledger
+
     assert seen == [["message 1"], ["message 1", "message 2"]]
     assert ledger.get(new_key).state is ReplyState.AWAITING
     assert ledger.get(new_key).covers == (old,)
@@ -418,12 +426,9 @@ async def test_a_newer_draft_that_never_saw_a_draft_marked_superseded_by_it_is_w
 async def test_a_draft_marked_superseded_by_a_reply_sent_without_it_is_answered_anew(
     mail: FakeAgentMail,
 ) -> None:
-    seen, pipeline = _noting(mail)
-    old, new_key, second = await _marked_then_theirs(mail, pipeline, ReplyState.SENT)
-
-    await pipeline.act([_again(second, 3)], {})
-
+    seen, pipeline, old, new_key = await _given_again(mail, ReplyState.SENT)
     ledger = pipeline.parts.ledger
+
     assert seen == [["message 1"], ["message 1"]]  # m1 alone: m2 has its email
     assert ledger.get(new_key).state is ReplyState.SENT
     assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.AWAITING, None)
