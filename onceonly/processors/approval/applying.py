@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -39,7 +38,7 @@ from onceonly.processors.dead_letters import for_reply
 from onceonly.processors.lanes import Job
 from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
 from onceonly.processors.records import Record
-from onceonly.processors.reply.bursts import summarize, supersede
+from onceonly.processors.reply.bursts import burst_order, summarize, supersede
 from onceonly.processors.reply.once import (
     BurstResult,
     Plan,
@@ -49,7 +48,7 @@ from onceonly.processors.reply.once import (
     reply_once,
     send_recorded,
 )
-from onceonly.processors.reply.parts import ReplyParts, SendParts
+from onceonly.processors.reply.parts import ReplyParts, SendParts, nothing_newer
 from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, Envelope, has_valid_mac, mac_of
@@ -205,7 +204,6 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     new = {m.key for m in found.fresh}
     if not new:
         return await _answer_anew(parts, reply, found, burst, await reply_once(burst, reply))
-    redo = waits_unapproved(ledger.get(target.key))  # the latest message's own draft
     drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
@@ -225,7 +223,7 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     # a draft written again answers its own message: no newer message moves the reply to
     # another key, which would leave that draft waiting beside it (the newer ones come in
     # their own burst, which supersedes it)
-    again = replace(reply, newer=_none_newer) if redo else reply
+    again = replace(reply, newer=nothing_newer) if found.redo else reply
     result = await reply_once([*recalled, *burst], again, rewrite=frozenset(rewrite))
     return await _answer_anew(parts, reply, found, burst, result, rewrite)
 
@@ -244,8 +242,8 @@ class _Thread:
     target: Inbound  #: the message whose new reply supersedes the waiting drafts
     before: dict[str, ThreadMessage]  #: the thread's messages before it, by reply key
     read: dict[str, ThreadMessage]  #: every message read, by reply key
-    unseen: list[tuple[ReplyRecord, ReplyRecord]]  #: :func:`unseen_marks`
     fresh: list[Inbound]  #: the messages written: no record, or a draft written again
+    redo: bool = False  #: the latest message's draft is written again (F32)
 
 
 async def _read_thread(
@@ -253,23 +251,23 @@ async def _read_thread(
 ) -> _Thread | None:
     """The thread as the burst's reply needs it; None when it cannot be read."""
     ledger, channel = parts.ledger, parts.channels[reply.channel]
-    latest = max(burst, key=_order)
+    latest = max(burst, key=burst_order)
     drafted = latest not in fresh and waits_unapproved(ledger.get(latest.key))
     # the newest message with no record: the new reply's, what a draft is superseded by.
     # A message of the burst with a record (delivered again: a catch-up's or a replay's
     # event) has its reply already, and never marks or recalls a draft (simulator F20),
     # unless its reply is a draft that never saw a message marked superseded by it (F32)
-    target = max(fresh, key=_order) if fresh and not drafted else latest
+    target = max(fresh, key=burst_order) if fresh and not drafted else latest
     if (read := await _earlier(channel, target)) is None:
         return None
     unseen = unseen_marks(ledger.get, [*read, *(m.key for m in burst)])
     if drafted and any(end.key == latest.key for _, end in unseen):
-        return _Thread(target, read, read, unseen, [*fresh, latest])  # its draft written again
-    if not fresh or target is max(fresh, key=_order):
-        return _Thread(target, read, read, unseen, fresh)
-    target = max(fresh, key=_order)  # read for the marks alone: read before the new one
+        return _Thread(target, read, read, [*fresh, latest], redo=True)  # its draft again
+    if not fresh or target is max(fresh, key=burst_order):
+        return _Thread(target, read, read, fresh)
+    target = max(fresh, key=burst_order)  # read for the marks alone: read before the new one
     before = await _earlier(channel, target)
-    return _Thread(target, before, read, unseen, fresh) if before is not None else None
+    return _Thread(target, before, read, fresh) if before is not None else None
 
 
 async def _answer_anew(
@@ -292,19 +290,11 @@ async def _answer_anew(
     owed = owed_anew(ledger.get, unseen, keys) - set(rewrite)
     if not owed:
         return result
-    given, latest = {m.key: m for m in burst}, max(burst, key=_order)
+    given, latest = {m.key: m for m in burst}, max(burst, key=burst_order)
     messages = [given.get(k) or recall(found.read[k], latest) for k in sorted(owed)]
     log.warning(NEVER_SAW, keys=sorted(owed), newer=[end.key for _, end in unseen])
     again = await reply_once(messages, reply, rewrite=frozenset(owed))
     return summarize([result, again], [])
-
-
-async def _none_newer() -> Sequence[Inbound]:
-    return ()
-
-
-def _order(message: Inbound) -> tuple[datetime, str]:
-    return message.occurred_at, message.event_id
 
 
 async def _earlier(channel: MailProvider, target: Inbound) -> dict[str, ThreadMessage] | None:

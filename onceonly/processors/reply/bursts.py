@@ -144,13 +144,14 @@ def distinct(messages: Iterable[Inbound]) -> list[Inbound]:
     return list(seen.values())
 
 
-def _order(message: Inbound) -> tuple[datetime, str]:
+def burst_order(message: Inbound) -> tuple[datetime, str]:
+    """A message's place in its burst: its payload time, then its event id."""
     return message.occurred_at, message.event_id
 
 
 def split_burst(burst: Sequence[Inbound]) -> tuple[Inbound, tuple[Inbound, ...]]:
     """The message to answer (the latest) and the ones its reply covers."""
-    messages = sorted(burst, key=_order)
+    messages = sorted(burst, key=burst_order)
     return messages[-1], tuple(messages[:-1])
 
 
@@ -179,7 +180,7 @@ def divide(
 
     A message that came twice (two events) is written with both, finished or done once.
     """
-    pairs = sorted(planned, key=lambda pair: _order(pair[0]))
+    pairs = sorted(planned, key=lambda pair: burst_order(pair[0]))
     unrecorded = tuple(m for m, step in pairs if step is Plan.WRITE)
     finish: dict[str, tuple[Inbound, Plan]] = {}
     done: dict[str, tuple[Inbound, Plan]] = {}

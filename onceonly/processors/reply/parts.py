@@ -43,7 +43,7 @@ Newer = Callable[[], Awaitable[Sequence[Inbound]]]
 DeadLetter = Callable[[ReplyRecord, str, Sequence[Inbound]], Awaitable[None]]
 
 
-async def _nothing_newer() -> Sequence[Inbound]:
+async def nothing_newer() -> Sequence[Inbound]:
     return ()
 
 
@@ -103,7 +103,7 @@ class ReplyParts(SendParts):
     replay: bool = False
     channel: str = "agentmail"
     #: messages of the thread that reached the worker while the writer was composing
-    newer: Newer = _nothing_newer
+    newer: Newer = nothing_newer
     #: how often those make the writer write again before the reply is recorded
     supersede_max: int = 2
     on_superseded: Callable[[], None] = _no_op
