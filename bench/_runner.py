@@ -66,6 +66,11 @@ class Scenario(Generic[Opts, R]):
         load_before, code, began = loadavg(), revision(), time.monotonic()
 
         def body() -> tuple[R, str]:
+            kept: Path | None = getattr(opts, "keep", None)
+            if kept is not None:  # a folder the run keeps: its broker's data and the rest
+                kept.mkdir(parents=True, exist_ok=True)
+                with kafka(kept) as broker:
+                    return self.collect(opts, broker, kept), broker.about
             prefix = f"onceonly-bench-{self.name}-"
             with tempfile.TemporaryDirectory(prefix=prefix) as tmp, kafka(Path(tmp)) as broker:
                 return self.collect(opts, broker, Path(tmp)), broker.about

@@ -16,10 +16,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
+
 from bench._load import percentile
 from bench._options import Opt, Values
 from bench._proc_records import Record, produce
-from bench._procs import ROOT, Broker, console, create_topics, security_env, topic_settings
+from bench._procs import (
+    ROOT,
+    BenchError,
+    Broker,
+    console,
+    create_topics,
+    security_env,
+    topic_settings,
+)
 from bench._runner import Scenario, command
 
 if TYPE_CHECKING:
@@ -130,8 +140,9 @@ def page(settings: Settings, key: str, runs: int, name: str = "index") -> None:
     )
 
 
-def build(settings: Settings, index_dir: Path) -> None:
-    """The index built from a cold start, in this process: its rate and its disk."""
+def build(settings: Settings, index_dir: Path, cold: bool = True) -> None:
+    """The index built from a cold start, in this process: its rate and its disk; or, kept
+    from a run before, caught up with what that run's commands wrote."""
     from onceonly.foundation.kafka import Connection
     from onceonly.operations.index import IndexStore, one_pass
 
@@ -144,28 +155,45 @@ def build(settings: Settings, index_dir: Path) -> None:
         f"index build (cold): {built:,} records in {done.seconds:.1f} s = "
         f"{built / done.seconds:,.0f} records/s; disk {disk:.1f} MB "
         f"= {disk * 1e6 / max(built, 1):.0f} MB per million records"
+        if cold
+        else f"index caught up (kept): {built:,} records in {done.seconds:.1f} s, {disk:.0f} MB"
     )
     console.print("  read per topic: " + ", ".join(f"{t} {n:,}" for t, n in done.read.items()))
+
+
+def write(
+    broker: Broker, topics: dict[str, str], records: int, drafts: int, deliveries: int
+) -> None:
+    """The ledger's records and the deliveries, produced to the bench's topics."""
+    topic = topics["ONCEONLY_LEDGER_TOPIC"]
+    seconds = produce(broker.bootstrap, topic, ledger_records(records, drafts), records)
+    console.print(f"wrote {records:,} ledger records ({drafts} drafts) in {seconds:.1f} s")
+    if deliveries:
+        topic = topics["ONCEONLY_DELIVERIES_TOPIC"]
+        seconds = produce(broker.bootstrap, topic, delivery_records(deliveries), deliveries)
+        console.print(f"wrote {deliveries:,} deliveries in {seconds:.1f} s")
 
 
 def collect(opts: Values, broker: Broker, work: Path) -> None:
     records, drafts, scan, runs = opts.records, opts.drafts, opts.scan, opts.runs
     topics = create_topics(broker.bootstrap, 8, "idx")
-    seconds = produce(
-        broker.bootstrap, topics["ONCEONLY_LEDGER_TOPIC"], ledger_records(records, drafts), records
-    )
-    console.print(f"wrote {records:,} ledger records ({drafts} drafts) in {seconds:.1f} s")
-    if opts.deliveries:
-        topic, count = topics["ONCEONLY_DELIVERIES_TOPIC"], opts.deliveries
-        seconds = produce(broker.bootstrap, topic, delivery_records(count), count)
-        console.print(f"wrote {count:,} deliveries in {seconds:.1f} s")
+    index_dir, sizes = work / "index", f"{records} {drafts} {opts.deliveries}"
+    built = index_dir / "bench-sizes.txt"  # written once the index is built, in a kept folder
+    reused = built.is_file()
+    if reused and built.read_text(encoding="ascii") != sizes:
+        raise BenchError(f"{work} holds a run of other sizes ({built.read_text()}); use another")
+    if not reused:
+        write(broker, topics, records, drafts, opts.deliveries)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEONLY_")}
     env |= security_env()
     env |= {"ONCEONLY_KAFKA_BOOTSTRAP": broker.bootstrap, "ONCEONLY_PARTITIONS": "8", **topics}
     settings = topic_settings(broker.bootstrap, 8, topics)
 
-    index_dir = work / "index"
-    build(settings, index_dir)
+    if reused:  # what the last run's commands wrote (a rejection) read first, as --follow would
+        console.print(f"the topics and the index kept in {work}: not written or built again")
+    build(settings, index_dir, cold=not reused)
+    if opts.keep is not None:
+        built.write_text(sizes, encoding="ascii")
     indexing = {**env, "ONCEONLY_INDEX_DIR": str(index_dir)}
     indexed = list_drafts(indexing, work)
     scanned = list_drafts(env, work) if scan else None
@@ -209,6 +237,13 @@ OPTIONS = (
     ),
     Opt("--runs", None, 20, "Trace runs (a quarter: page runs)."),
     Opt("--deliveries", None, 0, "Deliveries to write too (AgentMail)."),
+    Opt(
+        "--keep",
+        click.Path(file_okay=False, path_type=Path),
+        None,
+        "Keep the broker's data and the index in this folder; run again with the same folder"
+        " and sizes, only the commands run (no writes, no build).",
+    ),
 )
 #: no report: what it prints is the output (make bench-index tees it to a file)
 main = command(
