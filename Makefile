@@ -32,7 +32,9 @@ $(STAMP): $(LOCK) pyproject.toml
 	# takes two minutes (it downloads one file at a time)
 	awk '/^uv==/{p=1} p && /^[a-z]/ && !/^uv==/{exit} p && !/^ *#/' $(LOCK) > $(VENV)/uv.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r $(VENV)/uv.lock
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --require-hashes --no-deps -r $(LOCK)
+	# --compile-bytecode: as pip does at install (uv does not by default); a command then
+	# starts without compiling its modules from source (0.15 s of CPU for `onceonly trace`)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --require-hashes --no-deps --compile-bytecode -r $(LOCK)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(BIN)/pip check
 	# the checkout's development tools (devstack, testkit: not in the wheel) on the path
