@@ -292,34 +292,30 @@ async def test_a_pending_record_landed_after_the_key_was_settled_is_followed_by_
     assert fenced == ["a ledger record"]  # the pending record's check; not the repeat's
 
 
-async def test_a_failed_record_landed_after_the_key_was_sent_is_followed_by_the_sent_one() -> None:
-    # finding F7 (seed 369674894): a worker whose writer failed, paused past its fence
-    # check, lands *failed* after the next owner's sent record; the email is out
+@pytest.mark.parametrize(
+    "late",
+    [
+        # finding F7 (seed 369674894): a worker whose writer failed, paused past its fence
+        # check, lands *failed* after the next owner's sent record; the email is out
+        ReplyState.FAILED,
+        # finding F10 (seeds 384256286, 384708954): a worker wrote a new reply covering an
+        # older message, paused past its fence check, and landed that message's *covered*
+        # record after the next owner sent the message's own pending reply; the email is out
+        ReplyState.COVERED,
+    ],
+    ids=["failed", "covered"],
+)
+async def test_a_failed_or_covered_record_landed_after_the_key_was_sent_is_followed_by_it(
+    late: ReplyState,
+) -> None:
     ledger, topic, _ = _ledger()
     sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
     _lands(topic, sent)
 
-    await ledger.put(_record("k", ReplyState.FAILED, None))
+    await ledger.put(_record("k", late, None))
 
     states = _states(topic)
-    assert states == [ReplyState.SENT, ReplyState.FAILED, ReplyState.SENT]
-    assert ReplyRecord.decode(topic[-1][1]) == sent
-
-
-async def test_a_covered_record_landed_after_the_key_was_sent_is_followed_by_the_sent_one_too() -> (
-    None
-):
-    # finding F10 (seeds 384256286, 384708954): a worker wrote a new reply covering an
-    # older message, paused past its fence check, and landed that message's *covered*
-    # record after the next owner sent the message's own pending reply; the email is out
-    ledger, topic, _ = _ledger()
-    sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
-    _lands(topic, sent)
-
-    await ledger.put(_record("k", ReplyState.COVERED, None))
-
-    states = _states(topic)
-    assert states == [ReplyState.SENT, ReplyState.COVERED, ReplyState.SENT]
+    assert states == [ReplyState.SENT, late, ReplyState.SENT]
     assert ReplyRecord.decode(topic[-1][1]) == sent
 
 
