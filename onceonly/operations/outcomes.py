@@ -154,7 +154,7 @@ def waiting_for(sent: Sequence[Sent], replies: Mapping[str, ReplyRecord]) -> set
 
 
 #: what the worker's record of a delivery says while it is not done with it (the words of
-#: :attr:`onceonly.operations.trace.DeliveryTrace.outcome`)
+#: :attr:`onceonly.operations.trace.model.DeliveryTrace.outcome`)
 UNDECIDED = "not processed yet"
 UNFINISHED = frozenset({UNDECIDED, "in progress"})
 

@@ -27,12 +27,7 @@ from onceonly.foundation.kafka._reader import (
     tails,
     topic_ranges,
 )
-from onceonly.foundation.kafka._replication import (
-    cluster_size,
-    replicated_config,
-    replication_factor,
-    topic_problems,
-)
+from onceonly.foundation.kafka._replication import replicated_config
 from onceonly.foundation.kafka._security import Security, client_security
 from onceonly.foundation.kafka.exceptions import (
     AuthenticationFailed,
@@ -64,7 +59,6 @@ __all__ = [
     "TopicStatus",
     "adapter_error",
     "client_security",
-    "cluster_size",
     "consumer_lag",
     "following",
     "log_ends",
@@ -74,9 +68,7 @@ __all__ = [
     "read_batches",
     "read_to_end",
     "replicated_config",
-    "replication_factor",
     "sync_producer",
     "tails",
-    "topic_problems",
     "topic_ranges",
 ]

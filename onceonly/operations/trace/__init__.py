@@ -10,23 +10,11 @@ The API (also for the operator page and ``python -m devstack send``):
 """
 
 from onceonly.operations.trace.assemble import Sources, assemble
-from onceonly.operations.trace.model import (
-    DeadLetterTrace,
-    DeliveryTrace,
-    LedgerChange,
-    LedgerTrace,
-    Record,
-    Skip,
-    Trace,
-)
+from onceonly.operations.trace.model import Record, Skip, Trace
 from onceonly.operations.trace.query import TraceError, find, recent_skips
 from onceonly.operations.trace.render import render, render_text, skip_to_json, to_json
 
 __all__ = [
-    "DeadLetterTrace",
-    "DeliveryTrace",
-    "LedgerChange",
-    "LedgerTrace",
     "Record",
     "Skip",
     "Sources",

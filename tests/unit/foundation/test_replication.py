@@ -6,13 +6,9 @@ from typing import Any
 
 import pytest
 
-from onceonly.foundation.kafka import (
-    KafkaAdapterError,
-    cluster_size,
-    replicated_config,
-    replication_factor,
-)
-from onceonly.foundation.kafka import topic_problems as problems_of
+from onceonly.foundation.kafka import KafkaAdapterError, replicated_config
+from onceonly.foundation.kafka._replication import cluster_size, replication_factor
+from onceonly.foundation.kafka._replication import topic_problems as problems_of
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import topic_specs
 

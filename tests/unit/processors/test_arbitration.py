@@ -224,6 +224,15 @@ def _states(topic: list[tuple[bytes, bytes]]) -> list[ReplyState]:
     return [ReplyRecord.decode(v).state for _, v in topic]
 
 
+async def _zombie_after_own(recovered: int = 0) -> tuple[TableLedger, Reads]:
+    """A ledger (as :func:`_ledger`) that wrote its own pending record of key ``a``, after
+    which the zombie's record of ``k`` landed in the log; and the reads of it."""
+    ledger, topic, reads = _ledger(recovered=recovered)
+    await ledger.put(_record("a", ReplyState.PENDING, "a's"))
+    _lands(topic, ZOMBIES)
+    return ledger, reads
+
+
 async def _arbitrate_own(ledger: TableLedger) -> Verdict:
     """The ruling on this worker's pending record of key ``k``, written now."""
     own = _record("k", ReplyState.PENDING, "mine")
@@ -241,9 +250,7 @@ async def test_the_ledger_reads_nothing_when_only_its_own_records_came_first() -
 
 
 async def test_the_ledger_adopts_a_pending_text_another_writer_landed_first() -> None:
-    ledger, topic, reads = _ledger(recovered=3)
-    await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    _lands(topic, ZOMBIES)
+    ledger, reads = await _zombie_after_own(recovered=3)
 
     verdict = await _arbitrate_own(ledger)
 
@@ -285,34 +292,30 @@ async def test_a_pending_record_landed_after_the_key_was_settled_is_followed_by_
     assert fenced == ["a ledger record"]  # the pending record's check; not the repeat's
 
 
-async def test_a_failed_record_landed_after_the_key_was_sent_is_followed_by_the_sent_one() -> None:
-    # finding F7 (seed 369674894): a worker whose writer failed, paused past its fence
-    # check, lands *failed* after the next owner's sent record; the email is out
+@pytest.mark.parametrize(
+    "late",
+    [
+        # finding F7 (seed 369674894): a worker whose writer failed, paused past its fence
+        # check, lands *failed* after the next owner's sent record; the email is out
+        ReplyState.FAILED,
+        # finding F10 (seeds 384256286, 384708954): a worker wrote a new reply covering an
+        # older message, paused past its fence check, and landed that message's *covered*
+        # record after the next owner sent the message's own pending reply; the email is out
+        ReplyState.COVERED,
+    ],
+    ids=["failed", "covered"],
+)
+async def test_a_failed_or_covered_record_landed_after_the_key_was_sent_is_followed_by_it(
+    late: ReplyState,
+) -> None:
     ledger, topic, _ = _ledger()
     sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
     _lands(topic, sent)
 
-    await ledger.put(_record("k", ReplyState.FAILED, None))
+    await ledger.put(_record("k", late, None))
 
     states = _states(topic)
-    assert states == [ReplyState.SENT, ReplyState.FAILED, ReplyState.SENT]
-    assert ReplyRecord.decode(topic[-1][1]) == sent
-
-
-async def test_a_covered_record_landed_after_the_key_was_sent_is_followed_by_the_sent_one_too() -> (
-    None
-):
-    # finding F10 (seeds 384256286, 384708954): a worker wrote a new reply covering an
-    # older message, paused past its fence check, and landed that message's *covered*
-    # record after the next owner sent the message's own pending reply; the email is out
-    ledger, topic, _ = _ledger()
-    sent = _record("k", ReplyState.SENT, "theirs", sent_message_id="<r@x>")
-    _lands(topic, sent)
-
-    await ledger.put(_record("k", ReplyState.COVERED, None))
-
-    states = _states(topic)
-    assert states == [ReplyState.SENT, ReplyState.COVERED, ReplyState.SENT]
+    assert states == [ReplyState.SENT, late, ReplyState.SENT]
     assert ReplyRecord.decode(topic[-1][1]) == sent
 
 
@@ -574,9 +577,7 @@ async def test_after_a_rebalance_what_its_recovery_read_is_not_read_again() -> N
 async def test_a_record_landed_before_an_own_write_is_read_after_a_rebalance() -> None:
     # the zombie's record lands between two of ours: faust's offset moves past the second,
     # so the rebalance's recovery starts after both and never reads it
-    ledger, topic, reads = _ledger(recovered=2)
-    await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    _lands(topic, ZOMBIES)
+    ledger, reads = await _zombie_after_own(recovered=2)
     await ledger.put(_record("b", ReplyState.PENDING, "b's"))
     ledger.forget()
     _table(ledger).recover()
@@ -588,9 +589,7 @@ async def test_a_record_landed_before_an_own_write_is_read_after_a_rebalance() -
 
 
 async def test_a_pending_record_written_before_a_rebalance_is_still_arbitrated() -> None:
-    ledger, topic, _ = _ledger()
-    await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    _lands(topic, ZOMBIES)
+    ledger, _ = await _zombie_after_own()
     own = _record("k", ReplyState.PENDING, "mine")
     await ledger.put(own)
     ledger.forget()  # the partition stayed; the lane goes on to send
@@ -603,10 +602,8 @@ async def test_a_pending_record_written_before_a_rebalance_is_still_arbitrated()
 async def test_a_write_under_way_at_a_rebalance_does_not_hide_a_record_before_it() -> None:
     # a lane's write is acknowledged (the store's offset moves past it) but the lane has
     # not resumed when another lane writes after the rebalance
-    ledger, topic, reads = _ledger()
+    ledger, reads = await _zombie_after_own()
     table = _table(ledger)
-    await ledger.put(_record("a", ReplyState.PENDING, "a's"))
-    _lands(topic, ZOMBIES)
     table.hold = asyncio.Event()
     under_way = asyncio.create_task(ledger.put(_record("b", ReplyState.PENDING, "b's")))
     while table.applied < 2:
