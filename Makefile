@@ -34,7 +34,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r $(VENV)/uv.lock
 	# --compile-bytecode: as pip does at install (uv does not by default); a command then
 	# starts without compiling its modules from source (0.15 s of CPU for `onceonly trace`)
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --require-hashes --no-deps --compile-bytecode -r $(LOCK)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --require-hashes --no-deps -r $(LOCK)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(BIN)/pip check
 	# the checkout's development tools (devstack, testkit: not in the wheel) on the path

@@ -69,3 +69,11 @@ def test_the_guarded_libraries_are_dependencies_with_a_range() -> None:
     for name in GUARDED:
         spec = specs[canonicalize_name(name)].specifier
         assert any(s.operator == ">=" for s in spec) and any(s.operator == "<" for s in spec), name
+
+
+def test_the_locked_libraries_are_compiled_to_bytecode_at_install() -> None:
+    # pip compiles at install and uv does not by default: uncompiled, every command starts
+    # by compiling its libraries' modules from source when bytecode is not written
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    installs = [line for line in makefile.splitlines() if "uv pip install" in line]
+    assert installs and all("--compile-bytecode" in line for line in installs)
