@@ -102,11 +102,15 @@ class Admission:
         ok: bool,
         retry_after_s: float | None = None,
         tokens: float | None = None,
+        running: bool = False,
     ) -> None:
-        """The call ended: ``ok`` (the model answered), 429 (``retry_after_s``), or failed."""
+        """The call ended: ``ok`` (the model answered), 429 (``retry_after_s``), or failed.
+        ``running``: its caller gave up on it (a timeout) but it runs on in a thread (a sync
+        writer's), which it keeps: its slot and its tokens wait for :meth:`freed`."""
         now = self.clock()
-        self.scheduler.release(ticket.tenant)
-        self.limits.settle(now, ticket.charged, tokens)
+        if not running:
+            self.scheduler.release(ticket.tenant)
+            self.limits.settle(now, ticket.charged, tokens)
         if retry_after_s is not None:
             if self.pause.throttled(now, retry_after_s):
                 log.warning(
@@ -118,6 +122,12 @@ class Admission:
                 self.on_pause(self.model, retry_after_s)
         else:
             self.pause.ended(ticket.probe, ok)
+        self._pump()
+
+    def freed(self, ticket: Ticket, tokens: float | None = None) -> None:
+        """A call left ``running`` has ended in its thread: its slot is free again."""
+        self.scheduler.release(ticket.tenant)
+        self.limits.settle(self.clock(), ticket.charged, tokens)
         self._pump()
 
     def _pump(self) -> None:

@@ -27,12 +27,13 @@ output_tokens)``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
@@ -219,8 +220,9 @@ class Writer:
         started = time.monotonic()
         outcome = "error"
         ok, throttled = False, None
+        thread: list[Future[Any]] = []  # a sync call's, in the pool
         try:
-            written = await self._run(burst)
+            written = await self._run(burst, thread)
             ok = True
             outcome = "declined" if isinstance(written, Decline) else "written"
             outcome = "drafted" if isinstance(written, Draft) else outcome
@@ -235,27 +237,55 @@ class Writer:
                 self.admission.model = model_of(exc) or self.admission.model
             raise
         finally:
-            self._settle(ticket, burst, ok, throttled)
+            running = bool(thread) and not thread[0].done()
+            self._settle(ticket, burst, ok, throttled, running)
+            if running:
+                self._free_when_done(thread[0], ticket, burst)
             self.on_call(outcome, time.monotonic() - started)
 
-    def _settle(self, ticket: Ticket, burst: Burst, ok: bool, throttled: float | None) -> None:
+    def _settle(
+        self, ticket: Ticket, burst: Burst, ok: bool, throttled: float | None, running: bool
+    ) -> None:
+        if running:  # its usage is counted when its thread ends
+            self.admission.leave(ticket, ok=ok, retry_after_s=throttled, running=True)
+            return
+        self.admission.leave(ticket, ok=ok, retry_after_s=throttled, tokens=self._used(burst))
+
+    def _used(self, burst: Burst) -> float | None:
         used = burst._usage
         for usage in used:
             self.on_usage(usage)
         if used:
             self.admission.model = used[-1].model
-        tokens = float(sum(u.total for u in used)) if used else None
-        self.admission.leave(ticket, ok=ok, retry_after_s=throttled, tokens=tokens)
+        return float(sum(u.total for u in used)) if used else None
 
-    async def _run(self, burst: Burst) -> Written:
+    def _free_when_done(self, thread: Future[Any], ticket: Ticket, burst: Burst) -> None:
+        """A sync call past its timeout runs on in its thread (a thread cannot be
+        cancelled): its slot stays taken until the thread ends. Freed at the timeout, the
+        next call admitted would wait for a thread and reach the model whenever one came
+        free, after the rate admitted it: a minute at the model could hold more calls than
+        the rate allows. The call that timed out is tried again as usual, once a slot is
+        free."""
+        loop = asyncio.get_running_loop()
+
+        def freed() -> None:
+            self.admission.freed(ticket, self._used(burst))
+
+        def done(_: Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed first: nothing waits
+                loop.call_soon_threadsafe(freed)
+
+        thread.add_done_callback(done)
+
+    async def _run(self, burst: Burst, thread: list[Future[Any]]) -> Written:
         if self._async:
             call: Awaitable[Any] = self.writer(burst)
         else:
             # the writer's thread runs in this task's context, so what it asks of
             # the loop (``effects.once_sync``) is done for the record being answered
-            loop = asyncio.get_running_loop()
             run = functools.partial(contextvars.copy_context().run, self.writer, burst)
-            call = loop.run_in_executor(self._executor(), run)
+            thread.append(self._executor().submit(run))
+            call = asyncio.wrap_future(thread[0])
         try:
             value = await asyncio.wait_for(call, self.policy.timeout_s)
         except TimeoutError:

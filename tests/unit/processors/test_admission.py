@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -231,3 +232,61 @@ async def test_a_drain_for_a_rebalance_starts_no_call_on_the_revoked_share() -> 
     ticket = await asyncio.wait_for(waiting, 1)
     admission.leave(ticket, ok=True)
     assert gauge.value == 0.5
+
+
+async def test_a_sync_call_past_its_timeout_keeps_its_slot_until_its_thread_ends() -> None:
+    # a sync call past its timeout runs on in its thread (a thread cannot be cancelled);
+    # had its slot gone to the next call, that one would wait for the thread and reach the
+    # model well after the rate admitted it (0.8 s here): it is admitted once the thread
+    # is free, and starts within the rate's margin (Limits.spread_s - 60 s) of that
+    release = threading.Event()
+    admitted: list[float] = []
+    started: dict[str, list[float]] = {}
+
+    def sync_writer(burst: Burst) -> str:
+        started.setdefault(burst.latest.message_id, []).append(time.monotonic())
+        if burst.latest.message_id == "<m1@x>":
+            release.wait(10)  # a model call that hangs past the timeout
+        return "ok"
+
+    admit = lambda _waited: admitted.append(time.monotonic())  # noqa: E731
+    admission = Admission(1, limits=Limits(rpm=6000), on_admit=admit)
+    writer = Writer(sync_writer, WriterPolicy(1, 1.0, 1, **FAST), admission=admission)
+    with pytest.raises(WriterFailed):
+        await writer.write([_message(1)])  # timed out; its thread still waits
+    asyncio.get_running_loop().call_later(0.8, release.set)
+    try:
+        assert await writer.write([_message(2)]) == "ok"
+    finally:
+        release.set()
+        writer.close()
+
+    (start,) = started["<m2@x>"]  # asked once, on its first attempt
+    since = start - max(a for a in admitted if a <= start)
+    assert since <= Limits().spread_s - 60.0
+    assert admission.in_flight == 0  # and the thread's end gave the slot back
+
+
+async def test_usage_a_sync_call_reports_after_its_timeout_is_counted_when_its_thread_ends() -> (
+    None
+):
+    release = threading.Event()
+    seen: list[Usage] = []
+
+    def sync_writer(burst: Burst) -> str:
+        release.wait(10)
+        burst.report_usage("m", 10, 5)  # the model answered, after the timeout
+        return "ok"
+
+    writer = Writer(sync_writer, WriterPolicy(1, 0.2, 1, **FAST), on_usage=seen.append)
+    with pytest.raises(WriterFailed):
+        await writer.write([_message(1)])
+    assert writer.in_flight == 1  # its thread runs on, and keeps its slot
+    release.set()
+    for _ in range(200):
+        if writer.in_flight == 0:
+            break
+        await asyncio.sleep(0.01)
+    writer.close()
+    assert writer.in_flight == 0
+    assert seen == [Usage("m", 10, 5)]
