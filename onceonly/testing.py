@@ -125,7 +125,9 @@ async def call_writer(
     """Call ``writer`` with ``messages`` through the worker's own writer runner: an async
     writer on this loop, a sync one in a thread (where ``history_sync`` and
     ``effects.once_sync`` work), timed out after ``timeout_s``, tried ``attempts`` times
-    (with no backoff), its return value checked as the worker checks it. Returns the reply
+    (with no backoff), its return value checked as the worker checks it. As in the worker,
+    a sync call past its timeout runs on in its thread and keeps its one slot until it
+    ends, so the next attempt waits for it. Returns the reply
     text (a ``str`` whose ``usage`` holds what the writer reported), a ``Decline``
     (``None`` becomes one) or a ``Draft``; raises the worker's
     [`WriterFailed`][onceonly.WriterFailed] (an [`OnceOnlyError`][onceonly.OnceOnlyError])

@@ -266,10 +266,21 @@ class Writer:
         free, after the rate admitted it: a minute at the model could hold more calls than
         the rate allows. The call that timed out is tried again as usual, once a slot is
         free."""
-        loop = asyncio.get_running_loop()
+        loop, since = asyncio.get_running_loop(), time.monotonic()
+        log.warning(
+            "writer call past its timeout runs on in its thread; its slot stays taken "
+            "until it ends (give the model client a timeout of its own)",
+            slots_taken=self.admission.in_flight,
+        )
 
         def freed() -> None:
-            self.admission.freed(ticket, self._used(burst))
+            tokens = None
+            try:
+                tokens = self._used(burst)
+            finally:
+                self.admission.freed(ticket, tokens)
+                held = round(time.monotonic() - since, 3)
+                log.info("writer call past its timeout ended; its slot is free", held_s=held)
 
         def done(_: Future[Any]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed first: nothing waits

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
+import structlog.testing
 
 from onceonly.processors.exceptions import WriterFailed
 from onceonly.processors.flow.admission import Admission, owned_share
@@ -290,3 +291,21 @@ async def test_usage_a_sync_call_reports_after_its_timeout_is_counted_when_its_t
     writer.close()
     assert writer.in_flight == 0
     assert seen == [Usage("m", 10, 5)]
+
+
+async def test_a_slot_held_past_the_timeout_is_logged_when_held_and_when_freed() -> None:
+    release = threading.Event()
+    writer = Writer(lambda burst: release.wait(10) and "ok", WriterPolicy(1, 0.2, 1, **FAST))
+    with structlog.testing.capture_logs() as logs, pytest.raises(WriterFailed):
+        await writer.write([_message(1)])
+    assert [e["slots_taken"] for e in logs if "runs on in its thread" in e["event"]] == [1]
+    with structlog.testing.capture_logs() as logs:
+        release.set()
+        for _ in range(200):
+            if writer.in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+    writer.close()
+    assert [e["event"] for e in logs if "held_s" in e] == [
+        "writer call past its timeout ended; its slot is free"
+    ]
