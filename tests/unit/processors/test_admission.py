@@ -268,6 +268,16 @@ async def test_a_sync_call_past_its_timeout_keeps_its_slot_until_its_thread_ends
     assert admission.in_flight == 0  # and the thread's end gave the slot back
 
 
+async def _freed(writer: Writer, release: threading.Event) -> None:
+    """The hung sync call's thread let go, and (up to 2 s) its slot given back."""
+    release.set()
+    for _ in range(200):
+        if writer.in_flight == 0:
+            break
+        await asyncio.sleep(0.01)
+    writer.close()
+
+
 async def test_usage_a_sync_call_reports_after_its_timeout_is_counted_when_its_thread_ends() -> (
     None
 ):
@@ -283,12 +293,7 @@ async def test_usage_a_sync_call_reports_after_its_timeout_is_counted_when_its_t
     with pytest.raises(WriterFailed):
         await writer.write([_message(1)])
     assert writer.in_flight == 1  # its thread runs on, and keeps its slot
-    release.set()
-    for _ in range(200):
-        if writer.in_flight == 0:
-            break
-        await asyncio.sleep(0.01)
-    writer.close()
+    await _freed(writer, release)
     assert writer.in_flight == 0
     assert seen == [Usage("m", 10, 5)]
 
@@ -300,12 +305,7 @@ async def test_a_slot_held_past_the_timeout_is_logged_when_held_and_when_freed()
         await writer.write([_message(1)])
     assert [e["slots_taken"] for e in logs if "runs on in its thread" in e["event"]] == [1]
     with structlog.testing.capture_logs() as logs:
-        release.set()
-        for _ in range(200):
-            if writer.in_flight == 0:
-                break
-            await asyncio.sleep(0.01)
-    writer.close()
+        await _freed(writer, release)
     assert [e["event"] for e in logs if "held_s" in e] == [
         "writer call past its timeout ended; its slot is free"
     ]
