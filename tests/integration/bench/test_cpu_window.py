@@ -48,5 +48,7 @@ def test_a_process_that_shares_its_cpu_is_seen_waiting_for_it(
     assert all(abs(share - sum(shares) / 3) < 10 for share in shares), shares
     for name in pids:  # ~67 %: ready all along, on the CPU a third of it
         assert window.waited[name] > 50, window.waited
-    assert window.waited["me"] < 10  # asleep, not waiting
+    # asleep, not waiting: each wake-up may wait its turn on a loaded machine (20 % of the
+    # window in a CI run beside a simulator on the other core), far less than a spinner does
+    assert window.waited["me"] < min(window.waited[name] for name in pids) / 2, window.waited
     assert not math.isnan(window.steal) and window.steal >= 0
