@@ -237,19 +237,13 @@ class Writer:
                 self.admission.model = model_of(exc) or self.admission.model
             raise
         finally:
-            running = bool(thread) and not thread[0].done()
-            self._settle(ticket, burst, ok, throttled, running)
-            if running:
+            if thread and not thread[0].done():  # its usage is counted when its thread ends
+                self.admission.leave(ticket, ok=ok, retry_after_s=throttled, running=True)
                 self._free_when_done(thread[0], ticket, burst)
+            else:
+                tokens = self._used(burst)
+                self.admission.leave(ticket, ok=ok, retry_after_s=throttled, tokens=tokens)
             self.on_call(outcome, time.monotonic() - started)
-
-    def _settle(
-        self, ticket: Ticket, burst: Burst, ok: bool, throttled: float | None, running: bool
-    ) -> None:
-        if running:  # its usage is counted when its thread ends
-            self.admission.leave(ticket, ok=ok, retry_after_s=throttled, running=True)
-            return
-        self.admission.leave(ticket, ok=ok, retry_after_s=throttled, tokens=self._used(burst))
 
     def _used(self, burst: Burst) -> float | None:
         used = burst._usage
