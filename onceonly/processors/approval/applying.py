@@ -249,23 +249,27 @@ class _Thread:
 async def _read_thread(
     parts: WorkerParts, burst: Sequence[Inbound], fresh: list[Inbound], reply: ReplyParts
 ) -> _Thread | None:
-    """The thread as the burst's reply needs it; None when it cannot be read."""
+    """The thread as the burst's reply needs it; None when it cannot be read.
+
+    Read before the burst's latest message, for the marks on every draft before it (F32's,
+    including one after a new message older than that latest); and before the newest new
+    message too, when it is not the latest, for the drafts its new reply supersedes."""
     ledger, channel = parts.ledger, parts.channels[reply.channel]
     latest = max(burst, key=burst_order)
-    drafted = latest not in fresh and waits_unapproved(ledger.get(latest.key))
+    if (read := await _earlier(channel, latest)) is None:
+        return None
+    # a burst delivered again whose latest message's draft never saw a message marked
+    # superseded by it: that draft is written again (F32)
+    if latest not in fresh and waits_unapproved(ledger.get(latest.key)):
+        unseen = unseen_marks(ledger.get, [*read, *(m.key for m in burst)])
+        if any(end.key == latest.key for _, end in unseen):
+            return _Thread(latest, read, read, [*fresh, latest], redo=True)
     # the newest message with no record: the new reply's, what a draft is superseded by.
     # A message of the burst with a record (delivered again: a catch-up's or a replay's
-    # event) has its reply already, and never marks or recalls a draft (simulator F20),
-    # unless its reply is a draft that never saw a message marked superseded by it (F32)
-    target = max(fresh, key=burst_order) if fresh and not drafted else latest
-    if (read := await _earlier(channel, target)) is None:
-        return None
-    unseen = unseen_marks(ledger.get, [*read, *(m.key for m in burst)])
-    if drafted and any(end.key == latest.key for _, end in unseen):
-        return _Thread(target, read, read, [*fresh, latest], redo=True)  # its draft again
-    if not fresh or target is max(fresh, key=burst_order):
+    # event) has its reply already, and never marks or recalls a draft (simulator F20)
+    target = max(fresh, key=burst_order) if fresh else latest
+    if target is latest:
         return _Thread(target, read, read, fresh)
-    target = max(fresh, key=burst_order)  # read for the marks alone: read before the new one
     before = await _earlier(channel, target)
     return _Thread(target, before, read, fresh) if before is not None else None
 

@@ -355,3 +355,42 @@ async def test_a_newer_draft_landed_late_without_a_superseded_draft_is_written_a
     assert "2 message(s)" in (new.reply_text or "")  # the writer saw both
     assert ledger_records(stack)[old.key].covered_by == new_key
     assert stack.mail.outbox == []
+
+
+async def test_a_marked_draft_after_a_late_older_message_is_answered_anew_with_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # F32's marks with a late older message: m1's draft marked superseded by m2, whose reply
+    # another writer sent without m1; then m0 (older than m1, its webhook late) and m2 come
+    # in one burst. The thread is read up to m2, not only before m0: m1 is answered anew
+    stack = stack_factory(partitions=1, reorder_window_ms=3000)
+    worker = _worker(stack)
+    old = await _draft(stack)
+    worker.stop()
+    new_key = reply_key(INBOX, "<m2@x>")
+    theirs = dataclasses.replace(
+        old, key=new_key, message_id="<m2@x>", state=ReplyState.SENT, covers=(), approval=None
+    )
+    for record in (supersede(old, new_key), theirs):
+        await stack.producer.produce(
+            stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=0
+        )
+    _worker(stack, "w2")
+    late = "2026-11-29T09:55:00.000Z"
+    stack.mail.seed_message(INBOX, message_id="<m0@x>", thread_id="thr-a", timestamp=late)
+    m0 = payloads.agentmail_received(
+        inbox_id=INBOX, thread_id="thr-a", message_id="<m0@x>", timestamp=late
+    )
+    m2 = stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z")
+    await asyncio.gather(stack.deliver(m0), stack.deliver(m2))
+    m0_key = reply_key(INBOX, "<m0@x>")
+
+    def answered() -> bool:
+        records = ledger_records(stack)
+        return m0_key in records and records[old.key].covered_by is None
+
+    await until(stack, answered, "m0 drafted and m1's draft answered anew")
+    records = ledger_records(stack)
+    assert records[old.key].state is ReplyState.AWAITING
+    assert (records[new_key].state, records[m0_key].state) == (ReplyState.SENT, ReplyState.AWAITING)
+    assert stack.mail.outbox == []

@@ -438,6 +438,23 @@ async def test_a_draft_marked_superseded_by_a_reply_sent_without_it_is_answered_
     ]
 
 
+async def test_a_marked_draft_between_a_burst_s_new_message_and_its_latest_is_answered_anew(
+    mail: FakeAgentMail,
+) -> None:
+    # m1's draft marked superseded by m2, whose reply was sent without it (F32); then m0, a
+    # late older message, comes with m2 delivered again: the thread is read up to m2, not
+    # only before m0, so m1 (between the two) is found and answered anew
+    seen, pipeline = _noting(mail)
+    old, new_key, second = await _marked_then_theirs(mail, pipeline, ReplyState.SENT)
+
+    await pipeline.act([_delivery(mail, 0), _again(second, 3)], {})
+
+    ledger = pipeline.parts.ledger
+    assert sorted(seen[1:]) == [["message 0"], ["message 1"]]
+    assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.AWAITING, None)
+    assert ledger.get(new_key).state is ReplyState.SENT
+
+
 async def test_a_reply_that_saw_a_marked_drafts_covered_message_leaves_it_out_of_the_new_one(
     mail: FakeAgentMail,
 ) -> None:
