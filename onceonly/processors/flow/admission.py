@@ -44,6 +44,7 @@ class Ticket:
     waited_s: float
     charged: float = 0.0
     probe: bool = False
+    throttles: int = 0  #: the model's 429s before it was admitted (:class:`Pause`)
 
 
 class Admission:
@@ -124,8 +125,11 @@ class Admission:
             self.pause.ended(ticket.probe, ok)
         self._pump()
 
-    def freed(self, ticket: Ticket, tokens: float | None = None) -> None:
-        """A call left ``running`` has ended in its thread: its slot is free again."""
+    def freed(self, ticket: Ticket, tokens: float | None = None, *, ok: bool = False) -> None:
+        """A call left ``running`` has ended in its thread: its slot is free again. ``ok``:
+        the model answered it; a probe's answer ends the probing (:meth:`Pause.answered_late`)."""
+        if ok and ticket.probe:
+            self.pause.answered_late(ticket.throttles)
         self.scheduler.release(ticket.tenant)
         self.limits.settle(self.clock(), ticket.charged, tokens)
         self._pump()
@@ -154,7 +158,13 @@ class Admission:
             if future.done():  # cancelled while waiting
                 self.scheduler.release(tenant)
                 continue
-            ticket = Ticket(str(tenant), now - entered, self.limits.take(now), self.pause.start())
+            ticket = Ticket(
+                str(tenant),
+                now - entered,
+                self.limits.take(now),
+                self.pause.start(),
+                self.pause.throttles,
+            )
             future.set_result(ticket)
             self.on_admit(ticket.waited_s)
 

@@ -143,10 +143,12 @@ class Pause:
     #: after a pause, until a call succeeds: only one call (the probe) at a time
     probing: bool = False
     probe_out: bool = False
+    throttles: int = 0  #: 429s answered so far: which pause a probe was sent in
 
     def throttled(self, now: float, retry_after_s: float) -> bool:
         """A call was answered 429; returns True when this starts (or extends) a pause."""
         until = now + max(0.0, retry_after_s)
+        self.throttles += 1
         self.probing = True
         self.probe_out = False
         if until <= self.until:
@@ -175,6 +177,13 @@ class Pause:
             self.probe_out = False
             if ok:
                 self.probing = False
+
+    def answered_late(self, throttles: int) -> None:
+        """A probe given up at its timeout was answered after it, in its thread (a sync
+        writer's), and no 429 came since it started (``throttles`` then): the model
+        answers again, so the probing ends, as it would had the probe been in time."""
+        if throttles == self.throttles:
+            self.probing = False
 
 
 def retry_after_s(exc: BaseException, now_epoch: float) -> float | None:

@@ -268,11 +268,11 @@ class Writer:
         )
 
         def freed() -> None:
-            tokens = None
+            tokens, ok = None, not thread.cancelled() and thread.exception() is None
             try:
                 tokens = self._used(burst)
             finally:
-                self.admission.freed(ticket, tokens)
+                self.admission.freed(ticket, tokens, ok=ok)
                 held = round(time.monotonic() - since, 3)
                 log.info("writer call past its timeout ended; its slot is free", held_s=held)
 

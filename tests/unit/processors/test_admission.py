@@ -278,6 +278,28 @@ async def _freed(writer: Writer, release: threading.Event) -> None:
     writer.close()
 
 
+async def test_a_sync_probe_answered_after_its_timeout_ends_the_probing() -> None:
+    # after a 429's pause one call probes alone; a sync probe given up at its timeout but
+    # answered later in its thread shows the model answers again: the calls after it are
+    # no longer sent one at a time (each was a probe, alone, until one answered in time)
+    release = threading.Event()
+
+    def sync_writer(burst: Burst) -> str:
+        release.wait(10)  # the probe hangs past its timeout, then the model answers it
+        return "ok"
+
+    admission = Admission(4)
+    admission.leave(await admission.enter("t"), ok=False, retry_after_s=0.01)  # a 429
+    writer = Writer(sync_writer, WriterPolicy(1, 0.2, 1, **FAST), admission=admission)
+    with pytest.raises(WriterFailed):
+        await writer.write([_message(1)])
+    await _freed(writer, release)
+
+    both = asyncio.gather(admission.enter("t"), admission.enter("t"))
+    tickets = await asyncio.wait_for(both, 2)
+    assert [t.probe for t in tickets] == [False, False]
+
+
 async def test_usage_a_sync_call_reports_after_its_timeout_is_counted_when_its_thread_ends() -> (
     None
 ):

@@ -215,6 +215,28 @@ def test_a_probe_that_fails_otherwise_lets_another_probe() -> None:
     assert pause.start() is True
 
 
+def test_a_probe_answered_after_its_timeout_ends_the_probing() -> None:
+    pause = Pause()
+    pause.throttled(0.0, 1.0)
+    assert pause.start()
+    sent_in = pause.throttles
+    pause.ended(probe=True, ok=False)  # given up at its timeout; its thread runs on
+    pause.answered_late(sent_in)  # the model answered it
+    assert pause.start() is False  # no more probing
+
+
+def test_a_probe_answered_late_after_another_429_leaves_the_probing_on() -> None:
+    pause = Pause()
+    pause.throttled(0.0, 1.0)
+    assert pause.start()
+    sent_in = pause.throttles
+    pause.ended(probe=True, ok=False)
+    pause.throttled(2.0, 1.0)  # another call was answered 429 since the probe started
+    pause.answered_late(sent_in)
+    assert pause.delay(3.0) == 0.0
+    assert pause.start() is True  # still probing
+
+
 def test_a_shorter_retry_after_does_not_shorten_a_pause() -> None:
     pause = Pause()
     pause.throttled(0.0, 10.0)
