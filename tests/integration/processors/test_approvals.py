@@ -323,6 +323,24 @@ async def test_an_approved_draft_whose_send_fails_is_dead_lettered_with_the_mess
     assert judged.passed, judged.violations
 
 
+async def _marked_then_theirs(stack: Stack, **theirs: Any) -> tuple[ReplyRecord, ReplyRecord]:
+    """m1 drafted by w1, which stops; then m1's draft marked superseded by m2 and another
+    writer's reply to m2 (``theirs``: its fields), written by a writer that saw m2 alone,
+    land in the ledger as the simulator's finding F32 left them; w2 starts. Returns m1's
+    draft and their reply."""
+    worker = _worker(stack)
+    old = await _draft(stack)
+    worker.stop()
+    new_key = reply_key(INBOX, "<m2@x>")
+    reply = dataclasses.replace(old, key=new_key, message_id="<m2@x>", covers=(), **theirs)
+    for record in (supersede(old, new_key), reply):
+        await stack.producer.produce(
+            stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=0
+        )
+    _worker(stack, "w2")
+    return old, reply
+
+
 async def test_a_newer_draft_landed_late_without_a_superseded_draft_is_written_again_with_it(
     stack_factory: Callable[..., Stack],
 ) -> None:
@@ -331,18 +349,8 @@ async def test_a_newer_draft_landed_late_without_a_superseded_draft_is_written_a
     # draft of m2, written by a writer that saw m2 alone. The next owner, given m2 again,
     # writes m2's draft again with m1 recalled from the thread
     stack = stack_factory(partitions=1, reorder_window_ms=0)
-    worker = _worker(stack)
-    old = await _draft(stack)
-    worker.stop()
-    new_key = reply_key(INBOX, "<m2@x>")
-    theirs = dataclasses.replace(
-        old, key=new_key, message_id="<m2@x>", reply_text="their draft of m2 alone", covers=()
-    )
-    for record in (supersede(old, new_key), theirs):
-        await stack.producer.produce(
-            stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=0
-        )
-    _worker(stack, "w2")
+    old, theirs = await _marked_then_theirs(stack, reply_text="their draft of m2 alone")
+    new_key = theirs.key
     await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
 
     def rewritten() -> bool:
@@ -364,18 +372,8 @@ async def test_a_marked_draft_after_a_late_older_message_is_answered_anew_with_i
     # another writer sent without m1; then m0 (older than m1, its webhook late) and m2 come
     # in one burst. The thread is read up to m2, not only before m0: m1 is answered anew
     stack = stack_factory(partitions=1, reorder_window_ms=3000)
-    worker = _worker(stack)
-    old = await _draft(stack)
-    worker.stop()
-    new_key = reply_key(INBOX, "<m2@x>")
-    theirs = dataclasses.replace(
-        old, key=new_key, message_id="<m2@x>", state=ReplyState.SENT, covers=(), approval=None
-    )
-    for record in (supersede(old, new_key), theirs):
-        await stack.producer.produce(
-            stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=0
-        )
-    _worker(stack, "w2")
+    old, theirs = await _marked_then_theirs(stack, state=ReplyState.SENT)
+    new_key = theirs.key
     late = "2026-11-29T09:55:00.000Z"
     stack.mail.seed_message(INBOX, message_id="<m0@x>", thread_id="thr-a", timestamp=late)
     m0 = payloads.agentmail_received(
