@@ -25,6 +25,7 @@ from onceonly.processors.approval.decisions import (
     Answer,
     apply,
     attached,
+    covering_reply,
     owed_anew,
     recall,
     seen_by_end,
@@ -49,7 +50,7 @@ from onceonly.processors.reply.once import (
     send_recorded,
 )
 from onceonly.processors.reply.parts import ReplyParts, SendParts, nothing_newer
-from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, ApprovalDecision
+from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, Action, ApprovalDecision
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, Envelope, has_valid_mac, mac_of
 from onceonly.schemas.exceptions import SchemaError
@@ -102,6 +103,9 @@ async def _run(job: Job) -> None:
 async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord | None:
     """Apply ``decision`` to its reply's record, then send the reply if it is pending."""
     ids = {"key": decision.key, "decision_id": decision.decision_id, "by": decision.by}
+    draft = parts.ledger.get(decision.key)
+    if decision.action is Action.APPROVE and draft and draft.state is ReplyState.AWAITING:
+        await _supersede_if_covered(parts, draft)
     applied = apply(parts.ledger.get(decision.key), decision)
     parts.metrics.approval_decision(applied.answer.value, applied.record)
     if applied.record is not None:
@@ -121,6 +125,29 @@ async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord 
     # a decision applied just now: nothing was sent; one read again (a crash came between
     # the approval and the send's record): the thread is read for the reply first
     return await _send(parts, record, reconcile=applied.record is None)
+
+
+async def _supersede_if_covered(parts: WorkerParts, draft: ReplyRecord) -> None:
+    """A draft about to be approved that waits beside a newer reply covering its message
+    (:func:`~onceonly.processors.approval.decisions.covering_reply`, the simulator's
+    finding F28) is marked superseded by that reply first, so the approval is refused
+    naming it: approved, the message would be answered by both. One read of the thread;
+    unread, the decision is applied as it comes."""
+    try:
+        thread = await parts.channels[draft.channel].thread_of(draft)
+    except Exception as exc:
+        log.warning("thread not read before an approval", key=draft.key, error=repr(exc))
+        return
+    newer = covering_reply(parts.ledger.get, draft, thread)
+    if newer is None:
+        return
+    await parts.ledger.put(supersede(draft, newer.key))
+    parts.metrics.approval_decisions.labels("superseded").inc()
+    log.warning(
+        "a draft about to be approved is superseded by a newer reply covering its message",
+        key=draft.key,
+        newer=newer.key,
+    )
 
 
 async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> ReplyRecord | None:

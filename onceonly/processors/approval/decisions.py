@@ -15,15 +15,15 @@ email), an edit or a rejection is refused with it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 import structlog
 
-from onceonly.processors.messages import Inbound, ThreadMessage
-from onceonly.processors.reply.bursts import chain_end
+from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
+from onceonly.processors.reply.bursts import chain_end, left_drafts
 from onceonly.processors.writer.contract import Decline, Draft
 from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict, draft_digest
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -173,6 +173,30 @@ def superseded_by(record: ReplyRecord | None, burst: Collection[str]) -> bool:
 def waits_unapproved(record: ReplyRecord | None) -> bool:
     """Whether ``record`` is a draft no decision has reached: the writer may write it again."""
     return record is not None and record.state is ReplyState.AWAITING and record.approval is None
+
+
+def covering_reply(
+    get: Callable[[str], ReplyRecord | None], draft: ReplyRecord, thread: Sequence[ThreadMessage]
+) -> ReplyRecord | None:
+    """The reply of a message after ``draft``'s in ``thread`` (the whole thread, in order)
+    that covers ``draft``'s message and whose writer saw every message ``draft``'s writer
+    saw (:func:`~onceonly.processors.reply.bursts.left_drafts`); None if none does.
+
+    Two late writers that crossed can leave a draft waiting beside a newer reply that
+    covers its message (the simulator's finding F28). The owner's next burst of the thread
+    supersedes it; a decision approving the draft before that burst would answer the
+    message twice, once by each reply."""
+    ids = [m.message_id for m in thread]
+    if draft.message_id not in ids:
+        return None
+    for message in thread[ids.index(draft.message_id) + 1 :]:
+        newer = None if message.own else get(reply_key(draft.inbox_id, message.message_id))
+        if newer is None or draft.key not in (newer.covers or ()):
+            continue
+        superseded, _ = left_drafts(newer, {key: get(key) for key in newer.covers or ()})
+        if any(d.key == draft.key for d in superseded):
+            return newer
+    return None
 
 
 def unseen_marks(

@@ -152,6 +152,10 @@ class MailProvider(Protocol):
     async def history(self, message: Inbound) -> Sequence[ThreadMessage]:
         """The thread's messages before ``message``, the agent's own replies included."""
 
+    async def thread_of(self, record: ReplyRecord) -> Sequence[ThreadMessage]:
+        """Every message of the thread of ``record``'s message, in order, the agent's own
+        replies included (what a decision on a draft reads: a newer reply covering it)."""
+
     async def missed(self, account: str, message: Mapping[str, Any]) -> Missed | None:
         """A message :meth:`MailClient.messages_since` listed, as catch-up feeds it; None for
         the account's own mail."""

@@ -9,7 +9,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -323,22 +323,36 @@ async def test_an_approved_draft_whose_send_fails_is_dead_lettered_with_the_mess
     assert judged.passed, judged.violations
 
 
-async def _marked_then_theirs(stack: Stack, **theirs: Any) -> tuple[ReplyRecord, ReplyRecord]:
-    """m1 drafted by w1, which stops; then m1's draft marked superseded by m2 and another
-    writer's reply to m2 (``theirs``: its fields), written by a writer that saw m2 alone,
-    land in the ledger as the simulator's finding F32 left them; w2 starts. Returns m1's
-    draft and their reply."""
+async def _landed_after_draft(
+    stack: Stack, late: Callable[[ReplyRecord], Sequence[ReplyRecord]]
+) -> ReplyRecord:
+    """m1 drafted by w1, which stops; the records ``late`` makes of m1's draft land in the
+    ledger, as late writers (past their fence checks) leave them; w2 starts. m1's draft."""
     worker = _worker(stack)
     old = await _draft(stack)
     worker.stop()
-    new_key = reply_key(INBOX, "<m2@x>")
-    reply = dataclasses.replace(old, key=new_key, message_id="<m2@x>", covers=(), **theirs)
-    for record in (supersede(old, new_key), reply):
+    for record in late(old):
         await stack.producer.produce(
             stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=0
         )
     _worker(stack, "w2")
-    return old, reply
+    return old
+
+
+def _m2_of(old: ReplyRecord, **fields: Any) -> ReplyRecord:
+    """Another writer's reply to m2 (``fields``), made from m1's draft ``old``."""
+    key = reply_key(INBOX, "<m2@x>")
+    return dataclasses.replace(old, key=key, message_id="<m2@x>", **{"covers": (), **fields})
+
+
+async def _marked_then_theirs(stack: Stack, **theirs: Any) -> tuple[ReplyRecord, ReplyRecord]:
+    """m1's draft marked superseded by m2, then another writer's reply to m2 (``theirs``:
+    its fields), written by a writer that saw m2 alone, landed (the simulator's finding
+    F32). Returns m1's draft and their reply."""
+    old = await _landed_after_draft(
+        stack, lambda old: [supersede(old, _m2_of(old).key), _m2_of(old, **theirs)]
+    )
+    return old, _m2_of(old, **theirs)
 
 
 async def test_a_newer_draft_landed_late_without_a_superseded_draft_is_written_again_with_it(
@@ -392,3 +406,29 @@ async def test_a_marked_draft_after_a_late_older_message_is_answered_anew_with_i
     assert records[old.key].state is ReplyState.AWAITING
     assert (records[new_key].state, records[m0_key].state) == (ReplyState.SENT, ReplyState.AWAITING)
     assert stack.mail.outbox == []
+
+
+async def test_approving_a_draft_a_newer_draft_covers_is_refused_and_the_newer_sends_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the simulator's finding F28: two late writers crossed and left m1's draft waiting
+    # beside m2's, which covers m1. Approving m1's is refused naming m2's reply, which,
+    # approved, answers both in one email
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    text = "m2's draft, covering m1"
+
+    def crossed(old: ReplyRecord) -> list[ReplyRecord]:
+        stack.seed("<m2@x>", "thr-a")  # m2 in the thread, after m1
+        return [_m2_of(old, reply_text=text, covers=(old.key,))]
+
+    old = await _landed_after_draft(stack, crossed)
+    newer = reply_key(INBOX, "<m2@x>")
+
+    refused = onceonly(stack, "approvals", "approve", old.key, "--by", "ana")
+    approved = onceonly(stack, "approvals", "approve", newer, "--by", "ana")
+
+    assert json.loads(refused.stdout)["status"] == "refused", refused.stdout
+    assert newer in refused.stdout
+    assert json.loads(approved.stdout)["status"] == "applied", approved.stdout
+    assert [e.text for e in stack.mail.outbox] == [text]
+    assert ledger_records(stack)[old.key].covered_by == newer

@@ -527,3 +527,45 @@ async def test_a_draft_written_again_is_not_moved_to_a_newer_message_that_came_m
         (old,),
     )
     assert ledger.get(reply_key(INBOX, "<m3@example.com>")) is None
+
+
+async def _crossed(mail: FakeAgentMail) -> tuple[Conversation, str, str]:
+    """The simulator's finding F28's state: m1's draft, and m2's draft covering m1 written
+    by another writer (two late writers crossed), both waiting. The pipeline, m1's key and
+    m2's."""
+    _, pipeline = _noting(mail)
+    old = await _drafted(mail, pipeline)
+    _delivery(mail, 2)  # m2 in the thread
+    ledger = pipeline.parts.ledger
+    newer = replace(
+        ledger.get(old), key=reply_key(INBOX, "<m2@example.com>"), message_id="<m2@example.com>"
+    )
+    await ledger.put(replace(newer, reply_text="m2's draft, covering m1", covers=(old,)))
+    return pipeline, old, newer.key
+
+
+async def test_approving_a_draft_a_newer_draft_covers_is_refused_naming_it(
+    mail: FakeAgentMail,
+) -> None:
+    pipeline, old, newer = await _crossed(mail)
+
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    await decide(pipeline.parts, _decision(newer, "d-new"))
+
+    ledger = pipeline.parts.ledger
+    assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.COVERED, newer)
+    assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]  # m1 answered once
+
+
+async def test_approving_a_draft_a_newer_sent_reply_covers_sends_nothing_more(
+    mail: FakeAgentMail,
+) -> None:
+    pipeline, old, newer = await _crossed(mail)
+
+    await decide(pipeline.parts, _decision(newer, "d-new"))
+    await decide(pipeline.parts, _decision(old, "d-old"))
+
+    ledger = pipeline.parts.ledger
+    assert ledger.get(newer).state is ReplyState.SENT
+    assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.COVERED, newer)
+    assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]

@@ -177,6 +177,27 @@ async def test_the_agentmail_dry_run_thread_is_agentmail_shaped_and_its_channel_
     assert history == [ThreadMessage(sent, INBOX, "Thanks, Friday works.", AT, own=True)]
 
 
+@pytest.mark.parametrize("name", ["nylas", "agentmail"])
+async def test_a_channels_thread_of_a_record_is_every_message_of_its_thread_in_order(
+    name: str,
+) -> None:
+    # history stops before a message; thread_of (a decision's read, F28) reads them all
+    dry: Any = NylasDryRun(DryRunOutbox(), own_address=AGENT)
+    channel: Any = NylasChannel(dry, own_address=AGENT)
+    account = GRANT
+    if name == "agentmail":
+        dry, account = AgentMailDryRun(DryRunOutbox()), INBOX
+        channel = AgentMailChannel(dry)
+    first = await dry.reply(_record(account, "m1", f"{name}:t1", name))
+    second = await dry.reply(_record(account, "m2", f"{name}:t1", name))
+
+    whole = await channel.thread_of(_record(account, "m1", f"{name}:t1", name))
+    before = await channel.history(_inbound(account, second, f"{name}:t1", "t1"))
+
+    assert [m.message_id for m in whole] == [first, second]
+    assert [m.message_id for m in before] == [first]
+
+
 async def test_a_dry_run_thread_holds_only_its_own_providers_replies_to_that_thread() -> None:
     outbox = DryRunOutbox()
     nylas, agentmail = NylasDryRun(outbox, own_address=AGENT), AgentMailDryRun(outbox)

@@ -15,6 +15,7 @@ from onceonly.processors.mail.agentmail.dry_run import AgentMailDryRun
 from onceonly.processors.mail.agentmail.listing import is_answerable
 from onceonly.processors.mail.agentmail.messages import (
     agentmail_history,
+    agentmail_thread,
     inbound_from_agentmail,
     skip_reason,
     timestamp_of,
@@ -53,6 +54,10 @@ class AgentMailChannel:
     async def history(self, message: Inbound) -> Sequence[ThreadMessage]:
         messages = await self.sender.thread(message.inbox_id, message.thread_id)
         return agentmail_history(messages, message)
+
+    async def thread_of(self, record: ReplyRecord) -> Sequence[ThreadMessage]:
+        thread = record.thread_key.removeprefix(f"{self.name}:")
+        return agentmail_thread(await self.sender.thread(record.inbox_id, thread), record.inbox_id)
 
     async def missed(self, account: str, message: Mapping[str, Any]) -> Missed | None:
         """A received message not the agent's own, as its ``message.received`` webhook."""

@@ -83,13 +83,21 @@ def agentmail_history(
     messages: Sequence[Mapping[str, Any]], message: Inbound
 ) -> list[ThreadMessage]:
     """A thread's AgentMail messages before ``message`` (itself and later ones left out)."""
+    return agentmail_thread(messages, message.inbox_id, until=message.message_id)
+
+
+def agentmail_thread(
+    messages: Sequence[Mapping[str, Any]], inbox_id: str, until: str | None = None
+) -> list[ThreadMessage]:
+    """A thread's AgentMail messages in order, up to the one whose id is ``until`` (left
+    out, with every later one); all of them when ``until`` is None."""
     out: list[ThreadMessage] = []
     for m in messages:
-        if m.get("message_id") == message.message_id:
+        if until is not None and m.get("message_id") == until:
             break
         sender = str(m.get("from") or m.get("from_") or "")
         labels = m.get("labels") or ()
-        own = "sent" in labels or parseaddr(sender)[1].lower() == message.inbox_id.lower()
+        own = "sent" in labels or parseaddr(sender)[1].lower() == inbox_id.lower()
         text = m.get("text") or m.get("extracted_text")
         out.append(
             ThreadMessage(

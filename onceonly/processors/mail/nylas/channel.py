@@ -84,10 +84,21 @@ class NylasChannel:
     async def history(self, message: Inbound) -> Sequence[ThreadMessage]:
         if not message.thread_id:
             return ()
-        own = await self._own(message.inbox_id)
+        return await self._thread(message.inbox_id, message.thread_id, message.message_id)
+
+    async def thread_of(self, record: ReplyRecord) -> Sequence[ThreadMessage]:
+        thread = record.thread_key.removeprefix(f"{self.name}:")
+        return await self._thread(record.inbox_id, thread) if thread else ()
+
+    async def _thread(
+        self, grant_id: str, thread_id: str, until: str | None = None
+    ) -> list[ThreadMessage]:
+        """The thread's messages in order, up to the one whose id is ``until`` (left out,
+        with every later one); all of them when ``until`` is None."""
+        own = await self._own(grant_id)
         out: list[ThreadMessage] = []
-        for m in await self.sender.thread(message.inbox_id, message.thread_id):
-            if m.get("id") == message.message_id:
+        for m in await self.sender.thread(grant_id, thread_id):
+            if until is not None and m.get("id") == until:
                 break
             out.append(
                 ThreadMessage(
