@@ -175,23 +175,31 @@ def waits_unapproved(record: ReplyRecord | None) -> bool:
     return record is not None and record.state is ReplyState.AWAITING and record.approval is None
 
 
+#: the replies that answer (or will, once approved) the messages they cover
+_MAY_ANSWER = frozenset({ReplyState.AWAITING, ReplyState.PENDING, ReplyState.SENT})
+
+
 def covering_reply(
     get: Callable[[str], ReplyRecord | None], draft: ReplyRecord, thread: Sequence[ThreadMessage]
 ) -> ReplyRecord | None:
-    """The reply of a message after ``draft``'s in ``thread`` (the whole thread, in order)
-    that covers ``draft``'s message and whose writer saw every message ``draft``'s writer
-    saw (:func:`~onceonly.processors.reply.bursts.left_drafts`); None if none does.
+    """The reply of another message of ``thread`` (as the mail API lists it, in any order
+    and perhaps only its newest part) that covers ``draft``'s message, is a draft, a draft
+    approved or sent, and whose writer saw every message ``draft``'s writer saw
+    (:func:`~onceonly.processors.reply.bursts.left_drafts`); None if none does. A rejected
+    draft or a failed send is left out: approving ``draft`` then answers its message once
+    (a failed send's dead letter names only the messages it covered when it failed).
 
     Two late writers that crossed can leave a draft waiting beside a newer reply that
     covers its message (the simulator's finding F28). The owner's next burst of the thread
     supersedes it; a decision approving the draft before that burst would answer the
     message twice, once by each reply."""
-    ids = [m.message_id for m in thread]
-    if draft.message_id not in ids:
-        return None
-    for message in thread[ids.index(draft.message_id) + 1 :]:
-        newer = None if message.own else get(reply_key(draft.inbox_id, message.message_id))
+    for message in thread:  # wherever the mail API lists it: its order is not the bursts'
+        if message.own or message.message_id == draft.message_id:
+            continue
+        newer = get(reply_key(draft.inbox_id, message.message_id))
         if newer is None or draft.key not in (newer.covers or ()):
+            continue
+        if newer.state not in _MAY_ANSWER:  # a rejected draft or a failed send answers none
             continue
         superseded, _ = left_drafts(newer, {key: get(key) for key in newer.covers or ()})
         if any(d.key == draft.key for d in superseded):

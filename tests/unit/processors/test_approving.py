@@ -569,3 +569,61 @@ async def test_approving_a_draft_a_newer_sent_reply_covers_sends_nothing_more(
     assert ledger.get(newer).state is ReplyState.SENT
     assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.COVERED, newer)
     assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]
+
+
+async def test_approving_a_draft_a_newer_draft_listed_before_it_covers_is_refused(
+    mail: FakeAgentMail,
+) -> None:
+    # m1 and m2 at one time (Nylas dates are whole seconds): the burst put m2 last (its
+    # event id), so m2's reply covers m1, while the mail API lists m2 first
+    at = "2026-11-29T10:01:00.000Z"
+    mail.seed_message(INBOX, message_id="<m2@example.com>", thread_id="thr-a", timestamp=at)
+    _, pipeline = _noting(mail)
+    old = await _drafted(mail, pipeline)  # m1, seeded after m2 at the same time
+    ledger = pipeline.parts.ledger
+    newer = replace(
+        ledger.get(old), key=reply_key(INBOX, "<m2@example.com>"), message_id="<m2@example.com>"
+    )
+    await ledger.put(replace(newer, reply_text="m2's draft, covering m1", covers=(old,)))
+
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    await decide(pipeline.parts, _decision(newer.key, "d-new"))
+
+    assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]  # m1 answered once
+
+
+async def test_a_rejected_newer_draft_does_not_block_approving_the_older(
+    mail: FakeAgentMail,
+) -> None:
+    pipeline, old, newer = await _crossed(mail)
+
+    await decide(pipeline.parts, _decision(newer, "d-new", Action.REJECT))
+    await decide(pipeline.parts, _decision(old, "d-old"))
+
+    assert [e.text for e in mail.outbox] == ["draft for 1 message(s)"]  # m1 answered once
+
+
+async def test_a_newer_reply_whose_send_failed_does_not_block_approving_the_older(
+    mail: FakeAgentMail,
+) -> None:
+    # m2's draft covering m1 approved, its send failed: dead-lettered with m2 alone (m1's
+    # record was its own draft then). Marked covered by it, m1 would have no email and no
+    # letter: approving m1's draft sends it
+    letters = _Letters()
+    write = Writer(lambda burst: f"draft for {len(burst)}", WriterPolicy(attempts=1))
+    pipeline = mail_pipeline(mail, "always", writer=write, dead_letters=letters)
+    old = await _drafted(mail, pipeline)
+    _delivery(mail, 2)
+    ledger = pipeline.parts.ledger
+    newer = replace(
+        ledger.get(old), key=reply_key(INBOX, "<m2@example.com>"), message_id="<m2@example.com>"
+    )
+    await ledger.put(replace(newer, reply_text="m2's draft, covering m1", covers=(old,)))
+    mail.fail_next(10, 503)
+    await decide(pipeline.parts, _decision(newer.key, "d-new"))
+    mail.fail_next(0)
+    assert ledger.get(newer.key).state is ReplyState.FAILED
+
+    await decide(pipeline.parts, _decision(old, "d-old"))
+
+    assert [e.replied_to_message_id for e in mail.outbox] == ["<m1@example.com>"]
