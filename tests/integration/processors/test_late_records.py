@@ -1,0 +1,195 @@
+"""Two simulator findings made real: real worker processes, the real broker and the local
+AgentMail server.
+
+F30: another writer (a worker that applied a person's approval, then paused past its
+session) sends a draft and records it *sent* after the owner's store had it awaiting; a
+newer message in the thread then leaves that draft answered once: its message is not
+recalled into the newer reply, which a person then approves. The other writer is this
+test, landing its records in the worker's ledger partition and sending its email through
+the mail API, as that worker would once it woke.
+
+F33: a worker whose writer failed is stopped between the reply's two records of the
+failure, the dead letter and the *failed* record: the first of them to land freezes it
+(SIGSTOP, then SIGKILL), its writes held back by a 1 s producer linger. It leaves the
+letter, never a *failed* record with no letter, and the message ends answered once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from onceonly.foundation.kafka import Connection, consumer_lag
+from onceonly.processors.mail.agentmail.sender import AgentMailSender
+from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.approval import Approval, Verdict
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    WorkerProcess,
+    dead_letters,
+    ledger_records,
+    model_calls,
+    model_env,
+    onceonly,
+    sent_to,
+    until,
+    verdict,
+    writer_env,
+)
+
+pytestmark = pytest.mark.integration
+
+THREAD = "thr-late"
+
+
+def _stamped(record: ReplyRecord) -> ReplyRecord:
+    """``record`` as a worker makes it: stamped with the time it was made."""
+    return dataclasses.replace(record, written_at=datetime.now(UTC))
+
+
+async def _land(stack: Stack, record: ReplyRecord) -> None:
+    """``record`` produced to the ledger's one partition, as another writer lands it."""
+    await stack.producer.produce(
+        stack.settings.ledger_topic, record.encode(), key=record.key.encode(), partition=0
+    )
+
+
+async def _recorded(stack: Stack, key: str, state: ReplyState) -> ReplyRecord:
+    """The ledger's record of ``key``, once it says ``state``."""
+    await until(
+        stack,
+        lambda: (r := ledger_records(stack).get(key)) is not None and r.state is state,
+        f"{key} recorded {state.value}",
+    )
+    return ledger_records(stack)[key]
+
+
+async def _sent_by_another_writer(stack: Stack, draft: ReplyRecord) -> ReplyRecord:
+    """What a worker that applied a person's approval of ``draft`` and paused before the
+    send leaves once it wakes: its *pending* record with the approval, the approved text
+    sent with the draft's key, its *sent* record. Returns the sent record."""
+    approval = Approval(Verdict.APPROVED, "ana", datetime.now(UTC), "d-late")
+    approved = _stamped(draft.with_state(ReplyState.PENDING, approval=approval))
+    await _land(stack, approved)
+    sender = AgentMailSender("test-api-key", base_url=stack.mail.base_url, timeout_s=10)
+    try:
+        sent_id = await sender.reply(approved)
+    finally:
+        await sender.aclose()
+    sent = _stamped(approved.with_state(ReplyState.SENT, sent_message_id=sent_id))
+    await _land(stack, sent)
+    return sent
+
+
+async def test_a_newer_message_does_not_recall_a_draft_another_writer_sent_meanwhile(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the simulator's finding F30: the owner's store still said m6 awaiting when m62 came;
+    # its superseding mark landed after the other writer's sent record, which the ledger
+    # writes again after the mark; m62's reply must not answer m6 a second time
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    stack.worker(ONCEONLY_APPROVAL="always", **writer_env(stack))
+    old, new = "<m6@example.com>", "<m62@example.com>"
+    await stack.deliver(stack.seed(old, THREAD))
+    draft = await _recorded(stack, reply_key(INBOX, old), ReplyState.AWAITING)
+    sent = await _sent_by_another_writer(stack, draft)
+
+    await stack.deliver(stack.seed(new, THREAD, timestamp="2026-11-29T10:05:00.000Z"))
+    newer = await _recorded(stack, reply_key(INBOX, new), ReplyState.AWAITING)
+    approved = onceonly(stack, "approvals", "approve", newer.key, "--by", "ana")
+
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["state"] == "sent"
+    judged = verdict(stack, [old, new])
+    assert judged.passed and judged.count("answered") == 2, judged.violations
+    assert sent_to(stack) == Counter({old: 1, new: 1})
+    assert newer.covers == () and "to 1 message(s)" in (newer.reply_text or "")
+    assert ledger_records(stack)[draft.key] == sent  # m6 stays sent, its email the only one
+    [email] = [e for e in stack.mail.outbox if e.replied_to_message_id == new]
+    assert email.text == newer.reply_text
+
+
+def _freeze_at_first_write(stack: Stack, worker: WorkerProcess, timeout_s: float = 60) -> str:
+    """Watch the ledger and dead-letter topics from their ends now; at the first record
+    that lands in either, stop ``worker`` (SIGSTOP). Returns that record's topic."""
+    settings = stack.settings
+    consumer = Consumer(
+        Connection.from_settings(settings).config(
+            **{
+                "group.id": f"watch-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+    )
+    try:
+        ends = []
+        for topic in (settings.ledger_topic, settings.dead_letter_topic):
+            for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+                end = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1]
+                ends.append(TopicPartition(topic, partition, end))
+        consumer.assign(ends)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            record = consumer.poll(0.05)
+            if record is not None and record.error() is None:
+                worker.signal(signal.SIGSTOP)
+                return str(record.topic())
+        raise AssertionError(f"nothing landed in {timeout_s} s:\n{stack.logs()}")
+    finally:
+        consumer.close()
+
+
+async def _handled(stack: Stack) -> None:
+    """Until the group has committed past every delivery: each one handled and done."""
+    connection, settings = Connection.from_settings(stack.settings), stack.settings
+
+    def done() -> bool:
+        rows = consumer_lag(connection, settings.app_id, settings.deliveries_topic)
+        return all(row.committed is not None and row.lag == 0 for row in rows)
+
+    await until(stack, done, "every delivery handled and committed", timeout_s=120)
+
+
+async def test_a_worker_stopped_between_the_dead_letter_and_the_failed_record_answers_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the simulator's finding F33: the writer fails (once: the model is down, then up), and
+    # the worker is killed right after the first of the failure's two writes lands (each
+    # write waits 1 s in its producer, so the kill comes before the second)
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    env = model_env(stack, ONCEONLY_WRITER_ATTEMPTS="1", ONCEONLY_TEST_WRITER_DELAY_S="3")
+    worker = stack.worker(**env, ONCEONLY_PRODUCE_LINGER_MS="1000")
+    message, key = "<m23@example.com>", reply_key(INBOX, "<m23@example.com>")
+    await stack.deliver(stack.seed(message, THREAD, text="FAIL-ONCE"))
+    await until(stack, lambda: bool(model_calls(stack)), "the writer's call")
+
+    first = await asyncio.to_thread(_freeze_at_first_write, stack, worker)
+    worker.kill()
+    letters = [x for x in dead_letters(stack) if x.get("key") == key]
+    left = (len(letters), key in ledger_records(stack))
+    assert sum(left) == 1, f"stopped at a write to {first}, it left (letters, a record) {left}"
+    worker.start()  # the next owner: the redelivered message, the writer up again
+    await _handled(stack)
+    retried = onceonly(stack, "dead-letters", "retry")
+    assert retried.returncode == 0, retried.stderr
+    await _handled(stack)
+
+    judged = verdict(stack, [message])
+    assert judged.passed and judged.count("answered") == 1, judged.violations
+    assert sent_to(stack) == Counter({message: 1})
+    assert ledger_records(stack)[key].state is ReplyState.SENT
+    assert "1 event(s) from 1 dead letter(s)" in retried.stdout  # its letter, retried
+    assert "1 dead letter(s), 0 open" in onceonly(stack, "dead-letters", "list").stdout
