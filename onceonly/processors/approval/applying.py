@@ -23,6 +23,7 @@ import structlog
 
 from onceonly.processors.approval.decisions import (
     Answer,
+    answered_apart,
     apply,
     attached,
     covering_reply,
@@ -286,10 +287,11 @@ async def _read_thread(
     if (read := await _earlier(channel, latest)) is None:
         return None
     # a burst delivered again whose latest message's draft never saw a message marked
-    # superseded by it: that draft is written again (F32)
-    if latest not in fresh and waits_unapproved(ledger.get(latest.key)):
+    # superseded by it (F32), or covers one its own reply answered apart: that draft is
+    # written again (with the one, without the other)
+    if latest not in fresh and waits_unapproved(draft := ledger.get(latest.key)):
         unseen = unseen_marks(ledger.get, [*read, *(m.key for m in burst)])
-        if any(end.key == latest.key for _, end in unseen):
+        if any(end.key == latest.key for _, end in unseen) or answered_apart(ledger.get, draft):
             return _Thread(latest, read, read, [*fresh, latest], redo=True)
     # the newest message with no record: the new reply's, what a draft is superseded by.
     # A message of the burst with a record (delivered again: a catch-up's or a replay's

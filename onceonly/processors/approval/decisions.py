@@ -207,6 +207,16 @@ def covering_reply(
     return None
 
 
+def answered_apart(get: Callable[[str], ReplyRecord | None], draft: ReplyRecord | None) -> bool:
+    """Whether ``draft`` covers a message whose own reply answers it apart: *sent*, or
+    about to be (*pending*). A newer message's reply never covers such a message, except
+    where two late writers crossed: the older message's draft approved and sent before a
+    late writer's newer draft covering it landed (a review of F28's check). Approved, that
+    draft would answer the message a second time."""
+    found = (get(key) for key in (draft.covers or () if draft is not None else ()))
+    return any(r is not None and r.state in (ReplyState.SENT, ReplyState.PENDING) for r in found)
+
+
 def unseen_marks(
     get: Callable[[str], ReplyRecord | None], keys: Iterable[str]
 ) -> list[tuple[ReplyRecord, ReplyRecord]]:

@@ -627,3 +627,36 @@ async def test_a_newer_reply_whose_send_failed_does_not_block_approving_the_olde
     await decide(pipeline.parts, _decision(old, "d-old"))
 
     assert [e.replied_to_message_id for e in mail.outbox] == ["<m1@example.com>"]
+
+
+async def test_a_late_newer_draft_covering_a_message_answered_apart_is_written_again_without_it(
+    mail: FakeAgentMail,
+) -> None:
+    # F28's crossed writers, the third order: m1's draft approved and sent before a late
+    # writer's m2 draft covering m1 landed. Given m2, the owner writes m2's draft again
+    # without m1; approved, that one does not answer m1 a second time
+    seen, pipeline = _noting(mail)
+    old = await _drafted(mail, pipeline)
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    second = _delivery(mail, 2)
+    ledger = pipeline.parts.ledger
+    late = replace(
+        ledger.get(old),
+        key=reply_key(INBOX, "<m2@example.com>"),
+        message_id="<m2@example.com>",
+        state=ReplyState.AWAITING,
+        approval=None,
+        sent_message_id=None,
+    )
+    await ledger.put(replace(late, reply_text="m2's late draft, covering m1", covers=(old,)))
+
+    await pipeline.act([second], {})
+    await decide(pipeline.parts, _decision(late.key, "d-new"))
+
+    assert seen[1:] == [["message 2"]]
+    assert ledger.get(late.key).covers == ()
+    assert [e.replied_to_message_id for e in mail.outbox] == [
+        "<m1@example.com>",
+        "<m2@example.com>",
+    ]
+    assert "m2's late draft, covering m1" not in [e.text for e in mail.outbox]
