@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import math
 
-from rich import box
-from rich.table import Table
-
 from bench._ingest_results import (
     OPEN_LOOP_FRACTIONS,
     TARGET_C_OVER_D,
     TARGET_FRACTION,
     Results,
     Run,
-    Verdict,
     fmt_us,
     fraction_name,
     per_delivery_us,
@@ -21,7 +17,6 @@ from bench._ingest_results import (
     verdict,
 )
 from bench._load import Sample, percentile
-from bench._procs import console
 from bench._report import Comparison, Section, contended, fmt_ms, fmt_rate, fmt_ratio, ratio
 from bench._wrk import measured_run_s
 
@@ -219,31 +214,6 @@ def generator_bound(runs: list[Run]) -> str | None:
 
 def notes(runs: list[Run]) -> list[str]:
     return [note for note in (generator_bound(runs), contention(runs)) if note]
-
-
-def print_report(results: Results, v: Verdict) -> None:
-    runs = results.runs
-    table = Table(title="onceonly ingest benchmark", box=box.SIMPLE_HEAD, padding=(0, 0))
-    for i, header in enumerate(HEADERS):
-        text = i in TEXT_COLUMNS
-        # figures as wide as the longest word of their header (or "152.94"), so all fit
-        width = None if text else max(6, *(len(word) for word in header.split()))
-        table.add_column(header, justify="left" if text else "right", no_wrap=text, width=width)
-    for row in rows(runs):
-        table.add_row(*row)
-    console.print()
-    console.print(table)
-    console.print(LEGEND)
-    lines = summary_lines(v) + rounds_lines(results.rounds) + latency_lines(runs)
-    for line in lines + scaling_lines(runs):
-        console.print(f"[red]{line}[/]" if "NOT met" in line else line)
-    for note in notes(runs):
-        console.print(f"[yellow]{note}[/]")
-    if v.failed:
-        console.print(
-            f"[bold white on red] INVALID RUN: {v.failed} requests failed (not 2xx, or a "
-            "socket error); the figures above do not measure successful deliveries [/]"
-        )
 
 
 def _how(r: Results) -> list[str]:

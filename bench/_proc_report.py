@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 from bench._proc_phases import FILL_CHUNK
 from bench._proc_results import Results
 from bench._proc_takeover import describe as describe_takeover
-from bench._procs import console
-from bench._report import Comparison, Figure, Section, met, print_table, thin, verdict_table
+from bench._report import Comparison, Figure, Section, met, thin, verdict_table
 
 TARGET_RATIO = 0.5
 TARGET_REPLIES_PER_S = 2000.0
@@ -256,14 +255,6 @@ def summary(r: Results) -> list[str]:
             f"{s.all_partitions_s:.2f} s"
         )
     return lines
-
-
-def print_report(r: Results) -> None:
-    print_table("onceonly processor benchmark", HEADERS, figures(r))
-    for line in summary(r):
-        console.print(f"[bold red]{line}[/]" if "NOT THE FULL" in line else line)
-    for note in r.notes:
-        console.print(f"[yellow]{note}[/]")
 
 
 def section(r: Results) -> Section:

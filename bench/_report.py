@@ -149,16 +149,10 @@ class Section:
     invalid: str | None = None  #: why the figures do not stand, if they do not
 
 
-def render(
-    title: str,
-    date: str,
-    sections: Sequence[Section],
-    about: Sequence[tuple[str, str]],
-    command: str,
-    chart_file: str | None,
-) -> str:
-    """The whole markdown report."""
-    lines = [f"# {title}, {date}", ""]
+def sections_body(sections: Sequence[Section]) -> list[str]:
+    """The body of a report in sections: any invalid figures flagged first, each section
+    (its ratios to the baselines, then its own lines), then how each was measured."""
+    lines = []
     for section in sections:
         if section.invalid:
             lines += [f"**INVALID {section.heading.upper()} FIGURES: {section.invalid}**", ""]
@@ -179,13 +173,25 @@ def render(
                     "",
                 ]
         lines += [*section.body, ""]
-    if chart_file is not None:
-        lines += ["## Chart", "", f"![throughput and latency of every variant]({chart_file})", ""]
-    lines += ["## How", "", f"- command: `{command}` (from the repository root)"]
+    lines += ["## How", ""]
     for section in sections:
         lines += [f"- {section.heading.lower()}:", *(f"  - {item}" for item in section.how)]
-    lines += ["", "## Machine", "", *(f"- {name}: {value}" for name, value in about), ""]
-    return "\n".join(lines)
+    return lines
+
+
+def render(
+    title: str,
+    body: Sequence[str],
+    about: Sequence[tuple[str, str]],
+    command: str,
+    chart_file: str | None = None,
+) -> str:
+    """The whole markdown report: ``title``, the command (from the repository root), ``body``,
+    the chart if there is one, the machine."""
+    lines = [f"# {title}", "", command, "", *body, ""]
+    if chart_file is not None:
+        lines += ["## Chart", "", f"![throughput and latency of every variant]({chart_file})", ""]
+    return "\n".join([*lines, *machine_table(about)])
 
 
 def chart(comparisons: Sequence[Comparison], path: Path, title: str) -> None:
@@ -255,32 +261,10 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
-    """The same table on the console, a row whose verdict is "NOT met" in red."""
-    from rich.table import Table
-
-    from bench._procs import console
-
-    table = Table(title=title)
-    last = len(headers) - 1
-    for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i in (0, last) else "right")
-    for row in rows:
-        table.add_row(*row, style="red" if "NOT met" in row[last] else None)
-    console.print()
-    console.print(table)
-
-
 def verdict_report(
-    title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str]
+    headers: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str]
 ) -> list[str]:
-    """A table of figures and its notes, printed on the console (:func:`print_table`), and
-    as the markdown body of a report (:func:`verdict_table`, the notes as bullets)."""
-    from bench._procs import console
-
-    print_table(title, headers, rows)
-    for line in notes:
-        console.print(line)
+    """A table of figures (:func:`verdict_table`) and its notes as bullets."""
     return [*verdict_table(headers, rows), "", *(f"- {line}" for line in notes)]
 
 
@@ -302,44 +286,28 @@ def report_path(results_dir: Path, name: str, date: str) -> Path:
 
 
 def write_report(
-    name: str,
-    title: str,
-    sections: Sequence[Section],
-    about_items: Sequence[tuple[str, str]],
-    command: str,
-    results_dir: Path = RESULTS_DIR,
-) -> tuple[Path, Path]:
-    """``<name>-<date>.md`` and ``.png`` under ``results_dir`` (:func:`report_path`);
-    returns their paths."""
-    date = datetime.now(UTC).date().isoformat()
-    results_dir.mkdir(parents=True, exist_ok=True)
-    md = report_path(results_dir, name, date)
-    png = md.with_suffix(".png")
-    comparisons = [s.comparison for s in sections if s.comparison is not None]
-    chart(comparisons, png, f"{title}, {date}")
-    md.write_text(render(title, date, sections, about_items, command, png.name), encoding="utf-8")
-    return md, png
-
-
-def write_markdown(
     out: Path,
     name: str,
     title: str,
-    module: str,
+    command: str,
     body: Sequence[str],
-    items: Sequence[tuple[str, str]],
+    about: Sequence[tuple[str, str]],
     *,
+    charts: Sequence[Comparison] = (),
     smoke: bool = False,
-    note: str = "",
 ) -> Path:
-    """A report without a chart, ``<out>/<name>-<date>.md`` (``<name>-<date>-smoke.md`` for a
-    smoke run, which never overwrites a full run's; see :func:`report_path`): the title and
-    the date, the command (``python -m <module> ...``, then ``note``), ``body`` and the
-    machine table."""
+    """``<out>/<name>-<date>.md`` (``<name>-<date>-smoke.md`` for a smoke run, which never
+    overwrites a full run's; see :func:`report_path`) and, with ``charts``, its ``.png``
+    beside it: :func:`render`'s report, whose body is printed on the console too."""
+    from bench._procs import console
+
     date = datetime.now(UTC).date().isoformat()
     out.mkdir(parents=True, exist_ok=True)
     path = report_path(out, name, f"{date}-smoke" if smoke else date)
-    head = [f"# {title}, {date}{' (smoke size)' if smoke else ''}", ""]
-    command = f"`{command_line(module)}`{note}"
-    path.write_text("\n".join([*head, command, "", *body, "", *machine_table(items)]), "utf-8")
+    title = f"{title}, {date}{' (smoke size)' if smoke else ''}"
+    png = path.with_suffix(".png") if charts else None
+    if png is not None:
+        chart(charts, png, title)
+    console.print("\n".join(body), markup=False)
+    path.write_text(render(title, body, about, command, png and png.name), encoding="utf-8")
     return path

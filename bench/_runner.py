@@ -22,7 +22,7 @@ import click
 
 from bench._options import OUT, Opt, sized, with_options
 from bench._procs import ROOT, BenchError, Broker, console, kafka
-from bench._report import Section, command_line, write_markdown, write_report
+from bench._report import Section, command_line, sections_body, write_report
 
 Opts = TypeVar("Opts")
 T = TypeVar("T")
@@ -84,18 +84,15 @@ class Scenario(Generic[Opts, R]):
             ("code", code),
             ("load average (1, 5, 15 min)", load),
         ]
-        if self.sections is not None:
-            command = command_line(self.module)
-            md, png = write_report(
-                self.name, self.title, self.sections(opts, results), items, command, out
+        if self.sections is not None or self.report is not None:
+            sections = self.sections(opts, results) if self.sections is not None else ()
+            lines = self.report(opts, results) if self.report else sections_body(sections)
+            charts = [s.comparison for s in sections if s.comparison is not None]
+            command = f"`{command_line(self.module)}`{self.note}"
+            path = write_report(
+                out, self.name, self.title, command, lines, items, charts=charts, smoke=smoke
             )
-            console.print(f"written to {md} and {png.name}")
-        elif self.report is not None:
-            lines = self.report(opts, results)
-            path = write_markdown(
-                out, self.name, self.title, self.module, lines, items, smoke=smoke, note=self.note
-            )
-            console.print(f"written to {path}")
+            console.print(f"written to {path}" + (" and its chart" if charts else ""))
         if self.failed is not None and self.failed(results):
             sys.exit(1)
         return results

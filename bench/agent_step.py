@@ -188,7 +188,7 @@ HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
 
 
 def report_lines(opts: Options, r: Results) -> list[str]:
-    return verdict_report("onceonly agent-step benchmark", HEADERS, rows(opts, r), notes(opts, r))
+    return verdict_report(HEADERS, rows(opts, r), notes(opts, r))
 
 
 def collect(opts: Options, broker: Broker, work: Path) -> Results:

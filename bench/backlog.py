@@ -29,14 +29,13 @@ from bench._backlog_figures import (
 )
 from bench._backlog_records import backlog_records
 from bench._backlog_records import measure as measure_tick
-from bench._backlog_report import HEADERS, rows, section
+from bench._backlog_report import section
 from bench._backlog_writer import WRITER_S_ENV
 from bench._load import message_id
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, group_rss_mb, poll, scrape
 from bench._procs import BenchError, Broker, CpuWindow, console
-from bench._report import print_table
 from bench._runner import Scenario, command, whole_run
 
 #: Seconds between two /metrics readings (the lag gauge asks the broker each time).
@@ -175,7 +174,8 @@ def copy_logs(work: Path, keep: Path | None) -> None:
     console.print(f"logs copied to {keep}")
 
 
-def run(plan: Plan, broker: Broker, work: Path, limits: Limits) -> Outcome:
+def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
+    plan, limits = opts
     check_disk(plan, work)
     bench = AgentBench.fresh(broker, work, "backlog", plan.partitions)
     tag = bench.tag
@@ -242,12 +242,6 @@ def options(
     values["concurrency"] = values["concurrency"] or defaults.writer_concurrency
     values["max_pending"] = values["max_pending"] or defaults.max_pending
     return Plan(**values, partitions=defaults.partitions), Limits(stall_s, timeout_s, keep_logs)
-
-
-def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
-    outcome = run(opts[0], broker, work, opts[1])
-    print_table("onceonly backlog benchmark", HEADERS, rows(outcome))
-    return outcome
 
 
 OPTIONS = (

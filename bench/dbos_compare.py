@@ -164,8 +164,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> Contest:
 
 def report_lines(opts: Options, run: Contest) -> list[str]:
     a, b, pg_version = run
-    title = "onceonly worker vs the DBOS app"
-    return verdict_report(title, fig.headers(a, b), fig.rows(a, b), notes(opts, a, b, pg_version))
+    return verdict_report(fig.headers(a, b), fig.rows(a, b), notes(opts, a, b, pg_version))
 
 
 def about_dbos(run: Contest, _seconds: float) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench._ingest_report import print_report, section
+from bench._ingest_report import section
 from bench._ingest_results import (
     OPEN_LOOP_FRACTIONS,
     TARGET_FRACTION,
@@ -322,9 +322,7 @@ def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
 
     partitions = Settings.from_env().partitions
     topics = warmed_topics(broker, partitions, opts.broker_warmup_s)
-    results = asyncio.run(run_all(opts, work, broker, topics, partitions))
-    print_report(results, verdict(results.runs))
-    return results
+    return asyncio.run(run_all(opts, work, broker, topics, partitions))
 
 
 INGEST = Scenario(

@@ -16,7 +16,7 @@ from pathlib import Path
 from bench._options import PROCESSOR_OPTIONS, ProcessorOptions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, fill_changelog, ledger_sent, produce
-from bench._proc_report import SDK_CALLS, print_report, sdk_cost_pair, section
+from bench._proc_report import SDK_CALLS, sdk_cost_pair, section
 from bench._proc_results import Results
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
@@ -129,7 +129,6 @@ def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
     if (note := contention(r)) is not None:
         r.notes.append(note)
     r.notes.append(f"the processor benchmark took {time.monotonic() - began:.0f} s")
-    print_report(r)
     return r
 
 

@@ -263,7 +263,7 @@ def collect(opts: Values, broker: Broker, work: Path) -> dict[str, float]:
 def report(opts: Values, floors: dict[str, float]) -> list[str]:
     rows, totals = per_reply(floors)
     headers = ("step", "one operation", "µs/op", "ops/reply", "counts in", "ms/reply")
-    return verdict_report("Step floors: CPU measured alone", headers, rows, [
+    return verdict_report(headers, rows, [
         *(f"floor per reply, {shape}: **{ms:.2f} ms**" for shape, ms in totals.items()),
         f"median of {opts.rounds} rounds of {opts.ops} operations ({opts.single} for the "
         f"one-at-a-time Kafka steps and the commits; {opts.sdk_calls} SDK calls), after a "

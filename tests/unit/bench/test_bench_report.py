@@ -18,6 +18,7 @@ from bench._report import (
     ratios,
     render,
     report_path,
+    sections_body,
 )
 
 A = Figure("a", "(a) bare aiohttp", 4000.0, 10.0, 20.0)
@@ -90,8 +91,9 @@ def make_report(chart_file: str | None = "bench-2026-12-01.png") -> str:
         Section("Processors", PROCESSORS, ["processor figures table"], ["records: 300"]),
     ]
     about = [("cores", "2 logical"), ("Kafka", "4.1.1"), ("code", "abc1234")]
-    command = "python -m bench"
-    return render("onceonly benchmark", "2026-12-01", sections, about, command, chart_file)
+    command = "`python -m bench`"
+    body = sections_body(sections)
+    return render("onceonly benchmark, 2026-12-01", body, about, command, chart_file)
 
 
 def test_the_report_names_every_baseline_and_gives_the_ratios() -> None:
@@ -106,8 +108,8 @@ def test_the_report_names_every_baseline_and_gives_the_ratios() -> None:
 
 def test_the_report_has_the_machine_the_command_and_the_chart() -> None:
     text = make_report()
-    assert "- cores: 2 logical" in text
-    assert "- code: abc1234" in text
+    assert "| cores | 2 logical |" in text
+    assert "| code | abc1234 |" in text
     assert "`python -m bench`" in text
     assert "![throughput and latency of every variant](bench-2026-12-01.png)" in text
     assert "  - load: 64 connections" in text
@@ -116,8 +118,8 @@ def test_the_report_has_the_machine_the_command_and_the_chart() -> None:
 
 def test_invalid_figures_are_flagged_at_the_top() -> None:
     section = Section("Ingest", INGEST, [], [], invalid="3 requests were not answered 204")
-    text = render("t", "2026-12-01", [section], [], "python -m bench", None)
-    first = text.splitlines()[2]
+    text = render("t, 2026-12-01", sections_body([section]), [], "`python -m bench`")
+    first = text.splitlines()[4]
     assert first == "**INVALID INGEST FIGURES: 3 requests were not answered 204**"
 
 
