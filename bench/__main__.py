@@ -10,47 +10,35 @@ A smoke run, in about two minutes::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from bench import ingest as ingest_mod
 from bench import processors as processors_mod
 from bench._ingest_report import section as ingest_section
 from bench._ingest_results import Results as IngestResults
 from bench._ingest_results import verdict
-from bench._options import (
-    INGEST_OPTIONS,
-    PROCESSOR_OPTIONS,
-    IngestOptions,
-    ProcessorOptions,
-    picked,
-)
+from bench._options import INGEST_OPTIONS, PROCESSOR_OPTIONS, Values, with_partitions
 from bench._proc_report import section as processors_section
 from bench._proc_results import Results as ProcessorResults
 from bench._procs import Broker, console
 from bench._runner import Scenario, command, whole_run
 
-Both = tuple[IngestOptions, ProcessorOptions]
 Results = tuple[IngestResults, ProcessorResults]
 
 
-def options(**values: Any) -> Both:
-    return picked(IngestOptions, values), picked(ProcessorOptions, values)
-
-
-def collect(opts: Both, broker: Broker, work: Path) -> Results:
+def collect(opts: Values, broker: Broker, work: Path) -> Results:
     (work / "ingest").mkdir()
     (work / "processors").mkdir()
     console.rule("ingest benchmark")
-    ingest_results = ingest_mod.collect(opts[0], broker, work / "ingest")
+    ingest_results = ingest_mod.collect(opts, broker, work / "ingest")
     console.rule("processor benchmark")
-    return ingest_results, processors_mod.collect(opts[1], broker, work / "processors")
+    return ingest_results, processors_mod.collect(opts, broker, work / "processors")
 
 
 BENCH = Scenario(
     "bench",
     "onceonly benchmark",
     (*INGEST_OPTIONS, *PROCESSOR_OPTIONS),
-    options,
+    with_partitions,
     collect,
     sections=lambda _opts, r: [ingest_section(r[0]), processors_section(r[1])],
     about=whole_run,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench._load import Delivery, percentile, signed, thread_message, webhook_secret
+from bench._load import Delivery, per_second, percentile, signed, thread_message, webhook_secret
 from bench._model import HANG
 from bench._options import Variant
 from bench._proc_phases import Bench
@@ -221,12 +221,8 @@ class RunResult:
     @property
     def replies_per_s(self) -> float:
         """Replies the mail server received, first to last (measured messages only)."""
-        times = sorted(
-            self.received[m.message_id] for m in self.messages if m.message_id in self.received
-        )
-        if len(times) < 2 or times[-1] <= times[0]:
-            return math.nan
-        return (len(times) - 1) / (times[-1] - times[0])
+        got = self.received
+        return per_second(got[m.message_id] for m in self.messages if m.message_id in got)
 
     @property
     def cpu_ms_per_reply(self) -> float:

@@ -120,16 +120,18 @@ def rows(o: Outcome) -> list[tuple[str, str, str, str]]:
 
 
 def sample_table(o: Outcome) -> list[str]:
-    lines = [
-        "| s after start | replies | worker RSS, MiB | work pending | consumer lag |",
-        "| ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for s in thin(o.samples, SAMPLE_ROWS):
-        lines.append(
-            f"| {s.t_s:,.0f} | {s.replies:,} | {s.rss_mb:,.0f} | {fmt(s.pending, ',.0f')} | "
-            f"{fmt(s.lag, ',.0f')} |"
+    headers = ("s after start", "replies", "worker RSS, MiB", "work pending", "consumer lag")
+    rows = [
+        (
+            f"{s.t_s:,.0f}",
+            f"{s.replies:,}",
+            f"{s.rss_mb:,.0f}",
+            fmt(s.pending, ",.0f"),
+            fmt(s.lag, ",.0f"),
         )
-    return lines
+        for s in thin(o.samples, SAMPLE_ROWS)
+    ]
+    return verdict_table(headers, rows, verdict=False)
 
 
 def settings_line(p: Plan) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bench import _once
-from bench._load import percentile
+from bench._load import per_second, percentile
 from bench._report import fmt, met
 
 
@@ -138,10 +138,7 @@ class SystemRun:
     @property
     def replies_per_s(self) -> float:
         """The steady run's replies, first to last."""
-        times = sorted(self.received[m] for m in self.produced if m in self.received)
-        if len(times) < 2 or times[-1] <= times[0]:
-            return math.nan
-        return (len(times) - 1) / (times[-1] - times[0])
+        return per_second(self.received[m] for m in self.produced if m in self.received)
 
     def cpu_ms_per_reply(self, name: str | None = None) -> float:
         """ms of CPU per steady reply of one process, or of all of them (``None``)."""

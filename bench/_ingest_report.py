@@ -17,7 +17,16 @@ from bench._ingest_results import (
     verdict,
 )
 from bench._load import Sample, percentile
-from bench._report import Comparison, Section, contended, fmt_ms, fmt_rate, fmt_ratio, ratio
+from bench._report import (
+    Comparison,
+    Section,
+    contended,
+    fmt_ms,
+    fmt_rate,
+    fmt_ratio,
+    ratio,
+    verdict_table,
+)
 from bench._wrk import measured_run_s
 
 HEADERS = (
@@ -33,8 +42,6 @@ LEGEND = (
     "%: of one core, the server's, and the rest of the machine's (other processes, kernel "
     "work not charged to ours)"
 )
-#: Columns of text, left-aligned; the rest are figures.
-TEXT_COLUMNS = frozenset({0})
 
 
 def fmt_percent(value: float) -> str:
@@ -296,11 +303,8 @@ def section(r: Results) -> Section:
         tuple(by[key] for key in ("a", "b", "d") if key in by),
         {"d": TARGET_C_OVER_D},
     )
-    align = ["---" if i in TEXT_COLUMNS else "---:" for i in range(len(HEADERS))]
     body = [
-        "| " + " | ".join(HEADERS) + " |",
-        "| " + " | ".join(align) + " |",
-        *("| " + " | ".join(row) + " |" for row in rows(runs)),
+        *verdict_table(HEADERS, rows(runs), verdict=False),
         "",
         LEGEND,
         "",

@@ -10,6 +10,7 @@ import math
 import secrets
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
@@ -133,6 +134,14 @@ class Sample:
     def failures(self) -> str:
         failed = sorted(self.statuses.items())
         return ", ".join(f"{n} x {s}" for s, n in failed if s != self.ok_status)
+
+
+def per_second(times: Iterable[float]) -> float:
+    """Events a second from the first to the last; NaN for fewer than two, or none apart."""
+    ordered = sorted(times)
+    if len(ordered) < 2 or ordered[-1] <= ordered[0]:
+        return math.nan
+    return (len(ordered) - 1) / (ordered[-1] - ordered[0])
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -5,8 +5,8 @@ ingest variants ``bench.ingest_cpu`` compares, ``NAME[@DIR][,VAR=VALUE...]``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -16,7 +16,6 @@ import click
 from bench._report import RESULTS_DIR
 
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +76,6 @@ def sized(values: dict[str, Any], smoke: bool, table: Sequence[Opt]) -> dict[str
     return values
 
 
-def picked(cls: Callable[..., T], values: Mapping[str, Any]) -> T:
-    """``cls`` (a dataclass) made of the ``values`` its fields name."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
 #: What a benchmark whose options need no class of their own is handed: ``opts.<key>``
 #: for each row of its table (:attr:`Opt.key`).
 Values = SimpleNamespace
@@ -98,11 +91,12 @@ OUT = Opt(
 )
 
 
-def partitions() -> int:
-    """ONCEONLY_PARTITIONS as the worker reads it (the topics are made with this many)."""
+def with_partitions(**values: Any) -> Values:
+    """The options' values, and ``partitions``: ONCEONLY_PARTITIONS as the worker reads it
+    (the topics are made with this many)."""
     from onceonly.foundation.settings import Settings
 
-    return Settings.from_env().partitions
+    return Values(partitions=Settings.from_env().partitions, **values)
 
 
 def connection_counts(text: str) -> tuple[int, ...]:
@@ -117,39 +111,9 @@ def connection_counts(text: str) -> tuple[int, ...]:
     return tuple(counts)
 
 
-@dataclass(frozen=True, slots=True)
-class IngestOptions:
-    duration_s: float
-    warmup_s: float
-    #: wrk's keep-alive connections: each server's closed loop runs at each of these in
-    #: turn, its peak the fastest (a server whose latency has a floor, as ingest's 5 ms
-    #: linger, is bound by connections / latency, not by its CPU, when there are too few)
-    concurrency: tuple[int, ...]
-    pool: int
-    broker_warmup_s: float
-    pg_pool: int
-    wrk_threads: int = 1
-    #: open loops at half of c's peak: the p99 of one 10 s run on this shared machine
-    #: varied from 14 to 270 ms between runs of one code, so the target is judged on the
-    #: median run's and every run is shown
-    target_runs: int = 3
-    #: closed loops of every server, in turn, this many times; each server's figures are
-    #: its median round's
-    rounds: int = 3
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessorOptions:
-    events: int
-    dedupe_entries: int
-    skip_rss: bool
-    rss_budget_s: float
-    log_level: str
-    takeover_entries: int = 1_000_000
-    takeover_only: bool = False
-    #: "worker": the worker records the entries; "changelog": written to its changelog
-    takeover_fill: str = "worker"
-    takeover_standby: bool = True
+#: The values of :data:`INGEST_OPTIONS` and of :data:`PROCESSOR_OPTIONS` (``python -m bench``
+#: hands both the values of both tables).
+IngestOptions = ProcessorOptions = Values
 
 
 Int, Float = click.IntRange, click.FloatRange
@@ -171,6 +135,9 @@ INGEST_OPTIONS = (
         "seconds; 0 for none).",
         dest="warmup_s",
     ),
+    #: each server's closed loop at each count in turn, its peak the fastest: a server whose
+    #: latency has a floor (ingest's 5 ms linger) is bound by connections / latency, not by
+    #: its CPU, when there are too few
     Opt(
         "--concurrency",
         None,
@@ -203,6 +170,8 @@ INGEST_OPTIONS = (
         1,
         "Ingest: wrk's threads (the connections are shared out among them).",
     ),
+    #: the p99 of one 10 s open loop on this shared machine varied from 14 to 270 ms between
+    #: runs of one code, so the target is judged on the median run's and every run is shown
     Opt(
         "--target-runs",
         Int(1, 20),

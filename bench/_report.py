@@ -249,10 +249,12 @@ def machine_table(items: Sequence[tuple[str, str]]) -> list[str]:
     return ["## Machine", "", "| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in items), ""]
 
 
-def verdict_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """A table of figures in markdown: the first column (the figure) and the last (the
-    verdict) aligned left, the figures between right."""
-    last = len(headers) - 1
+def verdict_table(
+    headers: Sequence[str], rows: Iterable[Sequence[str]], *, verdict: bool = True
+) -> list[str]:
+    """A table of figures in markdown: the first column (the figure) and, with ``verdict``,
+    the last aligned left, the figures between right."""
+    last = len(headers) - 1 if verdict else 0
     align = ["---" if i in (0, last) else "---:" for i in range(len(headers))]
     return [_row(headers), _row(align), *(_row(row) for row in rows)]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench._agent_load import RunResult, Setup, run
 from bench._model import LATENCY_S
-from bench._options import Float, Int, Opt, partitions
+from bench._options import Float, Int, Opt, Values, with_partitions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, produce
 from bench._procs import Broker, console
@@ -29,33 +29,14 @@ TIMEOUT_S, ATTEMPTS = 5.0, 2
 TAIL_S = 90.0
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    rate: float
-    duration_s: float
-    hang_fraction: float
-    window_ms: int
-    concurrency: int
-    instant: bool
-    instant_count: int
-    partitions: int = field(default_factory=partitions)
-
-    @property
-    def replies_target(self) -> float:
-        return 0.8 * self.concurrency / MEAN_WRITER_S
-
-    @property
-    def p99_target_s(self) -> float:
-        return self.window_ms / 1000 + LATENCY_S[1] + 1.0
-
-    def worker_settings(self) -> dict[str, str]:
-        return {
-            "ONCEONLY_REPLY_WRITER": "bench._model:writer",
-            "ONCEONLY_REORDER_WINDOW_MS": str(self.window_ms),
-            "ONCEONLY_WRITER_CONCURRENCY": str(self.concurrency),
-            "ONCEONLY_WRITER_TIMEOUT_S": f"{TIMEOUT_S:g}",
-            "ONCEONLY_WRITER_ATTEMPTS": str(ATTEMPTS),
-        }
+def worker_settings(opts: Values) -> dict[str, str]:
+    return {
+        "ONCEONLY_REPLY_WRITER": "bench._model:writer",
+        "ONCEONLY_REORDER_WINDOW_MS": str(opts.window_ms),
+        "ONCEONLY_WRITER_CONCURRENCY": str(opts.concurrency),
+        "ONCEONLY_WRITER_TIMEOUT_S": f"{TIMEOUT_S:g}",
+        "ONCEONLY_WRITER_ATTEMPTS": str(ATTEMPTS),
+    }
 
 
 @dataclass(slots=True)
@@ -67,11 +48,11 @@ class Results:
     instant_cpu: str = ""
 
 
-def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
+def run_agent(opts: Values, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
     """(A) or (B): the steady load through ingest and the worker (:func:`bench._agent_load.run`),
     ``fraction`` of the messages hanging."""
     count = int(opts.rate * opts.duration_s)
-    settings = opts.worker_settings()
+    settings = worker_settings(opts)
     setup = Setup(
         label, opts.rate, count, opts.partitions, settings, tail_s=TAIL_S, hang_fraction=fraction
     )
@@ -80,7 +61,7 @@ def run_agent(opts: Options, broker: Broker, work: Path, label: str, fraction: f
     return result
 
 
-def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
+def run_instant(opts: Values, broker: Broker, work: Path, r: Results) -> None:
     """(C) the worker's CPU per reply with the instant writer, window 0 (bench.processors)."""
     bench = Bench.fresh(broker, work, "instant", opts.partitions)
     count = opts.instant_count
@@ -93,9 +74,11 @@ def run_instant(opts: Options, broker: Broker, work: Path, r: Results) -> None:
     console.print(f"(C) {drain.rate:,.0f} replies/s, {drain.cpu_ms:.2f} ms of CPU per reply")
 
 
-def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
+def rows(opts: Values, r: Results) -> list[tuple[str, str, str, str, str]]:
     """(figure, A, B, target, verdict) rows."""
     runs = [x for x in (r.a, r.b) if x is not None]
+    replies_target = 0.8 * opts.concurrency / MEAN_WRITER_S
+    p99_target_s = opts.window_ms / 1000 + LATENCY_S[1] + 1.0
 
     def both(get: Callable[[RunResult], str]) -> tuple[str, str]:
         a = get(r.a) if r.a is not None else ""
@@ -116,15 +99,15 @@ def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
         (
             "replies/s per worker",
             *both(lambda x: fmt(x.replies_per_s, ".1f")),
-            f">= {opts.replies_target:.1f}",
-            verdicts(lambda x: x.replies_per_s >= opts.replies_target),
+            f">= {replies_target:.1f}",
+            verdicts(lambda x: x.replies_per_s >= replies_target),
         ),
         ("p50 204 → reply, s", *both(lambda x: fmt(x.p(0.5), ".2f")), "", ""),
         (
             "p99 204 → reply, s",
             *both(lambda x: fmt(x.p(0.99), ".2f")),
-            f"<= {opts.p99_target_s:.1f}",
-            verdicts(lambda x: x.p(0.99) <= opts.p99_target_s),
+            f"<= {p99_target_s:.1f}",
+            verdicts(lambda x: x.p(0.99) <= p99_target_s),
         ),
     ]
     if r.a is not None and r.b is not None:
@@ -147,10 +130,10 @@ def rows(opts: Options, r: Results) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def notes(opts: Options, r: Results) -> list[str]:
+def notes(opts: Values, r: Results) -> list[str]:
     lines = [
         "settings of (A) and (B): "
-        + ", ".join(f"{k}={v}" for k, v in opts.worker_settings().items())
+        + ", ".join(f"{k}={v}" for k, v in worker_settings(opts).items())
         + f", {opts.partitions} partitions, worker log level INFO. The writer timeout and attempts "
         f"are lowered from their defaults (120 s, 3) so that a hanging call is dead-lettered "
         f"after {ATTEMPTS} calls of {TIMEOUT_S:g} s plus a backoff, and the run stays short",
@@ -187,11 +170,11 @@ def notes(opts: Options, r: Results) -> list[str]:
 HEADERS = ("figure", "A (no hangs)", "B (hangs)", "target", "")
 
 
-def report_lines(opts: Options, r: Results) -> list[str]:
+def report_lines(opts: Values, r: Results) -> list[str]:
     return verdict_report(HEADERS, rows(opts, r), notes(opts, r))
 
 
-def collect(opts: Options, broker: Broker, work: Path) -> Results:
+def collect(opts: Values, broker: Broker, work: Path) -> Results:
     r = Results()
     r.a = run_agent(opts, broker, work, "A", 0.0)
     r.b = run_agent(opts, broker, work, "B", opts.hang_fraction)
@@ -219,7 +202,7 @@ AGENT_STEP = Scenario(
     "agent-step",
     "Agent-step benchmark",
     OPTIONS,
-    Options,
+    with_partitions,
     collect,
     report_lines,
     smoke="A small quick run (rate 20/s, 15 s, 500 records).",

@@ -7,7 +7,7 @@ Report: ``<--out>/dbos-<date>.md``."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -15,26 +15,18 @@ from bench import _dbos_figures as fig
 from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._counted_model import CALLS_ENV
-from bench._options import Float, Int, Opt, partitions
+from bench._options import Float, Int, Opt, Values, with_partitions
 from bench._procs import Broker, console
 from bench._report import contended, verdict_report
 from bench._runner import Scenario, command
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    rate: float
-    duration_s: float
-    kill_duration_s: float
-    concurrency: int
-    partitions: int = field(default_factory=partitions)
-
-    def worker_settings(self) -> dict[str, str]:
-        return {
-            "ONCEONLY_REPLY_WRITER": "bench._counted_model:writer",
-            "ONCEONLY_REORDER_WINDOW_MS": "0",
-            "ONCEONLY_WRITER_CONCURRENCY": str(self.concurrency),
-        }
+def worker_settings(opts: Values) -> dict[str, str]:
+    return {
+        "ONCEONLY_REPLY_WRITER": "bench._counted_model:writer",
+        "ONCEONLY_REORDER_WINDOW_MS": "0",
+        "ONCEONLY_WRITER_CONCURRENCY": str(opts.concurrency),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +38,7 @@ class Load:
     kill: list[stack.Message]
 
     @classmethod
-    def build(cls, opts: Options, tag: str) -> Load:
+    def build(cls, opts: Values, tag: str) -> Load:
         steady_n = int(opts.rate * opts.duration_s)
         kill_n = int(opts.rate * opts.kill_duration_s)
         return cls(
@@ -60,7 +52,7 @@ class Load:
         return [m for m, _ in self.steady + self.kill]
 
 
-def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
+def contend(c: stack.Contender, opts: Values, load: Load) -> fig.SystemRun:
     """Warm-up, steady run, kill run and the counts, for one contender."""
     run = fig.SystemRun(c.label)
     with c.bench.running():
@@ -84,13 +76,13 @@ def contend(c: stack.Contender, opts: Options, load: Load) -> fig.SystemRun:
     return run
 
 
-def run_onceonly(opts: Options, broker: Broker, work: Path, load: Load) -> fig.SystemRun:
+def run_onceonly(opts: Values, broker: Broker, work: Path, load: Load) -> fig.SystemRun:
     bench = AgentBench.fresh(broker, work, "onceonly", opts.partitions)
-    bench.extra = opts.worker_settings() | {CALLS_ENV: str(bench.work / "model-calls.txt")}
+    bench.extra = worker_settings(opts) | {CALLS_ENV: str(bench.work / "model-calls.txt")}
     return contend(stack.Contender("onceonly worker", bench, stack.start_onceonly), opts, load)
 
 
-def run_dbos(opts: Options, broker: Broker, work: Path, load: Load) -> tuple[fig.SystemRun, str]:
+def run_dbos(opts: Values, broker: Broker, work: Path, load: Load) -> tuple[fig.SystemRun, str]:
     from bench._postgres import postgres
 
     bench = AgentBench.fresh(broker, work, "dbos", opts.partitions)
@@ -105,7 +97,7 @@ WHEN = "during a steady run (`other` above)"
 EFFECT = "latencies and CPU per reply are higher than on an idle machine"
 
 
-def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) -> list[str]:
+def notes(opts: Values, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) -> list[str]:
     return [
         f"load: {opts.rate:g} records/s by the clock, {opts.duration_s:g} s steady, then "
         f"{opts.kill_duration_s:g} s with a SIGKILL halfway; every record a distinct AgentMail "
@@ -114,7 +106,7 @@ def notes(opts: Options, a: fig.SystemRun, b: fig.SystemRun, pg_version: str) ->
         "latency: from the broker's acknowledgement of the record (acks=all) to the mail server "
         "receiving the email, both on this machine's clock",
         "onceonly: "
-        + ", ".join(f"{k}={v}" for k, v in opts.worker_settings().items())
+        + ", ".join(f"{k}={v}" for k, v in worker_settings(opts).items())
         + "; window 0 because DBOS has no reorder by payload time to compare with",
         f"DBOS: dbos {_version('dbos')} (its own virtualenv, .venv-dbos), `@DBOS.kafka_consumer` "
         "with its defaults (ordering none, the internal queue polled every 1 s, librdkafka's "
@@ -155,14 +147,14 @@ def _dbos_version() -> str:
 Contest = tuple[fig.SystemRun, fig.SystemRun, str]  #: onceonly's, the DBOS app's, PostgreSQL's
 
 
-def collect(opts: Options, broker: Broker, work: Path) -> Contest:
+def collect(opts: Values, broker: Broker, work: Path) -> Contest:
     load = Load.build(opts, secrets.token_hex(3))
     a = run_onceonly(opts, broker, work, load)
     b, pg_version = run_dbos(opts, broker, work, load)
     return a, b, pg_version
 
 
-def report_lines(opts: Options, run: Contest) -> list[str]:
+def report_lines(opts: Values, run: Contest) -> list[str]:
     a, b, pg_version = run
     return verdict_report(fig.headers(a, b), fig.rows(a, b), notes(opts, a, b, pg_version))
 
@@ -187,7 +179,7 @@ DBOS = Scenario(
     "dbos",
     "onceonly vs DBOS Transact",
     OPTIONS,
-    Options,
+    with_partitions,
     collect,
     report_lines,
     smoke="A run of a few minutes (20/s, 15 s, 20 s).",

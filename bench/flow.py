@@ -14,20 +14,12 @@ from pathlib import Path
 
 from bench import _once
 from bench._flow_stack import Stack
-from bench._load import percentile
+from bench._load import per_second, percentile
 from bench._options import Opt, Values
 from bench._proc_stack import scrape
 from bench._procs import Broker, console
 from bench._runner import Scenario, command
 from testkit.invariants import most_in_window as most_in_window  # the checker's own
-
-
-def rate(times: Sequence[float]) -> float:
-    """Events a second from the first to the last (nan for fewer than two)."""
-    if len(times) < 2:
-        return math.nan
-    span = max(times) - min(times)
-    return (len(times) - 1) / span if span > 0 else math.inf
 
 
 def gaps(times: Sequence[float]) -> list[float]:
@@ -63,7 +55,7 @@ async def run_rate(opts: Values, stack: Stack) -> list[str]:
     answered = await stack.answered(set(acked), budget_s)
     calls = [at for at, status in stack.chat.calls if status == 200]
     most = most_in_window(calls, 60.0)
-    call_rate, reply_rate = rate(calls), rate(list(answered.values()))
+    call_rate, reply_rate = per_second(calls), per_second(answered.values())
     per_s = opts.rpm / 60
     twice = _once.doubled(_once.verdict(acked, stack.sent_to()))
     ok_window = most <= opts.rpm

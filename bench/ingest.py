@@ -30,7 +30,7 @@ from bench._ingest_results import (
 )
 from bench._load import Sample, sign_pool, webhook_secret
 from bench._openloop import build_generator, open_loop
-from bench._options import INGEST_OPTIONS, IngestOptions, Variant, ingest_argv
+from bench._options import INGEST_OPTIONS, IngestOptions, Variant, ingest_argv, with_partitions
 from bench._proc_stack import base_env, ingest_env
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
 from bench._runner import Scenario, command
@@ -317,19 +317,16 @@ async def run_all(
 
 
 def collect(opts: IngestOptions, broker: Broker, work: Path) -> Results:
-    """Run the ingest benchmark against ``broker``; print its figures."""
-    from onceonly.foundation.settings import Settings
-
-    partitions = Settings.from_env().partitions
-    topics = warmed_topics(broker, partitions, opts.broker_warmup_s)
-    return asyncio.run(run_all(opts, work, broker, topics, partitions))
+    """Run the ingest benchmark against ``broker``."""
+    topics = warmed_topics(broker, opts.partitions, opts.broker_warmup_s)
+    return asyncio.run(run_all(opts, work, broker, topics, opts.partitions))
 
 
 INGEST = Scenario(
     "ingest",
     "Ingest benchmark",
     INGEST_OPTIONS,
-    IngestOptions,
+    with_partitions,
     collect,
     sections=lambda _opts, results: [section(results)],
     failed=lambda results: verdict(results.runs).failed > 0,

@@ -13,7 +13,7 @@ import math
 import time
 from pathlib import Path
 
-from bench._options import PROCESSOR_OPTIONS, ProcessorOptions
+from bench._options import PROCESSOR_OPTIONS, ProcessorOptions, with_partitions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, fill_changelog, ledger_sent, produce
 from bench._proc_report import SDK_CALLS, sdk_cost_pair, section
@@ -108,11 +108,8 @@ def _throughput(bench: Bench, opts: ProcessorOptions, r: Results, partitions: in
 
 
 def collect(opts: ProcessorOptions, broker: Broker, work: Path) -> Results:
-    """Run the processor benchmark against ``broker``, in ``work``; print its figures."""
-    from onceonly.foundation.settings import Settings
-
-    began = time.monotonic()
-    partitions = Settings.from_env().partitions
+    """Run the processor benchmark against ``broker``, in ``work``."""
+    began, partitions = time.monotonic(), opts.partitions
     r = Results(opts.events, partitions, log_level=opts.log_level)
     bootstrap = broker.bootstrap
     bench = Bench.fresh(broker, work, "processors", partitions, opts.log_level)
@@ -136,7 +133,7 @@ PROCESSORS = Scenario(
     "processors",
     "Processor benchmark",
     PROCESSOR_OPTIONS,
-    ProcessorOptions,
+    with_partitions,
     collect,
     sections=lambda _opts, results: [section(results)],
 )

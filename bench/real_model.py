@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench._agent_load import AgentBench, Run, Setup, run
-from bench._options import Float, Int, Opt, partitions
+from bench._options import Float, Int, Opt, Values, with_partitions
 from bench._proc_stack import poll
 from bench._procs import BenchError, Broker, console
-from bench._report import fmt, fmt_cpu
+from bench._report import fmt, fmt_cpu, verdict_table
 from bench._runner import Scenario, command
 from devstack import llm
 from testkit import samples
@@ -70,7 +70,7 @@ def run_sample(broker: Broker, work: Path, server: llm.ModelServer, partitions: 
     return r
 
 
-def collect(opts: Options, broker: Broker, work: Path) -> Results:
+def collect(opts: Values, broker: Broker, work: Path) -> Results:
     started = time.monotonic()
     build_s = llm.build(echo=console.print)
     console.print(f"(0) model server built in {build_s:.0f} s" if build_s else "(0) built already")
@@ -99,54 +99,37 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
     return r
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    rate: float
-    count: int
-    saturated_rate: float
-    saturated_count: int
-    threads: int
-    partitions: int = field(default_factory=partitions)
-
-
 def _declined(x: Run) -> int:
     return int(x.result.metrics.get('onceonly_writer_calls_total{outcome="declined"}', 0))
 
 
-def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
+def measure_lines(opts: Values, runs: list[Run]) -> list[str]:
     """The (M) table: each run of the model beside the simulated writer."""
-    cells: dict[str, Callable[[Run], str]] = {
-        "offered": lambda x: f"{len(x.result.messages)} at {x.result.rate:g}/s",
-        "replies/s per worker": lambda x: fmt(x.result.replies_per_s, ".2f"),
-        "p50 204 → reply, s": lambda x: fmt(x.result.p(0.5), ".2f"),
-        "p99 204 → reply, s": lambda x: fmt(x.result.p(0.99), ".2f"),
-        "declined by the model (NO_REPLY)": lambda x: str(_declined(x)),
-        "unanswered, not declined": lambda x: str(x.result.unanswered - _declined(x)),
-        "model server CPU per reply, ms": lambda x: fmt(x.cpu_ms_per_reply("model"), ".0f"),
-        "worker CPU per reply, ms (idle included)": lambda x: fmt(
-            x.cpu_ms_per_reply("worker"), ".1f"
+    cells: list[tuple[str, Callable[[Run], str], object]] = [
+        ("offered", lambda x: f"{len(x.result.messages)} at {x.result.rate:g}/s", "3,300 at 55/s"),
+        (
+            "replies/s per worker",
+            lambda x: fmt(x.result.replies_per_s, ".2f"),
+            SIMULATED["replies/s"],
         ),
-    }
-    simulated = {
-        "offered": "3,300 at 55/s",
-        "replies/s per worker": str(SIMULATED["replies/s"]),
-        "p50 204 → reply, s": str(SIMULATED["p50 s"]),
-        "p99 204 → reply, s": str(SIMULATED["p99 s"]),
-        "declined by the model (NO_REPLY)": "-",
-        "unanswered, not declined": "0",
-        "model server CPU per reply, ms": "-",
-        "worker CPU per reply, ms (idle included)": "7.77",
-    }
-    names = " | ".join(f"SmolLM2-135M, {x.result.label}" for x in runs)
+        ("p50 204 → reply, s", lambda x: fmt(x.result.p(0.5), ".2f"), SIMULATED["p50 s"]),
+        ("p99 204 → reply, s", lambda x: fmt(x.result.p(0.99), ".2f"), SIMULATED["p99 s"]),
+        ("declined by the model (NO_REPLY)", lambda x: str(_declined(x)), "-"),
+        ("unanswered, not declined", lambda x: str(x.result.unanswered - _declined(x)), "0"),
+        ("model server CPU per reply, ms", lambda x: fmt(x.cpu_ms_per_reply("model"), ".0f"), "-"),
+        (
+            "worker CPU per reply, ms (idle included)",
+            lambda x: fmt(x.cpu_ms_per_reply("worker"), ".1f"),
+            "7.77",
+        ),
+    ]
+    names = (f"SmolLM2-135M, {x.result.label}" for x in runs)
+    headers = ("figure", *names, "simulated writer (1 s ± 20 %)")
+    rows = [(name, *(cell(x) for x in runs), str(simulated)) for name, cell, simulated in cells]
     lines = [
         "## Replies/s and latency, beside the simulated writer",
         "",
-        f"| figure | {names} | simulated writer (1 s ± 20 %) |",
-        "| --- |" + " ---: |" * (len(runs) + 1),
-    ]
-    for name, cell in cells.items():
-        lines.append(f"| {name} | " + " | ".join(cell(x) for x in runs) + f" | {simulated[name]} |")
-    lines += [
+        *verdict_table(headers, rows, verdict=False),
         "",
         f"- the simulated writer's figures are run (A) of `{SIMULATED['report']}`; every "
         f"run: window {WINDOW_MS} ms, writer concurrency {CONCURRENCY}, one worker, the "
@@ -168,7 +151,7 @@ def measure_lines(opts: Options, runs: list[Run]) -> list[str]:
     return lines
 
 
-def report_lines(opts: Options, r: Results) -> list[str]:
+def report_lines(opts: Values, r: Results) -> list[str]:
     lines = ["## The sample's reply, as the model wrote it", ""]
     for message_id, text in r.sample.items():
         lines += [f"To `{message_id}` ({r.sample_s:.1f} s after the first POST):", ""]
@@ -191,7 +174,12 @@ OPTIONS = (
     Opt("--threads", Int(1, 64), 1),
 )
 REAL_MODEL = Scenario(
-    "real-model", "A real model behind the openai writer", OPTIONS, Options, collect, report_lines
+    "real-model",
+    "A real model behind the openai writer",
+    OPTIONS,
+    with_partitions,
+    collect,
+    report_lines,
 )
 main = command(
     REAL_MODEL,

@@ -12,28 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from bench._agent_load import Run, Setup, run
-from bench._options import Float, Int, Opt, partitions
+from bench._options import Float, Int, Opt, Values, with_partitions
 from bench._proc_stack import get_json, serve
 from bench._procs import Broker, console
-from bench._report import fmt_cpu
+from bench._report import fmt_cpu, verdict_table
 from bench._runner import Scenario, command
 from onceonly.foundation import tracing
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    rate: float
-    count: int
-    rounds: int
-    window_ms: int
-    calls: int
-    partitions: int = field(default_factory=partitions)
-
-    def worker(self) -> dict[str, str]:
-        return {
-            "ONCEONLY_REPLY_WRITER": "onceonly.processors.writer:acknowledge",
-            "ONCEONLY_REORDER_WINDOW_MS": str(self.window_ms),
-        }
 
 
 @dataclass(slots=True)
@@ -111,7 +95,7 @@ def _received(receiver: str) -> int:
     return sum(get_json(f"{receiver}/_control/spans", timeout_s=10).values())
 
 
-def collect(opts: Options, broker: Broker, work: Path) -> Results:
+def collect(opts: Values, broker: Broker, work: Path) -> Results:
     process, port = serve("OTLP receiver", "testkit.fakes.otlp_receiver", work / "otlp.log")
     try:
         return _collect(opts, broker, work, f"http://127.0.0.1:{port}")
@@ -119,7 +103,7 @@ def collect(opts: Options, broker: Broker, work: Path) -> Results:
         process.stop()
 
 
-def _collect(opts: Options, broker: Broker, work: Path, receiver: str) -> Results:
+def _collect(opts: Values, broker: Broker, work: Path, receiver: str) -> Results:
     r = Results(path_us=span_path(opts.calls, receiver))
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver}
     for n in range(opts.rounds):
@@ -130,7 +114,11 @@ def _collect(opts: Options, broker: Broker, work: Path, receiver: str) -> Result
                 opts.rate,
                 opts.count,
                 opts.partitions,
-                worker={**opts.worker(), **env},
+                worker={
+                    "ONCEONLY_REPLY_WRITER": "onceonly.processors.writer:acknowledge",
+                    "ONCEONLY_REORDER_WINDOW_MS": str(opts.window_ms),
+                    **env,
+                },
                 ingest=env,
             )
             before = _received(receiver)
@@ -195,11 +183,9 @@ def per_run(r: Results) -> list[str]:
     return lines
 
 
-def report_lines(opts: Options, r: Results) -> list[str]:
+def report_lines(opts: Values, r: Results) -> list[str]:
     return [
-        "| figure | off | on | on / off |",
-        "| --- | ---: | ---: | ---: |",
-        *("| " + " | ".join(row) + " |" for row in rows(r)),
+        *verdict_table(("figure", "off", "on", "on / off"), rows(r), verdict=False),
         "",
         "- off: no TracerProvider and no OTEL_EXPORTER_OTLP_ENDPOINT (every helper returns "
         "the null span; no header is added). on: OTEL_EXPORTER_OTLP_ENDPOINT set for ingest "
@@ -221,7 +207,7 @@ OPTIONS = (
     Opt("--window-ms", Int(0, 60_000), 200),
     Opt("--calls", Int(100, 1_000_000), 20_000),
 )
-TRACING = Scenario("tracing", "Tracing cost", OPTIONS, Options, collect, report_lines)
+TRACING = Scenario("tracing", "Tracing cost", OPTIONS, with_partitions, collect, report_lines)
 main = command(TRACING, "Per-reply cost of OpenTelemetry tracing, on against off, in one run.")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from bench import flow as fig
-from bench._load import percentile
+from bench._load import per_second, percentile
 
 
 def test_the_most_in_a_window_counts_a_half_open_window() -> None:
@@ -15,8 +15,8 @@ def test_the_most_in_a_window_counts_a_half_open_window() -> None:
 
 
 def test_the_rate_is_from_the_first_to_the_last() -> None:
-    assert fig.rate([0, 1, 2, 3, 4]) == 1.0
-    assert math.isnan(fig.rate([5]))
+    assert per_second([0, 1, 2, 3, 4]) == 1.0
+    assert math.isnan(per_second([5]))
 
 
 def test_the_percentile_is_nearest_rank() -> None:

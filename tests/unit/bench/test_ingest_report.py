@@ -18,7 +18,7 @@ from bench._ingest_results import (
     verdict,
 )
 from bench._load import Sample
-from bench._options import IngestOptions
+from bench._options import Values
 
 
 def _run(key: str, rate: float, cpu: dict[str, float], parts: tuple[str, ...] = ("server",)) -> Run:
@@ -225,7 +225,7 @@ def test_repeated_open_loops_have_numbered_rows() -> None:
 
 
 def _rounds(c_rates: tuple[float, ...]) -> Results:
-    results = Results(IngestOptions(10, 2, (64,), 1000, 8, 16), 8, [])
+    results = Results(Values(), 8, [])
     for i, c_rate in enumerate(c_rates):
         results.rounds.append(
             [
