@@ -136,7 +136,7 @@ def sample_table(o: Outcome) -> list[str]:
 
 def settings_line(p: Plan) -> str:
     return (
-        f"ONCEONLY_REPLY_WRITER=bench._backlog_writer:writer (async, sleeps {p.writer_s:g} s), "
+        f"ONCEONLY_REPLY_WRITER=bench._model:fixed (async, sleeps {p.writer_s:g} s), "
         f"ONCEONLY_REORDER_WINDOW_MS={p.window_ms}, ONCEONLY_WRITER_CONCURRENCY={p.concurrency}, "
         f"ONCEONLY_MAX_PENDING={p.max_pending}, {p.partitions} partitions, worker log level INFO"
     )

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from bench import _dbos_figures as fig
 from bench._agent_load import AgentBench
-from bench._counted_model import CALLS_ENV
 from bench._load import thread_message
+from bench._model import CALLS_ENV
 from bench._proc_records import Record, ingested
 from bench._proc_stack import base_env, kill_hard
 from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console, tree_pids

@@ -30,8 +30,8 @@ from bench._backlog_figures import (
 from bench._backlog_records import backlog_records
 from bench._backlog_records import measure as measure_tick
 from bench._backlog_report import section
-from bench._backlog_writer import WRITER_S_ENV
 from bench._load import message_id
+from bench._model import WRITER_S_ENV
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, group_rss_mb, poll, scrape
@@ -50,7 +50,7 @@ KEPT = ("onceonly_fenced", "onceonly_replies", "onceonly_dead_letters", "onceonl
 
 def worker_settings(plan: Plan) -> dict[str, str]:
     return {
-        "ONCEONLY_REPLY_WRITER": "bench._backlog_writer:writer",
+        "ONCEONLY_REPLY_WRITER": "bench._model:fixed",
         WRITER_S_ENV: f"{plan.writer_s:g}",
         "ONCEONLY_REORDER_WINDOW_MS": str(plan.window_ms),
         "ONCEONLY_WRITER_CONCURRENCY": str(plan.concurrency),

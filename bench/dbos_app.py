@@ -17,8 +17,8 @@ from urllib.parse import quote
 from agentmail import AgentMailEnvironment, AsyncAgentMail
 from dbos import DBOS, KafkaMessage
 
-from bench._counted_model import writer
 from bench._dbos_inbound import Inbound, parse
+from bench._model import counted as writer
 
 #: The app's name in DBOS (its system database is named by --database-url).
 APP_NAME = "onceonly-bench-dbos"

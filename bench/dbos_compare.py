@@ -14,7 +14,7 @@ from pathlib import Path
 from bench import _dbos_figures as fig
 from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
-from bench._counted_model import CALLS_ENV
+from bench._model import CALLS_ENV
 from bench._options import Float, Int, Opt, Values, with_partitions
 from bench._procs import Broker, console
 from bench._report import contended, verdict_report
@@ -23,7 +23,7 @@ from bench._runner import Scenario, command
 
 def worker_settings(opts: Values) -> dict[str, str]:
     return {
-        "ONCEONLY_REPLY_WRITER": "bench._counted_model:writer",
+        "ONCEONLY_REPLY_WRITER": "bench._model:counted",
         "ONCEONLY_REORDER_WINDOW_MS": "0",
         "ONCEONLY_WRITER_CONCURRENCY": str(opts.concurrency),
     }
