@@ -18,6 +18,7 @@ from bench._load import per_second, percentile
 from bench._options import Opt, Values
 from bench._proc_stack import scrape
 from bench._procs import Broker, console
+from bench._report import met
 from bench._runner import Scenario, command
 from testkit.invariants import most_in_window as most_in_window  # the checker's own
 
@@ -38,10 +39,6 @@ def mean_of(metrics: dict[str, float], histogram: str) -> float:
     """A Prometheus histogram's mean from its ``_sum`` and ``_count`` (nan with none)."""
     count = metrics.get(f"{histogram}_count", 0.0)
     return metrics.get(f"{histogram}_sum", math.nan) / count if count else math.nan
-
-
-def met(ok: bool) -> str:
-    return "yes" if ok else "**no**"
 
 
 async def run_rate(opts: Values, stack: Stack) -> list[str]:

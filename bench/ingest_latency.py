@@ -11,12 +11,12 @@ from pathlib import Path
 import aiohttp
 import click
 from prometheus_client.parser import text_string_to_metric_families
-from rich.table import Table
 
 from bench._load import percentile, webhook_secret
 from bench._openloop import build_generator
 from bench._options import Float, Int, Opt, Values
 from bench._procs import Broker, console, per_delivery_us, thread_seconds
+from bench._report import verdict_table
 from bench._runner import Scenario, command
 from bench._servers import local_url
 from bench.ingest import fixed_rate, ingest_server, warmed_topics
@@ -128,12 +128,7 @@ async def _sweep(
 
 
 def print_rows(rows: list[tuple[str, ...]]) -> None:
-    table = Table(title="ingest latency by arrival rate (open loop)")
-    for column in COLUMNS:
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    console.print("\n".join(verdict_table(COLUMNS, rows, verdict=False)), markup=False)
     console.print(
         "queued late, sent late: p99 ms after the scheduled time, of the generator's own "
         "queueing and of the send (after the wait for a free connection); µs: CPU per "

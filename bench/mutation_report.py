@@ -18,9 +18,10 @@ from pathlib import Path
 
 import click
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench._procs import ROOT
+from bench._report import RESULTS_DIR
+
 NOTES = Path(__file__).resolve().parent / "mutation_notes.toml"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 #: mutmut 3's exit codes (mutmut.__main__.status_by_exit_code); a timeout is a kill
 KILLED = {1, 3, -24, 24, 36, 152, 255}
