@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bench import _once
+from bench._once import PerMessage
 from onceonly.processors.runtime.progress import JOINED, JOINING
 
 #: The worker's peak RSS must stay under this (the issue: "under 1 GB"), in MiB.
@@ -111,40 +111,6 @@ def bucket_of(value: float, buckets: Sequence[tuple[float, float]]) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Once:
-    """Emails per thread's message, from the instant mail server's counts."""
-
-    expected: int
-    once: int  #: messages answered by exactly one email
-    missing: int  #: messages never answered
-    more: int  #: messages answered by more than one email
-    emails: int
-    requests: int  #: reply requests, replays of a key included
-    stray: int = 0  #: replied-to messages that are not the backlog's
-
-    @property
-    def ok(self) -> bool:
-        return self.once == self.expected and not self.missing and not self.more
-
-
-def answered_once(counts: Mapping[str, Sequence[int]], expected: Collection[str]) -> Once:
-    """``counts``: replied-to Message-ID -> [emails, requests] (``/_control/counts``), judged
-    by :func:`bench._once.verdict`."""
-    want = set(expected)
-    mine = {k: v for k, v in counts.items() if k in want}
-    judged = _once.verdict(want, {k: v[0] for k, v in mine.items()})
-    return Once(
-        expected=len(want),
-        once=_once.answered_once(judged),
-        missing=judged.count("missing"),
-        more=_once.doubled(judged),
-        emails=sum(v[0] for v in mine.values()),
-        requests=sum(v[1] for v in mine.values()),
-        stray=len(counts.keys() - want),
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class Plan:
     """What the run was asked for."""
 
@@ -201,7 +167,7 @@ class Outcome:
     last: float  #: ... of the last
     hwm_mb: float  #: the worker's VmHWM at the end
     peak_rss_mb: float  #: the largest VmRSS sampled
-    once: Once
+    emails: PerMessage  #: of every thread's message
     rebalances: Rebalances
     fence: list[tuple[float, float]] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
@@ -214,6 +180,7 @@ class Outcome:
     #: timer name -> (overlap warnings, longest run in s), from the worker's log
     overlaps: dict[str, tuple[int, float]] = field(default_factory=dict)
     tick: TickCost | None = None
+    sends: PerMessage = field(default_factory=lambda: PerMessage({}))  #: reply requests
 
     @property
     def drain_s(self) -> float:
@@ -227,7 +194,7 @@ class Outcome:
     def reply_rate(self) -> float:
         """Replies/s from the first reply to the last."""
         span = self.last - self.first
-        return (self.once.emails - 1) / span if span > 0 else math.nan
+        return (self.emails.total - 1) / span if span > 0 else math.nan
 
     @property
     def drain_rate(self) -> float:
@@ -254,5 +221,8 @@ class Outcome:
     @property
     def targets_met(self) -> bool:
         return (
-            self.drained and self.peak_mb < RSS_TARGET_MB and self.rebalances.none and self.once.ok
+            self.drained
+            and self.peak_mb < RSS_TARGET_MB
+            and self.rebalances.none
+            and self.emails.passed
         )

@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bench import _once
 from bench._load import per_second, percentile
+from bench._once import PerMessage
 from bench._report import fmt, met
 
 
@@ -45,53 +45,6 @@ def in_flight(calls: Sequence[Call], pid: int) -> int:
     begun = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "start")
     ended = Counter(c.message_id for c in calls if c.pid == pid and c.kind == "done")
     return sum((begun - ended).values())
-
-
-@dataclass(frozen=True, slots=True)
-class PerMessage:
-    """How many times something happened per message, over a set of messages."""
-
-    counts: dict[str, int]
-
-    @classmethod
-    def of(cls, messages: Iterable[str], seen: dict[str, int]) -> PerMessage:
-        return cls({m: seen.get(m, 0) for m in messages})
-
-    @property
-    def mean(self) -> float:
-        return sum(self.counts.values()) / len(self.counts) if self.counts else math.nan
-
-    @property
-    def most(self) -> int:
-        return max(self.counts.values(), default=0)
-
-    @property
-    def none(self) -> int:
-        """Messages where it never happened."""
-        return sum(1 for n in self.counts.values() if n == 0)
-
-    @property
-    def more_than_once(self) -> int:
-        return sum(1 for n in self.counts.values() if n > 1)
-
-    def describe(self) -> str:
-        """``mean (max M; K twice or more, Z never)``."""
-        if not self.counts:
-            return "n/a"
-        return (
-            f"{self.mean:.3f} (max {self.most}; {self.more_than_once} more than once, "
-            f"{self.none} never)"
-        )
-
-
-def emails(counts: dict[str, list[int]]) -> dict[str, int]:
-    """Emails per replied-to message, from the mail server's ``[emails, requests]``."""
-    return {m: pair[0] for m, pair in counts.items()}
-
-
-def requests(counts: dict[str, list[int]]) -> dict[str, int]:
-    """Reply requests per message (replays of a key included)."""
-    return {m: pair[1] for m, pair in counts.items()}
 
 
 @dataclass(slots=True)
@@ -165,7 +118,7 @@ def verdicts(a: SystemRun, b: SystemRun) -> dict[str, str]:
     return {
         "replies/s": met(a.replies_per_s >= b.replies_per_s),
         "p99": met(a.p(0.99) <= b.p(0.99)),
-        "emails": met(_once.verdict(a.emails.counts, a.emails.counts).passed),
+        "emails": met(a.emails.passed),
         "calls": met(a.calls.mean < b.calls.mean),
     }
 

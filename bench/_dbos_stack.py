@@ -14,6 +14,7 @@ from bench import _dbos_figures as fig
 from bench._agent_load import AgentBench
 from bench._load import thread_message
 from bench._model import CALLS_ENV
+from bench._once import PerMessage
 from bench._proc_records import Record, ingested
 from bench._proc_stack import base_env, kill_hard
 from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console, tree_pids
@@ -218,14 +219,14 @@ def count(
     """Emails, sends and model calls per message; the first reply after the restart."""
     counts: dict[str, list[int]] = c.bench.control("counts")
     calls = fig.parse_calls(c.calls_file.read_text(encoding="utf-8"))
-    run.emails = fig.PerMessage.of(everything, fig.emails(counts))
-    run.sends = fig.PerMessage.of(everything, fig.requests(counts))
-    run.calls = fig.PerMessage.of(run.kill_messages, fig.starts(calls))
+    run.emails = PerMessage.mailed(everything, counts)
+    run.sends = PerMessage.mailed(everything, counts, sends=True)
+    run.calls = PerMessage.of(run.kill_messages, fig.starts(calls))
     run.in_flight_at_kill = fig.in_flight(calls, killed)
     received = c.bench.received()
     after = [t for t in received.values() if t > restarted]
     run.first_reply_after_restart_s = min(after) - restarted if after else float("nan")
     run.unanswered_after_kill = sum(1 for m in run.kill_messages if m not in received)
-    steady_calls = fig.PerMessage.of(run.produced, fig.starts(calls))
+    steady_calls = PerMessage.of(run.produced, fig.starts(calls))
     if steady_calls.most != 1 or steady_calls.none:
         run.notes.append(f"model calls per message in the steady run: {steady_calls.describe()}")

@@ -4,7 +4,9 @@ mail server's emails per replied-to message."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from testkit.invariants import Email, Message, Observed, Verdict, check
 
@@ -32,3 +34,61 @@ def doubled(judged: Verdict) -> int:
 def answered_once(judged: Verdict) -> int:
     """Messages answered by exactly one email."""
     return judged.count("answered") - doubled(judged)
+
+
+@dataclass(frozen=True, slots=True)
+class PerMessage:
+    """How many times something happened per message, over a set of messages."""
+
+    counts: dict[str, int]
+
+    @classmethod
+    def of(cls, messages: Iterable[str], seen: Mapping[str, int]) -> PerMessage:
+        return cls({m: seen.get(m, 0) for m in messages})
+
+    @classmethod
+    def mailed(
+        cls, messages: Iterable[str], counts: Mapping[str, Sequence[int]], *, sends: bool = False
+    ) -> PerMessage:
+        """Emails (``sends``: reply requests, replays of a key included) per message, from
+        the instant mail server's ``/_control/counts``: message -> [emails, requests]."""
+        return cls.of(messages, {m: pair[1 if sends else 0] for m, pair in counts.items()})
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def mean(self) -> float:
+        return self.total / len(self.counts) if self.counts else math.nan
+
+    @property
+    def most(self) -> int:
+        return max(self.counts.values(), default=0)
+
+    @property
+    def none(self) -> int:
+        """Messages where it never happened."""
+        return sum(1 for n in self.counts.values() if n == 0)
+
+    @property
+    def once(self) -> int:
+        return sum(1 for n in self.counts.values() if n == 1)
+
+    @property
+    def more_than_once(self) -> int:
+        return sum(1 for n in self.counts.values() if n > 1)
+
+    @property
+    def passed(self) -> bool:
+        """Every message answered once, nothing doubled (of emails, by :func:`verdict`)."""
+        return verdict(self.counts, self.counts).passed
+
+    def describe(self) -> str:
+        """``mean (max M; K twice or more, Z never)``."""
+        if not self.counts:
+            return "n/a"
+        return (
+            f"{self.mean:.3f} (max {self.most}; {self.more_than_once} more than once, "
+            f"{self.none} never)"
+        )

@@ -22,7 +22,6 @@ from bench._backlog_figures import (
     Outcome,
     Plan,
     Sample,
-    answered_once,
     histogram_buckets,
     overlaps,
     rebalances,
@@ -32,6 +31,7 @@ from bench._backlog_records import measure as measure_tick
 from bench._backlog_report import section
 from bench._load import message_id
 from bench._model import WRITER_S_ENV
+from bench._once import PerMessage
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
 from bench._proc_stack import check_alive, group_rss_mb, poll, scrape
@@ -217,7 +217,7 @@ def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
         float(stats["last"]),
         hwm,
         watch.peak_rss_mb,
-        answered_once(counts, expected),
+        PerMessage.mailed(expected, counts),
         rebalances(log_text),
         histogram_buckets(metrics, FENCE_TO_SEND),
         {k: v for k, v in metrics.items() if k.startswith(KEPT) and "_created" not in k},
@@ -229,6 +229,7 @@ def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
         watch.samples[-1].t_s,
         overlaps(log_text),
         tick,
+        PerMessage.mailed(expected, counts, sends=True),
     )
 
 

@@ -9,13 +9,11 @@ import pytest
 
 from bench._backlog_figures import (
     RSS_TARGET_MB,
-    Once,
     Outcome,
     Plan,
     Rebalances,
     Sample,
     TickCost,
-    answered_once,
     bucket_of,
     histogram_buckets,
     histogram_quantile,
@@ -25,6 +23,7 @@ from bench._backlog_figures import (
 from bench._backlog_records import backlog_records, body_text
 from bench._backlog_report import fmt_overlaps, rows, section
 from bench._load import message_id
+from bench._once import PerMessage
 from bench._report import thin
 
 START = (
@@ -131,20 +130,20 @@ def test_no_observations_no_quantile() -> None:
 
 def test_emails_per_thread_missing_and_twice_and_stray() -> None:
     counts = {"<a>": [1, 1], "<b>": [2, 3], "<c>": [1, 2], "<z>": [1, 1]}
+    ids = ["<a>", "<b>", "<c>", "<d>"]
 
-    once = answered_once(counts, ["<a>", "<b>", "<c>", "<d>"])
+    emails, sends = PerMessage.mailed(ids, counts), PerMessage.mailed(ids, counts, sends=True)
 
-    assert once == Once(expected=4, once=2, missing=1, more=1, emails=4, requests=6, stray=1)
-    assert not once.ok
-    assert answered_once({"<a>": [1, 2]}, ["<a>"]).ok
+    assert (len(emails.counts), emails.once, emails.none, emails.more_than_once) == (4, 2, 1, 1)
+    assert (emails.total, sends.total) == (4, 6)
+    assert not emails.passed
+    assert PerMessage.mailed(["<a>"], {"<a>": [1, 2]}).passed
 
 
 def outcome(hwm_mb: float = 600.0, log: str = START, emails: int = 1) -> Outcome:
     plan = Plan(100, 50, 1.0, 2000, 64, 4096, 8)
-    once = answered_once(
-        {message_id("t", n): [emails, emails] for n in range(100)},
-        [message_id("t", n) for n in range(100)],
-    )
+    ids = [message_id("t", n) for n in range(100)]
+    mailed = PerMessage.mailed(ids, {m: [emails, emails] for m in ids})
     buckets = histogram_buckets(METRICS, "onceonly_fence_to_send_seconds")
     return Outcome(
         plan,
@@ -153,7 +152,7 @@ def outcome(hwm_mb: float = 600.0, log: str = START, emails: int = 1) -> Outcome
         last=1013.0,
         hwm_mb=hwm_mb,
         peak_rss_mb=500.0,
-        once=once,
+        emails=mailed,
         rebalances=rebalances(log),
         fence=buckets,
         counters={"onceonly_fenced_total": 0.0},

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import math
 
-from bench._dbos_figures import (
-    PerMessage,
-    SystemRun,
-    emails,
-    headers,
-    in_flight,
-    parse_calls,
-    requests,
-    rows,
-    starts,
-    verdicts,
-)
+from bench._dbos_figures import SystemRun, headers, in_flight, parse_calls, rows, starts, verdicts
+from bench._once import PerMessage
 from bench._report import verdict_table
 
 CALLS = (
@@ -57,8 +47,8 @@ def test_per_message_counts_every_message_asked_for_even_unseen_ones() -> None:
 
 def test_the_mail_servers_pairs_are_emails_then_requests() -> None:
     counts = {"<a>": [1, 3], "<b>": [2, 2]}
-    assert emails(counts) == {"<a>": 1, "<b>": 2}
-    assert requests(counts) == {"<a>": 3, "<b>": 2}
+    assert PerMessage.mailed(["<a>", "<b>"], counts).counts == {"<a>": 1, "<b>": 2}
+    assert PerMessage.mailed(["<a>", "<b>"], counts, sends=True).counts == {"<a>": 3, "<b>": 2}
 
 
 def _run(label: str, latency_s: float, gap_s: float, calls: dict[str, int]) -> SystemRun:
