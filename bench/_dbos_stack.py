@@ -16,8 +16,8 @@ from bench._load import thread_message
 from bench._model import CALLS_ENV
 from bench._once import PerMessage
 from bench._proc_records import Record, ingested
-from bench._proc_stack import base_env, kill_hard
-from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console, tree_pids
+from bench._proc_stack import base_env, kill_hard, tree_memory_mb
+from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console
 
 #: The DBOS app's interpreter: its own virtual environment (``make bench-dbos`` makes it).
 DBOS_PYTHON = ROOT / ".venv-dbos" / "bin" / "python"
@@ -80,21 +80,6 @@ class Feeder(threading.Thread):
             self.failed.append("records left unacknowledged after 60 s")
 
 
-def tree_pss_mb(pid: int) -> float:
-    """Proportional set size of a process tree, MB: shared pages (PostgreSQL's shared
-    buffers among its backends) counted once, split among the processes that map them."""
-    total_kb = 0
-    for member in tree_pids(pid):
-        try:
-            text = Path(f"/proc/{member}/smaps_rollup").read_text(encoding="ascii")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("Pss:"):
-                total_kb += int(line.split()[1])
-    return total_kb / 1024
-
-
 @dataclass
 class Contender:
     """One system under test: how to start it, and which processes are its own."""
@@ -123,7 +108,9 @@ class Contender:
     def memory(self) -> dict[str, float]:
         assert self.bench.worker is not None
         pids = {self.name: self.bench.worker.pid} | self.extra_pids
-        return {name: tree_pss_mb(pid) for name, pid in pids.items()}
+        return {
+            name: tree_memory_mb(pid, "smaps_rollup", ("Pss",))[0] for name, pid in pids.items()
+        }
 
 
 def start_onceonly(c: Contender) -> None:

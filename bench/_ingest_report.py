@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from bench._ingest_results import (
     OPEN_LOOP_FRACTIONS,
@@ -109,12 +110,7 @@ def rounds_lines(rounds: list[list[Run]]) -> list[str]:
     connections gave)."""
     if len(rounds) < 2:
         return connections_line(rounds)
-    keys = [run.key for run in rounds[0]]
-    peaks = "; ".join(
-        f"({key}) "
-        + ", ".join(fmt_rate(run.peak.rate) for rnd in rounds for run in rnd if run.key == key)
-        for key in keys
-    )
+    peaks = _by_server(rounds, lambda run: fmt_rate(run.peak.rate))
     each = [verdict(rnd) for rnd in rounds if any(run.key == "c" for run in rnd)]
     return [
         f"deliveries/s in each of the {len(rounds)} rounds, in order: {peaks}; the rows "
@@ -127,21 +123,22 @@ def rounds_lines(rounds: list[list[Run]]) -> list[str]:
     ]
 
 
+def _by_server(rounds: list[list[Run]], cell: Callable[[Run], str]) -> str:
+    """``(key) cell, cell, ...; ...``: each server's cells, round by round."""
+    keys = [run.key for run in rounds[0]]
+    return "; ".join(
+        f"({key}) " + ", ".join(cell(run) for rnd in rounds for run in rnd if run.key == key)
+        for key in keys
+    )
+
+
 def connections_line(rounds: list[list[Run]]) -> list[str]:
     """Each server's deliveries/s at each count of wrk's connections, round by round, and
     the count of its peak: nothing when the closed loops ran at one count."""
     if not any(len(run.tried) > 1 for rnd in rounds for run in rnd):
         return []
-    keys = [run.key for run in rounds[0]]
-    each = "; ".join(
-        f"({key}) "
-        + ", ".join(
-            "/".join(fmt_rate(rate) for _, rate in sorted(run.tried.items()))
-            for rnd in rounds
-            for run in rnd
-            if run.key == key
-        )
-        for key in keys
+    each = _by_server(
+        rounds, lambda run: "/".join(fmt_rate(run.tried[n]) for n in sorted(run.tried))
     )
     counts = "/".join(str(n) for n in sorted(rounds[0][0].tried))
     return [

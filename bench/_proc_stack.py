@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench._procs import BenchError, ServerProcess, alive
+from bench._procs import BenchError, ServerProcess, alive, tree_pids
 
 T = TypeVar("T")
 
@@ -89,26 +89,27 @@ def scrape(port: int) -> dict[str, float] | None:
     return out
 
 
-def group_rss_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) in MB summed over the process group led by ``pid`` (the worker and
-    any child it started)."""
-    rss = hwm = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def tree_memory_mb(pid: int, file: str, keys: tuple[str, ...]) -> list[float]:
+    """The kB figures ``keys`` of ``/proc/<pid>/<file>`` (VmRSS and VmHWM of ``status``, Pss
+    of ``smaps_rollup``: shared pages counted once, split among the processes that map
+    them), summed over ``pid`` and its live descendants, in MB."""
+    kb = dict.fromkeys(keys, 0)
+    for member in tree_pids(pid):
         try:
-            stat = (entry / "stat").read_text(encoding="ascii")
-            pgrp = int(stat.rsplit(")", 1)[1].split()[2])
-            if pgrp != pid:
-                continue
-            for line in (entry / "status").read_text(encoding="ascii").splitlines():
-                if line.startswith("VmRSS:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("VmHWM:"):
-                    hwm += int(line.split()[1])
-        except (OSError, ValueError, IndexError):
+            text = Path(f"/proc/{member}/{file}").read_text(encoding="ascii")
+        except OSError:
             continue
-    return rss / 1024, hwm / 1024
+        for line in text.splitlines():
+            name, _, value = line.partition(":")
+            if name in kb:
+                kb[name] += int(value.split()[0])
+    return [kb[key] / 1024 for key in keys]
+
+
+def group_rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MB of ``pid`` (the worker) and any child it started."""
+    rss, hwm = tree_memory_mb(pid, "status", ("VmRSS", "VmHWM"))
+    return rss, hwm
 
 
 def kill_hard(process: ServerProcess) -> None:
