@@ -159,7 +159,7 @@ def how(o: Outcome) -> list[str]:
         "drain time: from just before the worker was spawned (imports, group join and "
         "table recovery included) to the mail server's last send; the floor is "
         "threads x writer-s / concurrency, every writer slot busy from the first second",
-        "peak RSS: the worker's VmHWM at the end (its process group, /proc/<pid>/status), "
+        "peak RSS: the worker's VmHWM at the end (it and its children, /proc/<pid>/status), "
         f"the largest VmRSS sampled each second was {o.peak_rss_mb:,.0f} MiB",
         "rebalances: the worker's log, its `joining the consumer group` and `joined the "
         "consumer group` lines (one each at start-up) and any line of aiokafka's or "

@@ -291,7 +291,7 @@ def section(r: Results) -> Section:
         "(3) the same worker, still running: distinct Stripe `invoice.paid` events (one "
         f"invoice each) produced in batches of {FILL_CHUNK:,} (the next once half the last is "
         "recorded) until the wanted number or the time budget; RSS and peak (VmRSS, VmHWM) "
-        "summed over the worker's process group from `/proc/<pid>/status` 3 s after the last "
+        "summed over the worker and its children from `/proc/<pid>/status` 3 s after the last "
         'event; progress from `onceonly_skips_total{reason="no_handler"}`',
         "(4) SIGKILL (then SIGTERM) of the worker; a new process on the same data directory "
         "and app id; one new AgentMail event produced right after the spawn; time from the "
