@@ -173,18 +173,18 @@ def worker_counters(port: int) -> dict[str, float]:
 
 
 @dataclass(slots=True)
-class RunResult:
-    """One run (A or B): what was offered and what the mail server received."""
+class Run:
+    """One run: what was offered, what the mail server received, and the CPU meanwhile."""
 
     label: str
     rate: float
+    partitions: int
     messages: list[Message]
     offered: Offered
     received: dict[str, float]
-    cpu: dict[str, float] = field(default_factory=dict)
-    cpu_seconds: float = math.nan  #: the worker's CPU seconds over the window
-    settings: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float]  #: % of one core of each process over the window
+    seconds: float  #: the measured window: the load and its tail
+    metrics: dict[str, float]  #: the worker's counters at the end
 
     @property
     def normal(self) -> list[Message]:
@@ -224,9 +224,10 @@ class RunResult:
         got = self.received
         return per_second(got[m.message_id] for m in self.messages if m.message_id in got)
 
-    @property
-    def cpu_ms_per_reply(self) -> float:
-        return 1000 * self.cpu_seconds / self.answered if self.answered else math.nan
+    def cpu_ms_per_reply(self, *names: str) -> float:
+        """ms of CPU per reply of the processes ``names`` (the worker's if none)."""
+        percent = sum(self.cpu.get(n, 0.0) for n in names or ("worker",))
+        return 10 * percent * self.seconds / self.answered if self.answered else math.nan
 
     def p(self, q: float) -> float:
         return percentile(self.latencies, q)
@@ -245,19 +246,6 @@ class Setup:
     pids: dict[str, int] = field(default_factory=dict)  #: more processes to take the CPU of
     #: of the messages, those whose writer call hangs until the timeout (not waited for)
     hang_fraction: float = 0.0
-
-
-@dataclass(slots=True)
-class Run:
-    result: RunResult
-    partitions: int
-    seconds: float  #: the measured window: the load and its tail
-    #: CPU seconds of each process over the window (worker, ingest, mail, broker, ...)
-    cpu_s: dict[str, float]
-
-    def cpu_ms_per_reply(self, *names: str) -> float:
-        answered = self.result.answered
-        return 1000 * sum(self.cpu_s.get(n, 0.0) for n in names) / answered if answered else 0.0
 
 
 def run(setup: Setup, broker: Broker, work: Path) -> Run:
@@ -292,13 +280,19 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
             timeout_s = float(setup.worker["ONCEONLY_WRITER_TIMEOUT_S"])
             bench.worker_metric("onceonly_dead_letters_total", 4 * timeout_s, hanging)
         counters = worker_counters(bench.worker_port)
-    result = RunResult(setup.label, setup.rate, messages, offered, received, cpu.percent)
-    result.cpu_seconds = cpu.percent["worker"] / 100 * seconds
-    result.settings = setup.worker
-    result.metrics = counters
-    cpu_s = {name: percent / 100 * seconds for name, percent in cpu.percent.items()}
+    result = Run(
+        setup.label,
+        setup.rate,
+        setup.partitions,
+        messages,
+        offered,
+        received,
+        cpu.percent,
+        seconds,
+        counters,
+    )
     console.print(
         f"({setup.label}) {result.replies_per_s:.2f} replies/s, p50 {result.p(0.5):.2f} s, "
         f"p99 {result.p(0.99):.2f} s, {result.unanswered} unanswered"
     )
-    return Run(result, setup.partitions, seconds, cpu_s)
+    return result

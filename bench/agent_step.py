@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._agent_load import RunResult, Setup, run
+from bench._agent_load import Run, Setup, run
 from bench._model import LATENCY_S
 from bench._options import Float, Int, Opt, Values, with_partitions
 from bench._proc_phases import Bench
@@ -41,14 +41,14 @@ def worker_settings(opts: Values) -> dict[str, str]:
 
 @dataclass(slots=True)
 class Results:
-    a: RunResult | None = None
-    b: RunResult | None = None
+    a: Run | None = None
+    b: Run | None = None
     instant_ms: float = math.nan
     instant_rate: float = math.nan
     instant_cpu: str = ""
 
 
-def run_agent(opts: Values, broker: Broker, work: Path, label: str, fraction: float) -> RunResult:
+def run_agent(opts: Values, broker: Broker, work: Path, label: str, fraction: float) -> Run:
     """(A) or (B): the steady load through ingest and the worker (:func:`bench._agent_load.run`),
     ``fraction`` of the messages hanging."""
     count = int(opts.rate * opts.duration_s)
@@ -56,8 +56,8 @@ def run_agent(opts: Values, broker: Broker, work: Path, label: str, fraction: fl
     setup = Setup(
         label, opts.rate, count, opts.partitions, settings, tail_s=TAIL_S, hang_fraction=fraction
     )
-    result = run(setup, broker, work).result
-    console.print(f"({label}) {result.cpu_ms_per_reply:.2f} ms of worker CPU per reply")
+    result = run(setup, broker, work)
+    console.print(f"({label}) {result.cpu_ms_per_reply():.2f} ms of worker CPU per reply")
     return result
 
 
@@ -80,12 +80,12 @@ def rows(opts: Values, r: Results) -> list[tuple[str, str, str, str, str]]:
     replies_target = 0.8 * opts.concurrency / MEAN_WRITER_S
     p99_target_s = opts.window_ms / 1000 + LATENCY_S[1] + 1.0
 
-    def both(get: Callable[[RunResult], str]) -> tuple[str, str]:
+    def both(get: Callable[[Run], str]) -> tuple[str, str]:
         a = get(r.a) if r.a is not None else ""
         b = get(r.b) if r.b is not None else ""
         return a, b
 
-    def verdicts(ok: Callable[[RunResult], bool]) -> str:
+    def verdicts(ok: Callable[[Run], bool]) -> str:
         return ", ".join(f"{x.label}: {met(ok(x))}" for x in runs)
 
     out = [
@@ -121,7 +121,7 @@ def rows(opts: Values, r: Results) -> list[tuple[str, str, str, str, str]]:
             verdicts(lambda x: x.unanswered == 0),
         ),
         ("hanging messages answered", *both(lambda x: str(x.hang_answered)), "0", ""),
-        ("worker CPU per reply, ms", *both(lambda x: fmt(x.cpu_ms_per_reply, ".2f")), "", ""),
+        ("worker CPU per reply, ms", *both(lambda x: fmt(x.cpu_ms_per_reply(), ".2f")), "", ""),
     ]
     if not math.isnan(r.instant_ms):
         out.append(

@@ -100,22 +100,22 @@ def collect(opts: Values, broker: Broker, work: Path) -> Results:
 
 
 def _declined(x: Run) -> int:
-    return int(x.result.metrics.get('onceonly_writer_calls_total{outcome="declined"}', 0))
+    return int(x.metrics.get('onceonly_writer_calls_total{outcome="declined"}', 0))
 
 
 def measure_lines(opts: Values, runs: list[Run]) -> list[str]:
     """The (M) table: each run of the model beside the simulated writer."""
     cells: list[tuple[str, Callable[[Run], str], object]] = [
-        ("offered", lambda x: f"{len(x.result.messages)} at {x.result.rate:g}/s", "3,300 at 55/s"),
+        ("offered", lambda x: f"{len(x.messages)} at {x.rate:g}/s", "3,300 at 55/s"),
         (
             "replies/s per worker",
-            lambda x: fmt(x.result.replies_per_s, ".2f"),
+            lambda x: fmt(x.replies_per_s, ".2f"),
             SIMULATED["replies/s"],
         ),
-        ("p50 204 → reply, s", lambda x: fmt(x.result.p(0.5), ".2f"), SIMULATED["p50 s"]),
-        ("p99 204 → reply, s", lambda x: fmt(x.result.p(0.99), ".2f"), SIMULATED["p99 s"]),
+        ("p50 204 → reply, s", lambda x: fmt(x.p(0.5), ".2f"), SIMULATED["p50 s"]),
+        ("p99 204 → reply, s", lambda x: fmt(x.p(0.99), ".2f"), SIMULATED["p99 s"]),
         ("declined by the model (NO_REPLY)", lambda x: str(_declined(x)), "-"),
-        ("unanswered, not declined", lambda x: str(x.result.unanswered - _declined(x)), "0"),
+        ("unanswered, not declined", lambda x: str(x.unanswered - _declined(x)), "0"),
         ("model server CPU per reply, ms", lambda x: fmt(x.cpu_ms_per_reply("model"), ".0f"), "-"),
         (
             "worker CPU per reply, ms (idle included)",
@@ -123,7 +123,7 @@ def measure_lines(opts: Values, runs: list[Run]) -> list[str]:
             "7.77",
         ),
     ]
-    names = (f"SmolLM2-135M, {x.result.label}" for x in runs)
+    names = (f"SmolLM2-135M, {x.label}" for x in runs)
     headers = ("figure", *names, "simulated writer (1 s ± 20 %)")
     rows = [(name, *(cell(x) for x in runs), str(simulated)) for name, cell, simulated in cells]
     lines = [
@@ -144,9 +144,9 @@ def measure_lines(opts: Values, runs: list[Run]) -> list[str]:
     ]
     for x in runs:
         lines.append(
-            f"- {x.result.label}: CPU over the run, % of one core: "
-            + f"{fmt_cpu(x.result.cpu)}; worker counters: "
-            + ", ".join(f"{k} = {v:g}" for k, v in sorted(x.result.metrics.items()))
+            f"- {x.label}: CPU over the run, % of one core: "
+            + f"{fmt_cpu(x.cpu)}; worker counters: "
+            + ", ".join(f"{k} = {v:g}" for k, v in sorted(x.metrics.items()))
         )
     return lines
 

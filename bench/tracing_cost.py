@@ -135,7 +135,7 @@ def _mean(runs: list[Run], get: Any) -> float:
 
 def _replies(x: Run) -> int:
     """Replies in a run's receiver window: the measured ones and the warm-up's."""
-    return x.result.answered + 2 * x.partitions
+    return x.answered + 2 * x.partitions
 
 
 def rows(r: Results) -> list[tuple[str, str, str, str]]:
@@ -160,10 +160,10 @@ def rows(r: Results) -> list[tuple[str, str, str, str]]:
             lambda x: x.cpu_ms_per_reply("ingest", "worker"),
             ".3f",
         ),
-        line("(2) replies/s", lambda x: x.result.replies_per_s, ".1f"),
-        line("(2) p50 204 → reply, s", lambda x: x.result.p(0.5), ".3f"),
-        line("(2) p99 204 → reply, s", lambda x: x.result.p(0.99), ".3f"),
-        line("(2) unanswered", lambda x: x.result.unanswered, ".0f"),
+        line("(2) replies/s", lambda x: x.replies_per_s, ".1f"),
+        line("(2) p50 204 → reply, s", lambda x: x.p(0.5), ".3f"),
+        line("(2) p99 204 → reply, s", lambda x: x.p(0.99), ".3f"),
+        line("(2) unanswered", lambda x: x.unanswered, ".0f"),
         line("(2) spans received per reply", lambda x: r.spans[id(x)] / _replies(x), ".2f"),
     ]
     return out
@@ -174,11 +174,11 @@ def per_run(r: Results) -> list[str]:
     for mode in ("off", "on"):
         for x in r.runs[mode]:
             lines.append(
-                f"{x.result.label}: {x.result.answered:,} answered in {x.seconds:.1f} s, "
+                f"{x.label}: {x.answered:,} answered in {x.seconds:.1f} s, "
                 f"ingest {x.cpu_ms_per_reply('ingest'):.3f} + worker "
                 f"{x.cpu_ms_per_reply('worker'):.3f} ms CPU per reply, p50 "
-                f"{x.result.p(0.5):.3f} s, p99 {x.result.p(0.99):.3f} s, "
-                f"{r.spans[id(x)]:,} spans; CPU % of one core: " + fmt_cpu(x.result.cpu)
+                f"{x.p(0.5):.3f} s, p99 {x.p(0.99):.3f} s, "
+                f"{r.spans[id(x)]:,} spans; CPU % of one core: " + fmt_cpu(x.cpu)
             )
     return lines
 
