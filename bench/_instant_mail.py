@@ -1,16 +1,13 @@
 """The instant mail server: AgentMail's reply endpoint answered at once, ``python -m
-bench._instant_mail --port N``. It counts what it is sent: ``/_control/stats``,
+bench._servers mail --port N``. It counts what it is sent: ``/_control/stats``,
 ``/_control/received`` (first arrival per message), ``/_control/counts`` (emails and
 requests per message), ``/_control/texts``; an empty thread and a one-message thread for
 a reconciling worker; ``/healthz``."""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
 import json
-import signal
 import time
 from urllib.parse import unquote
 
@@ -117,43 +114,9 @@ async def thread(request: web.Request) -> web.StreamResponse:
     )
 
 
-async def healthz(request: web.Request) -> web.StreamResponse:
-    return web.json_response({"status": "ok"})
-
-
-async def serve(host: str, port: int) -> None:
+def routes(app: web.Application) -> None:
+    """The instant mail server's routes on ``app`` (``python -m bench._servers mail``)."""
     outbox = Outbox()
-    app = web.Application()
     app.router.add_post("/v0/{tail:.*}", outbox.reply)
     app.router.add_get("/_control/{what}", outbox.control)
-    app.router.add_get("/healthz", healthz)
     app.router.add_get("/v0/{tail:.*}", thread)
-    await serve_until_stopped(app, host, port)
-
-
-async def serve_until_stopped(app: web.Application, host: str, port: int) -> None:
-    """Serve ``app`` on ``host:port`` until SIGINT or SIGTERM (bench._servers' servers too)."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench._instant_mail")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port))
-
-
-if __name__ == "__main__":
-    main()

@@ -26,7 +26,7 @@ from bench._proc_stack import (
     kill_hard,
     poll,
     scrape,
-    serve,
+    serve_mail,
     wait_progress,
 )
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, create_topics
@@ -35,8 +35,6 @@ from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console, 
 RESTART_STALL_S = 900.0
 
 
-#: The instant mail server's module (the AgentMail API the worker replies to).
-MAIL = "bench._instant_mail"
 NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
 #: Stripe events produced at a time in (3): the next batch goes out once half is consumed.
 FILL_CHUNK = 20_000
@@ -195,7 +193,7 @@ class Bench:
         from devstack.ports import free_port
 
         self.worker_port = free_port()
-        self.mail, self.mail_port = serve("instant mail server", MAIL, self.work / "mail.log")
+        self.mail, self.mail_port = serve_mail(self.work / "mail.log")
 
     def worker_metric(self, name: str, timeout_s: float = 30.0, want: float | None = None) -> float:
         """A sample of the worker's /metrics; waits for it to reach ``want`` if given."""

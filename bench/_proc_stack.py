@@ -51,13 +51,13 @@ def ingest_env(
     }
 
 
-def serve(name: str, module: str, log: Path) -> tuple[ServerProcess, int]:
-    """``python -m <module> --port <a free port>`` started and answering ``/healthz``: the
-    process (the caller stops it) and its port."""
+def serve(name: str, module: str, log: Path, *args: str) -> tuple[ServerProcess, int]:
+    """``python -m <module> <args> --port <a free port>`` started and answering ``/healthz``:
+    the process (the caller stops it) and its port."""
     from devstack.ports import free_port
 
     port = free_port()
-    argv = [sys.executable, "-m", module, "--port", str(port)]
+    argv = [sys.executable, "-m", module, *args, "--port", str(port)]
     process = ServerProcess(name, argv, base_env({}), log)
     process.start()
     try:
@@ -66,6 +66,11 @@ def serve(name: str, module: str, log: Path) -> tuple[ServerProcess, int]:
         process.stop()
         raise
     return process, port
+
+
+def serve_mail(log: Path) -> tuple[ServerProcess, int]:
+    """The instant mail server (:mod:`bench._instant_mail`), as :func:`serve` starts it."""
+    return serve("instant mail server", "bench._servers", log, "mail")
 
 
 def get_json(url: str, timeout_s: float = 2.0) -> Any:

@@ -1,7 +1,8 @@
-"""The baseline servers of the ingest benchmark, each its own process:
-``python -m bench._servers bare|svix|postgres --port N [--dsn DSN --pool-size P]``:
-(a) answers 204, (b) + Svix verification, (d) + ``INSERT ... ON CONFLICT DO NOTHING``
-through asyncpg, awaited before the 204. Set up as ingest's site; ``GET /healthz``."""
+"""The benchmarks' servers, each its own process:
+``python -m bench._servers bare|svix|postgres|mail --port N [--dsn DSN --pool-size P]``:
+the ingest benchmark's baselines, (a) answers 204, (b) + Svix verification, (d) +
+``INSERT ... ON CONFLICT DO NOTHING`` through asyncpg, awaited before the 204, set up as
+ingest's site; and the instant mail server (:mod:`bench._instant_mail`). ``GET /healthz``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from bench._instant_mail import healthz, serve_until_stopped
 from onceonly.ingest.exceptions import VerificationError
 from onceonly.ingest.verify import verify_svix
 
@@ -101,43 +102,54 @@ def pg_pool(dsn: str, size: int) -> Callable[[web.Application], AsyncIterator[No
     return context
 
 
-async def serve(
-    handler: Handler,
-    host: str,
-    port: int,
-    contexts: tuple[Callable[[web.Application], AsyncIterator[None]], ...] = (),
-) -> None:
-    app = web.Application()
-    app.cleanup_ctx.extend(contexts)
-    app.router.add_post(ROUTE, handler)
-    app.router.add_get("/healthz", healthz)
-    await serve_until_stopped(app, host, port)
+async def healthz(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"status": "ok"})
+
+
+async def serve_until_stopped(app: web.Application, host: str, port: int) -> None:
+    """Serve ``app`` on ``host:port`` until SIGINT or SIGTERM."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench._servers")
-    parser.add_argument("kind", choices=("bare", "svix", "postgres"))
+    parser.add_argument("kind", choices=("bare", "svix", "postgres", "mail"))
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dsn", help="PostgreSQL to insert into (postgres only)")
     parser.add_argument("--pool-size", type=int, default=16, help="asyncpg connections")
     args = parser.parse_args(argv)
-    contexts: tuple[Callable[[web.Application], AsyncIterator[None]], ...] = ()
-    if args.kind == "bare":
-        handler: Handler = bare
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    if args.kind == "mail":
+        from bench._instant_mail import routes
+
+        routes(app)
+    elif args.kind == "bare":
+        app.router.add_post(ROUTE, bare)
     else:
         secret = os.environ.get(SECRET_VARIABLE)
         if not secret:
             parser.error(f"{SECRET_VARIABLE} must hold the whsec_ secret the load is signed with")
         if args.kind == "svix":
-            handler = svix_only(secret)
+            app.router.add_post(ROUTE, svix_only(secret))
         else:
             if not args.dsn:
                 parser.error("postgres needs --dsn")
-            handler = postgres_insert(secret)
-            contexts = (pg_pool(args.dsn, args.pool_size),)
+            app.router.add_post(ROUTE, postgres_insert(secret))
+            app.cleanup_ctx.append(pg_pool(args.dsn, args.pool_size))
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(handler, args.host, args.port, contexts))
+        asyncio.run(serve_until_stopped(app, args.host, args.port))
 
 
 if __name__ == "__main__":

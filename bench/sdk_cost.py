@@ -10,9 +10,8 @@ from pathlib import Path
 
 import click
 
-from bench._proc_phases import MAIL
 from bench._proc_report import sdk_cost_pair
-from bench._proc_stack import serve
+from bench._proc_stack import serve_mail
 from bench._procs import console
 
 
@@ -22,7 +21,7 @@ from bench._procs import console
 def main(calls: int, rounds: int) -> None:
     """Time the SDK's reply call both ways; print ms of CPU per reply and the ratio."""
     with tempfile.TemporaryDirectory() as work:
-        mail, port = serve("instant mail server", MAIL, Path(work) / "mail.log")
+        mail, port = serve_mail(Path(work) / "mail.log")
         try:
             direct, whole = sdk_cost_pair(f"http://127.0.0.1:{port}", calls, rounds)
         finally:

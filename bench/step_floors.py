@@ -238,11 +238,10 @@ async def commit_floors(opts: Values, bootstrap: str, topic: str) -> dict[str, f
 def sdk_floor(opts: Values, work: Path) -> float:
     """bench.sdk_cost's figure: µs of CPU per ``AgentMailSender.reply`` (the direct path) to
     the instant mail server, the median of ``--rounds`` runs."""
-    from bench._proc_phases import MAIL
     from bench._proc_report import sdk_cost_ms
-    from bench._proc_stack import serve
+    from bench._proc_stack import serve_mail
 
-    mail, port = serve("instant mail server", MAIL, work / "mail.log")
+    mail, port = serve_mail(work / "mail.log")
     try:
         runs = [sdk_cost_ms(f"http://127.0.0.1:{port}", opts.sdk_calls) for _ in range(opts.rounds)]
         return 1000 * statistics.median(runs)
