@@ -7,15 +7,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import _dbos_figures as fig
 from bench._agent_load import AgentBench
-from bench._load import thread_message
 from bench._model import CALLS_ENV
 from bench._once import PerMessage
-from bench._proc_records import Record, ingested
+from bench._proc_records import Record
 from bench._proc_stack import base_env, kill_hard, tree_memory_mb
 from bench._procs import ROOT, BenchError, CpuWindow, ServerProcess, console
 
@@ -28,17 +26,6 @@ TAIL_S, KILL_TAIL_S = 90.0, 300.0
 KILL_STALL_S = 150.0
 
 Message = tuple[str, Record]  #: (Message-ID, the record ingest would produce)
-
-
-def envelopes(tag: str, count: int, start: int = 0) -> list[Message]:
-    """``count`` distinct AgentMail ``message.received`` records, each in a thread of its
-    own, as ingest produces them (the envelope, keyed by thread)."""
-    now = datetime.now(UTC)
-    out: list[Message] = []
-    for n in range(start, start + count):
-        message_id, body = thread_message(tag, n, now)
-        out.append((message_id, ingested(body, now)))
-    return out
 
 
 class Feeder(threading.Thread):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from bench._load import agentmail_body
+from bench._load import agentmail_body, thread_message
 from bench._procs import BenchError, console, security
 
 if TYPE_CHECKING:
@@ -33,12 +33,26 @@ def ingested(body: str | bytes, now: datetime) -> Record:
     return as_record(normalise.agentmail(text, {}, now))
 
 
-def agentmail_records(count: int, start: int = 0) -> Iterator[Record]:
+def agentmail_records(
+    count: int, start: int = 0, message_id: Callable[[int], str] | None = None
+) -> Iterator[Record]:
     """What ingest produces for ``count`` distinct AgentMail ``message.received`` events
-    (~1.5 KB bodies, 1024 threads, every message and event id distinct)."""
+    (~1.5 KB bodies, 1024 threads, every message and event id distinct; message ``n``'s
+    Message-ID ``message_id(n)`` if given, else a random one)."""
     now = datetime.now(UTC)
     for n in range(start, start + count):
-        yield ingested(agentmail_body(n, now), now)
+        mid = message_id(n) if message_id is not None else None
+        yield ingested(agentmail_body(n, now, message_id=mid), now)
+
+
+def thread_records(tag: str, numbers: Iterable[int]) -> Iterator[tuple[str, Record]]:
+    """(Message-ID, record) of the ``n``-th message of a run tagged ``tag``, for each of
+    ``numbers``: alone in a thread of its own (:func:`bench._load.thread_message`), the
+    record ingest produces for it."""
+    now = datetime.now(UTC)
+    for n in numbers:
+        message_id, body = thread_message(tag, n, now)
+        yield message_id, ingested(body, now)
 
 
 def stripe_records(count: int, tag: str) -> Iterator[Record]:

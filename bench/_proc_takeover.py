@@ -7,14 +7,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench._load import agentmail_body
-from bench._proc_records import Record, ingested, produce_on
+from bench._proc_records import produce_on, thread_records
 from bench._proc_stack import group_rss_mb, kill_hard, wait_progress
 from bench._procs import BenchError, ServerProcess, console, cpu_seconds
 from onceonly.processors.runtime.progress import JOINED, READY, RECOVERED
@@ -83,21 +81,12 @@ def read_marks(t: Takeover, log_path: Path, since: float) -> None:
     t.ready_s = next((s for s, msg, _ in lines if msg.startswith(READY)), math.nan)
 
 
-def probe_records(label: str, partitions: list[int]) -> Iterator[tuple[int, str, Record]]:
-    """(partition, Message-ID, record) of one new AgentMail event per partition."""
-    now = datetime.now(UTC)
-    for p in partitions:
-        message_id = f"<{label}-{p}@takeover.bench>"
-        body = agentmail_body(10**9 + p, now, thread_id=f"thr_{label}_{p}", message_id=message_id)
-        yield p, message_id, ingested(body, now)
-
-
 def probe(bench: Any, label: str, partitions: list[int]) -> dict[int, str]:
     """Produce one probe per partition (on that partition); partition -> Message-ID."""
-    probes = list(probe_records(label, partitions))
-    records = ((p, record) for p, _, record in probes)
+    probes = dict(zip(partitions, thread_records(label, partitions), strict=True))
+    records = ((p, record) for p, (_, record) in probes.items())
     produce_on(bench.bootstrap, bench.deliveries, records, "the takeover probes")
-    return {p: message_id for p, message_id, _ in probes}
+    return {p: message_id for p, (message_id, _) in probes.items()}
 
 
 def answered(bench: Any, ids: dict[int, str]) -> dict[int, float]:

@@ -16,6 +16,7 @@ from bench import _dbos_stack as stack
 from bench._agent_load import AgentBench
 from bench._model import CALLS_ENV
 from bench._options import Float, Int, Opt, Values, with_partitions
+from bench._proc_records import thread_records
 from bench._procs import Broker, console
 from bench._report import contended, verdict_report
 from bench._runner import Scenario, command
@@ -42,9 +43,9 @@ class Load:
         steady_n = int(opts.rate * opts.duration_s)
         kill_n = int(opts.rate * opts.kill_duration_s)
         return cls(
-            stack.envelopes(f"{tag}w", 2 * opts.partitions),
-            stack.envelopes(tag, steady_n),
-            stack.envelopes(tag, kill_n, start=steady_n),
+            list(thread_records(f"{tag}w", range(2 * opts.partitions))),
+            list(thread_records(tag, range(steady_n))),
+            list(thread_records(tag, range(steady_n, steady_n + kill_n))),
         )
 
     @property

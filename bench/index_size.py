@@ -20,7 +20,7 @@ import click
 
 from bench._load import percentile
 from bench._options import Opt, Values
-from bench._proc_records import Record, produce
+from bench._proc_records import Record, agentmail_records, produce
 from bench._procs import (
     ROOT,
     BenchError,
@@ -52,18 +52,6 @@ def ledger_records(count: int, drafts: int) -> Iterator[Record]:
             sent_message_id=None if state is ReplyState.AWAITING else f"sent-{n}", usage=usage,
         )  # fmt: skip
         yield key.encode(), record.encode(), []
-
-
-def delivery_records(count: int) -> Iterator[Record]:
-    """``count`` AgentMail deliveries as ingest produces them (keyed by thread, with the
-    envelope's headers); message ``n`` is ``<m{n}@example.com>``, the message the ledger's
-    reply ``n`` answers."""
-    from bench._load import agentmail_body
-    from bench._proc_records import ingested
-
-    now = datetime.now(UTC)
-    for n in range(count):
-        yield ingested(agentmail_body(n, now, message_id=f"<m{n}@example.com>"), now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +158,9 @@ def write(
     console.print(f"wrote {records:,} ledger records ({drafts} drafts) in {seconds:.1f} s")
     if deliveries:
         topic = topics["ONCEONLY_DELIVERIES_TOPIC"]
-        seconds = produce(broker.bootstrap, topic, delivery_records(deliveries), deliveries)
+        ids = "<m{}@example.com>".format  # message n is the one the ledger's reply n answers
+        records = agentmail_records(deliveries, message_id=ids)
+        seconds = produce(broker.bootstrap, topic, records, deliveries)
         console.print(f"wrote {deliveries:,} deliveries in {seconds:.1f} s")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from bench._dbos_inbound import Inbound, parse
-from bench._dbos_stack import envelopes
+from bench._proc_records import thread_records
 from onceonly.processors.writer.contract import reply_key
 
 
@@ -15,7 +15,7 @@ def test_the_dbos_apps_key_is_onceonlys_reply_key() -> None:
 
 
 def test_it_reads_the_message_of_an_envelope_as_ingest_produces_it() -> None:
-    [(message_id, (_key, value, _headers))] = envelopes("t", 1, start=7)
+    [(message_id, (_key, value, _headers))] = thread_records("t", [7])
     inbound = parse(value)
     assert inbound is not None
     assert inbound.message_id == message_id == "<t-000007@mail.example.com>"
@@ -24,7 +24,7 @@ def test_it_reads_the_message_of_an_envelope_as_ingest_produces_it() -> None:
 
 
 def test_any_other_event_is_not_a_message_to_answer() -> None:
-    [(_id, (_key, value, _headers))] = envelopes("t", 1)
+    [(_id, (_key, value, _headers))] = thread_records("t", [0])
     envelope = json.loads(value)
     envelope["event_type"] = "message.sent"
     assert parse(json.dumps(envelope).encode()) is None
