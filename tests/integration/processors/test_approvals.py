@@ -432,3 +432,33 @@ async def test_approving_a_draft_a_newer_draft_covers_is_refused_and_the_newer_s
     assert json.loads(approved.stdout)["status"] == "applied", approved.stdout
     assert [e.text for e in stack.mail.outbox] == [text]
     assert ledger_records(stack)[old.key].covered_by == newer
+
+
+async def test_a_late_newer_draft_covering_a_message_already_sent_is_written_again_without_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # F28's crossed writers, the third order: m1's draft approved and sent, then a late
+    # writer's m2 draft covering m1 lands. Given m2, the worker writes m2's draft again
+    # without m1; approved, it answers m2 alone: one email for each message
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    worker = _worker(stack)
+    old = await _draft(stack)
+    onceonly(stack, "approvals", "approve", old.key, "--by", "ana")
+    await stack.until_sent(1)
+    worker.stop()
+    late = _m2_of(old, reply_text="m2's late draft, covering m1", covers=(old.key,))
+    await stack.producer.produce(
+        stack.settings.ledger_topic, late.encode(), key=late.key.encode(), partition=0
+    )
+    _worker(stack, "w2")
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+
+    def rewritten() -> bool:
+        record = ledger_records(stack).get(late.key)
+        return record is not None and record.reply_text != late.reply_text
+
+    await until(stack, rewritten, "m2's draft written again")
+    assert ledger_records(stack)[late.key].covers == ()
+    onceonly(stack, "approvals", "approve", late.key, "--by", "ana")
+    await stack.until_sent(2)
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<m1@x>", "<m2@x>"]
