@@ -536,12 +536,21 @@ async def _crossed(mail: FakeAgentMail) -> tuple[Conversation, str, str]:
     _, pipeline = _noting(mail)
     old = await _drafted(mail, pipeline)
     _delivery(mail, 2)  # m2 in the thread
+    return pipeline, old, await _landed_m2(pipeline, old)
+
+
+async def _landed_m2(pipeline: Conversation, old: str, **fields: Any) -> str:
+    """Another writer's draft of m2 covering m1 (``old``; ``fields`` changed), landed in
+    the ledger: its key."""
     ledger = pipeline.parts.ledger
     newer = replace(
-        ledger.get(old), key=reply_key(INBOX, "<m2@example.com>"), message_id="<m2@example.com>"
+        ledger.get(old),
+        key=reply_key(INBOX, "<m2@example.com>"),
+        message_id="<m2@example.com>",
+        **{"reply_text": "m2's draft, covering m1", "covers": (old,), **fields},
     )
-    await ledger.put(replace(newer, reply_text="m2's draft, covering m1", covers=(old,)))
-    return pipeline, old, newer.key
+    await ledger.put(newer)
+    return str(newer.key)
 
 
 async def test_approving_a_draft_a_newer_draft_covers_is_refused_naming_it(
@@ -580,14 +589,10 @@ async def test_approving_a_draft_a_newer_draft_listed_before_it_covers_is_refuse
     mail.seed_message(INBOX, message_id="<m2@example.com>", thread_id="thr-a", timestamp=at)
     _, pipeline = _noting(mail)
     old = await _drafted(mail, pipeline)  # m1, seeded after m2 at the same time
-    ledger = pipeline.parts.ledger
-    newer = replace(
-        ledger.get(old), key=reply_key(INBOX, "<m2@example.com>"), message_id="<m2@example.com>"
-    )
-    await ledger.put(replace(newer, reply_text="m2's draft, covering m1", covers=(old,)))
+    newer = await _landed_m2(pipeline, old)
 
     await decide(pipeline.parts, _decision(old, "d-old"))
-    await decide(pipeline.parts, _decision(newer.key, "d-new"))
+    await decide(pipeline.parts, _decision(newer, "d-new"))
 
     assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]  # m1 answered once
 
@@ -614,15 +619,11 @@ async def test_a_newer_reply_whose_send_failed_does_not_block_approving_the_olde
     pipeline = mail_pipeline(mail, "always", writer=write, dead_letters=letters)
     old = await _drafted(mail, pipeline)
     _delivery(mail, 2)
-    ledger = pipeline.parts.ledger
-    newer = replace(
-        ledger.get(old), key=reply_key(INBOX, "<m2@example.com>"), message_id="<m2@example.com>"
-    )
-    await ledger.put(replace(newer, reply_text="m2's draft, covering m1", covers=(old,)))
+    newer = await _landed_m2(pipeline, old)
     mail.fail_next(10, 503)
-    await decide(pipeline.parts, _decision(newer.key, "d-new"))
+    await decide(pipeline.parts, _decision(newer, "d-new"))
     mail.fail_next(0)
-    assert ledger.get(newer.key).state is ReplyState.FAILED
+    assert pipeline.parts.ledger.get(newer).state is ReplyState.FAILED
 
     await decide(pipeline.parts, _decision(old, "d-old"))
 
@@ -639,22 +640,14 @@ async def test_a_late_newer_draft_covering_a_message_answered_apart_is_written_a
     old = await _drafted(mail, pipeline)
     await decide(pipeline.parts, _decision(old, "d-old"))
     second = _delivery(mail, 2)
-    ledger = pipeline.parts.ledger
-    late = replace(
-        ledger.get(old),
-        key=reply_key(INBOX, "<m2@example.com>"),
-        message_id="<m2@example.com>",
-        state=ReplyState.AWAITING,
-        approval=None,
-        sent_message_id=None,
-    )
-    await ledger.put(replace(late, reply_text="m2's late draft, covering m1", covers=(old,)))
+    unsent = {"state": ReplyState.AWAITING, "approval": None, "sent_message_id": None}
+    late = await _landed_m2(pipeline, old, reply_text="m2's late draft, covering m1", **unsent)
 
     await pipeline.act([second], {})
-    await decide(pipeline.parts, _decision(late.key, "d-new"))
+    await decide(pipeline.parts, _decision(late, "d-new"))
 
     assert seen[1:] == [["message 2"]]
-    assert ledger.get(late.key).covers == ()
+    assert pipeline.parts.ledger.get(late).covers == ()
     assert [e.replied_to_message_id for e in mail.outbox] == [
         "<m1@example.com>",
         "<m2@example.com>",
