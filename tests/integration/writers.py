@@ -8,6 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from onceonly.processors.writer.contract import Inbound
@@ -78,7 +79,8 @@ async def model(burst: Any) -> Any:
     ``HANG`` never returns, ``SLOW=<s>`` takes that long, ``DECLINE`` returns None,
     ``EFFECT`` labels the message once through ``burst.effects``, ``HISTORY`` writes the
     thread's earlier messages into the reply. Otherwise it takes
-    ``ONCEONLY_TEST_WRITER_DELAY_S`` (default 0.2 s).
+    ``ONCEONLY_TEST_WRITER_DELAY_S`` (default 0.2 s), after waiting at the gate
+    (:func:`_gate`) when ``ONCEONLY_TEST_WRITER_GATE`` is set.
     """
     latest = burst[-1]
     text = latest.text or ""
@@ -89,6 +91,7 @@ async def model(burst: Any) -> Any:
     if "EFFECT" in text:
         await burst.effects.once("label", {"message": latest.message_id}, _record_effect)
     try:
+        await _gate()
         await asyncio.sleep(3600 if "HANG" in text else delay)
     except asyncio.CancelledError:
         _log_call("cancelled", burst)
@@ -106,6 +109,32 @@ async def model(burst: Any) -> Any:
     if os.environ.get("ONCEONLY_TEST_WRITER_VARY"):  # a sampled model: never the same text
         text += f" ({uuid.uuid4().hex[:8]})"
     return text
+
+
+async def _gate() -> None:
+    """The n-th call (the n-th start in the writer's log) waits until the file
+    ONCEONLY_TEST_WRITER_GATE names holds a number of at least n: the test lets the calls
+    through one by one (or all at once). Unset: no wait."""
+    gate = os.environ.get("ONCEONLY_TEST_WRITER_GATE")
+    if not gate:
+        return
+    call = _starts()
+    while _let_through(gate) < call:
+        await asyncio.sleep(0.1)
+
+
+def _let_through(gate: str) -> int:
+    """How many calls the gate lets through (0: none yet; a file being written reads so)."""
+    try:
+        return int(Path(gate).read_text().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def _starts() -> int:
+    """How many calls the writer's log records begun (this one's included)."""
+    with open(os.environ["ONCEONLY_TEST_WRITER_LOG"]) as lines:
+        return sum(1 for line in lines if json.loads(line)["event"] == "start")
 
 
 def _record_effect(key: str) -> str:
