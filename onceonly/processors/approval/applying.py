@@ -24,6 +24,7 @@ import structlog
 from onceonly.processors.approval.decisions import (
     Answer,
     answered_apart,
+    answers_apart,
     apply,
     attached,
     covering_reply,
@@ -244,6 +245,9 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     for draft in drafts:
         log.info("draft superseded by a newer message", key=draft.key, newer=target.key)
     rewrite = {k for d in drafts for k in (d.key, *(d.covers or ())) if k in by_key}
+    # never a message a draft covered whose own reply answers it apart (F28's crossed
+    # writers: the older draft sent before a late newer draft covering it landed)
+    rewrite = {k for k in rewrite if not answers_apart(ledger.get(k))}
     # and every message whose chain of covers reaches a draft written again or a new
     # message, whether that draft's writer saw it or not (F32)
     rewrite |= attached(ledger.get, [*by_key, *keys], {*rewrite, *new}) | (new & keys)

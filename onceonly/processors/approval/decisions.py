@@ -208,13 +208,23 @@ def covering_reply(
 
 
 def answered_apart(get: Callable[[str], ReplyRecord | None], draft: ReplyRecord | None) -> bool:
-    """Whether ``draft`` covers a message whose own reply answers it apart: *sent*, or
-    about to be (*pending*). A newer message's reply never covers such a message, except
+    """Whether ``draft`` covers a message whose own reply answers it apart
+    (:func:`answers_apart`). A newer message's reply never covers such a message, except
     where two late writers crossed: the older message's draft approved and sent before a
     late writer's newer draft covering it landed (a review of F28's check). Approved, that
     draft would answer the message a second time."""
     found = (get(key) for key in (draft.covers or () if draft is not None else ()))
-    return any(r is not None and r.state in (ReplyState.SENT, ReplyState.PENDING) for r in found)
+    return any(answers_apart(r) for r in found)
+
+
+def answers_apart(record: ReplyRecord | None) -> bool:
+    """Whether ``record``'s reply answers its message on its own: *sent*, *pending*, or a
+    failed send that kept its text (its dead letter's retry sends it)."""
+    if record is None:
+        return False
+    return record.state in (ReplyState.SENT, ReplyState.PENDING) or (
+        record.state is ReplyState.FAILED and record.reply_text is not None
+    )
 
 
 def unseen_marks(

@@ -653,3 +653,89 @@ async def test_a_late_newer_draft_covering_a_message_answered_apart_is_written_a
         "<m2@example.com>",
     ]
     assert "m2's late draft, covering m1" not in [e.text for e in mail.outbox]
+
+
+async def test_a_newer_message_does_not_recall_a_message_answered_apart(
+    mail: FakeAgentMail,
+) -> None:
+    # the third order of F28's crossed writers again, but the owner's next burst of the
+    # thread is a new message m3 (not m2 again): the late m2 draft is superseded by m3
+    # and its covers (m1, sent apart) recalled into m3's reply
+    seen, pipeline = _noting(mail)
+    old = await _drafted(mail, pipeline)
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    _delivery(mail, 2)
+    unsent = {"state": ReplyState.AWAITING, "approval": None, "sent_message_id": None}
+    late = await _landed_m2(pipeline, old, reply_text="m2's late draft, covering m1", **unsent)
+    third = _delivery(mail, 3)
+
+    await pipeline.act([third], {})
+    ledger = pipeline.parts.ledger
+    m3 = reply_key(INBOX, "<m3@example.com>")
+    await decide(pipeline.parts, _decision(m3, "d-3"))
+
+    assert ledger.get(late).state is ReplyState.COVERED
+    assert seen[1:] == [["message 2", "message 3"]]  # m1 answered apart: not recalled
+    assert old not in (ledger.get(m3).covers or ())
+
+
+async def test_a_late_draft_covering_an_answered_and_a_covered_message_recalls_the_covered(
+    mail: FakeAgentMail,
+) -> None:
+    # m0 covered by the late m2 draft too (its writer saw m0 and m1): written again, m0 is
+    # recalled, m1 is not
+    seen, pipeline = _noting(mail)
+    _delivery(mail, 0)  # m0 in the thread
+    old = await _drafted(mail, pipeline)
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    second = _delivery(mail, 2)
+    ledger = pipeline.parts.ledger
+    m0 = reply_key(INBOX, "<m0@example.com>")
+    unsent = {"state": ReplyState.AWAITING, "approval": None, "sent_message_id": None}
+    late = await _landed_m2(pipeline, old, covers=(m0, old), **unsent)
+    await ledger.put(
+        ReplyRecord(
+            key=m0,
+            inbox_id=INBOX,
+            message_id="<m0@example.com>",
+            thread_key="agentmail:thr-a",
+            state=ReplyState.COVERED,
+            created_at=T0,
+            covered_by=late,
+            channel="agentmail",
+            message_at=T0,
+        )
+    )
+
+    await pipeline.act([second], {})
+
+    assert seen[1:] == [["message 0", "message 2"]]
+    assert ledger.get(late).covers == (m0,)
+
+
+async def test_a_late_draft_covering_a_message_whose_send_failed_is_written_without_it(
+    mail: FakeAgentMail,
+) -> None:
+    # m1's draft approved, its send failed (dead-lettered: its retry sends m1's text); the
+    # late m2 draft covering m1 lands. Approved as it is, m1 is answered by m2's email and
+    # again by the letter's retry
+    seen: list[list[str | None]] = []
+
+    def writer(burst: Any) -> str:
+        seen.append([m.text for m in burst])
+        return f"draft for {len(burst)} message(s)"
+
+    write = Writer(writer, WriterPolicy(attempts=1))
+    pipeline = mail_pipeline(mail, "always", writer=write, dead_letters=_Letters())
+    old = await _drafted(mail, pipeline)
+    mail.fail_next(10, 503)
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    mail.fail_next(0)
+    assert pipeline.parts.ledger.get(old).state is ReplyState.FAILED
+    second = _delivery(mail, 2)
+    unsent = {"state": ReplyState.AWAITING, "approval": None, "sent_message_id": None}
+    late = await _landed_m2(pipeline, old, reply_text="m2's late draft, covering m1", **unsent)
+
+    await pipeline.act([second], {})
+
+    assert pipeline.parts.ledger.get(late).covers == ()
