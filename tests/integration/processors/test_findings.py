@@ -112,6 +112,13 @@ def _decided(stack: Stack, event_id: str, stage: Stage, reason: str, replay: boo
     )
 
 
+async def _let_go(
+    stack: Stack, event_id: str, stage: Stage, reason: str, *, replay: bool, what: str
+) -> None:
+    """Until the worker let a delivery of ``event_id`` go at ``stage`` for ``reason``."""
+    await until(stack, lambda: _decided(stack, event_id, stage, reason, replay), what)
+
+
 def _open_letters(stack: Stack) -> list[dict[str, Any]]:
     """The dead letters no retry note names (``onceonly dead-letters retry`` sends these)."""
     topic = stack.settings.dead_letter_topic
@@ -199,16 +206,9 @@ async def _retry_meets_held_redelivery(stack: Stack) -> str:
     await stack.deliver(payload)
     await until(stack, lambda: _holds(stack)[-1] == [event_id], "the second delivery held")
     _retry(stack)
-    await until(
-        stack,
-        lambda: _decided(stack, event_id, Stage.HOLD, "duplicate", replay=True),
-        "the retry let go: its event held",
-    )
-    await until(
-        stack,
-        lambda: _decided(stack, event_id, Stage.DEDUPE, "failed", replay=False),
-        "the held delivery let go: its event failed",
-    )
+    held, failed = "the retry let go: its event held", "the held delivery let go: it failed"
+    await _let_go(stack, event_id, Stage.HOLD, "duplicate", replay=True, what=held)
+    await _let_go(stack, event_id, Stage.DEDUPE, "failed", replay=False, what=failed)
     return event_id
 
 
@@ -257,11 +257,8 @@ async def _retry_meets_running_burst(stack: Stack) -> str:
     assert _letters(stack, "send_failed") == [[event_id]]
     _retry(stack)
     _let_through(stack, 3)
-    await until(
-        stack,
-        lambda: _decided(stack, event_id, Stage.DEDUPE, "in_progress", replay=True),
-        "the retry let go: its event in progress",
-    )
+    running = "the retry let go: its event in progress"
+    await _let_go(stack, event_id, Stage.DEDUPE, "in_progress", replay=True, what=running)
     return event_id
 
 

@@ -719,13 +719,7 @@ async def test_a_late_draft_covering_a_message_whose_send_failed_is_written_with
     # m1's draft approved, its send failed (dead-lettered: its retry sends m1's text); the
     # late m2 draft covering m1 lands. Approved as it is, m1 is answered by m2's email and
     # again by the letter's retry
-    seen: list[list[str | None]] = []
-
-    def writer(burst: Any) -> str:
-        seen.append([m.text for m in burst])
-        return f"draft for {len(burst)} message(s)"
-
-    write = Writer(writer, WriterPolicy(attempts=1))
+    write = Writer(lambda burst: f"draft for {len(burst)}", WriterPolicy(attempts=1))
     pipeline = mail_pipeline(mail, "always", writer=write, dead_letters=_Letters())
     old = await _drafted(mail, pipeline)
     mail.fail_next(10, 503)
