@@ -8,6 +8,8 @@ from dataclasses import fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from onceonly.ingest import normalise
 from onceonly.processors.approval.applying import decide
 from onceonly.processors.approval.decisions import Answer, apply
@@ -553,31 +555,22 @@ async def _landed_m2(pipeline: Conversation, old: str, **fields: Any) -> str:
     return str(newer.key)
 
 
-async def test_approving_a_draft_a_newer_draft_covers_is_refused_naming_it(
-    mail: FakeAgentMail,
+@pytest.mark.parametrize("older_first", [True, False], ids=["older-first", "newer-sent-first"])
+async def test_approving_a_draft_a_newer_reply_covers_is_refused_naming_it(
+    mail: FakeAgentMail, older_first: bool
 ) -> None:
+    # either order: the older draft's approval refused (superseded by the newer reply, a
+    # draft or sent), the newer one's sent: m1 answered once
     pipeline, old, newer = await _crossed(mail)
+    decisions = [_decision(old, "d-old"), _decision(newer, "d-new")]
 
-    await decide(pipeline.parts, _decision(old, "d-old"))
-    await decide(pipeline.parts, _decision(newer, "d-new"))
+    for decision in decisions if older_first else decisions[::-1]:
+        await decide(pipeline.parts, decision)
 
     ledger = pipeline.parts.ledger
     assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.COVERED, newer)
-    assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]  # m1 answered once
-
-
-async def test_approving_a_draft_a_newer_sent_reply_covers_sends_nothing_more(
-    mail: FakeAgentMail,
-) -> None:
-    pipeline, old, newer = await _crossed(mail)
-
-    await decide(pipeline.parts, _decision(newer, "d-new"))
-    await decide(pipeline.parts, _decision(old, "d-old"))
-
-    ledger = pipeline.parts.ledger
     assert ledger.get(newer).state is ReplyState.SENT
-    assert (ledger.get(old).state, ledger.get(old).covered_by) == (ReplyState.COVERED, newer)
-    assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]
+    assert [e.text for e in mail.outbox] == ["m2's draft, covering m1"]  # m1 answered once
 
 
 async def test_approving_a_draft_a_newer_draft_listed_before_it_covers_is_refused(
