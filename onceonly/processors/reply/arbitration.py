@@ -12,10 +12,13 @@ this module decides by that order:
 * a *sent* record of the key before the writer's own record means the email went out:
   nothing is sent, and the ledger records it *sent* as the other writer did; a *covered*
   or *declined* one means the key is settled: nothing is sent, and the ledger records it
-  as the other writer did. The ledger writes that record again as soon as its own
-  pending record has landed after it, unfenced (it only repeats the key's settled word),
-  so that a zombie's pending record is never the key's last word in the compacted log
-  (the simulator's finding F1: a later owner reading it *pending* sends it again);
+  as the other writer did, unless it is *covered*, made before the writer's own reply was,
+  by a reply the own reply covers (a late record whose cover is circular; the simulator's
+  finding F34, :func:`covered_back`). The
+  ledger writes that record again as soon as its own pending record has landed after it,
+  unfenced (it only repeats the key's settled word), so that a zombie's pending record
+  is never the key's last word in the compacted log (the simulator's finding F1: a later
+  owner reading it *pending* sends it again);
 * another writer's draft (*awaiting*) of the key before the writer's own late *failed*,
   *covered* or *awaiting* record, with nothing settled: if the fence, asked again, refuses,
   the draft is the owner's and is written again after it (F17; the ledger's ``_keep_draft``);
@@ -149,7 +152,8 @@ def arbitrate(
     own: ReplyRecord, own_offset: int, others: Iterable[tuple[int, ReplyRecord]]
 ) -> Verdict:
     """Decide ``own`` (a *pending* record at ``own_offset``) against another writer's
-    records of the same key, by their order in the log."""
+    records of the same key, by their order in the log (a late *covered* record naming a
+    reply ``own`` covers settles nothing: :func:`covered_back`)."""
     first_pending: ReplyRecord | None = None
     for offset, other in sorted(others, key=lambda item: item[0]):
         if offset >= own_offset:
@@ -157,6 +161,8 @@ def arbitrate(
         if other.state is ReplyState.SENT:
             return Verdict(Ruling.SENT, other)
         if other.state in (ReplyState.COVERED, ReplyState.DECLINED):
+            if covered_back(own, other):
+                continue
             return Verdict(Ruling.SETTLED, other)
         if other.state is ReplyState.PENDING and other.reply_text and first_pending is None:
             first_pending = other
@@ -166,6 +172,20 @@ def arbitrate(
     # is answered anew (once.reply_once; the simulator's finding F21)
     adopted = replace(own, reply_text=first_pending.reply_text, covers=first_pending.covers)
     return Verdict(Ruling.ADOPT, adopted)
+
+
+def covered_back(own: ReplyRecord, other: ReplyRecord) -> bool:
+    """Whether ``other`` (another writer's record of ``own``'s key) is a *covered* record,
+    made before ``own``'s reply was (its ``created_at``, which an approval keeps), that
+    names as its cover a reply ``own`` covers. Such a record settles nothing: its writer
+    made it before the rebalance (a late record), and ``own``'s writer, after, saw that
+    reply's message and answers it with this one, which records it covered in turn; the
+    cover is circular and no email would answer either (the simulator's finding F34)."""
+    return (
+        other.state is ReplyState.COVERED
+        and other.covered_by in (own.covers or ())
+        and other.made_at < own.created_at
+    )
 
 
 #: the states that settle a key: nothing follows them in the ledger but themselves

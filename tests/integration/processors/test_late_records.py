@@ -8,10 +8,16 @@ recalled into the newer reply, which a person then approves. The other writer is
 test, landing its records in the worker's ledger partition and sending its email through
 the mail API, as that worker would once it woke.
 
+F34: another writer's *covered* record of a message, covered by the reply of a message the
+owner's draft of it covers, made before that draft (before the rebalance) and landed after
+it, does not settle the key when a person approves the draft: the approved text is sent,
+once.
+
 F33: a worker whose writer failed is stopped between the reply's two records of the
 failure, the dead letter and the *failed* record: the first of them to land freezes it
 (SIGSTOP, then SIGKILL), its writes held back by a 1 s producer linger. It leaves the
-letter, never a *failed* record with no letter, and the message ends answered once.
+letter, never a *failed* record with no letter, and the message ends answered once; on the
+writer's path (the writer fails) and on the send's (the send fails for good).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -121,6 +127,44 @@ async def test_a_newer_message_does_not_recall_a_draft_another_writer_sent_meanw
     assert email.text == newer.reply_text
 
 
+async def test_an_approved_draft_after_a_late_cover_by_a_reply_it_covers_is_sent_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the simulator's finding F34 (seed 620020667, approval on): a worker paused past its
+    # fence check landed m31's *covered* record (covered by m30's reply; made before the
+    # rebalance) after the owner's draft of m31, which covers m30, and the owner wrote its
+    # draft again after it; the owner's approval was then ruled settled by that record,
+    # which was written again after the approved one, and neither m30 nor m31 got an email
+    stack = stack_factory(partitions=1, reorder_window_ms=3000)
+    stack.worker(ONCEONLY_APPROVAL="always", ONCEONLY_LEDGER_AUDIT_S="1", **writer_env(stack))
+    older, message = "<m30@example.com>", "<m31@example.com>"
+    first = stack.seed(older, THREAD, timestamp="2026-11-29T10:00:00.000Z")
+    second = stack.seed(message, THREAD, timestamp="2026-11-29T10:01:00.000Z")
+    await asyncio.gather(stack.deliver(first), stack.deliver(second))
+    draft = await _recorded(stack, reply_key(INBOX, message), ReplyState.AWAITING)
+    assert draft.covers == (reply_key(INBOX, older),)  # one burst: the draft covers m30
+    late = draft.with_state(
+        ReplyState.COVERED,
+        covered_by=reply_key(INBOX, older),
+        reply_text=None,
+        covers=None,
+        written_at=draft.made_at - timedelta(seconds=30),
+    )
+    await _land(stack, late)
+    # the owner's audit reads it and writes its draft again after it: a person sees the draft
+    assert ledger_records(stack)[draft.key].state is ReplyState.COVERED
+    assert await _recorded(stack, draft.key, ReplyState.AWAITING) == draft
+
+    approved = onceonly(stack, "approvals", "approve", draft.key, "--by", "ana")
+
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["state"] == "sent"
+    assert sent_to(stack) == Counter({message: 1})
+    assert ledger_records(stack)[draft.key].state is ReplyState.SENT
+    judged = verdict(stack, [older, message])
+    assert judged.passed, judged.violations
+
+
 def _freeze_at_first_write(stack: Stack, worker: WorkerProcess, timeout_s: float = 60) -> str:
     """Watch the ledger and dead-letter topics from their ends now; at the first record
     that lands in either, stop ``worker`` (SIGSTOP). Returns that record's topic."""
@@ -193,3 +237,36 @@ async def test_a_worker_stopped_between_the_dead_letter_and_the_failed_record_an
     assert ledger_records(stack)[key].state is ReplyState.SENT
     assert "1 event(s) from 1 dead letter(s)" in retried.stdout  # its letter, retried
     assert "1 dead letter(s), 0 open" in onceonly(stack, "dead-letters", "list").stdout
+
+
+async def test_a_worker_stopped_between_a_failed_send_s_dead_letter_and_failed_record_answers_once(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # F33 on the send's path: the send fails for good (one attempt; the mail API answers
+    # 500 once, then is up), every request to it takes 3 s, so the watch is on before the
+    # failure's two writes; the worker is killed right after the first of them lands (each
+    # write waits 1 s in its producer, so the kill comes before the second)
+    stack = stack_factory(partitions=1, reorder_window_ms=0, send_attempts=1)
+    worker = stack.worker(ONCEONLY_PRODUCE_LINGER_MS="1000")
+    message, key = "<m24@example.com>", reply_key(INBOX, "<m24@example.com>")
+    stack.mail.fail_next(1, status=500)
+    stack.mail.set_latency(3.0)
+    await stack.deliver(stack.seed(message, THREAD))
+    await _recorded(stack, key, ReplyState.PENDING)  # recorded before the send
+
+    first = await asyncio.to_thread(_freeze_at_first_write, stack, worker)
+    worker.kill()
+    stack.mail.set_latency(0.0)
+    letters = [x for x in dead_letters(stack) if x.get("key") == key]
+    left = (len(letters), ledger_records(stack)[key].state is ReplyState.FAILED)
+    assert sum(left) == 1, f"stopped at a write to {first}, it left (letters, failed) {left}"
+    worker.start()  # the next owner: the pending record reconciled, the mail API up
+    await _handled(stack)
+    retried = onceonly(stack, "dead-letters", "retry")
+    assert retried.returncode == 0, retried.stderr
+    await _handled(stack)
+
+    judged = verdict(stack, [message])
+    assert judged.passed and judged.count("answered") == 1, judged.violations
+    assert sent_to(stack) == Counter({message: 1})
+    assert ledger_records(stack)[key].state is ReplyState.SENT

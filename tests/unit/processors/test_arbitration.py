@@ -80,6 +80,36 @@ def test_an_earlier_covered_or_declined_record_means_the_key_is_settled() -> Non
         assert (verdict.ruling, verdict.record) == (Ruling.SETTLED, theirs)
 
 
+@pytest.mark.parametrize(
+    ("state", "covered_by", "made_s", "ruling"),
+    [
+        (ReplyState.COVERED, "reply-m50", -1, Ruling.OWN),
+        (ReplyState.COVERED, "reply-m50", 1, Ruling.SETTLED),
+        (ReplyState.COVERED, "reply-elsewhere", -1, Ruling.SETTLED),
+        (ReplyState.DECLINED, None, -1, Ruling.SETTLED),
+    ],
+    ids=["late-cover-by-a-reply-the-own-covers", "made-after", "cover-elsewhere", "declined"],
+)
+def test_a_late_cover_by_a_reply_the_own_reply_covers_does_not_settle_the_key(
+    state: ReplyState, covered_by: str | None, made_s: int, ruling: Ruling
+) -> None:
+    # finding F34 (seed 620020667, approval on): a zombie's record of m31, covered by m50's
+    # reply and made before the rebalance, landed after the owner's draft of m31, which
+    # covers m50; the draft approved, its pending record was ruled settled by it, and
+    # neither m31 nor m50 got an email. Made after the own reply, covered by a reply the
+    # own does not cover, or declined: the key is settled, as before
+    own = replace(
+        _record("k", ReplyState.PENDING, "mine", covers=("reply-m50",)),
+        created_at=T0 + timedelta(seconds=10),
+    )
+    made = own.created_at + timedelta(seconds=made_s)
+    other = _record("k", state, covered_by=covered_by, written_at=made)
+
+    verdict = arbitrate(own, 5, [(3, other)])
+
+    assert verdict.ruling is ruling
+
+
 def test_the_same_text_first_is_the_own_record() -> None:
     own = _record("k", ReplyState.PENDING, "same")
 
@@ -469,6 +499,31 @@ async def test_what_the_owner_wrote_while_its_draft_was_written_again_is_written
         ReplyState.AWAITING,
         ReplyState.PENDING,
     ]
+
+
+async def test_an_approved_draft_after_a_late_cover_by_a_reply_it_covers_is_sent() -> None:
+    # finding F34 (seed 620020667, approval on): the owner's draft (covering m50), a
+    # zombie's record of the key covered by m50's reply, made before the draft (before the
+    # rebalance) and landing after it, then the draft approved. The pending record is the
+    # key's last word and is sent; before, the covered record was ruled to settle the key
+    # and written again after it: nothing sent
+    fence = Moved(owned=10)
+    ledger, topic, _ = _ledger(fence=fence)
+    draft = replace(
+        _record("k", ReplyState.AWAITING, "the owner's draft", covers=("reply-m50",)),
+        created_at=T0 + timedelta(days=1),
+    )
+    await ledger.put(draft)
+    _lands(topic, _record("k", ReplyState.COVERED, covered_by="reply-m50", written_at=T0))
+    approved = replace(
+        draft.with_state(ReplyState.PENDING),
+        approval=Approval(ApprovalVerdict.APPROVED, "ana", T0 + timedelta(days=2), "d-1"),
+    )
+
+    await ledger.put(approved)
+
+    assert _states(topic)[-1] is ReplyState.PENDING
+    assert (await ledger.arbitrate(approved)).ruling is Ruling.OWN
 
 
 async def test_a_covered_record_no_other_writer_settled_first_is_its_keys_last_word() -> None:
