@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from onceonly.foundation.errors import OnceOnlyError
 from onceonly.foundation.settings import Settings
-from onceonly.processors.approval.decisions import Answer, apply
+from onceonly.processors.approval.decisions import Answer, apply, approves_answered_apart
 from onceonly.schemas.approval import (
     APPROVAL_HEADER,
     APPROVAL_VERSION,
@@ -189,6 +189,25 @@ def judge(record: ReplyRecord, decision: ApprovalDecision) -> Outcome:
     return Outcome(status, record.key, record.state.value, detail, decision.decision_id, record)
 
 
+def _covers_answered(
+    find: FindReply, record: ReplyRecord, decision: ApprovalDecision
+) -> Outcome | None:
+    """The worker's refusal of an approval of a draft covering a message answered apart
+    (:func:`~onceonly.processors.approval.decisions.approves_answered_apart`), said at
+    once: one lookup of each covered message's reply, until one is answered apart
+    (without an index, each a whole read of the ledger topic). None when it does not
+    apply."""
+
+    def get(key: str) -> ReplyRecord | None:
+        return record if key == record.key else find(key).value
+
+    refused = approves_answered_apart(get, decision)
+    if refused is None:
+        return None
+    state = record.state.value
+    return Outcome(Status.REFUSED, record.key, state, refused.detail, decision.decision_id, record)
+
+
 Produce = Callable[[ApprovalDecision], Any]
 
 
@@ -232,7 +251,7 @@ async def decide(
             f"no reply {key} in the ledger ({found.source}); see onceonly approvals list"
         )
     decision = decision_for(record, action, by, text=text, reason=reason)
-    before = judge(record, decision)
+    before = await _judged(find, record, decision)
     if before.status is not Status.WAITING:
         return replace(before, answered_by=found.source)  # it would move nothing: not produced
     await produce(decision)
@@ -242,5 +261,15 @@ async def decide(
         current = found.value or record
         settled = current.state not in (ReplyState.AWAITING, ReplyState.PENDING)
         if settled or time.monotonic() >= deadline:
-            return replace(judge(current, decision), answered_by=found.source)
+            return replace(await _judged(find, current, decision), answered_by=found.source)
         await asyncio.sleep(POLL_S)
+
+
+async def _judged(find: FindReply, record: ReplyRecord, decision: ApprovalDecision) -> Outcome:
+    """:func:`judge`, and for an approval it would apply of a draft covering other
+    messages, the worker's refusal of one covering a message answered apart."""
+    judged = judge(record, decision)
+    if judged.status is not Status.WAITING or not record.covers:
+        return judged
+    refused = await asyncio.to_thread(_covers_answered, find, record, decision)
+    return refused if refused is not None else judged

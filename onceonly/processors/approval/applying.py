@@ -26,6 +26,7 @@ from onceonly.processors.approval.decisions import (
     answered_apart,
     answers_apart,
     apply,
+    approves_answered_apart,
     attached,
     covering_reply,
     owed_anew,
@@ -108,7 +109,9 @@ async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord 
     draft = parts.ledger.get(decision.key)
     if decision.action is Action.APPROVE and draft and draft.state is ReplyState.AWAITING:
         await _supersede_if_covered(parts, draft)
-    applied = apply(parts.ledger.get(decision.key), decision)
+    applied = approves_answered_apart(parts.ledger.get, decision) or apply(
+        parts.ledger.get(decision.key), decision
+    )
     parts.metrics.approval_decision(applied.answer.value, applied.record)
     if applied.record is not None:
         # acknowledged before anything is sent; a refused one: the draft, written again
@@ -288,14 +291,17 @@ async def _read_thread(
     message too, when it is not the latest, for the drafts its new reply supersedes."""
     ledger, channel = parts.ledger, parts.channels[reply.channel]
     latest = max(burst, key=burst_order)
-    if (read := await _earlier(channel, latest)) is None:
-        return None
     # a burst delivered again whose latest message's draft never saw a message marked
     # superseded by it (F32), or covers one its own reply answered apart: that draft is
-    # written again (with the one, without the other)
-    if latest not in fresh and waits_unapproved(draft := ledger.get(latest.key)):
+    # written again (with the one, without the other; the other needs no thread read,
+    # and a decision approving the draft is refused meanwhile: decisions.ANSWERED_APART)
+    redo = latest not in fresh and waits_unapproved(draft := ledger.get(latest.key))
+    apart = redo and answered_apart(ledger.get, draft)
+    if (read := await _earlier(channel, latest)) is None:
+        return _Thread(latest, {}, {}, [*fresh, latest], redo=True) if apart else None
+    if redo:
         unseen = unseen_marks(ledger.get, [*read, *(m.key for m in burst)])
-        if any(end.key == latest.key for _, end in unseen) or answered_apart(ledger.get, draft):
+        if any(end.key == latest.key for _, end in unseen) or apart:
             return _Thread(latest, read, read, [*fresh, latest], redo=True)
     # the newest message with no record: the new reply's, what a draft is superseded by.
     # A message of the burst with a record (delivered again: a catch-up's or a replay's

@@ -217,6 +217,35 @@ def answered_apart(get: Callable[[str], ReplyRecord | None], draft: ReplyRecord 
     return any(answers_apart(r) for r in found)
 
 
+#: an approval of a draft that covers a message answered apart (F28's third order, the
+#: decision before the owner was given the draft's message again)
+ANSWERED_APART = (
+    "refused: the draft covers a message whose own reply answers it (sent, or on its "
+    "way), which it would answer a second time; its own message, processed again, has "
+    "it written again without that one: decide on that draft, or reject this one"
+)
+
+
+def approves_answered_apart(
+    get: Callable[[str], ReplyRecord | None], decision: ApprovalDecision
+) -> Applied | None:
+    """The refusal of ``decision`` when it approves a draft no decision reached that covers
+    a message answered apart (:func:`answered_apart`); None otherwise. Such a draft was
+    landed late by a writer past its fence check, whose delivery it never committed: the
+    owner is given that message again and writes the draft again without the answered
+    one (``applying._read_thread``), unless a decision approving the late draft comes
+    first (decisions are not held by the reorder window); approved, it would answer that
+    message a second time."""
+    record = get(decision.key)
+    if (
+        decision.action is Action.APPROVE
+        and waits_unapproved(record)
+        and answered_apart(get, record)
+    ):
+        return Applied(Answer.REFUSED, None, ANSWERED_APART)
+    return None
+
+
 def answers_apart(record: ReplyRecord | None) -> bool:
     """Whether ``record``'s reply answers its message on its own: *sent*, *pending*, or a
     failed send that kept its text (its dead letter's retry sends it)."""

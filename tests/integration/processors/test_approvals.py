@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from onceonly.operations.approvals import decision_for, producer
+from onceonly.processors.approval.decisions import ANSWERED_APART
 from onceonly.processors.reply.bursts import supersede
 from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.approval import Action
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit import payloads
 from tests.integration.workers import (
@@ -434,13 +437,10 @@ async def test_approving_a_draft_a_newer_draft_covers_is_refused_and_the_newer_s
     assert ledger_records(stack)[old.key].covered_by == newer
 
 
-async def test_a_late_newer_draft_covering_a_message_already_sent_is_written_again_without_it(
-    stack_factory: Callable[..., Stack],
-) -> None:
-    # F28's crossed writers, the third order: m1's draft approved and sent, then a late
-    # writer's m2 draft covering m1 lands. Given m2, the worker writes m2's draft again
-    # without m1; approved, it answers m2 alone: one email for each message
-    stack = stack_factory(partitions=1, reorder_window_ms=0)
+async def _late_m2_over_sent_m1(stack: Stack) -> ReplyRecord:
+    """F28's crossed writers, the third order: m1's draft approved and sent, then a late
+    writer's m2 draft covering m1 lands, and the next owner (w2) takes the partition over.
+    Returns the late draft."""
     worker = _worker(stack)
     old = await _draft(stack)
     onceonly(stack, "approvals", "approve", old.key, "--by", "ana")
@@ -451,6 +451,16 @@ async def test_a_late_newer_draft_covering_a_message_already_sent_is_written_aga
         stack.settings.ledger_topic, late.encode(), key=late.key.encode(), partition=0
     )
     _worker(stack, "w2")
+    return late
+
+
+async def test_a_late_newer_draft_covering_a_message_already_sent_is_written_again_without_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # F28's third order: given m2, the worker writes m2's late draft again without m1;
+    # approved, it answers m2 alone: one email for each message
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    late = await _late_m2_over_sent_m1(stack)
     await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
 
     def rewritten() -> bool:
@@ -462,3 +472,28 @@ async def test_a_late_newer_draft_covering_a_message_already_sent_is_written_aga
     onceonly(stack, "approvals", "approve", late.key, "--by", "ana")
     await stack.until_sent(2)
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<m1@x>", "<m2@x>"]
+
+
+async def test_approving_a_late_draft_covering_a_message_already_sent_is_refused(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # F28's third order, the decision first (before the owner is given m2 again): the CLI
+    # refuses it at once; a decision produced all the same (another maker's, past that
+    # check) is refused by the worker. m2, delivered, is drafted again without m1
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    late = await _late_m2_over_sent_m1(stack)
+
+    refused = onceonly(stack, "approvals", "approve", late.key, "--by", "ana")
+    decision = decision_for(late, Action.APPROVE, "bo")
+    await producer(stack.settings)(decision)
+    refusal = "the worker's refusal"
+    await until(stack, lambda: any(ANSWERED_APART in w.log() for w in stack.workers), refusal)
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+    await until(stack, lambda: ledger_records(stack)[late.key].covers == (), "m2 drafted again")
+    onceonly(stack, "approvals", "approve", late.key, "--by", "ana")
+    await stack.until_sent(2)
+
+    assert json.loads(refused.stdout)["detail"] == ANSWERED_APART, refused.stdout
+    assert refused.returncode != 0
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<m1@x>", "<m2@x>"]
+    assert late.reply_text not in [e.text for e in stack.mail.outbox]

@@ -18,7 +18,7 @@ from onceonly.operations.approvals import (
     judge,
 )
 from onceonly.operations.approvals_web import bearer, parse_decision, token_refusal
-from onceonly.processors.approval.decisions import OTHER_DRAFT, apply
+from onceonly.processors.approval.decisions import ANSWERED_APART, OTHER_DRAFT, apply
 from onceonly.schemas.approval import Action, ApprovalDecision, draft_digest
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -157,3 +157,53 @@ async def test_a_reply_nothing_finds_is_unknown_and_nothing_is_produced() -> Non
     with pytest.raises(UnknownReply, match=r"no reply reply-x in the ledger \(source 1\)"):
         await decide(nothing, produce, "reply-x", Action.APPROVE, "ana")
     assert produced == []
+
+
+@pytest.mark.parametrize(
+    ("covered", "status"),
+    [(ReplyState.SENT, Status.REFUSED), (ReplyState.COVERED, Status.WAITING)],
+    ids=["answered-apart", "covered-by-it"],
+)
+async def test_approving_a_draft_covering_a_message_answered_apart_is_refused_at_once(
+    covered: ReplyState, status: Status
+) -> None:
+    # the worker refuses it (F28's third order, the decision first); the maker is told so
+    # at once, nothing produced, rather than after the wait
+    produced: list[ApprovalDecision] = []
+
+    async def produce(decision: ApprovalDecision) -> None:
+        produced.append(decision)
+
+    draft = dataclasses.replace(DRAFT, covers=("reply-older",))
+    older = dataclasses.replace(DRAFT, key="reply-older", state=covered, covered_by="reply-k")
+
+    def find(key: str) -> Found[ReplyRecord | None]:
+        return Found({"reply-k": draft, "reply-older": older}.get(key), "source")
+
+    outcome = await decide(find, produce, "reply-k", Action.APPROVE, "ana", wait_s=0)
+
+    assert outcome.status is status
+    assert len(produced) == (status is Status.WAITING)
+    assert (outcome.detail == ANSWERED_APART) is (status is Status.REFUSED)
+
+
+async def test_an_approval_refused_past_the_makers_check_is_said_refused_after_the_wait() -> None:
+    # the covered message's own reply was sent between the maker's check and the worker's:
+    # the worker refuses it and writes nothing; the maker is told so, not "no worker"
+    produced: list[ApprovalDecision] = []
+
+    async def produce(decision: ApprovalDecision) -> None:
+        produced.append(decision)
+
+    draft = dataclasses.replace(DRAFT, covers=("reply-older",))
+    older = dataclasses.replace(DRAFT, key="reply-older", state=ReplyState.COVERED)
+    ledger = {"reply-k": draft, "reply-older": older}
+
+    def find(key: str) -> Found[ReplyRecord | None]:
+        if produced:
+            ledger["reply-older"] = dataclasses.replace(older, state=ReplyState.SENT)
+        return Found(ledger.get(key), "source")
+
+    outcome = await decide(find, produce, "reply-k", Action.APPROVE, "ana", wait_s=0)
+
+    assert (outcome.status, outcome.detail, len(produced)) == (Status.REFUSED, ANSWERED_APART, 1)

@@ -648,6 +648,43 @@ async def test_a_late_newer_draft_covering_a_message_answered_apart_is_written_a
     assert "m2's late draft, covering m1" not in [e.text for e in mail.outbox]
 
 
+@pytest.mark.parametrize("thread_read", [True, False], ids=["thread-read", "thread-unread"])
+async def test_approving_a_late_draft_covering_a_message_answered_apart_is_refused(
+    mail: FakeAgentMail, monkeypatch: pytest.MonkeyPatch, thread_read: bool
+) -> None:
+    # the third order's last sliver: a decision approving the late m2 draft (covering m1,
+    # sent apart) before the owner is given m2 again (decisions are not held by the
+    # reorder window). It is refused; m2's delivery, which its late writer never
+    # committed, comes to the owner, which writes m2's draft again without m1, whether
+    # the mail API lists the thread then or not (the rewrite needs no thread read)
+    seen, pipeline = _noting(mail)
+    old = await _drafted(mail, pipeline)
+    await decide(pipeline.parts, _decision(old, "d-old"))
+    second = _delivery(mail, 2)
+    unsent = {"state": ReplyState.AWAITING, "approval": None, "sent_message_id": None}
+    late = await _landed_m2(pipeline, old, reply_text="m2's late draft, covering m1", **unsent)
+
+    refused = await decide(pipeline.parts, _decision(late, "d-late"))
+    if not thread_read:
+        [channel] = pipeline.parts.channels.values()
+        monkeypatch.setattr(channel, "history", _unreadable)
+    await pipeline.act([second], {})
+    await decide(pipeline.parts, _decision(late, "d-new"))
+
+    assert refused is not None and refused.state is ReplyState.AWAITING
+    assert seen[1:] == [["message 2"]]
+    assert pipeline.parts.ledger.get(late).covers == ()
+    assert [e.replied_to_message_id for e in mail.outbox] == [
+        "<m1@example.com>",
+        "<m2@example.com>",
+    ]
+    assert "m2's late draft, covering m1" not in [e.text for e in mail.outbox]
+
+
+async def _unreadable(message: Any) -> Any:
+    raise RuntimeError("the mail API answered 503")
+
+
 async def test_a_newer_message_does_not_recall_a_message_answered_apart(
     mail: FakeAgentMail,
 ) -> None:
