@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from devstack.ports import free_port
-from onceonly.foundation.kafka import AsyncProducer
+from onceonly.foundation.kafka import AsyncProducer, Connection, consumer_lag
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
 from onceonly.processors.writer.contract import reply_key
@@ -244,6 +244,19 @@ async def until(
     await wait_for(
         lambda: stack.check_alive() and condition(), timeout_s=timeout_s, what=what, logs=stack.logs
     )
+
+
+async def handled(stack: Stack, timeout_s: float = 120) -> None:
+    """Until the group has committed past every record of the deliveries topic: each one
+    handled and its work done (a worker commits a record only after its work). What the
+    workers did is then all they will do with what was delivered so far."""
+    connection, settings = Connection.from_settings(stack.settings), stack.settings
+
+    def done() -> bool:
+        rows = consumer_lag(connection, settings.app_id, settings.deliveries_topic)
+        return all(row.lag == 0 for row in rows)
+
+    await until(stack, done, "every delivery handled and committed", timeout_s=timeout_s)
 
 
 def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:

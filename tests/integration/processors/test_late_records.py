@@ -26,6 +26,7 @@ import asyncio
 import dataclasses
 import json
 import signal
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -35,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from onceonly.foundation.kafka import Connection, consumer_lag
+from onceonly.foundation.kafka import Connection
 from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.approval import Approval, Verdict
@@ -45,6 +46,7 @@ from tests.integration.workers import (
     Stack,
     WorkerProcess,
     dead_letters,
+    handled,
     ledger_records,
     model_calls,
     model_env,
@@ -196,15 +198,31 @@ def _freeze_at_first_write(stack: Stack, worker: WorkerProcess, timeout_s: float
         consumer.close()
 
 
-async def _handled(stack: Stack) -> None:
-    """Until the group has committed past every delivery: each one handled and done."""
-    connection, settings = Connection.from_settings(stack.settings), stack.settings
-
-    def done() -> bool:
-        rows = consumer_lag(connection, settings.app_id, settings.deliveries_topic)
-        return all(row.committed is not None and row.lag == 0 for row in rows)
-
-    await until(stack, done, "every delivery handled and committed", timeout_s=120)
+async def _stopped_restarted_retried(
+    stack: Stack, worker: WorkerProcess, message: str
+) -> subprocess.CompletedProcess[str]:
+    """Freeze ``worker`` at the first write that lands and kill it: it left the dead letter
+    or the *failed* record of ``message``'s reply, one of them. Then start it again (the
+    mail API prompt again), retry the dead letters once every delivery is handled, and
+    check ``message`` answered once. Returns the retry's output."""
+    key = reply_key(INBOX, message)
+    first = await asyncio.to_thread(_freeze_at_first_write, stack, worker)
+    worker.kill()
+    stack.mail.set_latency(0.0)
+    letters = [x for x in dead_letters(stack) if x.get("key") == key]
+    record = ledger_records(stack).get(key)
+    left = (len(letters), record is not None and record.state is ReplyState.FAILED)
+    assert sum(left) == 1, f"stopped at a write to {first}, it left (letters, failed) {left}"
+    worker.start()
+    await handled(stack)
+    retried = onceonly(stack, "dead-letters", "retry")
+    assert retried.returncode == 0, retried.stderr
+    await handled(stack)
+    judged = verdict(stack, [message])
+    assert judged.passed and judged.count("answered") == 1, judged.violations
+    assert sent_to(stack) == Counter({message: 1})
+    assert ledger_records(stack)[key].state is ReplyState.SENT
+    return retried
 
 
 async def test_a_worker_stopped_between_the_dead_letter_and_the_failed_record_answers_once(
@@ -216,25 +234,13 @@ async def test_a_worker_stopped_between_the_dead_letter_and_the_failed_record_an
     stack = stack_factory(partitions=1, reorder_window_ms=0)
     env = model_env(stack, ONCEONLY_WRITER_ATTEMPTS="1", ONCEONLY_TEST_WRITER_DELAY_S="3")
     worker = stack.worker(**env, ONCEONLY_PRODUCE_LINGER_MS="1000")
-    message, key = "<m23@example.com>", reply_key(INBOX, "<m23@example.com>")
+    message = "<m23@example.com>"
     await stack.deliver(stack.seed(message, THREAD, text="FAIL-ONCE"))
     await until(stack, lambda: bool(model_calls(stack)), "the writer's call")
 
-    first = await asyncio.to_thread(_freeze_at_first_write, stack, worker)
-    worker.kill()
-    letters = [x for x in dead_letters(stack) if x.get("key") == key]
-    left = (len(letters), key in ledger_records(stack))
-    assert sum(left) == 1, f"stopped at a write to {first}, it left (letters, a record) {left}"
-    worker.start()  # the next owner: the redelivered message, the writer up again
-    await _handled(stack)
-    retried = onceonly(stack, "dead-letters", "retry")
-    assert retried.returncode == 0, retried.stderr
-    await _handled(stack)
+    # the next owner: the redelivered message, the writer up again
+    retried = await _stopped_restarted_retried(stack, worker, message)
 
-    judged = verdict(stack, [message])
-    assert judged.passed and judged.count("answered") == 1, judged.violations
-    assert sent_to(stack) == Counter({message: 1})
-    assert ledger_records(stack)[key].state is ReplyState.SENT
     assert "1 event(s) from 1 dead letter(s)" in retried.stdout  # its letter, retried
     assert "1 dead letter(s), 0 open" in onceonly(stack, "dead-letters", "list").stdout
 
@@ -254,19 +260,5 @@ async def test_a_worker_stopped_between_a_failed_send_s_dead_letter_and_failed_r
     await stack.deliver(stack.seed(message, THREAD))
     await _recorded(stack, key, ReplyState.PENDING)  # recorded before the send
 
-    first = await asyncio.to_thread(_freeze_at_first_write, stack, worker)
-    worker.kill()
-    stack.mail.set_latency(0.0)
-    letters = [x for x in dead_letters(stack) if x.get("key") == key]
-    left = (len(letters), ledger_records(stack)[key].state is ReplyState.FAILED)
-    assert sum(left) == 1, f"stopped at a write to {first}, it left (letters, failed) {left}"
-    worker.start()  # the next owner: the pending record reconciled, the mail API up
-    await _handled(stack)
-    retried = onceonly(stack, "dead-letters", "retry")
-    assert retried.returncode == 0, retried.stderr
-    await _handled(stack)
-
-    judged = verdict(stack, [message])
-    assert judged.passed and judged.count("answered") == 1, judged.violations
-    assert sent_to(stack) == Counter({message: 1})
-    assert ledger_records(stack)[key].state is ReplyState.SENT
+    # the next owner: the pending record reconciled, the mail API up
+    await _stopped_restarted_retried(stack, worker, message)

@@ -31,6 +31,7 @@ from tests.integration.workers import (
     ROOT,
     Stack,
     WorkerProcess,
+    handled,
     ledger_records,
     until,
     worker_env,
@@ -147,7 +148,7 @@ async def test_a_notification_redelivered_three_times_some_at_once_gives_one_ema
     await stack.until_sent(1)
     await stack.deliver(payload)  # and the third, later
     await until(stack, lambda: worker.log().count("delivery skipped") >= 2, "the 2 skips")
-    await asyncio.sleep(2)
+    await handled(stack)
 
     [email] = stack.nylas.outbox
     assert (email.reply_to_message_id, email.to) == ("m1", (CUSTOMER,))
@@ -169,7 +170,7 @@ async def test_message_updated_for_an_answered_message_sends_nothing(
     updated = stack.notification("m1", "thread-u", event_type="message.updated", seed=False)
     await stack.deliver(updated)
     await until(stack, lambda: "reason=not_received" in worker.log(), "the skip")
-    await asyncio.sleep(2)
+    await handled(stack)
 
     assert len(stack.nylas.outbox) == 1
     assert 'onceonly_skips_total{reason="not_received"} 1.0' in worker.metrics()
@@ -189,7 +190,7 @@ async def test_the_agents_own_outbound_message_gets_no_reply(nylas_stack: NylasS
     await stack.deliver(own)
     await stack.deliver(sentinel)
     await stack.until_sent(2)
-    await asyncio.sleep(2)
+    await handled(stack)
 
     assert [e.reply_to_message_id for e in stack.nylas.outbox] == ["m1", "m2"]
     assert "reason=own_message" in worker.log()
@@ -209,7 +210,7 @@ async def test_a_truncated_event_is_fetched_and_answered_once(nylas_stack: Nylas
 
     await stack.deliver(payload, times=2)
     await stack.until_sent(1)
-    await asyncio.sleep(2)
+    await handled(stack)
 
     [email] = stack.nylas.outbox
     assert email.body == f"big: {body}"
@@ -232,7 +233,7 @@ async def test_two_messages_of_one_thread_get_one_reply_to_the_latest(
     await stack.deliver(second)
     await stack.deliver(first)
     await stack.until_sent(1)
-    await asyncio.sleep(3)
+    await handled(stack)
 
     [email] = stack.nylas.outbox
     assert email.reply_to_message_id == "q2"
@@ -299,6 +300,6 @@ async def test_catch_up_answers_what_the_grant_received_while_webhooks_were_down
         first.stdout
     )
     assert second.returncode == 0, second.stderr + second.stdout
-    await asyncio.sleep(2)
+    await handled(stack)
     answered = sorted(e.reply_to_message_id or "" for e in stack.nylas.outbox)
     assert answered == ["answered", "missed1", "missed2"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ import pytest
 from onceonly.ingest import normalise
 from testkit import payloads
 from tests.conftest import consume_all
-from tests.integration.workers import INBOX, Stack, until
+from tests.integration.workers import INBOX, Stack, handled, until
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +46,7 @@ async def test_records_ingest_never_writes_are_dead_lettered_and_the_worker_goes
         lambda: len(consume_all(stack.settings, stack.settings.dead_letter_topic)) >= 4,
         "4 dead letters",
     )
-    await asyncio.sleep(1)
+    await handled(stack)
 
     letters = [
         json.loads(r.value()) for r in consume_all(stack.settings, stack.settings.dead_letter_topic)
@@ -86,7 +85,7 @@ async def test_with_an_envelope_secret_a_record_without_its_mac_is_dead_lettered
         lambda: bool(consume_all(stack.settings, stack.settings.dead_letter_topic)),
         "the dead letter",
     )
-    await asyncio.sleep(1)
+    await handled(stack)
 
     [letter] = [
         json.loads(r.value()) for r in consume_all(stack.settings, stack.settings.dead_letter_topic)

@@ -20,6 +20,7 @@ from tests.conftest import consume_all
 from tests.integration.workers import (
     INBOX,
     Stack,
+    handled,
     restart_mid_send,
 )
 from tests.integration.workers import (
@@ -48,7 +49,7 @@ async def test_one_message_delivered_five_times_gives_one_email(
     await stack.deliver(payload, times=3)  # three at once
     await stack.until_sent(1)
     await stack.deliver(payload, times=2)  # and two later
-    await asyncio.sleep(3)
+    await handled(stack)
 
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<m1@example.com>"]
 
@@ -131,7 +132,7 @@ async def test_a_burst_of_three_in_one_thread_gets_one_reply_to_the_latest(
         await stack.deliver(stack.seed(f"<b{i}@example.com>", "thr-burst", timestamp=ts))
 
     await stack.until_sent(1)
-    await asyncio.sleep(3)
+    await handled(stack)
 
     [email] = stack.mail.outbox
     assert email.replied_to_message_id == "<b0@example.com>"  # the latest by payload time
@@ -166,7 +167,7 @@ async def test_the_agents_own_message_gets_no_reply(stack_factory: Callable[...,
     await stack.deliver(own)
     await stack.deliver(sentinel)
     await stack.until_sent(1)
-    await asyncio.sleep(2)
+    await handled(stack)
 
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<other@example.com>"]
 
@@ -237,7 +238,7 @@ async def test_two_workers_one_killed_mid_run_answer_every_message_once(
         await stack.deliver(stack.seed(message_id, thread))
     # a kill costs a session timeout (10 s) and a rebalance; generous under load
     await stack.until_answered([m for m, _ in messages], timeout_s=240)
-    await asyncio.sleep(3)
+    await handled(stack)
 
     answered = sorted(e.replied_to_message_id for e in stack.mail.outbox)
     assert answered == sorted(m for m, _ in messages)

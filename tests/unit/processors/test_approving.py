@@ -623,12 +623,21 @@ async def test_a_newer_reply_whose_send_failed_does_not_block_approving_the_olde
     assert [e.replied_to_message_id for e in mail.outbox] == ["<m1@example.com>"]
 
 
-async def test_a_late_newer_draft_covering_a_message_answered_apart_is_written_again_without_it(
-    mail: FakeAgentMail,
+@pytest.mark.parametrize(
+    ("approved_first", "thread_read"),
+    [(False, True), (True, True), (True, False)],
+    ids=["given-m2-first", "approval-first", "approval-first-thread-unread"],
+)
+async def test_a_late_draft_covering_a_message_answered_apart_is_written_again_without_it(
+    mail: FakeAgentMail, monkeypatch: pytest.MonkeyPatch, approved_first: bool, thread_read: bool
 ) -> None:
     # F28's crossed writers, the third order: m1's draft approved and sent before a late
     # writer's m2 draft covering m1 landed. Given m2, the owner writes m2's draft again
-    # without m1; approved, that one does not answer m1 a second time
+    # without m1; approved, that one does not answer m1 a second time. A decision
+    # approving the late draft before that (decisions are not held by the reorder
+    # window) is refused: m2's delivery, which its late writer never committed, comes to
+    # the owner all the same, which writes the draft again whether the mail API lists
+    # the thread then or not (the rewrite needs no thread read)
     seen, pipeline = _noting(mail)
     old = await _drafted(mail, pipeline)
     await decide(pipeline.parts, _decision(old, "d-old"))
@@ -636,42 +645,15 @@ async def test_a_late_newer_draft_covering_a_message_answered_apart_is_written_a
     unsent = {"state": ReplyState.AWAITING, "approval": None, "sent_message_id": None}
     late = await _landed_m2(pipeline, old, reply_text="m2's late draft, covering m1", **unsent)
 
-    await pipeline.act([second], {})
-    await decide(pipeline.parts, _decision(late, "d-new"))
-
-    assert seen[1:] == [["message 2"]]
-    assert pipeline.parts.ledger.get(late).covers == ()
-    assert [e.replied_to_message_id for e in mail.outbox] == [
-        "<m1@example.com>",
-        "<m2@example.com>",
-    ]
-    assert "m2's late draft, covering m1" not in [e.text for e in mail.outbox]
-
-
-@pytest.mark.parametrize("thread_read", [True, False], ids=["thread-read", "thread-unread"])
-async def test_approving_a_late_draft_covering_a_message_answered_apart_is_refused(
-    mail: FakeAgentMail, monkeypatch: pytest.MonkeyPatch, thread_read: bool
-) -> None:
-    # the third order's last sliver: a decision approving the late m2 draft (covering m1,
-    # sent apart) before the owner is given m2 again (decisions are not held by the
-    # reorder window). It is refused; m2's delivery, which its late writer never
-    # committed, comes to the owner, which writes m2's draft again without m1, whether
-    # the mail API lists the thread then or not (the rewrite needs no thread read)
-    seen, pipeline = _noting(mail)
-    old = await _drafted(mail, pipeline)
-    await decide(pipeline.parts, _decision(old, "d-old"))
-    second = _delivery(mail, 2)
-    unsent = {"state": ReplyState.AWAITING, "approval": None, "sent_message_id": None}
-    late = await _landed_m2(pipeline, old, reply_text="m2's late draft, covering m1", **unsent)
-
-    refused = await decide(pipeline.parts, _decision(late, "d-late"))
+    if approved_first:
+        refused = await decide(pipeline.parts, _decision(late, "d-late"))
+        assert refused is not None and refused.state is ReplyState.AWAITING
     if not thread_read:
         [channel] = pipeline.parts.channels.values()
         monkeypatch.setattr(channel, "history", _unreadable)
     await pipeline.act([second], {})
     await decide(pipeline.parts, _decision(late, "d-new"))
 
-    assert refused is not None and refused.state is ReplyState.AWAITING
     assert seen[1:] == [["message 2"]]
     assert pipeline.parts.ledger.get(late).covers == ()
     assert [e.replied_to_message_id for e in mail.outbox] == [
