@@ -189,25 +189,6 @@ def judge(record: ReplyRecord, decision: ApprovalDecision) -> Outcome:
     return Outcome(status, record.key, record.state.value, detail, decision.decision_id, record)
 
 
-def _covers_answered(
-    find: FindReply, record: ReplyRecord, decision: ApprovalDecision
-) -> Outcome | None:
-    """The worker's refusal of an approval of a draft covering a message answered apart
-    (:func:`~onceonly.processors.approval.decisions.approves_answered_apart`), said at
-    once: one lookup of each covered message's reply, until one is answered apart
-    (without an index, each a whole read of the ledger topic). None when it does not
-    apply."""
-
-    def get(key: str) -> ReplyRecord | None:
-        return record if key == record.key else find(key).value
-
-    refused = approves_answered_apart(get, decision)
-    if refused is None:
-        return None
-    state = record.state.value
-    return Outcome(Status.REFUSED, record.key, state, refused.detail, decision.decision_id, record)
-
-
 Produce = Callable[[ApprovalDecision], Any]
 
 
@@ -267,9 +248,18 @@ async def decide(
 
 async def _judged(find: FindReply, record: ReplyRecord, decision: ApprovalDecision) -> Outcome:
     """:func:`judge`, and for an approval it would apply of a draft covering other
-    messages, the worker's refusal of one covering a message answered apart."""
+    messages, the worker's refusal of one covering a message answered apart
+    (:func:`~onceonly.processors.approval.decisions.approves_answered_apart`): one lookup
+    of each covered message's reply, until one is answered apart (without an index, each
+    a whole read of the ledger topic)."""
     judged = judge(record, decision)
     if judged.status is not Status.WAITING or not record.covers:
         return judged
-    refused = await asyncio.to_thread(_covers_answered, find, record, decision)
-    return refused if refused is not None else judged
+
+    def covered(key: str) -> ReplyRecord | None:
+        return find(key).value
+
+    refused = await asyncio.to_thread(approves_answered_apart, covered, record, decision)
+    if refused is None:
+        return judged
+    return replace(judged, status=Status.REFUSED, detail=refused.detail)

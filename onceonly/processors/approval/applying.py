@@ -109,8 +109,9 @@ async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord 
     draft = parts.ledger.get(decision.key)
     if decision.action is Action.APPROVE and draft and draft.state is ReplyState.AWAITING:
         await _supersede_if_covered(parts, draft)
-    applied = approves_answered_apart(parts.ledger.get, decision) or apply(
-        parts.ledger.get(decision.key), decision
+    current = parts.ledger.get(decision.key)  # the draft, or its mark just written
+    applied = approves_answered_apart(parts.ledger.get, current, decision) or apply(
+        current, decision
     )
     parts.metrics.approval_decision(applied.answer.value, applied.record)
     if applied.record is not None:

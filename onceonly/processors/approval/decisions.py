@@ -227,16 +227,18 @@ ANSWERED_APART = (
 
 
 def approves_answered_apart(
-    get: Callable[[str], ReplyRecord | None], decision: ApprovalDecision
+    get: Callable[[str], ReplyRecord | None],
+    record: ReplyRecord | None,
+    decision: ApprovalDecision,
 ) -> Applied | None:
-    """The refusal of ``decision`` when it approves a draft no decision reached that covers
-    a message answered apart (:func:`answered_apart`); None otherwise. Such a draft was
+    """The refusal of ``decision`` when it approves ``record``, a draft no decision reached
+    that covers a message answered apart (:func:`answered_apart`, its covers read with
+    ``get``); None otherwise. Such a draft was
     landed late by a writer past its fence check, whose delivery it never committed: the
     owner is given that message again and writes the draft again without the answered
     one (``applying._read_thread``), unless a decision approving the late draft comes
     first (decisions are not held by the reorder window); approved, it would answer that
     message a second time."""
-    record = get(decision.key)
     if (
         decision.action is Action.APPROVE
         and waits_unapproved(record)

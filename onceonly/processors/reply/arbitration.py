@@ -14,11 +14,10 @@ this module decides by that order:
   or *declined* one means the key is settled: nothing is sent, and the ledger records it
   as the other writer did, unless it is *covered*, made before the writer's own reply was,
   by a reply the own reply covers (a late record whose cover is circular; the simulator's
-  finding F34, :func:`covered_back`). The
-  ledger writes that record again as soon as its own pending record has landed after it,
-  unfenced (it only repeats the key's settled word), so that a zombie's pending record
-  is never the key's last word in the compacted log (the simulator's finding F1: a later
-  owner reading it *pending* sends it again);
+  finding F34, :func:`covered_back`). The ledger writes that record again as soon as its
+  own pending record has landed after it, unfenced (it only repeats the key's settled
+  word), so that a zombie's pending record is never the key's last word in the compacted
+  log (the simulator's finding F1: a later owner reading it *pending* sends it again);
 * another writer's draft (*awaiting*) of the key before the writer's own late *failed*,
   *covered* or *awaiting* record, with nothing settled: if the fence, asked again, refuses,
   the draft is the owner's and is written again after it (F17; the ledger's ``_keep_draft``);

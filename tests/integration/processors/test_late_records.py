@@ -41,6 +41,7 @@ from onceonly.processors.mail.agentmail.sender import AgentMailSender
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.approval import Approval, Verdict
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from tests.conftest import consume_all
 from tests.integration.workers import (
     INBOX,
     Stack,
@@ -154,8 +155,8 @@ async def test_an_approved_draft_after_a_late_cover_by_a_reply_it_covers_is_sent
     )
     await _land(stack, late)
     # the owner's audit reads it and writes its draft again after it: a person sees the draft
-    assert ledger_records(stack)[draft.key].state is ReplyState.COVERED
     assert await _recorded(stack, draft.key, ReplyState.AWAITING) == draft
+    assert _history(stack, draft.key)[-2:] == [late, draft]  # the late record, then the draft
 
     approved = onceonly(stack, "approvals", "approve", draft.key, "--by", "ana")
 
@@ -165,6 +166,12 @@ async def test_an_approved_draft_after_a_late_cover_by_a_reply_it_covers_is_sent
     assert ledger_records(stack)[draft.key].state is ReplyState.SENT
     judged = verdict(stack, [older, message])
     assert judged.passed, judged.violations
+
+
+def _history(stack: Stack, key: str) -> list[ReplyRecord]:
+    """Every ledger record of ``key``, in log order."""
+    found = consume_all(stack.settings, stack.settings.ledger_topic)
+    return [ReplyRecord.decode(r.value()) for r in found if r.key() == key.encode()]
 
 
 def _freeze_at_first_write(stack: Stack, worker: WorkerProcess, timeout_s: float = 60) -> str:
