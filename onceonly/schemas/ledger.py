@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import functools
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from onceonly.schemas.approval import Approval
+from onceonly.schemas.codec import dumps_compact, loads
 from onceonly.schemas.exceptions import SchemaError
 
 #: 4 added the *awaiting* state and ``approval`` (who decided on a draft, when, what);
@@ -124,34 +125,51 @@ class ReplyRecord:
             "written_at": self.written_at.isoformat() if self.written_at else None,
             "v": self.v,
         }
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        return dumps_compact(data)
 
     @classmethod
     def decode(cls, value: bytes | str) -> ReplyRecord:
-        try:
-            data = json.loads(value)
-            if data.get("v") not in KNOWN_LEDGER_VERSIONS:
-                raise SchemaError(
-                    f"ledger record version {data.get('v')!r} is not known to this onceonly "
-                    f"(it reads up to {LEDGER_VERSION}); upgrade every worker"
-                )
-            data["state"] = ReplyState(data["state"])
-            data["created_at"] = datetime.fromisoformat(data["created_at"])
-            for when in ("message_at", "written_at"):
-                if data.get(when):
-                    data[when] = datetime.fromisoformat(data[when])
-            if data.get("covers") is not None:
-                data["covers"] = tuple(str(key) for key in data["covers"])
-            if data.get("usage") is not None:
-                data["usage"] = Usage.from_json(data["usage"])
-            if data.get("approval") is not None:
-                data["approval"] = Approval.from_json(data["approval"])
-            data["v"] = LEDGER_VERSION
-            return cls(**data)
-        except SchemaError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise SchemaError(f"ledger record cannot be decoded: {exc!r}") from exc
+        """``value``'s record; the records of the last ``DECODED_KEPT`` values decoded
+        (each up to ``DECODED_KEPT_SIZE`` long) are kept and given again: a record is
+        immutable, and a reply's record is read several times on its way."""
+        if len(value) > DECODED_KEPT_SIZE or not isinstance(value, bytes | str):
+            return _decode(value)  # a bytearray or memoryview cannot be a kept one's key
+        return _decode_kept(value)
+
+
+#: how many decoded ledger records :meth:`ReplyRecord.decode` keeps, and the longest kept
+DECODED_KEPT = 1024
+DECODED_KEPT_SIZE = 16 * 1024
+
+
+def _decode(value: bytes | str) -> ReplyRecord:
+    try:
+        data = loads(value)
+        if data.get("v") not in KNOWN_LEDGER_VERSIONS:
+            raise SchemaError(
+                f"ledger record version {data.get('v')!r} is not known to this onceonly "
+                f"(it reads up to {LEDGER_VERSION}); upgrade every worker"
+            )
+        data["state"] = ReplyState(data["state"])
+        data["created_at"] = datetime.fromisoformat(data["created_at"])
+        for when in ("message_at", "written_at"):
+            if data.get(when):
+                data[when] = datetime.fromisoformat(data[when])
+        if data.get("covers") is not None:
+            data["covers"] = tuple(str(key) for key in data["covers"])
+        if data.get("usage") is not None:
+            data["usage"] = Usage.from_json(data["usage"])
+        if data.get("approval") is not None:
+            data["approval"] = Approval.from_json(data["approval"])
+        data["v"] = LEDGER_VERSION
+        return ReplyRecord(**data)
+    except SchemaError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise SchemaError(f"ledger record cannot be decoded: {exc!r}") from exc
+
+
+_decode_kept = functools.lru_cache(maxsize=DECODED_KEPT)(_decode)
 
 
 class EventState(StrEnum):

@@ -6,6 +6,10 @@ import json
 from dataclasses import fields
 from datetime import UTC, datetime
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from tests.unit.schemas._samples import FULL
 
@@ -53,3 +57,48 @@ def test_usages_add_up() -> None:
     assert Usage("m", 1, 2) + Usage("m", 10, 20) == Usage("m", 11, 22)
     assert (Usage("a", 1, 0) + Usage("b", 0, 1)).model == "a+b"
     assert Usage("m", 3, 4).total == 7
+
+
+@settings(max_examples=300)
+@given(text=st.text())
+def test_a_records_bytes_are_compact_utf8_json_whatever_its_text(text: str) -> None:
+    from dataclasses import replace
+
+    record = replace(FULL, reply_text=text, error=text)
+    try:
+        expected = json.dumps(
+            json.loads(FULL.encode()) | {"reply_text": text, "error": text},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+    except UnicodeEncodeError:  # a lone surrogate: not UTF-8, refused both ways
+        with pytest.raises(UnicodeEncodeError):
+            record.encode()
+        return
+
+    assert record.encode() == expected
+    assert ReplyRecord.decode(expected) == record
+
+
+def test_a_record_with_an_escaped_lone_surrogate_still_decodes() -> None:
+    raw = json.loads(FULL.encode()) | {"reply_text": "\ud800"}
+
+    assert ReplyRecord.decode(json.dumps(raw)).reply_text == "\ud800"
+
+
+def test_a_record_read_again_is_not_decoded_again() -> None:
+    raw = FULL.encode()
+
+    assert ReplyRecord.decode(bytes(raw)) is ReplyRecord.decode(bytes(raw))
+
+
+def test_a_record_in_a_bytearray_or_longer_than_the_kept_size_still_decodes() -> None:
+    from dataclasses import replace
+
+    from onceonly.schemas.ledger import DECODED_KEPT_SIZE
+
+    long = replace(FULL, reply_text="x" * DECODED_KEPT_SIZE)
+
+    assert ReplyRecord.decode(bytearray(FULL.encode())) == FULL
+    assert ReplyRecord.decode(long.encode()) == long
+    assert ReplyRecord.decode(long.encode()) is not ReplyRecord.decode(long.encode())
