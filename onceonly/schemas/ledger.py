@@ -132,7 +132,7 @@ class ReplyRecord:
         """``value``'s record; the records of the last ``DECODED_KEPT`` values decoded
         (each up to ``DECODED_KEPT_SIZE`` long) are kept and given again: a record is
         immutable, and a reply's record is read several times on its way."""
-        if len(value) > DECODED_KEPT_SIZE or not isinstance(value, bytes | str):
+        if not isinstance(value, bytes | str) or len(value) > DECODED_KEPT_SIZE:
             return _decode(value)  # a bytearray or memoryview cannot be a kept one's key
         return _decode_kept(value)
 

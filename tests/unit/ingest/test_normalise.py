@@ -432,3 +432,9 @@ def test_a_timestamp_without_a_zone_is_utc_whatever_the_hosts_zone() -> None:
 def test_a_timestamp_with_an_offset_is_kept_in_utc_whatever_the_hosts_zone() -> None:
     occurred = _agentmail(text="hi", timestamp="2026-11-30T12:00:00+02:00").occurred_at
     assert occurred.utcoffset() == timedelta(0)
+
+
+def test_an_event_id_beyond_64_bits_is_kept_whole() -> None:
+    body = _body({"id": 2**70, "type": "message.created", "data": {"object": {}}})
+
+    assert normalise.nylas(body, {}, NOW).event_id == str(2**70)

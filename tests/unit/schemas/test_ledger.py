@@ -102,3 +102,11 @@ def test_a_record_in_a_bytearray_or_longer_than_the_kept_size_still_decodes() ->
     assert ReplyRecord.decode(bytearray(FULL.encode())) == FULL
     assert ReplyRecord.decode(long.encode()) == long
     assert ReplyRecord.decode(long.encode()) is not ReplyRecord.decode(long.encode())
+
+
+@pytest.mark.parametrize("value", [None, 3])
+def test_a_value_that_is_no_text_is_a_schema_error(value: object) -> None:
+    from onceonly.schemas.exceptions import SchemaError
+
+    with pytest.raises(SchemaError):
+        ReplyRecord.decode(value)  # type: ignore[arg-type]
