@@ -5,6 +5,7 @@ attaches py-spy to the command's ``onceonly worker`` after ``--after`` replies a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import click
 
 from bench._proc_stack import scrape
-from bench._procs import cpu_seconds, thread_seconds, tree_pids
+from bench._procs import cpu_seconds, stat_fields, thread_seconds, tree_pids
 from bench._runner import loadavg
 
 REPLIES = "onceonly_replies_sent_total"
@@ -33,6 +34,9 @@ class Window:
     load_start: str
     load_end: str
     threads_cpu_s: dict[str, float]
+    #: of ``cpu_s``, the kernel's (system time): the socket writes' and reads' real cost,
+    #: which py-spy's samples overstate (a thread in a system call is sampled running)
+    system_s: float = float("nan")
 
     @property
     def ms_per_reply(self) -> float:
@@ -84,11 +88,18 @@ def wait_for_worker(bench: subprocess.Popen[bytes], after: float) -> tuple[int, 
     raise click.ClickException(f"the benchmark ended (status {bench.returncode}) first")
 
 
-def profile(pid: int, port: int, out: Path, spy: tuple[str, int, float]) -> Window:
-    binary, rate, duration = spy
+def system_seconds(pid: int) -> float:
+    """System CPU seconds of a process (all its threads) so far; NaN if unreadable."""
+    fields = stat_fields(pid)
+    return float("nan") if fields is None else int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
+def profile(pid: int, port: int, out: Path, spy: tuple[str, int, float, bool]) -> Window:
+    binary, rate, duration, gil = spy
     common = ["record", "--pid", str(pid), "--rate", str(rate), "--duration", f"{duration:g}"]
-    common += ["--nonblocking"]
+    common += ["--nonblocking", *(["--gil"] if gil else [])]
     load_start, cpu0, sent0, t0 = loadavg(), cpu_seconds(pid), replies(port), time.monotonic()
+    system0 = system_seconds(pid)
     threads0 = thread_cpu(pid)
     spies = [
         subprocess.Popen([binary, *common, "--format", fmt, "--output", str(path)])
@@ -99,11 +110,12 @@ def profile(pid: int, port: int, out: Path, spy: tuple[str, int, float]) -> Wind
     ]
     time.sleep(duration)
     cpu1, sent1, t1 = cpu_seconds(pid), replies(port), time.monotonic()
+    system = system_seconds(pid) - system0
     threads = {k: round(v - threads0.get(k, 0.0), 2) for k, v in thread_cpu(pid).items()}
     for process in spies:
         process.wait()
     sent = (sent1 or 0) - (sent0 or 0)
-    return Window(pid, t1 - t0, cpu1 - cpu0, sent, load_start, loadavg(), threads)
+    return Window(pid, t1 - t0, cpu1 - cpu0, sent, load_start, loadavg(), threads, system)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -112,16 +124,23 @@ def profile(pid: int, port: int, out: Path, spy: tuple[str, int, float]) -> Wind
 @click.option("--rate", type=click.IntRange(1, 1000), default=200, show_default=True)
 @click.option("--after", type=float, default=100, show_default=True, help="Replies first.")
 @click.option("--py-spy", "binary", default="py-spy", show_default=True)
+@click.option("--gil", is_flag=True, help="Sample only the thread holding the GIL (py-spy --gil).")
 @click.argument("command", nargs=-1, required=True)
 def main(
-    out: Path, duration: float, rate: int, after: float, binary: str, command: tuple[str, ...]
+    out: Path,
+    duration: float,
+    rate: int,
+    after: float,
+    binary: str,
+    gil: bool,
+    command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (a benchmark) and profile the worker it starts."""
     out.parent.mkdir(parents=True, exist_ok=True)
     bench = subprocess.Popen(list(command))
     try:
         pid, port = wait_for_worker(bench, after)
-        window = profile(pid, port, out, (binary, rate, duration))
+        window = profile(pid, port, out, (binary, rate, duration, gil))
     except BaseException:
         bench.terminate()
         raise
@@ -129,7 +148,8 @@ def main(
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     click.echo(
         f"worker {pid}: {window.cpu_s:.2f} CPU s / {window.replies:.0f} replies over "
-        f"{window.seconds:.1f} s = {window.ms_per_reply:.2f} ms per reply; "
+        f"{window.seconds:.1f} s = {window.ms_per_reply:.2f} ms per reply "
+        f"({window.system_s:.2f} s of it system); "
         f"load {window.load_start} -> {window.load_end}",
         err=True,
     )

@@ -176,7 +176,59 @@ async def kafka_floors(opts: Values, bootstrap: str, topics: dict[str, str]) -> 
     floors["produce1"] = await median_us(cpu(one_by_one, replies), opts.single, opts.rounds)
     floors["produce"] = await median_us(cpu(together, replies), opts.ops, opts.rounds)
     await producer.stop()
+    floors |= await librdkafka_floors(opts, bootstrap, topics, replies)
     return floors | await commit_floors(opts, bootstrap, ledger)
+
+
+async def librdkafka_floors(
+    opts: Values, bootstrap: str, topics: dict[str, str], replies: Callable[[int], list[Record]]
+) -> dict[str, float]:
+    """The one-at-a-time produce and consume through confluent-kafka (librdkafka, its I/O
+    on threads of its own, counted: ``process_time``) instead of aiokafka: what a worker
+    whose Kafka client were librdkafka would spend (not a row of the per-reply table)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from onceonly.schemas.envelope import Envelope
+
+    deliveries, ledger = topics["ONCEONLY_DELIVERIES_TOPIC"], topics["ONCEONLY_LEDGER_TOPIC"]
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+
+    async def one_by_one(batch: list[Record]) -> None:
+        for key, value, _ in batch:
+            producer.produce(ledger, value, key=key)
+            if producer.flush(10):
+                raise BenchError(f"a record to {ledger} not acknowledged within 10 s")
+
+    produced = await median_us(cpu(one_by_one, replies), opts.single, opts.rounds)
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "floors-librdkafka",
+                       "enable.auto.commit": False, "fetch.wait.max.ms": 500})  # fmt: skip
+    _, high = reader.get_watermark_offsets(TopicPartition(deliveries, 0), timeout=10)
+    reader.assign([TopicPartition(deliveries, 0, high)])
+    fed = agentmail_records(10**9, start=10**8)
+
+    async def fed_and_read(batch: range) -> None:  # a record produced, then read: a fetch each
+        for key, value, headers in (next(fed) for _ in batch):
+            producer.produce(deliveries, value, key=key, headers=headers, partition=0)
+            producer.flush(10)
+            message = reader.poll(10)
+            if message is None or message.error():
+                raise BenchError(f"no record from {deliveries} within 10 s")
+            Envelope.decode(message.value() or b"")
+
+    both = await median_us(cpu(fed_and_read), opts.single, opts.rounds)
+
+    async def commits(batch: range) -> None:  # as the fence's round: one OffsetCommit
+        for n in batch:
+            reader.commit(offsets=[TopicPartition(deliveries, 0, n)], asynchronous=False)
+
+    committed = await median_us(cpu(commits), opts.single, opts.rounds)
+    reader.close()
+    # the feed's own produce and flush is the row above's (a ledger record, about as long)
+    return {
+        "produce1_rd": produced,
+        "consume1_rd": max(both - produced, 0.0),
+        "commit_rd": committed,
+    }
 
 
 async def commit_floors(opts: Values, bootstrap: str, topic: str) -> dict[str, float]:
@@ -273,6 +325,12 @@ def report(opts: Values, floors: dict[str, float]) -> list[str]:
         "and holds (hold, settle) changelog records; 4 fence checks at 50/s (before the "
         "pending record, the send, the sent record, the events' outcome; rounds share them "
         f"when checks overlap); faust's timer commit every {COMMIT_INTERVAL_S} s at {RATE}/s",
+        "through confluent-kafka (librdkafka) instead of aiokafka, one at a time: a record "
+        f"produced and acknowledged {floors['produce1_rd']:,.1f} µs (aiokafka "
+        f"{floors['produce1']:,.1f}); a record consumed, one per fetch, "
+        f"{floors['consume1_rd']:,.1f} µs (aiokafka {floors['consume1']:,.1f}; the feed's "
+        f"produce taken off); an offset committed {floors['commit_rd']:,.1f} µs (aiokafka "
+        f"{floors['commit']:,.1f}, on the consumer's loop)",
     ])  # fmt: skip
 
 
