@@ -250,6 +250,12 @@ def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:
     return already(message, step, ledger.get(message.key))
 
 
+def failed_with(message: Inbound, failed: ReplyRecord, now: datetime, channel: str) -> ReplyRecord:
+    """``message``'s *failed* record beside its burst's (``failed``): the same error."""
+    record = _record_for(message, ReplyState.FAILED, now, channel)
+    return record.with_state(ReplyState.FAILED, attempts=failed.attempts, error=failed.error)
+
+
 def _record_for(target: Inbound, state: ReplyState, now: datetime, channel: str) -> ReplyRecord:
     return ReplyRecord(
         key=target.key,
@@ -293,6 +299,13 @@ async def _compose(
         reason = f"writer_failed after {exc.attempts} attempt(s): {exc.last_error}"
         await parts.dead_letter(failed, reason, messages)  # first: F33
         await ledger.put(failed)
+        # the letter's other messages with no record here are recorded failed too (no
+        # text: its retry writes them, as the target's): left unrecorded, a late draft of
+        # one by a worker past its ownership check stayed its last word, in the approvals
+        # list, and no decision on it could move it (the simulator's finding F35)
+        for message in messages:
+            if message.key != target.key and ledger.get(message.key) is None:
+                await ledger.put(failed_with(message, failed, now(), channel))
         log.error("reply dead-lettered", reason=reason, key=target.key)
         return BurstResult(Outcome.FAILED, target.key)
     target, covered = split_burst(messages)

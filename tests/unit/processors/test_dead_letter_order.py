@@ -6,6 +6,7 @@ with no letter, which every redelivery skips as done, and the message was never 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 import pytest
 
@@ -58,3 +59,43 @@ async def test_a_failed_send_is_dead_lettered_before_its_failed_record() -> None
     assert await _stopped(lambda burst: "the reply", StubSender(refused)) == [
         ("rejected:", ["<a@x>"])
     ]
+
+
+def _failing(burst: Sequence[Inbound]) -> str:
+    raise WriterFailed("the writer failed", attempts=3, last_error="RuntimeError('429')")
+
+
+async def _dead_lettered(ledger: MemoryLedger, burst: list[Inbound]) -> list[list[str]]:
+    letters: list[list[str]] = []
+
+    async def dead_letter(record: ReplyRecord, reason: str, messages: Sequence[Inbound]) -> None:
+        letters.append([m.message_id for m in messages])
+
+    parts = reply_parts(ledger, StubSender(), _failing, dead_letter=dead_letter, now=lambda: T0)
+    await reply_once(burst, parts)
+    return letters
+
+
+async def test_every_message_of_a_failed_writers_letter_is_recorded_failed() -> None:
+    # F35 (seed 631019768): a message left unrecorded kept a paused worker's late draft of
+    # it as its last word, in the approvals list, and no decision could move it
+    burst = [received("<a@x>", T0), received("<b@x>", T0 + timedelta(seconds=1))]
+    ledger = MemoryLedger()
+
+    assert await _dead_lettered(ledger, burst) == [["<a@x>", "<b@x>"]]
+    records = [ledger.get(m.key) for m in burst]
+    assert [(r.state, r.reply_text, r.error) for r in records if r is not None] == [
+        (ReplyState.FAILED, None, "RuntimeError('429')")
+    ] * 2
+
+
+async def test_a_failed_writers_letter_leaves_a_message_recorded_before_as_it_was() -> None:
+    older, newer = received("<a@x>", T0), received("<b@x>", T0 + timedelta(seconds=1))
+    ledger = MemoryLedger()
+    covered = ReplyRecord(older.key, "i", "<a@x>", older.thread_key, ReplyState.COVERED, T0)
+    await ledger.put(covered)
+
+    await _dead_lettered(ledger, [older, newer])
+
+    assert ledger.get(older.key) == covered
+    assert ledger.get(newer.key).state is ReplyState.FAILED  # type: ignore[union-attr]

@@ -76,6 +76,7 @@ APPROVAL_FINDINGS = frozenset(
         541801252,
         556462435,
         620020667,
+        631019768,
     }
 )
 
@@ -237,6 +238,12 @@ APPROVAL_FINDINGS = frozenset(
         # and arbitration ruled the key settled by that covered record: m31 got no email
         # (a covered or declined record made before the own reply now settles nothing)
         620020667,
+        # F35 (approval on): b1, paused past its fence check, landed a draft of m42 late;
+        # a1's writer failed for m42's burst (moved on to m50) and only m50's key was
+        # recorded failed: b1's draft stayed m42's last word in the approvals list, and
+        # every approval of it found no record here (now every message of the letter
+        # without a record is recorded failed, and a decision on the draft is refused)
+        631019768,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
