@@ -63,16 +63,20 @@ class Outcome:
     window: bool = False  #: two emails in the keys-ignored window (not a failure)
 
 
-def _play(job: tuple[int, Bugs]) -> Outcome:
-    seed, bugs = job
-    result = run_schedule(Schedule(seed, bugs))
+#: one schedule of a range: its seed, the planted bugs, approval (None: as drawn)
+Job = tuple[int, Bugs, bool | None]
+
+
+def _play(job: Job) -> Outcome:
+    seed, bugs, required = job
+    result = run_schedule(Schedule(seed, bugs, require_approval=required))
     report = None if result.passed else result.report(around=12)
     window = bool(result.window_hits)
     return Outcome(seed, len(result.trace), report, result.keys_ignored, window)
 
 
-def _play_rates(job: tuple[int, Bugs]) -> Outcome:
-    seed, bugs = job
+def _play_rates(job: Job) -> Outcome:
+    seed, bugs, _ = job
     result = run_rates(RateSchedule(seed, per_worker=bugs.group_rate_per_worker))
     report = None if result.passed else result.report(around=12)
     return Outcome(seed, len(result.events), report, False, result.window_hit)
@@ -150,7 +154,8 @@ def _parser() -> argparse.ArgumentParser:
         "--approval",
         choices=["drawn", "off", "on"],
         default="drawn",
-        help="with --seed: approval required as drawn (a quarter of seeds), or off or on",
+        help="approval required as drawn (a quarter of seeds), or off or on: of the seed "
+        "replayed, or of every seed of a range",
     )
     parser.add_argument(
         "--planted", action="store_true", help="print the seeds each planted bug needs"
@@ -190,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rates replays a whole seed: give --seed S, without --only or --shrink")
     if rates and args.seed is not None:
         return _replay_rates(args.seed, bugs, args.trace)
+    required = {"drawn": None, "off": False, "on": True}[args.approval]
+    if rates and required is not None:
+        parser.error("--approval is the reply world's: leave it out with --rates")
     if args.seed is not None or args.only is not None:
-        required = {"drawn": None, "off": False, "on": True}[args.approval]
         try:
             schedule = _one(args.seed, args.only, bugs, required)
         except ValueError as error:
@@ -202,8 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     first = _first_seed(args.start)
     seeds = range(first, first + args.seeds)
     world = "the rate world: " if rates else ""
-    print(f"{world}seeds {seeds.start} to {seeds.stop - 1} on {args.jobs} process(es)", flush=True)
-    return _run_range(seeds, bugs, args.jobs, rates)
+    approval = "" if required is None else f", approval {args.approval}"
+    print(
+        f"{world}seeds {seeds.start} to {seeds.stop - 1} on {args.jobs} process(es){approval}",
+        flush=True,
+    )
+    return _run_range(seeds, bugs, args.jobs, rates, required)
 
 
 def _one(seed: int | None, only: str | None, bugs: Bugs, required: bool | None) -> Schedule:
@@ -247,11 +258,13 @@ def _shrink(schedule: Schedule, args: argparse.Namespace) -> int:
     return 1
 
 
-def _run_range(seeds: range, bugs: Bugs, jobs: int, rates: bool = False) -> int:
+def _run_range(
+    seeds: range, bugs: Bugs, jobs: int, rates: bool = False, required: bool | None = None
+) -> int:
     events = ignored = window = 0
     failed: list[int] = []
     started = time.perf_counter()
-    jobs_of = ((seed, bugs) for seed in seeds)
+    jobs_of: Iterator[Job] = ((seed, bugs, required) for seed in seeds)
     play = _play_rates if rates else _play
     hit = "two emails in the keys-ignored window"
     if rates:

@@ -18,6 +18,10 @@ failure, the dead letter and the *failed* record: the first of them to land free
 (SIGSTOP, then SIGKILL), its writes held back by a 1 s producer linger. It leaves the
 letter, never a *failed* record with no letter, and the message ends answered once; on the
 writer's path (the writer fails) and on the send's (the send fails for good).
+
+F35: another writer's draft of a message, landed late, does not stay in the approvals
+list when the owner's writer fails for that message's burst: every message of the letter
+is recorded *failed*, and the letter's retry answers them.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from tests.integration.workers import (
     model_env,
     onceonly,
     sent_to,
+    state_of,
     until,
     verdict,
     writer_env,
@@ -269,3 +274,56 @@ async def test_a_worker_stopped_between_a_failed_send_s_dead_letter_and_failed_r
 
     # the next owner: the pending record reconciled, the mail API up
     await _stopped_restarted_retried(stack, worker, message)
+
+
+def _listed(stack: Stack) -> list[str]:
+    """The keys ``onceonly approvals list`` shows."""
+    listed = onceonly(stack, "approvals", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return [json.loads(line)["key"] for line in listed.stdout.splitlines()]
+
+
+async def test_a_late_draft_of_a_message_in_a_failed_writers_letter_leaves_the_approvals_list(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the simulator's finding F35 (seed 631019768, approval on): another writer's draft of
+    # m42, made before the rebalance, landed late; the owner's writer failed for m42's
+    # burst with m50, and only m50 was recorded failed: the late draft stayed m42's last
+    # word, in the approvals list, and no approval of it reached a record of the worker's
+    stack = stack_factory(partitions=1, reorder_window_ms=3000)
+    stack.worker(ONCEONLY_APPROVAL="always", **model_env(stack, ONCEONLY_WRITER_ATTEMPTS="1"))
+    warm, older, newer = "<m1@example.com>", "<m42@example.com>", "<m50@example.com>"
+    key = reply_key(INBOX, older)
+    # the worker's store recovered and live (a draft of another thread recorded): records
+    # that land from now on are other writers' late ones, which its store does not read
+    await stack.deliver(stack.seed(warm, "thr-warm"))
+    await _recorded(stack, reply_key(INBOX, warm), ReplyState.AWAITING)
+    made = datetime.now(UTC) - timedelta(seconds=30)
+    late = ReplyRecord(
+        key, INBOX, older, f"agentmail:{THREAD}", ReplyState.AWAITING, made,
+        reply_text="a draft of m42", covers=(), written_at=made,
+    )  # fmt: skip
+    await _land(stack, late)
+    first = stack.seed(older, THREAD, timestamp="2026-11-29T10:00:00.000Z")
+    second = stack.seed(newer, THREAD, timestamp="2026-11-29T10:01:00.000Z", text="FAIL-ONCE")
+    await asyncio.gather(stack.deliver(first), stack.deliver(second))
+    await _recorded(stack, reply_key(INBOX, newer), ReplyState.FAILED)
+    await handled(stack)
+
+    assert ledger_records(stack)[key].state is ReplyState.FAILED  # after the late draft
+    assert key not in _listed(stack)
+    retried = onceonly(stack, "dead-letters", "retry")
+    assert retried.returncode == 0, retried.stderr
+    # each message written again (a replay with approval on is a burst of its own)
+    keys = [key, reply_key(INBOX, newer)]
+    await until(
+        stack,
+        lambda: all(state_of(stack, k) not in (None, ReplyState.FAILED) for k in keys),
+        "the letter's messages written again",
+    )
+    await handled(stack)
+    for draft in _listed(stack):  # the drafts left, each approved
+        onceonly(stack, "approvals", "approve", draft, "--by", "ana")
+    judged = verdict(stack, [warm, older, newer])
+    assert judged.passed, judged.violations
+    assert max(sent_to(stack).values()) == 1

@@ -65,14 +65,16 @@ def _failing(burst: Sequence[Inbound]) -> str:
     raise WriterFailed("the writer failed", attempts=3, last_error="RuntimeError('429')")
 
 
-async def _dead_lettered(ledger: MemoryLedger, burst: list[Inbound]) -> list[list[str]]:
+async def _dead_lettered(
+    ledger: MemoryLedger, burst: list[Inbound], rewrite: frozenset[str] = frozenset()
+) -> list[list[str]]:
     letters: list[list[str]] = []
 
     async def dead_letter(record: ReplyRecord, reason: str, messages: Sequence[Inbound]) -> None:
         letters.append([m.message_id for m in messages])
 
     parts = reply_parts(ledger, StubSender(), _failing, dead_letter=dead_letter, now=lambda: T0)
-    await reply_once(burst, parts)
+    await reply_once(burst, parts, rewrite=rewrite)
     return letters
 
 
@@ -90,12 +92,18 @@ async def test_every_message_of_a_failed_writers_letter_is_recorded_failed() -> 
 
 
 async def test_a_failed_writers_letter_leaves_a_message_recorded_before_as_it_was() -> None:
+    # a draft marked superseded by the newer message (covered by it, its text kept) is
+    # written again with it (rewrite): the writer failing leaves the mark as it was
     older, newer = received("<a@x>", T0), received("<b@x>", T0 + timedelta(seconds=1))
     ledger = MemoryLedger()
-    covered = ReplyRecord(older.key, "i", "<a@x>", older.thread_key, ReplyState.COVERED, T0)
-    await ledger.put(covered)
+    mark = ReplyRecord(
+        older.key, "i", "<a@x>", older.thread_key, ReplyState.COVERED, T0,
+        reply_text="the old draft", covered_by=newer.key,
+    )  # fmt: skip
+    await ledger.put(mark)
 
-    await _dead_lettered(ledger, [older, newer])
-
-    assert ledger.get(older.key) == covered
+    assert await _dead_lettered(ledger, [older, newer], frozenset({older.key})) == [
+        ["<a@x>", "<b@x>"]
+    ]
+    assert ledger.get(older.key) == mark
     assert ledger.get(newer.key).state is ReplyState.FAILED  # type: ignore[union-attr]

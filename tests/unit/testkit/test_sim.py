@@ -293,6 +293,19 @@ def test_the_command_runs_a_range_on_two_processes_and_counts_it(
     assert "6 schedules in" in out and "0 with violations" in out
 
 
+def test_a_range_with_approval_on_or_off_plays_every_seed_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from testkit.sim.__main__ import _play
+
+    assert main(["--seeds", "2", "--start", "0", "--approval", "on"]) == 0
+    assert "seeds 0 to 1 on 1 process(es), approval on" in capsys.readouterr().out
+    # what the worker processes play: the same seeds, other schedules
+    for seed in range(2):
+        on, off = _play((seed, Bugs(), True)), _play((seed, Bugs(), False))
+        assert on.events != off.events
+
+
 def test_the_command_prints_a_failing_seed_from_its_processes_and_exits_1(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
