@@ -57,7 +57,6 @@ from tests.integration.workers import (
     model_env,
     onceonly,
     sent_to,
-    state_of,
     until,
     verdict,
     writer_env,
@@ -316,11 +315,12 @@ async def test_a_late_draft_of_a_message_in_a_failed_writers_letter_leaves_the_a
     assert retried.returncode == 0, retried.stderr
     # each message written again (a replay with approval on is a burst of its own)
     keys = [key, reply_key(INBOX, newer)]
-    await until(
-        stack,
-        lambda: all(state_of(stack, k) not in (None, ReplyState.FAILED) for k in keys),
-        "the letter's messages written again",
-    )
+
+    def written_again() -> bool:
+        records = ledger_records(stack)
+        return all(k in records and records[k].state is not ReplyState.FAILED for k in keys)
+
+    await until(stack, written_again, "the letter's messages written again")
     await handled(stack)
     for draft in _listed(stack):  # the drafts left, each approved
         onceonly(stack, "approvals", "approve", draft, "--by", "ana")

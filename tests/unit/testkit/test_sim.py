@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from testkit.sim.__main__ import main
+from testkit.sim.__main__ import _play, main
 from testkit.sim.loop import Deadlock, run
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
@@ -296,14 +296,11 @@ def test_the_command_runs_a_range_on_two_processes_and_counts_it(
 def test_a_range_with_approval_on_or_off_plays_every_seed_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from testkit.sim.__main__ import _play
+    for seed in range(2):  # what the worker processes play: the same seeds, other schedules
+        assert _play((seed, Bugs(), True)).events != _play((seed, Bugs(), False)).events
 
     assert main(["--seeds", "2", "--start", "0", "--approval", "on"]) == 0
     assert "seeds 0 to 1 on 1 process(es), approval on" in capsys.readouterr().out
-    # what the worker processes play: the same seeds, other schedules
-    for seed in range(2):
-        on, off = _play((seed, Bugs(), True)), _play((seed, Bugs(), False))
-        assert on.events != off.events
 
 
 def test_the_command_prints_a_failing_seed_from_its_processes_and_exits_1(
