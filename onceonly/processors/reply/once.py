@@ -250,10 +250,10 @@ def _skipped(ledger: Ledger, message: Inbound, step: Plan) -> BurstResult:
     return already(message, step, ledger.get(message.key))
 
 
-def failed_with(message: Inbound, failed: ReplyRecord, now: datetime, channel: str) -> ReplyRecord:
-    """``message``'s *failed* record beside its burst's (``failed``): the same error."""
+def _writer_failed(message: Inbound, exc: WriterFailed, now: datetime, channel: str) -> ReplyRecord:
+    """``message``'s *failed* record (no text) after the writer failed for its burst."""
     record = _record_for(message, ReplyState.FAILED, now, channel)
-    return record.with_state(ReplyState.FAILED, attempts=failed.attempts, error=failed.error)
+    return record.with_state(ReplyState.FAILED, attempts=exc.attempts, error=exc.last_error)
 
 
 def _record_for(target: Inbound, state: ReplyState, now: datetime, channel: str) -> ReplyRecord:
@@ -294,8 +294,7 @@ async def _compose(
             written = await write(messages)
     except WriterFailed as exc:
         target, _ = split_burst(messages)
-        failed = _record_for(target, ReplyState.FAILED, now(), channel)
-        failed = failed.with_state(ReplyState.FAILED, attempts=exc.attempts, error=exc.last_error)
+        failed = _writer_failed(target, exc, now(), channel)
         reason = f"writer_failed after {exc.attempts} attempt(s): {exc.last_error}"
         await parts.dead_letter(failed, reason, messages)  # first: F33
         await ledger.put(failed)
@@ -305,7 +304,7 @@ async def _compose(
         # list, and no decision on it could move it (the simulator's finding F35)
         for message in messages:
             if message.key != target.key and ledger.get(message.key) is None:
-                await ledger.put(failed_with(message, failed, now(), channel))
+                await ledger.put(_writer_failed(message, exc, now(), channel))
         log.error("reply dead-lettered", reason=reason, key=target.key)
         return BurstResult(Outcome.FAILED, target.key)
     target, covered = split_burst(messages)
