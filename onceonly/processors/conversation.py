@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -26,7 +26,7 @@ from onceonly.processors.dedupe import decisions as dedupe
 from onceonly.processors.dedupe.claims import claim, finish
 from onceonly.processors.effects.handlers import handle_event
 from onceonly.processors.effects.once import Effects
-from onceonly.processors.exceptions import Rebalancing, SendError
+from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing, SendError
 from onceonly.processors.flow import tenants
 from onceonly.processors.lanes import Dropped, Job
 from onceonly.processors.mail.protocol import MailProvider
@@ -45,6 +45,38 @@ log = structlog.get_logger("onceonly.worker")
 
 #: how often one record's processing is tried before it is dead-lettered
 RECORD_ATTEMPTS = 3
+
+
+async def retried(
+    act: Callable[[], Awaitable[None]],
+    *,
+    attempts: int,
+    backoff_s: float,
+    flowing: Callable[[], bool],
+    on_retry: Callable[[int, Exception], None],
+) -> Exception | None:
+    """``act``, tried up to ``attempts`` times, ``backoff_s`` doubling between tries: None
+    once a try returns, else the last try's failure (the caller dead-letters its records).
+    A rebalance ends it with :class:`Dropped` (the records are the next owner's): raised by
+    ``act``, or begun (``flowing`` false) when a try failed. The broker away
+    (:class:`BrokerUnavailable`) is not the records' failure: it is raised as it came, and
+    the worker exits to read them again (no dead letter)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            await act()
+            return None
+        except (Dropped, BrokerUnavailable, asyncio.CancelledError):
+            raise
+        except Rebalancing as exc:
+            raise Dropped(str(exc)) from exc
+        except Exception as exc:
+            if not flowing():
+                raise Dropped(f"a rebalance began after {exc!r}") from exc
+            if attempt == attempts:
+                return exc
+            on_retry(attempt, exc)
+            await asyncio.sleep(backoff_s * 2 ** (attempt - 1))
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
 class Conversation:
@@ -142,30 +174,24 @@ class Conversation:
         self, claimed: list[Delivery], outcomes: dict[str, bool], newer: Any
     ) -> None:
         """``act``, retried a bounded number of times; then the records are dead-lettered."""
-        for attempt in range(1, RECORD_ATTEMPTS + 1):
-            try:
-                await self.act(claimed, outcomes, newer)
-                return
-            except (Dropped, asyncio.CancelledError):
-                raise
-            except Rebalancing as exc:
-                raise Dropped(str(exc)) from exc
-            except Exception as exc:
-                if not self.parts.flowing():
-                    raise Dropped(f"a rebalance began after {exc!r}") from exc
-                if attempt < RECORD_ATTEMPTS:
-                    log.warning(
-                        "processing failed; trying again",
-                        attempt=attempt,
-                        error=repr(exc),
-                        **_ids(claimed[0].envelope),
-                    )
-                    await asyncio.sleep(self.parts.retry_backoff_s * 2 ** (attempt - 1))
-                    continue
-                log.exception("processing failed; dead-lettered", **_ids(claimed[0].envelope))
-                await self.dead_letter(claimed, Check.RECORD_FAILED, exc)
-                for delivery in claimed:
-                    outcomes[delivery.envelope.event_id] = False
+        ids = _ids(claimed[0].envelope)
+
+        def again(attempt: int, exc: Exception) -> None:
+            log.warning("processing failed; trying again", attempt=attempt, error=repr(exc), **ids)
+
+        failure = await retried(
+            functools.partial(self.act, claimed, outcomes, newer),
+            attempts=RECORD_ATTEMPTS,
+            backoff_s=self.parts.retry_backoff_s,
+            flowing=self.parts.flowing,
+            on_retry=again,
+        )
+        if failure is None:
+            return
+        log.error("processing failed; dead-lettered", exc_info=failure, **ids)
+        await self.dead_letter(claimed, Check.RECORD_FAILED, failure)
+        for delivery in claimed:
+            outcomes[delivery.envelope.event_id] = False
 
     async def dead_letter(
         self, deliveries: Sequence[Delivery], check: Check, error: BaseException | str

@@ -58,3 +58,13 @@ class Fenced(Rebalancing):
     """This worker no longer owns the partition it was working for (its session expired
     during a pause, or the group moved the partition): it writes and sends nothing more
     for it, and leaves the records to the partition's owner."""
+
+
+class BrokerUnavailable(ProcessorError):
+    """A changelog write failed because the broker did not take it in time: faust's
+    producer sent it again for ``producer_request_timeout`` (20 minutes), then gave up
+    (``runtime.broker_errors``).
+    Not the record's failure, and no dead letter: the write may have landed or not, and
+    this worker's store does not hold it. The worker exits without acknowledging its
+    records (``runtime.worker._fatal``); restarted, it recovers its tables from the
+    changelogs (what landed included) and reads the records again, as after a crash."""

@@ -76,7 +76,8 @@ class EventsStore:
             while self._unsent:
                 key, value = self._unsent[0]
                 latency = self.log.latency()
-                await remote(latency, _put(self.log.state, key, value), 0.0)
+                put = self.world.broker.when_up(_put(self.log.state, key, value))
+                await remote(latency, put, 0.0)
                 self._unsent.pop(0)
         except Killed:
             self._unsent.clear()

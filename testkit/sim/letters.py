@@ -219,6 +219,11 @@ class Letters:
 
         await for_reply(self.writer, lambda: envelopes, again)(record, reason, burst)
 
+    async def record_failed(self, burst: Sequence[Inbound], error: Exception) -> None:
+        """A burst whose every try failed: its messages' letter (``Conversation._guarded``)."""
+        envelopes = [self.envelope(m) for m in burst]
+        await self.writer.record_failure(envelopes, check=Check.RECORD_FAILED, error=repr(error))
+
     def replayed(self, taken: Sequence[int]) -> bool:
         part = self.world.part
         return any(isinstance(part.deliveries[o], Resent) for o in taken)

@@ -13,6 +13,7 @@ from onceonly.foundation.topics import LEDGER_COMPACTION_LAG_MS
 from onceonly.processors.fence import Position
 from onceonly.processors.records import applied_after_write
 from onceonly.processors.reply.ledger import TableLedger
+from onceonly.processors.runtime.broker_errors import changelog_write
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.io import remote
 
@@ -167,7 +168,10 @@ class SimTable(OnePartitionStore):
             self.world.cleaner.landed()
             return offset
 
-        offset = await remote(self.world.broker_latency(), append, self.world.broker_latency())
+        world = self.world
+        far = world.broker.produce(append)
+        with changelog_write("ledger"):  # the product's seam: the broker away, or not
+            offset = await remote(world.broker_latency(), far, world.broker_latency())
         armed = self.member.pause_after_write
         if armed is not None and self.part.record(value).state is ReplyState.PENDING:
             self.member.pause_after_write = None

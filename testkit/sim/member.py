@@ -4,16 +4,17 @@ view of the shared ledger partition."""
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from onceonly.processors.approval import applying
 from onceonly.processors.approval.decisions import Answer, by_mode
-from onceonly.processors.exceptions import Rebalancing
+from onceonly.processors.conversation import RECORD_ATTEMPTS, retried
+from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
 from onceonly.processors.fence import Fence, Position, Rounds
 from onceonly.processors.flow.admission import Admission
+from onceonly.processors.lanes import Dropped
 from onceonly.processors.reply.bursts import distinct, ended_failed
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.once import (
@@ -29,13 +30,11 @@ from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.approvals import unchecked_decide, worker_parts
+from testkit.sim.audit import audits
 from testkit.sim.events import EventsStore
 from testkit.sim.io import Actor, Killed, current, remote
 from testkit.sim.letters import Item, Resent
 from testkit.sim.log import (
-    AUDIT_LATENCY_S,
-    AUDIT_S,
-    COMPACTION_LAG_S,
     DRAIN_GRACE_S,
     TP,
     LateLedger,
@@ -92,7 +91,7 @@ class Member(Actor):
         #: the generation of this member's last take-over read of the ledger partition
         #: (TableLedger.take_over: the first audit after each assignment; finding F29)
         self.taken = -1
-        self._auditor = loop.create_task(self._audits())
+        self._auditor = loop.create_task(audits(self))
 
     # -- the group -------------------------------------------------------------------
 
@@ -136,7 +135,7 @@ class Member(Actor):
             return self.world.part.entries(first, last)  # what compaction left
 
         latency = self.world.broker_latency
-        return await remote(latency(), read, latency())
+        return await remote(latency(), self.world.broker.when_up(read), latency())
 
     def assign(self, generation: int) -> None:
         """The partition is this member's in ``generation``: recover, reconcile what is
@@ -195,46 +194,6 @@ class Member(Actor):
                 lane.task.cancel()
         self.resume()
 
-    def _log_end(self) -> int:
-        return len(self.world.part.changelog)
-
-    def _tail(self) -> tuple[int, int]:
-        """The offsets of the ledger partition that landed within the compaction lag (the
-        worker asks the broker for the offset at that time), and its log end."""
-        part = self.world.part
-        return bisect_left(part.landed_at, self.world.loop.time() - COMPACTION_LAG_S), len(
-            part.changelog
-        )
-
-    async def _read_tail(
-        self, partition: int, first: int, last: int
-    ) -> Sequence[tuple[int, bytes, bytes | None]]:
-        def read() -> list[tuple[int, bytes, bytes | None]]:
-            return self.world.part.entries(first, last)
-
-        return await remote(AUDIT_LATENCY_S, read, AUDIT_LATENCY_S)
-
-    async def _audits(self) -> None:
-        """The worker's ledger audit timer: every AUDIT_S, while it owns the partition,
-        its ledger reads what other writers landed there and settles again a key a late
-        record left unsettled (TableLedger.audit; the simulator's finding F19)."""
-        current.set(self)
-        try:
-            while not self.dead:
-                await asyncio.sleep(AUDIT_S)
-                if not self.owns() or self.paused:
-                    continue
-                if self.taken != self.generation:  # the first audit since an assignment
-                    first, end = await remote(AUDIT_LATENCY_S, self._tail, AUDIT_LATENCY_S)
-                    taking = self.generation
-                    if self.owns() and await self.ledger.take_over(0, first, end, self._read_tail):
-                        self.taken = taking
-                end = await remote(AUDIT_LATENCY_S, self._log_end, AUDIT_LATENCY_S)
-                if self.owns() and await self.ledger.audit(0, end):
-                    self.audited = end
-        except Killed:
-            pass
-
     # -- lanes -----------------------------------------------------------------------
 
     def _lane(self, thread_key: str) -> _Lane:
@@ -273,10 +232,13 @@ class Member(Actor):
                 for offset in taken:
                     self.open.pop(offset, None)
                 self._commit()
-        except Rebalancing as exc:
-            self.world.trace(self.name, f"lane {thread_key} stood down: {type(exc).__name__}")
+        except (Rebalancing, Dropped) as exc:
+            why = exc.__cause__ if isinstance(exc, Dropped) and exc.__cause__ else exc
+            self.world.trace(self.name, f"lane {thread_key} stood down: {type(why).__name__}")
         except (asyncio.CancelledError, Killed):
             self.world.trace(self.name, f"lane {thread_key} cancelled")
+        except BrokerUnavailable as exc:
+            self.fatal(exc)
         except Exception as exc:
             self.world.errors.append(f"{self.name}: {exc!r}")
             self.world.trace(self.name, f"lane {thread_key} raised {exc!r}")
@@ -286,15 +248,46 @@ class Member(Actor):
             self._start(thread_key)
 
     async def _burst(self, thread_key: str, messages: list[Inbound], taken: list[int]) -> None:
-        reply = self._parts(taken, thread_key)
-        if self.parts is not None:  # a newer message supersedes a waiting draft
-            result = await applying.answer(self.parts, messages, reply)
-        else:
-            result = await reply_once(messages, reply)
-        self.world.trace(self.name, f"burst {[m.message_id for m in messages]}: {result.outcome}")
-        failed = {m.event_id for m in messages if ended_failed(self.ledger.get(m.key))}
+        """A burst answered as ``Conversation.process`` answers it (``retried``): tried
+        again after a failure, then dead-lettered ``record_failed``; the broker away
+        (a ledger write that expired) escapes to :meth:`fatal`."""
+        burst = list(messages)  # with the newer messages a try takes in, as its next try
+        ended: list[Outcome] = []
+
+        async def act() -> None:
+            given = list(burst)
+            reply = self._parts(taken, thread_key, burst)
+            if self.parts is not None:  # a newer message supersedes a waiting draft
+                result = await applying.answer(self.parts, given, reply)
+            else:
+                result = await reply_once(given, reply)
+            self.world.trace(self.name, f"burst {[m.message_id for m in given]}: {result.outcome}")
+            ended.append(result.outcome)
+
+        failure = await retried(
+            act, attempts=RECORD_ATTEMPTS, backoff_s=0.5, flowing=self.owns, on_retry=self._again
+        )
+        if failure is not None:
+            self._again(RECORD_ATTEMPTS, failure)
+            await self.world.letters.record_failed(burst, failure)
+        failed = {m.event_id for m in burst if ended_failed(self.ledger.get(m.key))}
         await self.fence.check("recording how the events ended")  # as Conversation.process
-        self.world.letters.finish(self, taken, result.outcome is not Outcome.FAILED, failed)
+        ok = failure is None and ended[-1] is not Outcome.FAILED
+        self.world.letters.finish(self, taken, ok, failed)
+
+    def _again(self, attempt: int, exc: Exception) -> None:
+        """A try of a burst failed: a finding (the product would try it again and
+        dead-letter it, unseen); the broker away is not this (it escapes, fatal)."""
+        self.world.trace(self.name, f"burst try {attempt} failed: {exc!r}")
+        self.world.errors.append(f"{self.name}: {exc!r}")
+
+    def fatal(self, exc: BrokerUnavailable) -> None:
+        """The broker away escaped a lane job (a burst's, a decision's, an approved
+        reply's) or the audit: the worker exits to be restarted (``worker._fatal``), its
+        records read again."""
+        self.world.trace(self.name, f"exits: {exc!r}")
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self.world.kill, self, self.world.broker.restart_s())
 
     async def _decide(self, decision: ApprovalDecision) -> None:
         """A decision on a draft, applied on its thread's lane as the worker applies it."""
@@ -318,7 +311,9 @@ class Member(Actor):
                 done = self.fetched
             self.world.part.committed = done
 
-    def _parts(self, taken: list[int], thread_key: str = "") -> ReplyParts:
+    def _parts(
+        self, taken: list[int], thread_key: str = "", burst: list[Inbound] | None = None
+    ) -> ReplyParts:
         world = self.world
         sender: MailSender = (
             world.mail
@@ -342,7 +337,10 @@ class Member(Actor):
                 recorded |= {o for o, _ in admitted if world.letters.replayed([o])}
             lane.queue = [pair for pair in more if pair[0] in recorded] + lane.queue
             taken.extend(offset for offset, _ in more if offset not in recorded)
-            return distinct(m for offset, m in admitted if offset not in recorded)
+            joined = distinct(m for offset, m in admitted if offset not in recorded)
+            if burst is not None:  # a try after a failure answers them too
+                burst.extend(joined)
+            return joined
 
         async def dead_letter(record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
             await world.letters.reply_letter(self, record, reason, burst, taken)

@@ -29,6 +29,11 @@ Every schedule has 1 to 3 ``retry`` events (the operator's ``onceonly dead-lette
 retry``) and half of them a ``forge`` event (a letter planted on the dead-letter topic),
 drawn from a third generator (:mod:`testkit.sim.letters`).
 
+Half the schedules have 1-2 ``failover`` events (the changelogs' leader gone for 1-30 s) and
+half of those a ``produce_expiry`` (10-240 s in which every ledger write fails, landed
+or not), drawn
+from a sixth generator (:mod:`testkit.sim.broker`).
+
 :class:`Bugs` are test-only switches of the simulated world that plant a known bug, to
 show the simulator catches it.
 """
@@ -161,6 +166,7 @@ class Schedule:
         catch_ups, lost = _catch_ups(random.Random(self.seed * 8017 + 43), messages)
         faults += catch_ups
         faults += _redeliveries(random.Random(self.seed * 8053 + 59), arrivals)
+        faults += _broker_faults(random.Random(self.seed * 8081 + 71))
         object.__setattr__(self, "lost", lost)
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
@@ -243,6 +249,22 @@ def _redeliveries(rng: random.Random, arrivals: list[float]) -> list[Fault]:
         delay = rng.choice(REDELIVERY_DELAYS_S)
         at = arrivals[index] + delay + rng.uniform(0.0, max(0.5, delay / 10))
         faults.append(Fault(round(at, 3), "redeliver", float(index)))
+    return faults
+
+
+def _broker_faults(rng: random.Random) -> list[Fault]:
+    """In half the schedules, 1-2 failovers (the argument: seconds) and, in half of those,
+    a while (the argument: seconds) in which every ledger write expires, from a generator of
+    their own, so the other draws are the ones they were before (:mod:`testkit.sim.broker`)."""
+    if rng.random() >= 0.5:
+        return []
+    faults = [
+        Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), "failover", round(rng.uniform(1, 30), 3))
+        for _ in range(rng.randint(1, 2))
+    ]
+    if rng.random() < 0.5:
+        at = round(rng.uniform(0.0, SPAN_S * 1.1), 3)
+        faults.append(Fault(at, "produce_expiry", round(rng.uniform(10, 240), 3)))
     return faults
 
 

@@ -9,8 +9,9 @@ What runs is the product's reply path: each burst of a thread's messages goes th
 :class:`~onceonly.processors.fence.Fence` and :class:`~onceonly.processors.fence.Rounds`,
 and the real :class:`~onceonly.processors.writer.runner.Writer` (timeouts, retries, 429s,
 admission on the loop's clock). What the world imitates (stage 1): faust's table over a
-shared changelog, the group's generations, offsets committed as lanes finish, a lane per
-thread, a rebalance's drain. Killed members restart as fresh processes that reconcile the
+shared changelog (its leader failing over, its writes expiring: :mod:`testkit.sim.broker`),
+the group's generations, offsets committed as lanes finish, a lane per thread, a
+rebalance's drain. Killed members restart as fresh processes that reconcile the
 pending records they recover with :func:`~onceonly.processors.reply.once.send_recorded`.
 """
 
@@ -24,6 +25,7 @@ from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.approval import ApprovalDecision
 from testkit.invariants import Email, Message, Observed
 from testkit.sim.approvals import VARIANTS, Operator
+from testkit.sim.broker import Broker
 from testkit.sim.catchup import CatchUps
 from testkit.sim.events import Changelog
 from testkit.sim.letters import Letters, Resent
@@ -78,6 +80,8 @@ class World:
         self.operator = Operator(self) if schedule.approval else None
         #: the operator's catch-ups (testkit.sim.catchup), their listing's own generator
         self.catch_ups = CatchUps(self, random.Random(schedule.seed * 8017 + 47))
+        #: the changelogs' leader failing over, and expiring writes (testkit.sim.broker)
+        self.broker = Broker(self, random.Random(schedule.seed * 8087 + 73))
 
     def trace(self, who: str, what: object) -> None:
         self.events.append((self.loop.time(), who, what))
@@ -216,6 +220,8 @@ class World:
             self.catch_ups.play()
         elif fault.kind == "redeliver":
             self.redeliver(int(fault.arg))
+        elif fault.kind in ("failover", "produce_expiry"):
+            self.broker.play(fault)
 
     def redeliver(self, index: int) -> None:
         """A provider delivers message ``index``'s webhook again (its retry: the first

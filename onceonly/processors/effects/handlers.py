@@ -10,7 +10,7 @@ import structlog
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.effects.once import EffectConflict, Effects, EventHandler, run_handler
-from onceonly.processors.exceptions import Rebalancing
+from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.schemas.dead_letter import Check
@@ -46,6 +46,8 @@ async def handle_event(parts: Parts, delivery: Delivery) -> bool:
     try:
         await run_handler(handler, envelope, effects)
     except Rebalancing:  # the partition is not ours (Fenced): its owner runs the handler
+        raise
+    except BrokerUnavailable:  # an effect's record not taken: the worker exits, no letter
         raise
     except Exception as exc:
         check = Check.EFFECT_CONFLICT if isinstance(exc, EffectConflict) else Check.HANDLER_FAILED

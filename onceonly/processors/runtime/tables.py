@@ -11,6 +11,7 @@ import faust
 
 from onceonly.foundation.settings import Settings
 from onceonly.processors.records import applied_after_write
+from onceonly.processors.runtime.broker_errors import changelog_write
 
 log = logging.getLogger("onceonly.tables")
 
@@ -95,7 +96,8 @@ class FaustTable:
         self, key: bytes, value: bytes, partition: int | None = None
     ) -> tuple[int, int]:
         to = self.faust.partition_for_key(key) if partition is None else partition
-        metadata = await self.faust.send_changelog(to, key, value)
+        with changelog_write(self.faust.name):
+            metadata = await self.faust.send_changelog(to, key, value)
         if partition is None:
             self.faust.data[key] = value  # the store alone: the topic has the record already
         else:  # outside any record (a timer's): faust's store would take the current one's
@@ -105,7 +107,8 @@ class FaustTable:
         return int(metadata.topic_partition.partition), int(metadata.offset)
 
     async def delete_through(self, key: bytes, partition: int) -> tuple[int, int]:
-        metadata = await self.faust.send_changelog(partition, key, None)
+        with changelog_write(self.faust.name):
+            metadata = await self.faust.send_changelog(partition, key, None)
         del self.faust.data[key]  # the store alone: the topic has the tombstone already
         return int(metadata.topic_partition.partition), int(metadata.offset)
 

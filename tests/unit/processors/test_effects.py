@@ -6,11 +6,13 @@ import asyncio
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 import structlog
 
 from onceonly.ingest import normalise
+from onceonly.processors.effects.handlers import handle_event
 from onceonly.processors.effects.once import (
     EffectConflict,
     EffectPlan,
@@ -22,6 +24,8 @@ from onceonly.processors.effects.once import (
     payload_hash,
     run_handler,
 )
+from onceonly.processors.exceptions import BrokerUnavailable
+from onceonly.processors.reorder.holds import Delivery
 from testkit import payloads
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
@@ -217,3 +221,53 @@ async def test_a_refused_effect_names_the_action_and_the_event_and_says_what_to_
         "effect 'refund' of event evt_1 was recorded with another payload; "
         "refusing to perform it again: inspect the dead letter"
     )
+
+
+class _Letters:
+    def __init__(self) -> None:
+        self.checks: list[str] = []
+
+    async def record_failure(self, envelopes: object, *, check: str, error: str) -> None:
+        self.checks.append(str(check))
+
+
+class _FailingLedger(MemoryLedger):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    async def put_raw(self, key: str, value: bytes) -> None:
+        raise self.error
+
+
+def _handling(error: Exception) -> tuple[SimpleNamespace, _Letters]:
+    async def refund(envelope: normalise.Envelope, effects: Effects) -> None:
+        await effects.once("refund", {}, lambda key: None)
+
+    letters = _Letters()
+    parts = SimpleNamespace(
+        handler=refund,
+        ledger=_FailingLedger(error),
+        metrics=None,
+        decisions=None,
+        dead_letters=letters,
+        now=lambda: NOW,
+    )
+    return parts, letters
+
+
+async def test_a_handler_whose_effect_record_fails_is_the_events_dead_letter() -> None:
+    parts, letters = _handling(ValueError("an odd value"))
+
+    assert await handle_event(parts, Delivery(_envelope(), (0, 1))) is False  # type: ignore[arg-type]
+    assert letters.checks == ["handler_failed"]
+
+
+async def test_the_broker_away_under_a_handler_is_the_workers_failure_not_the_events() -> None:
+    """An effect's record the broker did not take may have landed: no dead letter, the
+    worker exits and reads the event again (as a reply's ledger write, F36)."""
+    parts, letters = _handling(BrokerUnavailable("the broker did not take a write"))
+
+    with pytest.raises(BrokerUnavailable):
+        await handle_event(parts, Delivery(_envelope(), (0, 1)))  # type: ignore[arg-type]
+    assert letters.checks == []

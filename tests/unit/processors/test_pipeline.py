@@ -12,6 +12,7 @@ import pytest
 
 from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
+from onceonly.processors.exceptions import BrokerUnavailable
 from onceonly.processors.fence import Fence
 from onceonly.processors.lanes import Dropped, Job, Lanes
 from onceonly.processors.reorder.holds import Delivery, Holds
@@ -126,6 +127,31 @@ async def test_an_unexpected_error_is_the_records_dead_letter_not_the_workers(
     assert pipeline.parts.dead_letters.letters == [  # type: ignore[attr-defined]
         ("record_failed", [delivery.envelope.event_id])
     ]
+
+
+async def test_the_broker_away_is_the_workers_failure_not_the_records(
+    mail: FakeAgentMail,
+) -> None:
+    """A ledger write the broker did not take may have landed: a dead letter would settle
+    the records beside a reply half recorded (a draft marked superseded by a reply never
+    written, a pending record whose email went out: the simulator's finding F36). Tried
+    once, no letter, no outcome: it escapes, and the worker exits to read them again."""
+    pipeline = _pipeline(mail, lambda burst: "ok")
+    delivery = _delivery(mail, 1, 0)
+    tries: list[int] = []
+
+    async def away(*args: Any, **kwargs: Any) -> None:
+        tries.append(1)
+        raise BrokerUnavailable("the broker did not take a write to the ledger's changelog")
+
+    pipeline.act = away  # type: ignore[method-assign]
+    outcomes: dict[str, bool] = {}
+
+    with pytest.raises(BrokerUnavailable):
+        await pipeline._guarded([delivery], outcomes, None)
+
+    assert tries == [1] and outcomes == {}
+    assert pipeline.parts.dead_letters.letters == []  # type: ignore[attr-defined]
 
 
 async def test_the_metrics_page_never_blocks_the_event_loop() -> None:

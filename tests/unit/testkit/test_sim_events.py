@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from testkit.sim.broker import Broker
 from testkit.sim.events import Changelog, EventsStore, claim_original
 from testkit.sim.io import Actor
 from testkit.sim.loop import run
@@ -20,7 +22,13 @@ pytestmark = pytest.mark.usefixtures("sim_quiet")
 def _store() -> tuple[Changelog, Actor, EventsStore]:
     log = Changelog(1)
     member = Actor("a1")
-    return log, member, EventsStore(SimpleNamespace(event_log=log), member)  # type: ignore[arg-type]
+    world = SimpleNamespace(event_log=log, loop=asyncio.get_running_loop(), trace=_untraced)
+    world.broker = Broker(world, random.Random(1))  # type: ignore[arg-type]
+    return log, member, EventsStore(world, member)  # type: ignore[arg-type]
+
+
+def _untraced(who: str, what: object) -> None:
+    pass
 
 
 async def _drained(store: EventsStore) -> None:

@@ -1,0 +1,108 @@
+"""The broker failing under the workers: a leader failover of the changelogs' partitions,
+and produce requests whose batch expires, from a generator of their own (a sixth: the
+schedule's other draws are the ones they were before).
+
+The workers' producer is faust's aiokafka producer as onceonly configures it: ``acks=-1``,
+no idempotence outside transactions, and faust's ``producer_request_timeout`` of 20
+minutes, within which a request the broker did not answer is sent again.
+
+- **A failover** (``failover``, 1-30 s): the node leading the ledger's and the events
+  table's changelog partitions is gone until a new leader is elected. A write that reaches
+  them meanwhile waits, retried, and lands once a leader is up; three in ten land twice
+  (the first copy on the old leader before it failed, its acknowledgement lost with the
+  connection, and again when retried: without idempotence the log holds both). A read of
+  the ledger partition (arbitration's, the audit's) waits for the new leader.
+- **Expiries** (``produce_expiry``, 10-240 s): every ledger write that reaches the broker
+  meanwhile fails with aiokafka's ``KafkaTimeoutError``, what faust's ``send_changelog``
+  raises when a batch expires, 5-60 s after it left (the partition unwritable past the
+  request timeout, made short so that the schedule plays on: its replicas below
+  ``min.insync.replicas``, or the broker unreachable); half of them landed first, their
+  acknowledgement lost. The writer cannot tell which: the record is in the log or not,
+  and not in its store.
+
+A worker meets a failed write as the product does: the write goes through the product's
+seam (``runtime.broker_errors.changelog_write``), which raises the expiry as
+``BrokerUnavailable``; that escapes the lane job (a burst's: ``conversation.retried`` lets
+it through, no dead letter), or the audit, and the worker exits to be restarted
+(``worker._fatal``: its store recovered from the changelog, what landed included, and its
+records read again).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from aiokafka.errors import KafkaTimeoutError
+
+from testkit.sim.io import Later
+from testkit.sim.schedule import Fault
+
+if TYPE_CHECKING:
+    from testkit.sim.world import World
+
+T = TypeVar("T")
+
+#: of the writes that reach a failing-over partition, the share that lands twice
+TWICE = 0.3
+#: how long an expired write waits before its error, and a fatal worker before its restart
+EXPIRY_S = (5.0, 60.0)
+RESTART_S = (1.0, 10.0)
+
+
+class Broker:
+    """The changelogs' leader as the workers' requests meet it."""
+
+    def __init__(self, world: World, rng: random.Random) -> None:
+        self.world = world
+        self.rng = rng
+        self.up_at = 0.0  #: virtual time a leader is back (past: one is up)
+        self.expire_until = 0.0  #: virtual time ledger writes stop expiring
+
+    def play(self, fault: Fault) -> None:
+        if fault.kind == "failover":
+            self.up_at = max(self.up_at, self.world.loop.time() + fault.arg)
+            self.world.trace("broker", f"leader failover for {fault.arg:.3f}s")
+        elif fault.kind == "produce_expiry":
+            self.expire_until = max(self.expire_until, self.world.loop.time() + fault.arg)
+            self.world.trace("broker", f"ledger writes expire for {fault.arg:.3f}s")
+
+    def _down_s(self) -> float:
+        return self.up_at - self.world.loop.time()
+
+    def when_up(self, far: Callable[[], T]) -> Callable[[], T | Later[T]]:
+        """``far`` run once a leader is up (at once when one is)."""
+
+        def step() -> T | Later[T]:
+            wait = self._down_s()
+            return Later(wait, step) if wait > 0 else far()
+
+        return step
+
+    def produce(self, land: Callable[[], int]) -> Callable[[], int | Later[int]]:
+        """The far end of a ledger write whose record ``land`` appends (its offset)."""
+
+        def arrive() -> int | Later[int]:
+            if self.world.loop.time() < self.expire_until:
+                landed = self.rng.random() < 0.5
+                if landed:
+                    land()
+                what = "landed, its ack lost" if landed else "not landed"
+                self.world.trace("broker", f"a ledger write expires: {what}")
+                return Later(self.rng.uniform(*EXPIRY_S), _expired)
+            if self._down_s() <= 0:
+                return land()
+            if self.rng.random() < TWICE:
+                land()  # on the old leader, its ack lost; retried, it lands again
+                self.world.trace("broker", "a ledger write landed before the failover")
+            return self.when_up(land)()
+
+        return arrive
+
+    def restart_s(self) -> float:
+        return self.rng.uniform(*RESTART_S)
+
+
+def _expired() -> int:
+    raise KafkaTimeoutError("the batch expired: no answer within producer_request_timeout")

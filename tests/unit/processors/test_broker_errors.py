@@ -1,0 +1,71 @@
+"""The seam that tells the broker away from a record refused, with aiokafka's and faust's
+own exception classes (the real ones: a renamed or re-parented class fails these)."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    NotEnoughReplicasError,
+    NotLeaderForPartitionError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    TopicAuthorizationFailedError,
+)
+from faust.exceptions import ProducerSendError
+
+from onceonly.processors.exceptions import BrokerUnavailable
+from onceonly.processors.runtime.broker_errors import changelog_write
+
+
+def _through_the_seam(error: BaseException) -> BaseException:
+    try:
+        with changelog_write("ledger"):
+            raise error
+    except Exception as exc:
+        return exc
+    raise AssertionError("the seam swallowed the failure")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaTimeoutError(),  # a batch expired: producer_request_timeout passed
+        RequestTimedOutError(),  # the request unanswered until then (a paused broker)
+        NotEnoughReplicasError(),  # acks=-1 below min.insync.replicas, until it expires
+        NotLeaderForPartitionError(),
+        KafkaConnectionError(),
+    ],
+    ids=type,
+)
+def test_the_broker_away_is_raised_as_broker_unavailable(error: Exception) -> None:
+    raised = _through_the_seam(error)
+    assert isinstance(raised, BrokerUnavailable)
+    assert raised.__cause__ is error
+    assert "ledger" in str(raised) and "may have landed or not" in str(raised)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [MessageSizeTooLargeError(), RecordTooLargeError(), TopicAuthorizationFailedError()],
+    ids=type,
+)
+def test_a_record_the_broker_refuses_stays_the_records_failure(error: Exception) -> None:
+    assert _through_the_seam(error) is error
+
+
+def test_a_send_faust_wrapped_is_judged_by_the_aiokafka_error_it_wraps() -> None:
+    away = ProducerSendError("Error while sending")
+    away.__cause__ = KafkaConnectionError()
+    refused = ProducerSendError("Error while sending")
+    refused.__cause__ = MessageSizeTooLargeError()
+
+    assert isinstance(_through_the_seam(away), BrokerUnavailable)
+    assert _through_the_seam(refused) is refused
+
+
+def test_a_failure_that_is_not_kafkas_passes_unchanged() -> None:
+    error = ValueError("an odd value")
+    assert _through_the_seam(error) is error
