@@ -41,7 +41,12 @@ import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 from onceonly.foundation.retries import retried
-from onceonly.processors.exceptions import ProcessorError, Rebalancing, WriterFailed
+from onceonly.processors.exceptions import (
+    BrokerUnavailable,
+    ProcessorError,
+    Rebalancing,
+    WriterFailed,
+)
 from onceonly.processors.flow.admission import Admission, Ticket
 from onceonly.processors.flow.rate import model_of, retry_after_s
 from onceonly.processors.flow.tenants import current_tenant
@@ -162,8 +167,10 @@ def outcome_of(value: Any) -> Written:
 
 def _retryable(exc: BaseException) -> bool:
     """A writer call that failed is tried again; one that was cancelled (a drain) or fenced
-    never is: tenacity's attempts catch every BaseException, CancelledError included."""
-    return isinstance(exc, Exception) and not isinstance(exc, _NotRetryable | Rebalancing)
+    never is: tenacity's attempts catch every BaseException, CancelledError included. Nor
+    one whose effect's record the broker did not take (the worker's failure: F36)."""
+    never = _NotRetryable | Rebalancing | BrokerUnavailable
+    return isinstance(exc, Exception) and not isinstance(exc, never)
 
 
 def is_async(writer: Callable[..., Any]) -> bool:
@@ -352,7 +359,7 @@ class Writer:
             return await retried(
                 lambda: AsyncRetrying(stop=stop, wait=wait, retry=retry, reraise=True), one
             )
-        except (asyncio.CancelledError, Rebalancing):
+        except (asyncio.CancelledError, Rebalancing, BrokerUnavailable):
             raise
         except Exception as exc:
             raise WriterFailed(

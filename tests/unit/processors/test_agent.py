@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from onceonly.processors.exceptions import Fenced, WriterFailed
+from onceonly.processors.exceptions import BrokerUnavailable, Fenced, WriterFailed
 from onceonly.processors.writer.contract import Decline, Inbound, ThreadMessage
 from onceonly.processors.writer.runner import Burst, Writer, WriterPolicy, outcome_of
 
@@ -230,6 +230,30 @@ async def test_a_fenced_call_is_neither_retried_nor_a_writer_failure() -> None:
 
     with pytest.raises(Fenced):
         await Writer(fenced, WriterPolicy(attempts=3, **FAST)).write([_message()])
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("asynchronous", [True, False], ids=["async", "sync"])
+async def test_an_effect_the_broker_did_not_take_is_neither_retried_nor_a_writer_failure(
+    asynchronous: bool,
+) -> None:
+    """A writer's effect whose ledger record the broker did not take (it may have landed):
+    the worker's failure, not the writer's (F36), so no *failed* record and no
+    ``writer_failed`` letter; the worker exits and reads the burst again."""
+    calls: list[int] = []
+    away = BrokerUnavailable("the broker did not take a write to the ledger's changelog")
+
+    async def effect(burst: Burst) -> str:
+        calls.append(burst.attempt)
+        raise away
+
+    def effect_sync(burst: Burst) -> str:
+        calls.append(burst.attempt)
+        raise away
+
+    writer = effect if asynchronous else effect_sync
+    with pytest.raises(BrokerUnavailable):
+        await Writer(writer, WriterPolicy(attempts=3, **FAST)).write([_message()])
     assert calls == [1]
 
 
