@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from testkit.sim.broker import Broker
 from testkit.sim.rates import RateSchedule, run_rates
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Schedule
@@ -160,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--planted", action="store_true", help="print the seeds each planted bug needs"
     )
+    _broker_options(parser)
     parser.add_argument(
         "--bug",
         choices=[
@@ -182,10 +184,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _broker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--expiries",
+        action="store_true",
+        help="play the ledger writes' expiries the schedules draw (off: finding F38 is open)",
+    )
+    parser.add_argument(
+        "--table-loss",
+        action="store_true",
+        help="with --expiries, lose events-table writes while writes expire (F37, open)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     quiet()
+    if args.table_loss and not args.expiries:
+        parser.error("--table-loss loses writes while writes expire: give --expiries too")
+    Broker.expiries, Broker.lose_table_writes = args.expiries, args.table_loss  # forked jobs too
     if args.planted:
         planted_table()
         return 0

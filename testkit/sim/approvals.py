@@ -205,6 +205,12 @@ class Operator:
         self.world.trace("people", f"produced {decision.decision_id} for {decision.key}")
         self.world.deliver(decision)
 
+    def landed(self, record: ReplyRecord) -> None:
+        """A ledger record carrying a decision landed: the decision was applied, though the
+        worker that applied it may die before it answers (an exit after the write)."""
+        if record.approval is not None:
+            self.applied[record.approval.decision_id] = True
+
     def applied_as(self, decision: ApprovalDecision, answer: Answer) -> None:
         if answer is Answer.APPLIED:
             self.applied[decision.decision_id] = True

@@ -76,7 +76,7 @@ class EventsStore:
             while self._unsent:
                 key, value = self._unsent[0]
                 latency = self.log.latency()
-                put = self.world.broker.when_up(_put(self.log.state, key, value))
+                put = self.world.broker.table_write(_put(self.log.state, key, value))
                 await remote(latency, put, 0.0)
                 self._unsent.pop(0)
         except Killed:

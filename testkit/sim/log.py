@@ -166,6 +166,8 @@ class SimTable(OnePartitionStore):
             self.part.writers.append((self.member.name, self.member.owns()))
             self.world.trace("broker", _Landed(self.part, offset, key, value))
             self.world.cleaner.landed()
+            if self.world.operator is not None:  # a decision applied, whoever lives to say so
+                self.world.operator.landed(self.part.record(value))
             return offset
 
         world = self.world

@@ -2,15 +2,18 @@
 
 faust's aiokafka producer (``acks=-1``, no idempotence outside transactions) sends a write
 again while the broker answers with a retriable error (no leader, too few in-sync
-replicas, a lost connection) and, once ``producer_request_timeout`` passes, fails it with
-the last such error (a broker that never answered: ``RequestTimedOutError``,
-tests/integration/processors/test_broker_away.py) or ``KafkaTimeoutError`` (the batch
-expired before it was sent); a send refused at once comes wrapped in faust's
-``ProducerSendError``, the aiokafka error its cause (judged by that cause: faust itself
-is not imported here, so the simulator can put its writes through this seam). Those are
-the broker away: :class:`BrokerUnavailable`. Anything else (a record too large for the
-topic, a topic refused) is this record's failure and stays what it is, for the reply
-path to dead-letter.
+replicas, a lost connection) and, once ``producer_request_timeout`` passes, fails the
+batch with the last such error: a broker that never answered, ``RequestTimedOutError``
+(tests/integration/processors/test_broker_away.py); a partition with no leader,
+``NotLeaderForPartitionError`` or ``LeaderNotAvailableError`` (aiokafka's accumulator).
+The write may have landed or not. A sender that crashed fails every batch in flight with
+a bare ``KafkaError``; a closed producer, a refused authorization and the like fail every
+write alike. All of these are the worker's failure, not the record's:
+:class:`BrokerUnavailable`, and the worker exits (no dead letter). Only what the broker
+refuses of one record (too large, corrupt, a bad timestamp) stays what it is, for the
+reply path to dead-letter; anything not Kafka's passes unchanged. faust's
+``ProducerSendError`` is judged by the aiokafka error it wraps (faust itself is not
+imported here, so the simulator can put its writes through this seam).
 """
 
 from __future__ import annotations
@@ -18,24 +21,39 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from onceonly.processors.exceptions import BrokerUnavailable
 
-__all__ = ["broker_away", "changelog_write"]
+__all__ = ["RECORD_REFUSED", "broker_away", "changelog_write"]
+
+#: what the broker refuses of one record: that record's failure, never the worker's
+RECORD_REFUSED = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    RecordListTooLargeError,
+    CorruptRecordException,
+    InvalidTimestampError,
+)
 
 
 def broker_away(exc: BaseException) -> bool:
-    """Whether a failed send says the broker is away, not that the record was refused."""
+    """Whether a failed send is the worker's failure (every Kafka error but a record's
+    own refusal), not the record's."""
     cause = exc.__cause__ if isinstance(exc.__cause__, KafkaError) else exc
-    if isinstance(cause, KafkaTimeoutError):
-        return True
-    return isinstance(cause, KafkaError) and bool(cause.retriable)
+    return isinstance(cause, KafkaError) and not isinstance(cause, RECORD_REFUSED)
 
 
 @contextmanager
 def changelog_write(table: str) -> Iterator[None]:
-    """Around an awaited changelog write of ``table``: the broker away is raised as
+    """Around an awaited changelog write of ``table``: the worker's failure is raised as
     :class:`BrokerUnavailable`; any other failure as it came."""
     try:
         yield

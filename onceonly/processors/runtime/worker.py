@@ -102,6 +102,21 @@ def _fatal(exc: BaseException) -> None:
     os._exit(EXIT_REDELIVER)
 
 
+async def admit_or_exit(
+    router: Any, record: Any, fatal: Callable[[BaseException], None] = _fatal
+) -> None:
+    """The router dead-letters what one record's routing raises; what escapes it (the
+    broker away under a ledger sweep or a dead letter) is the worker's failure. faust's
+    agent would be restarted without the rest of its batch, and the offsets committed past
+    it: the worker exits instead, and the records are read again."""
+    try:
+        await router.admit(record)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        fatal(exc)
+
+
 def writer_policy(settings: Settings) -> WriterPolicy:
     return WriterPolicy(
         concurrency=settings.writer_concurrency,
@@ -275,7 +290,7 @@ def build_app(
                     break
                 message = record.message
                 book.take(message.tp, message.offset, message)
-                await router.admit(record_of(record))
+                await admit_or_exit(router, record_of(record))
             router.parts.metrics.pending_records.set(lanes.pending)
 
     app.agent(parts.deliveries, name="onceonly.process", concurrency=1)(process)

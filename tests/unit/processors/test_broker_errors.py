@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import pytest
 from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
     KafkaConnectionError,
+    KafkaError,
     KafkaTimeoutError,
+    LeaderNotAvailableError,
     MessageSizeTooLargeError,
     NotEnoughReplicasError,
     NotLeaderForPartitionError,
+    ProducerClosed,
+    RecordListTooLargeError,
     RecordTooLargeError,
     RequestTimedOutError,
     TopicAuthorizationFailedError,
@@ -32,15 +38,19 @@ def _through_the_seam(error: BaseException) -> BaseException:
 @pytest.mark.parametrize(
     "error",
     [
-        KafkaTimeoutError(),  # a batch expired: producer_request_timeout passed
-        RequestTimedOutError(),  # the request unanswered until then (a paused broker)
+        RequestTimedOutError(),  # the request unanswered until the timeout (a paused broker)
+        NotLeaderForPartitionError(),  # an expired batch whose partition had no leader
+        LeaderNotAvailableError(),
         NotEnoughReplicasError(),  # acks=-1 below min.insync.replicas, until it expires
-        NotLeaderForPartitionError(),
         KafkaConnectionError(),
+        KafkaTimeoutError(),
+        KafkaError("Unexpected error during batch delivery"),  # the sender crashed
+        ProducerClosed(),
+        TopicAuthorizationFailedError(),  # every write alike: not this record's
     ],
     ids=type,
 )
-def test_the_broker_away_is_raised_as_broker_unavailable(error: Exception) -> None:
+def test_the_workers_failure_is_raised_as_broker_unavailable(error: Exception) -> None:
     raised = _through_the_seam(error)
     assert isinstance(raised, BrokerUnavailable)
     assert raised.__cause__ is error
@@ -49,10 +59,18 @@ def test_the_broker_away_is_raised_as_broker_unavailable(error: Exception) -> No
 
 @pytest.mark.parametrize(
     "error",
-    [MessageSizeTooLargeError(), RecordTooLargeError(), TopicAuthorizationFailedError()],
+    [
+        MessageSizeTooLargeError(),
+        RecordTooLargeError(),
+        RecordListTooLargeError(),
+        CorruptRecordException(),
+        InvalidTimestampError(),
+    ],
     ids=type,
 )
-def test_a_record_the_broker_refuses_stays_the_records_failure(error: Exception) -> None:
+def test_what_the_broker_refuses_of_one_record_stays_the_records_failure(
+    error: Exception,
+) -> None:
     assert _through_the_seam(error) is error
 
 

@@ -70,3 +70,29 @@ async def test_delete_through_sends_the_tombstone_before_it_deletes_from_the_sto
     # the topic has the tombstone while the store still held the record; then it is gone
     assert sent == [(0, b"thread-1", None, b"buffer")]
     assert where == (0, 41) and FaustTable(table).get(b"thread-1") is None
+
+
+@pytest.mark.parametrize("deleting", [False, True], ids=["write", "delete"])
+async def test_a_write_the_broker_did_not_take_is_broker_unavailable_and_leaves_the_store(
+    table: Any, deleting: bool
+) -> None:
+    """The seam in the worker's own table (runtime.broker_errors): the record may have
+    landed or not, so the store keeps what it held and the worker's failure is raised."""
+    from aiokafka.errors import NotEnoughReplicasError
+
+    from onceonly.processors.exceptions import BrokerUnavailable
+
+    async def send_changelog(partition: int, key: bytes, value: Any) -> Any:
+        raise NotEnoughReplicasError()
+
+    table.send_changelog = send_changelog
+    ours = FaustTable(table)
+
+    with pytest.raises(BrokerUnavailable) as raised:
+        if deleting:
+            await ours.delete_through(b"thread-1", 0)
+        else:
+            await ours.write_through(b"thread-1", b"newer", 0)
+
+    assert isinstance(raised.value.__cause__, NotEnoughReplicasError)
+    assert ours.get(b"thread-1") == b"buffer"

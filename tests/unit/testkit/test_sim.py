@@ -77,7 +77,6 @@ APPROVAL_FINDINGS = frozenset(
         556462435,
         620020667,
         631019768,
-        700010033,
     }
 )
 
@@ -245,14 +244,6 @@ APPROVAL_FINDINGS = frozenset(
         # every approval of it found no record here (now every message of the letter
         # without a record is recorded failed, and a decision on the draft is refused)
         631019768,
-        # F36: ledger writes expired (the broker away) and the worker dead-lettered the
-        # burst record_failed: m58's pending record had landed, the next owner sent it, its
-        # sent record expired too, and the ledger's last word stayed pending beside the
-        # email; (approval on) a draft marked superseded, its mark landed with the ack
-        # lost, by a reply never recorded: its messages covered by nothing (the broker
-        # away is now the worker's failure: it exits and reads the records again)
-        700002907,
-        700010033,
     ],
 )
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:

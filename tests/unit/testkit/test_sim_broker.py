@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from aiokafka.errors import KafkaTimeoutError
+from aiokafka.errors import RequestTimedOutError
 
 from testkit.sim.broker import EXPIRY_S, Broker
 from testkit.sim.io import remote
@@ -78,6 +78,7 @@ def test_a_read_waits_for_the_new_leader() -> None:
     assert run(play()) == 7.0
 
 
+@pytest.mark.usefixtures("expiries")
 def test_an_expiring_write_fails_late_landed_or_not() -> None:
     async def play(seed: int) -> tuple[int, Any, float]:
         broker, _ = _broker(seed)
@@ -85,17 +86,18 @@ def test_an_expiring_write_fails_late_landed_or_not() -> None:
         broker.play(Fault(0.0, "produce_expiry", 30.0))
         try:
             await remote(0.0, broker.produce(lambda: landed.append(1) or 0), 0.0)
-        except KafkaTimeoutError as exc:
+        except RequestTimedOutError as exc:
             return len(landed), exc, asyncio.get_running_loop().time()
         return len(landed), None, asyncio.get_running_loop().time()
 
     outcomes = [run(play(seed)) for seed in range(20)]
 
-    assert all(isinstance(error, KafkaTimeoutError) for _, error, _ in outcomes)
+    assert all(isinstance(error, RequestTimedOutError) for _, error, _ in outcomes)
     assert all(EXPIRY_S[0] <= at <= EXPIRY_S[1] for _, _, at in outcomes)
     assert {landed for landed, _, _ in outcomes} == {0, 1}  # the writer cannot tell
 
 
+@pytest.mark.usefixtures("expiries")
 def test_a_write_after_the_expiries_lands_at_once() -> None:
     async def play() -> int:
         broker, _ = _broker()
@@ -106,6 +108,22 @@ def test_a_write_after_the_expiries_lands_at_once() -> None:
     assert run(play()) == 41
 
 
+@pytest.fixture
+def expiries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drawn ``produce_expiry`` faults played (``--expiries``; off by default, F38)."""
+    monkeypatch.setattr(Broker, "expiries", True)
+
+
+def test_expiries_are_drawn_but_not_played_by_default() -> None:
+    schedule = Schedule(3002, require_approval=True)
+    assert any(f.kind == "produce_expiry" for f in schedule.faults)
+
+    result = run_schedule(schedule)
+
+    assert not [e for e in result.events if "expire" in e]
+
+
+@pytest.mark.usefixtures("expiries")
 def test_a_worker_whose_ledger_write_expires_exits_and_its_restart_answers_once() -> None:
     """Seed 3002 (approval on) expires writes of b1's and b2's: each exits as the product's
     worker exits (``BrokerUnavailable`` out of a lane job), no burst is dead-lettered
@@ -116,3 +134,79 @@ def test_a_worker_whose_ledger_write_expires_exits_and_its_restart_answers_once(
     assert len(exits) == 2
     assert not [e for e in result.events if "record_failed" in e]
     assert result.passed, result.report()
+
+
+@pytest.mark.usefixtures("expiries")
+def test_an_events_table_write_while_writes_expire_may_be_lost_unseen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """faust awaits no table write: one the broker failed is gone from the changelog."""
+    monkeypatch.setattr(Broker, "lose_table_writes", True)
+
+    async def play(seed: int) -> int:
+        broker, _ = _broker(seed)
+        put: list[int] = []
+        broker.play(Fault(0.0, "produce_expiry", 30.0))
+        await remote(0.0, broker.table_write(lambda: put.append(1)), 0.0)
+        return len(put)
+
+    assert {run(play(seed)) for seed in range(20)} == {0, 1}
+
+
+@pytest.mark.usefixtures("expiries")
+@pytest.mark.parametrize(
+    ("seed", "approval"),
+    [
+        # F36: ledger writes expired (the broker away) and the worker dead-lettered the
+        # burst record_failed: m58's pending record had landed, the next owner sent it, its
+        # sent record expired too, and the ledger's last word stayed pending beside the
+        # email; (approval on) a draft marked superseded, its mark landed with the ack
+        # lost, by a reply never recorded: its messages covered by nothing (the broker
+        # away is now the worker's failure: it exits and reads the records again)
+        (700002907, None),
+        (700010033, True),
+        # a worker exited between applying a decision and saying so: the checker now
+        # learns a decision applied from the ledger record that carries it
+        (730009617, True),
+    ],
+)
+def test_a_seed_that_found_a_bug_with_expiries_passes(seed: int, approval: bool | None) -> None:
+    result = run_schedule(Schedule(seed, require_approval=approval))
+
+    assert result.passed, result.report()
+
+
+@pytest.mark.usefixtures("expiries")
+def test_open_finding_f38_a_recovered_late_pending_record_is_sent_before_the_take_over() -> None:
+    """F38 (open): m41's reply had a2's *pending* record (its writer saw m19, m38, m39,
+    m41) and a3's mark of m19 covered by it; then b1, paused past its fence check since
+    before, landed its older *pending* record of m41 (a writer that never saw m19). The
+    owners exited on expired writes before either sent; a4 recovered b1's record as m41's
+    last word and sent it at once, before its first audit's take-over read would have
+    written a2's again (``late_last_words``): m19 is covered by a reply whose writer never
+    saw it. This fails once the product sends a recovered *pending* record only after
+    that read (then keep the seed and play expiries in every schedule)."""
+    result = run_schedule(Schedule(730002178))
+
+    assert [v.subject.split(" in ")[0] for v in result.verdict.violations] == ["<m19@sim>"]
+    assert [v.invariant for v in result.verdict.violations] == ["covered_unseen"]
+
+
+def test_open_finding_f37_a_lost_claim_outcome_leaves_covered_messages_unanswered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """F37 (open): m20's writer failed (letter 0 names m20 and the messages its reply
+    covers); its event's *failed* outcome, an events-table write, was lost while writes
+    expired, so the changelog kept the claim *in progress*, owned by a committed record.
+    The operator's retry of letter 0 met that claim: m20's replay was dead-lettered again
+    (``retry_raced``), alone, and m2, m5, m7, covered by m20's reply, were left in no open
+    letter and unanswered. This fails once the product answers them (then keep the seed as
+    a regression test and turn the loss on in every schedule)."""
+    monkeypatch.setattr(Broker, "expiries", True)
+    monkeypatch.setattr(Broker, "lose_table_writes", True)
+
+    result = run_schedule(Schedule(700010781, require_approval=True))
+
+    unanswered = {v.subject.split(" in ")[0] for v in result.verdict.of("answered_once")}
+    assert unanswered == {"<m2@sim>", "<m5@sim>", "<m7@sim>"}
+    assert any("retry_raced ['<m20@sim>']" in e for e in result.events)
