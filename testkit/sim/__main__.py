@@ -314,15 +314,15 @@ def _run_range(
         for seed in sorted(failed)[:5]:
             print(f"replay it: python -m testkit.sim --rates --seed {seed} --trace")
     else:
-        _shrink_hint(sorted(failed), bugs)
+        _shrink_hint(sorted(failed), bugs, required)
     return 1 if failed else 0
 
 
-def _shrink_hint(failed: list[int], bugs: Bugs, shown: int = 5) -> None:
+def _shrink_hint(failed: list[int], bugs: Bugs, required: bool | None, shown: int = 5) -> None:
     """The commands that shrink the first failing seeds (not run here: a shrink takes tens
     to hundreds of runs a seed, and a planted bug fails most seeds of a range)."""
     for seed in failed[:shown]:
-        print(f"shrink it: python -m testkit.sim --seed {seed} --shrink{flags(bugs, None)}")
+        print(f"shrink it: python -m testkit.sim --seed {seed} --shrink{flags(bugs, required)}")
     if len(failed) > shown:
         print(f"  ({len(failed) - shown} more failing seeds; shrink each the same way)")
 

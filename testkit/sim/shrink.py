@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from testkit.sim.approvals import VARIANTS
+from testkit.sim.broker import Broker
 from testkit.sim.run import Result, run_schedule
 from testkit.sim.schedule import Bugs, Schedule
 
@@ -103,10 +104,13 @@ def from_spec(spec: str, bugs: Bugs = NO_BUGS, require_approval: bool | None = N
 
 
 def flags(bugs: Bugs, require_approval: bool | None) -> str:
-    """The command-line flags that give ``python -m testkit.sim`` these bugs and approval."""
+    """The command-line flags that give ``python -m testkit.sim`` these bugs and approval,
+    and the broker's switches as this process has them (``--expiries``, ``--table-loss``)."""
     out = [f" --bug {f.name.replace('_', '-')}" for f in fields(bugs) if getattr(bugs, f.name)]
     if require_approval is not None:
         out.append(f" --approval {'on' if require_approval else 'off'}")
+    out += [" --expiries"] if Broker.expiries else []
+    out += [" --table-loss"] if Broker.lose_table_writes else []
     return "".join(out)
 
 

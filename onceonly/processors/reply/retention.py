@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from onceonly.processors.exceptions import Fenced
+from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.records import SweepPasses, Table, own_slice
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -107,8 +107,12 @@ class LedgerSweeper:
             return
         try:
             last = await self.sweep(partition, after=after)
-        except Fenced:  # the partition moved: its next owner sweeps it
-            log.info("ledger sweep stopped: the partition is no longer ours", partition=partition)
+        except Rebalancing:  # moved (Fenced) or not checked (stopping): its owner sweeps it
+            log.info(
+                "ledger sweep stopped: the partition is no longer ours, or its ownership could "
+                "not be checked",
+                partition=partition,
+            )
             return
         self._passes.slice_read(partition, last)
 

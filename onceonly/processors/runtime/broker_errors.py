@@ -8,10 +8,13 @@ batch with the last such error: a broker that never answered, ``RequestTimedOutE
 ``NotLeaderForPartitionError`` or ``LeaderNotAvailableError`` (aiokafka's accumulator).
 The write may have landed or not. A sender that crashed fails every batch in flight with
 a bare ``KafkaError``; a closed producer, a refused authorization and the like fail every
-write alike. All of these are the worker's failure, not the record's:
+write alike, and so does a broker limit on timestamps (aiokafka stamps faust's writes
+with this host's clock). All of these are the worker's failure, not the record's:
 :class:`BrokerUnavailable`, and the worker exits (no dead letter). Only what the broker
-refuses of one record (too large, corrupt, a bad timestamp) stays what it is, for the
-reply path to dead-letter; anything not Kafka's passes unchanged. faust's
+refuses of one record stays what it is, for the reply path to dead-letter: too large,
+corrupt, or an error aiokafka has no class for (``UnknownError``: its table ends at
+code 79, and a refusal such as INVALID_RECORD, 87, comes as that; judged the worker's, one
+bad record would crash-loop it). Anything not Kafka's passes unchanged. faust's
 ``ProducerSendError`` is judged by the aiokafka error it wraps (faust itself is not
 imported here, so the simulator can put its writes through this seam).
 """
@@ -23,11 +26,10 @@ from contextlib import contextmanager
 
 from aiokafka.errors import (
     CorruptRecordException,
-    InvalidTimestampError,
     KafkaError,
     MessageSizeTooLargeError,
     RecordListTooLargeError,
-    RecordTooLargeError,
+    UnknownError,
 )
 
 from onceonly.processors.exceptions import BrokerUnavailable
@@ -37,10 +39,9 @@ __all__ = ["RECORD_REFUSED", "broker_away", "changelog_write"]
 #: what the broker refuses of one record: that record's failure, never the worker's
 RECORD_REFUSED = (
     MessageSizeTooLargeError,
-    RecordTooLargeError,
     RecordListTooLargeError,
     CorruptRecordException,
-    InvalidTimestampError,
+    UnknownError,
 )
 
 

@@ -41,6 +41,7 @@ from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
 from onceonly.processors.dedupe.decisions import Retention
 from onceonly.processors.dedupe.sweep import Sweeper
+from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.fence import Fence
 from onceonly.processors.flow.admission import admission_for
 from onceonly.processors.health import WebhookHealth
@@ -108,10 +109,13 @@ async def admit_or_exit(
     """The router dead-letters what one record's routing raises; what escapes it (the
     broker away under a ledger sweep or a dead letter) is the worker's failure. faust's
     agent would be restarted without the rest of its batch, and the offsets committed past
-    it: the worker exits instead, and the records are read again."""
+    it: the worker exits instead, and the records are read again. A fence's refusal
+    (``Rebalancing``: the partition moved, or the worker is stopping) is no failure: it
+    goes on up, as a cancellation does, and the records are read again after the seek, or
+    by the partition's next owner."""
     try:
         await router.admit(record)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, Rebalancing):
         raise
     except Exception as exc:
         fatal(exc)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from onceonly.processors.exceptions import BrokerUnavailable
+from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
 from onceonly.processors.runtime.worker import admit_or_exit
 
 
@@ -47,4 +47,16 @@ async def test_a_cancelled_agent_is_cancelled_not_a_failure() -> None:
 
     with pytest.raises(asyncio.CancelledError):
         await admit_or_exit(_Router(asyncio.CancelledError()), "record 12", fatal.append)
+    assert fatal == []
+
+
+async def test_a_fences_refusal_goes_on_up_and_ends_nothing() -> None:
+    """The partition moved, or the worker is stopping (its ownership could not be
+    checked): no failure, and no exit 70 on an ordinary stop; the records are read again
+    after the seek, or by the next owner."""
+    refusal = Rebalancing("ownership of partition 3 could not be checked: stopping")
+    fatal: list[BaseException] = []
+
+    with pytest.raises(Rebalancing):
+        await admit_or_exit(_Router(refusal), "record 12", fatal.append)
     assert fatal == []

@@ -13,7 +13,7 @@ import pytest
 from onceonly.foundation.errors import ConfigError
 from onceonly.foundation.settings import Settings
 from onceonly.ingest import normalise
-from onceonly.processors.exceptions import Fenced
+from onceonly.processors.exceptions import Fenced, Rebalancing
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reply.retention import (
     CLOCK_SLACK,
@@ -161,12 +161,22 @@ async def test_a_pass_starts_a_whole_interval_after_the_first_record_then_goes_o
     assert len(removed) == 5
 
 
-async def test_a_fenced_sweep_stops_its_pass() -> None:
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        Fenced("partition 3 moved"),
+        # a worker stopping: its check could not be made; escaping the agent loop it would
+        # end the worker with code 70 (runtime.worker.admit_or_exit) on an ordinary stop
+        Rebalancing("ownership of partition 3 could not be checked: the consumer is stopping"),
+    ],
+    ids=type,
+)
+async def test_a_fenced_sweep_stops_its_pass(refusal: Exception) -> None:
     records = {b"k0": _record(ReplyState.SENT, PAST).encode()}
     store = _Store(records)
 
     async def fenced(keys: Sequence[bytes], partition: int) -> None:
-        raise Fenced("partition 3 moved")
+        raise refusal
 
     sweeper = LedgerSweeper(store, fenced, HORIZON, lambda: NOW.timestamp(), every_s=0.0)  # type: ignore[arg-type]
     await sweeper.maybe_sweep(3)  # starts the interval
