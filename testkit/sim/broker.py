@@ -61,8 +61,9 @@ class Broker:
     """The changelogs' leader as the workers' requests meet it."""
 
     #: the ``produce_expiry`` faults played (``--expiries``): off in every schedule while
-    #: finding F38 is open (a recovered late *pending* record sent before the take-over
-    #: read); drawn all the same, so a schedule is the same either way until they play
+    #: findings F38 and F39 are open (a recovered late *pending* record sent before the
+    #: take-over read; a late draft after a *sent* record left standing); drawn all the
+    #: same, so a schedule is the same either way until they play
     expiries = False
     #: events-table writes lost while writes expire (``--table-loss``; F37, open: a claim
     #: left *in progress* on the changelog, its owner committed, blocks its event)

@@ -210,3 +210,16 @@ def test_open_finding_f37_a_lost_claim_outcome_leaves_covered_messages_unanswere
     unanswered = {v.subject.split(" in ")[0] for v in result.verdict.of("answered_once")}
     assert unanswered == {"<m2@sim>", "<m5@sim>", "<m7@sim>"}
     assert any("retry_raced ['<m20@sim>']" in e for e in result.events)
+
+
+@pytest.mark.usefixtures("expiries")
+def test_open_finding_f39_a_late_draft_after_a_sent_record_is_superseded() -> None:
+    """F39 (open): m23's approved draft was sent (sent@48); a1, paused past its fence
+    check, landed its older draft of m23 after it (awaiting@52), which was written again
+    (@70, @78, @81) while owners exited on expired writes, until a newer message's reply
+    marked it superseded (covered@82): the ledger's last word for m23 is *covered* beside
+    its email. This fails once the product keeps the *sent* record m23's last word."""
+    result = run_schedule(Schedule(761006726, require_approval=True))
+
+    assert [v.invariant for v in result.verdict.violations] == ["ledger_agrees"]
+    assert "an email, recorded covered" in result.verdict.violations[0].detail
