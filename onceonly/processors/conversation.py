@@ -47,7 +47,7 @@ log = structlog.get_logger("onceonly.worker")
 RECORD_ATTEMPTS = 3
 
 
-async def retried(
+async def tried(
     act: Callable[[], Awaitable[None]],
     *,
     attempts: int,
@@ -55,7 +55,9 @@ async def retried(
     flowing: Callable[[], bool],
     on_retry: Callable[[int, Exception], None],
 ) -> Exception | None:
-    """``act``, tried up to ``attempts`` times, ``backoff_s`` doubling between tries: None
+    """``act``, tried up to ``attempts`` times, ``backoff_s`` doubling between tries (not
+    :func:`onceonly.foundation.retries.retried`: the rebalance and the broker away end it
+    here, and the last failure is returned for the caller's dead letter): None
     once a try returns, else the last try's failure (the caller dead-letters its records).
     A rebalance ends it with :class:`Dropped` (the records are the next owner's): raised by
     ``act``, or begun (``flowing`` false) when a try failed. The broker away
@@ -179,7 +181,7 @@ class Conversation:
         def again(attempt: int, exc: Exception) -> None:
             log.warning("processing failed; trying again", attempt=attempt, error=repr(exc), **ids)
 
-        failure = await retried(
+        failure = await tried(
             functools.partial(self.act, claimed, outcomes, newer),
             attempts=RECORD_ATTEMPTS,
             backoff_s=self.parts.retry_backoff_s,

@@ -61,10 +61,10 @@ class Fenced(Rebalancing):
 
 
 class BrokerUnavailable(ProcessorError):
-    """A changelog write failed because the broker did not take it in time: faust's
-    producer sent it again for ``producer_request_timeout`` (20 minutes), then gave up
-    (``runtime.broker_errors``).
-    Not the record's failure, and no dead letter: the write may have landed or not, and
+    """A changelog write failed with a Kafka error that is not the broker refusing that one
+    record (``runtime.broker_errors``): faust's producer sent it again for
+    ``producer_request_timeout`` (20 minutes) and gave up, or the producer is closed or
+    refused. Not the record's failure, and no dead letter: the write may have landed or not, and
     this worker's store does not hold it. The worker exits without acknowledging its
     records (``runtime.worker._fatal``); restarted, it recovers its tables from the
     changelogs (what landed included) and reads the records again, as after a crash."""

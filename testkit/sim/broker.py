@@ -28,7 +28,7 @@ minutes, within which a request the broker did not answer is sent again.
 
 A worker meets a failed write as the product does: the write goes through the product's
 seam (``runtime.broker_errors.changelog_write``), which raises the expiry as
-``BrokerUnavailable``; that escapes the lane job (a burst's: ``conversation.retried`` lets
+``BrokerUnavailable``; that escapes the lane job (a burst's: ``conversation.tried`` lets
 it through, no dead letter), or the audit, and the worker exits to be restarted
 (``worker._fatal``: its store recovered from the changelog, what landed included, and its
 records read again).

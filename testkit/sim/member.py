@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from onceonly.processors.approval import applying
 from onceonly.processors.approval.decisions import Answer, by_mode
-from onceonly.processors.conversation import RECORD_ATTEMPTS, retried
+from onceonly.processors.conversation import RECORD_ATTEMPTS, tried
 from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
 from onceonly.processors.fence import Fence, Position, Rounds
 from onceonly.processors.flow.admission import Admission
@@ -248,7 +248,7 @@ class Member(Actor):
             self._start(thread_key)
 
     async def _burst(self, thread_key: str, messages: list[Inbound], taken: list[int]) -> None:
-        """A burst answered as ``Conversation.process`` answers it (``retried``): tried
+        """A burst answered as ``Conversation.process`` answers it (``tried``): tried
         again after a failure, then dead-lettered ``record_failed``; the broker away
         (a ledger write that expired) escapes to :meth:`fatal`."""
         burst = list(messages)  # with the newer messages a try takes in, as its next try
@@ -264,7 +264,7 @@ class Member(Actor):
             self.world.trace(self.name, f"burst {[m.message_id for m in given]}: {result.outcome}")
             ended.append(result.outcome)
 
-        failure = await retried(
+        failure = await tried(
             act, attempts=RECORD_ATTEMPTS, backoff_s=0.5, flowing=self.owns, on_retry=self._again
         )
         if failure is not None:

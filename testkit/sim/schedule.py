@@ -30,9 +30,8 @@ retry``) and half of them a ``forge`` event (a letter planted on the dead-letter
 drawn from a third generator (:mod:`testkit.sim.letters`).
 
 Half the schedules have 1-2 ``failover`` events (the changelogs' leader gone for 1-30 s) and
-half of those a ``produce_expiry`` (10-240 s in which every ledger write fails, landed
-or not), drawn
-from a sixth generator (:mod:`testkit.sim.broker`).
+half of those a ``produce_expiry`` (10-240 s in which every ledger write fails, landed or
+not; played only with ``--expiries``), drawn from a sixth generator (:mod:`testkit.sim.broker`).
 
 :class:`Bugs` are test-only switches of the simulated world that plant a known bug, to
 show the simulator catches it.

@@ -45,9 +45,9 @@ async def handle_event(parts: Parts, delivery: Delivery) -> bool:
     effects = Effects(envelope, parts.ledger, parts.now)
     try:
         await run_handler(handler, envelope, effects)
-    except Rebalancing:  # the partition is not ours (Fenced): its owner runs the handler
-        raise
-    except BrokerUnavailable:  # an effect's record not taken: the worker exits, no letter
+    # the partition is not ours (Fenced): its owner runs the handler; or an effect's record
+    # the broker did not take: the worker exits, no letter (F36)
+    except (Rebalancing, BrokerUnavailable):
         raise
     except Exception as exc:
         check = Check.EFFECT_CONFLICT if isinstance(exc, EffectConflict) else Check.HANDLER_FAILED
