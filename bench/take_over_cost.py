@@ -65,9 +65,9 @@ def cpu_s(work: Callable[[], object], rounds: int) -> float:
 def _read_back(settings: Settings, end: int) -> tuple[float, float, int, int, int]:
     """In a fresh process: partition 0 read from 0 to ``end`` by the worker's reader, and
     the take-over's work on it. Wall s, CPU s, peak memory (KB) before and after, late."""
-    from onceonly.processors.runtime.worker import _ledger_reader
+    from onceonly.processors.runtime.ledger_topic import ledger_reader
 
-    read, before = _ledger_reader(settings), _peak_kb()
+    read, before = ledger_reader(settings), _peak_kb()
     began, cpu = time.perf_counter(), time.process_time()
 
     async def whole() -> Rows:

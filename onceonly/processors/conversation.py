@@ -264,6 +264,9 @@ class Conversation:
                 outcomes[delivery.envelope.event_id] = await self.handle_event(delivery)
         if not mail:
             return
+        # the ledger partition read as its last owner left it before its records are acted
+        # on (a recovered late record, written again: the simulator's findings F38, F39)
+        await self.parts.ledger.take_overs.once(mail[0].position[0])
         provider = mail[0].envelope.provider
         channel = self.parts.channels[provider]
         burst = await self._inbounds(mail, outcomes)

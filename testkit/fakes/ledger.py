@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onceonly.processors.reply.arbitration import Ruling, Verdict
+from onceonly.processors.reply.take_over import TakeOvers
 from onceonly.schemas.ledger import ReplyRecord
 
 
@@ -14,6 +15,8 @@ class MemoryLedger:
 
     records: dict[str, ReplyRecord] = field(default_factory=dict)
     writes: list[ReplyRecord] = field(default_factory=list)
+    #: no topic to read: nothing to take over
+    take_overs: TakeOvers = field(default_factory=lambda: TakeOvers(None, _nothing))
 
     def get(self, key: str) -> ReplyRecord | None:
         return self.records.get(key)
@@ -26,5 +29,12 @@ class MemoryLedger:
         """One writer, one log: its own record is always its key's first."""
         return Verdict(Ruling.OWN, record)
 
+    async def taken_over(self, key: str) -> None:
+        """No other writer: nothing to take over."""
+
     def forget(self) -> None:
         """Nothing is accounted for by partition here."""
+
+
+async def _nothing(partition: int, first: int, end: int) -> None:
+    """A take-over with nothing to read."""

@@ -30,7 +30,7 @@ from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.approvals import unchecked_decide, worker_parts
-from testkit.sim.audit import audits
+from testkit.sim.audit import audits, take_overs
 from testkit.sim.events import EventsStore
 from testkit.sim.io import Actor, Killed, current, remote
 from testkit.sim.letters import Item, Resent
@@ -70,6 +70,7 @@ class Member(Actor):
         self.ledger = ledger_type(
             self.table, fence=self.fence.check, read_log=self._read_log, clock=world.now
         )
+        self.ledger.take_overs = take_overs(self)
         loop = asyncio.get_running_loop()
         self.writer = Writer(
             world.model,
@@ -88,9 +89,6 @@ class Member(Actor):
         #: the partition's end at this member's last ledger audit (the world is busy
         #: until its owner has audited past its last record)
         self.audited = -1
-        #: the generation of this member's last take-over read of the ledger partition
-        #: (TableLedger.take_over: the first audit after each assignment; finding F29)
-        self.taken = -1
         self._auditor = loop.create_task(audits(self))
 
     # -- the group -------------------------------------------------------------------
@@ -255,6 +253,7 @@ class Member(Actor):
         ended: list[Outcome] = []
 
         async def act() -> None:
+            await self.ledger.take_overs.once(0)  # as Conversation.act: F38, F39
             given = list(burst)
             reply = self._parts(taken, thread_key, burst)
             if self.parts is not None:  # a newer message supersedes a waiting draft

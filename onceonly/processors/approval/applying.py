@@ -106,6 +106,9 @@ async def _run(job: Job) -> None:
 async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord | None:
     """Apply ``decision`` to its reply's record, then send the reply if it is pending."""
     ids = {"key": decision.key, "decision_id": decision.decision_id, "by": decision.by}
+    # a refusal writes the key's record again, made anew: a late one would pass for the
+    # owner's word (the simulator's finding F39); the partition's take-over comes first
+    await parts.ledger.taken_over(decision.key)
     draft = parts.ledger.get(decision.key)
     if decision.action is Action.APPROVE and draft and draft.state is ReplyState.AWAITING:
         await _supersede_if_covered(parts, draft)

@@ -136,7 +136,8 @@ class Ruling(StrEnum):
     OWN = "own"  #: no other writer's record comes first: send this one
     ADOPT = "adopt"  #: another writer's pending text came first: send that text
     SENT = "sent"  #: another writer recorded the reply sent first: send nothing
-    #: another writer recorded the key covered or declined first: send nothing
+    #: another writer recorded the key covered or declined first (or, after a take-over,
+    #: its draft or its failure: :func:`recovered_word`): send nothing
     SETTLED = "settled"
 
 
@@ -171,6 +172,21 @@ def arbitrate(
     # is answered anew (once.reply_once; the simulator's finding F21)
     adopted = replace(own, reply_text=first_pending.reply_text, covers=first_pending.covers)
     return Verdict(Ruling.ADOPT, adopted)
+
+
+def recovered_word(own: ReplyRecord, word: ReplyRecord | None) -> Verdict:
+    """Decide ``own`` (a *pending* record this worker recovered, not wrote) against
+    ``word``, the key's record in the store once its partition was taken over: the same
+    record, or the one the take-over wrote again after it (``own`` was a late last word,
+    the simulator's finding F38). Sent: nothing is sent; a pending text: that one is
+    sent; anything else (covered, declined, a draft waiting, failed): nothing is sent."""
+    if word is None or word == own:
+        return Verdict(Ruling.OWN, own)
+    if word.state is ReplyState.SENT:
+        return Verdict(Ruling.SENT, word)
+    if word.state is ReplyState.PENDING and word.reply_text:
+        return Verdict(Ruling.ADOPT, word)
+    return Verdict(Ruling.SETTLED, word)
 
 
 def covered_back(own: ReplyRecord, other: ReplyRecord) -> bool:

@@ -19,9 +19,11 @@ from onceonly.processors.reply.arbitration import (
     arbitrate,
     decoded,
     late_last_words,
+    recovered_word,
     stands_over,
     waits_on_person_or_send,
 )
+from onceonly.processors.reply.take_over import Tail, TakeOvers
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
@@ -30,12 +32,10 @@ log = structlog.get_logger("onceonly.reply")
 #: partition moved before it settled its key: its next owner settles it)
 PENDING_KEPT = 100_000
 
-#: the own records that a worker past its fence check (paused, then woken after its
-#: partition moved) may land after the next owner settled the key: *pending* (F1), *failed*
-#: (its writer failing, then paused; F7), *covered* (its burst's older message, covered
-#: by its new reply, after the next owner sent that message's own pending reply; F10) and
-#: *awaiting* (its draft, after the next owner sent the key's reply or superseded its own
-#: draft; F12)
+#: the own records a worker past its fence check (paused, woken after its partition moved)
+#: may land after the next owner settled the key: *pending* (F1), *failed* (F7), *covered*
+#: (its burst's older message, after the next owner sent that message's reply; F10) and
+#: *awaiting* (its draft, after the next owner sent or superseded the key's; F12)
 _MAY_LAND_LATE = frozenset(
     {ReplyState.PENDING, ReplyState.FAILED, ReplyState.COVERED, ReplyState.AWAITING}
 )
@@ -54,11 +54,10 @@ class TableLedger:
 
     ``put`` writes the topic first and the worker's own store only once the broker has
     acknowledged the record. faust's table writes go the other way (store, then changelog,
-    sent later): a SIGKILL in between left the store saying *sent* while the topic, which
-    catch-up and any other owner of the partition read, said *pending* for good (46 of
-    8,000 keys after four kills in a scratch run; the chaos runs' one pending key). In this
-    order a crash can only leave the store behind the topic: the next owner sends again
-    with the same key, which the mail API answers from its idempotency record.
+    sent later): a SIGKILL in between left the store saying *sent* while the topic said
+    *pending* for good (46 of 8,000 keys after four kills in a scratch run). In this order a
+    crash only leaves the store behind the topic: the next owner sends again with the same
+    key, which the mail API answers from its idempotency record.
     """
 
     def __init__(
@@ -67,6 +66,7 @@ class TableLedger:
         fence: Callable[[str], Awaitable[Any]] | None = None,
         read_log: ReadLog | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        tail: Tail | None = None,
     ) -> None:
         self.table = table
         #: stamps each record's ``written_at`` (arbitration.late_last_words reads it)
@@ -76,6 +76,9 @@ class TableLedger:
         self.fence = fence
         #: reads the ledger topic where another writer's records may be (arbitration)
         self.read_log = read_log
+        #: each partition's take-over, once per assignment: before a recovered record's
+        #: send, or by the timer's audit
+        self.take_overs = TakeOvers(tail if read_log is not None else None, self.take_over)
         self._logs: dict[int, PartitionLog] = {}
         #: partitions whose log takes in what a recovery read, at their next write
         self._moved: set[int] = set()
@@ -148,9 +151,8 @@ class TableLedger:
         settled the key: if the fence now refuses, this worker is the late one (past its
         check, paused, woken after the partition moved) and the draft is the owner's. Left
         so, the ledger's last word is this worker's record: the draft leaves the approvals
-        list and its covered messages are covered by a reply with no email (the simulator's
-        finding F17), or a stale draft stands over the approved one, a person approves it
-        too and the approved text goes out under that decision (F31). Theirs is written
+        list and its messages are covered by a reply with no email (F17), or a stale draft
+        stands over the approved one and is approved too (F31). Theirs is written
         again after it, unfenced, then whatever the owner wrote of the key meanwhile, until
         nothing of theirs lands between; then Fenced (the lane stands down: no dead letter
         for the owner's work). Still ours: the other was the late one; ``record`` stands."""
@@ -181,24 +183,30 @@ class TableLedger:
         raise Fenced(f"ledger partition {partition} moved before {record.key}'s record landed")
 
     def _others(self, key: str, partition: int, after: int, before: int) -> list[ReplyRecord]:
-        """Another writer's records of ``key`` read so far, in log order, strictly between
-        the two offsets."""
+        """Another writer's records of ``key`` read so far, in log order, between the two."""
         partition_log = self._logs.get(partition)
         found = partition_log.others(key) if partition_log is not None else []
         return [other for at, other in found if after < at < before]
 
     def forget(self) -> None:
         """The partitions changed. Each partition's log is kept, and takes in what the
-        rebalance's recovery read at the partition's next write."""
+        rebalance's recovery read at the partition's next write; each is taken over again."""
         self._moved.update(self._logs)
+        self.take_overs.forget()
 
     async def arbitrate(self, record: ReplyRecord) -> Verdict:
         """``record`` (*pending*, about to be sent) against another writer's records of its
         key that landed before it (:mod:`~onceonly.processors.reply.arbitration`)."""
         where = self._pending.get(record.key)
-        if where is None:
-            return Verdict(Ruling.OWN, record)  # recovered, not written here: it came first
+        if where is None:  # recovered, not written here: maybe a late one (F38)
+            await self.taken_over(record.key)
+            return recovered_word(record, self.get(record.key))
         return await self._ruling_at(record, where)
+
+    async def taken_over(self, key: str) -> None:
+        """``key``'s partition taken over since it was assigned (``take_overs``), before its
+        recovered record is acted on: a lane's first work, a send, a decision (F38, F39)."""
+        await self.take_overs.once(self.table.partition_of(key.encode()))
 
     async def _ruling_at(self, record: ReplyRecord, where: tuple[int, int]) -> Verdict:
         """``record``, landed at ``where`` (partition, offset), against another writer's
@@ -272,12 +280,10 @@ class TableLedger:
     async def audit(self, partition: int, end: int) -> bool:
         """Read what other writers landed in ``partition`` (one this worker owns) below
         ``end``, its log-end offset, that this worker has not accounted for, and settle
-        again each key a late record left unsettled (``_settle_again``). The worker's
-        timer calls it (onceonly.processors.runtime.lifecycle), so the repair does not
-        wait for the owner's next write to the partition. Nothing is read when every
-        offset is accounted for; nothing is done while an own write is under way (its
-        offset is not yet accounted for, and would be read as another writer's): False
-        then, and the timer's next audit tries again."""
+        again each key a late record left unsettled (``_settle_again``), on the worker's
+        timer (onceonly.processors.runtime.lifecycle). Nothing is read when every offset is
+        accounted for; nothing is done while an own write is under way (its offset, not yet
+        accounted for, would be read as another writer's): False, and the next audit."""
         if self.read_log is None or self._writing.get(partition):
             return False
         self._account_store(partition)
@@ -286,23 +292,19 @@ class TableLedger:
 
     async def take_over(
         self, partition: int, first: int, end: int, read: ReadLog | None = None
-    ) -> bool:
+    ) -> None:
         """Read ``partition`` (one this worker has just been given) from ``first`` to its
         log-end offset ``end``, and write again the record before each key's last one there
         when that is late (:func:`~onceonly.processors.reply.arbitration.late_last_words`),
-        unless this worker wrote the key since. The late writer or the owner repairs it
-        (``_keep_settled``, ``_keep_draft``, ``_settle_again``); with both stopped first, the
-        next owner recovered the late record (the simulator's finding F29). ``read``: if not
-        as arbitration reads. False while an own write is under way (the next audit again)."""
+        unless this worker writes or wrote the key since (its record is the last word). With
+        the late writer (``_keep_settled``, ``_keep_draft``) and the owner (``_settle_again``)
+        stopped first, the next owner recovered the late record (the simulator's finding
+        F29) and sent it before this (F38; ``take_overs``). ``read``: if not arbitration's."""
         read = read or self.read_log
-        if read is None or self._writing.get(partition):
-            return False
-        if end <= first:
-            return True
+        if read is None or end <= first:
+            return
         for key, again in late_last_words(await read(partition, first, end - 1)):
-            if self._writing.get(partition):
-                return False  # a lane writes meanwhile: the next audit takes over again
-            if self._own_at.get(key, -1) >= end:
+            if self._inflight.get(key) or self._own_at.get(key, -1) >= end:
                 continue  # written here since: the late record is not the last word
             await self._write_again(
                 again,
@@ -310,7 +312,6 @@ class TableLedger:
                 "ledger: a late record was the key's last word when this worker took the "
                 "partition over; the record before it written again after it",
             )
-        return True
 
     async def _write_again(self, record: ReplyRecord, partition: int, why: str, **ids: str) -> None:
         """``record`` written again after a late one, unfenced, as it was (``written_at``
@@ -387,9 +388,8 @@ class TableLedger:
 
     def _account_store(self, partition: int) -> None:
         """Before a write: what the store holds is accounted for. The first time, all of
-        it; after a rebalance, what its recovery read after the offsets accounted for
-        (not while an own write is under way: its ack moves the store's offset before the
-        log learns where it landed)."""
+        it; after a rebalance, what its recovery read after the offsets accounted for (not
+        while an own write is under way: its ack moves the offset before the log learns)."""
         partition_log = self._logs.get(partition)
         if partition_log is None:
             applied = self._recovered_to[partition] = self.table.applied_offset(partition)

@@ -4,16 +4,14 @@ rebalance signals, the senders' shutdown, the model budget's share and ``/metric
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 import faust
 import structlog
 
-from onceonly.foundation.kafka import Connection, log_ends, tails
+from onceonly.foundation.kafka import Connection, log_ends
 from onceonly.foundation.kafka.exceptions import KafkaAdapterError
 from onceonly.foundation.settings import Settings
-from onceonly.foundation.topics import LEDGER_COMPACTION_LAG_MS
 from onceonly.processors.approval import applying as approving
 from onceonly.processors.flow.admission import owned_share
 from onceonly.processors.health import WebhookHealth, check_webhook
@@ -98,26 +96,13 @@ def _wire_drafts(app: faust.App, router: Router, settings: Settings) -> None:
 def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> None:
     """Every ONCEONLY_LEDGER_AUDIT_S, the ledger partitions this worker owns are read for
     another writer's late record of a key it settled (TableLedger.audit): one log-end
-    query per partition, and a read only of offsets that are not the worker's own. The
-    first audit after a rebalance first reads each partition's records of the last
-    compaction lag (TableLedger.take_over: a late record the last owner did not live to
-    repair; the simulator's finding F29)."""
+    query per partition, and a read only of offsets that are not the worker's own. Each
+    partition not yet taken over since the last rebalance is first (TableLedger.take_over:
+    its records of the last compaction lag, for a late record the last owner did not live
+    to repair; the simulator's finding F29), unless a recovered record's send did it."""
     connection = Connection.from_settings(settings)
     topic = settings.ledger_topic
-    taken: set[int] = set()  # the partitions read by a take-over since the last rebalance
-
-    async def rebalanced(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        taken.clear()
-
-    app.on_rebalance_complete.connect(rebalanced)
-
-    async def take_over(owned: list[int]) -> None:
-        since = router.parts.now() - timedelta(milliseconds=LEDGER_COMPACTION_LAG_MS)
-        found = await asyncio.to_thread(tails, connection, topic, owned, since)
-        for partition in owned:
-            tail = found[partition]
-            if await router.parts.ledger.take_over(partition, tail.start, tail.end):
-                taken.add(partition)
+    ledger = router.parts.ledger
 
     async def audit() -> None:
         if app.rebalancing:  # stores recovering: the audit after the rebalance reads them
@@ -130,11 +115,11 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
         if not owned:
             return
         try:
-            if fresh := [p for p in owned if p not in taken]:
-                await take_over(fresh)
+            for partition in owned:
+                await ledger.take_overs.once(partition)
             ends = await asyncio.to_thread(log_ends, connection, topic, owned)
             for partition in owned:
-                await router.parts.ledger.audit(partition, ends[partition])
+                await ledger.audit(partition, ends[partition])
         except KafkaAdapterError as exc:  # the broker away: the next audit tries again
             log.warning("ledger audit skipped: the broker did not answer", error=str(exc))
 

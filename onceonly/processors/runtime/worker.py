@@ -35,7 +35,7 @@ import structlog
 from aiohttp import web
 
 from onceonly.foundation import tracing
-from onceonly.foundation.kafka import Admin, Connection, TopicSpec, read_batches
+from onceonly.foundation.kafka import Admin, Connection, TopicSpec
 from onceonly.foundation.settings import Settings
 from onceonly.processors.dead_letters import DeadLetters
 from onceonly.processors.decisions import Decisions
@@ -53,7 +53,7 @@ from onceonly.processors.offsets import OffsetBook
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reorder.holds import Holds
-from onceonly.processors.reply.ledger import ReadLog, TableLedger
+from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.retention import LedgerSweeper
 from onceonly.processors.router import Router
 from onceonly.processors.runtime.app import (
@@ -64,6 +64,7 @@ from onceonly.processors.runtime.app import (
     topology,
 )
 from onceonly.processors.runtime.consumer import draining_consumer
+from onceonly.processors.runtime.ledger_topic import topic_ledger
 from onceonly.processors.runtime.lifecycle import drain as drain_parts
 from onceonly.processors.runtime.lifecycle import share_model_budget, wire_lifecycle
 from onceonly.processors.runtime.progress import Worker
@@ -192,7 +193,7 @@ def _router(
         on_gap=metrics.fence_to_send.observe,
     )
     replies = FaustTable(topics.replies)
-    ledger = TableLedger(replies, fence=fence.check, read_log=_ledger_reader(settings))
+    ledger = topic_ledger(settings, replies, fence.check, clock)
     parts = WorkerParts(
         settings=settings,
         events=events,
@@ -360,24 +361,3 @@ def run_worker(settings: Settings, pages: Pages | None = None) -> None:
     tracing.configure("onceonly-worker")  # after the writer's import: it may install a provider
     # our logging (onceonly.foundation.logs), not mode's: one format for ingest and the worker
     Worker(app, override_logging=False, quiet=True).execute_from_commandline()
-
-
-def _ledger_reader(settings: Settings) -> ReadLog:
-    """Reads records of the ledger topic (arbitration: rare, a few records), off the loop."""
-    connection = Connection.from_settings(settings)
-
-    def read(partition: int, first: int, last: int) -> list[tuple[int, bytes, bytes | None]]:
-        return [
-            (int(m.offset()), bytes(m.key() or b""), m.value())
-            for batch in read_batches(
-                connection, settings.ledger_topic, partition, first, last, batch=1000
-            )
-            for m in batch
-        ]
-
-    async def read_log(
-        partition: int, first: int, last: int
-    ) -> list[tuple[int, bytes, bytes | None]]:
-        return await asyncio.to_thread(read, partition, first, last)
-
-    return read_log

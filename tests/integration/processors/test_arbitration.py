@@ -272,3 +272,37 @@ async def test_a_new_owner_repairs_a_late_record_its_last_owner_did_not(
     assert ledger_records(stack)[key] == owners
     if owners.state is ReplyState.SENT:
         assert stack.mail.outbox == []
+
+
+def _f38(key: str) -> tuple[ReplyRecord, ReplyRecord]:
+    # a late writer's pending record after the last owner's newer pending one (its writer
+    # saw more of the thread), both stopped before either sent
+    owners = _made(_theirs(key, ReplyState.PENDING, "the last owner's text"))
+    return owners, _made(_theirs(key, ReplyState.PENDING, "a late writer's text"), before=owners)
+
+
+@pytest.mark.parametrize("case", [_f38, _f29], ids=["F38", "F29"])
+async def test_a_recovered_late_record_is_not_sent_before_the_take_over(
+    stack_factory: Callable[..., Stack],
+    case: Callable[[str], tuple[ReplyRecord, ReplyRecord]],
+) -> None:
+    # as above, and the message is read again by the worker taking the partition over: its
+    # lane finishes the recovered record at once, long before the audit (an hour away)
+    # would take the partition over; the take-over comes first all the same
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    key = reply_key(INBOX, MESSAGE)
+    owners, late = case(key)
+    await _land(stack, 0, owners)
+    await _land(stack, 0, late)
+    await stack.deliver(stack.seed(MESSAGE, THREAD, text="hello"))
+
+    worker = stack.worker(ONCEONLY_LEDGER_AUDIT_S="3600")
+    await until(stack, lambda: state_of(stack, key) is ReplyState.SENT, "the sent record")
+
+    assert "when this worker took the partition over" in worker.log()
+    if owners.state is ReplyState.SENT:  # the lane read the key after the take-over
+        await until(stack, lambda: "reason=skip_sent" in worker.log(), "the lane's skip")
+        assert (stack.mail.outbox, ledger_records(stack)[key]) == ([], owners)
+    else:
+        assert [e.text for e in stack.mail.outbox] == ["the last owner's text"]
+        assert ledger_records(stack)[key].reply_text == "the last owner's text"

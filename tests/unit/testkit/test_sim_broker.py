@@ -168,28 +168,21 @@ def test_an_events_table_write_while_writes_expire_may_be_lost_unseen(
         # a worker exited between applying a decision and saying so: the checker now
         # learns a decision applied from the ledger record that carries it
         (730009617, True),
+        # F38: a recovered pending record, landed late by a writer past its fence check
+        # after the last owner's newer text, was sent before the take-over read that would
+        # have written that text again (the send now waits for its partition's take-over)
+        (730002178, None),
+        # F39: a decision read again after a restart met a late draft after the key's sent
+        # record in the store; its refusal wrote the draft again, made anew (no take-over
+        # could tell it late), and a newer reply marked it superseded: covered beside its
+        # email (a decision now waits for its partition's take-over too)
+        (761006726, True),
     ],
 )
 def test_a_seed_that_found_a_bug_with_expiries_passes(seed: int, approval: bool | None) -> None:
     result = run_schedule(Schedule(seed, require_approval=approval))
 
     assert result.passed, result.report()
-
-
-@pytest.mark.usefixtures("expiries")
-def test_open_finding_f38_a_recovered_late_pending_record_is_sent_before_the_take_over() -> None:
-    """F38 (open): m41's reply had a2's *pending* record (its writer saw m19, m38, m39,
-    m41) and a3's mark of m19 covered by it; then b1, paused past its fence check since
-    before, landed its older *pending* record of m41 (a writer that never saw m19). The
-    owners exited on expired writes before either sent; a4 recovered b1's record as m41's
-    last word and sent it at once, before its first audit's take-over read would have
-    written a2's again (``late_last_words``): m19 is covered by a reply whose writer never
-    saw it. This fails once the product sends a recovered *pending* record only after
-    that read (then keep the seed and play expiries in every schedule)."""
-    result = run_schedule(Schedule(730002178))
-
-    assert [v.subject.split(" in ")[0] for v in result.verdict.violations] == ["<m19@sim>"]
-    assert [v.invariant for v in result.verdict.violations] == ["covered_unseen"]
 
 
 def test_open_finding_f37_a_lost_claim_outcome_leaves_covered_messages_unanswered(
@@ -210,16 +203,3 @@ def test_open_finding_f37_a_lost_claim_outcome_leaves_covered_messages_unanswere
     unanswered = {v.subject.split(" in ")[0] for v in result.verdict.of("answered_once")}
     assert unanswered == {"<m2@sim>", "<m5@sim>", "<m7@sim>"}
     assert any("retry_raced ['<m20@sim>']" in e for e in result.events)
-
-
-@pytest.mark.usefixtures("expiries")
-def test_open_finding_f39_a_late_draft_after_a_sent_record_is_superseded() -> None:
-    """F39 (open): m23's approved draft was sent (sent@48); a1, paused past its fence
-    check, landed its older draft of m23 after it (awaiting@52), which was written again
-    (@70, @78, @81) while owners exited on expired writes, until a newer message's reply
-    marked it superseded (covered@82): the ledger's last word for m23 is *covered* beside
-    its email. This fails once the product keeps the *sent* record m23's last word."""
-    result = run_schedule(Schedule(761006726, require_approval=True))
-
-    assert [v.invariant for v in result.verdict.violations] == ["ledger_agrees"]
-    assert "an email, recorded covered" in result.verdict.violations[0].detail

@@ -1,0 +1,57 @@
+"""Which ledger partitions this worker has read by a take-over since they were assigned.
+
+A take-over (:meth:`~onceonly.processors.reply.ledger.TableLedger.take_over`) reads a
+partition's records of the last compaction lag and writes again the record before a
+key's late last word, one its last owner did not live to repair (the simulator's finding
+F29). It must come before this worker sends a *pending* record it recovered, not wrote:
+that record may itself be the late one, landed by a writer past its fence check after
+the last owner's newer record, which the owner stopped before it could repair (F38). So
+each partition is taken over once per assignment, by whichever asks first: the send of
+a recovered record, or the timer's audit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+#: a partition's take-over range: the offset of its first record that landed within the
+#: last compaction lag (by the broker's timestamps), and its log-end offset
+Tail = Callable[[int], Awaitable[tuple[int, int]]]
+#: reads ``partition`` from ``first`` to ``end`` (excluded) and repairs what it finds
+Take = Callable[[int, int, int], Awaitable[object]]
+
+
+class TakeOvers:
+    """The partitions taken over since the partitions last changed (:meth:`forget`)."""
+
+    def __init__(self, tail: Tail | None, take: Take) -> None:
+        #: None: no take-over (a ledger with no topic to read, as in unit tests)
+        self.tail = tail
+        self.take = take
+        self._taken: set[int] = set()
+        self._era = 0  # moved on by each forget(): a take-over begun before it counts not
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def forget(self) -> None:
+        """The partitions changed: each is taken over again before its next recovered send."""
+        self._era += 1
+        self._taken.clear()
+
+    def taken(self, partition: int) -> bool:
+        return self.tail is None or partition in self._taken
+
+    async def once(self, partition: int) -> None:
+        """Take ``partition`` over unless it was since the last change: before a recovered
+        record is sent, and by the timer's audit; one at a time per partition (a second
+        asker waits for the first's)."""
+        if self.taken(partition) or self.tail is None:
+            return
+        async with self._locks.setdefault(partition, asyncio.Lock()):
+            if partition in self._taken:
+                return
+            era = self._era
+            first, end = await self.tail(partition)
+            await self.take(partition, first, end)
+            if era == self._era:
+                self._taken.add(partition)
