@@ -9,7 +9,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from onceonly.processors.exceptions import BrokerUnavailable
+from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
 from onceonly.processors.reply.take_over import TakeOvers
 from testkit.sim.io import Killed, current, remote
 from testkit.sim.log import AUDIT_LATENCY_S, AUDIT_S, COMPACTION_LAG_S
@@ -64,7 +64,11 @@ async def audits(member: Member) -> None:
             await asyncio.sleep(AUDIT_S)
             if not member.owns() or member.paused:
                 continue
-            await member.ledger.take_overs.once(0)
+            try:
+                await member.ledger.take_overs.once(0)
+            except Rebalancing:  # its repair fenced: the partition moved meanwhile
+                world.trace(member.name, "ledger take-over stood down: fenced")
+                continue
             end = await remote(AUDIT_LATENCY_S, world.broker.when_up(log_end), AUDIT_LATENCY_S)
             if member.owns() and await member.ledger.audit(0, end):
                 member.audited = end

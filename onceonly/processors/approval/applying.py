@@ -39,7 +39,8 @@ from onceonly.processors.approval.decisions import (
     waits_unapproved,
 )
 from onceonly.processors.dead_letters import for_reply
-from onceonly.processors.lanes import Job
+from onceonly.processors.exceptions import Rebalancing
+from onceonly.processors.lanes import Dropped, Job
 from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
 from onceonly.processors.records import Record
 from onceonly.processors.reply.bursts import burst_order, summarize, supersede
@@ -98,17 +99,19 @@ async def admit(parts: WorkerParts, event: Record) -> None:
 
 
 async def _run(job: Job) -> None:
+    """A decision's lane job; a fence's refusal drops it (the next owner's to read again)."""
     parts, decision = job.item
     job.records[0].enter()
-    await decide(parts, decision)
+    try:
+        await decide(parts, decision)
+    except Rebalancing as exc:
+        raise Dropped(str(exc)) from exc
 
 
 async def decide(parts: WorkerParts, decision: ApprovalDecision) -> ReplyRecord | None:
     """Apply ``decision`` to its reply's record, then send the reply if it is pending."""
     ids = {"key": decision.key, "decision_id": decision.decision_id, "by": decision.by}
-    # a refusal writes the key's record again, made anew: a late one would pass for the
-    # owner's word (the simulator's finding F39); the partition's take-over comes first
-    await parts.ledger.taken_over(decision.key)
+    await parts.ledger.taken_over(decision.key)  # a refusal writes the record anew (F39)
     draft = parts.ledger.get(decision.key)
     if decision.action is Action.APPROVE and draft and draft.state is ReplyState.AWAITING:
         await _supersede_if_covered(parts, draft)

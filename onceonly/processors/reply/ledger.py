@@ -114,11 +114,10 @@ class TableLedger:
 
     async def _write_sent_anyway(self, record: ReplyRecord, made: bytes) -> None:
         """An email went out with ``record.key`` (this worker's send, past its check) and
-        the fence refused its *sent* record: the partition moved meanwhile. The record is
-        written all the same, unfenced: it says what happened, not who owns the key, and
-        without it the ledger's last word may be the next owner's *failed* for an email
-        the customer has (the simulator's finding F8). ``made``: the record as it was made,
-        before the fence check (a repeat keeps its stamp: it was made before the rebalance)."""
+        the fence refused its *sent* record (the partition moved): it is written all the
+        same, unfenced: it says what happened, not who owns the key; without it the last
+        word may be the next owner's *failed* for an email the customer has (F8). ``made``:
+        as made before the fence check (a repeat keeps its stamp)."""
         await self._write(record.key, made, fenced=False)
         why = "ledger: sent record written after the partition moved (the email went out)"
         log.warning(why, key=record.key, sent=record.sent_message_id)
@@ -126,11 +125,10 @@ class TableLedger:
     async def _keep_settled(self, record: ReplyRecord, where: tuple[int, int]) -> None:
         """Another writer's record that settled the key (sent, covered, declined) before
         ``record`` landed is written again, after it, without the fence: a worker past its
-        fence check (paused, then woken after its partition moved) landed ``record`` after
-        the key was settled, and its next write is fenced; left so, the compacted ledger's
-        last word for the key would be *pending*, which a later owner sends again.
-        Repeating the settled record is right whenever it lands: nothing follows a key's
-        settled record but itself."""
+        fence check (paused, woken after its partition moved) landed ``record`` after the
+        key was settled, and its next write is fenced; left so, the compacted ledger's last
+        word would be *pending*, which a later owner sends again. Repeating the settled
+        record is right whenever it lands: nothing follows it but itself."""
         verdict = await self._ruling_at(record, where)
         if verdict.ruling not in (Ruling.SENT, Ruling.SETTLED):
             if record.state is not ReplyState.PENDING:
@@ -246,10 +244,9 @@ class TableLedger:
         """Another writer's records just read (in log order): this worker's record of a
         key that landed before them (``_own_before``) and still stands over them
         (:func:`~onceonly.processors.reply.arbitration.stands_over`) is written again after
-        them, unfenced. The late writer does this itself (``_keep_settled``,
-        ``_keep_draft``) unless a kill, or its drain, stops it between the two writes; left
-        so, the key's last word is a late record (*pending*: sent again by a later owner,
-        the simulator's finding F19) until the next take-over."""
+        them, unfenced, as the late writer does itself (``_keep_settled``, ``_keep_draft``)
+        unless stopped between its two writes; left so, the key's last word is a late
+        record (*pending*: sent again by a later owner; F19) until the next take-over."""
         by_key: dict[str, list[tuple[int, ReplyRecord]]] = {}
         for offset, key, record in learned:
             by_key.setdefault(key, []).append((offset, record))
@@ -303,7 +300,10 @@ class TableLedger:
         read = read or self.read_log
         if read is None or end <= first:
             return
-        for key, again in late_last_words(await read(partition, first, end - 1)):
+        found = late_last_words(await read(partition, first, end - 1))
+        if found and self.fence is not None:
+            await self.fence("a take-over's repair")  # Fenced: the partition moved meanwhile
+        for key, again in found:
             if self._inflight.get(key) or self._own_at.get(key, -1) >= end:
                 continue  # written here since: the late record is not the last word
             await self._write_again(

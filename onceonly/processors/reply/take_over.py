@@ -6,8 +6,11 @@ key's late last word, one its last owner did not live to repair (the simulator's
 F29). It must come before this worker sends a *pending* record it recovered, not wrote:
 that record may itself be the late one, landed by a writer past its fence check after
 the last owner's newer record, which the owner stopped before it could repair (F38). So
-each partition is taken over once per assignment, by whichever asks first: the send of
-a recovered record, or the timer's audit.
+each partition is taken over once per assignment, by whichever asks first: a lane's
+first work on it, a decision, the send of a recovered record, or the timer's audit. One
+take-over at a time: each holds a partition's last compaction lag in memory (about 200 MB
+at 1,000 replies/s; docs/benchmarks.md), and a worker given many partitions at once
+would hold them all.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ class TakeOvers:
         self.take = take
         self._taken: set[int] = set()
         self._era = 0  # moved on by each forget(): a take-over begun before it counts not
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._one = asyncio.Lock()  # one take-over at a time, whatever the partition
 
     def forget(self) -> None:
-        """The partitions changed: each is taken over again before its next recovered send."""
+        """The partitions changed: each is taken over again before what it holds is acted on."""
         self._era += 1
         self._taken.clear()
 
@@ -42,12 +45,11 @@ class TakeOvers:
         return self.tail is None or partition in self._taken
 
     async def once(self, partition: int) -> None:
-        """Take ``partition`` over unless it was since the last change: before a recovered
-        record is sent, and by the timer's audit; one at a time per partition (a second
-        asker waits for the first's)."""
+        """Take ``partition`` over unless it was since the last change; a second asker
+        waits for the first's, and each for the take-over under way of another partition."""
         if self.taken(partition) or self.tail is None:
             return
-        async with self._locks.setdefault(partition, asyncio.Lock()):
+        async with self._one:
             if partition in self._taken:
                 return
             era = self._era

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 
+from onceonly.processors.exceptions import Fenced
 from onceonly.processors.reply.arbitration import Ruling, recovered_word
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.take_over import TakeOvers
@@ -177,3 +178,51 @@ def test_a_word_written_again_over_a_recovered_record_decides_its_send(
     verdict = recovered_word(_at(1, ReplyState.PENDING), word)
 
     assert (verdict.ruling, verdict.record) == (ruling, word)
+
+
+async def test_one_take_over_at_a_time_whatever_the_partition() -> None:
+    # each holds a partition's last compaction lag in memory
+    running: list[int] = []
+    peak = 0
+
+    async def take(partition: int, first: int, end: int) -> None:
+        nonlocal peak
+        running.append(partition)
+        peak = max(peak, len(running))
+        await asyncio.sleep(0)
+        running.remove(partition)
+
+    take_overs = TakeOvers(Tail([]), take)
+    await asyncio.gather(*(take_overs.once(p) for p in range(4)))
+
+    assert (peak, [take_overs.taken(p) for p in range(4)]) == (1, [True] * 4)
+
+
+async def test_a_take_over_asks_the_fence_before_its_repair() -> None:
+    # started just before the partition moved, it writes nothing once it has
+    sent = _at(5, ReplyState.SENT, sent_message_id="<r@x>")
+    topic: Topic = [(b"k", sent.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
+
+    async def moved(what: str) -> None:
+        raise Fenced(f"{what}: the partition moved")
+
+    ledger = TableLedger(LogTable(topic, 2), fence=moved, read_log=Reads(topic))  # type: ignore[arg-type]
+
+    with pytest.raises(Fenced, match="a take-over's repair"):
+        await ledger.take_over(0, 0, len(topic))
+
+    assert len(topic) == 2
+
+
+async def test_a_take_over_with_nothing_to_repair_asks_no_fence() -> None:
+    topic: Topic = [(b"k", _at(1, ReplyState.PENDING).encode())]
+    asked: list[str] = []
+
+    async def fence(what: str) -> None:
+        asked.append(what)
+
+    ledger = TableLedger(LogTable(topic, 1), fence=fence, read_log=Reads(topic))  # type: ignore[arg-type]
+
+    await ledger.take_over(0, 0, len(topic))
+
+    assert asked == []

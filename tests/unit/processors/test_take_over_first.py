@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
 
 from onceonly.ingest import normalise
+from onceonly.processors.approval import applying
 from onceonly.processors.approval.applying import decide
 from onceonly.processors.conversation import Conversation
+from onceonly.processors.exceptions import Fenced
+from onceonly.processors.lanes import Dropped, Job
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reply.take_over import TakeOvers
 from onceonly.processors.writer.runner import Writer, WriterPolicy
@@ -90,3 +96,22 @@ async def test_a_decision_reads_its_record_after_the_partitions_take_over(
 
     # the late draft is not written again, made anew: the key's last word is its email
     assert (taken, mail.outbox, after, ledger.writes[-1]) == ([3], [], sent, sent)
+
+
+async def test_a_decision_whose_partition_moved_is_dropped_not_the_workers_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a fence's refusal (its take-over's repair, or its record's) in a decision's lane job:
+    # the record is the next owner's to read again; escaping, it would end the worker
+    async def moved(parts: object, decision: object) -> None:
+        raise Fenced("a take-over's repair: the partition moved")
+
+    monkeypatch.setattr(applying, "decide", moved)
+    entered: list[int] = []
+    record = SimpleNamespace(enter=lambda: entered.append(1))
+    job = Job(applying._run, [record], kind="approval", item=(None, None))
+
+    with pytest.raises(Dropped, match="the partition moved"):
+        await job.run(job)
+
+    assert entered == [1]
