@@ -103,6 +103,7 @@ class Conversation:
             now_ms=self.parts.now_ms(),
             metrics=self.parts.metrics,
             on_skip=skip,
+            read_from=self.parts.read_from,
         )
         await self.retry_raced(raced, "another delivery of its event was being processed")
         return claimed

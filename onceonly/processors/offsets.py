@@ -34,6 +34,8 @@ class PartitionOffsets:
     _heap: list[int] = field(default_factory=list)
     #: one past the highest offset taken; None until one is taken
     _next: int | None = None
+    #: the lowest offset taken since the book started again (the committed offset then)
+    first: int | None = None
 
     def take(self, offset: int, token: object) -> None:
         """A record at ``offset`` was handed to the pipeline (in partition order, or again
@@ -43,6 +45,8 @@ class PartitionOffsets:
         self._open[offset] = token
         if self._next is None or offset >= self._next:
             self._next = offset + 1
+        if self.first is None or offset < self.first:
+            self.first = offset
 
     def finish(self, offset: int, token: object) -> bool:
         """The record's work is done; False (and nothing changes) when ``token`` is not the
@@ -80,6 +84,12 @@ class OffsetBook:
     def committable(self, tp: Any) -> int | None:
         part = self._parts.get(tp)
         return part.committable() if part is not None else None
+
+    def first(self, tp: Any) -> int | None:
+        """The lowest offset taken of ``tp`` since it was assigned (its committed offset
+        then: every record before it was committed before); None if none was taken."""
+        part = self._parts.get(tp)
+        return part.first if part is not None else None
 
     def partitions(self) -> Iterator[Any]:
         return iter(list(self._parts))

@@ -53,6 +53,9 @@ class WorkerParts:
     #: the decisions topic: each skip, written off the ack path (none: written nowhere)
     decisions: Decisions = field(default_factory=Decisions)
     fence: Fence | None = None  #: checked before each send (the ledger fences its writes)
+    #: a deliveries partition's first offset read since it was given to this worker (its
+    #: committed offset then; None: none yet): a claim owned by a record before it is stale
+    read_from: Callable[[int], int | None] = lambda partition: None
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -97,13 +97,35 @@ def entry_of(store: EventsStore, key: bytes) -> EventEntry | None:
     return EventEntry.from_json(json.loads(raw)) if raw else None
 
 
-def claim_original(store: EventsStore, event_id: str, offset: int, now_ms: int) -> str | None:
+def claim_original(
+    store: EventsStore, event_id: str, offset: int, now_ms: int, read_from: int | None = None
+) -> str | None:
     """An original webhook's delivery at ``offset`` claimed as the worker claims it: None
-    (taken, its claim written) or the verdict it is skipped with."""
+    (taken, its claim written) or the verdict it is skipped with (``read_from``: the
+    member's first offset since its assignment, as ``dedupe.stale`` reads it)."""
     key = f"agentmail:{event_id}".encode()
-    decision = dedupe.decide(entry_of(store, key), position=(0, offset), now_ms=now_ms)
+    entry = entry_of(store, key)
+    decision = dedupe.decide(entry, position=(0, offset), now_ms=now_ms, read_from=read_from)
     if decision.skip:
         return decision.verdict.value
     assert decision.entry is not None
     store[key] = json.dumps(decision.entry.to_json()).encode()
     return None
+
+
+def finish_original(
+    store: EventsStore,
+    event_id: str,
+    offset: int,
+    succeeded: bool,
+    now_ms: int,
+    read_from: int | None = None,
+) -> None:
+    """An original's entry as the worker's table would hold it: an original read again
+    that its dedupe would skip (succeeded or failed before) leaves its entry alone."""
+    key = f"agentmail:{event_id}".encode()
+    entry = entry_of(store, key)
+    if dedupe.decide(entry, position=(0, offset), now_ms=now_ms, read_from=read_from).skip:
+        return
+    finished = dedupe.finished(succeeded, position=(0, offset), now_ms=now_ms)
+    store[key] = json.dumps(finished.to_json()).encode()

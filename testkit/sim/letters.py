@@ -58,7 +58,7 @@ from onceonly.schemas.dead_letter import Check, Resend
 from onceonly.schemas.envelope import Envelope, has_valid_mac, mac_of
 from onceonly.schemas.ledger import ReplyRecord
 from testkit.sim.approvals import ChannelMail, _Nothing
-from testkit.sim.events import claim_original, entry_of
+from testkit.sim.events import claim_original, finish_original
 from testkit.sim.io import remote
 
 if TYPE_CHECKING:
@@ -242,7 +242,8 @@ class Letters:
                 if inbound is not None:
                     out.append((offset, inbound))
             elif isinstance(item, Inbound):
-                verdict = claim_original(member.events, item.event_id, offset, self._now_ms())
+                now_ms, since = self._now_ms(), member.read_from
+                verdict = claim_original(member.events, item.event_id, offset, now_ms, since)
                 if verdict is None:
                     out.append((offset, item))
                 else:
@@ -271,7 +272,15 @@ class Letters:
         delivery = Delivery(envelope, (0, offset), replay=item.replay)
         metrics = _Nothing()
         now_ms = self._now_ms()
-        if not claim(member.events, [delivery], now_ms=now_ms, metrics=metrics, on_skip=skipped):
+        taken = claim(
+            member.events,
+            [delivery],
+            now_ms=now_ms,
+            metrics=metrics,
+            on_skip=skipped,
+            read_from=lambda partition: member.read_from,
+        )
+        if not taken:
             if raced:  # as Conversation.claim: the retry is dead-lettered again (F27)
                 error = "the retry reached the worker while its event was being processed"
                 await self.writer.record_failure([envelope], check=Check.RETRY_RACED, error=error)
@@ -297,18 +306,6 @@ class Letters:
         entry = dedupe.finished(succeeded, position=delivery.position, now_ms=self._now_ms())
         member.events[delivery.envelope.dedupe_key.encode()] = json.dumps(entry.to_json()).encode()
 
-    def _finish_original(
-        self, member: Member, message: Inbound, offset: int, succeeded: bool
-    ) -> None:
-        """An original's entry as the worker's table would hold it: an original read again
-        that its dedupe would skip (succeeded or failed before) leaves its entry alone."""
-        key = f"agentmail:{message.event_id}".encode()
-        now_ms = self._now_ms()
-        if dedupe.decide(entry_of(member.events, key), position=(0, offset), now_ms=now_ms).skip:
-            return
-        finished = dedupe.finished(succeeded, position=(0, offset), now_ms=now_ms)
-        member.events[key] = json.dumps(finished.to_json()).encode()
-
     def finish(
         self, member: Member, taken: Sequence[int], succeeded: bool, failed: Collection[str] = ()
     ) -> None:
@@ -320,7 +317,9 @@ class Letters:
             item = part.deliveries[offset]
             if isinstance(item, Inbound):
                 ok = succeeded and item.event_id not in failed
-                self._finish_original(member, item, offset, ok)
+                finish_original(
+                    member.events, item.event_id, offset, ok, self._now_ms(), member.read_from
+                )
             elif isinstance(item, Resent) and offset in self._claimed:
                 envelope = item.resend.envelope
                 ok = succeeded and envelope.event_id not in failed

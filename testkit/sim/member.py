@@ -80,6 +80,7 @@ class Member(Actor):
         self.lanes: dict[str, _Lane] = {}
         self.open: dict[int, None] = {}
         self.fetched = 0
+        self.read_from: int | None = None
         #: armed: let this many checks pass, then pause this long right after the next
         self.pause_at_confirm: tuple[int, float] | None = None
         #: armed: pause this long right after its next *pending* record lands
@@ -147,7 +148,8 @@ class Member(Actor):
         self.table.recover()
         self.events.recover()
         self.open = {}
-        self.fetched = self.world.part.committed
+        #: the first offset read since this assignment (as OffsetBook.first: dedupe.stale)
+        self.fetched = self.read_from = self.world.part.committed
         for raw in list(self.table.store.values()):
             try:
                 record = self.world.part.record(raw)

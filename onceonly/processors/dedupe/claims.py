@@ -28,10 +28,12 @@ def claim(
     now_ms: int,
     metrics: Any,
     on_skip: Callable[[Delivery, str], None] = lambda delivery, verdict: None,
+    read_from: Callable[[int], int | None] = lambda partition: None,
 ) -> list[Delivery]:
     """The deliveries to act on: new events claimed in progress, duplicates skipped (logged,
     counted and passed to ``on_skip`` with their verdict); a late event is counted and
-    logged, never dropped."""
+    logged, never dropped. ``read_from``: a partition's first offset read since this
+    worker was given it (a claim owned by a record before it is stale: ``dedupe.stale``)."""
     if not deliveries:  # a reply's look for newer messages that found none: no span
         return []
     with tracing.step("dedupe", deliveries=len(deliveries)) as span:
@@ -47,9 +49,25 @@ def claim(
             key = delivery.envelope.dedupe_key.encode()
             raw = events.get(key)
             current = EventEntry.from_json(json.loads(raw)) if raw else None
+            since = read_from(delivery.position[0])
             decision = dedupe.decide(
-                current, position=delivery.position, now_ms=now_ms, replay=delivery.replay
+                current,
+                position=delivery.position,
+                now_ms=now_ms,
+                replay=delivery.replay,
+                read_from=since,
             )
+            if (
+                not decision.skip
+                and current is not None
+                and dedupe.stale(current, delivery.position, since)
+            ):
+                log.warning(
+                    "an event's claim was left in progress by a record committed before; "
+                    "its outcome was lost: processed again",
+                    owner=list(current.owner),
+                    **ids,
+                )
             if decision.skip:
                 metrics.duplicates.labels(decision.verdict.value).inc()
                 log.info("delivery skipped", verdict=decision.verdict.value, **ids)

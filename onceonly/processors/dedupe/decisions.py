@@ -39,12 +39,15 @@ def decide(
     position: tuple[int, int],
     now_ms: int,
     replay: bool = False,
+    read_from: int | None = None,
 ) -> Decision:
     """What to do with a delivery of an event, given what the table holds for it.
 
     ``position`` is the (partition, offset) of the delivery record. A record that
     already owns an in-progress entry is the same record redelivered after a crash,
-    so it resumes; any other record of that event is a duplicate and is skipped.
+    so it resumes; any other record of that event is a duplicate and is skipped, unless
+    the claim is stale (:func:`stale`; ``read_from``: the partition's first offset this
+    worker read since it was given the partition, its committed offset then).
     """
     claim = EventEntry(EventState.IN_PROGRESS, now_ms, position)
     if current is None:
@@ -55,10 +58,22 @@ def decide(
         case EventState.FAILED:
             return Decision(Verdict.PROCESS, claim) if replay else Decision(Verdict.FAILED, None)
         case EventState.IN_PROGRESS | EventState.ACCEPTED:
-            if current.owner == position:
+            if current.owner == position or stale(current, position, read_from):
                 return Decision(Verdict.PROCESS, claim)
             return Decision(Verdict.IN_PROGRESS, None)
     raise AssertionError(current.state)  # pragma: no cover - exhaustive
+
+
+def stale(current: EventEntry, position: tuple[int, int], read_from: int | None) -> bool:
+    """Whether an in-progress claim owned by another record of the partition is left by a
+    record committed before this worker was given the partition (below ``read_from``):
+    its work ended and was acknowledged, but its outcome never landed (a table write faust
+    does not await, lost while the broker was away: the simulator's finding F37). Left
+    so, the event could never be processed again: a retry of its dead letter met it *in
+    progress* and was dead-lettered again, alone, its reply's covered messages in no
+    letter. It is processed again instead; the reply ledger decides what is still owed."""
+    owner = current.owner
+    return read_from is not None and owner[0] == position[0] and owner[1] < read_from
 
 
 def raced(verdict: Verdict | str, replay: bool) -> bool:

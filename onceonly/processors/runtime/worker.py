@@ -33,6 +33,7 @@ from typing import Any
 import faust
 import structlog
 from aiohttp import web
+from faust.types import TP
 
 from onceonly.foundation import tracing
 from onceonly.foundation.kafka import Admin, Connection, TopicSpec
@@ -225,6 +226,7 @@ def _router(
         mac_key=settings.envelope_mac_key,
         decisions=Decisions(topics.decisions, clock),
         fence=fence,
+        read_from=lambda partition: book.first(TP(settings.deliveries_topic, partition)),
     )
     return Router(parts, retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000))
 

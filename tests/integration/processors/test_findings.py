@@ -6,6 +6,9 @@ and a catch-up's record fed while its reply was being written) is answered once,
 writer that saw it once, though another writer's reply that came first answers it (a
 late writer's, which the test lands in the ledger topic as that writer would).
 
+F37: a dead letter's retry that meets a claim left *in progress* by a record the worker
+committed before (the claim's outcome lost) answers the message.
+
 F27: a dead letter's retry that reaches the worker while another delivery of its event is
 held (the router's hold), or is being processed (``Conversation.claim``), is dead-lettered
 again (``retry_raced``), not skipped with its letter closed, so a later retry answers the
@@ -24,7 +27,7 @@ import pytest
 
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.decision import DecisionRecord, Stage
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import EventEntry, EventState, ReplyRecord, ReplyState
 from testkit import payloads
 from tests.conftest import consume_all
 from tests.integration.workers import (
@@ -280,3 +283,49 @@ async def test_a_retry_that_meets_its_event_in_progress_is_dead_lettered_again_a
     assert _open_letters(stack) == []
     judged = verdict(stack, [C, D])
     assert judged.passed, judged.violations
+
+
+# -- F37: a claim whose outcome was lost -------------------------------------------------
+E = "<f37-e@example.com>"
+
+
+async def test_a_retry_meets_a_claim_its_committed_record_left_in_progress_and_answers(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    """E's send failed and was dead-lettered; its event's *failed* outcome, a table write
+    faust does not await, was lost while the broker was away: the changelog says *in
+    progress*, owned by E's record, which the worker committed. This test writes the
+    changelog so, with the worker stopped. The restarted worker's store has the claim; the
+    operator's retry meets it and, the owner committed before the worker was given the
+    partition, answers E (it was dead-lettered again, ``retry_raced``, and E was left
+    unanswered: the simulator's finding F37)."""
+    stack = stack_factory(partitions=1, reorder_window_ms=0, send_attempts=1)
+    webhook = _seed(stack, E, "2026-11-29T10:00:00.000Z")
+    event_id = str(webhook["event_id"])
+    stack.mail.fail_next(1, status=500)
+    await stack.deliver(webhook)
+    worker = stack.worker(**model_env(stack))
+    await until(stack, lambda: _letters(stack, "send_failed") == [[event_id]], "E's letter")
+    worker.stop()
+    [record] = [
+        r
+        for r in consume_all(stack.settings, stack.settings.deliveries_topic)
+        if r.key() == f"agentmail:{THREAD}".encode()
+    ]
+    owner = (int(record.partition()), int(record.offset()))
+    claim = EventEntry(EventState.IN_PROGRESS, 0, owner)
+    await stack.producer.produce(
+        f"{stack.settings.app_id}-events-changelog",
+        json.dumps(claim.to_json()).encode(),
+        key=f"agentmail:{event_id}".encode(),
+        partition=owner[0],
+    )
+
+    worker = stack.worker(**model_env(stack))
+    _retry(stack)
+    await stack.until_sent(1)
+
+    assert [e.replied_to_message_id for e in stack.mail.outbox] == [E]
+    assert "left in progress by a record committed before" in worker.log()
+    await until(stack, lambda: _open_letters(stack) == [], "no letter open")
+    assert _letters(stack, "retry_raced") == []

@@ -106,3 +106,40 @@ def test_a_finished_event_is_stored_with_its_outcome_time_and_owner() -> None:
         EventEntry(EventState.SUCCEEDED, 5, HERE),
         EventEntry(EventState.FAILED, 6, HERE),
     )
+
+
+# -- a claim left by a record committed before (the simulator's finding F37) -------------
+
+
+def test_a_claim_owned_by_a_record_committed_before_the_assignment_is_stale() -> None:
+    # its work was acknowledged, its outcome lost: the event is processed again
+    entry = EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+
+    decision = decide(entry, position=ELSEWHERE, now_ms=2000, replay=True, read_from=42)
+
+    assert decision.verdict is Verdict.PROCESS
+    assert decision.entry == EventEntry(EventState.IN_PROGRESS, 2000, ELSEWHERE)
+
+
+def test_a_claim_owned_by_a_record_read_since_the_assignment_is_in_progress() -> None:
+    entry = EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+
+    assert decide(entry, position=ELSEWHERE, now_ms=2000, read_from=41).verdict is (
+        Verdict.IN_PROGRESS
+    )
+
+
+def test_a_claim_owned_by_a_record_of_another_partition_is_in_progress() -> None:
+    entry = EventEntry(EventState.IN_PROGRESS, 1000, (2, 1))
+
+    assert decide(entry, position=ELSEWHERE, now_ms=2000, read_from=42).verdict is (
+        Verdict.IN_PROGRESS
+    )
+
+
+def test_a_claim_is_not_judged_stale_before_any_record_was_read() -> None:
+    entry = EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+
+    assert decide(entry, position=ELSEWHERE, now_ms=2000, read_from=None).verdict is (
+        Verdict.IN_PROGRESS
+    )

@@ -425,3 +425,22 @@ async def test_a_delivery_of_an_event_held_already_is_dead_lettered_again_if_a_r
     letters = pipeline.parts.dead_letters.letters  # type: ignore[attr-defined]
     assert letters == ([("retry_raced", [first.envelope.event_id])] if replay else [])
     assert acked == ["first", "again"]
+
+
+async def test_a_retry_that_meets_a_claim_left_by_a_committed_record_is_processed(
+    mail: FakeAgentMail,
+) -> None:
+    """The claim of message 1's event was left *in progress* by its record at offset 1,
+    committed before this worker was given the partition (its outcome, a table write,
+    lost while the broker was away): a retry of its letter processes it, where it was
+    dead-lettered again, alone, and the messages its reply covered were left in no letter
+    (the simulator's finding F37, seed 700010781)."""
+    first = _delivery(mail, 1, 5)
+    retry = dataclasses.replace(first, position=(0, 9), replay=True)
+    pipeline = _pipeline(mail, lambda burst: "a reply", read_from=lambda partition: 4)
+    await pipeline.claim([first])  # the original's claim; its outcome never lands
+
+    claimed = await pipeline.claim([retry])
+
+    assert claimed == [retry]
+    assert pipeline.parts.dead_letters.letters == []  # type: ignore[attr-defined]
