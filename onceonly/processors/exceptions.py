@@ -68,3 +68,11 @@ class BrokerUnavailable(ProcessorError):
     this worker's store does not hold it. The worker exits without acknowledging its
     records (``runtime.worker._fatal``); restarted, it recovers its tables from the
     changelogs (what landed included) and reads the records again, as after a crash."""
+
+
+class LedgerUnreadable(BrokerUnavailable):
+    """A read of the ledger topic (a take-over's, arbitration's, an audit's) that the broker
+    did not answer for ``ledger_topic.READ_PATIENCE_S`` (5 minutes), or refused for good (a
+    topic missing, credentials refused). On a lane, the worker's failure, as a write's: it
+    exits and reads its records again, no dead letter. The audit skips it: the next audit,
+    or a lane's take-over, reads again."""

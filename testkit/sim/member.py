@@ -4,6 +4,7 @@ view of the shared ledger partition."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -288,7 +289,10 @@ class Member(Actor):
         records read again."""
         self.world.trace(self.name, f"exits: {exc!r}")
         loop = asyncio.get_running_loop()
-        loop.call_soon(self.world.kill, self, self.world.broker.restart_s())
+        # a context of its own: the restart's tasks (its audit) must not inherit this
+        # lane's record position, which would fence the audit as the worker's is not
+        restart = (self.world.kill, self, self.world.broker.restart_s())
+        loop.call_soon(*restart, context=contextvars.Context())
 
     async def _decide(self, decision: ApprovalDecision) -> None:
         """A decision on a draft, applied on its thread's lane as the worker applies it."""

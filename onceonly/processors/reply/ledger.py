@@ -300,10 +300,9 @@ class TableLedger:
         read = read or self.read_log
         if read is None or end <= first:
             return
-        found = late_last_words(await read(partition, first, end - 1))
-        if found and self.fence is not None:
-            await self.fence("a take-over's repair")  # Fenced: the partition moved meanwhile
-        for key, again in found:
+        if self.fence is not None:  # a lane's (the audit's has no record: it is not fenced)
+            await self.fence("a take-over's read")  # Fenced: the partition moved meanwhile
+        for key, again in late_last_words(await read(partition, first, end - 1)):
             if self._inflight.get(key) or self._own_at.get(key, -1) >= end:
                 continue  # written here since: the late record is not the last word
             await self._write_again(

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from onceonly.processors.exceptions import Rebalancing
+
 #: a partition's take-over range: the offset of its first record that landed within the
 #: last compaction lag (by the broker's timestamps), and its log-end offset
 Tail = Callable[[int], Awaitable[tuple[int, int]]]
@@ -46,13 +48,18 @@ class TakeOvers:
 
     async def once(self, partition: int) -> None:
         """Take ``partition`` over unless it was since the last change; a second asker
-        waits for the first's, and each for the take-over under way of another partition."""
+        waits for the first's, and each for the take-over under way of another partition.
+        :class:`Rebalancing` if the partitions changed while it waited (the partition may
+        not be this worker's any more: the asker stands down)."""
         if self.taken(partition) or self.tail is None:
             return
+        era = self._era
         async with self._one:
             if partition in self._taken:
                 return
-            era = self._era
+            if era != self._era:
+                moved = f"the partitions changed before partition {partition}'s take-over"
+                raise Rebalancing(moved)
             first, end = await self.tail(partition)
             await self.take(partition, first, end)
             if era == self._era:

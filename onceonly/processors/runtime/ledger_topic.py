@@ -2,10 +2,13 @@
 the loop: arbitration's and an audit's (a few records of a partition, rare) and a
 take-over's (the range of a partition's last compaction lag, then its records).
 
-A read the broker does not answer is tried again, with backoff, for ``READ_PATIENCE_S``;
-then the broker is away, as for a write faust's producer gave up on: the worker's failure
-(:class:`~onceonly.processors.exceptions.BrokerUnavailable`; it exits and reads its records
-again), never a dead letter for the messages whose lane was reading.
+A read the broker does not answer is tried again, with backoff, for ``READ_PATIENCE_S`` (a
+write waits faust's ``producer_request_timeout``, 20 minutes); then the broker is away, as
+for a write faust's producer gave up on: the worker's failure
+(:class:`~onceonly.processors.exceptions.LedgerUnreadable`; on a lane it exits and reads its
+records again), never a dead letter for the messages whose lane was reading. A refusal
+that waiting does not mend (a topic missing, credentials refused) is that failure at once.
+A read abandoned (its lane cancelled by a drain) runs on in its thread to its end.
 """
 
 from __future__ import annotations
@@ -19,11 +22,17 @@ import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay
 from tenacity import wait_random_exponential as backoff
 
-from onceonly.foundation.kafka import Connection, KafkaAdapterError, read_batches, tails
+from onceonly.foundation.kafka import (
+    BrokerUnavailable,
+    Connection,
+    KafkaAdapterError,
+    read_batches,
+    tails,
+)
 from onceonly.foundation.retries import retried
 from onceonly.foundation.settings import Settings
 from onceonly.foundation.topics import LEDGER_COMPACTION_LAG_MS
-from onceonly.processors.exceptions import BrokerUnavailable
+from onceonly.processors.exceptions import LedgerUnreadable
 from onceonly.processors.records import Table
 from onceonly.processors.reply.ledger import ReadLog, TableLedger
 from onceonly.processors.reply.take_over import Tail
@@ -61,7 +70,8 @@ async def patient(
     backoff_max_s: float = READ_BACKOFF_MAX_S,
 ) -> T:
     """``read()`` in a thread, tried again while the broker does not answer (the Kafka
-    adapter's errors) for ``patience_s``; then :class:`BrokerUnavailable`."""
+    adapter's ``BrokerUnavailable``) for ``patience_s``; then, or at once for any other of
+    its errors, :class:`LedgerUnreadable`."""
 
     def policy() -> AsyncRetrying:
         def again(state: Any) -> None:
@@ -69,7 +79,7 @@ async def patient(
             log.warning(f"{what}: the broker did not answer; trying again", error=str(error))
 
         return AsyncRetrying(
-            retry=retry_if_exception_type(KafkaAdapterError),
+            retry=retry_if_exception_type(BrokerUnavailable),
             stop=stop_after_delay(patience_s),
             wait=backoff(multiplier=0.5, max=backoff_max_s),
             before_sleep=again,
@@ -78,10 +88,14 @@ async def patient(
 
     try:
         return await retried(policy, lambda: asyncio.to_thread(read))
-    except KafkaAdapterError as exc:
-        raise BrokerUnavailable(
+    except BrokerUnavailable as exc:
+        raise LedgerUnreadable(
             f"{what}: the broker did not answer for {patience_s:.0f} s ({exc}); the worker "
             "exits and reads its records again"
+        ) from exc
+    except KafkaAdapterError as exc:
+        raise LedgerUnreadable(
+            f"{what}: {exc}; the worker exits (fix what the error names, then start it again)"
         ) from exc
 
 

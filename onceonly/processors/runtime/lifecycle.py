@@ -13,7 +13,7 @@ from onceonly.foundation.kafka import Connection, log_ends
 from onceonly.foundation.kafka.exceptions import KafkaAdapterError
 from onceonly.foundation.settings import Settings
 from onceonly.processors.approval import applying as approving
-from onceonly.processors.exceptions import Rebalancing
+from onceonly.processors.exceptions import LedgerUnreadable, Rebalancing
 from onceonly.processors.flow.admission import owned_share
 from onceonly.processors.health import WebhookHealth, check_webhook
 from onceonly.processors.metrics import LagCollector
@@ -121,7 +121,7 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
             ends = await asyncio.to_thread(log_ends, connection, topic, owned)
             for partition in owned:
                 await ledger.audit(partition, ends[partition])
-        except KafkaAdapterError as exc:  # the broker away: the next audit tries again
+        except (KafkaAdapterError, LedgerUnreadable) as exc:  # the next audit tries again
             log.warning("ledger audit skipped: the broker did not answer", error=str(exc))
         except Rebalancing as exc:  # a take-over's repair fenced: the partition moved
             log.info("ledger audit stood down: the partitions are moving", reason=str(exc))

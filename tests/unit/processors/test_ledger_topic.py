@@ -1,8 +1,8 @@
 """The worker's reads of the ledger topic wait for the broker, then give up as the worker's
 failure: a take-over, arbitration or an audit that reads while the broker is away is
-tried again with backoff, and after ``patience_s`` raises the processors'
-``BrokerUnavailable`` (the worker exits and reads its records again), never an error a
-lane would dead-letter its messages for."""
+tried again with backoff, and after ``patience_s`` raises ``LedgerUnreadable`` (a lane's
+worker exits and reads its records again; the audit skips), never an error a lane would
+dead-letter its messages for."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from onceonly.foundation.kafka import KafkaAdapterError
 from onceonly.foundation.kafka import exceptions as kafka_errors
-from onceonly.processors.exceptions import BrokerUnavailable
+from onceonly.processors.exceptions import BrokerUnavailable, LedgerUnreadable
 from onceonly.processors.runtime.ledger_topic import patient
 
 
@@ -35,12 +35,22 @@ async def test_a_read_the_broker_did_not_answer_is_tried_again() -> None:
 
 
 async def test_a_broker_away_past_the_patience_is_the_workers_failure() -> None:
-    calls, read = _failing(10**9, KafkaAdapterError("no answer"))
+    calls, read = _failing(10**9, kafka_errors.BrokerUnavailable("no answer"))
 
-    with pytest.raises(BrokerUnavailable, match="a read: the broker did not answer"):
+    with pytest.raises(LedgerUnreadable, match="a read: the broker did not answer") as raised:
         await patient(read, "a read", patience_s=0.05, backoff_max_s=0.001)  # type: ignore[arg-type]
 
-    assert len(calls) > 1
+    assert len(calls) > 1 and isinstance(raised.value, BrokerUnavailable)  # the worker's
+
+
+async def test_a_refusal_waiting_does_not_mend_is_the_workers_failure_at_once() -> None:
+    calls, read = _failing(10**9, kafka_errors.TopicMissing("no ledger topic"))
+
+    with pytest.raises(LedgerUnreadable, match="no ledger topic"):
+        await patient(read, "a read", patience_s=5.0, backoff_max_s=0.001)  # type: ignore[arg-type]
+
+    assert len(calls) == 1
+    assert issubclass(kafka_errors.TopicMissing, KafkaAdapterError)
 
 
 async def test_another_error_is_not_waited_out() -> None:

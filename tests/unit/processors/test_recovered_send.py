@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from onceonly.processors.exceptions import Fenced
+from onceonly.processors.exceptions import Fenced, Rebalancing
 from onceonly.processors.reply.arbitration import Ruling, recovered_word
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.take_over import TakeOvers
@@ -198,31 +198,41 @@ async def test_one_take_over_at_a_time_whatever_the_partition() -> None:
     assert (peak, [take_overs.taken(p) for p in range(4)]) == (1, [True] * 4)
 
 
-async def test_a_take_over_asks_the_fence_before_its_repair() -> None:
-    # started just before the partition moved, it writes nothing once it has
+async def test_a_take_over_asks_the_fence_before_it_reads() -> None:
+    # started just as the partition moved, it reads and writes nothing
     sent = _at(5, ReplyState.SENT, sent_message_id="<r@x>")
     topic: Topic = [(b"k", sent.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
+    reads = Reads(topic)
 
     async def moved(what: str) -> None:
         raise Fenced(f"{what}: the partition moved")
 
-    ledger = TableLedger(LogTable(topic, 2), fence=moved, read_log=Reads(topic))  # type: ignore[arg-type]
+    ledger = TableLedger(LogTable(topic, 2), fence=moved, read_log=reads)  # type: ignore[arg-type]
 
-    with pytest.raises(Fenced, match="a take-over's repair"):
+    with pytest.raises(Fenced, match="a take-over's read"):
         await ledger.take_over(0, 0, len(topic))
 
-    assert len(topic) == 2
+    assert (len(topic), reads.calls) == (2, [])
 
 
-async def test_a_take_over_with_nothing_to_repair_asks_no_fence() -> None:
-    topic: Topic = [(b"k", _at(1, ReplyState.PENDING).encode())]
-    asked: list[str] = []
+async def test_an_asker_that_waited_across_a_rebalance_stands_down() -> None:
+    # the audit's list of partitions, or a lane, from before the partitions changed
+    tail = Tail([])
+    tail.hold = asyncio.Event()
+    taken: list[int] = []
 
-    async def fence(what: str) -> None:
-        asked.append(what)
+    async def take(partition: int, first: int, end: int) -> None:
+        taken.append(partition)
 
-    ledger = TableLedger(LogTable(topic, 1), fence=fence, read_log=Reads(topic))  # type: ignore[arg-type]
+    take_overs = TakeOvers(tail, take)
+    first = asyncio.ensure_future(take_overs.once(0))
+    await asyncio.sleep(0)  # partition 0's take-over holds the lock
+    waiting = asyncio.ensure_future(take_overs.once(1))
+    await asyncio.sleep(0)
+    take_overs.forget()
+    tail.hold.set()
+    await first
 
-    await ledger.take_over(0, 0, len(topic))
-
-    assert asked == []
+    with pytest.raises(Rebalancing, match="partition 1's take-over"):
+        await waiting
+    assert taken == [0]

@@ -75,4 +75,7 @@ def test_the_ledgers_compaction_lag_is_what_keeps_f22_from_failing(
     assert [v.invariant for v in failed.violations] == ["ledger_agrees"]
 
 
-F22 = 496628371
+#: F22's own seed is 496628371; since a lane's take-over asks the fence before it reads
+#: (a round trip that moves the lanes' timing) it no longer meets the race at lag 0. This
+#: one does: 2 of 4,000 seeds (200000-203999) fail ``ledger_agrees`` at lag 0, none with it
+F22 = 200620
