@@ -73,7 +73,13 @@ def stale(current: EventEntry, position: tuple[int, int], read_from: int | None)
     progress* and was dead-lettered again, alone, its reply's covered messages in no
     letter. It is processed again instead; the reply ledger decides what is still owed."""
     owner = current.owner
-    return read_from is not None and owner[0] == position[0] and owner[1] < read_from
+    if current.state not in _CLAIMED or owner == position or read_from is None:
+        return False
+    return owner[0] == position[0] and owner[1] < read_from
+
+
+#: the states of a claim whose work is under way (ACCEPTED: written by older versions)
+_CLAIMED = frozenset({EventState.IN_PROGRESS, EventState.ACCEPTED})
 
 
 def raced(verdict: Verdict | str, replay: bool) -> bool:

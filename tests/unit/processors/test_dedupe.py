@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from onceonly.processors.dedupe.decisions import Retention, Verdict, decide, expired, finished
+from onceonly.processors.dedupe.decisions import (
+    Retention,
+    Verdict,
+    decide,
+    expired,
+    finished,
+    stale,
+)
 from onceonly.schemas.ledger import EventEntry, EventState
 
 HERE = (3, 41)
@@ -143,3 +150,15 @@ def test_a_claim_is_not_judged_stale_before_any_record_was_read() -> None:
     assert decide(entry, position=ELSEWHERE, now_ms=2000, read_from=None).verdict is (
         Verdict.IN_PROGRESS
     )
+
+
+def test_only_another_records_claim_in_progress_is_stale() -> None:
+    # a failed event's replay, and a record resuming its own claim, are no lost outcome
+    claimed = EventEntry(EventState.IN_PROGRESS, 1000, HERE)
+    failed = finished(False, position=HERE, now_ms=1000)
+
+    assert [
+        stale(claimed, ELSEWHERE, 42),
+        stale(claimed, HERE, 42),
+        stale(failed, ELSEWHERE, 42),
+    ] == [True, False, False]

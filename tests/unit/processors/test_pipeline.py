@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import pytest
+from structlog.testing import capture_logs
 
 from onceonly.ingest import normalise
 from onceonly.processors.conversation import Conversation
@@ -440,7 +441,25 @@ async def test_a_retry_that_meets_a_claim_left_by_a_committed_record_is_processe
     pipeline = _pipeline(mail, lambda burst: "a reply", read_from=lambda partition: 4)
     await pipeline.claim([first])  # the original's claim; its outcome never lands
 
-    claimed = await pipeline.claim([retry])
+    with capture_logs() as logs:
+        claimed = await pipeline.claim([retry])
 
     assert claimed == [retry]
     assert pipeline.parts.dead_letters.letters == []  # type: ignore[attr-defined]
+    assert [e["owner"] for e in logs if "left in progress" in e["event"]] == [[0, 1]]
+
+
+async def test_a_replay_of_a_failed_event_is_not_logged_as_a_lost_outcome(
+    mail: FakeAgentMail,
+) -> None:
+    first = _delivery(mail, 1, 5)
+    retry = dataclasses.replace(first, position=(0, 9), replay=True)
+    pipeline = _pipeline(mail, lambda burst: "a reply", read_from=lambda partition: 4)
+    await pipeline.claim([first])
+    pipeline.finish([first], {first.envelope.event_id: False})  # its outcome landed: failed
+
+    with capture_logs() as logs:
+        claimed = await pipeline.claim([retry])
+
+    assert claimed == [retry]
+    assert not [e for e in logs if "left in progress" in e["event"]]
