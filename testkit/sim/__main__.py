@@ -187,13 +187,15 @@ def _parser() -> argparse.ArgumentParser:
 def _broker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expiries",
-        action="store_true",
-        help="play the ledger writes' expiries the schedules draw (off: finding F38 is open)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="play the ledger writes' expiries the schedules draw (on; off: drawn, not played)",
     )
     parser.add_argument(
         "--table-loss",
-        action="store_true",
-        help="with --expiries, lose events-table writes while writes expire (F37, open)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="lose half the events-table writes made while writes expire (on)",
     )
 
 
@@ -201,8 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     quiet()
-    if args.table_loss and not args.expiries:
-        parser.error("--table-loss loses writes while writes expire: give --expiries too")
     Broker.expiries, Broker.lose_table_writes = args.expiries, args.table_loss  # forked jobs too
     if args.planted:
         planted_table()

@@ -21,7 +21,7 @@ minutes, within which a request the broker did not answer is sent again.
   paused past the request timeout gave, tests/integration/processors/test_broker_away.py;
   the timeout made short so that the schedule plays on); half of them landed first, their
   acknowledgement lost. The writer cannot tell which: the record is in the log or not,
-  and not in its store. With :attr:`Broker.lose_table_writes` (off: finding F37 is open),
+  and not in its store. With :attr:`Broker.lose_table_writes` (on since finding F37 was fixed),
   half the events-table writes that reach it meanwhile are lost, silently, as faust loses
   a table's changelog write that failed (its future is awaited by nobody): the member's
   store keeps the entry, the changelog never has it.
@@ -60,14 +60,12 @@ RESTART_S = (1.0, 10.0)
 class Broker:
     """The changelogs' leader as the workers' requests meet it."""
 
-    #: the ``produce_expiry`` faults played (``--expiries``): off in every schedule while
-    #: findings F38 and F39 are open (a recovered late *pending* record sent before the
-    #: take-over read; a late draft after a *sent* record left standing); drawn all the
-    #: same, so a schedule is the same either way until they play
-    expiries = False
-    #: events-table writes lost while writes expire (``--table-loss``; F37, open: a claim
-    #: left *in progress* on the changelog, its owner committed, blocks its event)
-    lose_table_writes = False
+    #: the ``produce_expiry`` faults played (``--no-expiries``: drawn, not played); they
+    #: were off in every schedule while findings F38 and F39 were open
+    expiries = True
+    #: events-table writes lost while writes expire (``--no-table-loss``: kept); off while
+    #: finding F37 was open
+    lose_table_writes = True
 
     def __init__(self, world: World, rng: random.Random) -> None:
         self.world = world

@@ -105,12 +105,12 @@ def from_spec(spec: str, bugs: Bugs = NO_BUGS, require_approval: bool | None = N
 
 def flags(bugs: Bugs, require_approval: bool | None) -> str:
     """The command-line flags that give ``python -m testkit.sim`` these bugs and approval,
-    and the broker's switches as this process has them (``--expiries``, ``--table-loss``)."""
+    and the broker's switches as this process has them (``--no-expiries``, ``--no-table-loss``)."""
     out = [f" --bug {f.name.replace('_', '-')}" for f in fields(bugs) if getattr(bugs, f.name)]
     if require_approval is not None:
         out.append(f" --approval {'on' if require_approval else 'off'}")
-    out += [" --expiries"] if Broker.expiries else []
-    out += [" --table-loss"] if Broker.lose_table_writes else []
+    out += [] if Broker.expiries else [" --no-expiries"]
+    out += [] if Broker.lose_table_writes else [" --no-table-loss"]
     return "".join(out)
 
 

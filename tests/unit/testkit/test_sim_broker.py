@@ -110,17 +110,23 @@ def test_a_write_after_the_expiries_lands_at_once() -> None:
 
 @pytest.fixture
 def expiries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The drawn ``produce_expiry`` faults played (``--expiries``; off by default, F38)."""
+    """The drawn ``produce_expiry`` faults played (the default since F38 and F39 were
+    fixed; a test that needs them says so)."""
     monkeypatch.setattr(Broker, "expiries", True)
 
 
-def test_expiries_are_drawn_but_not_played_by_default() -> None:
+@pytest.mark.parametrize("played", [True, False], ids=["default", "no-expiries"])
+def test_expiries_are_drawn_and_played_unless_turned_off(
+    monkeypatch: pytest.MonkeyPatch, played: bool
+) -> None:
+    if not played:
+        monkeypatch.setattr(Broker, "expiries", False)
     schedule = Schedule(3002, require_approval=True)
     assert any(f.kind == "produce_expiry" for f in schedule.faults)
 
     result = run_schedule(schedule)
 
-    assert not [e for e in result.events if "expire" in e]
+    assert bool([e for e in result.events if "writes expire" in e]) is played
 
 
 @pytest.mark.usefixtures("expiries")
