@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 
+from testkit.apt import APT_GET, one_at_a_time
 from testkit.processes import Supervised
 
 if TYPE_CHECKING:
@@ -380,10 +381,11 @@ def debian_package(package: str, find: Callable[[], T | None], what: str) -> T:
         )
     console.print(f"installing Debian's {package} package (apt-get) …")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
-    if subprocess.run(install, env=env, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
-        subprocess.run(install, env=env, check=False)
+    install = [*APT_GET, "install", "-y", "-q", "--no-install-recommends", package]
+    with one_at_a_time():
+        if subprocess.run(install, env=env, check=False).returncode != 0:
+            subprocess.run([*APT_GET, "update", "-q"], env=env, check=False)
+            subprocess.run(install, env=env, check=False)
     found = find()
     if found is None:
         raise BenchError(f"apt-get could not install {package}; see its output above")

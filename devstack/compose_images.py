@@ -85,8 +85,9 @@ def ensure_host(log: Callable[[str], None] = print) -> None:
     if packages:
         log(f"apt-get install {' '.join(packages)}")
         env_cmd = ["env", "DEBIAN_FRONTEND=noninteractive"]
-        _run([*env_cmd, "apt-get", "update", "-q"])
-        _run([*env_cmd, "apt-get", "install", "-y", "-q", *packages])
+        apt = [*env_cmd, "apt-get", "-o", "DPkg::Lock::Timeout=600"]  # another may hold it
+        _run([*apt, "update", "-q"])
+        _run([*apt, "install", "-y", "-q", *packages])
     if not CONTAINERS_CONF.exists():
         log(f"writing {CONTAINERS_CONF} (runtime runc, cgroup_manager cgroupfs)")
         CONTAINERS_CONF.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.apt import APT_GET, one_at_a_time
+
 
 def as_root(command: list[str]) -> list[str] | None:
     if os.geteuid() == 0:
@@ -32,8 +34,8 @@ def install_debian_packages(*packages: str, service: str | None = None) -> None:
     names = " ".join(packages)
     if shutil.which("apt-get") is None:
         pytest.skip(f"{names} is not installed and apt-get is unavailable to install it")
-    update = as_root(["apt-get", "update", "-qq"])
-    install = as_root(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages])
+    update = as_root([*APT_GET, "update", "-qq"])
+    install = as_root([*APT_GET, "install", "-y", "-qq", "--no-install-recommends", *packages])
     if update is None or install is None:
         pytest.skip(f"{names} is not installed and installing it needs root or sudo")
     policy = Path("/usr/sbin/policy-rc.d")
@@ -46,7 +48,8 @@ def install_debian_packages(*packages: str, service: str | None = None) -> None:
     try:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         for command in (update, install):
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+            with one_at_a_time():  # another test's apt-get may run beside this one
+                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
             if done.returncode != 0:
                 pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
     finally:

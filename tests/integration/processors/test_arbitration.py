@@ -249,6 +249,20 @@ def _f29_version_4(key: str) -> tuple[ReplyRecord, ReplyRecord]:
     return sent, dataclasses.replace(late, created_at=sent.created_at - timedelta(seconds=30))
 
 
+async def _landed_late(
+    stack_factory: Callable[..., Stack], case: Callable[[str], tuple[ReplyRecord, ReplyRecord]]
+) -> tuple[Stack, str, ReplyRecord, ReplyRecord]:
+    """A one-partition stack whose ledger holds ``case``'s two records of the message's key,
+    the last owner's and then a late writer's, no worker started yet."""
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    key = reply_key(INBOX, MESSAGE)
+    owners, late = case(key)
+    await _land(stack, 0, owners)
+    await _land(stack, 0, late)
+    assert ledger_records(stack)[key] == late
+    return stack, key, owners, late
+
+
 @pytest.mark.parametrize("case", [_f29, _f31, _f29_version_4], ids=["F29", "F31", "F29 v4"])
 async def test_a_new_owner_repairs_a_late_record_its_last_owner_did_not(
     stack_factory: Callable[..., Stack],
@@ -257,12 +271,7 @@ async def test_a_new_owner_repairs_a_late_record_its_last_owner_did_not(
     # a late writer's record landed after the last owner's, made after it, and neither
     # repaired it (the late writer stopped, the owner killed before its audit); a worker
     # taking the partition over writes the owner's record again after it
-    stack = stack_factory(partitions=1, reorder_window_ms=0)
-    key = reply_key(INBOX, MESSAGE)
-    owners, late = case(key)
-    await _land(stack, 0, owners)
-    await _land(stack, 0, late)
-    assert ledger_records(stack)[key] == late
+    stack, key, owners, _ = await _landed_late(stack_factory, case)
 
     worker = stack.worker(ONCEONLY_LEDGER_AUDIT_S="1")
     await until(
@@ -289,11 +298,7 @@ async def test_a_recovered_late_record_is_not_sent_before_the_take_over(
     # as above, and the message is read again by the worker taking the partition over: its
     # lane finishes the recovered record at once, long before the audit (an hour away)
     # would take the partition over; the take-over comes first all the same
-    stack = stack_factory(partitions=1, reorder_window_ms=0)
-    key = reply_key(INBOX, MESSAGE)
-    owners, late = case(key)
-    await _land(stack, 0, owners)
-    await _land(stack, 0, late)
+    stack, key, owners, _ = await _landed_late(stack_factory, case)
     await stack.deliver(stack.seed(MESSAGE, THREAD, text="hello"))
 
     worker = stack.worker(ONCEONLY_LEDGER_AUDIT_S="3600")

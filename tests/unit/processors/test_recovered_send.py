@@ -115,7 +115,9 @@ async def test_a_ledger_with_no_topic_to_read_takes_nothing_over() -> None:
 # -- the take-overs' bookkeeping -----------------------------------------------------------
 
 
-async def test_two_askers_at_once_share_one_take_over() -> None:
+def _held() -> tuple[TakeOvers, Tail, list[int]]:
+    """Take-overs whose range reads wait for the test's ``tail.hold``; the partitions
+    taken over, in order."""
     tail = Tail([])
     tail.hold = asyncio.Event()
     taken: list[int] = []
@@ -123,7 +125,11 @@ async def test_two_askers_at_once_share_one_take_over() -> None:
     async def take(partition: int, first: int, end: int) -> None:
         taken.append(partition)
 
-    take_overs = TakeOvers(tail, take)
+    return TakeOvers(tail, take), tail, taken
+
+
+async def test_two_askers_at_once_share_one_take_over() -> None:
+    take_overs, tail, taken = _held()
     both = asyncio.gather(take_overs.once(3), take_overs.once(3))
     await asyncio.sleep(0)
     tail.hold.set()
@@ -133,13 +139,7 @@ async def test_two_askers_at_once_share_one_take_over() -> None:
 
 
 async def test_a_take_over_begun_before_the_partitions_changed_does_not_count() -> None:
-    tail = Tail([])
-    tail.hold = asyncio.Event()
-
-    async def take(partition: int, first: int, end: int) -> None:
-        pass
-
-    take_overs = TakeOvers(tail, take)
+    take_overs, tail, _ = _held()
     begun = asyncio.ensure_future(take_overs.once(0))
     await asyncio.sleep(0)
     take_overs.forget()  # a rebalance while its range was read
@@ -217,14 +217,7 @@ async def test_a_take_over_asks_the_fence_before_it_reads() -> None:
 
 async def test_an_asker_that_waited_across_a_rebalance_stands_down() -> None:
     # the audit's list of partitions, or a lane, from before the partitions changed
-    tail = Tail([])
-    tail.hold = asyncio.Event()
-    taken: list[int] = []
-
-    async def take(partition: int, first: int, end: int) -> None:
-        taken.append(partition)
-
-    take_overs = TakeOvers(tail, take)
+    take_overs, tail, taken = _held()
     first = asyncio.ensure_future(take_overs.once(0))
     await asyncio.sleep(0)  # partition 0's take-over holds the lock
     waiting = asyncio.ensure_future(take_overs.once(1))
