@@ -370,8 +370,7 @@ T = TypeVar("T")
 
 
 def debian_package(package: str, find: Callable[[], T | None], what: str) -> T:
-    """What ``find`` finds; installs Debian's ``package`` with apt-get as root first when it
-    finds nothing (``what``: the missing thing, in the message)."""
+    """What ``find`` finds, Debian's ``package`` installed first as root if need be."""
     found = find()
     if found is not None:
         return found
