@@ -57,11 +57,7 @@ def claim(
                 replay=delivery.replay,
                 read_from=since,
             )
-            if (
-                not decision.skip
-                and current is not None
-                and dedupe.stale(current, delivery.position, since)
-            ):
+            if current is not None and dedupe.stale(current, delivery.position, since):
                 log.warning(
                     "an event's claim was left in progress by a record committed before; "
                     "its outcome was lost: processed again",

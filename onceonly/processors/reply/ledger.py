@@ -76,8 +76,8 @@ class TableLedger:
         self.fence = fence
         #: reads the ledger topic where another writer's records may be (arbitration)
         self.read_log = read_log
-        #: each partition's take-over, once per assignment: before a recovered record's
-        #: send, or by the timer's audit
+        #: each partition's take-over, once per assignment: before a lane acts on what was
+        #: recovered of it (a burst, a decision, a recovered send), or by the timer's audit
         self.take_overs = TakeOvers(tail if read_log is not None else None, self.take_over)
         self._logs: dict[int, PartitionLog] = {}
         #: partitions whose log takes in what a recovery read, at their next write

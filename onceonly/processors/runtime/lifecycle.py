@@ -100,7 +100,7 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
     query per partition, and a read only of offsets that are not the worker's own. Each
     partition not yet taken over since the last rebalance is first (TableLedger.take_over:
     its records of the last compaction lag, for a late record the last owner did not live
-    to repair; the simulator's finding F29), unless a recovered record's send did it."""
+    to repair; the simulator's finding F29), unless a lane's work there did it (F38)."""
     connection = Connection.from_settings(settings)
     topic = settings.ledger_topic
     ledger = router.parts.ledger
