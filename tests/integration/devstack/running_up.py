@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -61,22 +63,71 @@ def up_env(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+#: the stack is ready when it prints this
+READY = "Ctrl-C stops everything"
+#: starts tried when a port picked for the stack was taken before the stack bound it
+_STARTS = 3
+
+
+def taken_ports(output: str) -> set[int]:
+    """The port numbers on the lines of ``output`` that report an address already in use."""
+    taken: set[int] = set()
+    for line in output.splitlines():
+        if "already in use" in line.lower():
+            taken.update(int(n) for n in re.findall(r"\b(\d{4,5})\b", line))
+    return taken
+
+
+def pick_again(env: dict[str, str], taken: set[int]) -> bool:
+    """Give every ``ONCEONLY_*`` variable of ``env`` naming a local port in ``taken`` a
+    free port instead; whether any did."""
+    changed = False
+    for key, value in env.items():
+        host, colon, port = value.rpartition(":")
+        local = not colon or host == "127.0.0.1"
+        if key.startswith("ONCEONLY_") and port.isdigit() and local and int(port) in taken:
+            env[key] = f"{host}{colon}{free_port()}"
+            changed = True
+    return changed
+
+
+def _ready_or_ended(process: subprocess.Popen[bytes], log: Path) -> bool:
+    return READY in log.read_text(errors="replace") or process.poll() is not None
+
+
+def start_until_ports_hold(
+    command: list[str], env: dict[str, str], log: Path, timeout_s: float
+) -> subprocess.Popen[bytes]:
+    """Run ``command`` (its own process group, output to ``log``) until it prints
+    :data:`READY`. A port picked free for it can be bound by another test's listener before
+    the stack binds it; a start that ends reporting one of its ports in use is tried again on
+    a new free port (``env`` is updated), up to three starts."""
+    for start in range(1, _STARTS + 1):
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its worker and broker can be stopped as one group
+            )  # fmt: skip
+        settled = functools.partial(_ready_or_ended, process, log)
+        wait_for(settled, timeout_s, "the stack", log)
+        output = log.read_text(errors="replace")
+        if READY in output:
+            return process
+        stop_group(process)
+        if start == _STARTS or not pick_again(env, taken_ports(output)):
+            raise AssertionError(f"the stack ended before it was ready:\n{output[-4000:]}")
+        log.replace(log.with_name(f"{log.name}.{start}"))
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def running_up(tmp: Path, env: dict[str, str]) -> Iterator[Up]:
-    """Start `python -m devstack up`, wait for its "Ctrl-C stops everything", kill it at the end."""
+    """Start `python -m devstack up`, wait for its "Ctrl-C stops everything", kill it at the end.
+    A port of ``env``'s taken before the stack bound it is picked again (``env`` is updated)."""
     log = tmp / "up.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "devstack", "up"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its worker and broker can be stopped as one group
-        )
+    process = start_until_ports_hold([sys.executable, "-m", "devstack", "up"], env, log, 120)
     up = Up(process, env, log, tmp / "run", f"http://127.0.0.1:{env['ONCEONLY_INGEST_PORT']}")
     try:
-        wait_for(lambda: "Ctrl-C stops everything" in up.output(), 120, "the stack", log)
         yield up
     finally:
         stop(process)
@@ -151,18 +202,9 @@ def running_in_shell(command: str, tmp: Path, env: dict[str, str]) -> Iterator[S
     if fetched.exists():  # the jars a checkout fetched once: no Maven run per test
         shutil.copy2(fetched, run_dir / "kafka.classpath")
     log = tmp / "terminal-1.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            ["bash", "-c", command],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = start_until_ports_hold(["bash", "-c", command], env, log, 180)
     shell = Shell(process, env, log)
     try:
-        wait_for(lambda: "Ctrl-C stops everything" in shell.output(), 180, command, log)
         yield shell
     finally:
         stop_group(process)
