@@ -78,6 +78,8 @@ class Lanes:
         self._room = asyncio.Event()
         self._room.set()
         self._open = True
+        #: acknowledgements waiting for a held delivery's changelog write
+        self._landing: set[asyncio.Task[None]] = set()
 
     # -- what the agent loop does ----------------------------------------------------
     async def submit(self, key: bytes, job: Job) -> None:
@@ -97,6 +99,24 @@ class Lanes:
         outcome = self._ack(record)
         if outcome is not None:
             await outcome
+
+    def ack_landed(self, record: Any, landed: Awaitable[None]) -> None:
+        """Acknowledge ``record`` once ``landed`` completes (a held delivery's changelog
+        write): the agent loop goes on meanwhile. Its failure (the broker away past the
+        producer's timeout) is the worker's: ``on_fatal``, and the record is read again."""
+        task = asyncio.get_running_loop().create_task(self._ack_landed(record, landed))
+        self._landing.add(task)
+        task.add_done_callback(self._landing.discard)
+
+    async def _ack_landed(self, record: Any, landed: Awaitable[None]) -> None:
+        try:
+            await landed
+        except Exception as exc:
+            log.error("a held delivery's changelog write failed", error=repr(exc))
+            if self._on_fatal is not None:
+                self._on_fatal(exc)
+            return
+        await self.ack_now(record)
 
     # -- what a running job may do ---------------------------------------------------
     def queued(self, key: bytes, kind: str = "deliver") -> list[Job]:

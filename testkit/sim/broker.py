@@ -113,17 +113,23 @@ class Broker:
 
         return arrive
 
-    def table_write(self, put: Callable[[], None]) -> Callable[[], Later[None] | None]:
-        """The far end of an events-table write: ``put`` once a leader is up; with
-        :attr:`lose_table_writes`, lost half the time while writes expire (faust awaits
-        no table write)."""
+    def table_write(
+        self, put: Callable[[], None], what: str = "an events-table write"
+    ) -> Callable[[], Later[bool] | bool]:
+        """The far end of a table's write (``what``): ``put`` once a leader is up (True); with
+        :attr:`lose_table_writes`, lost half the time while writes expire (False: faust
+        awaits no events-table write; a hold's, the worker awaits)."""
 
-        def arrive() -> Later[None] | None:
+        def landed() -> bool:
+            put()
+            return True
+
+        def arrive() -> Later[bool] | bool:
             expiring = self.lose_table_writes and self.world.loop.time() < self.expire_until
             if expiring and self.rng.random() < 0.5:
-                self.world.trace("broker", "an events-table write expired, unseen")
-                return None
-            return self.when_up(put)()
+                self.world.trace("broker", f"{what} expired, unseen")
+                return False
+            return self.when_up(landed)()
 
         return arrive
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from onceonly.processors.dedupe import decisions as dedupe
@@ -35,49 +35,68 @@ if TYPE_CHECKING:
 
 
 class Changelog:
-    """The events table's changelog, as the latest value of each key."""
+    """A table's changelog (the events table's; the holds table's, :mod:`testkit.sim.holding`),
+    as the latest value of each key; ``salt`` gives each its own latency generator."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, salt: int = 61) -> None:
         self.state: dict[bytes, bytes] = {}
-        self.rng = random.Random(seed * 8069 + 61)
+        self.rng = random.Random(seed * 8069 + salt)
 
     def latency(self) -> float:
         return self.rng.uniform(0.001, 0.02)
 
 
 class EventsStore:
-    """One member's store of the events table (a ``KeyValues``: ``get`` and ``[]=``)."""
+    """One member's store of a table (a ``KeyValues``: ``get``, ``[]=`` and ``items``): the
+    events table's, or over ``log`` another's (the holds table's)."""
 
-    def __init__(self, world: World, member: Member) -> None:
+    def __init__(
+        self,
+        world: World,
+        member: Member,
+        log: Changelog | None = None,
+        what: str = "an events-table write",
+    ) -> None:
         self.world = world
         self.member = member
-        self.log: Changelog = world.event_log
+        self.log: Changelog = world.event_log if log is None else log
+        self.what = what  #: a write of it, as the trace names one
         self.store: dict[bytes, bytes] = {}
-        self._unsent: list[tuple[bytes, bytes]] = []
+        self._unsent: list[tuple[bytes, bytes, asyncio.Future[bool]]] = []
         self._sender: asyncio.Task[None] | None = None
 
     def recover(self) -> None:
         """An assignment: the store is the changelog's state (the member's own writes not
         yet landed stay in it: they are in its RocksDB)."""
-        self.store = {**self.log.state, **dict(self._unsent)}
+        self.store = {**self.log.state, **{key: value for key, value, _ in self._unsent}}
 
     def get(self, key: bytes) -> bytes | None:
         return self.store.get(key)
 
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(list(self.store.items()))
+
     def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.write(key, value)
+
+    def write(self, key: bytes, value: bytes) -> asyncio.Future[bool]:
+        """Write ``key``: into the store at once, to the changelog after the writes before
+        it; the future says whether it landed (False: lost while writes expired)."""
         self.store[key] = value
-        self._unsent.append((key, value))
+        landed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._unsent.append((key, value, landed))
         if self._sender is None:
             self._sender = asyncio.get_running_loop().create_task(self._send())
+        return landed
 
     async def _send(self) -> None:
         current.set(self.member)
         try:
             while self._unsent:
-                key, value = self._unsent[0]
+                key, value, landed = self._unsent[0]
                 latency = self.log.latency()
-                put = self.world.broker.table_write(_put(self.log.state, key, value))
-                await remote(latency, put, 0.0)
+                put = self.world.broker.table_write(_put(self.log.state, key, value), self.what)
+                landed.set_result(await remote(latency, put, 0.0))
                 self._unsent.pop(0)
         except Killed:
             self._unsent.clear()

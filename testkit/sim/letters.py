@@ -283,7 +283,7 @@ class Letters:
         if not taken:
             if raced:  # as Conversation.claim: the retry is dead-lettered again (F27)
                 error = "the retry reached the worker while its event was being processed"
-                await self.writer.record_failure([envelope], check=Check.RETRY_RACED, error=error)
+                await self.raced(envelope, error)
             return None
         self._claimed.add(offset)
         channel = self._channels.get(member.name)
@@ -300,6 +300,10 @@ class Letters:
             self._finish(member, delivery, True)
             return None
         return inbound
+
+    async def raced(self, envelope: Envelope, error: str) -> None:
+        """A retry that did not run, dead-lettered again (``retry_raced``) with ``error``."""
+        await self.writer.record_failure([envelope], check=Check.RETRY_RACED, error=error)
 
     def _finish(self, member: Member, delivery: Delivery, succeeded: bool) -> None:
         self._claimed.discard(delivery.position[1])

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from onceonly.processors.approval import applying
-from onceonly.processors.approval.decisions import Answer, by_mode
+from onceonly.processors.approval.decisions import Answer
 from onceonly.processors.conversation import RECORD_ATTEMPTS, tried
 from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
 from onceonly.processors.fence import Fence, Position, Rounds
@@ -19,22 +19,20 @@ from onceonly.processors.lanes import Dropped
 from onceonly.processors.reply.bursts import distinct, ended_failed
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.once import (
-    MailSender,
     Outcome,
-    ReplyParts,
-    SendPolicy,
     reply_once,
     send_recorded,
 )
-from onceonly.processors.writer.contract import Decline, Draft, Inbound
+from onceonly.processors.writer.contract import Inbound
 from onceonly.processors.writer.runner import Writer, WriterPolicy
 from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.sim.approvals import unchecked_decide, worker_parts
 from testkit.sim.audit import audits, take_overs
 from testkit.sim.events import EventsStore
+from testkit.sim.holding import Holding, Release
 from testkit.sim.io import Actor, Killed, current, remote
-from testkit.sim.letters import Item, Resent
+from testkit.sim.letters import Item
 from testkit.sim.log import (
     DRAIN_GRACE_S,
     TP,
@@ -42,7 +40,7 @@ from testkit.sim.log import (
     SimTable,
     position,
 )
-from testkit.sim.mail import MemberMail
+from testkit.sim.reply_parts import messages_of, reply_parts
 
 if TYPE_CHECKING:
     from testkit.sim.world import World
@@ -51,7 +49,7 @@ if TYPE_CHECKING:
 @dataclass
 class _Lane:
     task: asyncio.Task[None] | None = None
-    queue: list[tuple[int, Item]] = field(default_factory=list)
+    queue: list[tuple[int, Item | Release]] = field(default_factory=list)
     recorded: list[ReplyRecord] = field(default_factory=list)
 
 
@@ -92,6 +90,9 @@ class Member(Actor):
         #: until its owner has audited past its last record)
         self.audited = -1
         self._auditor = loop.create_task(audits(self))
+        #: its holds table, with a reorder window (testkit.sim.holding)
+        window = world.schedule.window_ms
+        self.holding = Holding(self, window) if window else None
 
     # -- the group -------------------------------------------------------------------
 
@@ -148,6 +149,8 @@ class Member(Actor):
         self.ledger.forget()
         self.table.recover()
         self.events.recover()
+        if self.holding is not None:
+            self.holding.recover()
         self.open = {}
         #: the first offset read since this assignment (as OffsetBook.first: dedupe.stale)
         self.fetched = self.read_from = self.world.part.committed
@@ -167,6 +170,8 @@ class Member(Actor):
     def revoke(self) -> None:
         """The partition is gone: queued work is dropped; running lanes get the grace."""
         self.ledger.forget()
+        if self.holding is not None:
+            self.holding.forget()
         for lane in self.lanes.values():
             lane.queue.clear()
             lane.recorded.clear()
@@ -180,16 +185,32 @@ class Member(Actor):
         if not self.owns() or self.paused:
             return
         part = self.world.part
+        holding = self.holding
         while self.fetched < len(part.deliveries):
-            message = part.deliveries[self.fetched]
-            self.open[self.fetched] = None
-            self._lane(message.thread_key).queue.append((self.fetched, message))
+            offset = self.fetched
+            message = part.deliveries[offset]
             self.fetched += 1
+            if holding is not None and holding.takes(message):
+                holding.hold(offset, message)  # type: ignore[arg-type]
+            else:
+                self.open[offset] = None
+                self._lane(message.thread_key).queue.append((offset, message))
         for key in list(self.lanes):
             self._start(key)
 
+    def holds_any(self) -> bool:
+        """Whether its holds table holds a delivery (the world is busy until released)."""
+        return self.holding is not None and self.holding.holding()
+
+    def queue_release(self, thread_key: str, release: Release) -> None:
+        """A tick's release of a due thread, queued on its lane (``Router.on_tick``)."""
+        self._lane(thread_key).queue.append((-1, release))
+        self._start(thread_key)
+
     def kill(self) -> None:
         self.dead = True
+        if self.holding is not None:
+            self.holding.stop()
         for lane in self.lanes.values():
             if lane.task is not None:
                 lane.task.cancel()
@@ -215,7 +236,7 @@ class Member(Actor):
             while lane.recorded or lane.queue:
                 if lane.recorded:
                     record = lane.recorded.pop(0)
-                    result = await send_recorded(record, True, self._parts([]))
+                    result = await send_recorded(record, True, reply_parts(self, []))
                     self.world.trace(self.name, f"reconciled {record.message_id}: {result.outcome}")
                     continue
                 offset, first = lane.queue[0]
@@ -223,16 +244,15 @@ class Member(Actor):
                     lane.queue = lane.queue[1:]
                     await self._decide(first)
                     self.open.pop(offset, None)
-                    self._commit()
+                    self.commit()
                     continue
-                batch, lane.queue = _messages(lane.queue)
-                taken = [offset for offset, _ in batch]
-                messages = distinct(m for _, m in await self.world.letters.admit(self, batch))
-                if messages:
-                    await self._burst(thread_key, messages, taken)
-                for offset in taken:
-                    self.open.pop(offset, None)
-                self._commit()
+                if isinstance(first, Release):
+                    lane.queue = lane.queue[1:]
+                    await self._release(thread_key, first.key)
+                    continue
+                batch, lane.queue = messages_of(lane.queue)
+                await self._answer(thread_key, batch)
+                self.commit()
         except (Rebalancing, Dropped) as exc:
             why = exc.__cause__ if isinstance(exc, Dropped) and exc.__cause__ else exc
             self.world.trace(self.name, f"lane {thread_key} stood down: {type(why).__name__}")
@@ -248,6 +268,31 @@ class Member(Actor):
         if self.lanes.get(thread_key) is lane and (lane.queue or lane.recorded) and self.owns():
             self._start(thread_key)
 
+    async def _answer(self, thread_key: str, batch: Sequence[tuple[int, Item]]) -> None:
+        """A batch of the thread's deliveries answered; their offsets done."""
+        taken = [offset for offset, _ in batch]
+        messages = distinct(m for _, m in await self.world.letters.admit(self, batch))
+        if messages:
+            await self._burst(thread_key, messages, taken)
+        for offset in taken:
+            self.open.pop(offset, None)
+
+    async def _release(self, thread_key: str, key: bytes) -> None:
+        """A due thread's held events answered, then settled out of its buffer
+        (``Router._release``)."""
+        holding = self.holding
+        assert holding is not None
+        try:
+            batch = holding.taken(key)
+            if batch:
+                await self._answer(thread_key, batch)
+            holding.settle(key)
+        except BaseException:
+            holding.drop(key)
+            raise
+        finally:
+            holding.ended(key)
+
     async def _burst(self, thread_key: str, messages: list[Inbound], taken: list[int]) -> None:
         """A burst answered as ``Conversation.process`` answers it (``tried``): tried
         again after a failure, then dead-lettered ``record_failed``; the broker away
@@ -258,7 +303,7 @@ class Member(Actor):
         async def act() -> None:
             await self.ledger.take_overs.once(0)  # as Conversation.act: F38, F39
             given = list(burst)
-            reply = self._parts(taken, thread_key, burst)
+            reply = reply_parts(self, taken, thread_key, burst)
             if self.parts is not None:  # a newer message supersedes a waiting draft
                 result = await applying.answer(self.parts, given, reply)
             else:
@@ -309,78 +354,9 @@ class Member(Actor):
             operator.applied_as(decision, answer)
         self.world.trace(self.name, f"decision {decision.decision_id} on {decision.key}: {answer}")
 
-    def _commit(self) -> None:
+    def commit(self) -> None:
         if self.owns() and not self.paused:
             done = min(self.open) if self.open else self.fetched
             if self.world.bugs.commit_before_done:
                 done = self.fetched
             self.world.part.committed = done
-
-    def _parts(
-        self, taken: list[int], thread_key: str = "", burst: list[Inbound] | None = None
-    ) -> ReplyParts:
-        world = self.world
-        sender: MailSender = (
-            world.mail
-            if world.bugs.no_fence_before_send
-            else self.fence.sender(MemberMail(world.mail, self.owns))
-        )
-
-        async def newer() -> Sequence[Inbound]:
-            lane = self.lanes.get(thread_key)
-            if lane is None or not lane.queue:
-                return ()
-            more, lane.queue = _messages(lane.queue)
-            admitted = await world.letters.admit(self, more)
-            # as the worker (conversation.act): a newer message the ledger has (a retried
-            # one's failed reply, a killed worker's pending one) is not taken into this
-            # reply, nor dropped: it is answered after it
-            recorded = {o for o, m in admitted if self.ledger.get(m.key) is not None}
-            # nor, with approval on, a replayed one: its key may end a chain of drafts
-            # covered by it, which only its own burst recalls (F15)
-            if world.operator is not None:
-                recorded |= {o for o, _ in admitted if world.letters.replayed([o])}
-            lane.queue = [pair for pair in more if pair[0] in recorded] + lane.queue
-            taken.extend(offset for offset, _ in more if offset not in recorded)
-            joined = distinct(m for offset, m in admitted if offset not in recorded)
-            if burst is not None:  # a try after a failure answers them too
-                burst.extend(joined)
-            return joined
-
-        async def dead_letter(record: ReplyRecord, reason: str, burst: Sequence[Inbound]) -> None:
-            await world.letters.reply_letter(self, record, reason, burst, taken)
-
-        async def write(messages: Sequence[Inbound]) -> str | Decline | Draft:
-            if world.bugs.writer_sees_latest_only:
-                messages = messages[-1:]
-            written = await self.writer.write(messages)
-            return written if self.parts is None else by_mode("always", written)
-
-        loop = asyncio.get_running_loop()
-        return ReplyParts(
-            ledger=self.ledger,
-            sender=sender,
-            write=write,
-            dead_letter=dead_letter,
-            now=world.now,
-            policy=_POLICY,
-            newer=newer,
-            may_retry=self.owns,
-            arbitrate=self.ledger.arbitrate,
-            monotonic=loop.time,
-            replay=world.letters.replayed(taken),
-        )
-
-
-_POLICY = SendPolicy(attempts=5, in_flight_wait_s=60.0)
-
-
-def _messages(
-    queue: list[tuple[int, Item]],
-) -> tuple[list[tuple[int, Inbound | Resent]], list[tuple[int, Item]]]:
-    """The queue's messages before its first decision, and the rest (a decision is a job of
-    its own, in the thread's order)."""
-    cut = next((i for i, (_, m) in enumerate(queue) if isinstance(m, ApprovalDecision)), None)
-    if cut is None:
-        return queue, []  # type: ignore[return-value]
-    return queue[:cut], queue[cut:]  # type: ignore[return-value]

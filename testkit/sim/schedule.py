@@ -29,6 +29,11 @@ Every schedule has 1 to 3 ``retry`` events (the operator's ``onceonly dead-lette
 retry``) and half of them a ``forge`` event (a letter planted on the dead-letter topic),
 drawn from a third generator (:mod:`testkit.sim.letters`).
 
+Half the schedules hold deliveries for a reorder window (``ONCEONLY_REORDER_WINDOW_MS``:
+the default 2 s in two of three, 15 s in the third, so that a thread's messages meet in one
+buffer), drawn from a seventh generator (:mod:`testkit.sim.holding`); the others run at
+window 0. :attr:`Reorder.mode` (``--window``) draws it, or sets it for every schedule.
+
 Half the schedules have 1-2 ``failover`` events (the changelogs' leader gone for 1-30 s) and
 half of those a ``produce_expiry`` (10-240 s in which every ledger write fails, landed or
 not; played only with ``--expiries``), drawn from a sixth generator (:mod:`testkit.sim.broker`).
@@ -42,12 +47,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 
 from onceonly.processors.writer.contract import Inbound
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 SPAN_S = 900.0  #: messages arrive over this much virtual time
 APPROVAL_SHARE = 0.25  #: of the schedules, the share that require approval
+WINDOW_SHARE = 0.5  #: of the schedules, the share that hold deliveries for a reorder window
+#: the reorder windows drawn (ms): the default twice as often as a long one
+WINDOWS_MS = (2000, 2000, 15000)
 
 #: fault kinds, and how each draws its argument
 KINDS = (
@@ -92,6 +101,13 @@ class Bugs:
         return any(getattr(self, name) for name in self.__dataclass_fields__)
 
 
+class Reorder:
+    """The reorder window of every schedule: ``drawn`` (per seed), ``off`` (window 0) or
+    ``on`` (a window drawn for every seed); set by ``--window``, forked jobs too."""
+
+    mode: ClassVar[str] = "drawn"
+
+
 @dataclass(frozen=True, slots=True)
 class Fault:
     at: float
@@ -118,6 +134,8 @@ class Schedule:
     approval: bool = field(init=False)
     #: messages whose webhook never comes (they reach the inbox; catch-up finds them)
     lost: frozenset[str] = field(init=False)
+    #: the reorder window (ms; 0: deliveries go to their lanes as they come)
+    window_ms: int = field(init=False)
 
     def __post_init__(self) -> None:
         rng = random.Random(self.seed)
@@ -166,6 +184,7 @@ class Schedule:
         faults += catch_ups
         faults += _redeliveries(random.Random(self.seed * 8053 + 59), arrivals)
         faults += _broker_faults(random.Random(self.seed * 8081 + 71))
+        object.__setattr__(self, "window_ms", _window(random.Random(self.seed * 8111 + 83)))
         object.__setattr__(self, "lost", lost)
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
@@ -265,6 +284,13 @@ def _broker_faults(rng: random.Random) -> list[Fault]:
         at = round(rng.uniform(0.0, SPAN_S * 1.1), 3)
         faults.append(Fault(at, "produce_expiry", round(rng.uniform(10, 240), 3)))
     return faults
+
+
+def _window(rng: random.Random) -> int:
+    """The reorder window (:attr:`Reorder.mode`), from a generator of its own."""
+    held = rng.random() < WINDOW_SHARE
+    window = rng.choice(WINDOWS_MS)
+    return window if {"drawn": held, "on": True, "off": False}[Reorder.mode] else 0
 
 
 def _after_writes(rng: random.Random) -> list[Fault]:

@@ -63,6 +63,8 @@ class World:
         self.part = Partition()
         #: the events table's changelog (dedupe), each member's store over it
         self.event_log = Changelog(schedule.seed)
+        #: the holds table's changelog (the reorder window: testkit.sim.holding)
+        self.hold_log = Changelog(schedule.seed, salt=97)
         #: Kafka's log cleaner over the ledger partition (a generator of its own)
         self.cleaner = Cleaner(
             self.part, random.Random(schedule.seed * 8011 + 41), self.loop.time, self.trace
@@ -246,6 +248,7 @@ class World:
             or part.committed < len(part.deliveries)
             or any(m.paused for m in self.members.values())
             or (part.owner is not None and part.owner.audited < len(part.changelog))
+            or (part.owner is not None and part.owner.holds_any())
             or (self.operator is not None and bool(self.operator.waiting()))
             or self.catch_ups.running()
         )

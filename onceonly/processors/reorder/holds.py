@@ -11,7 +11,7 @@ thread, skips them.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -70,14 +70,30 @@ def _encode(buffer: reorder.ThreadBuffer) -> bytes:
     return json.dumps(buffer.to_json()).encode()
 
 
-class Holds:
-    """The reorder buffers of this worker's threads, over a table of bytes to bytes."""
+#: a buffer's write (key, value, partition) that returns what completes once the changelog
+#: took it
+Write = Callable[[bytes, bytes, int], Awaitable[None]]
 
-    def __init__(self, table: KeyValues, window_ms: int, max_bytes: int = 1 << 20) -> None:
+
+class Holds:
+    """The reorder buffers of this worker's threads, over a table of bytes to bytes.
+
+    With ``write`` (the worker's: ``FaustTable.write_soon``) a held delivery's buffer is
+    written through it, and :meth:`landing` gives what completes once the changelog took
+    it: the delivery's record is acknowledged only then (``Lanes.ack_landed``). A hold
+    whose write the broker failed, acknowledged, would be lost with the worker's store
+    while its offset was committed (the simulator's finding F40)."""
+
+    def __init__(
+        self, table: KeyValues, window_ms: int, max_bytes: int = 1 << 20, write: Write | None = None
+    ) -> None:
         self.table = table
         self.window_ms = window_ms
         #: a buffer's record past this would be refused by the broker: hold no more in it
         self.max_bytes = max_bytes
+        self._write = write
+        #: thread key -> its held buffer's write not yet handed on (:meth:`landing`)
+        self._landing: dict[bytes, Awaitable[None]] = {}
         #: thread key -> partition of the buffers holding events; None: read the table
         self._index: dict[bytes, int] | None = None
         #: thread key -> when its oldest held event arrived (ms), beside the index: a tick
@@ -116,10 +132,18 @@ class Holds:
         value = _encode(updated)
         if len(value) > self.max_bytes:
             return Verdict.FULL
-        self.table[key] = value
+        if self._write is None:
+            self.table[key] = value
+        else:
+            self._landing[key] = self._write(key, value, partition)
         self.index()[key] = partition
         self._opened[key] = updated.opened_ms or now_ms
         return Verdict.HELD
+
+    def landing(self, key: bytes) -> Awaitable[None] | None:
+        """What completes once the thread's last held delivery is in the changelog (None:
+        nothing written through ``write`` since the last call)."""
+        return self._landing.pop(key, None)
 
     # -- the index of buffers that hold events ------------------------------------
     def index(self) -> dict[bytes, int]:

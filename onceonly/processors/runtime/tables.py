@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import faust
@@ -74,6 +74,16 @@ class FaustTable:
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self.faust[key] = value
 
+    def write_soon(self, key: bytes, value: bytes, partition: int) -> Awaitable[None]:
+        """Write ``key`` to ``partition`` as faust's own ``table[key] = value`` does (the
+        changelog send, then the store), and return what completes when the changelog took
+        it: faust sets a send's failure on the message's future and never calls its callback
+        (``Topic._on_published``), and no one else awaits it. The broker's failure is
+        raised as :class:`BrokerUnavailable`."""
+        sent = self.faust.send_changelog(partition, key, value)
+        self._store(key, value, partition)
+        return _landed(sent, self.faust.name)
+
     def __delitem__(self, key: bytes) -> None:
         del self.faust[key]
 
@@ -101,10 +111,14 @@ class FaustTable:
         if partition is None:
             self.faust.data[key] = value  # the store alone: the topic has the record already
         else:  # outside any record (a timer's): faust's store would take the current one's
-            store = self.faust.data
-            store._db_for_partition(partition).put(key, value)
-            store._key_index[key] = partition  # as faust's own write keeps it
+            self._store(key, value, partition)
         return int(metadata.topic_partition.partition), int(metadata.offset)
+
+    def _store(self, key: bytes, value: bytes, partition: int) -> None:
+        """``partition``'s store alone, whatever record is current."""
+        store = self.faust.data
+        store._db_for_partition(partition).put(key, value)
+        store._key_index[key] = partition  # as faust's own write keeps it
 
     async def delete_through(self, key: bytes, partition: int) -> tuple[int, int]:
         with changelog_write(self.faust.name):
@@ -121,6 +135,11 @@ class FaustTable:
         read, or this worker's last write through faust); -1 for none."""
         raw = self.faust.data._db_for_partition(partition).get(self.faust.data.offset_key)
         return int(raw) if raw is not None else -1
+
+
+async def _landed(sent: Awaitable[object], table: str) -> None:
+    with changelog_write(table):
+        await sent
 
 
 def rocks_options(settings: Settings, scale: float = 1.0) -> dict[str, int]:

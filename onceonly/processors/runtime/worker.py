@@ -149,6 +149,12 @@ def _lanes(app: faust.App, settings: Settings, metrics: WorkerMetrics, book: Off
     return lanes
 
 
+def _holds(settings: Settings, table: FaustTable) -> Holds:
+    """The reorder buffers, a held delivery acknowledged once its hold landed (F40)."""
+    window, most = settings.reorder_window_ms, settings.record_max_bytes // 2
+    return Holds(table, window, most, table.write_soon)
+
+
 def _stall_watch(settings: Settings, metrics: WorkerMetrics) -> StallWatch:
     """The check that replaces faust's livelock detector (:mod:`onceonly.processors.stalls`)."""
     return StallWatch(
@@ -198,7 +204,7 @@ def _router(
     parts = WorkerParts(
         settings=settings,
         events=events,
-        holds=Holds(holds, settings.reorder_window_ms, settings.record_max_bytes // 2),
+        holds=_holds(settings, holds),
         ledger=ledger,
         channels=mail_providers(settings, registry=metrics.registry, clients=clients),
         writer=_writer(settings, writer, metrics),

@@ -150,3 +150,33 @@ async def test_releases_of_held_buffers_count_against_the_pending_bound() -> Non
     await asyncio.wait_for(third, 1)
     await _idle(lanes)
     assert lanes.pending == 0
+
+
+async def test_a_record_acked_when_landed_waits_for_its_write() -> None:
+    acks = _Acks()
+    lanes = _lanes(acks)
+    landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    lanes.ack_landed("held", landed)
+    await asyncio.sleep(0)
+    assert acks.acked == []  # the write has not landed
+
+    landed.set_result(None)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert acks.acked == ["held"]
+
+
+async def test_a_record_whose_write_failed_is_never_acked_and_the_worker_fails() -> None:
+    acks, failures = _Acks(), []
+    lanes = _lanes(acks, on_fatal=failures.append)
+    landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    error = ConnectionError("the broker did not take it")
+
+    lanes.ack_landed("held", landed)
+    landed.set_exception(error)
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+    assert acks.acked == []
+    assert failures == [error]

@@ -1,5 +1,5 @@
 """The AgentMail SDK's client, pointed at the module's ``fake`` server; the simulator's
-logs off for the modules that ask (``sim_quiet``)."""
+logs off for the modules that ask (``sim_quiet``); schedules at window 0 (``window_off``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from agentmail import AsyncAgentMail
 
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.sim.__main__ import quieted
+from testkit.sim.schedule import Reorder
 
 
 @pytest.fixture
@@ -24,3 +25,11 @@ def sim_quiet() -> Iterator[None]:
     """The product's logs off while a test plays schedules: they cost more than the simulation."""
     with quieted():
         yield
+
+
+@pytest.fixture
+def window_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every schedule at reorder window 0, as the seeds a test keeps were found before the
+    window was simulated (it is drawn for half the seeds since); restored after the test,
+    whatever a command the test ran set (``--window``)."""
+    monkeypatch.setattr(Reorder, "mode", "off")

@@ -1,0 +1,116 @@
+"""A held delivery's record is acknowledged once its hold is in the holds table's changelog
+(``Lanes.ack_landed``), never before: a hold the broker did not take, acknowledged, was lost
+with the worker's store while its offset was committed past it (the simulator's finding
+F40). A repeat of a held event writes nothing and is acknowledged at once."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from onceonly.ingest import normalise
+from onceonly.processors.exceptions import BrokerUnavailable
+from onceonly.processors.lanes import Lanes
+from onceonly.processors.reorder.holds import Delivery, Holds
+from onceonly.processors.router import Router
+from testkit import payloads
+from testkit.fakes.agentmail_server import FakeAgentMail
+from tests.unit.processors._pipeline import mail_pipeline
+
+
+class _Changelog:
+    """The holds' writes (key, partition) and, for each, what lands when the test says."""
+
+    def __init__(self, table: dict[bytes, bytes]) -> None:
+        self.table = table
+        self.writes: list[tuple[bytes, int]] = []
+        self.landings: list[asyncio.Future[None]] = []
+
+    def write(self, key: bytes, value: bytes, partition: int) -> asyncio.Future[None]:
+        self.table[key] = value  # the store, as FaustTable.write_soon writes it
+        self.writes.append((key, partition))
+        landing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.landings.append(landing)
+        return landing
+
+
+def _delivery(n: int) -> Delivery:
+    payload = payloads.agentmail_received(
+        thread_id="thr-held", message_id=f"<m{n}@example.com>", timestamp="2026-12-07T10:00:00Z"
+    )
+    return Delivery(normalise.agentmail(json.dumps(payload), {}, datetime.now(UTC)), (3, n))
+
+
+async def _router(mail: FakeAgentMail) -> tuple[Router, _Changelog, list[Any], list[Any]]:
+    table: dict[bytes, bytes] = {}
+    changelog = _Changelog(table)
+    acked: list[Any] = []
+    failures: list[BaseException] = []
+    lanes = Lanes(ack=acked.append, on_fatal=failures.append)
+    holds = Holds(table, window_ms=2000, write=changelog.write)
+    pipeline = mail_pipeline(mail, "never", holds=holds, lanes=lanes)
+    return Router(pipeline.parts), changelog, acked, failures
+
+
+async def _turns() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_held_deliverys_record_is_acked_once_its_hold_landed(mail: FakeAgentMail) -> None:
+    router, changelog, acked, _ = await _router(mail)
+    delivery = _delivery(17)
+    key = delivery.envelope.thread_key.encode()
+
+    await router._hold("record 17", key, delivery)
+    await _turns()
+    assert changelog.writes == [(key, 3)]  # the delivery's partition, its thread's buffer
+    assert acked == []
+
+    changelog.landings[0].set_result(None)
+    await _turns()
+    assert acked == ["record 17"]
+
+
+async def test_a_hold_the_broker_did_not_take_fails_the_worker_unacked(
+    mail: FakeAgentMail,
+) -> None:
+    router, changelog, acked, failures = await _router(mail)
+    delivery = _delivery(17)
+    away = BrokerUnavailable("the broker did not take a write to the holds table's changelog")
+
+    await router._hold("record 17", delivery.envelope.thread_key.encode(), delivery)
+    changelog.landings[0].set_exception(away)
+    await _turns()
+
+    assert acked == []
+    assert failures == [away]
+
+
+async def test_a_repeat_of_a_held_event_writes_nothing_and_is_acked_at_once(
+    mail: FakeAgentMail,
+) -> None:
+    router, changelog, acked, _ = await _router(mail)
+    first = _delivery(17)
+    key = first.envelope.thread_key.encode()
+    await router._hold("record 17", key, first)
+
+    await router._hold("record 18", key, dataclasses.replace(first, position=(3, 18)))
+
+    assert len(changelog.writes) == 1
+    assert acked == ["record 18"]
+
+
+def test_without_a_write_the_buffer_goes_to_the_table_and_nothing_is_landing() -> None:
+    table: dict[bytes, bytes] = {}
+    holds = Holds(table, window_ms=2000)
+    delivery = _delivery(17)
+    key = delivery.envelope.thread_key.encode()
+
+    holds.hold(delivery, now_ms=1_000)
+
+    assert key in table
+    assert holds.landing(key) is None

@@ -1,0 +1,54 @@
+"""The reorder window in the simulator (testkit/sim/holding.py): half the seeds hold their
+deliveries for a drawn window, and finding F40 (a held delivery acknowledged while its hold
+was lost with the broker away) is a regression seed."""
+
+from __future__ import annotations
+
+import pytest
+
+from testkit.sim import holding
+from testkit.sim.run import run_schedule
+from testkit.sim.schedule import WINDOWS_MS, Reorder, Schedule
+
+pytestmark = pytest.mark.usefixtures("sim_quiet")
+
+#: with the window it draws (15 s), its members' holds are lost while writes expire
+F40 = 10
+
+
+def test_about_half_the_seeds_draw_a_window_and_the_command_can_set_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    windows = [Schedule(seed).window_ms for seed in range(200)]
+
+    assert 70 < sum(1 for w in windows if w) < 130
+    assert {w for w in windows if w} == set(WINDOWS_MS)
+    monkeypatch.setattr(Reorder, "mode", "off")
+    assert Schedule(F40).window_ms == 0
+    monkeypatch.setattr(Reorder, "mode", "on")
+    assert Schedule(F40).window_ms == 15000
+
+
+def test_f40_a_hold_the_broker_lost_is_read_again_by_the_restarted_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Reorder, "mode", "on")
+
+    result = run_schedule(Schedule(F40))
+
+    assert result.passed, result.report()
+    lost = [i for i, e in enumerate(result.events) if "a holds-table write expired" in e]
+    assert lost and "exits: BrokerUnavailable" in result.events[lost[0] + 1]
+    assert sum("mail sent <m39@sim>" in e for e in result.events) == 1
+
+
+def test_f40_acknowledged_whatever_became_of_its_hold_a_held_delivery_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Reorder, "mode", "on")
+    monkeypatch.setattr(holding, "IGNORE_LOST_HOLDS", True)  # the world before F40's fix
+
+    result = run_schedule(Schedule(F40))
+
+    unanswered = [str(v) for v in result.violations if v.invariant == "answered_once"]
+    assert any("<m39@sim>" in v and "no ledger record" in v for v in unanswered), unanswered
