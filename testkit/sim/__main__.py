@@ -22,7 +22,7 @@ import structlog
 from testkit.sim.broker import Broker
 from testkit.sim.rates import RateSchedule, run_rates
 from testkit.sim.run import run_schedule
-from testkit.sim.schedule import Bugs, Reorder, Schedule
+from testkit.sim.schedule import Bugs, Reorder, Replays, Schedule
 from testkit.sim.shrink import MAX_RUNS, NothingToShrink, flags, from_spec, report, shrink, spec_of
 from testkit.sim.world import line
 
@@ -204,6 +204,12 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         help="the reorder window: drawn (half the seeds hold deliveries), off (window 0) or "
         "on (every seed holds them)",
     )
+    parser.add_argument(
+        "--replays",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the operator's replays the schedules draw (on; off: left out)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quiet()
     Broker.expiries, Broker.lose_table_writes = args.expiries, args.table_loss  # forked jobs too
-    Reorder.mode = args.window
+    Reorder.mode, Replays.on = args.window, args.replays
     if args.planted:
         planted_table()
         return 0

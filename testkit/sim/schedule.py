@@ -34,6 +34,10 @@ the default 2 s in two of three, 15 s in the third, so that a thread's messages 
 buffer), drawn from a seventh generator (:mod:`testkit.sim.holding`); the others run at
 window 0. :attr:`Reorder.mode` (``--window``) draws it, or sets it for every schedule.
 
+Half the schedules have 1-2 ``replay`` events, the operator's ``onceonly replay`` of the
+deliveries partition from a drawn offset to its end (:mod:`testkit.sim.replay`), from an
+eighth generator.
+
 Half the schedules have 1-2 ``failover`` events (the changelogs' leader gone for 1-30 s) and
 half of those a ``produce_expiry`` (10-240 s in which every ledger write fails, landed or
 not; played only with ``--expiries``), drawn from a sixth generator (:mod:`testkit.sim.broker`).
@@ -55,6 +59,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 SPAN_S = 900.0  #: messages arrive over this much virtual time
 APPROVAL_SHARE = 0.25  #: of the schedules, the share that require approval
 WINDOW_SHARE = 0.5  #: of the schedules, the share that hold deliveries for a reorder window
+REPLAY_SHARE = 0.5  #: of the schedules, the share in which the operator replays a range
 #: the reorder windows drawn (ms): the default twice as often as a long one
 WINDOWS_MS = (2000, 2000, 15000)
 
@@ -106,6 +111,13 @@ class Reorder:
     ``on`` (a window drawn for every seed); set by ``--window``, forked jobs too."""
 
     mode: ClassVar[str] = "drawn"
+
+
+class Replays:
+    """Whether the ``replay`` events drawn are in the schedules (``--no-replays``: left out,
+    the schedules as they were before replays were simulated)."""
+
+    on: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +197,8 @@ class Schedule:
         faults += _redeliveries(random.Random(self.seed * 8053 + 59), arrivals)
         faults += _broker_faults(random.Random(self.seed * 8081 + 71))
         object.__setattr__(self, "window_ms", _window(random.Random(self.seed * 8111 + 83)))
+        replays = _replays(random.Random(self.seed * 8147 + 89))
+        faults += replays if Replays.on else []
         object.__setattr__(self, "lost", lost)
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
@@ -284,6 +298,18 @@ def _broker_faults(rng: random.Random) -> list[Fault]:
         at = round(rng.uniform(0.0, SPAN_S * 1.1), 3)
         faults.append(Fault(at, "produce_expiry", round(rng.uniform(10, 240), 3)))
     return faults
+
+
+def _replays(rng: random.Random) -> list[Fault]:
+    """In half the schedules, 1-2 ``replay`` events (the operator's ``onceonly replay``; the
+    argument: where its range starts, as a share of the partition's records so far), from a
+    generator of their own (:mod:`testkit.sim.replay`)."""
+    if rng.random() >= REPLAY_SHARE:
+        return []
+    return [
+        Fault(round(rng.uniform(60.0, SPAN_S * 1.2), 3), "replay", round(rng.random(), 3))
+        for _ in range(rng.randint(1, 2))
+    ]
 
 
 def _window(rng: random.Random) -> int:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from testkit.sim.approvals import VARIANTS
 from testkit.sim.broker import Broker
 from testkit.sim.run import Result, run_schedule
-from testkit.sim.schedule import Bugs, Reorder, Schedule
+from testkit.sim.schedule import Bugs, Reorder, Replays, Schedule
 
 #: runs a shrink may take unless told otherwise (a schedule runs in ~0.1 s of CPU)
 MAX_RUNS = 300
@@ -112,6 +112,7 @@ def flags(bugs: Bugs, require_approval: bool | None) -> str:
     out += [] if Broker.expiries else [" --no-expiries"]
     out += [] if Broker.lose_table_writes else [" --no-table-loss"]
     out += [] if Reorder.mode == "drawn" else [f" --window {Reorder.mode}"]
+    out += [] if Replays.on else [" --no-replays"]
     return "".join(out)
 
 

@@ -33,6 +33,7 @@ from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
 from testkit.sim.mail import SimMail
 from testkit.sim.member import Member
 from testkit.sim.model import SimModel
+from testkit.sim.replay import replay
 from testkit.sim.schedule import Bugs, Fault, Schedule
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -224,6 +225,8 @@ class World:
             self.redeliver(int(fault.arg))
         elif fault.kind in ("failover", "produce_expiry"):
             self.broker.play(fault)
+        elif fault.kind == "replay":
+            replay(self, fault.arg)
 
     def redeliver(self, index: int) -> None:
         """A provider delivers message ``index``'s webhook again (its retry: the first

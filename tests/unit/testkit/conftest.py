@@ -1,5 +1,6 @@
 """The AgentMail SDK's client, pointed at the module's ``fake`` server; the simulator's
-logs off for the modules that ask (``sim_quiet``); schedules at window 0 (``window_off``)."""
+logs off for the modules that ask (``sim_quiet``); schedules as the seeds a test keeps were
+found (``as_found``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from agentmail import AsyncAgentMail
 
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.sim.__main__ import quieted
-from testkit.sim.schedule import Reorder
+from testkit.sim.schedule import Reorder, Replays
 
 
 @pytest.fixture
@@ -28,8 +29,10 @@ def sim_quiet() -> Iterator[None]:
 
 
 @pytest.fixture
-def window_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every schedule at reorder window 0, as the seeds a test keeps were found before the
-    window was simulated (it is drawn for half the seeds since); restored after the test,
-    whatever a command the test ran set (``--window``)."""
+def as_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every schedule as the seeds a test keeps were found: at reorder window 0 and without
+    the operator's replays (each drawn for half the seeds since they were simulated);
+    restored after the test, whatever a command the test ran set (``--window``,
+    ``--no-replays``)."""
     monkeypatch.setattr(Reorder, "mode", "off")
+    monkeypatch.setattr(Replays, "on", False)

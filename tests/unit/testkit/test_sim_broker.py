@@ -191,6 +191,7 @@ def test_a_seed_that_found_a_bug_with_expiries_passes(seed: int, approval: bool 
     assert result.passed, result.report()
 
 
+@pytest.mark.usefixtures("as_found")
 def test_f37_a_claim_left_by_a_committed_record_is_processed_by_the_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

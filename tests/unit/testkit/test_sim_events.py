@@ -126,7 +126,7 @@ def test_a_second_delivery_of_a_claimed_event_is_skipped() -> None:
 REDELIVERED = 5001
 
 
-@pytest.mark.usefixtures("window_off")
+@pytest.mark.usefixtures("as_found")
 def test_a_webhook_delivered_again_after_its_reply_is_skipped_as_a_duplicate() -> None:
     result = run_schedule(Schedule(REDELIVERED))
     events = result.events

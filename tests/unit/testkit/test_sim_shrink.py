@@ -11,7 +11,7 @@ import pytest
 
 from testkit.sim.__main__ import main, quieted
 from testkit.sim.run import run_schedule
-from testkit.sim.schedule import Bugs, Reorder, Schedule
+from testkit.sim.schedule import Bugs, Reorder, Replays, Schedule
 from testkit.sim.shrink import (
     NothingToShrink,
     Shrunk,
@@ -31,13 +31,14 @@ FIRST = 13
 TWO_WAYS = 13
 
 
-pytestmark = pytest.mark.usefixtures("sim_quiet", "window_off")
+pytestmark = pytest.mark.usefixtures("sim_quiet", "as_found")
 
 
 @pytest.fixture(scope="module")
 def shrunk() -> Iterator[Shrunk]:
     with quieted(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Reorder, "mode", "off")  # as the seeds were chosen (window_off)
+        patch.setattr(Reorder, "mode", "off")  # as the seeds were chosen (as_found)
+        patch.setattr(Replays, "on", False)
         seed = next(s for s in count(FIRST) if not run_schedule(Schedule(s, BUGS)).passed)
         yield shrink(Schedule(seed, BUGS))
 
@@ -145,10 +146,11 @@ def test_a_passing_seed_or_another_failure_is_refused() -> None:
 def test_the_command_shrinks_a_seed_and_replays_its_spec(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    bug = ["--bug", "commit-before-done", "--window", "off"]
+    bug = ["--bug", "commit-before-done", "--window", "off", "--no-replays"]
     assert main(["--seed", str(FIRST), "--shrink", "--max-runs", "6", *bug]) == 1
     out = capsys.readouterr().out
-    replay = r"replay: python -m testkit.sim --only (\S+) --bug commit-before-done --window off"
+    flags = "--bug commit-before-done --window off --no-replays"
+    replay = rf"replay: python -m testkit.sim --only (\S+) {flags}"
     found = re.search(replay, out)
     assert found, out
     assert f"seed {FIRST} fails by answered_once; shrunk in 6 runs" in out
@@ -156,16 +158,17 @@ def test_the_command_shrinks_a_seed_and_replays_its_spec(
     assert main(["--only", found.group(1), *bug]) == 1
     assert "answered_once" in capsys.readouterr().out
 
-    assert main(["--seed", "0", "--shrink", "--window", "off"]) == 2
+    assert main(["--seed", "0", "--shrink", "--window", "off", "--no-replays"]) == 2
     assert "not shrunk: schedule 0 passes" in capsys.readouterr().out
 
 
 def test_a_range_with_a_failing_seed_prints_the_command_that_shrinks_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    bug = ["--bug", "commit-before-done", "--window", "off"]
+    bug = ["--bug", "commit-before-done", "--window", "off", "--no-replays"]
     assert main(["--seeds", "1", "--start", str(FIRST), *bug]) == 1
 
     out = capsys.readouterr().out
-    shrink = f"python -m testkit.sim --seed {FIRST} --shrink --bug commit-before-done --window off"
+    flags = "--bug commit-before-done --window off --no-replays"
+    shrink = f"python -m testkit.sim --seed {FIRST} --shrink {flags}"
     assert shrink in out
