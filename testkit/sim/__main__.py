@@ -198,6 +198,12 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         help="lose half the events-table writes made while writes expire (on)",
     )
     parser.add_argument(
+        "--letter-expiries",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fail the dead letters produced while writes expire, half of them landed (on)",
+    )
+    parser.add_argument(
         "--window",
         choices=["drawn", "off", "on"],
         default="drawn",
@@ -217,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quiet()
     Broker.expiries, Broker.lose_table_writes = args.expiries, args.table_loss  # forked jobs too
+    Broker.expire_letters = args.letter_expiries
     Reorder.mode, Replays.on = args.window, args.replays
     if args.planted:
         planted_table()

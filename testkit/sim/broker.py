@@ -25,6 +25,10 @@ minutes, within which a request the broker did not answer is sent again.
   half the events-table writes that reach it meanwhile are lost, silently, as faust loses
   a table's changelog write that failed (its future is awaited by nobody): the member's
   store keeps the entry, the changelog never has it.
+  A dead letter produced meanwhile (:attr:`Broker.expire_letters`, on since finding F41
+  was fixed; ``--no-letter-expiries``) fails as a ledger write does, half of them landed
+  first: the worker meets it through its seam (``broker_errors.Produced``) as the broker
+  away, and exits.
 
 A worker meets a failed write as the product does: the write goes through the product's
 seam (``runtime.broker_errors.changelog_write``), which raises the expiry as
@@ -36,6 +40,7 @@ records read again).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -66,11 +71,16 @@ class Broker:
     #: events-table writes lost while writes expire (``--no-table-loss``: kept); off while
     #: finding F37 was open
     lose_table_writes = True
+    #: dead letters produced while writes expire fail as the ledger's writes do
+    #: (``--no-letter-expiries``: taken at once)
+    expire_letters = True
 
     def __init__(self, world: World, rng: random.Random) -> None:
         self.world = world
         self.rng = rng
         self.up_at = 0.0  #: virtual time a leader is back (past: one is up)
+        #: the dead letters' draws, a generator of their own (the others draw as before)
+        self.letter_rng = random.Random(world.schedule.seed * 8167 + 97)
         self.expire_until = 0.0  #: virtual time ledger writes stop expiring
 
     def play(self, fault: Fault) -> None:
@@ -133,8 +143,30 @@ class Broker:
 
         return arrive
 
+    def dead_letter(self, land: Callable[[], None]) -> asyncio.Future[None]:
+        """A dead letter's produce (``DeadLetters._write`` awaits it): taken at once, or, while
+        writes expire (:attr:`expire_letters`), failed 5-60 s later with the batch's expiry,
+        half of them landed first (the ack lost)."""
+        loop = self.world.loop
+        done: asyncio.Future[None] = loop.create_future()
+        if not (self.expire_letters and self.expiries and loop.time() < self.expire_until):
+            land()
+            done.set_result(None)
+            return done
+        rng = self.letter_rng
+        landed = rng.random() < 0.5
+        if landed:
+            land()
+        self.world.trace("broker", f"a dead letter expires: {'landed' if landed else 'not landed'}")
+        loop.call_later(rng.uniform(*EXPIRY_S), _fail, done)
+        return done
+
     def restart_s(self) -> float:
         return self.rng.uniform(*RESTART_S)
+
+
+def _fail(done: asyncio.Future[None]) -> None:
+    done.set_exception(RequestTimedOutError("the batch expired: no answer within the timeout"))
 
 
 def _expired() -> int:

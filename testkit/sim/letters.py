@@ -5,10 +5,9 @@ The workers write their letters with the product's
 :class:`~onceonly.processors.dead_letters.DeadLetters` (the reply path's through
 :func:`~onceonly.processors.dead_letters.for_reply`, an approved draft's through
 ``applying._send``), each envelope with its MAC under the world's secret (:data:`KEY`, the
-workers' ``ONCEONLY_ENVELOPE_SECRET``), onto :class:`Letters`' log. The topic takes a letter
-at once, with no latency drawn: a schedule that dead-letters plays as it did before letters
-were records. An envelope is the one ingest makes of the message's webhook
-(``ingest.normalise.agentmail``).
+workers' ``ONCEONLY_ENVELOPE_SECRET``), onto :class:`Letters`' log through the worker's seam
+(``broker_errors.Produced``): taken at once, or failed while writes expire
+(``Broker.dead_letter``). An envelope is ingest's of the message's webhook.
 
 A ``retry`` event is the operator's ``onceonly dead-letters retry`` with the secret: the
 open letters (:func:`~onceonly.operations.replay.letters_with_outcomes` over the topic),
@@ -51,6 +50,7 @@ from onceonly.processors.mail.agentmail.channel import AgentMailChannel
 from onceonly.processors.messages import Skip
 from onceonly.processors.reorder.holds import Delivery
 from onceonly.processors.reply.once import answered_by
+from onceonly.processors.runtime.broker_errors import Produced
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas import dead_letter
 from onceonly.schemas.approval import ApprovalDecision
@@ -134,8 +134,8 @@ class Letters:
     def __init__(self, world: World) -> None:
         self.world = world
         self.log: list[bytes] = []  #: the dead-letter topic's records
-        metrics: Any = _Nothing()
-        self.writer = DeadLetters(self, metrics, self._epoch, MAX_LETTER_BYTES, KEY)
+        topic = Produced(self, "dead-letter")  # the worker's seam: the broker away
+        self.writer = DeadLetters(topic, _Nothing(), self._epoch, MAX_LETTER_BYTES, KEY)
         self.forged: list[Inbound] = []
         self.rng = random.Random(world.schedule.seed * 7937 + 19)
         self._claimed: set[int] = set()  #: offsets of resent records claimed
@@ -153,13 +153,14 @@ class Letters:
     # -- the topic (what DeadLetters writes to) --------------------------------------------
 
     async def send(self, value: bytes) -> asyncio.Future[None]:
-        self.log.append(value)
-        letter = json.loads(value)
-        ids = [e.get("message_id") for e in letter.get("envelopes", ())]
-        self.world.trace("letters", f"dead letter {len(self.log) - 1} {letter.get('check')} {ids}")
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        def land() -> None:
+            self.log.append(value)
+            letter = json.loads(value)
+            ids = [e.get("message_id") for e in letter.get("envelopes", ())]
+            n, check = len(self.log) - 1, letter.get("check")
+            self.world.trace("letters", f"dead letter {n} {check} {ids}")
+
+        return self.world.broker.dead_letter(land)
 
     def letters(self) -> list[Any]:
         """Every letter, with its latest retry (what ``onceonly dead-letters list`` reads)."""

@@ -111,6 +111,7 @@ def flags(bugs: Bugs, require_approval: bool | None) -> str:
         out.append(f" --approval {'on' if require_approval else 'off'}")
     out += [] if Broker.expiries else [" --no-expiries"]
     out += [] if Broker.lose_table_writes else [" --no-table-loss"]
+    out += [] if Broker.expire_letters else [" --no-letter-expiries"]
     out += [] if Reorder.mode == "drawn" else [f" --window {Reorder.mode}"]
     out += [] if Replays.on else [" --no-replays"]
     return "".join(out)

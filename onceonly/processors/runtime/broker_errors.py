@@ -21,8 +21,9 @@ imported here, so the simulator can put its writes through this seam).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from aiokafka.errors import (
     CorruptRecordException,
@@ -34,7 +35,7 @@ from aiokafka.errors import (
 
 from onceonly.processors.exceptions import BrokerUnavailable
 
-__all__ = ["RECORD_REFUSED", "broker_away", "changelog_write"]
+__all__ = ["RECORD_REFUSED", "Produced", "broker_away", "changelog_write"]
 
 #: what the broker refuses of one record: that record's failure, never the worker's
 RECORD_REFUSED = (
@@ -56,12 +57,41 @@ def broker_away(exc: BaseException) -> bool:
 def changelog_write(table: str) -> Iterator[None]:
     """Around an awaited changelog write of ``table``: the worker's failure is raised as
     :class:`BrokerUnavailable`; any other failure as it came."""
+    with _decided(f"a write to the {table} table's changelog"):
+        yield
+
+
+@contextmanager
+def _decided(what: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
         if broker_away(exc):
             raise BrokerUnavailable(
-                f"the broker did not take a write to the {table} table's changelog ({exc!r}); "
-                "it may have landed or not: the worker exits and reads its records again"
+                f"the broker did not take {what} ({exc!r}); it may have landed or not: "
+                "the worker exits and reads its records again"
             ) from exc
         raise
+
+
+class Produced:
+    """A topic the worker produces to and awaits (the dead letters'), its sends' failures
+    decided at this seam: what :meth:`send` returns raises the broker away as
+    :class:`BrokerUnavailable` (the worker exits: no record's failure, no retry of the
+    reply that was dead-lettering, the simulator's finding F41), a record's own refusal as
+    it came."""
+
+    def __init__(self, topic: Any, name: str) -> None:
+        self.topic = topic  #: faust's topic (or the simulator's)
+        self.name = name
+
+    async def send(self, **record: Any) -> Awaitable[object]:
+        what = f"a record for the {self.name} topic"
+        with _decided(what):
+            sent = await self.topic.send(**record)
+        return _acknowledged(sent, what)
+
+
+async def _acknowledged(sent: Awaitable[object], what: str) -> object:
+    with _decided(what):
+        return await sent

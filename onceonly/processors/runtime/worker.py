@@ -64,6 +64,7 @@ from onceonly.processors.runtime.app import (
     record_of,
     topology,
 )
+from onceonly.processors.runtime.broker_errors import Produced
 from onceonly.processors.runtime.consumer import draining_consumer
 from onceonly.processors.runtime.ledger_topic import topic_ledger
 from onceonly.processors.runtime.lifecycle import drain as drain_parts
@@ -209,7 +210,7 @@ def _router(
         channels=mail_providers(settings, registry=metrics.registry, clients=clients),
         writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
-            topics.dead_letters,
+            Produced(topics.dead_letters, "dead-letter"),
             metrics,
             clock,
             settings.record_max_bytes,
