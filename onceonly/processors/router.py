@@ -117,11 +117,11 @@ class Router:
             if delivery.replay:  # a retry whose event is held: it ends as its letter said
                 why = "its event was held for its thread's window"
                 await self.conversation.retry_raced([delivery], why)
-        landing = self.parts.holds.landing(key) if verdict is Verdict.HELD else None
+        landing = self.parts.holds.landing(key)  # held, or held already (written again)
         if landing is not None:  # acknowledged once the holds' changelog has it (F40)
             self.parts.lanes.ack_landed(event, landing)
             return
-        await self.parts.lanes.ack_now(event)  # held already, or dead-lettered
+        await self.parts.lanes.ack_now(event)  # dead-lettered (or no write to wait for)
 
     async def on_tick(self, partition: int, event: Record) -> None:
         """Queue a release on the lane of each thread of ``partition`` that is due."""

@@ -80,7 +80,7 @@ class Broker:
         self.rng = rng
         self.up_at = 0.0  #: virtual time a leader is back (past: one is up)
         #: the dead letters' draws, a generator of their own (the others draw as before)
-        self.letter_rng = random.Random(world.schedule.seed * 8167 + 97)
+        self._letter_rng: random.Random | None = None
         self.expire_until = 0.0  #: virtual time ledger writes stop expiring
 
     def play(self, fault: Fault) -> None:
@@ -153,7 +153,9 @@ class Broker:
             land()
             done.set_result(None)
             return done
-        rng = self.letter_rng
+        if self._letter_rng is None:
+            self._letter_rng = random.Random(self.world.schedule.seed * 8167 + 97)
+        rng = self._letter_rng
         landed = rng.random() < 0.5
         if landed:
             land()
@@ -166,7 +168,8 @@ class Broker:
 
 
 def _fail(done: asyncio.Future[None]) -> None:
-    done.set_exception(RequestTimedOutError("the batch expired: no answer within the timeout"))
+    if not done.done():  # its writer may have been cancelled meanwhile
+        done.set_exception(RequestTimedOutError("the batch expired: no answer within the timeout"))
 
 
 def _expired() -> int:

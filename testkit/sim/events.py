@@ -62,13 +62,19 @@ class EventsStore:
         self.log: Changelog = world.event_log if log is None else log
         self.what = what  #: a write of it, as the trace names one
         self.store: dict[bytes, bytes] = {}
-        self._unsent: list[tuple[bytes, bytes, asyncio.Future[bool]]] = []
+        self._unsent: list[tuple[bytes, bytes | None, asyncio.Future[bool]]] = []
         self._sender: asyncio.Task[None] | None = None
 
     def recover(self) -> None:
         """An assignment: the store is the changelog's state (the member's own writes not
         yet landed stay in it: they are in its RocksDB)."""
-        self.store = {**self.log.state, **{key: value for key, value, _ in self._unsent}}
+        store = dict(self.log.state)
+        for key, value, _ in self._unsent:
+            if value is None:
+                store.pop(key, None)
+            else:
+                store[key] = value
+        self.store = store
 
     def get(self, key: bytes) -> bytes | None:
         return self.store.get(key)
@@ -79,10 +85,17 @@ class EventsStore:
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self.write(key, value)
 
-    def write(self, key: bytes, value: bytes) -> asyncio.Future[bool]:
-        """Write ``key``: into the store at once, to the changelog after the writes before
-        it; the future says whether it landed (False: lost while writes expired)."""
-        self.store[key] = value
+    def __delitem__(self, key: bytes) -> None:
+        self.write(key, None)  # a tombstone
+
+    def write(self, key: bytes, value: bytes | None) -> asyncio.Future[bool]:
+        """Write ``key`` (None: delete it): into the store at once, to the changelog after
+        the writes before it; the future says whether it landed (False: lost while writes
+        expired)."""
+        if value is None:
+            self.store.pop(key, None)
+        else:
+            self.store[key] = value
         landed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._unsent.append((key, value, landed))
         if self._sender is None:
@@ -104,9 +117,12 @@ class EventsStore:
             self._sender = None
 
 
-def _put(state: dict[bytes, bytes], key: bytes, value: bytes) -> Callable[[], None]:
+def _put(state: dict[bytes, bytes], key: bytes, value: bytes | None) -> Callable[[], None]:
     def put() -> None:
-        state[key] = value
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
 
     return put
 

@@ -34,7 +34,7 @@ from onceonly.processors.exceptions import BrokerUnavailable
 from onceonly.processors.reorder.holds import Delivery, Holds, Verdict
 from onceonly.processors.runtime.broker_errors import changelog_write
 from onceonly.processors.writer.contract import Inbound
-from onceonly.schemas.envelope import has_valid_mac
+from onceonly.schemas.envelope import Envelope, has_valid_mac
 from testkit.sim.events import EventsStore
 from testkit.sim.io import Killed, current
 from testkit.sim.letters import KEY, Item, Resent
@@ -125,13 +125,11 @@ class Holding:
         delivery = Delivery(envelope, (0, offset), replay)
         verdict = self.holds.hold(delivery, now_ms=self._now_ms())
         key = envelope.thread_key.encode()
-        landing = self.holds.landing(key) if verdict is Verdict.HELD else None
+        landing = self.holds.landing(key)  # held, or held already (written again)
         if verdict is Verdict.REPEAT:
             self.world.trace(member.name, f"delivery {offset} of {envelope.event_id} held already")
             if replay:  # as the router: the retry ends as its letter said
-                why = "the retry reached the worker while its event was held for its window"
-                letter = self.world.letters.raced(envelope, why)
-                asyncio.get_running_loop().create_task(letter)
+                asyncio.get_running_loop().create_task(self._raced(envelope))
         else:
             self.world.trace(member.name, f"held {envelope.event_id} ({offset})")
             heapq.heappush(self._due, self._now_ms() + self.holds.window_ms)
@@ -143,6 +141,16 @@ class Holding:
         task = asyncio.get_running_loop().create_task(self._landed(offset, landing))
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
+
+    async def _raced(self, envelope: Envelope) -> None:
+        """A retry of an event held already, dead-lettered again; a letter the broker did
+        not take ends the worker (``admit_or_exit``)."""
+        current.set(self.member)
+        why = "the retry reached the worker while its event was held for its window"
+        try:
+            await self.world.letters.raced(envelope, why)
+        except BrokerUnavailable as exc:
+            self.member.fatal(exc)
 
     async def _landed(self, offset: int, landing: Awaitable[None]) -> None:
         """``Lanes.ack_landed``: the offset done once the hold landed; its loss is fatal."""

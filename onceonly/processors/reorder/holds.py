@@ -1,19 +1,28 @@
 """The ``holds`` table: each thread's reorder buffer, and which buffers hold events.
 
 A delivery is held in its thread's buffer (a changelog-backed table, so it survives a
-crash: its offset is committed once it is there). A tick releases the buffers whose
-window has passed; the released events stay in the buffer until they are processed
-(:meth:`Holds.settle`), so a crash mid-reply releases them again. Events being
+crash: its offset is committed once its hold is in the changelog). A tick releases the
+buffers whose window has passed; the released events stay in the buffer until they are
+processed (:meth:`Holds.settle`), so a crash mid-reply releases them again. Events being
 processed are *busy*: a second release, or a reply that takes in newer messages of its
 thread, skips them.
+
+Each held event is an entry of its own (``thread key, 0x00, event id``), written once when
+it is held and deleted (a tombstone) when it is settled; the thread's own entry (its key)
+keeps the release watermark. A write of one thread's whole buffer could be overwritten
+by an older one: a worker paused past its session whose buffer write lands after the next
+owner's, dropping the events that owner held and had acknowledged (the simulator's finding
+F42); an event's own entry is only ever that event. Buffers written whole by an earlier
+onceonly (events inside the thread's entry) are read and settled as before.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Protocol
 
 from onceonly.foundation import tracing
 from onceonly.processors.records import KeyValues
@@ -70,45 +79,90 @@ def _encode(buffer: reorder.ThreadBuffer) -> bytes:
     return json.dumps(buffer.to_json()).encode()
 
 
-#: a buffer's write (key, value, partition) that returns what completes once the changelog
-#: took it
+#: between a thread's key and an event id: a held event's own entry
+SEP = b"\x00"
+
+
+def event_key(thread: bytes, event_id: str) -> bytes:
+    """The entry of one held event of ``thread``."""
+    return thread + SEP + event_id.encode()
+
+
+def _held_of(raw: bytes) -> reorder.Held:
+    data = json.loads(raw)
+    return reorder.Held((int(data["t"]), str(data["e"])), int(data["a"]), data["i"])
+
+
+def _held_value(held: reorder.Held) -> bytes:
+    at, event_id = held.sort_key
+    return json.dumps({"t": at, "e": event_id, "a": held.arrived_ms, "i": held.item}).encode()
+
+
+def _partition(held: reorder.Held) -> int:
+    return int(held.item["position"][0])
+
+
+#: a held event's write (key, value, partition) that returns what completes once the
+#: changelog took it
 Write = Callable[[bytes, bytes, int], Awaitable[None]]
+
+
+class Entries(KeyValues, Protocol):
+    """The holds table: entries are written, read, listed and deleted."""
+
+    def __delitem__(self, key: bytes) -> None: ...
 
 
 class Holds:
     """The reorder buffers of this worker's threads, over a table of bytes to bytes.
 
-    With ``write`` (the worker's: ``FaustTable.write_soon``) a held delivery's buffer is
+    With ``write`` (the worker's: ``FaustTable.write_soon``) a held event's entry is
     written through it, and :meth:`landing` gives what completes once the changelog took
     it: the delivery's record is acknowledged only then (``Lanes.ack_landed``). A hold
     whose write the broker failed, acknowledged, would be lost with the worker's store
-    while its offset was committed (the simulator's finding F40)."""
+    while its offset was committed (the simulator's finding F40). A repeat of a held event
+    writes its entry again: a worker restarted on its own disk finds in its store an entry
+    the changelog may never have taken."""
 
     def __init__(
-        self, table: KeyValues, window_ms: int, max_bytes: int = 1 << 20, write: Write | None = None
+        self, table: Entries, window_ms: int, max_bytes: int = 1 << 20, write: Write | None = None
     ) -> None:
         self.table = table
         self.window_ms = window_ms
-        #: a buffer's record past this would be refused by the broker: hold no more in it
+        #: a thread's held entries past this in all are not held: processed at once
         self.max_bytes = max_bytes
         self._write = write
-        #: thread key -> its held buffer's write not yet handed on (:meth:`landing`)
+        #: thread key -> its last held entry's write not yet handed on (:meth:`landing`)
         self._landing: dict[bytes, Awaitable[None]] = {}
         #: thread key -> partition of the buffers holding events; None: read the table
         self._index: dict[bytes, int] | None = None
         #: thread key -> when its oldest held event arrived (ms), beside the index: a tick
-        #: finds the due threads without decoding a buffer (their bodies can be large)
+        #: finds the due threads without reading a buffer
         self._opened: dict[bytes, int] = {}
+        #: thread key -> its held events' own entries, each with its size
+        self._entries: dict[bytes, dict[bytes, int]] = {}
         #: thread key -> sort keys of its events being processed now
         self._busy: dict[bytes, set[reorder.SortKey]] = {}
 
     def buffer(self, key: bytes) -> reorder.ThreadBuffer | None:
+        """The thread's buffer: its own entry (the watermark, and events an earlier
+        onceonly held in it) with its held events' entries."""
         raw = self.table.get(key)
-        return _decode(raw) if raw else None
+        base = _decode(raw) if raw else None
+        held = [_held_of(r) for e in self._held_entries(key) if (r := self.table.get(e))]
+        if not held:
+            return base
+        if base is None:
+            base = reorder.ThreadBuffer(partition=_partition(held[0]))
+        return replace(base, held=(*base.held, *held))
+
+    def _held_entries(self, key: bytes) -> list[bytes]:
+        self.index()
+        return list(self._entries.get(key, ()))
 
     def hold(self, delivery: Delivery, *, now_ms: int) -> Verdict:
         """Hold a delivery in its thread's buffer, unless it is held already (a repeat) or
-        the buffer's record would pass ``max_bytes`` (then it is processed at once)."""
+        the thread's held entries would pass ``max_bytes`` (then it is processed at once)."""
         with tracing.hold(delivery.trace, delivery.envelope.event_id) as span:
             verdict = self._hold(delivery, now_ms)
             span.set("onceonly.verdict", verdict.value)
@@ -118,7 +172,15 @@ class Holds:
         envelope = delivery.envelope
         key = envelope.thread_key.encode()
         partition = delivery.position[0]
-        buffer = self.buffer(key) or reorder.ThreadBuffer(partition=partition)
+        entry = event_key(key, envelope.event_id)
+        self.index()
+        held_before = self.table.get(entry)
+        if held_before is not None:
+            self._put(key, entry, held_before, partition)  # the changelog may lack it
+            return Verdict.REPEAT
+        raw = self.table.get(key)
+        if raw and any(h.sort_key == delivery.sort_key for h in _decode(raw).held):
+            return Verdict.REPEAT  # held by an earlier onceonly, in the thread's entry
         item = {
             "envelope": envelope.to_json(),
             "position": list(delivery.position),
@@ -126,50 +188,65 @@ class Holds:
         }
         if delivery.trace:
             item["trace"] = dict(delivery.trace)
-        updated = reorder.hold(buffer, reorder.Held(delivery.sort_key, now_ms, item))
-        if updated is buffer:
-            return Verdict.REPEAT
-        value = _encode(updated)
-        if len(value) > self.max_bytes:
+        value = _held_value(reorder.Held(delivery.sort_key, now_ms, item))
+        entries = self._entries.setdefault(key, {})
+        if sum(entries.values()) + len(value) > self.max_bytes:
             return Verdict.FULL
-        if self._write is None:
-            self.table[key] = value
-        else:
-            self._landing[key] = self._write(key, value, partition)
+        self._put(key, entry, value, partition)
+        entries[entry] = len(value)
         self.index()[key] = partition
-        self._opened[key] = updated.opened_ms or now_ms
+        self._opened[key] = min(self._opened.get(key, now_ms), now_ms)
         return Verdict.HELD
 
+    def _put(self, key: bytes, entry: bytes, value: bytes, partition: int) -> None:
+        if self._write is None:
+            self.table[entry] = value
+        else:
+            self._landing[key] = self._write(entry, value, partition)
+
     def landing(self, key: bytes) -> Awaitable[None] | None:
-        """What completes once the thread's last held delivery is in the changelog (None:
-        nothing written through ``write`` since the last call)."""
+        """What completes once the thread's last held entry written is in the changelog
+        (None: nothing written through ``write`` since the last call)."""
         return self._landing.pop(key, None)
 
     # -- the index of buffers that hold events ------------------------------------
     def index(self) -> dict[bytes, int]:
         """Thread key -> partition of every buffer that holds events, kept in memory.
 
-        A ``holds`` entry outlives its events (it keeps the thread's release watermark
-        for as long as the dedupe retention), so ticks look only at these keys instead of
-        decoding the whole table. Read from the table after each rebalance's recovery.
+        A thread's own entry outlives its events (it keeps the release watermark for as
+        long as the dedupe retention), so ticks look only at these keys instead of
+        reading the whole table. Read from the table after each rebalance's recovery.
         """
         if self._index is None:
-            self._index, self._opened = {}, {}
-            for key, raw in self.table.items():
+            self._index, self._opened, self._entries = {}, {}, {}
+            for name, raw in self.table.items():
+                key = bytes(name)
+                thread, sep, _ = key.partition(SEP)
+                if sep:
+                    held = _held_of(raw)
+                    self._entries.setdefault(thread, {})[key] = len(raw)
+                    self._note(thread, _partition(held), held.arrived_ms)
+                    continue
                 buffer = _decode(raw)
                 if buffer.held:
-                    self._index[bytes(key)] = buffer.partition
-                    self._opened[bytes(key)] = buffer.opened_ms or 0
+                    self._note(key, buffer.partition, buffer.opened_ms or 0)
         return self._index
+
+    def _note(self, key: bytes, partition: int, arrived_ms: int) -> None:
+        assert self._index is not None
+        self._index[key] = partition
+        self._opened[key] = min(self._opened.get(key, arrived_ms), arrived_ms)
 
     def forget(self) -> None:
         """The partitions changed: read the held buffers from the table again."""
         self._index = None
         self._busy.clear()
+        self._landing.clear()
 
     def _unindex(self, key: bytes) -> None:
         self.index().pop(key, None)
         self._opened.pop(key, None)
+        self._entries.pop(key, None)
 
     def _window_passed(self, key: bytes, now_ms: int) -> bool:
         return self._opened.get(key, now_ms) + self.window_ms <= now_ms
@@ -228,15 +305,25 @@ class Holds:
         ]
 
     def settle(self, key: bytes, done: list[Delivery], *, now_ms: int) -> None:
-        """Processed: out of the buffer (read again now, it may have grown meanwhile)."""
+        """Processed: out of the buffer (read again now, it may have grown meanwhile): each
+        event's own entry deleted, the thread's entry keeping the watermark past them."""
         keys = frozenset(d.sort_key for d in done)
         self.release_busy(key, done)
         buffer = self.buffer(key)
         if buffer is None:
             return
         settled = reorder.settle(buffer, keys, now_ms=now_ms)
-        if settled is not buffer:
-            self.table[key] = _encode(settled)
+        if settled is buffer:
+            return
+        entries = self._entries.get(key, {})
+        for delivery in done:
+            entry = event_key(key, delivery.envelope.event_id)
+            if entries.pop(entry, None) is not None:
+                del self.table[entry]
+        raw = self.table.get(key)
+        earlier = _decode(raw).held if raw else ()  # held by an earlier onceonly
+        own = tuple(h for h in earlier if h.sort_key not in keys)
+        self.table[key] = _encode(replace(settled, held=own))
         if not settled.held:
             self._unindex(key)
         else:

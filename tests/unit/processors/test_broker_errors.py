@@ -3,6 +3,8 @@ own exception classes (the real ones: a renamed or re-parented class fails these
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiokafka.errors import (
     CorruptRecordException,
@@ -23,7 +25,7 @@ from aiokafka.errors import (
 from faust.exceptions import ProducerSendError
 
 from onceonly.processors.exceptions import BrokerUnavailable
-from onceonly.processors.runtime.broker_errors import changelog_write
+from onceonly.processors.runtime.broker_errors import Produced, changelog_write
 
 
 def _through_the_seam(error: BaseException) -> BaseException:
@@ -87,3 +89,38 @@ def test_a_send_faust_wrapped_is_judged_by_the_aiokafka_error_it_wraps() -> None
 def test_a_failure_that_is_not_kafkas_passes_unchanged() -> None:
     error = ValueError("an odd value")
     assert _through_the_seam(error) is error
+
+
+class _Topic:
+    """A topic whose send is taken, and whose acknowledgement ends with ``outcome``."""
+
+    def __init__(self, outcome: BaseException | None) -> None:
+        self.outcome = outcome
+        self.sent: list[bytes] = []
+
+    async def send(self, *, value: bytes) -> asyncio.Future[object]:
+        self.sent.append(value)
+        acked: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if self.outcome is None:
+            acked.set_result("metadata")
+        else:
+            acked.set_exception(self.outcome)
+        return acked
+
+
+async def test_a_produced_record_the_broker_never_answered_is_the_broker_away() -> None:
+    """A dead letter the broker did not take (the simulator's finding F41): the worker's
+    failure, never a failure of the reply that was dead-lettering (retried, lettered)."""
+    topic = Produced(_Topic(RequestTimedOutError()), "dead-letter")
+
+    acked = await topic.send(value=b"a letter")
+
+    with pytest.raises(BrokerUnavailable, match="a record for the dead-letter topic"):
+        await acked
+
+
+async def test_a_produced_record_refused_stays_its_own_failure_and_one_taken_is_acked() -> None:
+    with pytest.raises(MessageSizeTooLargeError):
+        await (await Produced(_Topic(MessageSizeTooLargeError()), "dead-letter").send(value=b""))
+
+    assert await (await Produced(_Topic(None), "dead-letter").send(value=b"")) == "metadata"

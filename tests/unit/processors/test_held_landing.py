@@ -1,12 +1,12 @@
 """A held delivery's record is acknowledged once its hold is in the holds table's changelog
 (``Lanes.ack_landed``), never before: a hold the broker did not take, acknowledged, was lost
 with the worker's store while its offset was committed past it (the simulator's finding
-F40). A repeat of a held event writes nothing and is acknowledged at once."""
+F40). A repeat of a held event writes its entry again and is acknowledged once that landed:
+a worker restarted on its own disk finds in its store an entry the changelog may lack."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +14,7 @@ from typing import Any
 from onceonly.ingest import normalise
 from onceonly.processors.exceptions import BrokerUnavailable
 from onceonly.processors.lanes import Lanes
-from onceonly.processors.reorder.holds import Delivery, Holds
+from onceonly.processors.reorder.holds import Delivery, Holds, event_key
 from onceonly.processors.router import Router
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
@@ -67,7 +67,8 @@ async def test_a_held_deliverys_record_is_acked_once_its_hold_landed(mail: FakeA
 
     await router._hold("record 17", key, delivery)
     await _turns()
-    assert changelog.writes == [(key, 3)]  # the delivery's partition, its thread's buffer
+    entry = event_key(key, delivery.envelope.event_id)
+    assert changelog.writes == [(entry, 3)]  # the event's own entry, the record's partition
     assert acked == []
 
     changelog.landings[0].set_result(None)
@@ -90,21 +91,28 @@ async def test_a_hold_the_broker_did_not_take_fails_the_worker_unacked(
     assert failures == [away]
 
 
-async def test_a_repeat_of_a_held_event_writes_nothing_and_is_acked_at_once(
+async def test_a_repeat_of_a_held_event_writes_its_entry_again_and_is_acked_once_landed(
     mail: FakeAgentMail,
 ) -> None:
+    """The worker died before its hold landed and, restarted on its own disk, reads the
+    record again: its store has the entry, the changelog may not (the review of F40)."""
     router, changelog, acked, _ = await _router(mail)
     first = _delivery(17)
     key = first.envelope.thread_key.encode()
     await router._hold("record 17", key, first)
 
-    await router._hold("record 18", key, dataclasses.replace(first, position=(3, 18)))
+    await router._hold("record 17 again", key, first)
+    await _turns()
 
-    assert len(changelog.writes) == 1
-    assert acked == ["record 18"]
+    entry = event_key(key, first.envelope.event_id)
+    assert [written for written, _ in changelog.writes] == [entry, entry]
+    assert acked == []
+    changelog.landings[1].set_result(None)
+    await _turns()
+    assert acked == ["record 17 again"]
 
 
-def test_without_a_write_the_buffer_goes_to_the_table_and_nothing_is_landing() -> None:
+def test_without_a_write_the_entry_goes_to_the_table_and_nothing_is_landing() -> None:
     table: dict[bytes, bytes] = {}
     holds = Holds(table, window_ms=2000)
     delivery = _delivery(17)
@@ -112,5 +120,5 @@ def test_without_a_write_the_buffer_goes_to_the_table_and_nothing_is_landing() -
 
     holds.hold(delivery, now_ms=1_000)
 
-    assert key in table
+    assert event_key(key, delivery.envelope.event_id) in table
     assert holds.landing(key) is None

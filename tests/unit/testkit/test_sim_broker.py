@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import RequestTimedOutError
 
+from testkit.sim import letters
 from testkit.sim.broker import EXPIRY_S, Broker
 from testkit.sim.io import remote
 from testkit.sim.loop import run
@@ -209,3 +210,25 @@ def test_f37_a_claim_left_by_a_committed_record_is_processed_by_the_retry(
 
     assert result.passed, result.report()
     assert not any("retry_raced ['<m20@sim>']" in e for e in result.events)
+
+
+#: its members' dead letters fail three times while writes expire
+F41 = 80
+
+
+def test_f41_a_dead_letter_the_broker_did_not_take_ends_the_worker() -> None:
+    result = run_schedule(Schedule(F41))
+
+    assert result.passed, result.report()
+    assert sum("a dead letter expires" in e for e in result.events) == 3
+    assert any("exits: BrokerUnavailable" in e and "dead-letter topic" in e for e in result.events)
+
+
+def test_f41_a_dead_letter_failure_escaping_as_kafkas_error_is_a_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(letters, "Produced", lambda topic, name: topic)  # before the fix
+
+    result = run_schedule(Schedule(F41))
+
+    assert any("RequestTimedOutError" in e for e in result.errors)

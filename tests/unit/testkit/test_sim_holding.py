@@ -52,3 +52,15 @@ def test_f40_acknowledged_whatever_became_of_its_hold_a_held_delivery_is_lost(
 
     unanswered = [str(v) for v in result.violations if v.invariant == "answered_once"]
     assert any("<m39@sim>" in v and "no ledger record" in v for v in unanswered), unanswered
+
+
+#: drawn: a worker paused 104 s right after an ownership check whose whole-buffer write of
+#: a thread landed after the next owner's, which had held and acknowledged m56 and m58
+F42 = 1236
+
+
+def test_f42_a_paused_workers_late_hold_leaves_the_next_owners_held_events() -> None:
+    result = run_schedule(Schedule(F42))
+
+    assert result.passed, result.report()
+    assert Schedule(F42).window_ms  # drawn: played with its reorder window
