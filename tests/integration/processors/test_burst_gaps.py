@@ -17,7 +17,7 @@ import pytest
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
-from tests.conftest import consume_all
+from tests.integration.holds import held_text
 from tests.integration.workers import (
     INBOX,
     Stack,
@@ -40,11 +40,8 @@ def _writer_calls(stack: Stack) -> list[list[str]]:
 
 
 def _held(stack: Stack) -> str:
-    """The holds changelog's latest buffer of the thread, as text."""
-    changelog = f"{stack.settings.app_id}-holds-changelog"
-    records = consume_all(stack.settings, changelog)
-    mine = [r.value() for r in records if r.key() == f"agentmail:{THREAD}".encode()]
-    return mine[-1].decode() if mine and mine[-1] else ""
+    """What the thread holds in the holds changelog, as text."""
+    return held_text(stack.settings, f"agentmail:{THREAD}")
 
 
 def _seed(stack: Stack, message_id: str, timestamp: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from onceonly.schemas.decision import DecisionRecord, Stage
 from onceonly.schemas.ledger import EventEntry, EventState, ReplyRecord, ReplyState
 from testkit import payloads
 from tests.conftest import consume_all
+from tests.integration.holds import held_changes
 from tests.integration.workers import (
     INBOX,
     Stack,
@@ -90,13 +91,10 @@ async def _theirs_first(stack: Stack, message_id: str, covers: tuple[str, ...]) 
 
 
 def _holds(stack: Stack) -> list[list[str]]:
-    """The thread's reorder buffer, change by change (its changelog, which a worker flushes
-    as it commits, not at once): the event ids it held, waiting for their window or
+    """The event ids the thread held, change by change (its entries in the holds changelog,
+    which a worker flushes as it commits, not at once): waiting for their window, or
     released and being processed."""
-    changelog = f"{stack.settings.app_id}-holds-changelog"
-    records = consume_all(stack.settings, changelog)
-    mine = [r.value() for r in records if r.key() == f"agentmail:{THREAD}".encode()]
-    return [[str(e) for _, e, _, _ in json.loads(v)["held"]] if v else [] for v in mine]
+    return held_changes(stack.settings, f"agentmail:{THREAD}")
 
 
 def _settled(stack: Stack, changes: int = 2) -> bool:
@@ -178,7 +176,8 @@ async def test_a_message_fed_again_by_a_catch_up_is_answered_once_by_a_writer_th
     _let_through(stack, 1_000)  # every call ends, a second after it begins
 
     await until(stack, lambda: _settled(stack, 5), "the burst and the copies processed")
-    assert [len(held) for held in _holds(stack)][-2:] == [4, 0]  # all four in one burst
+    sizes = [len(held) for held in _holds(stack)]
+    assert sizes[sizes.index(4) :] == [4, 3, 2, 1, 0]  # all four held, then let go at once
     assert [(e.replied_to_message_id, e.text) for e in stack.mail.outbox] == [(B, THEIRS)]
     assert [call["ids"] for call in model_calls(stack)] == [[A, B]]  # each seen once
     assert ledger_records(stack)[reply_key(INBOX, A)].covered_by == theirs.key
