@@ -29,12 +29,12 @@ ROWS = (
     ("consume1", "consume + decode", "a record, one per fetch", 1, ONE),
     ("consume", "consume + decode", "a record, fetched in batches", 1, BATCHED),
     ("dedupe", "dedupe write", "claim + finish of an event (1 get, 2 puts)", 1, BOTH),
-    ("holds", "reorder hold", "hold, take, take newer, settle (4 gets, 2 puts)", 1, BOTH),
+    ("holds", "reorder hold", "hold, take, take newer, settle (9 gets, 2 puts, a delete)", 1, BOTH),
     ("writer", "writer scheduling", "Writer.write, the writer returns at once", 1, BOTH),
     ("produce1", "ledger write + ack", "a record produced, acked, one at a time", 2, ONE),
     ("produce", "ledger write + ack", "a record of --ops produced together", 2, BATCHED),
-    ("produce1", "changelog records", "a record produced, acked, one at a time", 4, ONE),
-    ("produce", "changelog records", "a record of --ops produced together", 4, BATCHED),
+    ("produce1", "changelog records", "a record produced, acked, one at a time", 5, ONE),
+    ("produce", "changelog records", "a record of --ops produced together", 5, BATCHED),
     ("fence", "fence check", "Rounds -> the consumer thread's loop -> commit", 4, ONE),
     ("commit", "commit (faust's timer)", "a commit on the consumer's loop", TIMER, BOTH),
     ("sdk", "send through the mail SDK", "AgentMailSender.reply (bench.sdk_cost)", 1, BOTH),
@@ -322,7 +322,8 @@ def report(opts: Values, floors: dict[str, float]) -> list[str]:
         "floor leaves the fence checks out (at saturation rounds share them: how many per "
         "reply depends on the checks in flight)",
         "ops/reply: one message a reply; ledger pending + sent; the dedupe (claim, finish) "
-        "and holds (hold, settle) changelog records; 4 fence checks at 50/s (before the "
+        "and holds (the event's entry, its tombstone, the thread's watermark) changelog "
+        "records; 4 fence checks at 50/s (before the "
         "pending record, the send, the sent record, the events' outcome; rounds share them "
         f"when checks overlap); faust's timer commit every {COMMIT_INTERVAL_S} s at {RATE}/s",
         "through confluent-kafka (librdkafka) instead of aiokafka, one at a time: a record "

@@ -1,23 +1,20 @@
 """The holds table as its changelog has it: each held event an entry of its own
-(``thread key, 0x00, event id``), deleted with a tombstone when settled
+(``holds.event_key``), deleted with a tombstone when settled
 (onceonly/processors/reorder/holds.py)."""
 
 from __future__ import annotations
 
 from onceonly.foundation.settings import Settings
-from onceonly.processors.reorder.holds import SEP
+from onceonly.processors.reorder.holds import entry_of
 from tests.conftest import consume_all
 
 
 def _entries(settings: Settings, thread_key: str) -> list[tuple[str, bytes | None]]:
     """The thread's entries' records in the holds changelog, in order: (event id, value)."""
-    prefix = thread_key.encode() + SEP
+    thread = thread_key.encode()
     records = consume_all(settings, f"{settings.app_id}-holds-changelog")
-    return [
-        (r.key()[len(prefix) :].decode(), r.value())
-        for r in records
-        if r.key() is not None and r.key().startswith(prefix)
-    ]
+    entries = [(entry_of(r.key() or b""), r.value()) for r in records]
+    return [(e[1], value) for e, value in entries if e is not None and e[0] == thread]
 
 
 def held_changes(settings: Settings, thread_key: str) -> list[list[str]]:

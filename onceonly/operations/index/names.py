@@ -16,6 +16,7 @@ from collections.abc import Callable
 from onceonly.operations.index.layout import Kind, Topic
 from onceonly.operations.trace.assemble import REPLY_PREFIX
 from onceonly.operations.trace.model import Record
+from onceonly.processors.reorder.holds import thread_of
 from onceonly.schemas.envelope import TICK_HEADER, Envelope
 from onceonly.schemas.exceptions import SchemaError
 
@@ -77,6 +78,12 @@ def of_changelog_key(kind: Kind) -> Callable[[Record], Names]:
     return names
 
 
+def of_hold(record: Record) -> Names:
+    """A holds entry names its thread (a held event's own entry too: ``event_key``)."""
+    thread = thread_of(record.key or b"")
+    return _present((Kind.THREAD, thread.decode("utf-8", "replace")))
+
+
 def of_dead_letter(record: Record) -> Names:
     return []  # a trace reads them all (they wait for an operator: few)
 
@@ -87,5 +94,5 @@ NAMES_OF: dict[Topic, Callable[[Record], Names]] = {
     Topic.DEAD_LETTERS: of_dead_letter,
     Topic.DECISIONS: of_decision,
     Topic.EVENTS: of_changelog_key(Kind.EVENT),
-    Topic.HOLDS: of_changelog_key(Kind.THREAD),
+    Topic.HOLDS: of_hold,
 }

@@ -7,7 +7,8 @@ Where each fact comes from:
   its event is its entry's ``owner``; the claim is written when the thread's buffer
   releases the delivery (or, with a window of 0, when its lane takes it up), so the first
   *in progress* entry's time is the release; the last entry says how it ended;
-* held: the ``holds`` changelog, each write of a thread's buffer with its held events;
+* held: the ``holds`` changelog, each held event's entry (or an earlier onceonly's write of
+  a thread's whole buffer);
 * skips (a duplicate, the agent's own mail, already answered, declined): the decisions topic;
 * the reply: the ledger topic, every write of its record; dead letters: their topic.
 """
@@ -31,6 +32,7 @@ from onceonly.operations.trace.model import (
     Skip,
     Trace,
 )
+from onceonly.processors.reorder.holds import entry_of, thread_of
 from onceonly.schemas.decision import DecisionRecord, Stage
 from onceonly.schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
 from onceonly.schemas.exceptions import SchemaError
@@ -141,15 +143,19 @@ def _entries(events: Sequence[Record], key: bytes) -> list[EventEntry]:
 
 
 def _held_at(holds: Sequence[Record], thread_key: str, position: list[int]) -> datetime | None:
+    """When the delivery at ``position`` was held: its event's own entry (``event_key``),
+    or a write of the whole buffer by an earlier onceonly."""
     key = thread_key.encode()
     for record in holds:
-        if record.key != key or record.value is None:
+        entry = entry_of(record.key or b"")
+        if thread_of(record.key or b"") != key or record.value is None:
             continue
         try:
-            held = json.loads(record.value)["held"]
-        except (ValueError, TypeError, KeyError):
+            data = json.loads(record.value)
+            held = [(data["a"], data["i"])] if entry else [(h[2], h[3]) for h in data["held"]]
+        except (ValueError, TypeError, KeyError, IndexError):
             continue
-        for _, _, arrived_ms, item in held:
+        for arrived_ms, item in held:
             if isinstance(item, dict) and item.get("position") == position:
                 return when(int(arrived_ms))
     return None

@@ -25,6 +25,7 @@ from onceonly.foundation.kafka import (
 from onceonly.foundation.settings import Settings
 from onceonly.operations.trace.assemble import REPLY_PREFIX, Sources, assemble, decisions, envelopes
 from onceonly.operations.trace.model import Record, Skip, Trace
+from onceonly.processors.reorder.holds import thread_of
 
 Keep = Callable[[Record], bool]
 
@@ -142,7 +143,9 @@ def find(settings: Settings, ident: str) -> Trace | None:
     sources = Sources(
         deliveries=deliveries,
         events=per_thread(_changelog(settings, "events"), lambda r: r.key in keys),
-        holds=per_thread(_changelog(settings, "holds"), lambda r: r.key in threads),
+        holds=per_thread(
+            _changelog(settings, "holds"), lambda r: thread_of(r.key or b"") in threads
+        ),
         ledger=ledger,
         dead_letters=scan(connection, settings.dead_letter_topic, lambda r: True),
         decisions=per_thread(settings.decisions_topic, events),

@@ -12,7 +12,7 @@ import structlog
 from onceonly.processors.dedupe import decisions as dedupe
 from onceonly.processors.records import SweepPasses, Table, own_slice
 from onceonly.processors.reorder import window as reorder
-from onceonly.processors.reorder.holds import SEP
+from onceonly.processors.reorder.holds import entry_of
 from onceonly.schemas.ledger import EventEntry
 
 log = structlog.get_logger("onceonly.sweep")
@@ -62,7 +62,7 @@ class Sweeper:
         idle = [
             key
             for key, raw in self.holds.items()
-            if SEP not in key  # a held event's own entry: settled, not swept
+            if entry_of(key) is None  # a held event's own entry: settled, not swept
             and reorder.idle(
                 reorder.ThreadBuffer.from_json(json.loads(raw)),
                 partition=partition,

@@ -7,7 +7,7 @@ processed (:meth:`Holds.settle`), so a crash mid-reply releases them again. Even
 processed are *busy*: a second release, or a reply that takes in newer messages of its
 thread, skips them.
 
-Each held event is an entry of its own (``thread key, 0x00, event id``), written once when
+Each held event is an entry of its own (:func:`event_key`), written once when
 it is held and deleted (a tombstone) when it is settled; the thread's own entry (its key)
 keeps the release watermark. A write of one thread's whole buffer could be overwritten
 by an older one: a worker paused past its session whose buffer write lands after the next
@@ -79,13 +79,28 @@ def _encode(buffer: reorder.ThreadBuffer) -> bytes:
     return json.dumps(buffer.to_json()).encode()
 
 
-#: between a thread's key and an event id: a held event's own entry
-SEP = b"\x00"
+#: a held event's own entry begins with this byte, which no thread key does (a thread key
+#: begins with its provider's name); then the thread key's length, the key and the event id
+ENTRY = b"\x00"
 
 
 def event_key(thread: bytes, event_id: str) -> bytes:
-    """The entry of one held event of ``thread``."""
-    return thread + SEP + event_id.encode()
+    """The entry of one held event of ``thread`` (any bytes in either: length-prefixed)."""
+    return ENTRY + len(thread).to_bytes(4, "big") + thread + event_id.encode()
+
+
+def entry_of(key: bytes) -> tuple[bytes, str] | None:
+    """The thread and event id of a held event's entry; None for a thread's own entry."""
+    if not key.startswith(ENTRY) or len(key) < 5:
+        return None
+    size = int.from_bytes(key[1:5], "big")
+    return key[5 : 5 + size], key[5 + size :].decode("utf-8", "replace")
+
+
+def thread_of(key: bytes) -> bytes:
+    """The thread an entry of the holds table belongs to."""
+    entry = entry_of(key)
+    return key if entry is None else entry[0]
 
 
 def _held_of(raw: bytes) -> reorder.Held:
@@ -221,9 +236,9 @@ class Holds:
             self._index, self._opened, self._entries = {}, {}, {}
             for name, raw in self.table.items():
                 key = bytes(name)
-                thread, sep, _ = key.partition(SEP)
-                if sep:
-                    held = _held_of(raw)
+                entry = entry_of(key)
+                if entry is not None:
+                    thread, held = entry[0], _held_of(raw)
                     self._entries.setdefault(thread, {})[key] = len(raw)
                     self._note(thread, _partition(held), held.arrived_ms)
                     continue

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 from onceonly.ingest import normalise
+from onceonly.operations.index.layout import Kind
+from onceonly.operations.index.names import of_changelog_key, of_hold
 from onceonly.operations.trace import Record, Sources, assemble, render_text, to_json
 from onceonly.processors.decisions import record_for
-from onceonly.processors.reorder.holds import Delivery
+from onceonly.processors.reorder.holds import Delivery, event_key
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.decision import Stage
 from onceonly.schemas.envelope import REPLAY_HEADER, TICK_HEADER, Envelope
@@ -91,6 +94,21 @@ def test_an_answered_message_shows_its_delivery_its_release_and_the_sent_reply()
     assert delivery.released_at == datetime.fromtimestamp((T0 + 2000) / 1000, UTC)
     assert (trace.outcome, trace.answered, trace.reply_text) == ("answered", True, "Sure, Friday.")
     assert [c.state for c in trace.ledger[0].history] == [ReplyState.PENDING, ReplyState.SENT]
+
+
+def test_a_delivery_held_in_its_events_own_entry_shows_when_it_was_held() -> None:
+    """Each held event is an entry of its own since the simulator's finding F42
+    (``holds.event_key``); a buffer written whole is read as before (above)."""
+    entry = {"t": T0, "e": "evt-1", "a": T0 + 7, "i": {"position": [0, 0]}}
+    tombstone = Record(0, 1, T0 + 2500, event_key(b"agentmail:thr-1", "evt-1"), None)
+    held = Record(0, 0, T0 + 7, event_key(b"agentmail:thr-1", "evt-1"), json.dumps(entry).encode())
+    sources = dataclasses.replace(_answered(), holds=[held, tombstone])
+
+    trace = assemble(MESSAGE, sources)
+
+    assert trace is not None
+    assert trace.deliveries[0].held_at == datetime.fromtimestamp((T0 + 7) / 1000, UTC)
+    assert of_hold(held) == of_changelog_key(Kind.THREAD)(_answered().holds[0])
 
 
 def test_the_event_id_and_the_reply_key_find_the_same_message() -> None:

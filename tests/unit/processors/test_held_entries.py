@@ -5,6 +5,7 @@ simulator's finding F42, seed 1236). Buffers an earlier onceonly wrote whole sti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 
@@ -110,3 +111,22 @@ class _NoEvents:
 
     def own_entries(self, partition: int, after: bytes | None) -> list[tuple[bytes, bytes]]:
         return []
+
+
+def test_a_thread_key_with_any_bytes_keeps_its_events_apart_from_other_threads() -> None:
+    """A thread id is the provider's text: a zero byte in it names no other thread."""
+    table: dict[bytes, bytes] = {}
+    holds = Holds(table, WINDOW_MS)
+    odd = _delivery(1, "hi")
+    thread = odd.envelope.thread_key.encode() + b"\x00evt-2"
+    envelope = dataclasses.replace(odd.envelope, thread_key=thread.decode())
+    holds.hold(dataclasses.replace(odd, envelope=envelope), now_ms=NOW_MS)
+    holds.hold(_delivery(2, "there"), now_ms=NOW_MS)
+
+    again = Holds(table, WINDOW_MS)  # recovered: the index read from the table
+
+    assert again.index() == {thread: 2, THREAD: 2}
+    taken = again.take(thread, now_ms=NOW_MS + WINDOW_MS)
+    assert [d.envelope.event_id for d in taken] == ["evt-1"]
+    again.settle(thread, taken, now_ms=NOW_MS + WINDOW_MS)
+    assert [d.envelope.event_id for d in again.take(THREAD, now_ms=NOW_MS + WINDOW_MS)] == ["evt-2"]
