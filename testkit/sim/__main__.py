@@ -62,7 +62,12 @@ class Outcome:
     report: str | None  # None: passed
     keys_ignored: bool = False
     window: bool = False  #: two emails in the keys-ignored window (not a failure)
+    #: a stale send's email beside a reply the next owner gave up on (the same window)
+    gave_up: bool = False
 
+
+#: the fence's window with a reply given up on (``run.Result.gave_up``), as a range reports it
+GAVE_UP = "a stale send's email beside its reply recorded failed (the fence's window)"
 
 #: one schedule of a range: its seed, the planted bugs, approval (None: as drawn)
 Job = tuple[int, Bugs, bool | None]
@@ -72,8 +77,9 @@ def _play(job: Job) -> Outcome:
     seed, bugs, required = job
     result = run_schedule(Schedule(seed, bugs, require_approval=required))
     report = None if result.passed else result.report(around=12)
-    window = bool(result.window_hits)
-    return Outcome(seed, len(result.trace), report, result.keys_ignored, window)
+    gave_up = result.gave_up
+    window = bool(result.window_hits) and not gave_up
+    return Outcome(seed, len(result.trace), report, result.keys_ignored, window, gave_up)
 
 
 def _play_rates(job: Job) -> Outcome:
@@ -271,7 +277,7 @@ def _replay(schedule: Schedule, trace: bool) -> int:
     name = spec_of(schedule)
     print(result.report() if not result.passed else f"seed {name}: passed")
     for hit in result.window_hits:
-        print(f"  in the keys-ignored window (not a failure): {hit}")
+        print(f"  in the fence's window (not a failure): {hit}")
     return 0 if result.passed else 1
 
 
@@ -300,7 +306,7 @@ def _shrink(schedule: Schedule, args: argparse.Namespace) -> int:
 def _run_range(
     seeds: range, bugs: Bugs, jobs: int, rates: bool = False, required: bool | None = None
 ) -> int:
-    events = ignored = window = 0
+    events = ignored = window = gave_up = 0
     failed: list[int] = []
     started = time.perf_counter()
     jobs_of: Iterator[Job] = ((seed, bugs, required) for seed in seeds)
@@ -313,8 +319,11 @@ def _run_range(
             events += outcome.events
             ignored += outcome.keys_ignored
             window += outcome.window
+            gave_up += outcome.gave_up
             if outcome.window:
                 print(f"seed {outcome.seed}: {hit}", flush=True)
+            if outcome.gave_up:
+                print(f"seed {outcome.seed}: {GAVE_UP}", flush=True)
             if outcome.report is not None:
                 failed.append(outcome.seed)
                 print(outcome.report, flush=True)
@@ -324,7 +333,7 @@ def _run_range(
         f"{window} with a frozen worker's calls over the rate (the window left)"
         if rates
         else f"{window} in the keys-ignored window ({window} of {ignored} schedules with keys "
-        "ignored)"
+        f"ignored), {gave_up} with {GAVE_UP}"
     )
     print(
         f"{len(seeds)} schedules in {elapsed:.1f} s: {len(seeds) / elapsed:.1f} schedules/s, "

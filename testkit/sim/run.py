@@ -39,17 +39,27 @@ class Result:
         return self.message_of.get(subject, subject)
 
     def _in_window(self, violation: Violation) -> bool:
-        """Two emails for a message, with keys ignored, one sent by a member whose fence
-        check passed before it lost the partition: the window docs/guarantees.md names."""
-        return (
-            self.keys_ignored
-            and violation.invariant == "never_doubled"
-            and self._message(violation) in self.stale_sends
-        )
+        """The window docs/guarantees.md names: a send whose fence check passed before its
+        member lost the partition. With keys ignored, two emails for a message; with keys
+        honoured or not, the one email of a reply the next owner gave up on meanwhile (its
+        sends failed, it found no email in the thread, recorded *failed* and dead-lettered
+        it: the letter's retry finds the email by its key), :attr:`gave_up`."""
+        stale = self._message(violation) in self.stale_sends
+        doubled = self.keys_ignored and violation.invariant == "never_doubled"
+        return stale and (doubled or self._gave_up(violation))
+
+    @staticmethod
+    def _gave_up(violation: Violation) -> bool:
+        return violation.invariant == "ledger_agrees" and violation.detail.endswith("failed")
+
+    @property
+    def gave_up(self) -> bool:
+        """A stale send's email beside a reply recorded *failed* (in :attr:`window_hits`)."""
+        return any(self._gave_up(v) for v in self.window_hits)
 
     @property
     def violations(self) -> list[Violation]:
-        """Every broken invariant but the keys-ignored window's (:attr:`window_hits`)."""
+        """Every broken invariant but the fence's window's (:attr:`window_hits`)."""
         return [v for v in self.verdict.violations if not self._in_window(v)]
 
     @property

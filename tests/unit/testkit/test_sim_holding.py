@@ -64,3 +64,18 @@ def test_f42_a_paused_workers_late_hold_leaves_the_next_owners_held_events() -> 
 
     assert result.passed, result.report()
     assert Schedule(F42).window_ms  # drawn: played with its reorder window
+
+
+#: drawn (window 2 s, approval, keys honoured): b1 passed its fence check for an approved
+#: draft's send and froze 20.9 s; a1 took the reply over, its five sends failed (5xx), it
+#: found no email in the thread, recorded *failed* and dead-lettered it; b1 then sent
+GAVE_UP = 800009077
+
+
+def test_a_stale_send_beside_a_reply_the_next_owner_gave_up_on_is_the_fences_window() -> None:
+    result = run_schedule(Schedule(GAVE_UP))
+
+    assert result.passed and result.gave_up
+    [hit] = result.window_hits
+    assert (hit.invariant, hit.detail) == ("ledger_agrees", "an email, recorded failed")
+    assert not result.keys_ignored
