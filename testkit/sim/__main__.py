@@ -157,12 +157,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--invariant", help="with --shrink: keep this failure (default: the first)")
     parser.add_argument("--trace", action="store_true", help="print the replayed seed's trace")
-    parser.add_argument(
+    _drawn_or(
+        parser,
         "--approval",
-        choices=["drawn", "off", "on"],
-        default="drawn",
-        help="approval required as drawn (a quarter of seeds), or off or on: of the seed "
-        "replayed, or of every seed of a range",
+        "approval required as drawn (a quarter of seeds), or off or on: of the seed replayed, "
+        "or of every seed of a range",
     )
     parser.add_argument(
         "--planted", action="store_true", help="print the seeds each planted bug needs"
@@ -190,6 +189,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _drawn_or(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """An option each schedule draws, or sets off or on for every one."""
+    parser.add_argument(flag, choices=["drawn", "off", "on"], default="drawn", help=help)
+
+
 def _broker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expiries",
@@ -209,12 +213,11 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="fail the dead letters produced while writes expire, half of them landed (on)",
     )
-    parser.add_argument(
+    _drawn_or(
+        parser,
         "--window",
-        choices=["drawn", "off", "on"],
-        default="drawn",
-        help="the reorder window: drawn (half the seeds hold deliveries), off (window 0) or "
-        "on (every seed holds them)",
+        "the reorder window: drawn (half the seeds hold deliveries), off (window 0) or on "
+        "(every seed holds them)",
     )
     parser.add_argument(
         "--replays",
