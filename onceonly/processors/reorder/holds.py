@@ -142,11 +142,10 @@ class Holds:
     def __init__(
         self, table: Entries, window_ms: int, max_bytes: int = 1 << 20, write: Write | None = None
     ) -> None:
-        self.table = table
+        self.table, self._write = table, write  # with ``write``: an entry's landing kept
         self.window_ms = window_ms
         #: a thread's held entries past this in all are not held: processed at once
         self.max_bytes = max_bytes
-        self._write = write
         #: thread key -> its last held entry's write not yet handed on (:meth:`landing`)
         self._landing: dict[bytes, Awaitable[None]] = {}
         #: thread key -> partition of the buffers holding events; None: read the table
