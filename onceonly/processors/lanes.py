@@ -100,7 +100,7 @@ class Lanes:
         if outcome is not None:
             await outcome
 
-    def ack_landed(self, record: Any, landed: Awaitable[None]) -> None:
+    def ack_landed(self, record: Any, landed: Awaitable[object]) -> None:
         """Acknowledge ``record`` once ``landed`` completes (a held delivery's changelog
         write): the agent loop goes on meanwhile. Its failure (the broker away past the
         producer's timeout) is the worker's: ``on_fatal``, and the record is read again."""
@@ -108,7 +108,7 @@ class Lanes:
         self._landing.add(task)
         task.add_done_callback(self._landing.discard)
 
-    async def _ack_landed(self, record: Any, landed: Awaitable[None]) -> None:
+    async def _ack_landed(self, record: Any, landed: Awaitable[object]) -> None:
         try:
             await landed
         except Exception as exc:

@@ -167,10 +167,15 @@ class Broker:
         return self.rng.uniform(*RESTART_S)
 
 
+def expiry() -> RequestTimedOutError:
+    """What aiokafka fails a batch with once the broker never answered it."""
+    return RequestTimedOutError("the batch expired: no answer within producer_request_timeout")
+
+
 def _fail(done: asyncio.Future[None]) -> None:
     if not done.done():  # its writer may have been cancelled meanwhile
-        done.set_exception(RequestTimedOutError("the batch expired: no answer within the timeout"))
+        done.set_exception(expiry())
 
 
 def _expired() -> int:
-    raise RequestTimedOutError("the batch expired: no answer within producer_request_timeout")
+    raise expiry()

@@ -28,13 +28,12 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aiokafka.errors import RequestTimedOutError
-
 from onceonly.processors.exceptions import BrokerUnavailable
 from onceonly.processors.reorder.holds import Delivery, Holds, Verdict
 from onceonly.processors.runtime.broker_errors import changelog_write
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.envelope import Envelope, has_valid_mac
+from testkit.sim.broker import expiry
 from testkit.sim.events import EventsStore
 from testkit.sim.io import Killed, current
 from testkit.sim.letters import KEY, Item, Resent
@@ -52,7 +51,7 @@ IGNORE_LOST_HOLDS = False
 async def _landed(write: Awaitable[bool]) -> None:
     if not await write:
         with changelog_write("holds"):
-            raise RequestTimedOutError("the batch expired: no answer within the timeout")
+            raise expiry()
 
 
 @dataclass(frozen=True, slots=True)

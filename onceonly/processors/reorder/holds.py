@@ -119,7 +119,7 @@ def _partition(held: reorder.Held) -> int:
 
 #: a held event's write (key, value, partition) that returns what completes once the
 #: changelog took it
-Write = Callable[[bytes, bytes, int], Awaitable[None]]
+Write = Callable[[bytes, bytes, int], Awaitable[object]]
 
 
 class Entries(KeyValues, Protocol):
@@ -147,7 +147,7 @@ class Holds:
         #: a thread's held entries past this in all are not held: processed at once
         self.max_bytes = max_bytes
         #: thread key -> its last held entry's write not yet handed on (:meth:`landing`)
-        self._landing: dict[bytes, Awaitable[None]] = {}
+        self._landing: dict[bytes, Awaitable[object]] = {}
         #: thread key -> partition of the buffers holding events; None: read the table
         self._index: dict[bytes, int] | None = None
         #: thread key -> when its oldest held event arrived (ms), beside the index: a tick
@@ -155,14 +155,25 @@ class Holds:
         self._opened: dict[bytes, int] = {}
         #: thread key -> its held events' own entries, each with its size
         self._entries: dict[bytes, dict[bytes, int]] = {}
+        #: threads whose own entry held events when the index was read (an earlier
+        #: onceonly's whole buffer): only their entry is read for a repeat
+        self._whole: set[bytes] = set()
         #: thread key -> sort keys of its events being processed now
         self._busy: dict[bytes, set[reorder.SortKey]] = {}
 
     def buffer(self, key: bytes) -> reorder.ThreadBuffer | None:
         """The thread's buffer: its own entry (the watermark, and events an earlier
         onceonly held in it) with its held events' entries."""
+        return self._with_entries(key, self._own(key))
+
+    def _own(self, key: bytes) -> reorder.ThreadBuffer | None:
+        """The thread's own entry."""
         raw = self.table.get(key)
-        base = _decode(raw) if raw else None
+        return _decode(raw) if raw else None
+
+    def _with_entries(
+        self, key: bytes, base: reorder.ThreadBuffer | None
+    ) -> reorder.ThreadBuffer | None:
         held = [_held_of(r) for e in self._held_entries(key) if (r := self.table.get(e))]
         if not held:
             return base
@@ -192,8 +203,8 @@ class Holds:
         if held_before is not None:
             self._put(key, entry, held_before, partition)  # the changelog may lack it
             return Verdict.REPEAT
-        raw = self.table.get(key)
-        if raw and any(h.sort_key == delivery.sort_key for h in _decode(raw).held):
+        own = self._own(key) if key in self._whole else None  # an earlier onceonly's buffer
+        if own is not None and any(h.sort_key == delivery.sort_key for h in own.held):
             return Verdict.REPEAT  # held by an earlier onceonly, in the thread's entry
         item = {
             "envelope": envelope.to_json(),
@@ -218,7 +229,7 @@ class Holds:
         else:
             self._landing[key] = self._write(entry, value, partition)
 
-    def landing(self, key: bytes) -> Awaitable[None] | None:
+    def landing(self, key: bytes) -> Awaitable[object] | None:
         """What completes once the thread's last held entry written is in the changelog
         (None: nothing written through ``write`` since the last call)."""
         return self._landing.pop(key, None)
@@ -232,7 +243,7 @@ class Holds:
         reading the whole table. Read from the table after each rebalance's recovery.
         """
         if self._index is None:
-            self._index, self._opened, self._entries = {}, {}, {}
+            self._index, self._opened, self._entries, self._whole = {}, {}, {}, set()
             for name, raw in self.table.items():
                 key = bytes(name)
                 entry = entry_of(key)
@@ -243,6 +254,7 @@ class Holds:
                     continue
                 buffer = _decode(raw)
                 if buffer.held:
+                    self._whole.add(key)
                     self._note(key, buffer.partition, buffer.opened_ms or 0)
         return self._index
 
@@ -323,7 +335,8 @@ class Holds:
         event's own entry deleted, the thread's entry keeping the watermark past them."""
         keys = frozenset(d.sort_key for d in done)
         self.release_busy(key, done)
-        buffer = self.buffer(key)
+        own = self._own(key)
+        buffer = self._with_entries(key, own)
         if buffer is None:
             return
         settled = reorder.settle(buffer, keys, now_ms=now_ms)
@@ -334,10 +347,9 @@ class Holds:
             entry = event_key(key, delivery.envelope.event_id)
             if entries.pop(entry, None) is not None:
                 del self.table[entry]
-        raw = self.table.get(key)
-        earlier = _decode(raw).held if raw else ()  # held by an earlier onceonly
-        own = tuple(h for h in earlier if h.sort_key not in keys)
-        self.table[key] = _encode(replace(settled, held=own))
+        earlier = own.held if own is not None else ()  # held by an earlier onceonly
+        left = tuple(h for h in earlier if h.sort_key not in keys)
+        self.table[key] = _encode(replace(settled, held=left))
         if not settled.held:
             self._unindex(key)
         else:

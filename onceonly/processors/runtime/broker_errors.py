@@ -35,7 +35,14 @@ from aiokafka.errors import (
 
 from onceonly.processors.exceptions import BrokerUnavailable
 
-__all__ = ["RECORD_REFUSED", "Produced", "broker_away", "changelog_write"]
+__all__ = [
+    "RECORD_REFUSED",
+    "Produced",
+    "acknowledged",
+    "broker_away",
+    "changelog",
+    "changelog_write",
+]
 
 #: what the broker refuses of one record: that record's failure, never the worker's
 RECORD_REFUSED = (
@@ -57,8 +64,20 @@ def broker_away(exc: BaseException) -> bool:
 def changelog_write(table: str) -> Iterator[None]:
     """Around an awaited changelog write of ``table``: the worker's failure is raised as
     :class:`BrokerUnavailable`; any other failure as it came."""
-    with _decided(f"a write to the {table} table's changelog"):
+    with _decided(changelog(table)):
         yield
+
+
+def changelog(table: str) -> str:
+    """A changelog write of ``table``, as a failure names it."""
+    return f"a write to the {table} table's changelog"
+
+
+async def acknowledged(sent: Awaitable[object], what: str) -> object:
+    """``sent`` (a send's acknowledgement) awaited, its failure decided here (``what`` names
+    the write)."""
+    with _decided(what):
+        return await sent
 
 
 @contextmanager
@@ -89,9 +108,4 @@ class Produced:
         what = f"a record for the {self.name} topic"
         with _decided(what):
             sent = await self.topic.send(**record)
-        return _acknowledged(sent, what)
-
-
-async def _acknowledged(sent: Awaitable[object], what: str) -> object:
-    with _decided(what):
-        return await sent
+        return acknowledged(sent, what)

@@ -11,7 +11,7 @@ import faust
 
 from onceonly.foundation.settings import Settings
 from onceonly.processors.records import applied_after_write
-from onceonly.processors.runtime.broker_errors import changelog_write
+from onceonly.processors.runtime.broker_errors import acknowledged, changelog, changelog_write
 
 log = logging.getLogger("onceonly.tables")
 
@@ -74,7 +74,7 @@ class FaustTable:
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self.faust[key] = value
 
-    def write_soon(self, key: bytes, value: bytes, partition: int) -> Awaitable[None]:
+    def write_soon(self, key: bytes, value: bytes, partition: int) -> Awaitable[object]:
         """Write ``key`` to ``partition`` as faust's own ``table[key] = value`` does (the
         changelog send, then the store), and return what completes when the changelog took
         it: faust sets a send's failure on the message's future and never calls its callback
@@ -82,7 +82,7 @@ class FaustTable:
         raised as :class:`BrokerUnavailable`."""
         sent = self.faust.send_changelog(partition, key, value)
         self._store(key, value, partition)
-        return _landed(sent, self.faust.name)
+        return acknowledged(sent, changelog(self.faust.name))
 
     def __delitem__(self, key: bytes) -> None:
         del self.faust[key]
@@ -135,11 +135,6 @@ class FaustTable:
         read, or this worker's last write through faust); -1 for none."""
         raw = self.faust.data._db_for_partition(partition).get(self.faust.data.offset_key)
         return int(raw) if raw is not None else -1
-
-
-async def _landed(sent: Awaitable[object], table: str) -> None:
-    with changelog_write(table):
-        await sent
 
 
 def rocks_options(settings: Settings, scale: float = 1.0) -> dict[str, int]:

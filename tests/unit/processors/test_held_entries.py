@@ -13,7 +13,7 @@ from onceonly.foundation.settings import Settings
 from onceonly.processors.dedupe.decisions import Retention
 from onceonly.processors.dedupe.sweep import Sweeper
 from onceonly.processors.reorder import window as reorder
-from onceonly.processors.reorder.holds import Holds, event_key
+from onceonly.processors.reorder.holds import Holds, Verdict, event_key
 from tests.unit.processors.test_held_index import _delivery
 
 NOW_MS = 1_000_000
@@ -130,3 +130,15 @@ def test_a_thread_key_with_any_bytes_keeps_its_events_apart_from_other_threads()
     assert [d.envelope.event_id for d in taken] == ["evt-1"]
     again.settle(thread, taken, now_ms=NOW_MS + WINDOW_MS)
     assert [d.envelope.event_id for d in again.take(THREAD, now_ms=NOW_MS + WINDOW_MS)] == ["evt-2"]
+
+
+def test_a_delivery_of_an_event_an_earlier_onceonly_held_whole_is_a_repeat() -> None:
+    earlier = _delivery(1, "hi")
+    item = {"envelope": earlier.envelope.to_json(), "position": list(earlier.position)}
+    whole = reorder.ThreadBuffer(held=(reorder.Held(earlier.sort_key, NOW_MS, item),))
+    table = {THREAD: json.dumps(whole.to_json()).encode()}
+
+    verdict = Holds(table, WINDOW_MS).hold(_delivery(1, "hi"), now_ms=NOW_MS)
+
+    assert verdict is Verdict.REPEAT
+    assert list(table) == [THREAD]  # no entry of its own: it is held once
