@@ -24,7 +24,7 @@ from testkit.sim.rates import RateSchedule, run_rates
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Bugs, Reorder, Replays, Schedule
 from testkit.sim.shrink import MAX_RUNS, NothingToShrink, flags, from_spec, report, shrink, spec_of
-from testkit.sim.world import line
+from testkit.sim.world import World, line
 
 
 def quiet(*, cache: bool = False) -> None:
@@ -225,6 +225,12 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="the operator's replays the schedules draw (on; off: left out)",
     )
+    parser.add_argument(
+        "--same-disk",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="half the restarts on the killed worker's own disk (on; off: each on a new host)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     Broker.expiries, Broker.lose_table_writes = args.expiries, args.table_loss  # forked jobs too
     Broker.expire_letters = args.letter_expiries
     Reorder.mode, Replays.on = args.window, args.replays
+    World.same_disk = args.same_disk
     if args.planted:
         planted_table()
         return 0

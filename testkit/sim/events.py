@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from onceonly.processors.dedupe import decisions as dedupe
+from onceonly.processors.records import applied_after_write
 from onceonly.schemas.ledger import EventEntry
 from testkit.sim.io import Killed, current, remote
 
@@ -35,15 +36,26 @@ if TYPE_CHECKING:
 
 
 class Changelog:
-    """A table's changelog (the events table's; the holds table's, :mod:`testkit.sim.holding`),
-    as the latest value of each key; ``salt`` gives each its own latency generator."""
+    """A table's changelog (the events table's; the holds table's, :mod:`testkit.sim.holding`):
+    its records in order (never compacted), and the latest value of each key; ``salt`` gives
+    each its own latency generator."""
 
     def __init__(self, seed: int, salt: int = 61) -> None:
         self.state: dict[bytes, bytes] = {}
+        self.records: list[tuple[bytes, bytes | None]] = []
         self.rng = random.Random(seed * 8069 + salt)
 
     def latency(self) -> float:
         return self.rng.uniform(0.001, 0.02)
+
+    def land(self, key: bytes, value: bytes | None) -> int:
+        """A record appended (None: a tombstone); its offset."""
+        self.records.append((key, value))
+        if value is None:
+            self.state.pop(key, None)
+        else:
+            self.state[key] = value
+        return len(self.records) - 1
 
 
 class EventsStore:
@@ -62,19 +74,23 @@ class EventsStore:
         self.log: Changelog = world.event_log if log is None else log
         self.what = what  #: a write of it, as the trace names one
         self.store: dict[bytes, bytes] = {}
+        #: the changelog offset its next recovery reads after (faust's persisted offset,
+        #: moved past an own write as ``ContiguousTable`` moves it)
+        self.applied = -1
         self._unsent: list[tuple[bytes, bytes | None, asyncio.Future[bool]]] = []
         self._sender: asyncio.Task[None] | None = None
 
     def recover(self) -> None:
-        """An assignment: the store is the changelog's state (the member's own writes not
-        yet landed stay in it: they are in its RocksDB)."""
-        store = dict(self.log.state)
+        """An assignment: the changelog's records after :attr:`applied` applied over the
+        store, as faust recovers a RocksDB store from its persisted offset. What the store
+        held stays where no later record changed it: a write of its own that the broker
+        lost, and its writes not yet landed (they are in its RocksDB)."""
+        store = self.store
+        for key, value in self.log.records[self.applied + 1 :]:
+            _apply(store, key, value)
         for key, value, _ in self._unsent:
-            if value is None:
-                store.pop(key, None)
-            else:
-                store[key] = value
-        self.store = store
+            _apply(store, key, value)
+        self.applied = len(self.log.records) - 1
 
     def get(self, key: bytes) -> bytes | None:
         return self.store.get(key)
@@ -108,7 +124,7 @@ class EventsStore:
             while self._unsent:
                 key, value, landed = self._unsent[0]
                 latency = self.log.latency()
-                put = self.world.broker.table_write(_put(self.log.state, key, value), self.what)
+                put = self.world.broker.table_write(self._put(key, value), self.what)
                 landed.set_result(await remote(latency, put, 0.0))
                 self._unsent.pop(0)
         except Killed:
@@ -116,15 +132,18 @@ class EventsStore:
         finally:
             self._sender = None
 
+    def _put(self, key: bytes, value: bytes | None) -> Callable[[], None]:
+        def put() -> None:
+            self.applied = applied_after_write(self.applied, self.log.land(key, value))
 
-def _put(state: dict[bytes, bytes], key: bytes, value: bytes | None) -> Callable[[], None]:
-    def put() -> None:
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
+        return put
 
-    return put
+
+def _apply(store: dict[bytes, bytes], key: bytes, value: bytes | None) -> None:
+    if value is None:
+        store.pop(key, None)
+    else:
+        store[key] = value
 
 
 def entry_of(store: EventsStore, key: bytes) -> EventEntry | None:

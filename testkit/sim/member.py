@@ -53,10 +53,20 @@ class _Lane:
     recorded: list[ReplyRecord] = field(default_factory=list)
 
 
-class Member(Actor):
-    """One worker process in the group (a restart is a new Member)."""
+@dataclass(frozen=True)
+class Disk:
+    """A worker's local state as a restart on the same host finds it: each table's store
+    (its RocksDB) and the changelog offset its next recovery reads after, for the ledger,
+    the events table and the holds table (with a reorder window)."""
 
-    def __init__(self, world: World, name: str) -> None:
+    stores: tuple[tuple[dict[bytes, bytes], int], ...]
+
+
+class Member(Actor):
+    """One worker process in the group (a restart is a new Member, on a new host or on the
+    disk of the one it replaces)."""
+
+    def __init__(self, world: World, name: str, disk: Disk | None = None) -> None:
         super().__init__(name)
         self.world = world
         self.generation = -1
@@ -93,6 +103,17 @@ class Member(Actor):
         #: its holds table, with a reorder window (testkit.sim.holding)
         window = world.schedule.window_ms
         self.holding = Holding(self, window) if window else None
+        if disk is not None:
+            for table, (store, applied) in zip(self._tables(), disk.stores, strict=True):
+                table.store, table.applied = dict(store), applied
+
+    def _tables(self) -> list[SimTable | EventsStore]:
+        tables: list[SimTable | EventsStore] = [self.table, self.events]
+        return tables if self.holding is None else [*tables, self.holding.store]
+
+    def disk(self) -> Disk:
+        """Its tables' stores as they are on its disk now (a kill: its unsent writes in them)."""
+        return Disk(tuple((dict(t.store), t.applied) for t in self._tables()))
 
     # -- the group -------------------------------------------------------------------
 

@@ -12,7 +12,10 @@ admission on the loop's clock). What the world imitates (stage 1): faust's table
 shared changelog (its leader failing over, its writes expiring: :mod:`testkit.sim.broker`),
 the group's generations, offsets committed as lanes finish, a lane per thread, a
 rebalance's drain. Killed members restart as fresh processes that reconcile the
-pending records they recover with :func:`~onceonly.processors.reply.once.send_recorded`.
+pending records they recover with :func:`~onceonly.processors.reply.once.send_recorded`:
+half of them on a new host (their tables recovered from the changelogs alone), half on
+their own disk (each table's store as the kill left it, its unsent writes in it, recovered
+from its own offset on, as faust recovers a RocksDB store).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import random
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.approval import ApprovalDecision
@@ -31,12 +35,14 @@ from testkit.sim.events import Changelog
 from testkit.sim.letters import Letters, Resent
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
 from testkit.sim.mail import SimMail
-from testkit.sim.member import Member
+from testkit.sim.member import Disk, Member
 from testkit.sim.model import SimModel
 from testkit.sim.replay import replay
 from testkit.sim.schedule import Bugs, Fault, Schedule
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+#: of the restarts, the share on the killed worker's own disk
+SAME_DISK = 0.5
 #: the trace's events about the group, faults and members, shown with any violation's
 _LIFECYCLE = ("paused", "resumed", "killed", "started", "assigned", "revoked")
 
@@ -53,6 +59,10 @@ def _lifecycle(event: str) -> bool:
 
 
 class World:
+    #: a killed worker restarts on its own disk (:data:`SAME_DISK` of the restarts, drawn
+    #: from a generator of their own) or on a new host; ``--no-same-disk``: always a new host
+    same_disk: ClassVar[bool] = True
+
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
         self.bugs: Bugs = schedule.bugs
@@ -85,6 +95,8 @@ class World:
         self.catch_ups = CatchUps(self, random.Random(schedule.seed * 8017 + 47))
         #: the changelogs' leader failing over, and expiring writes (testkit.sim.broker)
         self.broker = Broker(self, random.Random(schedule.seed * 8087 + 73))
+        #: whether each restart finds its disk (a generator of its own)
+        self._disks = random.Random(schedule.seed * 8093 + 89)
 
     def trace(self, who: str, what: object) -> None:
         self.events.append((self.loop.time(), who, what))
@@ -100,11 +112,11 @@ class World:
 
     # -- members ---------------------------------------------------------------------
 
-    def start(self, slot: str) -> Member:
+    def start(self, slot: str, disk: Disk | None = None) -> Member:
         n = self._incarnations[slot] = self._incarnations.get(slot, 0) + 1
-        member = Member(self, f"{slot}{n}")
+        member = Member(self, f"{slot}{n}", disk)
         self.members[slot] = member
-        self.trace(member.name, "started")
+        self.trace(member.name, "started" if disk is None else "started on its own disk")
         return member
 
     def available(self) -> list[Member]:
@@ -161,12 +173,13 @@ class World:
     def kill(self, member: Member, restart_s: float) -> None:
         if member.dead:
             return
+        disk = member.disk() if self.same_disk and self._disks.random() < SAME_DISK else None
         member.kill()
         self.trace(member.name, "killed")
         slot = member.name.rstrip("0123456789")
 
         def restart() -> None:
-            self.start(slot)
+            self.start(slot, disk)
             self.rebalance(f"{slot} restarted")
 
         self.loop.call_later(restart_s, restart)

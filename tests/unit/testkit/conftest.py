@@ -13,6 +13,7 @@ from agentmail import AsyncAgentMail
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.sim.__main__ import quieted
 from testkit.sim.schedule import Reorder, Replays
+from testkit.sim.world import World
 
 
 @pytest.fixture
@@ -30,9 +31,10 @@ def sim_quiet() -> Iterator[None]:
 
 @pytest.fixture
 def as_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every schedule as the seeds a test keeps were found: at reorder window 0 and without
-    the operator's replays (each drawn for half the seeds since they were simulated);
-    restored after the test, whatever a command the test ran set (``--window``,
-    ``--no-replays``)."""
+    """Every schedule as the seeds a test keeps were found: at reorder window 0, without
+    the operator's replays (each drawn for half the seeds since they were simulated), and
+    every restart on a new host; restored after the test, whatever a command the test ran
+    set (``--window``, ``--no-replays``, ``--no-same-disk``)."""
     monkeypatch.setattr(Reorder, "mode", "off")
     monkeypatch.setattr(Replays, "on", False)
+    monkeypatch.setattr(World, "same_disk", False)

@@ -102,7 +102,7 @@ def test_a_killed_members_unsent_writes_are_lost() -> None:
 def test_a_recovery_reads_the_changelog_and_keeps_the_members_unsent_writes() -> None:
     async def play() -> tuple[bytes | None, bytes | None]:
         log, member, store = _store()
-        log.state[b"theirs"] = b"t"
+        log.land(b"theirs", b"t")
         member.pause()
         store[b"mine"] = b"m"
         store.recover()
