@@ -22,7 +22,7 @@ import structlog
 from testkit.sim.broker import Broker
 from testkit.sim.rates import RateSchedule, run_rates
 from testkit.sim.run import run_schedule
-from testkit.sim.schedule import Bugs, Reorder, Replays, Schedule
+from testkit.sim.schedule import Bugs, Cuts, Reorder, Replays, Schedule
 from testkit.sim.shrink import MAX_RUNS, NothingToShrink, flags, from_spec, report, shrink, spec_of
 from testkit.sim.world import World, line
 
@@ -226,6 +226,12 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         help="the operator's replays the schedules draw (on; off: left out)",
     )
     parser.add_argument(
+        "--cuts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the members cut off from the broker the schedules draw (on; off: left out)",
+    )
+    parser.add_argument(
         "--same-disk",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -240,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     Broker.expiries, Broker.lose_table_writes = args.expiries, args.table_loss  # forked jobs too
     Broker.expire_letters = args.letter_expiries
     Reorder.mode, Replays.on = args.window, args.replays
-    World.same_disk = args.same_disk
+    World.same_disk, Cuts.on = args.same_disk, args.cuts
     if args.planted:
         planted_table()
         return 0

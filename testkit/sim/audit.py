@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
 from onceonly.processors.reply.take_over import TakeOvers
-from testkit.sim.io import Killed, current, remote
+from testkit.sim.io import KAFKA, Killed, current, remote
 from testkit.sim.log import AUDIT_LATENCY_S, AUDIT_S, COMPACTION_LAG_S
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def take_overs(member: Member) -> TakeOvers:
         return bisect_left(part.landed_at, since), len(part.changelog)
 
     async def tail(partition: int) -> tuple[int, int]:
-        return await remote(AUDIT_LATENCY_S, world.broker.when_up(bounds), AUDIT_LATENCY_S)
+        return await remote(AUDIT_LATENCY_S, world.broker.when_up(bounds), AUDIT_LATENCY_S, KAFKA)
 
     async def read_tail(
         partition: int, first: int, last: int
@@ -39,7 +39,7 @@ def take_overs(member: Member) -> TakeOvers:
         def read() -> list[tuple[int, bytes, bytes | None]]:
             return world.part.entries(first, last)
 
-        return await remote(AUDIT_LATENCY_S, world.broker.when_up(read), AUDIT_LATENCY_S)
+        return await remote(AUDIT_LATENCY_S, world.broker.when_up(read), AUDIT_LATENCY_S, KAFKA)
 
     async def take(partition: int, first: int, end: int) -> None:
         await member.ledger.take_over(partition, first, end, read_tail)
@@ -69,7 +69,9 @@ async def audits(member: Member) -> None:
             except Rebalancing:  # its repair fenced: the partition moved meanwhile
                 world.trace(member.name, "ledger take-over stood down: fenced")
                 continue
-            end = await remote(AUDIT_LATENCY_S, world.broker.when_up(log_end), AUDIT_LATENCY_S)
+            end = await remote(
+                AUDIT_LATENCY_S, world.broker.when_up(log_end), AUDIT_LATENCY_S, KAFKA
+            )
             if member.owns() and await member.ledger.audit(0, end):
                 member.audited = end
     except Killed:

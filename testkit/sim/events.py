@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from onceonly.processors.dedupe import decisions as dedupe
 from onceonly.processors.records import applied_after_write
 from onceonly.schemas.ledger import EventEntry
-from testkit.sim.io import Killed, current, remote
+from testkit.sim.io import KAFKA, Killed, current, remote
 
 if TYPE_CHECKING:
     from testkit.sim.member import Member
@@ -125,7 +125,7 @@ class EventsStore:
                 key, value, landed = self._unsent[0]
                 latency = self.log.latency()
                 put = self.world.broker.table_write(self._put(key, value), self.what)
-                landed.set_result(await remote(latency, put, 0.0))
+                landed.set_result(await remote(latency, put, 0.0, KAFKA))
                 self._unsent.pop(0)
         except Killed:
             self._unsent.clear()

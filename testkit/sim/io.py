@@ -4,7 +4,10 @@
 A request leaves at once and takes effect at the far end after its outbound latency,
 whatever happens to its caller then (a worker killed after a send still sent it); the
 answer comes back after the return latency. A paused worker's requests leave only once it
-resumes, and answers reach it only then; a dead worker's calls never leave.
+resumes, and answers reach it only then; a dead worker's calls never leave. A worker cut
+off from a far end (:data:`KAFKA`: the broker; the worker runs on) reaches it only once
+the cut heals: a request made meanwhile arrives then (TCP sends it again; no request of
+the worker's times out within a cut), and an answer that comes meanwhile reaches it then.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+#: the broker, as a far end a worker can be cut off from (:meth:`Actor.cut_for`)
+KAFKA = "kafka"
 
 
 class Killed(BaseException):
@@ -30,6 +36,8 @@ class Actor:
         self.dead = False
         self._awake = asyncio.Event()
         self._awake.set()
+        #: far end -> the virtual time the actor's cut from it heals
+        self.cut: dict[str, float] = {}
 
     @property
     def paused(self) -> bool:
@@ -40,6 +48,11 @@ class Actor:
 
     def resume(self) -> None:
         self._awake.set()
+
+    def cut_for(self, far: str) -> float:
+        """How long until the actor reaches ``far`` again (0: it does)."""
+        heals = self.cut.get(far)
+        return 0.0 if heals is None else max(0.0, heals - asyncio.get_running_loop().time())
 
     async def awake(self) -> None:
         """Return once the actor runs (at once unless paused); raise if it died."""
@@ -62,10 +75,12 @@ class Later(Generic[T]):
     then: Callable[[], T | Later[T]]
 
 
-async def remote(out_s: float, far: Callable[[], T | Later[T]], back_s: float) -> T:
+async def remote(
+    out_s: float, far: Callable[[], T | Later[T]], back_s: float, to: str | None = None
+) -> T:
     """Call ``far`` at the far end ``out_s`` after this call leaves; its answer (or error)
     reaches the caller ``back_s`` after it is ready. ``far`` answers at once or with a
-    :class:`Later`.
+    :class:`Later`. ``to``: the far end a cut can part the caller from (:data:`KAFKA`).
 
     Callbacks, not a task: each step is the loop callback a task running the far end
     (sleep ``out_s``, ``far()``, sleep ``back_s``, answer) would be, in the same place in
@@ -76,13 +91,32 @@ async def remote(out_s: float, far: Callable[[], T | Later[T]], back_s: float) -
     actor = current.get()
     if actor is not None:
         await actor.awake()
+        if to is not None:
+            out_s += actor.cut_for(to)  # held at the network until the cut heals
     loop = asyncio.get_running_loop()
     call: _Call[T] = _Call(loop, far, out_s, back_s)
     loop.call_soon(call.leave, context=call.context)  # the task's first step
-    result = await call.answer
+    try:
+        result = await call.answer
+    except Exception:
+        await _heal(actor, to)
+        raise
+    await _heal(actor, to)
     if actor is not None:
         await actor.awake()
     return result
+
+
+async def reach(to: str) -> None:
+    """Return once the current actor reaches ``to`` (a request it makes there leaves)."""
+    await _heal(current.get(), to)
+
+
+async def _heal(actor: Actor | None, to: str | None) -> None:
+    """An answer (or error) that came while ``actor`` was cut off from ``to`` reaches it
+    once the cut heals."""
+    if actor is not None and to is not None and (held := actor.cut_for(to)) > 0:
+        await asyncio.sleep(held)
 
 
 class _Call(Generic[T]):

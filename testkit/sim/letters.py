@@ -6,8 +6,7 @@ The workers write their letters with the product's
 :func:`~onceonly.processors.dead_letters.for_reply`, an approved draft's through
 ``applying._send``), each envelope with its MAC under the world's secret (:data:`KEY`, the
 workers' ``ONCEONLY_ENVELOPE_SECRET``), onto :class:`Letters`' log through the worker's seam
-(``broker_errors.Produced``): taken at once, or failed while writes expire
-(``Broker.dead_letter``). An envelope is ingest's of the message's webhook.
+(``broker_errors.Produced``): taken, or failed while writes expire (``Broker.dead_letter``).
 
 A ``retry`` event is the operator's ``onceonly dead-letters retry`` with the secret: the
 open letters (:func:`~onceonly.operations.replay.letters_with_outcomes` over the topic),
@@ -59,7 +58,7 @@ from onceonly.schemas.envelope import Envelope, has_valid_mac, mac_of
 from onceonly.schemas.ledger import ReplyRecord
 from testkit.sim.approvals import ChannelMail, _Nothing
 from testkit.sim.events import claim_original, finish_original
-from testkit.sim.io import remote
+from testkit.sim.io import KAFKA, reach, remote
 
 if TYPE_CHECKING:
     from testkit.sim.member import Member
@@ -153,12 +152,13 @@ class Letters:
     # -- the topic (what DeadLetters writes to) --------------------------------------------
 
     async def send(self, value: bytes) -> asyncio.Future[None]:
+        await reach(KAFKA)  # a worker cut off from the broker: its produce leaves at the heal
+
         def land() -> None:
             self.log.append(value)
-            letter = json.loads(value)
+            letter, n = json.loads(value), len(self.log) - 1
             ids = [e.get("message_id") for e in letter.get("envelopes", ())]
-            n, check = len(self.log) - 1, letter.get("check")
-            self.world.trace("letters", f"dead letter {n} {check} {ids}")
+            self.world.trace("letters", f"dead letter {n} {letter.get('check')} {ids}")
 
         return self.world.broker.dead_letter(land)
 

@@ -15,7 +15,7 @@ from onceonly.processors.records import applied_after_write
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.runtime.broker_errors import changelog_write
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
-from testkit.sim.io import remote
+from testkit.sim.io import KAFKA, remote
 
 if TYPE_CHECKING:
     from testkit.sim.letters import Item
@@ -173,7 +173,7 @@ class SimTable(OnePartitionStore):
         world = self.world
         far = world.broker.produce(append)
         with changelog_write("ledger"):  # the product's seam: the broker away, or not
-            offset = await remote(world.broker_latency(), far, world.broker_latency())
+            offset = await remote(world.broker_latency(), far, world.broker_latency(), KAFKA)
         armed = self.member.pause_after_write
         if armed is not None and self.part.record(value).state is ReplyState.PENDING:
             self.member.pause_after_write = None

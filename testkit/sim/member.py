@@ -31,7 +31,7 @@ from testkit.sim.approvals import unchecked_decide, worker_parts
 from testkit.sim.audit import audits, take_overs
 from testkit.sim.events import EventsStore
 from testkit.sim.holding import Holding, Release
-from testkit.sim.io import Actor, Killed, current, remote
+from testkit.sim.io import KAFKA, Actor, Killed, current, remote
 from testkit.sim.letters import Item
 from testkit.sim.log import (
     DRAIN_GRACE_S,
@@ -146,7 +146,7 @@ class Member(Actor):
 
         latency = self.world.broker_latency
         try:
-            return await remote(latency(), coordinator, latency())
+            return await remote(latency(), coordinator, latency(), KAFKA)
         except Killed:
             return False  # a dead member's round: its lanes are cancelled
 
@@ -157,7 +157,7 @@ class Member(Actor):
             return self.world.part.entries(first, last)  # what compaction left
 
         latency = self.world.broker_latency
-        return await remote(latency(), self.world.broker.when_up(read), latency())
+        return await remote(latency(), self.world.broker.when_up(read), latency(), KAFKA)
 
     def assign(self, generation: int) -> None:
         """The partition is this member's in ``generation``: recover, reconcile what is
@@ -203,7 +203,7 @@ class Member(Actor):
         self.world.trace(self.name, f"revoked (generation {self.generation})")
 
     def fetch(self) -> None:
-        if not self.owns() or self.paused:
+        if not self.owns() or self.paused or self.cut_for(KAFKA):
             return
         part = self.world.part
         holding = self.holding
@@ -376,7 +376,7 @@ class Member(Actor):
         self.world.trace(self.name, f"decision {decision.decision_id} on {decision.key}: {answer}")
 
     def commit(self) -> None:
-        if self.owns() and not self.paused:
+        if self.owns() and not self.paused and not self.cut_for(KAFKA):
             done = min(self.open) if self.open else self.fetched
             if self.world.bugs.commit_before_done:
                 done = self.fetched

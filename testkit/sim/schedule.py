@@ -120,6 +120,13 @@ class Replays:
     on: ClassVar[bool] = True
 
 
+class Cuts:
+    """Whether the ``cut_kafka`` faults drawn are in the schedules (``--no-cuts``: left out,
+    the schedules as they were before cuts were simulated)."""
+
+    on: ClassVar[bool] = True
+
+
 @dataclass(frozen=True, slots=True)
 class Fault:
     at: float
@@ -199,6 +206,8 @@ class Schedule:
         object.__setattr__(self, "window_ms", _window(random.Random(self.seed * 8111 + 83)))
         replays = _replays(random.Random(self.seed * 8147 + 89))
         faults += replays if Replays.on else []
+        cuts = _cuts(random.Random(self.seed * 8171 + 101))
+        faults += cuts if Cuts.on else []
         object.__setattr__(self, "lost", lost)
         object.__setattr__(self, "messages", tuple(messages))
         object.__setattr__(self, "arrivals", tuple(arrivals))
@@ -308,6 +317,18 @@ def _replays(rng: random.Random) -> list[Fault]:
         return []
     return [
         Fault(round(rng.uniform(60.0, SPAN_S * 1.2), 3), "replay", round(rng.random(), 3))
+        for _ in range(rng.randint(1, 2))
+    ]
+
+
+def _cuts(rng: random.Random) -> list[Fault]:
+    """In half the schedules, 1-2 ``cut_kafka`` faults (the argument: seconds, past the
+    session in nine of ten): a member cut off from the broker while the mail API and the
+    model still answer it (:meth:`testkit.sim.world.World.cut`), from a generator of its own."""
+    if rng.random() >= 0.5:
+        return []
+    return [
+        Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), "cut_kafka", round(rng.uniform(1, 100), 3))
         for _ in range(rng.randint(1, 2))
     ]
 

@@ -32,6 +32,7 @@ from testkit.sim.approvals import VARIANTS, Operator
 from testkit.sim.broker import Broker
 from testkit.sim.catchup import CatchUps
 from testkit.sim.events import Changelog
+from testkit.sim.io import KAFKA
 from testkit.sim.letters import Letters, Resent
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
 from testkit.sim.mail import SimMail
@@ -120,7 +121,7 @@ class World:
         return member
 
     def available(self) -> list[Member]:
-        return [m for m in self.members.values() if not m.dead and not m.paused]
+        return [m for m in self.members.values() if not (m.dead or m.paused or m.cut_for(KAFKA))]
 
     def rebalance(self, reason: str) -> None:
         part = self.part
@@ -128,7 +129,7 @@ class World:
         part.generation += 1
         part.owner = None
         self.trace("group", f"rebalance to generation {part.generation}: {reason}")
-        if old is not None and not old.dead and not old.paused:
+        if old is not None and not old.dead and not old.paused and not old.cut_for(KAFKA):
             old.revoke()
         generation = part.generation
 
@@ -155,14 +156,43 @@ class World:
         self.loop.call_later(seconds, self._resume, member)
 
     def _expired(self, member: Member) -> None:
-        if self.part.owner is member and member.paused:
+        if self.part.owner is member and (member.paused or member.cut_for(KAFKA)):
             self.rebalance(f"{member.name}'s session expired")
+
+    def cut(self, member: Member, seconds: float) -> None:
+        """``member`` cut off from the broker for ``seconds``: it runs on, and the mail API
+        and the model answer it, but no request of its reaches the broker (its fence
+        checks, writes, reads, fetches and commits wait for the heal); past the session,
+        the group gives its partition away, which it learns at the heal."""
+        if member.dead or member.cut_for(KAFKA):
+            return
+        member.cut[KAFKA] = self.loop.time() + seconds
+        self.trace(member.name, f"cut off from the broker for {seconds:.3f}s")
+        if seconds > SESSION_S and self.part.owner is member:
+            self.loop.call_later(SESSION_S, self._expired, member)
+        self.loop.call_later(seconds, self._reconnected, member)
+
+    def _reconnected(self, member: Member) -> None:
+        if member.dead:
+            return
+        self.trace(member.name, "reconnected to the broker")
+        if member.paused:
+            return  # its resume meets the group
+        if member.generation != self.part.generation:
+            member.revoke()  # it learns its generation ended: a zombie drains
+            if self.part.owner is None:
+                self.rebalance(f"{member.name} rejoined")
+        else:
+            member.fetch()
+            member.commit()  # what its lanes finished during the cut
 
     def _resume(self, member: Member) -> None:
         if member.dead:
             return
         member.resume()
         self.trace(member.name, "resumed")
+        if member.cut_for(KAFKA):
+            return  # still cut off: it meets the group at the heal
         if member.generation != self.part.generation:
             member.revoke()  # it learns its generation ended: a zombie drains
             if self.part.owner is None:
@@ -208,6 +238,8 @@ class World:
         self.trace("fault", f"{fault.kind} {fault.arg:.3f}")
         if fault.kind == "kill" and target is not None:
             self.kill(target, fault.arg)
+        elif fault.kind == "cut_kafka" and target is not None:
+            self.cut(target, fault.arg)
         elif fault.kind == "pause" and target is not None:
             self.pause(target, fault.arg)
         elif fault.kind == "pause_after_check" and target is not None:
@@ -262,7 +294,7 @@ class World:
             or running
             or part.owner is None
             or part.committed < len(part.deliveries)
-            or any(m.paused for m in self.members.values())
+            or any(m.paused or m.cut_for(KAFKA) for m in self.members.values())
             or (part.owner is not None and part.owner.audited < len(part.changelog))
             or (part.owner is not None and part.owner.holds_any())
             or (self.operator is not None and bool(self.operator.waiting()))

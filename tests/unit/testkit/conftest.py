@@ -12,7 +12,7 @@ from agentmail import AsyncAgentMail
 
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.sim.__main__ import quieted
-from testkit.sim.schedule import Reorder, Replays
+from testkit.sim.schedule import Cuts, Reorder, Replays
 from testkit.sim.world import World
 
 
@@ -30,11 +30,18 @@ def sim_quiet() -> Iterator[None]:
 
 
 @pytest.fixture
-def as_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every schedule as the seeds a test keeps were found: at reorder window 0, without
+def before_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No member cut off from the broker and every restart on a new host, as every schedule
+    played before those were simulated (the seeds a test keeps from then)."""
+    monkeypatch.setattr(World, "same_disk", False)
+    monkeypatch.setattr(Cuts, "on", False)
+
+
+@pytest.fixture
+def as_found(monkeypatch: pytest.MonkeyPatch, before_cuts: None) -> None:
+    """Every schedule as the seeds a test keeps were found: at reorder window 0 and without
     the operator's replays (each drawn for half the seeds since they were simulated), and
-    every restart on a new host; restored after the test, whatever a command the test ran
-    set (``--window``, ``--no-replays``, ``--no-same-disk``)."""
+    as :func:`before_cuts`; restored after the test, whatever a command the test ran set
+    (``--window``, ``--no-replays``, ``--no-cuts``, ``--no-same-disk``)."""
     monkeypatch.setattr(Reorder, "mode", "off")
     monkeypatch.setattr(Replays, "on", False)
-    monkeypatch.setattr(World, "same_disk", False)

@@ -130,7 +130,7 @@ def test_expiries_are_drawn_and_played_unless_turned_off(
     assert bool([e for e in result.events if "writes expire" in e]) is played
 
 
-@pytest.mark.usefixtures("expiries")
+@pytest.mark.usefixtures("expiries", "before_cuts")
 def test_a_worker_whose_ledger_write_expires_exits_and_its_restart_answers_once() -> None:
     """Seed 3002 (approval on) expires writes of b1's and b2's: each exits as the product's
     worker exits (``BrokerUnavailable`` out of a lane job), no burst is dead-lettered

@@ -123,7 +123,11 @@ HELD_DIGESTS = [
 
 @pytest.mark.parametrize(("seed", "approval", "expected"), HELD_DIGESTS)
 def test_a_seed_with_a_reorder_window_plays_as_when_recorded(
-    seed: int, approval: bool | None, expected: str, monkeypatch: pytest.MonkeyPatch
+    seed: int,
+    approval: bool | None,
+    expected: str,
+    monkeypatch: pytest.MonkeyPatch,
+    before_cuts: None,
 ) -> None:
     monkeypatch.setattr(Reorder, "mode", "on")
     result = run_schedule(Schedule(seed, require_approval=approval))

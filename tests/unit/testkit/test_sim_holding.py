@@ -30,7 +30,7 @@ def test_about_half_the_seeds_draw_a_window_and_the_command_can_set_it(
 
 
 def test_f40_a_hold_the_broker_lost_is_read_again_by_the_restarted_worker(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, before_cuts: None
 ) -> None:
     monkeypatch.setattr(Reorder, "mode", "on")
 
@@ -43,7 +43,7 @@ def test_f40_a_hold_the_broker_lost_is_read_again_by_the_restarted_worker(
 
 
 def test_f40_acknowledged_whatever_became_of_its_hold_a_held_delivery_is_lost(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, before_cuts: None
 ) -> None:
     monkeypatch.setattr(Reorder, "mode", "on")
     monkeypatch.setattr(holding, "IGNORE_LOST_HOLDS", True)  # the world before F40's fix

@@ -73,12 +73,16 @@ class _SelectorLoop(asyncio.SelectorEventLoop):
 _far: set[asyncio.Task[None]] = set()
 
 
-async def _by_task(out_s: float, far: Callable[[], T | io.Later[T]], back_s: float) -> T:
+async def _by_task(
+    out_s: float, far: Callable[[], T | io.Later[T]], back_s: float, to: str | None = None
+) -> T:
     """``io.remote`` as first built: a task runs the far end, sleeping for the latencies
-    and for each :class:`~testkit.sim.io.Later`."""
+    and for each :class:`~testkit.sim.io.Later` (and, since cuts, for a cut's heal)."""
     actor = io.current.get()
     if actor is not None:
         await actor.awake()
+        if to is not None:
+            out_s += actor.cut_for(to)
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[T] = loop.create_future()
 
@@ -104,7 +108,11 @@ async def _by_task(out_s: float, far: Callable[[], T | io.Later[T]], back_s: flo
     task = loop.create_task(far_end(), context=contextvars.Context())
     _far.add(task)
     task.add_done_callback(_far.discard)
-    result = await answer
+    try:
+        result = await answer
+    finally:
+        if to is not None:
+            await io.reach(to)
     if actor is not None:
         await actor.awake()
     return result
