@@ -64,10 +64,14 @@ class Outcome:
     window: bool = False  #: two emails in the keys-ignored window (not a failure)
     #: a stale send's email beside a reply the next owner gave up on (the same window)
     gave_up: bool = False
+    #: an email that took effect after its sender gave up on it (``run.Result.late``)
+    late: bool = False
 
 
 #: the fence's window with a reply given up on (``run.Result.gave_up``), as a range reports it
 GAVE_UP = "a stale send's email beside its reply recorded failed (the fence's window)"
+#: the same faces of an email its sender gave up on (``run.Result.late``)
+LATE = "an email that took effect after its sender gave up on it (the late send's window)"
 
 #: one schedule of a range: its seed, the planted bugs, approval (None: as drawn)
 Job = tuple[int, Bugs, bool | None]
@@ -77,9 +81,9 @@ def _play(job: Job) -> Outcome:
     seed, bugs, required = job
     result = run_schedule(Schedule(seed, bugs, require_approval=required))
     report = None if result.passed else result.report(around=12)
-    gave_up = result.gave_up
-    window = bool(result.window_hits) and not gave_up
-    return Outcome(seed, len(result.trace), report, result.keys_ignored, window, gave_up)
+    gave_up, late = result.gave_up, result.late
+    window = bool(result.window_hits) and not (gave_up or late)
+    return Outcome(seed, len(result.trace), report, result.keys_ignored, window, gave_up, late)
 
 
 def _play_rates(job: Job) -> Outcome:
@@ -322,7 +326,7 @@ def _shrink(schedule: Schedule, args: argparse.Namespace) -> int:
 def _run_range(
     seeds: range, bugs: Bugs, jobs: int, rates: bool = False, required: bool | None = None
 ) -> int:
-    events = ignored = window = gave_up = 0
+    events = ignored = window = gave_up = late = 0
     failed: list[int] = []
     started = time.perf_counter()
     jobs_of: Iterator[Job] = ((seed, bugs, required) for seed in seeds)
@@ -336,6 +340,9 @@ def _run_range(
             ignored += outcome.keys_ignored
             window += outcome.window
             gave_up += outcome.gave_up
+            late += outcome.late
+            if outcome.late:
+                print(f"seed {outcome.seed}: {LATE}", flush=True)
             if outcome.window:
                 print(f"seed {outcome.seed}: {hit}", flush=True)
             if outcome.gave_up:
@@ -349,7 +356,7 @@ def _run_range(
         f"{window} with a frozen worker's calls over the rate (the window left)"
         if rates
         else f"{window} in the keys-ignored window ({window} of {ignored} schedules with keys "
-        f"ignored), {gave_up} with {GAVE_UP}"
+        f"ignored), {gave_up} with {GAVE_UP}, {late} with {LATE}"
     )
     print(
         f"{len(seeds)} schedules in {elapsed:.1f} s: {len(seeds) / elapsed:.1f} schedules/s, "

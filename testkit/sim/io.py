@@ -20,8 +20,9 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-#: the broker, as a far end a worker can be cut off from (:meth:`Actor.cut_for`)
-KAFKA = "kafka"
+#: the far ends a worker can be cut off from (:meth:`Actor.cut_for`): the broker, the mail API
+KAFKA = "the broker"
+MAIL = "the mail API"
 
 
 class Killed(BaseException):
@@ -98,6 +99,9 @@ async def remote(
     loop.call_soon(call.leave, context=call.context)  # the task's first step
     try:
         result = await call.answer
+    except asyncio.CancelledError:  # the caller gave up (a client's timeout): the far end
+        call.answer.add_done_callback(_retrieved)  # runs still, its answer unread
+        raise
     except Exception:
         await _heal(actor, to)
         raise
@@ -105,6 +109,11 @@ async def remote(
     if actor is not None:
         await actor.awake()
     return result
+
+
+def _retrieved(answer: asyncio.Future[object]) -> None:
+    if not answer.cancelled():
+        answer.exception()
 
 
 async def reach(to: str) -> None:

@@ -13,18 +13,23 @@ replies fail with a 5xx before any effect (the key is released), or lose their a
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.mail.agentmail.messages import find_sent_reply
 from onceonly.schemas.ledger import ReplyRecord
-from testkit.sim.io import Later, remote
+from testkit.sim.io import MAIL, Later, current, remote
 
 Trace = Callable[[str, str], None]
+T = TypeVar("T")
+#: the SDK client's timeout (``ONCEONLY_SEND_TIMEOUT_S``'s default)
+CLIENT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,8 @@ class SentEmail:
     #: sent by a member that no longer owned the partition when the email took effect (its
     #: fence check passed before it lost it): with keys ignored, the window that remains
     stale: bool = False
+    #: took effect after its client gave up on it (a request held by a cut, :func:`_timed`)
+    late: bool = False
 
 
 @dataclass(slots=True)
@@ -88,8 +95,18 @@ class SimMail:
 
     async def reply(self, record: ReplyRecord, owns: Callable[[], bool] = lambda: True) -> str:
         """A send; ``owns``: whether its sender still owns the partition (asked as the email
-        takes effect, to mark it stale)."""
-        return await remote(self._latency(), lambda: self._reply(record, owns), self._latency())
+        takes effect, to mark it stale). Its email is marked late if its client gave up on
+        it, before or after it took effect."""
+        request = _Request()
+        far = lambda: self._reply(record, owns, request)  # noqa: E731
+        sent = remote(self._latency(), far, self._latency(), MAIL)
+        try:
+            return await _timed(sent, f"a send of {record.message_id}", request)
+        except SendError:
+            if request.given_up and request.sent is not None:
+                email = self.outbox[request.sent]
+                self.outbox[request.sent] = dataclasses.replace(email, late=True)
+            raise
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
         def read() -> str | None:
@@ -98,7 +115,8 @@ class SimMail:
                 self._threads.get((record.inbox_id, thread), []), record.message_id
             )
 
-        found = await remote(self._latency(), read, self._latency())
+        read_it = remote(self._latency(), read, self._latency(), MAIL)
+        found = await _timed(read_it, f"a read of {record.message_id}'s thread")
         self.trace("mail", f"find_reply {record.message_id} -> {found}")
         return found
 
@@ -126,7 +144,9 @@ class SimMail:
 
     # -- the far end of a reply ----------------------------------------------------------
 
-    def _reply(self, record: ReplyRecord, owns: Callable[[], bool]) -> str | Later[str]:
+    def _reply(
+        self, record: ReplyRecord, owns: Callable[[], bool], request: _Request
+    ) -> str | Later[str]:
         ids = f"{record.message_id} text={record.reply_text!r}"
         faults = self.faults
         key = None if faults.ignore_keys else record.key
@@ -149,7 +169,8 @@ class SimMail:
             self._keys[key] = _Key(fingerprint)
 
         def sent() -> str:
-            sent = self._send(record, key, stale=not owns())
+            sent = self._send(record, key, stale=not owns(), late=request.given_up)
+            request.sent = len(self.outbox) - 1
             self.trace("mail", f"sent {ids} -> {sent}")
             if key is not None:
                 self._keys[key] = _Key(fingerprint, in_flight=False, response=sent)
@@ -164,7 +185,7 @@ class SimMail:
             raise SendError(SendFailure.RETRY, "500 after the request took effect", status=500)
         return response
 
-    def _send(self, record: ReplyRecord, key: str | None, *, stale: bool) -> str:
+    def _send(self, record: ReplyRecord, key: str | None, *, stale: bool, late: bool) -> str:
         self._sent += 1
         sent_id = f"<sent{self._sent}@sim>"
         thread = self._thread_of.get((record.inbox_id, record.message_id), "")
@@ -185,9 +206,37 @@ class SimMail:
                 sent_id,
                 self.clock(),
                 stale,
+                late,
             )
         )
         return sent_id
+
+
+@dataclass(slots=True)
+class _Request:
+    """A send's request: whether its client gave up on it (timed out), and its email."""
+
+    given_up: bool = False
+    sent: int | None = None  #: the email's index in the outbox, once it took effect
+
+
+async def _timed(call: Coroutine[Any, Any, T], what: str, request: _Request | None = None) -> T:
+    """``call`` within the SDK client's timeout, for a worker that was ever cut off from the
+    mail API (:data:`~testkit.sim.io.MAIL`): the request it made during a cut leaves at the
+    heal, as TCP sends it again, and takes effect then, whether or not the client gave up
+    on it (a timeout is retryable: the policy tries again with the key). Other workers'
+    calls take the time they take, as before cuts were simulated."""
+    actor = current.get()
+    if actor is None or MAIL not in actor.cut:
+        return await call
+    try:
+        return await asyncio.wait_for(call, CLIENT_TIMEOUT_S)
+    except TimeoutError:
+        if request is not None:
+            request.given_up = True
+        raise SendError(
+            SendFailure.RETRY, f"{what}: no answer within {CLIENT_TIMEOUT_S:.0f} s"
+        ) from None
 
 
 class MemberMail:

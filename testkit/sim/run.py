@@ -28,6 +28,8 @@ class Result:
     keys_ignored: bool = False
     #: messages an email answered that its sender sent after it lost the partition
     stale_sends: frozenset[str] = frozenset()
+    #: messages an email answered that took effect after its sender gave up on it
+    late_sends: frozenset[str] = frozenset()
 
     @cached_property
     def events(self) -> tuple[str, ...]:
@@ -43,8 +45,11 @@ class Result:
         member lost the partition. With keys ignored, two emails for a message; with keys
         honoured or not, the one email of a reply the next owner gave up on meanwhile (its
         sends failed, it found no email in the thread, recorded *failed* and dead-lettered
-        it: the letter's retry finds the email by its key), :attr:`gave_up`."""
-        stale = self._message(violation) in self.stale_sends
+        it: the letter's retry finds the email by its key), :attr:`gave_up`. The same two
+        faces for an email that took effect after its sender gave up on it, its request held
+        by a cut from the mail API past the client's timeout (:attr:`late`)."""
+        message = self._message(violation)
+        stale = message in self.stale_sends or message in self.late_sends
         doubled = self.keys_ignored and violation.invariant == "never_doubled"
         return stale and (doubled or self._gave_up(violation))
 
@@ -53,9 +58,16 @@ class Result:
         return violation.invariant == "ledger_agrees" and violation.detail.endswith("failed")
 
     @property
+    def late(self) -> bool:
+        """A window hit by an email that took effect after its sender gave up on it (a
+        worker cut off from the mail API), stale or not (in :attr:`window_hits`)."""
+        return any(self._message(v) in self.late_sends for v in self.window_hits)
+
+    @property
     def gave_up(self) -> bool:
         """A stale send's email beside a reply recorded *failed* (in :attr:`window_hits`)."""
-        return any(self._gave_up(v) for v in self.window_hits)
+        late = self.late_sends
+        return any(self._gave_up(v) and self._message(v) not in late for v in self.window_hits)
 
     @property
     def violations(self) -> list[Violation]:
@@ -131,6 +143,7 @@ async def _play(schedule: Schedule) -> Result:
         {m.key: m.message_id for m in schedule.messages},
         schedule.ignore_keys,
         frozenset(e.replied_to for e in world.mail.outbox if e.stale),
+        frozenset(e.replied_to for e in world.mail.outbox if e.late),
     )
 
 

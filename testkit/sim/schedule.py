@@ -206,7 +206,7 @@ class Schedule:
         object.__setattr__(self, "window_ms", _window(random.Random(self.seed * 8111 + 83)))
         replays = _replays(random.Random(self.seed * 8147 + 89))
         faults += replays if Replays.on else []
-        cuts = _cuts(random.Random(self.seed * 8171 + 101))
+        cuts = _cuts(random.Random(self.seed * 8171 + 101), mail=not ignore)
         faults += cuts if Cuts.on else []
         object.__setattr__(self, "lost", lost)
         object.__setattr__(self, "messages", tuple(messages))
@@ -321,16 +321,24 @@ def _replays(rng: random.Random) -> list[Fault]:
     ]
 
 
-def _cuts(rng: random.Random) -> list[Fault]:
+def _cuts(rng: random.Random, mail: bool) -> list[Fault]:
     """In half the schedules, 1-2 ``cut_kafka`` faults (the argument: seconds, past the
     session in nine of ten): a member cut off from the broker while the mail API and the
-    model still answer it (:meth:`testkit.sim.world.World.cut`), from a generator of its own."""
-    if rng.random() >= 0.5:
-        return []
-    return [
-        Fault(round(rng.uniform(0.0, SPAN_S * 1.1), 3), "cut_kafka", round(rng.uniform(1, 100), 3))
-        for _ in range(rng.randint(1, 2))
-    ]
+    model still answer it; and in half, independently, 1-2 ``cut_mail`` (5-300 s): cut off
+    from the mail API while the broker answers it (:meth:`testkit.sim.world.World.cut`);
+    from a generator of their own. ``mail`` False (keys ignored): no ``cut_mail``, drawn and
+    left out, as lost answers are (a send that timed out is retried unread: finding F2)."""
+    faults = []
+    for kind, seconds in (("cut_kafka", (1, 100)), ("cut_mail", (5, 300))):
+        if rng.random() < 0.5:
+            drawn = [
+                Fault(
+                    round(rng.uniform(0.0, SPAN_S * 1.1), 3), kind, round(rng.uniform(*seconds), 3)
+                )
+                for _ in range(rng.randint(1, 2))
+            ]
+            faults += drawn if mail or kind != "cut_mail" else []
+    return faults
 
 
 def _window(rng: random.Random) -> int:

@@ -32,7 +32,7 @@ from testkit.sim.approvals import VARIANTS, Operator
 from testkit.sim.broker import Broker
 from testkit.sim.catchup import CatchUps
 from testkit.sim.events import Changelog
-from testkit.sim.io import KAFKA
+from testkit.sim.io import KAFKA, MAIL
 from testkit.sim.letters import Letters, Resent
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
 from testkit.sim.mail import SimMail
@@ -159,24 +159,26 @@ class World:
         if self.part.owner is member and (member.paused or member.cut_for(KAFKA)):
             self.rebalance(f"{member.name}'s session expired")
 
-    def cut(self, member: Member, seconds: float) -> None:
-        """``member`` cut off from the broker for ``seconds``: it runs on, and the mail API
-        and the model answer it, but no request of its reaches the broker (its fence
-        checks, writes, reads, fetches and commits wait for the heal); past the session,
-        the group gives its partition away, which it learns at the heal."""
-        if member.dead or member.cut_for(KAFKA):
+    def cut(self, member: Member, seconds: float, far: str = KAFKA) -> None:
+        """``member`` cut off from ``far`` for ``seconds``; it runs on, and the other far
+        ends answer it. From the broker (:data:`KAFKA`): no request of its reaches it (its
+        fence checks, writes, reads, fetches and commits wait for the heal), and past the
+        session the group gives its partition away, which it learns at the heal. From the
+        mail API (:data:`MAIL`): its sends and thread reads leave at the heal, and time out
+        before it (``mail._timed``)."""
+        if member.dead or member.cut_for(far):
             return
-        member.cut[KAFKA] = self.loop.time() + seconds
-        self.trace(member.name, f"cut off from the broker for {seconds:.3f}s")
-        if seconds > SESSION_S and self.part.owner is member:
+        member.cut[far] = self.loop.time() + seconds
+        self.trace(member.name, f"cut off from {far} for {seconds:.3f}s")
+        if far == KAFKA and seconds > SESSION_S and self.part.owner is member:
             self.loop.call_later(SESSION_S, self._expired, member)
-        self.loop.call_later(seconds, self._reconnected, member)
+        self.loop.call_later(seconds, self._reconnected, member, far)
 
-    def _reconnected(self, member: Member) -> None:
+    def _reconnected(self, member: Member, far: str) -> None:
         if member.dead:
             return
-        self.trace(member.name, "reconnected to the broker")
-        if member.paused:
+        self.trace(member.name, f"reconnected to {far}")
+        if member.paused or far != KAFKA:
             return  # its resume meets the group
         if member.generation != self.part.generation:
             member.revoke()  # it learns its generation ended: a zombie drains
@@ -240,6 +242,8 @@ class World:
             self.kill(target, fault.arg)
         elif fault.kind == "cut_kafka" and target is not None:
             self.cut(target, fault.arg)
+        elif fault.kind == "cut_mail" and target is not None:
+            self.cut(target, fault.arg, MAIL)
         elif fault.kind == "pause" and target is not None:
             self.pause(target, fault.arg)
         elif fault.kind == "pause_after_check" and target is not None:
@@ -294,7 +298,7 @@ class World:
             or running
             or part.owner is None
             or part.committed < len(part.deliveries)
-            or any(m.paused or m.cut_for(KAFKA) for m in self.members.values())
+            or any(m.paused or m.cut_for(KAFKA) or m.cut_for(MAIL) for m in self.members.values())
             or (part.owner is not None and part.owner.audited < len(part.changelog))
             or (part.owner is not None and part.owner.holds_any())
             or (self.operator is not None and bool(self.operator.waiting()))

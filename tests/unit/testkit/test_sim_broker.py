@@ -216,6 +216,7 @@ def test_f37_a_claim_left_by_a_committed_record_is_processed_by_the_retry(
 F41 = 80
 
 
+@pytest.mark.usefixtures("before_cuts")
 def test_f41_a_dead_letter_the_broker_did_not_take_ends_the_worker() -> None:
     result = run_schedule(Schedule(F41))
 

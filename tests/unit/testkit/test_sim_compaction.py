@@ -63,7 +63,7 @@ def test_without_the_lag_the_cleaner_hides_records_from_gap_reads(
 
 
 def test_the_ledgers_compaction_lag_is_what_keeps_f22_from_failing(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, before_cuts: None
 ) -> None:
     # F22: compacted at once, the owner's sent record went right after a late pending one
     # landed, before the late writer read it to write it again

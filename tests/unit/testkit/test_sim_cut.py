@@ -1,15 +1,23 @@
-"""A simulated worker cut off from the broker: its requests there wait for the heal, its
-other calls go on, and past its session the group gives its partition away."""
+"""A simulated worker cut off from the broker (its requests there wait for the heal, its
+other calls go on, and past its session the group gives its partition away) or from the
+mail API (its sends time out, and take effect at the heal)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
+from datetime import UTC, datetime
 
 import pytest
 
-from testkit.sim.io import KAFKA, Actor, current, remote
+from onceonly.processors.exceptions import SendError
+from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from testkit.sim.io import KAFKA, MAIL, Actor, current, remote
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S
 from testkit.sim.loop import run
+from testkit.sim.mail import CLIENT_TIMEOUT_S, SimMail
+from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Schedule
 from testkit.sim.world import World
 
@@ -90,3 +98,80 @@ def test_a_member_cut_off_within_its_session_keeps_its_partition() -> None:
 
     assert (during, after) == ("self", "self")
     assert said[-1] == "reconnected to the broker"
+
+
+def _mail_cut_send(cut_s: float) -> tuple[str, float, list[tuple[str, bool]]]:
+    """A send at 0 by a worker cut off from the mail API for ``cut_s``: how it ended and
+    when, and the emails (message, late) once the cut healed."""
+
+    async def play() -> tuple[str, float, list[tuple[str, bool]]]:
+        loop = asyncio.get_running_loop()
+        mail = SimMail(random.Random(1), lambda who, what: None, loop.time)
+        mail.receive("inbox", "<m1@sim>", "t1", "hello")
+        actor = Actor("a1")
+        current.set(actor)
+        actor.cut[MAIL] = cut_s
+        record = ReplyRecord(
+            key=reply_key("inbox", "<m1@sim>"),
+            inbox_id="inbox",
+            message_id="<m1@sim>",
+            thread_key="agentmail:t1",
+            state=ReplyState.PENDING,
+            created_at=datetime(2026, 12, 7, tzinfo=UTC),
+            reply_text="hi",
+        )
+        try:
+            ended = await mail.reply(record)
+        except SendError as exc:
+            ended = exc.failure.value
+        at = loop.time()
+        await asyncio.sleep(cut_s + 5.0)
+        return ended, at, [(e.replied_to, e.late) for e in mail.outbox]
+
+    return run(play())
+
+
+def test_a_send_during_a_cut_from_the_mail_api_times_out_and_takes_effect_at_the_heal() -> None:
+    ended, at, emails = _mail_cut_send(60.0)
+
+    assert (ended, at) == ("retryable", CLIENT_TIMEOUT_S)
+    assert emails == [("<m1@sim>", True)]
+
+
+def test_a_send_whose_cut_heals_within_the_clients_timeout_is_answered() -> None:
+    ended, at, emails = _mail_cut_send(3.0)
+
+    assert ended.startswith("<sent") and 3.0 < at < CLIENT_TIMEOUT_S
+    assert emails == [("<m1@sim>", False)]
+
+
+def test_no_schedule_with_keys_ignored_is_cut_off_from_the_mail_api() -> None:
+    schedules = [Schedule(seed) for seed in range(300)]
+    kinds = [
+        {f.kind for f in s.faults if f.kind.startswith("cut_")} for s in schedules if s.ignore_keys
+    ]
+    honoured = [
+        {f.kind for f in s.faults if f.kind.startswith("cut_")}
+        for s in schedules
+        if not s.ignore_keys
+    ]
+
+    assert kinds and not any("cut_mail" in k for k in kinds)
+    assert any("cut_kafka" in k for k in kinds)
+    assert 0.3 < sum("cut_mail" in k for k in honoured) / len(honoured) < 0.7
+
+
+#: keys honoured: b2, cut off from the mail API for 164 s, recorded m40's reply failed and
+#: dead-lettered it; its requests, held by the cut, reached the mail API at the heal and
+#: the email went out (the letter's retry would find it by its key)
+LATE = 27
+
+
+def test_an_email_sent_after_its_worker_gave_up_is_the_late_sends_window() -> None:
+    result = run_schedule(Schedule(LATE))
+
+    assert result.passed, result.report()
+    assert result.late and not result.gave_up
+    hit = result.window_hits[0]
+    assert (hit.invariant, hit.detail) == ("ledger_agrees", "an email, recorded failed")
+    assert result._message(hit) in result.late_sends

@@ -110,9 +110,14 @@ async def _by_task(
     task.add_done_callback(_far.discard)
     try:
         result = await answer
-    finally:
+    except asyncio.CancelledError:  # the caller gave up: the far end runs on
+        raise
+    except Exception:
         if to is not None:
             await io.reach(to)
+        raise
+    if to is not None:
+        await io.reach(to)
     if actor is not None:
         await actor.awake()
     return result
