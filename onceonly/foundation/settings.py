@@ -162,6 +162,10 @@ class Settings(BaseSettings):
     #: how often the worker reads its ledger partitions for another writer's late record
     #: of a key it settled, and settles the key again after it (TableLedger.audit)
     ledger_audit_s: float = Field(default=30.0, gt=0)
+    #: how long after a reply is recorded failed, its sends' outcomes unknown (timeouts,
+    #: lost answers), the worker reads its thread again and records it sent if the email
+    #: went out after all (0: never); checked on the ledger audit's timer
+    late_send_check_s: float = Field(default=960.0, ge=0)
     reorder_window_ms: int = Field(default=2000, ge=0)
     send_attempts: int = Field(default=5, ge=1)
     #: how long a send answered "the first send with this key is in flight" (409) is

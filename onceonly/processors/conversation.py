@@ -333,6 +333,7 @@ class Conversation:
             on_retry=parts.metrics.send_retries.inc,
             may_retry=parts.flowing,
             arbitrate=parts.ledger.arbitrate,
+            unsettled=parts.late_sends.failed,
             channel=channel.name,
             **({"newer": newer} if newer is not None else {}),
             supersede_max=parts.settings.supersede_max,

@@ -19,6 +19,7 @@ from onceonly.processors.mail.protocol import MailProvider
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.records import KeyValues, Topic
 from onceonly.processors.reorder.holds import Holds
+from onceonly.processors.reply.late_sends import LateSends
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.retention import LedgerSweeper
 from onceonly.processors.writer.runner import Writer
@@ -56,6 +57,9 @@ class WorkerParts:
     #: a deliveries partition's first offset read since it was given to this worker (its
     #: committed offset then; None: none yet): a claim owned by a record before it is stale
     read_from: Callable[[int], int | None] = lambda partition: None
+    #: replies recorded *failed* after sends whose outcomes are unknown, read again later
+    #: (ONCEONLY_LATE_SEND_CHECK_S; by default none kept)
+    late_sends: LateSends = field(default_factory=lambda: LateSends(0.0, time.monotonic))
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -84,6 +84,7 @@ def worker_parts(member: Member) -> Any:
         flowing=member.owns,
         dead_letters=world.letters.writer,
         now=world.now,
+        late_sends=member.late_sends,
     )
 
 

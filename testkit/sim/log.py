@@ -35,6 +35,9 @@ SESSION_S = 10.0  #: a member paused or dead this long loses its partition
 DRAIN_GRACE_S = 3.0  #: a revoked member's lanes get this long, then are cancelled
 #: the owner's ledger audit, as the worker's timer (onceonly.processors.runtime.lifecycle)
 AUDIT_S = 30.0
+#: ONCEONLY_LATE_SEND_CHECK_S's default: a reply recorded failed, its sends' outcomes
+#: unknown, read again this long after (on the audit's timer)
+LATE_SEND_CHECK_S = 960.0
 #: each way, the audit's ask for the partition's end (fixed: it draws nothing from the
 #: schedule's generator, so the other calls' latencies are what they were without it)
 AUDIT_LATENCY_S = 0.002

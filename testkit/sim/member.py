@@ -17,6 +17,7 @@ from onceonly.processors.fence import Fence, Position, Rounds
 from onceonly.processors.flow.admission import Admission
 from onceonly.processors.lanes import Dropped
 from onceonly.processors.reply.bursts import distinct, ended_failed
+from onceonly.processors.reply.late_sends import LateSends
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.once import (
     Outcome,
@@ -35,6 +36,7 @@ from testkit.sim.io import KAFKA, Actor, Killed, current, remote
 from testkit.sim.letters import Item
 from testkit.sim.log import (
     DRAIN_GRACE_S,
+    LATE_SEND_CHECK_S,
     TP,
     LateLedger,
     SimTable,
@@ -81,6 +83,8 @@ class Member(Actor):
         )
         self.ledger.take_overs = take_overs(self)
         loop = asyncio.get_running_loop()
+        #: its replies recorded failed with their sends' outcomes unknown (read on its audit)
+        self.late_sends = LateSends(LATE_SEND_CHECK_S, loop.time)
         self.writer = Writer(
             world.model,
             WriterPolicy(timeout_s=120.0, attempts=3),

@@ -57,6 +57,7 @@ def reply_parts(
         newer=functools.partial(_newer, member, thread_key, taken, burst),
         may_retry=member.owns,
         arbitrate=member.ledger.arbitrate,
+        unsettled=member.late_sends.failed,
         monotonic=loop.time,
         replay=world.letters.replayed(taken),
     )

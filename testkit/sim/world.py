@@ -301,6 +301,7 @@ class World:
             or any(m.paused or m.cut_for(KAFKA) or m.cut_for(MAIL) for m in self.members.values())
             or (part.owner is not None and part.owner.audited < len(part.changelog))
             or (part.owner is not None and part.owner.holds_any())
+            or (part.owner is not None and len(part.owner.late_sends) > 0)
             or (self.operator is not None and bool(self.operator.waiting()))
             or self.catch_ups.running()
         )

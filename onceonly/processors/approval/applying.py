@@ -186,6 +186,7 @@ async def _send(parts: WorkerParts, record: ReplyRecord, reconcile: bool) -> Rep
         on_retry=parts.metrics.send_retries.inc,
         may_retry=parts.flowing,
         arbitrate=parts.ledger.arbitrate,
+        unsettled=parts.late_sends.failed,
         # the loop's clock (time.monotonic under asyncio's own loop; the simulator's virtual
         # clock under its loop): how long a 409 in-flight has been retried
         monotonic=asyncio.get_running_loop().time,

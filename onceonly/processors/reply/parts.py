@@ -62,6 +62,10 @@ def _no_op() -> None:
     return None
 
 
+def _kept_nowhere(record: ReplyRecord, sender: MailSender) -> None:
+    return None
+
+
 def _always() -> bool:
     return True
 
@@ -89,6 +93,9 @@ class SendParts:
     arbitrate: Callable[[ReplyRecord], Awaitable[Verdict]] = _first
     #: monotonic seconds, for how long a send has been retried (the in-flight wait)
     monotonic: Callable[[], float] = time.monotonic
+    #: a reply recorded *failed* after sends whose outcomes are unknown, with its sender:
+    #: its thread is read again later (``late_sends.LateSends.failed``)
+    unsettled: Callable[[ReplyRecord, MailSender], None] = _kept_nowhere
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

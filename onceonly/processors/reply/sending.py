@@ -148,6 +148,8 @@ class Sending:
         # every redelivery skips as done (the simulator's finding F33)
         await self.parts.dead_letter(failed, reason, burst)
         await self.parts.ledger.put(failed)
+        if exc.retryable:  # a timeout or a lost answer may have sent it: read again later
+            self.parts.unsettled(failed, self.parts.sender)
         log.error("reply dead-lettered", reason=reason, attempts=attempts, **log_ids(record))
         return BurstResult(Outcome.FAILED, record.key)
 

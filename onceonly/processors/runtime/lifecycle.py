@@ -100,7 +100,9 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
     query per partition, and a read only of offsets that are not the worker's own. Each
     partition not yet taken over since the last rebalance is first (TableLedger.take_over:
     its records of the last compaction lag, for a late record the last owner did not live
-    to repair; the simulator's finding F29), unless a lane's work there did it (F38)."""
+    to repair; the simulator's finding F29), unless a lane's work there did it (F38).
+    Then the replies it recorded *failed* with their sends' outcomes unknown, once due, are
+    read again in their threads (:class:`~onceonly.processors.reply.late_sends.LateSends`)."""
     connection = Connection.from_settings(settings)
     topic = settings.ledger_topic
     ledger = router.parts.ledger
@@ -121,6 +123,10 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
             ends = await asyncio.to_thread(log_ends, connection, topic, owned)
             for partition in owned:
                 await ledger.audit(partition, ends[partition])
+            mine = set(owned)
+            await router.parts.late_sends.check(
+                ledger, lambda key: ledger.table.partition_of(key.encode()) in mine
+            )
         except (KafkaAdapterError, LedgerUnreadable) as exc:  # the next audit tries again
             log.warning("ledger audit skipped: the broker did not answer", error=str(exc))
         except Rebalancing as exc:  # a take-over's repair fenced: the partition moved

@@ -54,6 +54,7 @@ from onceonly.processors.offsets import OffsetBook
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reorder.holds import Holds
+from onceonly.processors.reply.late_sends import LateSends
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.reply.retention import LedgerSweeper
 from onceonly.processors.router import Router
@@ -186,8 +187,7 @@ def _router(
     book: OffsetBook,
 ) -> Router:
     metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
-    retention = Retention.of(settings)
-    handler = settings.event_handler
+    retention, handler = Retention.of(settings), settings.event_handler
 
     async def confirm(tp: Any, generation: int) -> bool:
         consumer: Any = app.consumer  # onceonly.processors.runtime.consumer.TrackingConsumer
@@ -234,6 +234,7 @@ def _router(
         decisions=Decisions(topics.decisions, clock),
         fence=fence,
         read_from=lambda partition: book.first(TP(settings.deliveries_topic, partition)),
+        late_sends=LateSends(settings.late_send_check_s, time.monotonic),
     )
     return Router(parts, retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000))
 

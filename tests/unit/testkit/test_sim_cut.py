@@ -13,6 +13,7 @@ import pytest
 from onceonly.processors.exceptions import SendError
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from testkit.sim import member as members
 from testkit.sim.io import KAFKA, MAIL, Actor, current, remote
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S
 from testkit.sim.loop import run
@@ -175,3 +176,20 @@ def test_an_email_sent_after_its_worker_gave_up_is_the_late_sends_window() -> No
     hit = result.window_hits[0]
     assert (hit.invariant, hit.detail) == ("ledger_agrees", "an email, recorded failed")
     assert result._message(hit) in result.late_sends
+
+
+#: keys honoured: a1, cut off from the mail API, recorded replies failed and dead-lettered
+#: them (send_failed); their held requests took effect at the heal, and 960 s after each
+#: failure its late-send check read the thread and recorded the reply sent
+SETTLED_LATE = 18
+
+
+def test_the_late_send_check_records_sent_an_email_that_went_out_after_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checked = run_schedule(Schedule(SETTLED_LATE))
+    monkeypatch.setattr(members, "LATE_SEND_CHECK_S", 0.0)  # ONCEONLY_LATE_SEND_CHECK_S=0
+    unchecked = run_schedule(Schedule(SETTLED_LATE))
+
+    assert checked.passed and not checked.window_hits, checked.report()
+    assert unchecked.late

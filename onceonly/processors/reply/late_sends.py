@@ -1,0 +1,105 @@
+"""Replies recorded *failed* after sends whose outcome is unknown, read again later.
+
+A send that timed out may still take effect: a request written to a connection before a
+network partition between the worker and the mail API stays in the kernel's send queue
+when the client gives up, and TCP delivers it once the partition heals (within its
+retransmission limit, about 15 minutes on Linux). The worker has by then retried with the
+key, found no email in the thread, recorded the reply *failed* and dead-lettered it: the
+customer has the one email and the ledger says *failed* (the simulator's ``cut_mail``,
+docs/guarantees.md).
+
+So each reply recorded *failed* after a retryable failure (a timeout, a 5xx, a 429) is
+kept for ``ONCEONLY_LATE_SEND_CHECK_S``, then its thread is read once: an email found
+there is recorded *sent* (the dead letter stays open; its retry finds the key settled).
+Kept in memory, by the worker that recorded it, and checked only while it owns the
+ledger partition: a worker that restarts or loses the partition first forgets it, and the
+letter's retry settles the reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from onceonly.processors.reply.parts import Ledger, MailSender
+from onceonly.processors.reply.sending import as_found
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+log = structlog.get_logger("onceonly.late_sends")
+
+
+@dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A reply recorded *failed* whose sends' outcomes were unknown, and when to read its
+    thread (the clock's seconds)."""
+
+    due: float
+    record: ReplyRecord
+    sender: MailSender
+
+
+def due(waiting: dict[str, Unsettled], now: float) -> list[Unsettled]:
+    """The replies whose check is due, taken out of ``waiting``, the earliest first."""
+    ready = sorted((u for u in waiting.values() if u.due <= now), key=lambda u: u.due)
+    for unsettled in ready:
+        del waiting[unsettled.record.key]
+    return ready
+
+
+def still_failed(unsettled: Unsettled, current: ReplyRecord | None) -> bool:
+    """Whether the ledger still holds the reply as it was recorded *failed*: a retry since
+    (its letter's, a redelivery's) wrote another record, and settles the reply itself."""
+    return (
+        current is not None and current.state is ReplyState.FAILED and current == unsettled.record
+    )
+
+
+class LateSends:
+    """The replies this worker recorded *failed* with their sends' outcomes unknown."""
+
+    def __init__(self, after_s: float, clock: Callable[[], float]) -> None:
+        self.after_s = after_s  #: 0: none kept (ONCEONLY_LATE_SEND_CHECK_S=0)
+        self.clock = clock
+        self._waiting: dict[str, Unsettled] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def failed(self, record: ReplyRecord, sender: MailSender) -> None:
+        """``record`` (*failed*) was written after retryable failures: read it again later."""
+        if self.after_s > 0:
+            self._waiting[record.key] = Unsettled(self.clock() + self.after_s, record, sender)
+
+    async def check(self, ledger: Ledger, owns: Callable[[str], bool]) -> int:
+        """Read the thread of each reply due whose ledger partition this worker owns and
+        whose record is still the *failed* one; record *sent* what it finds. Returns how
+        many it settled. A read that fails is not tried again (the letter stays open)."""
+        settled = 0
+        for unsettled in due(self._waiting, self.clock()):
+            record = unsettled.record
+            ids = {"key": record.key, "message_id": record.message_id}
+            if not owns(record.key):
+                log.info("late-send check skipped: the partition is not this worker's", **ids)
+                continue
+            if not still_failed(unsettled, ledger.get(record.key)):
+                log.info("late-send check skipped: the reply was written since", **ids)
+                continue
+            try:
+                found = await unsettled.sender.find_reply(record)
+            except Exception as exc:  # the letter's retry settles it
+                log.warning("late-send check: the thread could not be read", error=repr(exc), **ids)
+                continue
+            if found is None:
+                log.info("late-send check: no email in the thread", **ids)
+                continue
+            await ledger.put(as_found(record, found))
+            log.warning(
+                "a reply recorded failed was sent after all (a request that outlived its "
+                "client); recorded sent, its dead letter is settled by its retry",
+                sent=str(found),
+                **ids,
+            )
+            settled += 1
+        return settled

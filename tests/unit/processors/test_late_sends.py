@@ -1,0 +1,153 @@
+"""A reply recorded *failed* with its sends' outcomes unknown is read again in its thread
+later, and recorded *sent* if its email went out after all (``reply.late_sends``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from onceonly.processors.exceptions import SendError, SendFailure
+from onceonly.processors.reply.late_sends import LateSends
+from onceonly.processors.reply.parts import SendParts
+from onceonly.processors.reply.sending import send_recorded
+from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from testkit.fakes.ledger import MemoryLedger
+from tests.unit.processors._replying import FAST, StubSender
+
+T0 = datetime(2026, 12, 7, tzinfo=UTC)
+
+
+def _failed(key: str = "reply-1") -> ReplyRecord:
+    return ReplyRecord(
+        key=key,
+        inbox_id="inbox",
+        message_id="<m1@x>",
+        thread_key="agentmail:t1",
+        state=ReplyState.FAILED,
+        created_at=T0,
+        reply_text="hello",
+        attempts=5,
+        error="retryable: timed out",
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _checked(
+    *,
+    found: str | None = "<sent-1@x>",
+    read_failures: tuple[SendError, ...] = (),
+    after_s: float = 960.0,
+    wait_s: float = 961.0,
+    owned: bool = True,
+    written_since: ReplyRecord | None = None,
+) -> tuple[int, MemoryLedger, StubSender, int]:
+    """A reply recorded failed at 0, checked at ``wait_s``: how many it settled, the
+    ledger, the sender (its thread reads), and how many replies are still kept."""
+    clock = Clock()
+    late = LateSends(after_s, clock)
+    ledger, sender = MemoryLedger(), StubSender(found=found, read_failures=read_failures)
+    failed = _failed()
+    await ledger.put(failed)
+    late.failed(failed, sender)
+    if written_since is not None:
+        await ledger.put(written_since)
+    clock.now = wait_s
+    settled = await late.check(ledger, lambda key: owned)
+    return settled, ledger, sender, len(late)
+
+
+async def test_a_reply_whose_email_went_out_after_all_is_recorded_sent_once_due() -> None:
+    settled, ledger, sender, kept = await _checked()
+
+    record = ledger.get("reply-1")
+    assert (settled, kept, sender.reads) == (1, 0, ["reply-1"])
+    assert record is not None and record.state is ReplyState.SENT
+    assert record.sent_message_id == "<sent-1@x>"
+
+
+async def test_nothing_is_read_before_the_check_is_due() -> None:
+    settled, ledger, sender, kept = await _checked(wait_s=959.0)
+
+    assert (settled, kept, sender.reads) == (0, 1, [])
+    assert ledger.writes[-1].state is ReplyState.FAILED
+
+
+async def test_a_thread_without_the_email_leaves_the_reply_failed() -> None:
+    settled, ledger, sender, kept = await _checked(found=None)
+
+    assert (settled, kept, sender.reads) == (0, 0, ["reply-1"])
+    assert [r.state for r in ledger.writes] == [ReplyState.FAILED]
+
+
+async def test_a_reply_written_since_is_not_read_again() -> None:
+    retried = _failed().with_state(ReplyState.PENDING)
+
+    settled, ledger, sender, _ = await _checked(written_since=retried)
+
+    assert (settled, sender.reads) == (0, [])
+    assert ledger.writes[-1] is retried
+
+
+async def test_a_reply_of_a_partition_the_worker_no_longer_owns_is_not_read() -> None:
+    settled, ledger, sender, kept = await _checked(owned=False)
+
+    assert (settled, kept, sender.reads) == (0, 0, [])
+    assert ledger.writes[-1].state is ReplyState.FAILED
+
+
+async def test_a_thread_that_cannot_be_read_leaves_the_reply_failed_without_raising() -> None:
+    unreadable = SendError(SendFailure.RETRY, "thread read timed out")
+
+    settled, ledger, _, kept = await _checked(read_failures=(unreadable,))
+
+    assert (settled, kept) == (0, 0)
+    assert ledger.writes[-1].state is ReplyState.FAILED
+
+
+async def test_a_check_after_zero_seconds_keeps_nothing() -> None:
+    settled, _, sender, kept = await _checked(after_s=0.0)
+
+    assert (settled, kept, sender.reads) == (0, 0, [])
+
+
+async def _send_failing(*failures: SendError) -> list[ReplyRecord]:
+    """A recorded reply sent by the reply path's send, its attempts failing with
+    ``failures``: what the send handed on to be read again later."""
+    unsettled: list[ReplyRecord] = []
+    dead: list[ReplyRecord] = []
+
+    async def dead_letter(record: ReplyRecord, reason: str, burst: object) -> None:
+        dead.append(record)
+
+    parts = SendParts(
+        ledger=MemoryLedger(),
+        sender=StubSender(*failures),
+        dead_letter=dead_letter,
+        policy=FAST,
+        unsettled=lambda record, sender: unsettled.append(record),
+    )
+    pending = _failed().with_state(ReplyState.PENDING)
+    await parts.ledger.put(pending)
+    await send_recorded(pending, False, parts)
+    assert [r.state for r in dead] == [ReplyState.FAILED]
+    return unsettled
+
+
+async def test_a_reply_failed_after_timeouts_is_handed_on_to_be_read_again() -> None:
+    timeouts = [SendError(SendFailure.RETRY, "timed out") for _ in range(3)]
+
+    unsettled = await _send_failing(*timeouts)
+
+    assert [(r.key, r.state) for r in unsettled] == [("reply-1", ReplyState.FAILED)]
+
+
+async def test_a_reply_the_mail_api_rejected_is_not_read_again() -> None:
+    unsettled = await _send_failing(SendError(SendFailure.REJECTED, "422", status=422))
+
+    assert unsettled == []
