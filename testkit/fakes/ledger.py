@@ -25,6 +25,10 @@ class MemoryLedger:
         self.records[record.key] = record
         self.writes.append(record)
 
+    async def put_found(self, record: ReplyRecord, partition: int) -> None:
+        """As ``put``: one partition here."""
+        await self.put(record)
+
     async def arbitrate(self, record: ReplyRecord) -> Verdict:
         """One writer, one log: its own record is always its key's first."""
         return Verdict(Ruling.OWN, record)

@@ -74,7 +74,7 @@ async def audits(member: Member) -> None:
             )
             if member.owns() and await member.ledger.audit(0, end):
                 member.audited = end
-            await member.late_sends.check(member.ledger, lambda key: member.owns())
+            await member.late_sends.check(member.ledger, lambda partition: member.owns())
     except Killed:
         pass
     except BrokerUnavailable as exc:

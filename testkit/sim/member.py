@@ -84,7 +84,7 @@ class Member(Actor):
         self.ledger.take_overs = take_overs(self)
         loop = asyncio.get_running_loop()
         #: its replies recorded failed with their sends' outcomes unknown (read on its audit)
-        self.late_sends = LateSends(LATE_SEND_CHECK_S, loop.time)
+        self.late_sends = LateSends(LATE_SEND_CHECK_S, loop.time, self.table.partition_of)
         self.writer = Writer(
             world.model,
             WriterPolicy(timeout_s=120.0, attempts=3),

@@ -20,14 +20,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
-from onceonly.processors.reply.parts import Ledger, MailSender
+from onceonly.processors.reply.parts import MailSender
 from onceonly.processors.reply.sending import as_found
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.late_sends")
+
+
+class Ledger(Protocol):
+    """What the check reaches of the ledger (``TableLedger``)."""
+
+    def get(self, key: str) -> ReplyRecord | None: ...
+
+    async def put_found(self, record: ReplyRecord, partition: int) -> None:
+        """Write ``record`` (*sent*, found in its thread) to ``partition``, outside any record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +48,7 @@ class Unsettled:
     due: float
     record: ReplyRecord
     sender: MailSender
+    partition: int  #: its ledger partition (a write outside a record must name it)
 
 
 def due(waiting: dict[str, Unsettled], now: float) -> list[Unsettled]:
@@ -59,9 +70,16 @@ def still_failed(unsettled: Unsettled, current: ReplyRecord | None) -> bool:
 class LateSends:
     """The replies this worker recorded *failed* with their sends' outcomes unknown."""
 
-    def __init__(self, after_s: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        after_s: float,
+        clock: Callable[[], float],
+        partition_of: Callable[[bytes], int] = lambda key: 0,
+    ) -> None:
         self.after_s = after_s  #: 0: none kept (ONCEONLY_LATE_SEND_CHECK_S=0)
         self.clock = clock
+        #: a key's ledger partition, asked when a reply fails (within its record)
+        self.partition_of = partition_of
         self._waiting: dict[str, Unsettled] = {}
 
     def __len__(self) -> int:
@@ -70,9 +88,10 @@ class LateSends:
     def failed(self, record: ReplyRecord, sender: MailSender) -> None:
         """``record`` (*failed*) was written after retryable failures: read it again later."""
         if self.after_s > 0:
-            self._waiting[record.key] = Unsettled(self.clock() + self.after_s, record, sender)
+            at = self.partition_of(record.key.encode())
+            self._waiting[record.key] = Unsettled(self.clock() + self.after_s, record, sender, at)
 
-    async def check(self, ledger: Ledger, owns: Callable[[str], bool]) -> int:
+    async def check(self, ledger: Ledger, owns: Callable[[int], bool]) -> int:
         """Read the thread of each reply due whose ledger partition this worker owns and
         whose record is still the *failed* one; record *sent* what it finds. Returns how
         many it settled. A read that fails is not tried again (the letter stays open)."""
@@ -80,7 +99,7 @@ class LateSends:
         for unsettled in due(self._waiting, self.clock()):
             record = unsettled.record
             ids = {"key": record.key, "message_id": record.message_id}
-            if not owns(record.key):
+            if not owns(unsettled.partition):
                 log.info("late-send check skipped: the partition is not this worker's", **ids)
                 continue
             if not still_failed(unsettled, ledger.get(record.key)):
@@ -94,7 +113,7 @@ class LateSends:
             if found is None:
                 log.info("late-send check: no email in the thread", **ids)
                 continue
-            await ledger.put(as_found(record, found))
+            await ledger.put_found(as_found(record, found), unsettled.partition)
             log.warning(
                 "a reply recorded failed was sent after all (a request that outlived its "
                 "client); recorded sent, its dead letter is settled by its retry",

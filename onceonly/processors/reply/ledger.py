@@ -28,8 +28,7 @@ from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.reply")
 
-#: own *pending* records remembered for arbitration; the oldest go first (a lane's
-#: partition moved before it settled its key: its next owner settles it)
+#: own *pending* records kept for arbitration, the oldest dropped first (their lanes moved)
 PENDING_KEPT = 100_000
 
 #: the own records a worker past its fence check (paused, woken after its partition moved)
@@ -93,8 +92,7 @@ class TableLedger:
         self._recovered_to: dict[int, int] = {}
 
     def get(self, key: str) -> ReplyRecord | None:
-        raw = self.table.get(key.encode())
-        return ReplyRecord.decode(raw) if raw is not None else None
+        return None if (raw := self.table.get(key.encode())) is None else ReplyRecord.decode(raw)
 
     async def put(self, record: ReplyRecord) -> None:
         made = self._made(record)
@@ -318,9 +316,12 @@ class TableLedger:
         landed = await self._write(record.key, record.encode(), fenced=False, partition=partition)
         log.warning(why, key=record.key, state=record.state.value, landed=landed[1], **ids)
 
+    async def put_found(self, record: ReplyRecord, partition: int) -> None:
+        """``record`` *sent* as its thread shows it, outside any record (``late_sends``)."""
+        await self._write(record.key, self._made(record), fenced=False, partition=partition)
+
     def get_raw(self, key: str) -> bytes | None:
-        raw = self.table.get(key.encode())
-        return bytes(raw) if raw is not None else None
+        return None if (raw := self.table.get(key.encode())) is None else bytes(raw)
 
     async def put_raw(self, key: str, value: bytes) -> None:
         await self._write(key, value)

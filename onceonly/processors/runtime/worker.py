@@ -234,7 +234,7 @@ def _router(
         decisions=Decisions(topics.decisions, clock),
         fence=fence,
         read_from=lambda partition: book.first(TP(settings.deliveries_topic, partition)),
-        late_sends=LateSends(settings.late_send_check_s, time.monotonic),
+        late_sends=LateSends(settings.late_send_check_s, time.monotonic, replies.partition_of),
     )
     return Router(parts, retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000))
 

@@ -1,0 +1,61 @@
+"""A send that outlived its client: the worker gave up, recorded the reply *failed* and
+dead-lettered it, and then the mail API sent the email. The worker reads the thread again
+``ONCEONLY_LATE_SEND_CHECK_S`` later and records the reply *sent* (onceonly.processors.
+reply.late_sends), on a real broker, through the agentmail SDK.
+
+The fake mail API holds the first request's key in flight and sends only after
+``send_delay_s`` (its handler is not cancelled when the client gives up), as a request
+delivered late by TCP after a partition would be; every retry meanwhile gets 409 in flight.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from onceonly.processors.writer.contract import reply_key
+from onceonly.schemas.ledger import ReplyState
+from tests.integration.workers import (
+    INBOX,
+    Stack,
+    dead_letters,
+    ledger_records,
+    sent_to,
+    state_of,
+    until,
+)
+
+pytestmark = pytest.mark.integration
+
+MESSAGE, THREAD = "<late-1@example.com>", "t-late"
+
+
+async def test_a_reply_recorded_failed_whose_email_went_out_after_all_is_recorded_sent(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(reorder_window_ms=0)
+    stack.mail.faults.send_delay_s = 12.0  # sent long after the worker gave up on it
+    stack.worker(
+        ONCEONLY_SEND_TIMEOUT_S="1",
+        ONCEONLY_SEND_ATTEMPTS="2",
+        ONCEONLY_SEND_IN_FLIGHT_WAIT_S="2",
+        ONCEONLY_LATE_SEND_CHECK_S="20",
+        ONCEONLY_LEDGER_AUDIT_S="1",
+    )
+    key = reply_key(INBOX, MESSAGE)
+
+    await stack.deliver(stack.seed(MESSAGE, THREAD))
+    await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
+    assert sent_to(stack) == Counter()  # given up before the email went out
+    await until(stack, lambda: state_of(stack, key) is ReplyState.SENT, "recorded sent after all")
+
+    [email] = stack.mail.outbox
+    assert (email.replied_to_message_id, ledger_records(stack)[key].sent_message_id) == (
+        MESSAGE,
+        email.sent_message_id,
+    )
+    [letter] = dead_letters(stack)  # open: its retry finds the key settled
+    assert letter["check"] == "send_failed"
+    assert "a reply recorded failed was sent after all" in stack.workers[0].log()
