@@ -96,17 +96,21 @@ class SimMail:
     async def reply(self, record: ReplyRecord, owns: Callable[[], bool] = lambda: True) -> str:
         """A send; ``owns``: whether its sender still owns the partition (asked as the email
         takes effect, to mark it stale). Its email is marked late if its client gave up on
-        it, before or after it took effect."""
+        it (timed out, or its lane cancelled while a cut held it), before or after it took
+        effect."""
         request = _Request()
         far = lambda: self._reply(record, owns, request)  # noqa: E731
         sent = remote(self._latency(), far, self._latency(), MAIL)
         try:
             return await _timed(sent, f"a send of {record.message_id}", request)
-        except SendError:
+        except asyncio.CancelledError:
+            actor = current.get()
+            request.given_up = actor is not None and actor.cut_for(MAIL) > 0
+            raise
+        finally:
             if request.given_up and request.sent is not None:
                 email = self.outbox[request.sent]
                 self.outbox[request.sent] = dataclasses.replace(email, late=True)
-            raise
 
     async def find_reply(self, record: ReplyRecord) -> str | None:
         def read() -> str | None:

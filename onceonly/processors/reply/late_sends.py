@@ -9,17 +9,19 @@ customer has the one email and the ledger says *failed* (the simulator's ``cut_m
 docs/guarantees.md).
 
 So each reply recorded *failed* after a retryable failure (a timeout, a 5xx, a 429) is
-kept for ``ONCEONLY_LATE_SEND_CHECK_S``, then its thread is read once: an email found
-there is recorded *sent* (the dead letter stays open; its retry finds the key settled).
-Kept in memory, by the worker that recorded it, and checked only while it owns the
-ledger partition: a worker that restarts or loses the partition first forgets it, and the
-letter's retry settles the reply.
+kept for ``ONCEONLY_LATE_SEND_CHECK_S``, then its thread is read: an email found there is
+recorded *sent* (the dead letter stays open; its retry finds the key settled). Kept in
+memory, by the worker that recorded it: a worker that restarts forgets it, and one that
+does not own the reply's ledger partition when the check falls due drops it; the letter's
+retry then settles the reply. At most :data:`AT_MOST` threads are read a check, and a read
+that fails (the mail API still away) ends the check: the reply is read again at the next,
+at most :data:`READS` times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import structlog
@@ -29,6 +31,11 @@ from onceonly.processors.reply.sending import as_found
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.late_sends")
+
+#: threads read in one check, at most (each read may take the client's whole timeout)
+AT_MOST = 100
+#: reads of one reply's thread that may fail before it is given up (the letter stays)
+READS = 3
 
 
 class Ledger(Protocol):
@@ -49,14 +56,15 @@ class Unsettled:
     record: ReplyRecord
     sender: MailSender
     partition: int  #: its ledger partition (a write outside a record must name it)
+    failed_reads: int = 0
 
 
-def due(waiting: dict[str, Unsettled], now: float) -> list[Unsettled]:
-    """The replies whose check is due, taken out of ``waiting``, the earliest first."""
+def due(waiting: dict[str, Unsettled], now: float, at_most: int = AT_MOST) -> list[Unsettled]:
+    """The replies whose check is due (``at_most``, the earliest first), out of ``waiting``."""
     ready = sorted((u for u in waiting.values() if u.due <= now), key=lambda u: u.due)
-    for unsettled in ready:
+    for unsettled in ready[:at_most]:
         del waiting[unsettled.record.key]
-    return ready
+    return ready[:at_most]
 
 
 def still_failed(unsettled: Unsettled, current: ReplyRecord | None) -> bool:
@@ -94,9 +102,10 @@ class LateSends:
     async def check(self, ledger: Ledger, owns: Callable[[int], bool]) -> int:
         """Read the thread of each reply due whose ledger partition this worker owns and
         whose record is still the *failed* one; record *sent* what it finds. Returns how
-        many it settled. A read that fails is not tried again (the letter stays open)."""
+        many it settled. A read that fails ends the check (the others are read at the next)."""
         settled = 0
-        for unsettled in due(self._waiting, self.clock()):
+        ready = due(self._waiting, self.clock())
+        for n, unsettled in enumerate(ready):
             record = unsettled.record
             ids = {"key": record.key, "message_id": record.message_id}
             if not owns(unsettled.partition):
@@ -107,9 +116,9 @@ class LateSends:
                 continue
             try:
                 found = await unsettled.sender.find_reply(record)
-            except Exception as exc:  # the letter's retry settles it
-                log.warning("late-send check: the thread could not be read", error=repr(exc), **ids)
-                continue
+            except Exception as exc:
+                self._unread(unsettled, ready[n + 1 :], exc)
+                break
             if found is None:
                 log.info("late-send check: no email in the thread", **ids)
                 continue
@@ -122,3 +131,21 @@ class LateSends:
             )
             settled += 1
         return settled
+
+    def _unread(self, unsettled: Unsettled, rest: list[Unsettled], exc: Exception) -> None:
+        """A thread read failed: it and the replies after it wait for the next check (a
+        thread that failed :data:`READS` times is given up: its letter's retry settles it)."""
+        record = unsettled.record
+        tries = unsettled.failed_reads + 1
+        given_up = tries >= READS
+        log.warning(
+            "late-send check: the thread could not be read",
+            error=repr(exc),
+            given_up=given_up,
+            key=record.key,
+            message_id=record.message_id,
+        )
+        if not given_up:
+            self._waiting[record.key] = replace(unsettled, failed_reads=tries)
+        for later in rest:
+            self._waiting[later.record.key] = later

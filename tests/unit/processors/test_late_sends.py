@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.reply.late_sends import LateSends
+from onceonly.processors.reply.late_sends import AT_MOST, READS, LateSends
 from onceonly.processors.reply.parts import SendParts
 from onceonly.processors.reply.sending import send_recorded
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -101,13 +101,57 @@ async def test_a_reply_of_a_partition_the_worker_no_longer_owns_is_not_read() ->
     assert ledger.writes[-1].state is ReplyState.FAILED
 
 
-async def test_a_thread_that_cannot_be_read_leaves_the_reply_failed_without_raising() -> None:
+async def test_a_thread_that_cannot_be_read_is_kept_for_the_next_check() -> None:
     unreadable = SendError(SendFailure.RETRY, "thread read timed out")
 
     settled, ledger, _, kept = await _checked(read_failures=(unreadable,))
 
-    assert (settled, kept) == (0, 0)
+    assert (settled, kept) == (0, 1)
     assert ledger.writes[-1].state is ReplyState.FAILED
+
+
+async def _many(count: int, sender: StubSender) -> tuple[LateSends, MemoryLedger, Clock]:
+    """``count`` replies recorded failed at 0 through ``sender``, all due at 961."""
+    clock = Clock()
+    late, ledger = LateSends(960.0, clock), MemoryLedger()
+    for n in range(count):
+        failed = _failed(f"reply-{n}")
+        await ledger.put(failed)
+        late.failed(failed, sender)
+    clock.now = 961.0
+    return late, ledger, clock
+
+
+async def test_a_failed_read_ends_the_check_and_the_rest_wait_for_the_next() -> None:
+    unreadable = SendError(SendFailure.RETRY, "thread read timed out")
+    sender = StubSender(found="<sent-1@x>", read_failures=[unreadable])
+    late, ledger, _ = await _many(3, sender)
+
+    first = await late.check(ledger, lambda partition: True)
+    second = await late.check(ledger, lambda partition: True)
+
+    assert (first, second, len(late)) == (0, 3, 0)
+    assert len(sender.reads) == 4
+
+
+async def test_a_thread_unreadable_every_time_is_given_up_after_its_reads() -> None:
+    unreadable = [SendError(SendFailure.RETRY, "timed out") for _ in range(READS)]
+    late, ledger, _ = await _many(1, StubSender(found="<sent-1@x>", read_failures=unreadable))
+
+    for _ in range(READS):
+        assert await late.check(ledger, lambda partition: True) == 0
+
+    assert len(late) == 0
+    assert ledger.writes[-1].state is ReplyState.FAILED
+
+
+async def test_a_check_reads_at_most_its_share_of_threads() -> None:
+    sender = StubSender(found=None)
+    late, ledger, _ = await _many(AT_MOST + 5, sender)
+
+    await late.check(ledger, lambda partition: True)
+
+    assert (len(sender.reads), len(late)) == (AT_MOST, 5)
 
 
 async def test_a_check_after_zero_seconds_keeps_nothing() -> None:

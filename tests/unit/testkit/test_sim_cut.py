@@ -193,3 +193,16 @@ def test_the_late_send_check_records_sent_an_email_that_went_out_after_all(
 
     assert checked.passed and not checked.window_hits, checked.report()
     assert unchecked.late
+
+
+#: keys honoured: b1's send of m46 was held by a cut from the mail API when a rebalance
+#: cancelled its lane; re-assigned, b1 could not read the thread, recorded the reply failed,
+#: and was killed before its late-send check; the held request sent the email at the heal
+CANCELLED_LATE = 70045
+
+
+def test_an_email_whose_lane_was_cancelled_while_a_cut_held_it_is_late() -> None:
+    result = run_schedule(Schedule(CANCELLED_LATE))
+
+    assert result.passed, result.report()
+    assert result.late and "<m46@sim>" in result.late_sends
