@@ -79,3 +79,6 @@ async def audits(member: Member) -> None:
         pass
     except BrokerUnavailable as exc:
         member.fatal(exc)
+    except Exception as exc:  # faust's timer would crash the worker: a finding
+        world.errors.append(f"{member.name}'s audit: {exc!r}")
+        world.trace(member.name, f"audit raised {exc!r}")

@@ -143,6 +143,13 @@ class SimTable(OnePartitionStore):
         self.world = world
         self.member = member
 
+    def partition_of(self, key: bytes) -> int:
+        """Partition 0, asked within a record only: faust's table names a key's partition
+        by the current event's, and raises outside one (``FaustTable.partition_of``)."""
+        if position.get() is None:
+            raise TypeError("Cannot modify table key from outside of stream iteration")
+        return 0
+
     def __getitem__(self, key: bytes) -> bytes:
         return self.store[key]
 
