@@ -94,10 +94,18 @@ class LateSends:
         return len(self._waiting)
 
     def failed(self, record: ReplyRecord, sender: MailSender) -> None:
-        """``record`` (*failed*) was written after retryable failures: read it again later."""
-        if self.after_s > 0:
+        """``record`` (*failed*) was written after retryable failures: read it again later.
+        Never raises into the reply path, whose record and letter are written already: a
+        reply whose partition cannot be named here is not kept (logged)."""
+        if self.after_s <= 0:
+            return
+        try:
             at = self.partition_of(record.key.encode())
-            self._waiting[record.key] = Unsettled(self.clock() + self.after_s, record, sender, at)
+        except Exception as exc:
+            ids = {"key": record.key, "message_id": record.message_id}
+            log.warning("late-send check not kept: no partition", error=repr(exc), **ids)
+            return
+        self._waiting[record.key] = Unsettled(self.clock() + self.after_s, record, sender, at)
 
     async def check(self, ledger: Ledger, owns: Callable[[int], bool]) -> int:
         """Read the thread of each reply due whose ledger partition this worker owns and

@@ -195,3 +195,14 @@ async def test_a_reply_the_mail_api_rejected_is_not_read_again() -> None:
     unsettled = await _send_failing(SendError(SendFailure.REJECTED, "422", status=422))
 
     assert unsettled == []
+
+
+def test_a_reply_whose_partition_cannot_be_named_is_not_kept_and_nothing_raises() -> None:
+    def outside_a_record(key: bytes) -> int:
+        raise TypeError("Cannot modify table key from outside of stream iteration")
+
+    late = LateSends(960.0, Clock(), outside_a_record)
+
+    late.failed(_failed(), StubSender())
+
+    assert len(late) == 0
