@@ -198,24 +198,24 @@ def _drawn_or(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
     parser.add_argument(flag, choices=["drawn", "off", "on"], default="drawn", help=help)
 
 
+def _switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """An option on by default, ``--no-...`` to turn it off."""
+    parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=True, help=help)
+
+
 def _broker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    _switch(
+        parser,
         "--expiries",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="play the ledger writes' expiries the schedules draw (on; off: drawn, not played)",
+        "play the ledger writes' expiries the schedules draw (on; off: drawn, not played)",
     )
-    parser.add_argument(
-        "--table-loss",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="lose half the events-table writes made while writes expire (on)",
+    _switch(
+        parser, "--table-loss", "lose half the events-table writes made while writes expire (on)"
     )
-    parser.add_argument(
+    _switch(
+        parser,
         "--letter-expiries",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="fail the dead letters produced while writes expire, half of them landed (on)",
+        "fail the dead letters produced while writes expire, half of them landed (on)",
     )
     _drawn_or(
         parser,
@@ -223,23 +223,17 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         "the reorder window: drawn (half the seeds hold deliveries), off (window 0) or on "
         "(every seed holds them)",
     )
-    parser.add_argument(
-        "--replays",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the operator's replays the schedules draw (on; off: left out)",
-    )
-    parser.add_argument(
+    _switch(parser, "--replays", "the operator's replays the schedules draw (on; off: left out)")
+    _switch(
+        parser,
         "--cuts",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the members cut off from the broker the schedules draw (on; off: left out)",
+        "members cut off from the broker or the mail API, as the schedules draw them (on; "
+        "off: left out)",
     )
-    parser.add_argument(
+    _switch(
+        parser,
         "--same-disk",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="half the restarts on the killed worker's own disk (on; off: each on a new host)",
+        "half the restarts on the killed worker's own disk (on; off: each on a new host)",
     )
 
 

@@ -180,13 +180,7 @@ class World:
         self.trace(member.name, f"reconnected to {far}")
         if member.paused or far != KAFKA:
             return  # its resume meets the group
-        if member.generation != self.part.generation:
-            member.revoke()  # it learns its generation ended: a zombie drains
-            if self.part.owner is None:
-                self.rebalance(f"{member.name} rejoined")
-        else:
-            member.fetch()
-            member.commit()  # what its lanes finished during the cut
+        self._rejoin(member, cut=True)
 
     def _resume(self, member: Member) -> None:
         if member.dead:
@@ -195,12 +189,18 @@ class World:
         self.trace(member.name, "resumed")
         if member.cut_for(KAFKA):
             return  # still cut off: it meets the group at the heal
+        self._rejoin(member, cut=False)
+
+    def _rejoin(self, member: Member, cut: bool) -> None:
+        """``member`` reaches the group again after a pause (or a ``cut`` from the broker)."""
         if member.generation != self.part.generation:
             member.revoke()  # it learns its generation ended: a zombie drains
             if self.part.owner is None:
                 self.rebalance(f"{member.name} rejoined")
-        else:
-            member.fetch()
+            return
+        member.fetch()
+        if cut:
+            member.commit()  # what its lanes finished during the cut
 
     def kill(self, member: Member, restart_s: float) -> None:
         if member.dead:
