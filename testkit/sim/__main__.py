@@ -230,6 +230,11 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         "members cut off from the broker or the mail API, as the schedules draw them (on; "
         "off: left out)",
     )
+    parser.add_argument(
+        "--read-cuts",
+        action="store_true",
+        help="a cut from the mail API holds thread and message reads too (off: finding F43)",
+    )
     _switch(
         parser,
         "--same-disk",
@@ -244,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     Broker.expiries, Broker.lose_table_writes = args.expiries, args.table_loss  # forked jobs too
     Broker.expire_letters = args.letter_expiries
     Reorder.mode, Replays.on = args.window, args.replays
-    World.same_disk, Cuts.on = args.same_disk, args.cuts
+    World.same_disk, Cuts.on, Cuts.reads = args.same_disk, args.cuts, args.read_cuts
     if args.planted:
         planted_table()
         return 0

@@ -32,8 +32,7 @@ from onceonly.processors.mail.agentmail.channel import AgentMailChannel
 from onceonly.schemas.approval import Action, ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 from testkit.invariants import Decision
-from testkit.sim.io import remote
-from testkit.sim.mail import MemberMail
+from testkit.sim.mail import MemberMail, read
 
 if TYPE_CHECKING:
     from testkit.sim.member import Member
@@ -58,7 +57,8 @@ class ChannelMail(MemberMail):
 
     async def thread(self, account: str, thread_id: str) -> list[dict[str, Any]]:
         latency = self.mail._latency
-        return await remote(latency(), lambda: _copy(self.mail, account, thread_id), latency())
+        copied = lambda: _copy(self.mail, account, thread_id)  # noqa: E731
+        return await read(latency(), copied, latency(), f"a read of thread {thread_id}")
 
 
 def _copy(mail: Any, account: str, thread_id: str) -> list[dict[str, Any]]:

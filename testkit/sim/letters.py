@@ -58,7 +58,8 @@ from onceonly.schemas.envelope import Envelope, has_valid_mac, mac_of
 from onceonly.schemas.ledger import ReplyRecord
 from testkit.sim.approvals import ChannelMail, _Nothing
 from testkit.sim.events import claim_original, finish_original
-from testkit.sim.io import KAFKA, reach, remote
+from testkit.sim.io import KAFKA, reach
+from testkit.sim.mail import read as read_mail
 
 if TYPE_CHECKING:
     from testkit.sim.member import Member
@@ -109,8 +110,7 @@ def envelope_of(message: Inbound) -> Envelope:
 
 
 class FetchMail(ChannelMail):
-    """The mail API as a member's AgentMail channel reads a message (a letter's envelope made
-    again from the ledger carries no body: the channel fetches it)."""
+    """The mail API as a member's channel reads a message (a letter's envelope has no body)."""
 
     def __init__(self, world: World, member: Member) -> None:
         super().__init__(world.mail, member.owns)
@@ -123,8 +123,8 @@ class FetchMail(ChannelMail):
                 raise SendError(SendFailure.REJECTED, f"message {message_id} not found", status=404)
             return json.loads(envelope_of(message).raw)["message"]  # type: ignore[no-any-return]
 
-        latency = self.mail._latency
-        return await remote(latency(), read, latency())
+        out, back = self.mail._latency(), self.mail._latency()
+        return await read_mail(out, read, back, f"a fetch of {message_id}")
 
 
 class Letters:

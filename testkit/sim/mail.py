@@ -25,6 +25,7 @@ from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.mail.agentmail.messages import find_sent_reply
 from onceonly.schemas.ledger import ReplyRecord
 from testkit.sim.io import MAIL, Later, current, remote
+from testkit.sim.schedule import Cuts
 
 Trace = Callable[[str, str], None]
 T = TypeVar("T")
@@ -43,7 +44,7 @@ class SentEmail:
     #: sent by a member that no longer owned the partition when the email took effect (its
     #: fence check passed before it lost it): with keys ignored, the window that remains
     stale: bool = False
-    #: took effect after its client gave up on it (a request held by a cut, :func:`_timed`)
+    #: took effect after its client gave up on it (a request held by a cut, :func:`timed`)
     late: bool = False
 
 
@@ -102,7 +103,7 @@ class SimMail:
         far = lambda: self._reply(record, owns, request)  # noqa: E731
         sent = remote(self._latency(), far, self._latency(), MAIL)
         try:
-            return await _timed(sent, f"a send of {record.message_id}", request)
+            return await timed(sent, f"a send of {record.message_id}", request)
         except asyncio.CancelledError:
             actor = current.get()
             request.given_up = actor is not None and actor.cut_for(MAIL) > 0
@@ -120,7 +121,7 @@ class SimMail:
             )
 
         read_it = remote(self._latency(), read, self._latency(), MAIL)
-        found = await _timed(read_it, f"a read of {record.message_id}'s thread")
+        found = await timed(read_it, f"a read of {record.message_id}'s thread")
         self.trace("mail", f"find_reply {record.message_id} -> {found}")
         return found
 
@@ -216,6 +217,15 @@ class SimMail:
         return sent_id
 
 
+async def read(out_s: float, far: Callable[[], T], back_s: float, what: str) -> T:
+    """A thread or message read of the mail API (an approval's, a letter's message): held
+    by a cut from it as a send is with :attr:`Cuts.reads <testkit.sim.schedule.Cuts>`, else
+    never (finding F43 open: an unread thread leaves a draft's supersede mark unanswered)."""
+    if not Cuts.reads:
+        return await remote(out_s, far, back_s)
+    return await timed(remote(out_s, far, back_s, MAIL), what)
+
+
 @dataclass(slots=True)
 class _Request:
     """A send's request: whether its client gave up on it (timed out), and its email."""
@@ -224,7 +234,7 @@ class _Request:
     sent: int | None = None  #: the email's index in the outbox, once it took effect
 
 
-async def _timed(call: Coroutine[Any, Any, T], what: str, request: _Request | None = None) -> T:
+async def timed(call: Coroutine[Any, Any, T], what: str, request: _Request | None = None) -> T:
     """``call`` within the SDK client's timeout, for a worker that was ever cut off from the
     mail API (:data:`~testkit.sim.io.MAIL`): the request it made during a cut leaves at the
     heal, as TCP sends it again, and takes effect then, whether or not the client gave up

@@ -121,10 +121,13 @@ class Replays:
 
 
 class Cuts:
-    """Whether the ``cut_kafka`` faults drawn are in the schedules (``--no-cuts``: left out,
-    the schedules as they were before cuts were simulated)."""
+    """Whether the ``cut_kafka`` and ``cut_mail`` faults drawn are in the schedules
+    (``--no-cuts``: left out, the schedules as they were before cuts were simulated), and
+    whether a cut from the mail API holds a member's thread and message reads too, as it
+    holds its sends and ``find_reply`` (``--read-cuts``: off while finding F43 is open)."""
 
     on: ClassVar[bool] = True
+    reads: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,7 +165,7 @@ class World:
         fence checks, writes, reads, fetches and commits wait for the heal), and past the
         session the group gives its partition away, which it learns at the heal. From the
         mail API (:data:`MAIL`): its sends and thread reads leave at the heal, and time out
-        before it (``mail._timed``)."""
+        before it (``mail.timed``)."""
         if member.dead or member.cut_for(far):
             return
         member.cut[far] = self.loop.time() + seconds

@@ -19,7 +19,7 @@ from testkit.sim.log import DRAIN_GRACE_S, SESSION_S
 from testkit.sim.loop import run
 from testkit.sim.mail import CLIENT_TIMEOUT_S, SimMail
 from testkit.sim.run import run_schedule
-from testkit.sim.schedule import Schedule
+from testkit.sim.schedule import Cuts, Schedule
 from testkit.sim.world import World
 
 pytestmark = pytest.mark.usefixtures("sim_quiet")
@@ -206,3 +206,20 @@ def test_an_email_whose_lane_was_cancelled_while_a_cut_held_it_is_late() -> None
 
     assert result.passed, result.report()
     assert result.late and "<m46@sim>" in result.late_sends
+
+
+#: approval on: b1 marked m1's draft superseded by m9 (covered by m9's reply) and was
+#: killed before it wrote that reply; b2, cut off from the mail API, could not read the
+#: thread, answered m9 alone, and m1 stayed covered by a reply whose writer never saw it
+F43 = 1316
+
+
+def test_f43_open_an_unread_thread_leaves_a_draft_covered_by_a_reply_that_never_saw_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Cuts, "reads", True)  # --read-cuts: off by default while F43 is open
+
+    result = run_schedule(Schedule(F43))
+
+    found = [str(v) for v in result.violations]
+    assert any(v.startswith("covered_unseen: <m1@sim>") for v in found), found
