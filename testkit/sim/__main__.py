@@ -71,7 +71,7 @@ class Outcome:
 #: the fence's window with a reply given up on (``run.Result.gave_up``), as a range reports it
 GAVE_UP = "a stale send's email beside its reply recorded failed (the fence's window)"
 #: the same faces of an email its sender gave up on (``run.Result.late``)
-LATE = "an email that took effect after its sender gave up on it (the late send's window)"
+LATE = "an email its sender, cut off from the mail API, could not learn of (the late send's window)"
 
 #: one schedule of a range: its seed, the planted bugs, approval (None: as drawn)
 Job = tuple[int, Bugs, bool | None]

@@ -15,7 +15,7 @@ from onceonly.processors.records import applied_after_write
 from onceonly.processors.reply.ledger import TableLedger
 from onceonly.processors.runtime.broker_errors import changelog_write
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
-from testkit.sim.io import KAFKA, remote
+from testkit.sim.io import KAFKA, MAIL, remote
 
 if TYPE_CHECKING:
     from testkit.sim.letters import Item
@@ -189,6 +189,8 @@ class SimTable(OnePartitionStore):
             self.member.pause_after_write = None
             self.world.pause(self.member, armed)  # the send that follows waits for it
         self.store[key] = value
+        if self.member.cut_for(MAIL) and self.part.record(value).state is ReplyState.FAILED:
+            world.failed_unread.add(self.part.record(value).message_id)  # the late send's window
         kept = applied_after_write(self.applied, offset)
         self.applied = -1 if kept is None else kept
         return 0, offset

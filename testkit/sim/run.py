@@ -28,7 +28,9 @@ class Result:
     keys_ignored: bool = False
     #: messages an email answered that its sender sent after it lost the partition
     stale_sends: frozenset[str] = frozenset()
-    #: messages an email answered that took effect after its sender gave up on it
+    #: messages an email answered that took effect after its sender gave up on it, or whose
+    #: reply was recorded *failed* by a member cut off from the mail API (it could not read
+    #: the thread for the email)
     late_sends: frozenset[str] = frozenset()
 
     @cached_property
@@ -143,7 +145,7 @@ async def _play(schedule: Schedule) -> Result:
         {m.key: m.message_id for m in schedule.messages},
         schedule.ignore_keys,
         frozenset(e.replied_to for e in world.mail.outbox if e.stale),
-        frozenset(e.replied_to for e in world.mail.outbox if e.late),
+        frozenset(e.replied_to for e in world.mail.outbox if e.late) | world.failed_unread,
     )
 
 

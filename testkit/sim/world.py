@@ -88,6 +88,9 @@ class World:
         #: the dead-letter topic, the operator's retry and the forger (testkit.sim.letters)
         self.letters = Letters(self)
         self.errors: list[str] = []
+        #: messages whose reply a member recorded *failed* while cut off from the mail API
+        #: (its last read of the thread could not reach it): the late send's window
+        self.failed_unread: set[str] = set()
         self._incarnations: dict[str, int] = {}
         self.pending = 0  #: faults and arrivals not yet played
         self._now = (0.0, EPOCH)  #: the virtual time :meth:`now` last made a datetime of

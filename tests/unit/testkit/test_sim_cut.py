@@ -223,3 +223,16 @@ def test_f43_open_an_unread_thread_leaves_a_draft_covered_by_a_reply_that_never_
 
     found = [str(v) for v in result.violations]
     assert any(v.startswith("covered_unseen: <m1@sim>") for v in found), found
+
+
+#: keys honoured: m41's email went out, its answers lost; then b1 was cut off from the mail
+#: API, its retries and its read of the thread timed out, and it recorded the reply failed
+#: (killed before its late-send check): the late send's window, counted apart
+FAILED_UNREAD = 890006648
+
+
+def test_a_reply_recorded_failed_by_a_member_cut_off_from_the_mail_api_is_the_late_window() -> None:
+    result = run_schedule(Schedule(FAILED_UNREAD))
+
+    assert result.passed, result.report()
+    assert "<m41@sim>" in result.late_sends and result.late
