@@ -37,11 +37,9 @@ if TYPE_CHECKING:
 
 class Changelog:
     """A table's changelog (the events table's; the holds table's, :mod:`testkit.sim.holding`):
-    its records in order (never compacted), and the latest value of each key; ``salt`` gives
-    each its own latency generator."""
+    its records in order (never compacted); ``salt`` gives each its own latency generator."""
 
     def __init__(self, seed: int, salt: int = 61) -> None:
-        self.state: dict[bytes, bytes] = {}
         self.records: list[tuple[bytes, bytes | None]] = []
         self.rng = random.Random(seed * 8069 + salt)
 
@@ -51,11 +49,15 @@ class Changelog:
     def land(self, key: bytes, value: bytes | None) -> int:
         """A record appended (None: a tombstone); its offset."""
         self.records.append((key, value))
-        if value is None:
-            self.state.pop(key, None)
-        else:
-            self.state[key] = value
         return len(self.records) - 1
+
+    @property
+    def state(self) -> dict[bytes, bytes]:
+        """The latest value of each key, as a store recovered from every record holds it."""
+        latest: dict[bytes, bytes] = {}
+        for key, value in self.records:
+            _apply(latest, key, value)
+        return latest
 
 
 class EventsStore:

@@ -61,10 +61,10 @@ class Unsettled:
 
 def due(waiting: dict[str, Unsettled], now: float, at_most: int = AT_MOST) -> list[Unsettled]:
     """The replies whose check is due (``at_most``, the earliest first), out of ``waiting``."""
-    ready = sorted((u for u in waiting.values() if u.due <= now), key=lambda u: u.due)
-    for unsettled in ready[:at_most]:
+    ready = sorted((u for u in waiting.values() if u.due <= now), key=lambda u: u.due)[:at_most]
+    for unsettled in ready:
         del waiting[unsettled.record.key]
-    return ready[:at_most]
+    return ready
 
 
 def still_failed(unsettled: Unsettled, current: ReplyRecord | None) -> bool:
