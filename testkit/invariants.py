@@ -163,6 +163,10 @@ def _written(record: ReplyRecord, sent: str | None) -> str | None:
     return approval.draft_text if approval and approval.draft_text is not None else sent
 
 
+#: the check of a burst's letter: its retry runs the burst again (``Check.RECORD_FAILED``)
+BURST_FAILED = "record_failed"
+
+
 class _Judge:
     def __init__(self, observed: Observed) -> None:
         self.o = observed
@@ -199,16 +203,21 @@ class _Judge:
     def _covered(self, pair: Pair, key: str, record: ReplyRecord) -> str:
         end = last_coverer(self.o.ledger, record.covered_by or "")
         coverer, coverer_pair = self.o.ledger.get(end), self.by_key.get(end)
+        # in an open letter: with the covering reply; or held by the open letter of a burst
+        # of that reply's message, whose retry runs the burst again and recalls it (F43)
+        held = pair in self.o.dead_lettered or self.o.dead_lettered.get(coverer_pair) == (
+            BURST_FAILED
+        )
         if coverer is None or coverer_pair is None:
-            if pair in self.o.dead_lettered:
-                return "dead-lettered"  # with the reply that superseded it, never recorded
+            if held:  # the reply that superseded it never recorded
+                return "dead-lettered"
             self.fail("answered_once", pair, f"covered by {end}, which no message of the run has")
             return "missing"
         if self.per[coverer_pair] == 0:
             if end in self.rejected:
                 return "covered"  # the covering draft was rejected: no email is owed
-            if pair in self.o.dead_lettered:
-                return "dead-lettered"  # with the covering reply, whose send failed
+            if held:
+                return "dead-lettered"  # the covering reply's send failed, or its burst
             if self.o.settled:
                 self.fail("answered_once", pair, f"covered by {end}, which has no email")
             return "missing"

@@ -54,6 +54,14 @@ class WriterFailed(ProcessorError):
         self.last_error = last_error
 
 
+class ThreadUnread(ProcessorError):
+    """With approval on, a burst whose thread the mail API did not list, while the ledger
+    holds a draft its reply would have to recall (one still waiting, or one marked
+    superseded by the burst): only the thread holds the draft's messages. The burst is
+    tried again, then dead-lettered; the letter's retry, once the thread reads, writes the
+    reply with them (the simulator's finding F43)."""
+
+
 class Fenced(Rebalancing):
     """This worker no longer owns the partition it was working for (its session expired
     during a pause, or the group moved the partition): it writes and sends nothing more

@@ -41,7 +41,8 @@ Fault injection (per fake, settable at runtime, also via ``POST /_control/faults
 when the client gives up, so a timed-out reply still sends), ``send_delay_s``
 between reserving a key and sending, ``fail_next(n, status)`` for replies (answer
 ``status`` without sending), ``lose_response_next(n)`` (the next n replies that
-would answer 2xx do their effect, then answer 500), ``ignore_keys`` (the
+would answer 2xx do their effect, then answer 500), ``thread_fail_next`` (the next n
+thread reads answer 503), ``ignore_keys`` (the
 ``Idempotency-Key`` header is not looked at: every reply call that gets that far sends a
 new email; for chaos runs that count what the caller prevents by itself). The switch is
 also the constructor's ``ignore_idempotency_keys`` and the process's
@@ -200,6 +201,8 @@ class OutboxEntry:
 class Faults(MailFaults):
     #: the Idempotency-Key header is ignored: no replay, no 409, every call sends
     ignore_keys: bool = False
+    #: thread reads (``GET .../threads/{id}``) still to answer 503, the thread not read
+    thread_fail_remaining: int = 0
 
 
 @dataclass
@@ -429,6 +432,8 @@ class FakeAgentMail(FakeMailServer[Faults]):
                     return await self._reply(request, raw_body, inbox_id, message_id)
                 case ["inboxes", inbox_id, "threads", thread_id] if method == "GET":
                     self._count("get_thread")
+                    if self._thread_fails():
+                        return _error(503, "ServiceUnavailableError", "thread read failed")
                     return self._get_thread(inbox_id, thread_id, request.query)
                 case ["webhooks", webhook_id] if method == "GET":
                     self._count("get_webhook")
@@ -440,6 +445,14 @@ class FakeAgentMail(FakeMailServer[Faults]):
             )
         self._count("unknown_route")
         return _error(404, "NotFoundError", f"Route not found: {method} {raw_path}")
+
+    def _thread_fails(self) -> bool:
+        """Whether this thread read fails (``thread_fail_remaining``, counted down)."""
+        with self._lock:
+            if self.faults.thread_fail_remaining <= 0:
+                return False
+            self.faults.thread_fail_remaining -= 1
+            return True
 
     # GET /v0/inboxes/{inbox_id}/messages/{message_id}
     def _get_message(self, inbox_id: str, message_id: str) -> web.Response:
@@ -740,6 +753,8 @@ class FakeAgentMail(FakeMailServer[Faults]):
                     f.fail_status = int(body["fail_status"])
                 if "lose_response_next" in body:
                     f.lose_remaining = int(body["lose_response_next"])
+                if "thread_fail_next" in body:
+                    f.thread_fail_remaining = int(body["thread_fail_next"])
                 if "ignore_keys" in body:
                     if not isinstance(body["ignore_keys"], bool):
                         raise TypeError("ignore_keys must be a boolean")

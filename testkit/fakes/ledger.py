@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from onceonly.processors.reply.arbitration import Ruling, Verdict
@@ -20,6 +21,15 @@ class MemoryLedger:
 
     def get(self, key: str) -> ReplyRecord | None:
         return self.records.get(key)
+
+    @property
+    def table(self) -> MemoryLedger:
+        """Its own store, as the worker's ledger's ``table``: :meth:`values` encoded."""
+        return self
+
+    def values(self) -> Iterator[bytes]:
+        """The records' values, as the store's table gives them (a burst's unread thread)."""
+        return (record.encode() for record in self.records.values())
 
     async def put(self, record: ReplyRecord) -> None:
         self.records[record.key] = record

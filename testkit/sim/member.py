@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from onceonly.processors.approval import applying
 from onceonly.processors.approval.decisions import Answer
 from onceonly.processors.conversation import RECORD_ATTEMPTS, tried
-from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing
+from onceonly.processors.exceptions import BrokerUnavailable, Rebalancing, ThreadUnread
 from onceonly.processors.fence import Fence, Position, Rounds
 from onceonly.processors.flow.admission import Admission
 from onceonly.processors.lanes import Dropped
@@ -349,8 +349,12 @@ class Member(Actor):
 
     def _again(self, attempt: int, exc: Exception) -> None:
         """A try of a burst failed: a finding (the product would try it again and
-        dead-letter it, unseen); the broker away is not this (it escapes, fatal)."""
+        dead-letter it, unseen), but for a thread the mail API did not list while a draft
+        is marked superseded by the burst (F43); the broker away is not this (it escapes,
+        fatal)."""
         self.world.trace(self.name, f"burst try {attempt} failed: {exc!r}")
+        if isinstance(exc, ThreadUnread):
+            return
         self.world.errors.append(f"{self.name}: {exc!r}")
 
     def fatal(self, exc: BrokerUnavailable) -> None:

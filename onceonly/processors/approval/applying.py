@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from onceonly.processors.approval.decisions import (
     Answer,
-    answered_apart,
     answers_apart,
     apply,
     approves_answered_apart,
@@ -36,12 +35,12 @@ from onceonly.processors.approval.decisions import (
     survey,
     timeout_decision,
     unseen_marks,
-    waits_unapproved,
 )
+from onceonly.processors.approval.threads import ThreadRead, read_thread
 from onceonly.processors.dead_letters import for_reply
 from onceonly.processors.exceptions import Rebalancing
 from onceonly.processors.lanes import Dropped, Job
-from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
+from onceonly.processors.messages import Inbound
 from onceonly.processors.records import Record
 from onceonly.processors.reply.bursts import burst_order, summarize, supersede
 from onceonly.processors.reply.once import (
@@ -61,7 +60,6 @@ from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 if TYPE_CHECKING:
-    from onceonly.processors.mail.protocol import MailProvider
     from onceonly.processors.parts import WorkerParts
 
 __all__ = ["APPROVAL_HEADER", "admit"]
@@ -237,7 +235,7 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     fresh = [m for m in burst if plan(ledger.get(m.key), replay=reply.replay) is Plan.WRITE]
     if parts.settings.approval == "never" or not burst:
         return await reply_once(burst, reply)
-    found = await _read_thread(parts, burst, fresh, reply)
+    found = await read_thread(parts, burst, fresh, reply)
     if found is None:
         return await reply_once(burst, reply)
     target, by_key, keys = found.target, found.before, {m.key for m in burst}
@@ -278,53 +276,10 @@ NEVER_SAW = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Thread:
-    """What a burst's read of its thread found (:func:`_read_thread`)."""
-
-    target: Inbound  #: the message whose new reply supersedes the waiting drafts
-    before: dict[str, ThreadMessage]  #: the thread's messages before it, by reply key
-    read: dict[str, ThreadMessage]  #: every message read, by reply key
-    fresh: list[Inbound]  #: the messages written: no record, or a draft written again
-    redo: bool = False  #: the latest message's draft is written again (F32)
-
-
-async def _read_thread(
-    parts: WorkerParts, burst: Sequence[Inbound], fresh: list[Inbound], reply: ReplyParts
-) -> _Thread | None:
-    """The thread as the burst's reply needs it; None when it cannot be read.
-
-    Read before the burst's latest message, for the marks on every draft before it (F32's,
-    including one after a new message older than that latest); and before the newest new
-    message too, when it is not the latest, for the drafts its new reply supersedes."""
-    ledger, channel = parts.ledger, parts.channels[reply.channel]
-    latest = max(burst, key=burst_order)
-    # a burst delivered again whose latest message's draft never saw a message marked
-    # superseded by it (F32), or covers one its own reply answered apart: that draft is
-    # written again (with the one, without the other; the other needs no thread read,
-    # and a decision approving the draft is refused meanwhile: decisions.ANSWERED_APART)
-    redo = latest not in fresh and waits_unapproved(draft := ledger.get(latest.key))
-    apart = redo and answered_apart(ledger.get, draft)
-    if (read := await _earlier(channel, latest)) is None:
-        return _Thread(latest, {}, {}, [*fresh, latest], redo=True) if apart else None
-    if redo:
-        unseen = unseen_marks(ledger.get, [*read, *(m.key for m in burst)])
-        if any(end.key == latest.key for _, end in unseen) or apart:
-            return _Thread(latest, read, read, [*fresh, latest], redo=True)
-    # the newest message with no record: the new reply's, what a draft is superseded by.
-    # A message of the burst with a record (delivered again: a catch-up's or a replay's
-    # event) has its reply already, and never marks or recalls a draft (simulator F20)
-    target = max(fresh, key=burst_order) if fresh else latest
-    if target is latest:
-        return _Thread(target, read, read, fresh)
-    before = await _earlier(channel, target)
-    return _Thread(target, before, read, fresh) if before is not None else None
-
-
 async def _answer_anew(
     parts: WorkerParts,
     reply: ReplyParts,
-    found: _Thread,
+    found: ThreadRead,
     burst: Sequence[Inbound],
     result: BurstResult,
     rewrite: Collection[str] = frozenset(),
@@ -346,17 +301,6 @@ async def _answer_anew(
     log.warning(NEVER_SAW, keys=sorted(owed), newer=[end.key for _, end in unseen])
     again = await reply_once(messages, reply, rewrite=frozenset(owed))
     return summarize([result, again], [])
-
-
-async def _earlier(channel: MailProvider, target: Inbound) -> dict[str, ThreadMessage] | None:
-    """The thread's messages before ``target`` (not the agent's own) by their reply keys;
-    None when the thread cannot be read (the burst is answered alone)."""
-    try:
-        earlier = await channel.history(target)
-    except Exception as exc:
-        log.warning("thread not read; a waiting draft is not superseded", error=repr(exc))
-        return None
-    return {reply_key(target.inbox_id, m.message_id): m for m in earlier if not m.own}
 
 
 #: the bytes every awaiting record holds: the sweep decodes no other record

@@ -236,7 +236,7 @@ def approves_answered_apart(
     ``get``); None otherwise. Such a draft was
     landed late by a writer past its fence check, whose delivery it never committed: the
     owner is given that message again and writes the draft again without the answered
-    one (``applying._read_thread``), unless a decision approving the late draft comes
+    one (``threads.read_thread``), unless a decision approving the late draft comes
     first (decisions are not held by the reorder window); approved, it would answer that
     message a second time."""
     if (

@@ -45,10 +45,11 @@ is unaccounted for and arbitration reads nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from onceonly.processors.reply.bursts import chain_end
 from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -149,19 +150,24 @@ class Verdict:
 
 
 def arbitrate(
-    own: ReplyRecord, own_offset: int, others: Iterable[tuple[int, ReplyRecord]]
+    own: ReplyRecord,
+    own_offset: int,
+    others: Iterable[tuple[int, ReplyRecord]],
+    get: Callable[[str], ReplyRecord | None] = lambda key: None,
 ) -> Verdict:
     """Decide ``own`` (a *pending* record at ``own_offset``) against another writer's
     records of the same key, by their order in the log (a late *covered* record naming a
-    reply ``own`` covers settles nothing: :func:`covered_back`)."""
+    reply ``own`` covers settles nothing: :func:`covered_back`; nor does a draft's mark
+    whose covering reply, as ``get`` reads the ledger, never saw it: :func:`unseen_mark`)."""
     first_pending: ReplyRecord | None = None
-    for offset, other in sorted(others, key=lambda item: item[0]):
-        if offset >= own_offset:
-            break
+    ordered = [r for o, r in sorted(others, key=lambda item: item[0]) if o < own_offset]
+    for at, other in enumerate(ordered):
         if other.state is ReplyState.SENT:
             return Verdict(Ruling.SENT, other)
         if other.state in (ReplyState.COVERED, ReplyState.DECLINED):
-            if covered_back(own, other):
+            if covered_back(own, other) or unseen_mark(get, own, other):
+                continue
+            if undone(own, ordered[at + 1 :]):
                 continue
             return Verdict(Ruling.SETTLED, other)
         if other.state is ReplyState.PENDING and other.reply_text and first_pending is None:
@@ -200,6 +206,40 @@ def covered_back(own: ReplyRecord, other: ReplyRecord) -> bool:
         other.state is ReplyState.COVERED
         and other.covered_by in (own.covers or ())
         and other.made_at < own.created_at
+    )
+
+
+def undone(own: ReplyRecord, later: Iterable[ReplyRecord]) -> bool:
+    """Whether a settling record was undone before ``own`` landed: ``own``'s approved draft
+    (its approval) written again after it by the late writer that landed it
+    (``ledger._keep_draft``: the approved draft is the owner's; F17, F31). Ruled settling,
+    it would be written again over ``own``'s *failed* after a send past its writer's check
+    (the simulator's finding F44: the email out, the ledger's last word a late mark)."""
+    if own.approval is None:
+        return False
+    drafts = (ReplyState.PENDING, ReplyState.AWAITING)
+    return any(r.state in drafts and r.approval == own.approval for r in later)
+
+
+def unseen_mark(
+    get: Callable[[str], ReplyRecord | None], own: ReplyRecord, other: ReplyRecord
+) -> bool:
+    """Whether ``other`` (another writer's record of ``own``'s key) is a draft marked
+    superseded, made before ``own`` was, whose covering reply (where its chain ends) never
+    saw its message. Such a mark settles nothing: ``own``'s writer read it and wrote the
+    draft anew for what that reply left unanswered (``applying._answer_anew``, F32); written
+    again after ``own``, it would leave the message covered by a reply that never saw it
+    (the simulator's finding F43, the mark a paused worker's)."""
+    if other.state is not ReplyState.COVERED or other.reply_text is None:
+        return False
+    if other.approval is not None or other.made_at >= own.created_at:
+        return False
+    end = chain_end(get, other, ())
+    return (
+        isinstance(end, ReplyRecord)
+        and end.covers is not None
+        and own.key not in end.covers
+        and not (end.state is ReplyState.FAILED and end.reply_text is None)
     )
 
 

@@ -214,7 +214,7 @@ class TableLedger:
         if partition_log is None:
             return Verdict(Ruling.OWN, record)
         await self._read_gaps(partition, offset, record.key)
-        return arbitrate(record, offset, partition_log.others(record.key))
+        return arbitrate(record, offset, partition_log.others(record.key), self.get)
 
     async def _read_gaps(self, partition: int, before: int, key: str) -> None:
         """Reads what another writer landed in ``partition`` below ``before`` that this

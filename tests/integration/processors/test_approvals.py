@@ -497,3 +497,33 @@ async def test_approving_a_late_draft_covering_a_message_already_sent_is_refused
     assert refused.returncode != 0
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<m1@x>", "<m2@x>"]
     assert late.reply_text not in [e.text for e in stack.mail.outbox]
+
+
+async def test_a_burst_whose_thread_cannot_be_read_is_dead_lettered_with_the_draft_marked_by_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the simulator's finding F43: m1's draft marked superseded by m2 by a worker stopped
+    # before m2's reply was written; the next owner cannot read the thread (503). A reply
+    # to m2 alone would leave m1 covered by a reply whose writer never saw it: the burst is
+    # tried again, then dead-lettered naming m1's draft; retried once the thread reads,
+    # m2's reply recalls m1
+    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    old = await _landed_after_draft(stack, lambda old: [supersede(old, _m2_of(old).key)])
+    stack.mail.faults.thread_fail_remaining = 1000
+    await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
+    new_key = _m2_of(old).key
+
+    await until(stack, lambda: bool(dead_letters(stack)), "the burst's dead letter")
+    [letter] = dead_letters(stack)
+    assert [e["message_id"] for e in letter["envelopes"]] == ["<m2@x>"]
+    assert "could not be read" in letter["last_error"] and old.key in letter["last_error"]
+    assert new_key not in ledger_records(stack)
+    stack.mail.faults.thread_fail_remaining = 0
+    retried = onceonly(stack, "dead-letters", "retry")
+    assert retried.returncode == 0, retried.stderr
+
+    await until(stack, lambda: new_key in ledger_records(stack), "m2's draft")
+    new = ledger_records(stack)[new_key]
+    assert (new.state, new.covers) == (ReplyState.AWAITING, (old.key,))
+    assert "2 message(s)" in (new.reply_text or "")  # the writer saw both
+    assert ledger_records(stack)[old.key].covered_by == new_key

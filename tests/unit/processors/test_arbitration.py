@@ -110,6 +110,63 @@ def test_a_late_cover_by_a_reply_the_own_reply_covers_does_not_settle_the_key(
     assert verdict.ruling is ruling
 
 
+@pytest.mark.parametrize(
+    ("mark_text", "made_s", "their_covers", "ruling"),
+    [
+        ("old draft", -1, ("reply-m17",), Ruling.OWN),
+        ("old draft", -1, ("reply-m17", "k"), Ruling.SETTLED),
+        ("old draft", 1, ("reply-m17",), Ruling.SETTLED),
+        (None, -1, ("reply-m17",), Ruling.SETTLED),
+        ("old draft", -1, None, Ruling.SETTLED),
+    ],
+    ids=["unseen-mark", "their-reply-saw-it", "mark-made-after", "no-draft", "no-reply"],
+)
+def test_a_drafts_mark_whose_covering_reply_never_saw_it_does_not_settle_the_key(
+    mark_text: str | None, made_s: int, their_covers: tuple[str, ...] | None, ruling: Ruling
+) -> None:
+    # finding F43 (seed 910002652, approval on, reads cut): a paused worker's mark (m3's
+    # draft superseded by m18) landed after m18's reply, written by a writer that never saw
+    # m3; the owner wrote m3's draft anew (F32) and the mark, ruled settling, was written
+    # again after it: m3 stayed covered by a reply that never saw it
+    own = replace(_record("k", ReplyState.AWAITING, "anew"), created_at=T0 + timedelta(seconds=10))
+    made = own.created_at + timedelta(seconds=made_s)
+    mark = _record("k", ReplyState.COVERED, mark_text, covered_by="reply-m18", written_at=made)
+    theirs = _record("reply-m18", ReplyState.SENT, "their reply", covers=their_covers)
+    ledger = {"reply-m18": theirs} if their_covers is not None else {}
+
+    verdict = arbitrate(own, 5, [(3, mark)], ledger.get)
+
+    assert verdict.ruling is ruling
+
+
+@pytest.mark.parametrize(
+    ("rewritten", "ruling"),
+    [
+        ("the-approved-draft", Ruling.OWN),
+        ("another-approval", Ruling.SETTLED),
+        (None, Ruling.SETTLED),
+    ],
+)
+def test_a_mark_undone_by_the_approved_draft_written_again_does_not_settle_its_failure(
+    rewritten: str | None, ruling: Ruling
+) -> None:
+    # finding F44 (seed 920003353): a paused worker's mark of an approved draft landed after
+    # it and, fenced, wrote the approved draft again after its mark; the owner's send failed
+    # and its *failed* record was ruled settled by the mark, written back over it (the email
+    # went out late; the ledger's last word a mark). The mark was undone: the failure stands
+    approval = Approval(ApprovalVerdict.APPROVED, "ana", T0, "d-1")
+    own = _record("k", ReplyState.FAILED, "approved", approval=approval)
+    mark = _record("k", ReplyState.COVERED, "approved", covered_by="reply-m25")
+    others = [(3, mark)]
+    if rewritten is not None:
+        again = (
+            approval if rewritten == "the-approved-draft" else replace(approval, decision_id="d-2")
+        )
+        others.append((4, _record("k", ReplyState.PENDING, "approved", approval=again)))
+
+    assert arbitrate(own, 6, others).ruling is ruling
+
+
 def test_the_same_text_first_is_the_own_record() -> None:
     own = _record("k", ReplyState.PENDING, "same")
 

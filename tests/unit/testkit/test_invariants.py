@@ -215,8 +215,10 @@ def test_a_message_covered_by_a_failed_reply_is_dead_lettered_with_it() -> None:
     letters = {A.pair: "retryable after 5 attempt(s)", B.pair: "retryable after 5 attempt(s)"}
     world = _world(emails=(_email(C),), ledger=ledger, dead_lettered=letters)
     assert check(world).passed
-    unlettered = _world(emails=(_email(C),), ledger=ledger, dead_lettered={B.pair: "503"})
+    unlettered = _world(emails=(_email(C),), ledger=ledger, dead_lettered={C.pair: "503"})
     assert "covered by" in str(check(unlettered).violations)
+    raced = _world(emails=(_email(C),), ledger=ledger, dead_lettered={B.pair: "retry_raced"})
+    assert "covered by" in str(check(raced).violations)  # its retry runs nothing again
 
 
 def test_a_ledger_that_says_sent_without_an_email_disagrees_with_the_mail_api() -> None:
@@ -265,8 +267,19 @@ def test_a_message_covered_by_a_reply_never_recorded_is_dead_lettered_with_it() 
     letters = {A.pair: "writer_failed", B.pair: "writer_failed"}
     world = _world(emails=(_email(C),), ledger=ledger, dead_lettered=letters)
     assert check(world).passed
-    unlettered = replace(world, dead_lettered={B.pair: "writer_failed"})
+    unlettered = replace(world, dead_lettered={C.pair: "writer_failed"})
     assert "which no message of the run has" in str(check(unlettered).violations)
+
+
+def test_a_message_covered_by_a_reply_never_recorded_is_held_by_that_replys_letter() -> None:
+    # F43: B's burst, its thread unread, was dead-lettered; A's draft, marked superseded by
+    # B, is recalled by the letter's retry, which reads the thread
+    ledger = {KA: _record(A, ReplyState.COVERED, covered_by=KB), KC: _sent(C)}
+    world = _world(emails=(_email(C),), ledger=ledger, dead_lettered={B.pair: "record_failed"})
+    verdict = check(world)
+    assert verdict.passed and verdict.count("dead-lettered") == 2
+    raced = replace(world, dead_lettered={B.pair: "retry_raced"})
+    assert "which no message of the run has" in str(check(raced).violations)
 
 
 def test_more_writer_calls_in_sixty_seconds_than_the_rpm_is_over_the_rate() -> None:

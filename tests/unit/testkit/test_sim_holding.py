@@ -72,6 +72,7 @@ def test_f42_a_paused_workers_late_hold_leaves_the_next_owners_held_events() -> 
 GAVE_UP = 800009077
 
 
+@pytest.mark.usefixtures("before_read_cuts")
 def test_a_stale_send_beside_a_reply_the_next_owner_gave_up_on_is_the_fences_window() -> None:
     result = run_schedule(Schedule(GAVE_UP))
 
