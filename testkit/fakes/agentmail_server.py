@@ -92,6 +92,17 @@ def _parse_time(value: Any) -> float:
     raise ValueError(f"not a timestamp: {value!r}")
 
 
+#: ``POST /_control/faults``: each number's name in the body, its field and its type
+_FAULTS: dict[str, tuple[str, type[float] | type[int]]] = {
+    "latency_s": ("latency_s", float),
+    "send_delay_s": ("send_delay_s", float),
+    "fail_next": ("fail_remaining", int),
+    "fail_status": ("fail_status", int),
+    "lose_response_next": ("lose_remaining", int),
+    "thread_fail_next": ("thread_fail_remaining", int),
+}
+
+
 def _error(status: int, name: str, message: str, code: str | None = None) -> web.Response:
     body: Json = {"name": name, "message": message}
     if code is not None:
@@ -743,18 +754,9 @@ class FakeAgentMail(FakeMailServer[Faults]):
         try:
             with self._lock:
                 f = self.faults
-                if "latency_s" in body:
-                    f.latency_s = float(body["latency_s"])
-                if "send_delay_s" in body:
-                    f.send_delay_s = float(body["send_delay_s"])
-                if "fail_next" in body:
-                    f.fail_remaining = int(body["fail_next"])
-                if "fail_status" in body:
-                    f.fail_status = int(body["fail_status"])
-                if "lose_response_next" in body:
-                    f.lose_remaining = int(body["lose_response_next"])
-                if "thread_fail_next" in body:
-                    f.thread_fail_remaining = int(body["thread_fail_next"])
+                for name, (attribute, kind) in _FAULTS.items():
+                    if name in body:
+                        setattr(f, attribute, kind(body[name]))
                 if "ignore_keys" in body:
                     if not isinstance(body["ignore_keys"], bool):
                         raise TypeError("ignore_keys must be a boolean")

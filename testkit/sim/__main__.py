@@ -230,10 +230,10 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         "members cut off from the broker or the mail API, as the schedules draw them (on; "
         "off: left out)",
     )
-    _switch(
-        parser,
+    parser.add_argument(
         "--read-cuts",
-        "a cut from the mail API holds thread and message reads too (on; off: its sends alone)",
+        action="store_true",
+        help="a cut from the mail API holds thread and message reads too (off: finding F46)",
     )
     _switch(
         parser,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ from testkit.sim.log import (
     SimTable,
     position,
 )
+from testkit.sim.mail import MemberMail
 from testkit.sim.reply_parts import messages_of, reply_parts
 
 if TYPE_CHECKING:
@@ -84,7 +86,12 @@ class Member(Actor):
         self.ledger.take_overs = take_overs(self)
         loop = asyncio.get_running_loop()
         #: its replies recorded failed with their sends' outcomes unknown (read on its audit)
-        self.late_sends = LateSends(LATE_SEND_CHECK_S, loop.time, self.table.partition_of)
+        self.late_sends = LateSends(
+            LATE_SEND_CHECK_S, loop.time, self.table.partition_of, wall=world.now
+        )
+        # its take-overs find the replies a last owner recorded failed, read as its sends are
+        mail = MemberMail(world.mail, self.owns)
+        self.ledger.on_taken = functools.partial(self.late_sends.taken, sender_of=lambda _: mail)
         self.writer = Writer(
             world.model,
             WriterPolicy(timeout_s=120.0, attempts=3),

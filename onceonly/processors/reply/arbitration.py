@@ -167,7 +167,7 @@ def arbitrate(
         if other.state in (ReplyState.COVERED, ReplyState.DECLINED):
             if covered_back(own, other) or unseen_mark(get, own, other):
                 continue
-            if undone(own, ordered[at + 1 :]):
+            if undone(own, ordered[at + 1 :]) or approved_over(get, own, other):
                 continue
             return Verdict(Ruling.SETTLED, other)
         if other.state is ReplyState.PENDING and other.reply_text and first_pending is None:
@@ -219,6 +219,28 @@ def undone(own: ReplyRecord, later: Iterable[ReplyRecord]) -> bool:
         return False
     drafts = (ReplyState.PENDING, ReplyState.AWAITING)
     return any(r.state in drafts and r.approval == own.approval for r in later)
+
+
+def approved_over(
+    get: Callable[[str], ReplyRecord | None], own: ReplyRecord, other: ReplyRecord
+) -> bool:
+    """Whether ``other`` is a draft's mark (superseded, no approval) made before ``own``, a
+    record of the draft approved: its writer, a worker past its fence check that never
+    learned of the approval, superseded a draft the owner had since approved. Ruled
+    settling, it is written again over the approved *pending* and the decision is lost;
+    a take-over then finds the mark late (made before) and writes the *pending* again,
+    which no one sends (the simulator's finding F45, seed 960002379). A mark whose covering
+    reply (as ``get`` reads the ledger) is approved or sent and covers the message still
+    settles: that reply answers it (a review's finding)."""
+    if own.approval is None or other.state is not ReplyState.COVERED:
+        return False
+    if other.approval is not None or other.reply_text is None or other.made_at >= own.made_at:
+        return False
+    end = chain_end(get, other, ())
+    answering = (ReplyState.PENDING, ReplyState.SENT)
+    return not (
+        isinstance(end, ReplyRecord) and end.state in answering and own.key in (end.covers or ())
+    )
 
 
 def unseen_mark(

@@ -11,23 +11,30 @@ docs/guarantees.md).
 So each reply recorded *failed* after a retryable failure (a timeout, a 5xx, a 429) is
 kept for ``ONCEONLY_LATE_SEND_CHECK_S``, then its thread is read: an email found there is
 recorded *sent* (the dead letter stays open; its retry finds the key settled). Kept in
-memory, by the worker that recorded it: a worker that restarts forgets it, and one that
-does not own the reply's ledger partition when the check falls due drops it; the letter's
-retry then settles the reply. At most :data:`AT_MOST` threads are read a check, and a read
-that fails (the mail API still away) ends the check: the reply is read again at the next,
-at most :data:`READS` times.
+memory, by the worker that recorded it, and found again by a take-over: a worker given the
+partition (after a restart or a rebalance) reads its last compaction lag once, and each
+reply whose last record there is *failed* with a text (a send's) is kept, due
+``ONCEONLY_LATE_SEND_CHECK_S`` after it was written (:meth:`LateSends.taken`; a failure
+older than the lag is not found, and a record does not say whether its sends' outcomes were
+unknown: each is read once more). One that does not own the reply's ledger partition when
+the check falls due drops it; the letter's retry then settles the reply. At most
+:data:`AT_MOST` threads are read a check, and a read that fails (the mail API still away)
+ends the check: the reply is read again at the next, at most :data:`READS` times.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Protocol
 
 import structlog
 
+from onceonly.processors.exceptions import SendError
 from onceonly.processors.reply.parts import MailSender
 from onceonly.processors.reply.sending import as_found
+from onceonly.schemas.exceptions import SchemaError
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
 log = structlog.get_logger("onceonly.late_sends")
@@ -36,6 +43,8 @@ log = structlog.get_logger("onceonly.late_sends")
 AT_MOST = 100
 #: reads of one reply's thread that may fail before it is given up (the letter stays)
 READS = 3
+#: the bytes every *failed* record holds: a take-over's rows decode no other
+FAILED = b'"state":"failed"'
 
 
 class Ledger(Protocol):
@@ -75,6 +84,23 @@ def still_failed(unsettled: Unsettled, current: ReplyRecord | None) -> bool:
     )
 
 
+def failed_sends(rows: Sequence[tuple[int, bytes, bytes | None]]) -> list[ReplyRecord]:
+    """The records *failed* with a text (a send's, not a writer's) that are their key's last
+    word in ``rows`` (offset, key, value; a take-over's read, in log order)."""
+    last = {key: value for _, key, value in rows}
+    found = []
+    for value in last.values():
+        if value is None or FAILED not in value:
+            continue
+        try:
+            record = ReplyRecord.decode(value)
+        except SchemaError:
+            continue  # the take-over's own read logs what it cannot decode
+        if record.state is ReplyState.FAILED and record.reply_text is not None:
+            found.append(record)
+    return found
+
+
 class LateSends:
     """The replies this worker recorded *failed* with their sends' outcomes unknown."""
 
@@ -83,9 +109,11 @@ class LateSends:
         after_s: float,
         clock: Callable[[], float],
         partition_of: Callable[[bytes], int] = lambda key: 0,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.after_s = after_s  #: 0: none kept (ONCEONLY_LATE_SEND_CHECK_S=0)
         self.clock = clock
+        self.wall = wall  #: the clock a record's ``made_at`` is read against (the ledger's)
         #: a key's ledger partition, asked when a reply fails (within its record)
         self.partition_of = partition_of
         self._waiting: dict[str, Unsettled] = {}
@@ -107,10 +135,38 @@ class LateSends:
             return
         self._waiting[record.key] = Unsettled(self.clock() + self.after_s, record, sender, at)
 
+    def taken(
+        self,
+        partition: int,
+        rows: Sequence[tuple[int, bytes, bytes | None]],
+        sender_of: Callable[[str], MailSender | None],
+    ) -> None:
+        """A take-over read ``partition``'s rows: each reply recorded *failed* there after a
+        send (by whichever worker) and not kept here is kept, due ``after_s`` after its
+        record was written (at once if that is past), read with ``sender_of`` its channel."""
+        if self.after_s <= 0:
+            return
+        try:  # never raised into the take-over, whose repairs come after
+            now, wall = self.clock(), self.wall()
+            for record in failed_sends(rows):
+                kept = self._waiting.get(record.key)
+                if kept is not None and kept.record == record:
+                    continue  # kept here when it failed: due as it was
+                sender = sender_of(record.channel)
+                if sender is None:
+                    log.warning("late-send check not kept: no such channel", key=record.key)
+                    continue
+                left = self.after_s - (wall - record.made_at).total_seconds()
+                due_at = now + max(0.0, left)
+                self._waiting[record.key] = Unsettled(due_at, record, sender, partition)
+        except Exception as exc:
+            log.warning("late-send checks not found in a take-over", error=repr(exc))
+
     async def check(self, ledger: Ledger, owns: Callable[[int], bool]) -> int:
         """Read the thread of each reply due whose ledger partition this worker owns and
         whose record is still the *failed* one; record *sent* what it finds. Returns how
-        many it settled. A read that fails ends the check (the others are read at the next)."""
+        many it settled. A read refused for good (a 4xx) is as if nothing was found; one that
+        fails otherwise ends the check (the others are read at the next)."""
         settled = 0
         ready = due(self._waiting, self.clock())
         for n, unsettled in enumerate(ready):
@@ -124,6 +180,12 @@ class LateSends:
                 continue
             try:
                 found = await unsettled.sender.find_reply(record)
+            except SendError as exc:
+                if exc.retryable:  # the mail API away: the others wait for the next check
+                    self._unread(unsettled, ready[n + 1 :], exc)
+                    break
+                log.info("late-send check: the thread cannot be read", error=str(exc), **ids)
+                continue  # refused for good (a 404): this reply's alone, as if not found
             except Exception as exc:
                 self._unread(unsettled, ready[n + 1 :], exc)
                 break

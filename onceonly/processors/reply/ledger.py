@@ -12,17 +12,7 @@ import structlog
 
 from onceonly.processors.exceptions import Fenced
 from onceonly.processors.records import Table
-from onceonly.processors.reply.arbitration import (
-    PartitionLog,
-    Ruling,
-    Verdict,
-    arbitrate,
-    decoded,
-    late_last_words,
-    recovered_word,
-    stands_over,
-    waits_on_person_or_send,
-)
+from onceonly.processors.reply import arbitration as rules
 from onceonly.processors.reply.take_over import Tail, TakeOvers
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
 
@@ -44,8 +34,10 @@ _REPEATS = 5
 #: the least step between two of this ledger's stamps
 _TICK = timedelta(microseconds=1)
 
-#: reads (offset, key, value) of the ledger topic's records: partition, first, last (included)
-ReadLog = Callable[[int, int, int], Awaitable[Sequence[tuple[int, bytes, bytes | None]]]]
+#: a record of the ledger topic as read: offset, key, value (None: a tombstone)
+Row = tuple[int, bytes, bytes | None]
+#: reads the ledger topic's records: partition, first, last (included)
+ReadLog = Callable[[int, int, int], Awaitable[Sequence[Row]]]
 
 
 class TableLedger:
@@ -78,7 +70,9 @@ class TableLedger:
         #: each partition's take-over, once per assignment: before a lane acts on what was
         #: recovered of it (a burst, a decision, a recovered send), or by the timer's audit
         self.take_overs = TakeOvers(tail if read_log is not None else None, self.take_over)
-        self._logs: dict[int, PartitionLog] = {}
+        #: each take-over's rows, by partition (``late_sends.LateSends.taken``)
+        self.on_taken: Callable[[int, Sequence[Row]], None] = lambda partition, rows: None
+        self._logs: dict[int, rules.PartitionLog] = {}
         #: partitions whose log takes in what a recovery read, at their next write
         self._moved: set[int] = set()
         #: own writes under way by partition (no recovery's end read meanwhile) and by key
@@ -108,7 +102,7 @@ class TableLedger:
             while len(self._pending) > PENDING_KEPT:  # left by lanes whose partition moved
                 del self._pending[next(iter(self._pending))]
         if record.state in _MAY_LAND_LATE:
-            await self._keep_settled(record, where)
+            await self._keep_settled(ReplyRecord.decode(made), where)  # as it was made
 
     async def _write_sent_anyway(self, record: ReplyRecord, made: bytes) -> None:
         """An email went out with ``record.key`` (this worker's send, past its check) and
@@ -128,7 +122,7 @@ class TableLedger:
         word would be *pending*, which a later owner sends again. Repeating the settled
         record is right whenever it lands: nothing follows it but itself."""
         verdict = await self._ruling_at(record, where)
-        if verdict.ruling not in (Ruling.SENT, Ruling.SETTLED):
+        if verdict.ruling not in (rules.Ruling.SENT, rules.Ruling.SETTLED):
             if record.state is not ReplyState.PENDING:
                 await self._keep_draft(record, where)
             return
@@ -154,7 +148,7 @@ class TableLedger:
         for the owner's work). Still ours: the other was the late one; ``record`` stands."""
         partition, offset = where
         last = self._others(record.key, partition, -1, offset)[-1:]
-        if not last or not waits_on_person_or_send(last[0]) or self.fence is None:
+        if not last or not rules.waits_on_person_or_send(last[0]) or self.fence is None:
             return
         try:
             await self.fence("a late record's partition")
@@ -190,13 +184,13 @@ class TableLedger:
         self._moved.update(self._logs)
         self.take_overs.forget()
 
-    async def arbitrate(self, record: ReplyRecord) -> Verdict:
+    async def arbitrate(self, record: ReplyRecord) -> rules.Verdict:
         """``record`` (*pending*, about to be sent) against another writer's records of its
         key that landed before it (:mod:`~onceonly.processors.reply.arbitration`)."""
         where = self._pending.get(record.key)
         if where is None:  # recovered, not written here: maybe a late one (F38)
             await self.taken_over(record.key)
-            return recovered_word(record, self.get(record.key))
+            return rules.recovered_word(record, self.get(record.key))
         return await self._ruling_at(record, where)
 
     async def taken_over(self, key: str) -> None:
@@ -204,17 +198,17 @@ class TableLedger:
         recovered record is acted on: a lane's first work, a send, a decision (F38, F39)."""
         await self.take_overs.once(self.table.partition_of(key.encode()))
 
-    async def _ruling_at(self, record: ReplyRecord, where: tuple[int, int]) -> Verdict:
+    async def _ruling_at(self, record: ReplyRecord, where: tuple[int, int]) -> rules.Verdict:
         """``record``, landed at ``where`` (partition, offset), against another writer's
         records of its key that landed before it."""
         if self.read_log is None:
-            return Verdict(Ruling.OWN, record)
+            return rules.Verdict(rules.Ruling.OWN, record)
         partition, offset = where
         partition_log = self._logs.get(partition)
         if partition_log is None:
-            return Verdict(Ruling.OWN, record)
+            return rules.Verdict(rules.Ruling.OWN, record)
         await self._read_gaps(partition, offset, record.key)
-        return arbitrate(record, offset, partition_log.others(record.key), self.get)
+        return rules.arbitrate(record, offset, partition_log.others(record.key), self.get)
 
     async def _read_gaps(self, partition: int, before: int, key: str) -> None:
         """Reads what another writer landed in ``partition`` below ``before`` that this
@@ -225,7 +219,7 @@ class TableLedger:
         for first, last in partition_log.gaps(before):
             raw = await self.read_log(partition, first, last)
             learned = partition_log.learn(
-                ((o, k.decode(), decoded(v)) for o, k, v in raw), first, last
+                ((o, k.decode(), rules.decoded(v)) for o, k, v in raw), first, last
             )
             log.warning(
                 "ledger: another writer's records read",
@@ -250,7 +244,9 @@ class TableLedger:
             by_key.setdefault(key, []).append((offset, record))
         for key, records in by_key.items():
             found = self._own_before(key, partition, records[-1][0])
-            if found is None or not stands_over(found[1], [r for o, r in records if o > found[0]]):
+            if found is None or not rules.stands_over(
+                found[1], [r for o, r in records if o > found[0]]
+            ):
                 continue
             if self._inflight.get(key):
                 continue  # a lane's newer record of the key is landing: it is the last word
@@ -300,7 +296,9 @@ class TableLedger:
             return
         if self.fence is not None:  # a lane's (the audit's has no record: it is not fenced)
             await self.fence("a take-over's read")  # Fenced: the partition moved meanwhile
-        for key, again in late_last_words(await read(partition, first, end - 1)):
+        rows = await read(partition, first, end - 1)
+        self.on_taken(partition, rows)
+        for key, again in rules.late_last_words(rows):
             if self._inflight.get(key) or self._own_at.get(key, -1) >= end:
                 continue  # written here since: the late record is not the last word
             await self._write_again(
@@ -393,7 +391,7 @@ class TableLedger:
         partition_log = self._logs.get(partition)
         if partition_log is None:
             applied = self._recovered_to[partition] = self.table.applied_offset(partition)
-            self._logs[partition] = PartitionLog(applied + 1)
+            self._logs[partition] = rules.PartitionLog(applied + 1)
         elif partition in self._moved and not self._writing.get(partition):
             self._moved.discard(partition)
             applied = self._recovered_to[partition] = self.table.applied_offset(partition)

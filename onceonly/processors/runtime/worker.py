@@ -24,6 +24,7 @@ in that partition's order and queues a release on each due thread's lane.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -47,7 +48,7 @@ from onceonly.processors.fence import Fence
 from onceonly.processors.flow.admission import admission_for
 from onceonly.processors.health import WebhookHealth
 from onceonly.processors.lanes import Lanes
-from onceonly.processors.mail.protocol import MailClient
+from onceonly.processors.mail.protocol import MailClient, MailProvider
 from onceonly.processors.mail.registry import mail_providers
 from onceonly.processors.metrics import WorkerMetrics
 from onceonly.processors.offsets import OffsetBook
@@ -189,25 +190,17 @@ def _router(
     metrics = WorkerMetrics(watch_webhook=bool(settings.agentmail_webhook_id))
     retention, handler = Retention.of(settings), settings.event_handler
 
-    async def confirm(tp: Any, generation: int) -> bool:
-        consumer: Any = app.consumer  # onceonly.processors.runtime.consumer.TrackingConsumer
-        return bool(await consumer.confirm_owner(tp, generation, FENCE_TIMEOUT_S))
-
     events, holds = FaustTable(topics.events), FaustTable(topics.holds)
-    fence = Fence(
-        confirm,
-        current_position,
-        on_fenced=metrics.fenced.inc,
-        on_gap=metrics.fence_to_send.observe,
-    )
+    fence = _fence(app, metrics)
     replies = FaustTable(topics.replies)
     ledger = topic_ledger(settings, replies, fence.check, clock)
+    channels = mail_providers(settings, registry=metrics.registry, clients=clients)
     parts = WorkerParts(
         settings=settings,
         events=events,
         holds=_holds(settings, holds),
         ledger=ledger,
-        channels=mail_providers(settings, registry=metrics.registry, clients=clients),
+        channels=channels,
         writer=_writer(settings, writer, metrics),
         dead_letters=DeadLetters(
             Produced(topics.dead_letters, "dead-letter"),
@@ -234,9 +227,43 @@ def _router(
         decisions=Decisions(topics.decisions, clock),
         fence=fence,
         read_from=lambda partition: book.first(TP(settings.deliveries_topic, partition)),
-        late_sends=LateSends(settings.late_send_check_s, time.monotonic, replies.partition_of),
+        late_sends=_late_sends(settings, replies, ledger, channels),
     )
     return Router(parts, retick_s=max(1.0, 2 * settings.reorder_window_ms / 1000))
+
+
+def _fence(app: faust.App, metrics: WorkerMetrics) -> Fence:
+    """The fence: the group coordinator asked, through the consumer, before each send."""
+
+    async def confirm(tp: Any, generation: int) -> bool:
+        consumer: Any = app.consumer  # onceonly.processors.runtime.consumer.TrackingConsumer
+        return bool(await consumer.confirm_owner(tp, generation, FENCE_TIMEOUT_S))
+
+    return Fence(
+        confirm,
+        current_position,
+        on_fenced=metrics.fenced.inc,
+        on_gap=metrics.fence_to_send.observe,
+    )
+
+
+def _late_sends(
+    settings: Settings,
+    replies: FaustTable,
+    ledger: TableLedger,
+    channels: Mapping[str, MailProvider],
+) -> LateSends:
+    """The late-send check; the ledger's take-overs hand it the replies a partition's last
+    owner recorded *failed* and did not live (or own the partition long enough) to check."""
+    late = LateSends(settings.late_send_check_s, time.monotonic, replies.partition_of)
+    late.wall = ledger.clock  # the clock its records' made_at are stamped by
+
+    def sender_of(channel: str) -> MailClient | None:
+        provider = channels.get(channel)
+        return provider.sender if provider is not None else None
+
+    ledger.on_taken = functools.partial(late.taken, sender_of=sender_of)
+    return late
 
 
 def _ledger_sweeper(

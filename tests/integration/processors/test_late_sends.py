@@ -59,3 +59,33 @@ async def test_a_reply_recorded_failed_whose_email_went_out_after_all_is_recorde
     [letter] = dead_letters(stack)  # open: its retry finds the key settled
     assert letter["check"] == "send_failed"
     assert "a reply recorded failed was sent after all" in stack.workers[0].log()
+
+
+async def test_a_failed_reply_left_by_a_killed_worker_is_recorded_sent_by_the_next_one(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # the worker that recorded the reply failed is killed before its check; the next owner's
+    # take-over reads the ledger partition, finds the failed send and reads its thread when
+    # due (late_sends.LateSends.taken)
+    stack = stack_factory(reorder_window_ms=0)
+    stack.mail.faults.send_delay_s = 12.0
+    env = {
+        "ONCEONLY_SEND_TIMEOUT_S": "1",
+        "ONCEONLY_SEND_ATTEMPTS": "2",
+        "ONCEONLY_SEND_IN_FLIGHT_WAIT_S": "2",
+        "ONCEONLY_LATE_SEND_CHECK_S": "20",
+        "ONCEONLY_LEDGER_AUDIT_S": "1",
+    }
+    first = stack.worker("w1", **env)
+    key = reply_key(INBOX, MESSAGE)
+
+    await stack.deliver(stack.seed(MESSAGE, THREAD))
+    await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
+    first.kill()
+    assert sent_to(stack) == Counter()
+    second = stack.worker("w2", **env)
+    await until(stack, lambda: state_of(stack, key) is ReplyState.SENT, "recorded sent after all")
+
+    [email] = stack.mail.outbox
+    assert ledger_records(stack)[key].sent_message_id == email.sent_message_id
+    assert "a reply recorded failed was sent after all" in second.log()

@@ -167,6 +167,50 @@ def test_a_mark_undone_by_the_approved_draft_written_again_does_not_settle_its_f
     assert arbitrate(own, 6, others).ruling is ruling
 
 
+@pytest.mark.parametrize(
+    ("mark_s", "mark_approved", "own_approved", "ruling"),
+    [
+        (-1, False, True, Ruling.OWN),
+        (1, False, True, Ruling.SETTLED),
+        (-1, True, True, Ruling.SETTLED),
+        (-1, False, False, Ruling.SETTLED),
+    ],
+    ids=["mark-made-before-the-approved", "made-after", "mark-approved", "own-unapproved"],
+)
+def test_a_mark_made_before_the_approved_draft_does_not_settle_it(
+    mark_s: int, mark_approved: bool, own_approved: bool, ruling: Ruling
+) -> None:
+    # finding F45 (seed 960002379): a paused worker marked m41's draft superseded; its mark
+    # landed before the owner applied a person's approval, was ruled settling and written
+    # back over the approved pending record (the decision lost); a take-over later found
+    # the mark late (made before) and wrote the pending record again, which no one sent
+    approval = Approval(ApprovalVerdict.APPROVED, "ana", T0, "d-1")
+    made = T0 + timedelta(seconds=10)
+    own = _record("k", ReplyState.PENDING, "approved", written_at=made)
+    own = replace(own, approval=approval if own_approved else None)
+    mark = _record(
+        "k",
+        ReplyState.COVERED,
+        "the draft",
+        covered_by="reply-newer",
+        written_at=made + timedelta(seconds=mark_s),
+        approval=approval if mark_approved else None,
+    )
+
+    assert arbitrate(own, 5, [(3, mark)]).ruling is ruling
+
+
+def test_a_mark_before_the_approved_draft_settles_it_when_its_reply_answers_the_message() -> None:
+    # a review's finding on F45's first fix: the newer reply is sent and covers the message
+    approval = Approval(ApprovalVerdict.APPROVED, "ana", T0, "d-1")
+    made = T0 + timedelta(seconds=10)
+    own = replace(_record("k", ReplyState.PENDING, "approved", written_at=made), approval=approval)
+    mark = _record("k", ReplyState.COVERED, "the draft", covered_by="reply-n", written_at=T0)
+    newer = _record("reply-n", ReplyState.SENT, "newer", covers=("k",))
+
+    assert arbitrate(own, 5, [(3, mark)], {"reply-n": newer}.get).ruling is Ruling.SETTLED
+
+
 def test_the_same_text_first_is_the_own_record() -> None:
     own = _record("k", ReplyState.PENDING, "same")
 

@@ -3,10 +3,11 @@ later, and recorded *sent* if its email went out after all (``reply.late_sends``
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from onceonly.processors.exceptions import SendError, SendFailure
-from onceonly.processors.reply.late_sends import AT_MOST, READS, LateSends
+from onceonly.processors.reply.late_sends import AT_MOST, READS, LateSends, due
 from onceonly.processors.reply.parts import SendParts
 from onceonly.processors.reply.sending import send_recorded
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -134,6 +135,18 @@ async def test_a_failed_read_ends_the_check_and_the_rest_wait_for_the_next() -> 
     assert len(sender.reads) == 4
 
 
+async def test_a_thread_refused_for_good_is_left_and_the_check_goes_on() -> None:
+    # a reply a take-over found whose send was rejected (the message gone: 404): its thread
+    # read is refused too; the others are still read in the same check
+    gone = SendError(SendFailure.REJECTED, "404: no such message", status=404)
+    sender = StubSender(found="<sent-1@x>", read_failures=[gone])
+    late, ledger, _ = await _many(3, sender)
+
+    settled = await late.check(ledger, lambda partition: True)
+
+    assert (settled, len(late), len(sender.reads)) == (2, 0, 3)
+
+
 async def test_a_thread_unreadable_every_time_is_given_up_after_its_reads() -> None:
     unreadable = [SendError(SendFailure.RETRY, "timed out") for _ in range(READS)]
     late, ledger, _ = await _many(1, StubSender(found="<sent-1@x>", read_failures=unreadable))
@@ -204,5 +217,66 @@ def test_a_reply_whose_partition_cannot_be_named_is_not_kept_and_nothing_raises(
     late = LateSends(960.0, Clock(), outside_a_record)
 
     late.failed(_failed(), StubSender())
+
+    assert len(late) == 0
+
+
+# -- found again by a take-over -----------------------------------------------------------
+
+
+def _row(offset: int, record: ReplyRecord) -> tuple[int, bytes, bytes | None]:
+    return (offset, record.key.encode(), record.encode())
+
+
+def test_a_take_over_keeps_a_failed_send_that_is_its_keys_last_word() -> None:
+    failed = replace(_failed(), written_at=T0)
+    late = LateSends(960.0, Clock(), wall=lambda: T0 + timedelta(seconds=60))
+
+    late.taken(3, [_row(7, failed)], lambda channel: StubSender())
+
+    [kept] = due(late._waiting, 900.0)  # written 60 s before the take-over: due at 900
+    assert (kept.record, kept.partition) == (failed, 3)
+
+
+def test_a_take_over_keeps_no_failed_record_a_later_one_settled_nor_a_writers_failure() -> None:
+    sent = replace(_failed(), state=ReplyState.SENT, sent_message_id="<s@x>")
+    writer = replace(_failed("reply-2"), reply_text=None)  # the writer's failure: no text
+    late = LateSends(960.0, Clock(), wall=lambda: T0)
+
+    late.taken(0, [_row(1, _failed()), _row(2, sent), _row(3, writer)], lambda c: StubSender())
+
+    assert len(late) == 0
+
+
+def test_a_failed_send_overdue_at_the_take_over_is_due_at_once_and_one_kept_is_kept() -> None:
+    clock, failed = Clock(), replace(_failed(), written_at=T0)
+    late = LateSends(960.0, clock, wall=lambda: T0 + timedelta(hours=1))
+    clock.now = 50.0
+    late.failed(_failed("reply-2"), StubSender())
+
+    late.taken(0, [_row(1, failed), _row(2, _failed("reply-2"))], lambda c: StubSender())
+
+    assert [u.record.key for u in due(late._waiting, 50.0)] == ["reply-1"]
+    assert len(late) == 1  # reply-2, kept when it failed here, due at 1010 as before
+
+
+def test_a_take_over_keeps_a_newer_failed_record_over_the_one_kept() -> None:
+    # kept here when it failed; a replay elsewhere failed it again: the newer one is checked
+    clock = Clock()
+    late = LateSends(960.0, clock, wall=lambda: T0)
+    late.failed(_failed(), StubSender())
+    again = replace(_failed(), attempts=7, written_at=T0)
+
+    late.taken(0, [_row(9, again)], lambda channel: StubSender())
+
+    [kept] = due(late._waiting, 960.0)
+    assert kept.record == again
+
+
+def test_a_take_over_that_cannot_judge_a_record_keeps_nothing_and_raises_nothing() -> None:
+    naive = replace(_failed(), written_at=datetime(2026, 12, 7))  # no time zone
+    late = LateSends(960.0, Clock(), wall=lambda: T0)
+
+    late.taken(0, [_row(1, naive)], lambda channel: StubSender())
 
     assert len(late) == 0

@@ -178,6 +178,18 @@ async def test_a_take_over_writes_the_settled_record_after_a_late_one() -> None:
     assert (_last(topic), len(topic)) == (SENT, 3)
 
 
+async def test_a_take_over_hands_the_rows_it_read_to_on_taken() -> None:
+    # late_sends.LateSends.taken finds there the failed sends its last owner left unchecked
+    topic: Topic = [(b"k", SENT.encode()), (b"j", _at(2, ReplyState.FAILED, key="j").encode())]
+    ledger, _ = _new_owner(topic)
+    taken: list[tuple[int, list[tuple[int, bytes, bytes | None]]]] = []
+    ledger.on_taken = lambda partition, rows: taken.append((partition, list(rows)))
+
+    await ledger.take_over(0, 1, len(topic))
+
+    assert taken == [(0, [(1, b"j", topic[1][1])])]
+
+
 async def test_a_take_over_reads_only_the_range_it_is_given() -> None:
     topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
     ledger, reads = _new_owner(topic)

@@ -352,6 +352,24 @@ async def test_control_api_seeds_injects_faults_and_reads_outbox(
     assert outbox["outbox"][0]["idempotency_key"] == "k"
 
 
+async def test_thread_reads_fail_as_many_times_as_the_control_api_says(
+    fake: FakeAgentMail, client: AsyncAgentMail, received: dict[str, object]
+) -> None:
+    thread_id = str(received["thread_id"])
+    async with (
+        aiohttp.ClientSession(fake.base_url) as http,
+        http.post("/_control/faults", json={"thread_fail_next": 1}) as resp,
+    ):
+        assert (await resp.json())["thread_fail_remaining"] == 1
+
+    with pytest.raises(ApiError) as failed:
+        await client.inboxes.threads.get(INBOX, thread_id, request_options=NO_RETRY)
+    thread = await client.inboxes.threads.get(INBOX, thread_id, request_options=NO_RETRY)
+
+    assert failed.value.status_code == 503
+    assert thread.thread_id == thread_id
+
+
 async def test_control_reset_clears_messages_and_outbox(
     fake: FakeAgentMail, client: AsyncAgentMail, received: dict[str, object]
 ) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from onceonly.processors.exceptions import SendError
+from onceonly.processors.reply.late_sends import LateSends
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
@@ -164,22 +165,6 @@ def test_no_schedule_with_keys_ignored_is_cut_off_from_the_mail_api() -> None:
     assert 0.3 < sum("cut_mail" in k for k in honoured) / len(honoured) < 0.7
 
 
-#: keys honoured: b2, cut off from the mail API for 164 s, recorded m40's reply failed and
-#: dead-lettered it; its requests, held by the cut, reached the mail API at the heal and
-#: the email went out (the letter's retry would find it by its key)
-LATE = 27
-
-
-def test_an_email_sent_after_its_worker_gave_up_is_the_late_sends_window() -> None:
-    result = run_schedule(Schedule(LATE))
-
-    assert result.passed, result.report()
-    assert result.late and not result.gave_up
-    hit = result.window_hits[0]
-    assert (hit.invariant, hit.detail) == ("ledger_agrees", "an email, recorded failed")
-    assert result._message(hit) in result.late_sends
-
-
 #: keys honoured: a1, cut off from the mail API, recorded replies failed and dead-lettered
 #: them (send_failed); their held requests took effect at the heal, and 960 s after each
 #: failure its late-send check read the thread and recorded the reply sent
@@ -195,19 +180,6 @@ def test_the_late_send_check_records_sent_an_email_that_went_out_after_all(
 
     assert checked.passed and not checked.window_hits, checked.report()
     assert unchecked.late
-
-
-#: keys honoured: b1's send of m46 was held by a cut from the mail API when a rebalance
-#: cancelled its lane; re-assigned, b1 could not read the thread, recorded the reply failed,
-#: and was killed before its late-send check; the held request sent the email at the heal
-CANCELLED_LATE = 70045
-
-
-def test_an_email_whose_lane_was_cancelled_while_a_cut_held_it_is_late() -> None:
-    result = run_schedule(Schedule(CANCELLED_LATE))
-
-    assert result.passed, result.report()
-    assert result.late and "<m46@sim>" in result.late_sends
 
 
 #: approval on: b1 marked m1's draft superseded by m9 (covered by m9's reply) and was
@@ -228,66 +200,69 @@ def test_f43_a_burst_whose_thread_cannot_be_read_is_dead_lettered_not_answered_a
     assert any("record_failed ['<m9@sim>']" in e for e in result.events)
 
 
+#: keys honoured: b2, cut off from the mail API for 164 s, recorded m40's reply failed and
+#: dead-lettered it; its requests, held by the cut, reached the mail API at the heal and
+#: the email went out, after b2 lost the partition
+LATE = 27
+#: keys honoured: b1's send of m46 was held by a cut from the mail API when a rebalance
+#: cancelled its lane; re-assigned, b1 could not read the thread, recorded the reply failed,
+#: and was killed before its late-send check; the held request sent the email at the heal
+CANCELLED_LATE = 70045
+#: keys honoured: m41's email went out, its answers lost; then b1 was cut off from the mail
+#: API, its retries and its read of the thread timed out, and it recorded the reply failed
+#: (killed before its late-send check)
+FAILED_UNREAD = 890006648
+
+
+@pytest.mark.parametrize(
+    ("seed", "message"),
+    [(LATE, "<m40@sim>"), (CANCELLED_LATE, "<m46@sim>"), (FAILED_UNREAD, "<m41@sim>")],
+    ids=["gave-up", "lane-cancelled", "failed-unread"],
+)
+def test_a_failed_reply_whose_email_went_out_late_is_recorded_sent_by_the_next_owner(
+    monkeypatch: pytest.MonkeyPatch, seed: int, message: str
+) -> None:
+    # the next owner's take-over finds the failed record its recorder did not live (or own
+    # the partition long enough) to check; without it, the late send's window (counted apart)
+    found = run_schedule(Schedule(seed))
+    monkeypatch.setattr(LateSends, "taken", lambda self, *args, **kwargs: None)
+    forgotten = run_schedule(Schedule(seed))
+
+    assert found.passed and not found.late, found.report()
+    assert forgotten.late and message in forgotten.late_sends
+
+
 #: approval on: a paused worker's mark (m29's draft superseded by m53) landed after the
 #: next owner, cut off from the mail API, had answered m53 alone (its store held m29's draft
 #: awaiting, no mark to find); 910002652: the F32 path wrote m3's draft anew, and the
 #: ledger wrote a paused worker's mark (covered by m18, whose writer never saw m3) back
 #: over it
 F43_LATE_MARK, F43_MARK_BACK = 910001234, 910002652
-
-
-@pytest.mark.parametrize("seed", [F43_LATE_MARK, F43_MARK_BACK])
-def test_f43_a_late_mark_leaves_no_message_covered_by_a_reply_that_never_saw_it(
-    monkeypatch: pytest.MonkeyPatch, seed: int
-) -> None:
-    monkeypatch.setattr(Cuts, "reads", True)
-
-    result = run_schedule(Schedule(seed, require_approval=True))
-
-    assert result.passed, result.report()
-
-
 #: drawn: an approved draft's sends held by a cut, a paused worker's late mark of it (m13
 #: superseded by m25) written back over its *failed* record; the email went out late and
 #: the ledger's last word was the mark (finding F44)
 F44 = 920003353
-
-
-def test_f44_a_mark_undone_by_the_approved_draft_is_not_written_back_over_its_failure(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(Cuts, "reads", True)
-
-    result = run_schedule(Schedule(F44))
-
-    assert result.passed, result.report()
-
-
-#: keys honoured: m41's email went out, its answers lost; then b1 was cut off from the mail
-#: API, its retries and its read of the thread timed out, and it recorded the reply failed
-#: (killed before its late-send check): the late send's window, counted apart
-FAILED_UNREAD = 890006648
-
-
-def test_a_reply_recorded_failed_by_a_member_cut_off_from_the_mail_api_is_the_late_window() -> None:
-    result = run_schedule(Schedule(FAILED_UNREAD))
-
-    assert result.passed, result.report()
-    assert "<m41@sim>" in result.late_sends and result.late
-
-
+#: drawn: a paused worker's mark of m41's draft landed before the owner applied a person's
+#: approval; ruled settling, it was written back over the approved record (the decision
+#: lost), and a take-over later wrote the approved record again, which no one sent (F45)
+F45 = 960002379
 #: drawn: a paused worker's draft of m48 landed after the owner, its thread unread, had
 #: dead-lettered m48's burst; the owner never held it and refused every approval: the
 #: world waited on it to the deadline (the letter's, not a decision's: World._undecided)
 UNDECIDED = 920000705
 
 
-def test_a_draft_whose_message_an_open_letter_holds_does_not_keep_the_world_busy(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("seed", "approval"),
+    [(F43_LATE_MARK, True), (F43_MARK_BACK, True), (F44, None), (F45, None), (UNDECIDED, None)],
+    ids=["f43-late-mark", "f43-mark-back", "f44-mark-undone", "f45-mark-first", "undecided"],
+)
+def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
+    monkeypatch: pytest.MonkeyPatch, seed: int, approval: bool | None
 ) -> None:
     monkeypatch.setattr(Cuts, "reads", True)
 
-    result = run_schedule(Schedule(UNDECIDED))
+    result = run_schedule(Schedule(seed, require_approval=approval))
 
     assert result.passed and result.settled, result.report()
 
