@@ -233,7 +233,7 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--read-cuts",
         action="store_true",
-        help="a cut from the mail API holds thread and message reads too (off: finding F46)",
+        help="a cut from the mail API holds thread and message reads too (off by default)",
     )
     _switch(
         parser,

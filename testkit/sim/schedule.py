@@ -124,8 +124,8 @@ class Cuts:
     """Whether the ``cut_kafka`` and ``cut_mail`` faults drawn are in the schedules
     (``--no-cuts``: left out, the schedules as they were before cuts were simulated), and
     whether a cut from the mail API holds a member's thread and message reads too, as it
-    holds its sends and ``find_reply`` (``--read-cuts``: off by default while finding F46,
-    found with them, is open; F43-F45, found with them, are fixed)."""
+    holds its sends and ``find_reply`` (``--read-cuts``: off by default; findings F43-F46,
+    found with them, are fixed)."""
 
     on: ClassVar[bool] = True
     reads: ClassVar[bool] = False

@@ -114,3 +114,13 @@ def test_a_mark_the_recorded_reply_saw_leaves_the_burst_delivered_again_alone() 
     theirs = _record("<m2@x>", ReplyState.AWAITING, "new draft", covers=(mark.key,))
 
     assert unread(_parts(mark, theirs), [m2], [], m2) is None
+
+
+def test_a_message_of_the_burst_whose_draft_waits_fails_it_beside_a_new_one() -> None:
+    # F46: m2, its draft waiting, delivered again with the new m3 (a catch-up's burst): m3's
+    # reply supersedes m2's draft and must recall it, which only the thread holds
+    m2, m3 = _inbound("<m2@x>"), _inbound("<m3@x>")
+    draft = _record("<m2@x>", ReplyState.AWAITING, "draft", message_at=T0 - timedelta(minutes=1))
+
+    with pytest.raises(ThreadUnread, match=draft.key):
+        unread(_parts(draft), [m2, m3], [m3], m3)

@@ -246,6 +246,10 @@ F44 = 920003353
 #: approval; ruled settling, it was written back over the approved record (the decision
 #: lost), and a take-over later wrote the approved record again, which no one sent (F45)
 F45 = 960002379
+#: approval on: m34, its draft waiting, came again with the new m43 (a catch-up's burst)
+#: while the owner was cut off from the mail API; m43's reply, written without m34, covered
+#: it (finding F46: a burst's own waiting draft did not count as needing the thread)
+F46 = 961002429
 #: drawn: a paused worker's draft of m48 landed after the owner, its thread unread, had
 #: dead-lettered m48's burst; the owner never held it and refused every approval: the
 #: world waited on it to the deadline (the letter's, not a decision's: World._undecided)
@@ -254,8 +258,15 @@ UNDECIDED = 920000705
 
 @pytest.mark.parametrize(
     ("seed", "approval"),
-    [(F43_LATE_MARK, True), (F43_MARK_BACK, True), (F44, None), (F45, None), (UNDECIDED, None)],
-    ids=["f43-late-mark", "f43-mark-back", "f44-mark-undone", "f45-mark-first", "undecided"],
+    [
+        (F43_LATE_MARK, True),
+        (F43_MARK_BACK, True),
+        (F44, None),
+        (F45, None),
+        (F46, True),
+        (UNDECIDED, None),
+    ],
+    ids=["f43-late-mark", "f43-mark-back", "f44-mark-undone", "f45-mark-first", "f46", "undecided"],
 )
 def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
     monkeypatch: pytest.MonkeyPatch, seed: int, approval: bool | None
