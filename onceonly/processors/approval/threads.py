@@ -52,8 +52,9 @@ class ThreadRead:
 async def read_thread(
     parts: WorkerParts, burst: Sequence[Inbound], fresh: list[Inbound], reply: ReplyParts
 ) -> ThreadRead | None:
-    """The thread as the burst's reply needs it; None when it cannot be read and no draft
-    is marked superseded by the burst (:func:`unread`: the burst is answered alone).
+    """The thread as the burst's reply needs it; None when it cannot be read and the ledger
+    holds no draft the reply would have to recall (:func:`unread`, which raises otherwise:
+    the burst is answered alone).
 
     Read before the burst's latest message, for the marks on every draft before it (F32's,
     including one after a new message older than that latest); and before the newest new
