@@ -23,6 +23,7 @@ from enum import StrEnum
 import structlog
 
 from onceonly.processors.messages import Inbound, ThreadMessage, reply_key
+from onceonly.processors.reply.arbitration import unseen_cover
 from onceonly.processors.reply.bursts import chain_end, left_drafts
 from onceonly.processors.writer.contract import Decline, Draft
 from onceonly.schemas.approval import Action, Approval, ApprovalDecision, Verdict, draft_digest
@@ -262,26 +263,14 @@ def unseen_marks(
     get: Callable[[str], ReplyRecord | None], keys: Iterable[str]
 ) -> list[tuple[ReplyRecord, ReplyRecord]]:
     """The drafts among ``keys``' records marked superseded by a newer message whose reply,
-    where their chain of covers ends, never saw them: each with that reply's record.
-
-    A worker marks a draft superseded by a new message *before* its writer is asked with
-    the draft's messages. Stopped after the mark, a worker past its fence check (paused,
-    woken after the partition moved) may land the newer message's reply, written before
-    the mark by a writer that never saw the draft's messages. Left so, they are covered by
-    a reply that never answers them (the simulator's finding F32)."""
+    where their chain of covers ends, never saw them (:func:`unseen_cover`, the
+    simulator's finding F32): each with that reply's record. Left so, they are covered by
+    a reply that never answers them."""
     found = []
     for key in dict.fromkeys(keys):
         mark = get(key)
-        if mark is None or mark.state is not ReplyState.COVERED or mark.reply_text is None:
-            continue
-        end = chain_end(get, mark, ())
-        if (
-            mark.approval is None
-            and isinstance(end, ReplyRecord)
-            and end.covers is not None  # a record from before version 3 saw every older one
-            and mark.key not in end.covers
-            and not (end.state is ReplyState.FAILED and end.reply_text is None)  # replayed
-        ):
+        end = unseen_cover(get, mark)
+        if mark is not None and end is not None:
             found.append((mark, end))
     return found
 

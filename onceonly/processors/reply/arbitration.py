@@ -243,26 +243,40 @@ def approved_over(
     )
 
 
+def unseen_cover(
+    get: Callable[[str], ReplyRecord | None], mark: ReplyRecord | None
+) -> ReplyRecord | None:
+    """The reply that covers ``mark``, where its chain of covers ends, when ``mark`` is a
+    draft marked superseded (no approval) whose message that reply never saw; else None.
+
+    A draft is marked before the new message's writer is asked with its messages; the
+    reply landed may be a late writer's that never saw them (the simulator's finding F32).
+    A record from before version 3 (no ``covers``) saw every older one."""
+    if mark is None or mark.state is not ReplyState.COVERED or mark.reply_text is None:
+        return None
+    if mark.approval is not None:
+        return None
+    end = chain_end(get, mark, ())
+    if (
+        isinstance(end, ReplyRecord)
+        and end.covers is not None
+        and mark.key not in end.covers
+        and not (end.state is ReplyState.FAILED and end.reply_text is None)
+    ):
+        return end
+    return None
+
+
 def unseen_mark(
     get: Callable[[str], ReplyRecord | None], own: ReplyRecord, other: ReplyRecord
 ) -> bool:
-    """Whether ``other`` (another writer's record of ``own``'s key) is a draft marked
-    superseded, made before ``own`` was, whose covering reply (where its chain ends) never
-    saw its message. Such a mark settles nothing: ``own``'s writer read it and wrote the
-    draft anew for what that reply left unanswered (``applying._answer_anew``, F32); written
-    again after ``own``, it would leave the message covered by a reply that never saw it
-    (the simulator's finding F43, the mark a paused worker's)."""
-    if other.state is not ReplyState.COVERED or other.reply_text is None:
-        return False
-    if other.approval is not None or other.made_at >= own.created_at:
-        return False
-    end = chain_end(get, other, ())
-    return (
-        isinstance(end, ReplyRecord)
-        and end.covers is not None
-        and own.key not in end.covers
-        and not (end.state is ReplyState.FAILED and end.reply_text is None)
-    )
+    """Whether ``other`` (another writer's record of ``own``'s key) is an unseen mark
+    (:func:`unseen_cover`) made before ``own`` was. Such a mark settles nothing: ``own``'s
+    writer read it and wrote the draft anew for what that reply left unanswered
+    (``applying._answer_anew``, F32); written again after ``own``, it would leave the
+    message covered by a reply that never saw it (the simulator's finding F43, the mark a
+    paused worker's)."""
+    return other.made_at < own.created_at and unseen_cover(get, other) is not None
 
 
 #: the states that settle a key: nothing follows them in the ledger but themselves
