@@ -499,15 +499,16 @@ async def test_approving_a_late_draft_covering_a_message_already_sent_is_refused
     assert late.reply_text not in [e.text for e in stack.mail.outbox]
 
 
+@pytest.mark.parametrize("window_ms", [0, 2000], ids=["window-0", "window-default"])
 async def test_a_burst_whose_thread_cannot_be_read_is_dead_lettered_with_the_draft_marked_by_it(
-    stack_factory: Callable[..., Stack],
+    stack_factory: Callable[..., Stack], window_ms: int
 ) -> None:
     # the simulator's finding F43: m1's draft marked superseded by m2 by a worker stopped
     # before m2's reply was written; the next owner cannot read the thread (503). A reply
     # to m2 alone would leave m1 covered by a reply whose writer never saw it: the burst is
     # tried again, then dead-lettered naming m1's draft; retried once the thread reads,
-    # m2's reply recalls m1
-    stack = stack_factory(partitions=1, reorder_window_ms=0)
+    # m2's reply recalls m1; at window 0 and at the default window (m2 held, then released)
+    stack = stack_factory(partitions=1, reorder_window_ms=window_ms)
     old = await _landed_after_draft(stack, lambda old: [supersede(old, _m2_of(old).key)])
     stack.mail.faults.thread_fail_remaining = 1000
     await stack.deliver(stack.seed("<m2@x>", "thr-a", timestamp="2026-11-29T10:05:00.000Z"))
