@@ -20,6 +20,7 @@ from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
     Stack,
+    WorkerProcess,
     dead_letters,
     ledger_records,
     sent_to,
@@ -61,6 +62,16 @@ async def test_a_reply_recorded_failed_whose_email_went_out_after_all_is_recorde
     assert "a reply recorded failed was sent after all" in stack.workers[0].log()
 
 
+#: a send given up on after about 5 s, its thread read again 20 s after it failed
+_TAKE_OVER_ENV = {
+    "ONCEONLY_SEND_TIMEOUT_S": "1",
+    "ONCEONLY_SEND_ATTEMPTS": "2",
+    "ONCEONLY_SEND_IN_FLIGHT_WAIT_S": "2",
+    "ONCEONLY_LATE_SEND_CHECK_S": "20",
+    "ONCEONLY_LEDGER_AUDIT_S": "1",
+}
+
+
 async def test_a_failed_reply_left_by_a_killed_worker_is_recorded_sent_by_the_next_one(
     stack_factory: Callable[..., Stack],
 ) -> None:
@@ -69,13 +80,7 @@ async def test_a_failed_reply_left_by_a_killed_worker_is_recorded_sent_by_the_ne
     # due (late_sends.LateSends.taken)
     stack = stack_factory(reorder_window_ms=0)
     stack.mail.faults.send_delay_s = 12.0
-    env = {
-        "ONCEONLY_SEND_TIMEOUT_S": "1",
-        "ONCEONLY_SEND_ATTEMPTS": "2",
-        "ONCEONLY_SEND_IN_FLIGHT_WAIT_S": "2",
-        "ONCEONLY_LATE_SEND_CHECK_S": "20",
-        "ONCEONLY_LEDGER_AUDIT_S": "1",
-    }
+    env = _TAKE_OVER_ENV
     first = stack.worker("w1", **env)
     key = reply_key(INBOX, MESSAGE)
 
@@ -89,3 +94,38 @@ async def test_a_failed_reply_left_by_a_killed_worker_is_recorded_sent_by_the_ne
     [email] = stack.mail.outbox
     assert ledger_records(stack)[key].sent_message_id == email.sent_message_id
     assert "a reply recorded failed was sent after all" in second.log()
+
+
+async def test_a_failed_reply_left_by_a_killed_worker_is_recorded_sent_by_a_running_one(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    # two workers share four partitions; the one that recorded the reply failed is killed
+    # before its check, and the other, running all along, is given its partitions in a
+    # rebalance: its take-over of the partition finds the failed send (not a fresh start's)
+    stack = stack_factory(reorder_window_ms=0)
+    stack.mail.faults.send_delay_s = 12.0
+    workers = [stack.worker(name, **_TAKE_OVER_ENV) for name in ("w1", "w2")]
+    await until(
+        stack,
+        lambda: all("active_partitions=6" in _recovered(w) for w in workers),
+        "both workers owning two partitions (and their three tables)",
+    )
+    key = reply_key(INBOX, MESSAGE)
+
+    await stack.deliver(stack.seed(MESSAGE, THREAD))
+    await until(stack, lambda: state_of(stack, key) is ReplyState.FAILED, "the failed record")
+    [recorder] = [w for w in workers if "reply dead-lettered" in w.log()]
+    [heir] = [w for w in workers if w is not recorder]
+    recorder.kill()
+    assert sent_to(stack) == Counter()
+    await until(stack, lambda: state_of(stack, key) is ReplyState.SENT, "recorded sent after all")
+
+    [email] = stack.mail.outbox
+    assert ledger_records(stack)[key].sent_message_id == email.sent_message_id
+    assert "a reply recorded failed was sent after all" in heir.log()
+
+
+def _recovered(worker: WorkerProcess) -> str:
+    """The worker's last "tables recovered" log line ("" before any)."""
+    lines = [line for line in worker.log().splitlines() if "tables recovered" in line]
+    return lines[-1] if lines else ""
