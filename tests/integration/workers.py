@@ -15,19 +15,37 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from devstack.ports import free_port
-from onceonly.foundation.kafka import AsyncProducer, Connection, consumer_lag
+from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, consumer_lag
 from onceonly.foundation.settings import Settings
+from onceonly.foundation.topics import topic_specs
 from onceonly.ingest import normalise
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
-from testkit import payloads
+from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
 from testkit.invariants import Email, Message, Observed, Verdict, check
 from testkit.processes import Supervised
-from tests.conftest import consume_all
+from tests.conftest import consume_all, own_topics
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def cluster_settings(bootstrap: str, tmp_path: Path, **overrides: Any) -> Settings:
+    """Settings of a whole stack on a cluster's ``bootstrap``, its topics created: topics
+    and an app id of its own, its run dir under ``tmp_path``, and the signing secret of
+    testkit's AgentMail webhooks; ``overrides`` as given."""
+    settings = own_topics(
+        bootstrap,
+        own_app=True,
+        run_dir=tmp_path / "run",
+        agentmail_webhook_secret=SecretStr(signing.SVIX_SECRET),
+        **overrides,
+    )
+    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
+    return settings
 
 
 def worker_env(

@@ -18,18 +18,15 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka.admin import AdminClient
-from pydantic import SecretStr
 
 from devstack.cluster import LocalCluster
 from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, ProduceFailed
-from onceonly.foundation.settings import Settings
-from onceonly.foundation.topics import topic_specs
 from onceonly.ingest.app import Ingest
 from onceonly.schemas.envelope import Envelope
 from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
-from tests.conftest import consume_all, own_topics
-from tests.integration.workers import Stack
+from tests.conftest import consume_all
+from tests.integration.workers import Stack, cluster_settings
 
 pytestmark = pytest.mark.integration
 
@@ -81,23 +78,16 @@ def windows_503(answers: list[Answer], gap_s: float) -> list[tuple[float, float]
     return runs
 
 
-def _settings(cluster: LocalCluster, tmp_path: Path) -> Settings:
-    return own_topics(
-        cluster.bootstrap,
-        own_app=True,
-        partitions=4,
-        run_dir=tmp_path / "run",
-        produce_timeout_ms=5000,
-        reorder_window_ms=500,
-        agentmail_webhook_secret=SecretStr(signing.SVIX_SECRET),
-    )
-
-
 async def test_a_killed_partition_leader_costs_at_most_an_election_and_loses_nothing(
     kafka_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
-    settings = _settings(kafka_cluster, tmp_path)
-    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
+    settings = cluster_settings(
+        kafka_cluster.bootstrap,
+        tmp_path,
+        partitions=4,
+        produce_timeout_ms=5000,
+        reorder_window_ms=500,
+    )
     producer = AsyncProducer(Connection.from_settings(settings))
     stack = Stack(settings, producer, mail, tmp_path)
     client = TestClient(

@@ -20,7 +20,6 @@ from pydantic import SecretStr
 from devstack.cluster import LocalCluster
 from onceonly.foundation.kafka import Admin, AsyncProducer, Connection, read_to_end
 from onceonly.foundation.settings import Settings
-from onceonly.foundation.topics import topic_specs
 from onceonly.ingest.app import Ingest
 from onceonly.operations import trace
 from onceonly.operations.ops_page import OpsPage, OpsSources, retry_letter
@@ -28,8 +27,8 @@ from onceonly.operations.ops_view import Read, Table, TraceView
 from onceonly.processors.health import WebhookHealth
 from testkit import payloads, signing
 from testkit.fakes.agentmail_server import FakeAgentMail
-from tests.conftest import SASL_USER, own_topics
-from tests.integration.workers import ROOT, Stack, worker_env
+from tests.conftest import SASL_USER
+from tests.integration.workers import ROOT, Stack, cluster_settings, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -37,14 +36,13 @@ REFUSED = "refused onceonly's credentials"
 
 
 def _settings(cluster: LocalCluster, tmp_path: Path, password: str, **extra: Any) -> Settings:
-    return own_topics(
+    """A stack's settings on the SASL cluster with ``password``, its topics created."""
+    return cluster_settings(
         cluster.bootstrap,
-        own_app=True,
+        tmp_path,
         partitions=2,
-        run_dir=tmp_path / "run",
         produce_timeout_ms=3000,
         reorder_window_ms=200,
-        agentmail_webhook_secret=SecretStr(signing.SVIX_SECRET),
         kafka_security_protocol="SASL_PLAINTEXT",
         kafka_sasl_mechanism="SCRAM-SHA-256",
         kafka_sasl_username=SASL_USER[0],
@@ -108,7 +106,6 @@ async def _stack(
 ) -> tuple[TestClient[Any, Any], Stack]:
     """The topics on the cluster, ingest in this process, and a stack with the credentials."""
     settings = _settings(cluster, tmp_path, SASL_USER[1], **extra)
-    Admin(Connection.from_settings(settings)).ensure_topics(topic_specs(settings))
     client, producer = await _ingest(settings)
     return client, Stack(settings, producer, mail, tmp_path)
 
@@ -236,7 +233,6 @@ async def test_with_a_wrong_password_each_fails_clearly_and_soon(
     kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
     good = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1])
-    Admin(Connection.from_settings(good)).ensure_topics(topic_specs(good))
     settings = good.model_copy(update={"kafka_sasl_password": SecretStr("wrong-password")})
     client, producer = await _ingest(settings)
     stack = Stack(settings, producer, mail, tmp_path)

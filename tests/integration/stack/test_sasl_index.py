@@ -13,8 +13,6 @@ import pytest
 from pydantic import SecretStr
 
 from devstack.cluster import LocalCluster
-from onceonly.foundation.kafka import Admin, Connection
-from onceonly.foundation.topics import topic_specs
 from onceonly.schemas.ledger import ReplyState
 from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.conftest import SASL_USER
@@ -84,7 +82,6 @@ def test_with_a_wrong_password_the_index_build_fails_naming_the_credentials(
     kafka_sasl_cluster: LocalCluster, mail: FakeAgentMail, tmp_path: Path
 ) -> None:
     good = _settings(kafka_sasl_cluster, tmp_path, SASL_USER[1])
-    Admin(Connection.from_settings(good)).ensure_topics(topic_specs(good))
     settings = good.model_copy(update={"kafka_sasl_password": SecretStr("wrong-password")})
     stack = Stack(settings, None, mail, tmp_path)  # type: ignore[arg-type]  # no producer
     env = {**_env(settings, stack, "cli"), "ONCEONLY_INDEX_DIR": str(tmp_path / "index")}
