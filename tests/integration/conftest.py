@@ -12,7 +12,7 @@ import pytest
 from onceonly.foundation.kafka import AsyncProducer
 from onceonly.foundation.settings import Settings
 from testkit.fakes.agentmail_server import FakeAgentMail
-from tests.integration.workers import Stack
+from tests.integration.workers import Stack, dead_lettered
 
 
 @pytest.fixture
@@ -38,6 +38,16 @@ def stack_settings(
         return topics_factory(settings_factory(**values | overrides))
 
     return make
+
+
+@pytest.fixture
+async def dead_letter_stack(stack_factory: Callable[..., Stack]) -> Stack:
+    """A stack (no reorder window, one send attempt) whose one worker has dead-lettered the
+    reply to ``<dl@example.com>`` (thread ``thr-dl``); the mail API is up again."""
+    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
+    stack.worker()
+    await dead_lettered(stack, "<dl@example.com>", "thr-dl")
+    return stack
 
 
 @pytest.fixture

@@ -77,11 +77,9 @@ async def test_a_draft_is_approved_from_the_cli_and_rejected_over_http_found_in_
 
 
 async def test_dead_letters_are_listed_and_retried_from_the_index_and_closed_once(
-    stack_factory: Callable[..., Stack],
+    dead_letter_stack: Stack,
 ) -> None:
-    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
-    stack.worker()
-    await dead_lettered(stack, "<dl@example.com>", "thr-dl")
+    stack = dead_letter_stack
     index_dir = stack.tmp / "index"
     _built(stack, index_dir)
 

@@ -13,7 +13,6 @@ from onceonly.schemas.ledger import ReplyState
 from tests.integration.workers import (
     INBOX,
     Stack,
-    dead_lettered,
     ledger_records,
     onceonly,
     state_of,
@@ -87,12 +86,8 @@ async def test_a_dead_lettered_failure_is_answered_exactly_once_by_replay(
     assert answered == ["<down@example.com>", "<r0@example.com>", "<r1@example.com>"]
 
 
-async def test_dead_letters_retry_sends_the_failed_reply_once(
-    stack_factory: Callable[..., Stack],
-) -> None:
-    stack = stack_factory(reorder_window_ms=0, send_attempts=1)
-    stack.worker()
-    await dead_lettered(stack, "<dl@example.com>", "thr-dl")
+async def test_dead_letters_retry_sends_the_failed_reply_once(dead_letter_stack: Stack) -> None:
+    stack = dead_letter_stack
 
     done = onceonly(stack, "dead-letters", "retry")
     assert done.returncode == 0, done.stderr
