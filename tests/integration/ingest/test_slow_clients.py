@@ -89,13 +89,19 @@ class Served:
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", self.port)
 
-    async def get(self, path: str) -> Answer:
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+        """A connection for the ``async with`` block, closed on the way out."""
         reader, writer = await self.connect()
         try:
-            writer.write(head("GET", path, {"Connection": "close"}))
-            answer = await asyncio.wait_for(read_answer(reader), 10)
+            yield reader, writer
         finally:
             writer.close()
+
+    async def get(self, path: str) -> Answer:
+        async with self.connection() as (reader, writer):
+            writer.write(head("GET", path, {"Connection": "close"}))
+            answer = await asyncio.wait_for(read_answer(reader), 10)
         assert answer is not None, path
         return answer
 
@@ -165,17 +171,16 @@ async def test_a_body_trickled_after_its_headers_gets_408_within_the_read_timeou
 ) -> None:
     read_timeout = 1.0
     served = await serve_ingest(ingest_read_timeout_s=read_timeout, ingest_keepalive_s=30)
-    reader, writer = await served.connect()
-    writer.write(head("POST", "/webhooks/nylas", signing.nylas_headers(b"{}"), length=2097152))
-    started = time.monotonic()
-    trickling = _trickled(writer, b" ", started + read_timeout + MARGIN_S)  # never the 2 MiB
-    try:
-        answer = await asyncio.wait_for(read_answer(reader), read_timeout + MARGIN_S)
-    except TimeoutError:
-        answer = None
-    finally:
-        trickling.cancel()
-        writer.close()
+    async with served.connection() as (reader, writer):
+        writer.write(head("POST", "/webhooks/nylas", signing.nylas_headers(b"{}"), length=2097152))
+        started = time.monotonic()
+        trickling = _trickled(writer, b" ", started + read_timeout + MARGIN_S)  # never the 2 MiB
+        try:
+            answer = await asyncio.wait_for(read_answer(reader), read_timeout + MARGIN_S)
+        except TimeoutError:
+            answer = None
+        finally:
+            trickling.cancel()
     elapsed = time.monotonic() - started
 
     assert answer is not None, f"no answer to a trickled body within {read_timeout + MARGIN_S} s"
@@ -184,41 +189,43 @@ async def test_a_body_trickled_after_its_headers_gets_408_within_the_read_timeou
     assert await served.rejected() == Counter({("nylas", "body_timeout"): 1})
 
 
+#: the keep-alive setting of :func:`kept_alive`
+KEEPALIVE_S = 1.0
+
+
+@pytest.fixture
+async def kept_alive(serve_ingest: Callable[..., Awaitable[Served]]) -> Served:
+    """ingest served with a keep-alive of KEEPALIVE_S."""
+    return await serve_ingest(ingest_keepalive_s=KEEPALIVE_S)
+
+
 async def test_an_idle_kept_alive_connection_is_closed_after_the_keepalive_setting(
-    serve_ingest: Callable[..., Awaitable[Served]],
+    kept_alive: Served,
 ) -> None:
-    keepalive = 1.0
-    served = await serve_ingest(ingest_keepalive_s=keepalive)
-    reader, writer = await served.connect()
-    try:
+    async with kept_alive.connection() as (reader, writer):
         answer = await _healthz(reader, writer)
         assert "close" not in answer.headers.get("connection", "")
 
-        closed_after = await closed_within(reader, keepalive + MARGIN_S)
-    finally:
-        writer.close()
+        closed_after = await closed_within(reader, KEEPALIVE_S + MARGIN_S)
 
     assert closed_after is not None, "an idle connection outlived the keep-alive setting"
-    assert keepalive * 0.9 <= closed_after < keepalive + MARGIN_S
+    assert KEEPALIVE_S * 0.9 <= closed_after < KEEPALIVE_S + MARGIN_S
 
 
 async def test_headers_trickled_without_end_are_cut_off_by_the_keepalive_timer(
-    serve_ingest: Callable[..., Awaitable[Served]],
+    kept_alive: Served,
 ) -> None:
-    keepalive = 1.0
-    served = await serve_ingest(ingest_keepalive_s=keepalive)
-    reader, writer = await served.connect()
-    writer.write(b"POST /webhooks/nylas HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-    # one header, never its end
-    trickling = _trickled(writer, b"x", time.monotonic() + keepalive + MARGIN_S)
-    try:
-        closed_after = await closed_within(reader, keepalive + MARGIN_S)
-    finally:
-        trickling.cancel()
-        writer.close()
+    async with kept_alive.connection() as (reader, writer):
+        writer.write(b"POST /webhooks/nylas HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        # one header, never its end
+        trickling = _trickled(writer, b"x", time.monotonic() + KEEPALIVE_S + MARGIN_S)
+        try:
+            closed_after = await closed_within(reader, KEEPALIVE_S + MARGIN_S)
+        finally:
+            trickling.cancel()
 
     assert closed_after is not None, "a client trickling headers kept its connection"
-    assert closed_after < keepalive + MARGIN_S
+    assert closed_after < KEEPALIVE_S + MARGIN_S
 
 
 async def test_a_connection_past_the_cap_gets_503_and_the_cap_frees_as_others_close(
@@ -229,12 +236,9 @@ async def test_a_connection_past_the_cap_gets_503_and_the_cap_frees_as_others_cl
     for reader, writer in held:  # one request each: both are surely open on the server
         await _healthz(reader, writer)
 
-    reader, writer = await served.connect()
-    try:
+    async with served.connection() as (reader, _):
         refused = await asyncio.wait_for(read_answer(reader), 10)
         closed = await closed_within(reader, MARGIN_S)
-    finally:
-        writer.close()
     assert refused is not None, "a connection past the cap got no answer"
     assert (refused.status, refused.error()["check"]) == (503, "too_many_connections")
     assert refused.headers["retry-after"] == "5"
@@ -261,16 +265,13 @@ async def test_a_signed_delivery_is_still_accepted_through_the_limits(
 ) -> None:
     served = await serve_ingest(ingest_max_connections=4, ingest_read_timeout_s=5)
     body = payloads.dumps(payloads.nylas_message())
-    reader, writer = await served.connect()
-    try:
+    async with served.connection() as (reader, writer):
         writer.write(head("POST", "/webhooks/nylas", signing.nylas_headers(body), length=len(body)))
         for start in range(0, len(body), 100):  # a body in pieces, well within the timeout
             writer.write(body[start : start + 100])
             await writer.drain()
             await asyncio.sleep(0.001)
         answer = await asyncio.wait_for(read_answer(reader), 15)
-    finally:
-        writer.close()
 
     assert answer is not None
     assert answer.status == 204
