@@ -157,15 +157,15 @@ class Stack:
         self.tmp = tmp
         self.workers: list[WorkerProcess] = []
 
+    def env(self, data: Path, **extra: str) -> dict[str, str]:
+        """The environment of a worker (or a command) whose data dir is ``data``."""
+        return worker_env(self.settings, mail_url=self.mail.base_url, data_dir=data, **extra)
+
     def worker(self, name: str = "w1", *, state_of: str | None = None, **env: str) -> WorkerProcess:
         """Start a worker; ``state_of`` names an earlier worker whose data dir it takes over."""
         data = self.tmp / (state_of or name)
         data.mkdir(parents=True, exist_ok=True)
-        process = WorkerProcess(
-            name,
-            worker_env(self.settings, mail_url=self.mail.base_url, data_dir=data, **env),
-            self.tmp / f"{name}.log",
-        )
+        process = WorkerProcess(name, self.env(data, **env), self.tmp / f"{name}.log")
         self.workers.append(process)
         return process.start()
 
@@ -277,12 +277,12 @@ async def handled(stack: Stack, timeout_s: float = 120) -> None:
     await until(stack, done, "every delivery handled and committed", timeout_s=timeout_s)
 
 
-def onceonly(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    """The ``onceonly`` command, run as a user would, against ``stack``'s broker and topics."""
-    env = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli")
+def onceonly(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The ``onceonly`` command, run as a user would, against ``stack``'s broker and topics,
+    with ``env`` on top of the stack's environment."""
     return subprocess.run(
         [sys.executable, "-m", "onceonly", *args],
-        env={**env, "COLUMNS": "200"},
+        env={**stack.env(stack.tmp / "cli", **env), "COLUMNS": "200"},
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -16,35 +16,25 @@ import pytest
 
 from onceonly.processors.writer.contract import reply_key
 from onceonly.schemas.ledger import ReplyRecord, ReplyState
-from tests.integration.workers import INBOX, ROOT, Stack, worker_env
+from tests.integration.workers import INBOX, ROOT, Stack, onceonly
 
 pytestmark = pytest.mark.integration
 
 
-def _env(stack: Stack, index_dir: Path | None) -> dict[str, str]:
-    extra = {} if index_dir is None else {"ONCEONLY_INDEX_DIR": str(index_dir)}
-    env = worker_env(
-        stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli", **extra
-    )
-    return {**env, "COLUMNS": "200"}
+def _index(index_dir: Path | None) -> dict[str, str]:
+    """The environment that points a command at ``index_dir`` (None: no index)."""
+    return {} if index_dir is None else {"ONCEONLY_INDEX_DIR": str(index_dir)}
 
 
 def _run(stack: Stack, index_dir: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "onceonly", *args],
-        env=_env(stack, index_dir),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return onceonly(stack, *args, **_index(index_dir))
 
 
 def _follower(stack: Stack, index_dir: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "onceonly", "index", "--follow", "--poll-s", "0.2"],
-            env=_env(stack, index_dir),
+            env={**stack.env(stack.tmp / "cli", **_index(index_dir)), "COLUMNS": "200"},
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -13,7 +13,6 @@ import asyncio
 import json
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -29,7 +28,7 @@ from onceonly.ingest import normalise
 from onceonly.schemas.envelope import Envelope
 from tests.conftest import consume_all
 from tests.integration.devstack.running_up import devstack_send, running_up, up_env, wait_for
-from tests.integration.workers import ROOT, Stack, until, worker_env
+from tests.integration.workers import Stack, onceonly, until
 
 pytestmark = pytest.mark.integration
 
@@ -70,19 +69,6 @@ def _open(stack: Stack) -> set[int]:
     return set(_letters(stack)) - closed
 
 
-def _onceonly(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """The command as a user runs it, with ``env`` on top of the stack's settings."""
-    base = worker_env(stack.settings, mail_url=stack.mail.base_url, data_dir=stack.tmp / "cli")
-    return subprocess.run(
-        [sys.executable, "-m", "onceonly", *args],
-        env={**base, "COLUMNS": "200", **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 async def _failed_send(stack: Stack, message_id: str, thread: str) -> int:
     """A delivery whose reply the mail API refuses: the id of its dead letter."""
     before = set(_letters(stack))
@@ -106,7 +92,7 @@ async def _refused_reply(
 
 def _with_secret(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     """The command in a shell that holds the worker's secret."""
-    return _onceonly(stack, *args, ONCEONLY_ENVELOPE_SECRET=SECRET)
+    return onceonly(stack, *args, ONCEONLY_ENVELOPE_SECRET=SECRET)
 
 
 def _answered(stack: Stack) -> list[str]:
@@ -118,7 +104,7 @@ async def test_a_retry_without_the_workers_secret_is_refused_and_the_letter_stay
 ) -> None:
     stack, letter = await _refused_reply(stack_factory, "<nokey@example.com>", "thr-nokey")
 
-    refused = _onceonly(stack, "dead-letters", "retry")  # a shell without the secret
+    refused = onceonly(stack, "dead-letters", "retry")  # a shell without the secret
     await asyncio.sleep(4)  # time for a copy to be dead-lettered again, were one sent
 
     assert refused.returncode != 0, refused.stdout

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
@@ -28,11 +27,10 @@ from onceonly.schemas.ledger import ReplyState
 from testkit import payloads
 from testkit.fakes.nylas_server import FakeNylas
 from tests.integration.workers import (
-    ROOT,
     Stack,
-    WorkerProcess,
     handled,
     ledger_records,
+    onceonly,
     until,
     worker_env,
     writer_calls,
@@ -68,13 +66,6 @@ class NylasStack(Stack):
             ONCEONLY_NYLAS_API_URI=self.nylas.base_url,
             **extra,
         )
-
-    def worker(self, name: str = "w1", *, state_of: str | None = None, **env: str) -> WorkerProcess:
-        data = self.tmp / (state_of or name)
-        data.mkdir(parents=True, exist_ok=True)
-        process = WorkerProcess(name, self.env(data, **env), self.tmp / f"{name}.log")
-        self.workers.append(process)
-        return process.start()
 
     def notification(
         self,
@@ -283,14 +274,7 @@ async def test_catch_up_answers_what_the_grant_received_while_webhooks_were_down
     stack.nylas.seed_message(GRANT, message_id="missed2", thread_id="thread-c3")
 
     def catch_up(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "onceonly", "catch-up", "--nylas-grant", GRANT, *args],
-            env={**stack.env(stack.tmp / "cli"), "COLUMNS": "200"},
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return onceonly(stack, "catch-up", "--nylas-grant", GRANT, *args)
 
     first = catch_up("--since", "2000-01-01T00:00:00")
     second = catch_up()  # from the last recorded reply: nothing new to answer
