@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -51,17 +52,18 @@ async def dead_letter_stack(stack_factory: Callable[..., Stack]) -> Stack:
 
 
 @pytest.fixture
-async def stack_factory(
+async def stack_of(
     stack_settings: Callable[..., Settings],
     producer_factory: Callable[[Settings], AsyncProducer],
-    mail: FakeAgentMail,
     tmp_path: Path,
-) -> AsyncIterator[Callable[..., Stack]]:
+) -> AsyncIterator[Callable[..., Any]]:
+    """Whole stacks: ``stack_of(kind, mail, **overrides)`` makes a ``kind`` (:class:`Stack`
+    or a subclass) on the mail fake ``mail``; their workers are killed after the test."""
     stacks: list[Stack] = []
 
-    def make(**overrides: Any) -> Stack:
+    def make(kind: type[Stack], mail: Any, **overrides: Any) -> Stack:
         settings = stack_settings(**overrides)
-        stack = Stack(settings, producer_factory(settings), mail, tmp_path)
+        stack = kind(settings, producer_factory(settings), mail, tmp_path)
         stacks.append(stack)
         return stack
 
@@ -69,3 +71,9 @@ async def stack_factory(
     for stack in stacks:
         for worker in stack.workers:
             worker.kill()
+
+
+@pytest.fixture
+def stack_factory(mail: FakeAgentMail, stack_of: Callable[..., Stack]) -> Callable[..., Stack]:
+    """Stacks on the fake AgentMail, ``overrides`` on :func:`stack_settings`."""
+    return functools.partial(stack_of, Stack, mail)

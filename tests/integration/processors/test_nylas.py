@@ -12,7 +12,7 @@ import asyncio
 import json
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -115,17 +115,8 @@ def nylas() -> Iterator[FakeNylas]:
 
 
 @pytest.fixture
-async def nylas_stack(
-    stack_settings: Callable[..., Settings],
-    producer_factory: Callable[[Settings], AsyncProducer],
-    nylas: FakeNylas,
-    tmp_path: Path,
-) -> AsyncIterator[NylasStack]:
-    settings = stack_settings()
-    stack = NylasStack(settings, producer_factory(settings), nylas, tmp_path)
-    yield stack
-    for worker in stack.workers:
-        worker.kill()
+def nylas_stack(nylas: FakeNylas, stack_of: Callable[..., NylasStack]) -> NylasStack:
+    return stack_of(NylasStack, nylas)
 
 
 async def test_a_notification_redelivered_three_times_some_at_once_gives_one_email(
