@@ -17,8 +17,8 @@ from bench._ingest_report import section as ingest_section
 from bench._ingest_results import Results as IngestResults
 from bench._ingest_results import verdict
 from bench._options import INGEST_OPTIONS, PROCESSOR_OPTIONS, Values, with_partitions
+from bench._proc_report import Results as ProcessorResults
 from bench._proc_report import section as processors_section
-from bench._proc_results import Results as ProcessorResults
 from bench._procs import Broker, console
 from bench._runner import Scenario, command, whole_run
 

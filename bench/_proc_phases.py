@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from bench._proc_records import agentmail_records, produce, produce_on, stripe_records
-from bench._proc_results import Drain, Memory, Restart, log_marks
+from bench._proc_report import FILL_CHUNK, Drain, Memory, Restart, log_marks
 from bench._proc_stack import (
     STALL_S,
     base_env,
@@ -36,8 +36,6 @@ RESTART_STALL_S = 900.0
 
 
 NO_HANDLER = 'onceonly_skips_total{reason="no_handler"}'
-#: Stripe events produced at a time in (3): the next batch goes out once half is consumed.
-FILL_CHUNK = 20_000
 
 
 @dataclass

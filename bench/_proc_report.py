@@ -1,23 +1,159 @@
-"""The processor benchmark's report: the figures against their baselines and targets."""
+"""The processor benchmark's figures as measured (drain, memory, restart, the whole run) and its
+report: the figures against their baselines and targets."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import statistics
-import time
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from bench._proc_phases import FILL_CHUNK
-from bench._proc_results import Results
+from bench._proc_takeover import Takeover, marks
 from bench._proc_takeover import describe as describe_takeover
-from bench._report import Comparison, Figure, Section, met, thin, verdict_table
+from bench._report import Comparison, Figure, Section, fmt_cpu, met, thin, verdict_table
+from onceonly.processors.runtime.progress import JOINED, JOINING, READY, STARTING
 
 TARGET_RATIO = 0.5
 TARGET_REPLIES_PER_S = 2000.0
 TARGET_RSS_MB = 300.0
 #: Calls of the SDK alone, (5).
 SDK_CALLS = 2000
+#: Stripe events produced at a time in (3): the next batch goes out once half is consumed.
+FILL_CHUNK = 20_000
+
+
+@dataclass(slots=True)
+class Drain:
+    """A phase that drained ``count`` records; ``cpu`` in % of one core over the drain."""
+
+    label: str
+    count: int
+    seconds: float  #: first event to last
+    startup_s: float  #: process start to its first event
+    cpu: dict[str, float] = field(default_factory=dict)
+    process: str = "worker"  #: the key of the process under test in ``cpu``
+
+    @classmethod
+    def timed(
+        cls,
+        label: str,
+        count: int,
+        times: Mapping[str, Any],
+        started: float,
+        cpu: dict[str, float],
+        process: str = "worker",
+    ) -> Drain:
+        """The drain whose events ran from ``times["first"]`` to ``times["last"]`` (epoch
+        s), of a process started at ``started``."""
+        first = times["first"]
+        return cls(label, count, times["last"] - first, first - started, cpu, process)
+
+    @property
+    def rate(self) -> float:
+        return (self.count - 1) / self.seconds if self.seconds > 0 else math.nan
+
+    @property
+    def cpu_ms(self) -> float:
+        """CPU time of the process under test per event, in ms."""
+        share = self.cpu.get(self.process, math.nan) / 100
+        return 1000 * share / self.rate if self.rate else math.nan
+
+    def describe(self) -> str:
+        start = (
+            f"; its first event {self.startup_s:.1f} s after its start"
+            if not math.isnan(self.startup_s)
+            else ""
+        )
+        return (
+            f"{self.label}: {self.rate:,.0f} events/s ({self.count:,} in {self.seconds:.2f} s, "
+            f"{self.cpu_ms:.2f} ms of CPU per event{start}; CPU, % of one core: "
+            f"{fmt_cpu(self.cpu)})"
+        )
+
+
+@dataclass(slots=True)
+class Memory:
+    target: int  #: dedupe entries asked for
+    entries: int  #: dedupe entries the worker held when RSS was read
+    rss_mb: float
+    hwm_mb: float
+    drain: Drain | None = None
+    growth: list[tuple[int, float]] = field(default_factory=list)  #: (entries, RSS MB)
+    budget_s: float = math.nan
+    after_restart_mb: float = math.nan
+
+    @property
+    def complete(self) -> bool:
+        return self.entries >= self.target
+
+    @property
+    def extrapolated_mb(self) -> float:
+        """RSS at ``target`` entries by a straight line through the second half of the
+        growth samples (NaN when the target was reached, or too few samples)."""
+        if self.complete:
+            return math.nan
+        points = [(n, mb) for n, mb in self.growth if n >= self.entries / 2]
+        if len(points) < 2 or points[-1][0] == points[0][0]:
+            return math.nan
+        slope = statistics.linear_regression(*zip(*points, strict=True)).slope
+        return self.rss_mb + max(slope, 0.0) * (self.target - self.entries)
+
+
+@dataclass(slots=True)
+class Restart:
+    how: str
+    entries: int
+    first_s: float  #: process start to the new event's reply
+    web_s: float  #: process start to /metrics answering
+    marks: dict[str, float] = field(default_factory=dict)  #: faust's log lines, s after start
+    all_partitions_s: float = math.nan  #: process start to a reply on every partition
+
+
+@dataclass(slots=True)
+class Results:
+    events: int
+    partitions: int
+    plain: Drain | None = None
+    worker: Drain | None = None
+    ledger_sent: int = 0
+    replies_metric: float = math.nan
+    replayed: int = 0
+    memory: Memory | None = None
+    restarts: list[Restart] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    log_level: str = "INFO"
+    sdk_ms: float = math.nan  #: (5) ms of CPU per reply of the SDK call alone
+    sdk_httpx_ms: float = math.nan  #: (5b) the same, every request the whole httpx way
+    takeovers: list[Takeover] = field(default_factory=list)  #: (6) cold, then standby
+    takeover_fill: str = "worker"  #: how (6)'s entries were made
+
+    @property
+    def ratio(self) -> float:
+        if self.plain is None or self.worker is None or not self.plain.rate:
+            return math.nan
+        return self.worker.rate / self.plain.rate
+
+
+#: the worker's progress lines (onceonly.processors.runtime.progress) that mark the steps of its
+# start
+LOG_MARKS = {
+    STARTING: "worker starting (imports done)",
+    JOINING: "joining the consumer group",
+    JOINED: "joined",
+    READY: "ready (tables recovered)",
+}
+
+
+def log_marks(log_path: Path, started: float) -> dict[str, float]:
+    """Seconds from ``started`` (wall clock) to the first log line of each LOG_MARKS step."""
+    found: dict[str, float] = {}
+    for seconds, message, _ in marks(log_path, started, tuple(LOG_MARKS)):
+        for needle, name in LOG_MARKS.items():
+            if needle in message:
+                found.setdefault(name, seconds)
+    return found
 
 
 def _takeover_how(fill: str) -> str:
@@ -46,56 +182,6 @@ _FILLS = {
     "in its encoding, "
     "under its keys; the recovery replays them as it replays the worker's own",
 }
-
-
-def sdk_cost_pair(base_url: str, calls: int = SDK_CALLS, rounds: int = 4) -> tuple[float, float]:
-    """(5) and its baseline, alternated ``rounds`` times in this process: ms of CPU per
-    reply through ``ApiClient``'s direct path, and the whole httpx way (before issue 46);
-    each the median of its rounds."""
-    direct, whole = [], []
-    for _ in range(rounds):
-        direct.append(sdk_cost_ms(base_url, calls // rounds, direct=True))
-        whole.append(sdk_cost_ms(base_url, calls // rounds, direct=False))
-    return statistics.median(direct), statistics.median(whole)
-
-
-def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS, *, direct: bool = True) -> float:
-    """(5) ms of CPU per reply of the SDK call alone: ``AgentMailSender.reply`` (the worker's
-    sender: the SDK over ``onceonly.processors.mail.agentmail.transport.ApiClient``), ``calls``
-    times one
-    after the other in this process, against the instant mail server. 1000 / this is the most
-    replies one Python process could send per second if it did nothing else. ``direct``:
-    False, every request the whole httpx way."""
-    from onceonly.processors.mail.agentmail.sender import AgentMailSender, agentmail_client
-    from onceonly.processors.mail.agentmail.transport import ApiClient
-    from onceonly.schemas.ledger import ReplyRecord, ReplyState
-
-    def record(n: int) -> ReplyRecord:
-        return ReplyRecord(
-            key=f"reply-sdk-{n}",
-            inbox_id="agent@bench.agentmail.to",
-            message_id=f"<sdk-{n}@bench>",
-            thread_key=f"agentmail:thr_{n % 1024:04d}",
-            state=ReplyState.PENDING,
-            created_at=datetime.now(UTC),
-            reply_text="Thanks for your message; we will get back to you shortly.",
-        )
-
-    async def run() -> float:
-        http = ApiClient(timeout_s=10.0, direct=direct)
-        client = agentmail_client("bench", base_url=base_url, timeout_s=10.0, http=http)
-        sender = AgentMailSender("bench", client=client, timeout_s=10.0)
-        try:
-            for n in range(50):  # connections and caches warm
-                await sender.reply(record(-1 - n))
-            began = time.process_time()
-            for n in range(calls):
-                await sender.reply(record(n))
-            return (time.process_time() - began) / calls * 1000
-        finally:
-            await http.aclose()
-
-    return asyncio.run(run())
 
 
 Row = tuple[str, str, str, str]

@@ -167,7 +167,7 @@ def run_takeovers(bench: Any, entries: int, *, standby: bool = True) -> list[Tak
     cold, heir = take_over(bench, bench.worker, None, every, "cold")
     cold.entries = entries
     bench.worker, bench.worker_port = heir.process, heir.port
-    log_progress(cold)
+    console.print(describe(cold))
     if not standby:
         return [cold]
 
@@ -186,7 +186,7 @@ def run_takeovers(bench: Any, entries: int, *, standby: bool = True) -> list[Tak
     warm.entries = entries
     bench.worker, bench.worker_port = b.process, b.port
     bench.extra.remove(b.process)
-    log_progress(warm)
+    console.print(describe(warm))
     return [cold, warm]
 
 
@@ -198,7 +198,3 @@ def describe(t: Takeover) -> str:
         f"{t.recovered_s:.2f} s ({t.changelog_records:,} changelog records, "
         f"{t.replay_per_s:,.0f}/s); RSS {t.rss_mb:.0f} MB (peak {t.hwm_mb:.0f} MB)"
     )
-
-
-def log_progress(t: Takeover) -> None:
-    console.print(describe(t))

@@ -16,13 +16,13 @@ from pathlib import Path
 from bench._options import PROCESSOR_OPTIONS, ProcessorOptions, with_partitions
 from bench._proc_phases import Bench
 from bench._proc_records import agentmail_records, fill_changelog, ledger_sent, produce
-from bench._proc_report import SDK_CALLS, sdk_cost_pair, section
-from bench._proc_results import Results
+from bench._proc_report import SDK_CALLS, Results, section
 from bench._proc_stack import group_rss_mb
 from bench._proc_takeover import probe, run_takeovers, wait_answered
 from bench._procs import Broker, console
 from bench._report import contended
 from bench._runner import Scenario, command
+from bench.sdk_cost import sdk_cost_pair
 
 
 def contention(r: Results) -> str | None:

@@ -5,14 +5,68 @@ issue 46), alternated in one process; prints both and their ratio."""
 
 from __future__ import annotations
 
+import asyncio
+import statistics
 import tempfile
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
-from bench._proc_report import sdk_cost_pair
+from bench._proc_report import SDK_CALLS
 from bench._proc_stack import serve_mail
 from bench._procs import console
+
+
+def sdk_cost_pair(base_url: str, calls: int = SDK_CALLS, rounds: int = 4) -> tuple[float, float]:
+    """(5) and its baseline, alternated ``rounds`` times in this process: ms of CPU per
+    reply through ``ApiClient``'s direct path, and the whole httpx way (before issue 46);
+    each the median of its rounds."""
+    direct, whole = [], []
+    for _ in range(rounds):
+        direct.append(sdk_cost_ms(base_url, calls // rounds, direct=True))
+        whole.append(sdk_cost_ms(base_url, calls // rounds, direct=False))
+    return statistics.median(direct), statistics.median(whole)
+
+
+def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS, *, direct: bool = True) -> float:
+    """(5) ms of CPU per reply of the SDK call alone: ``AgentMailSender.reply`` (the worker's
+    sender: the SDK over ``onceonly.processors.mail.agentmail.transport.ApiClient``), ``calls``
+    times one
+    after the other in this process, against the instant mail server. 1000 / this is the most
+    replies one Python process could send per second if it did nothing else. ``direct``:
+    False, every request the whole httpx way."""
+    from onceonly.processors.mail.agentmail.sender import AgentMailSender, agentmail_client
+    from onceonly.processors.mail.agentmail.transport import ApiClient
+    from onceonly.schemas.ledger import ReplyRecord, ReplyState
+
+    def record(n: int) -> ReplyRecord:
+        return ReplyRecord(
+            key=f"reply-sdk-{n}",
+            inbox_id="agent@bench.agentmail.to",
+            message_id=f"<sdk-{n}@bench>",
+            thread_key=f"agentmail:thr_{n % 1024:04d}",
+            state=ReplyState.PENDING,
+            created_at=datetime.now(UTC),
+            reply_text="Thanks for your message; we will get back to you shortly.",
+        )
+
+    async def run() -> float:
+        http = ApiClient(timeout_s=10.0, direct=direct)
+        client = agentmail_client("bench", base_url=base_url, timeout_s=10.0, http=http)
+        sender = AgentMailSender("bench", client=client, timeout_s=10.0)
+        try:
+            for n in range(50):  # connections and caches warm
+                await sender.reply(record(-1 - n))
+            began = time.process_time()
+            for n in range(calls):
+                await sender.reply(record(n))
+            return (time.process_time() - began) / calls * 1000
+        finally:
+            await http.aclose()
+
+    return asyncio.run(run())
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

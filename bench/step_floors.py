@@ -290,8 +290,8 @@ async def commit_floors(opts: Values, bootstrap: str, topic: str) -> dict[str, f
 def sdk_floor(opts: Values, work: Path) -> float:
     """bench.sdk_cost's figure: µs of CPU per ``AgentMailSender.reply`` (the direct path) to
     the instant mail server, the median of ``--rounds`` runs."""
-    from bench._proc_report import sdk_cost_ms
     from bench._proc_stack import serve_mail
+    from bench.sdk_cost import sdk_cost_ms
 
     mail, port = serve_mail(work / "mail.log")
     try:

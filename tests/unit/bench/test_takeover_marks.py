@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from bench._proc_report import figures
-from bench._proc_results import Results
+from bench._proc_report import Results, figures
 from bench._proc_takeover import Takeover, read_marks
 
 KILL = datetime.fromisoformat("2026-12-01T12:00:00.000000Z").timestamp()
