@@ -17,10 +17,12 @@ from bench._load import Delivery, per_second, percentile, signed, thread_message
 from bench._model import HANG
 from bench._options import Variant
 from bench._proc_phases import Bench
-from bench._proc_stack import check_alive, scrape
+from bench._proc_stack import check_alive, counters, scrape
 from bench._procs import BenchError, Broker, CpuWindow, ServerProcess, console
 
 ROUTE = "/webhooks/agentmail"
+#: The worker's counters a run keeps: its writer calls and dead letters.
+COUNTERS = ("onceonly_writer_calls_total", "onceonly_dead_letters_total")
 #: The text of a message whose writer call hangs until the timeout.
 HANG_TEXT = f"Hi,\n\nplease look into this ({HANG}).\n\nThanks,\nDana"
 
@@ -165,13 +167,6 @@ def warm_up(bench: AgentBench, tag: str) -> None:
         raise BenchError(f"warm-up: {len(missing)} messages were never answered")
 
 
-def worker_counters(port: int) -> dict[str, float]:
-    """The worker's writer-call and dead-letter counters, from its /metrics."""
-    samples = scrape(port) or {}
-    keep = ("onceonly_writer_calls_total", "onceonly_dead_letters_total")
-    return {k: v for k, v in samples.items() if k.startswith(keep)}
-
-
 @dataclass(slots=True)
 class Run:
     """One run: what was offered, what the mail server received, and the CPU meanwhile."""
@@ -279,7 +274,7 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
         if hanging:  # the hanging calls' last attempts time out: dead-lettered
             timeout_s = float(setup.worker["ONCEONLY_WRITER_TIMEOUT_S"])
             bench.worker_metric("onceonly_dead_letters_total", 4 * timeout_s, hanging)
-        counters = worker_counters(bench.worker_port)
+        kept = counters(scrape(bench.worker_port) or {}, *COUNTERS)
     result = Run(
         setup.label,
         setup.rate,
@@ -289,7 +284,7 @@ def run(setup: Setup, broker: Broker, work: Path) -> Run:
         received,
         cpu.percent,
         seconds,
-        counters,
+        kept,
     )
     console.print(
         f"({setup.label}) {result.replies_per_s:.2f} replies/s, p50 {result.p(0.5):.2f} s, "

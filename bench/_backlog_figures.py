@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench._once import PerMessage
+from bench._proc_stack import histogram_quantile
 from onceonly.processors.runtime.progress import JOINED, JOINING
 
 #: The worker's peak RSS must stay under this (the issue: "under 1 GB"), in MiB.
@@ -26,7 +26,6 @@ COORDINATOR_LOST = re.compile(r"coordinator dead", re.IGNORECASE)
 #: mode's warning of a timer whose run took longer than its interval (the event loop, or
 #: what the timer waits for, was held up): faust's ``commit``, the worker's ``onceonly.tick``
 _OVERLAP = re.compile(r"Timer (?P<name>\S+) is overlapping \(interval=[\d.]+ runtime=(?P<s>[\d.]+)")
-_BUCKET = re.compile(r'^(?P<name>\w+)_bucket\{(?:[^}]*,)?le="(?P<le>[^"]+)"(?:,[^}]*)?\}$')
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,40 +73,6 @@ def overlaps(log_text: str) -> dict[str, tuple[int, float]]:
         count, longest = out.get(found.group("name"), (0, 0.0))
         out[found.group("name")] = (count + 1, max(longest, float(found.group("s"))))
     return dict(sorted(out.items()))
-
-
-def histogram_buckets(samples: Mapping[str, float], name: str) -> list[tuple[float, float]]:
-    """A Prometheus histogram's ``(upper bound, cumulative count)`` pairs, by bound."""
-    out: list[tuple[float, float]] = []
-    for key, value in samples.items():
-        found = _BUCKET.match(key)
-        if found is not None and found.group("name") == name:
-            out.append((float(found.group("le")), value))  # float("+Inf") is inf
-    return sorted(out)
-
-
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
-    """The ``q`` quantile of cumulative buckets as Prometheus' ``histogram_quantile``:
-    linear within the bucket it falls in (from 0 for the first); the largest finite
-    bound if it falls in ``+Inf``; NaN without observations."""
-    if not buckets or buckets[-1][1] <= 0:
-        return math.nan
-    rank = q * buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if math.isinf(bound):
-                return lower
-            if count == below:
-                return bound
-            return lower + (bound - lower) * (rank - below) / (count - below)
-        lower, below = bound, count
-    return lower
-
-
-def bucket_of(value: float, buckets: Sequence[tuple[float, float]]) -> float:
-    """The upper bound of the bucket ``value`` falls in (inf past the last finite one)."""
-    return next((bound for bound, _ in buckets if value <= bound), math.inf)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from bench._backlog_figures import RSS_TARGET_MB, Outcome, Plan, bucket_of
+from bench._backlog_figures import RSS_TARGET_MB, Outcome, Plan
+from bench._proc_stack import bucket_of
 from bench._report import (
     CONTENDED_PERCENT,
     Comparison,

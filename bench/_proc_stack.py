@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
+import re
 import signal
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -79,19 +81,74 @@ def get_json(url: str, timeout_s: float = 2.0) -> Any:
 
 
 def scrape(port: int) -> dict[str, float] | None:
-    """The worker's /metrics samples (name with labels -> value), None if it does not answer."""
+    """The /metrics samples of the worker (or ingest) on ``port``: :func:`samples`; None if it
+    does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-            text = response.read().decode()
+            return samples(response.read().decode())
     except (urllib.error.URLError, OSError, TimeoutError):
         return None
+
+
+def samples(exposition: str) -> dict[str, float]:
+    """A /metrics text's samples: name with labels -> value."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
+    for line in exposition.splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             with contextlib.suppress(ValueError):
                 out[name] = float(value)
     return out
+
+
+def counters(found: Mapping[str, float], *prefixes: str) -> dict[str, float]:
+    """The samples whose names start with one of ``prefixes``, a counter's ``_created`` left out."""
+    return {k: v for k, v in found.items() if k.startswith(prefixes) and "_created" not in k}
+
+
+def histogram_mean(found: Mapping[str, float], name: str) -> float:
+    """A histogram's mean from its ``_sum`` and ``_count`` (NaN with no observation)."""
+    count = found.get(f"{name}_count", 0.0)
+    return found.get(f"{name}_sum", math.nan) / count if count else math.nan
+
+
+_BUCKET = re.compile(r'^(?P<name>\w+)_bucket\{(?:[^}]*,)?le="(?P<le>[^"]+)"(?:,[^}]*)?\}$')
+
+
+def histogram_buckets(samples: Mapping[str, float], name: str) -> list[tuple[float, float]]:
+    """A Prometheus histogram's ``(upper bound, cumulative count)`` pairs, by bound, summed
+    over its other labels (ingest's per provider)."""
+    out: dict[float, float] = {}
+    for key, value in samples.items():
+        found = _BUCKET.match(key)
+        if found is not None and found.group("name") == name:
+            bound = float(found.group("le"))  # float("+Inf") is inf
+            out[bound] = out.get(bound, 0.0) + value
+    return sorted(out.items())
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
+    """The ``q`` quantile of cumulative buckets as Prometheus' ``histogram_quantile``:
+    linear within the bucket it falls in (from 0 for the first); the largest finite
+    bound if it falls in ``+Inf``; NaN without observations."""
+    if not buckets or buckets[-1][1] <= 0:
+        return math.nan
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            if count == below:
+                return bound
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    return lower
+
+
+def bucket_of(value: float, buckets: Sequence[tuple[float, float]]) -> float:
+    """The upper bound of the bucket ``value`` falls in (inf past the last finite one)."""
+    return next((bound for bound, _ in buckets if value <= bound), math.inf)
 
 
 def tree_memory_mb(pid: int, file: str, keys: tuple[str, ...]) -> list[float]:

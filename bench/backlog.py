@@ -22,7 +22,6 @@ from bench._backlog_figures import (
     Outcome,
     Plan,
     Sample,
-    histogram_buckets,
     overlaps,
     rebalances,
 )
@@ -34,7 +33,7 @@ from bench._model import WRITER_S_ENV
 from bench._once import PerMessage
 from bench._options import Float, Int, Opt
 from bench._proc_records import Record, produce
-from bench._proc_stack import check_alive, group_rss_mb, poll, scrape
+from bench._proc_stack import check_alive, counters, group_rss_mb, histogram_buckets, poll, scrape
 from bench._procs import BenchError, Broker, CpuWindow, console
 from bench._runner import Scenario, command, whole_run
 
@@ -220,7 +219,7 @@ def collect(opts: tuple[Plan, Limits], broker: Broker, work: Path) -> Outcome:
         PerMessage.mailed(expected, counts),
         rebalances(log_text),
         histogram_buckets(metrics, FENCE_TO_SEND),
-        {k: v for k, v in metrics.items() if k.startswith(KEPT) and "_created" not in k},
+        counters(metrics, *KEPT),
         watch.samples,
         cpu.percent,
         produce_s,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +15,7 @@ from bench import _once
 from bench._flow_stack import Stack
 from bench._load import per_second, percentile
 from bench._options import Opt, Values
-from bench._proc_stack import scrape
+from bench._proc_stack import histogram_mean, scrape
 from bench._procs import Broker, console
 from bench._report import met
 from bench._runner import Scenario, command
@@ -33,12 +32,6 @@ def probes_in_pause(
     """The 429s after the calls in flight at the first 429 came back (``settle_s`` after
     it) and before the throttle ended: what the pause let through."""
     return [at for at in refused if first_answer + settle_s < at < until]
-
-
-def mean_of(metrics: dict[str, float], histogram: str) -> float:
-    """A Prometheus histogram's mean from its ``_sum`` and ``_count`` (nan with none)."""
-    count = metrics.get(f"{histogram}_count", 0.0)
-    return metrics.get(f"{histogram}_sum", math.nan) / count if count else math.nan
 
 
 async def run_rate(opts: Values, stack: Stack) -> list[str]:
@@ -159,8 +152,8 @@ async def run_fairness(opts: Values, stack: Stack) -> list[str]:
         f"{met(len(seen_a) == opts.flood)} |",
         f"| answered twice | {_once.doubled(_once.verdict(everyone, stack.sent_to()))} | 0 | |",
         f"| worker: mean writer call / mean wait for admission | "
-        f"{mean_of(metrics, 'onceonly_writer_seconds'):.2f} / "
-        f"{mean_of(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
+        f"{histogram_mean(metrics, 'onceonly_writer_seconds'):.2f} / "
+        f"{histogram_mean(metrics, 'onceonly_writer_admission_wait_seconds'):.2f} s | | |",
         "",
     ]
 

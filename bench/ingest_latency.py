@@ -8,14 +8,13 @@ import asyncio
 import math
 from pathlib import Path
 
-import aiohttp
 import click
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench._load import percentile, webhook_secret
 from bench._openloop import build_generator
 from bench._options import Float, Int, Opt, Values
-from bench._procs import Broker, console, per_delivery_us, thread_seconds
+from bench._proc_stack import histogram_buckets, scrape
+from bench._procs import BenchError, Broker, console, per_delivery_us, thread_seconds
 from bench._report import verdict_table
 from bench._runner import Scenario, command
 from bench._servers import local_url
@@ -35,19 +34,6 @@ METRIC = "onceonly_ack_latency_seconds"
 Buckets = dict[float, float]
 
 
-def ack_buckets(exposition: str) -> Buckets:
-    """The histogram's cumulative bucket counts in a ``/metrics`` text."""
-    out: Buckets = {}
-    for family in text_string_to_metric_families(exposition):
-        if family.name != METRIC:
-            continue
-        for sample in family.samples:
-            if sample.name == f"{METRIC}_bucket":
-                bound = float(sample.labels["le"])
-                out[bound] = out.get(bound, 0.0) + sample.value
-    return out
-
-
 def quantile_bound(before: Buckets, after: Buckets, q: float) -> float:
     """The upper bound, in seconds, of the bucket holding quantile ``q`` of the deliveries
     acknowledged between two scrapes: ``inf`` past the last finite bucket, NaN for none."""
@@ -58,11 +44,12 @@ def quantile_bound(before: Buckets, after: Buckets, q: float) -> float:
     return next(bound for bound, count in counts if count >= q * total)
 
 
-async def scrape(base: str) -> Buckets:
-    """The histogram of the ingest at ``base`` now."""
-    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as answer:
-        answer.raise_for_status()
-        return ack_buckets(await answer.text())
+def acks(port: int) -> Buckets:
+    """The histogram of the ingest on ``port`` now."""
+    found = scrape(port)
+    if found is None:
+        raise BenchError(f"ingest's /metrics did not answer on port {port}")
+    return dict(histogram_buckets(found, METRIC))
 
 
 def _rates(value: str) -> list[float]:
@@ -96,14 +83,14 @@ async def _sweep(
     with server:
         await server.wait_ready(f"{base}/healthz")
         for rate in opts.rates:
-            acks = await scrape(base)  # before the CPU is read: the scrape is not a delivery
+            before_acks = acks(port)  # before the CPU is read: the scrape is not a delivery
             before = thread_seconds(server.pid)
             sample, cpu = await fixed_rate(
                 server, base, secret, generator, rate=rate, duration_s=opts.duration,
                 connections=opts.connections, others={"broker": broker.pid},
             )  # fmt: skip
             us = per_delivery_us(before, thread_seconds(server.pid), server.pid, sample.ok)
-            own_p99_ms = quantile_bound(acks, await scrape(base), 0.99) * 1000
+            own_p99_ms = quantile_bound(before_acks, acks(port), 0.99) * 1000
             ms = [sample.percentile_ms(q) for q in (0.5, 0.9, 0.99, 0.999, 1.0)]
             late = [
                 percentile(lags, 0.99) * 1000 for lags in (sample.dispatch_lag, sample.send_lag)

@@ -14,9 +14,6 @@ from bench._backlog_figures import (
     Rebalances,
     Sample,
     TickCost,
-    bucket_of,
-    histogram_buckets,
-    histogram_quantile,
     overlaps,
     rebalances,
 )
@@ -24,6 +21,7 @@ from bench._backlog_records import backlog_records, body_text
 from bench._backlog_report import fmt_overlaps, rows, section
 from bench._load import message_id
 from bench._once import PerMessage
+from bench._proc_stack import bucket_of, histogram_buckets, histogram_quantile
 from bench._report import thin
 
 START = (
