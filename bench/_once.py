@@ -31,11 +31,6 @@ def doubled(judged: Verdict) -> int:
     return len(judged.of("never_doubled"))
 
 
-def answered_once(judged: Verdict) -> int:
-    """Messages answered by exactly one email."""
-    return judged.count("answered") - doubled(judged)
-
-
 @dataclass(frozen=True, slots=True)
 class PerMessage:
     """How many times something happened per message, over a set of messages."""

@@ -67,6 +67,20 @@ def with_options(table: Sequence[Opt]) -> Callable[[F], F]:
     return decorate
 
 
+HELP = {"help_option_names": ["-h", "--help"]}
+
+
+def cli(table: Sequence[Opt], doc: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """A decorator: the click command of a function, its options ``table``, ``doc`` its
+    ``--help`` (a benchmark's, and a tool's that starts no stack)."""
+
+    def make(f: Callable[..., Any]) -> click.Command:
+        f.__doc__ = doc
+        return click.command(context_settings=HELP)(with_options(table)(f))
+
+    return make
+
+
 def sized(values: dict[str, Any], smoke: bool, table: Sequence[Opt]) -> dict[str, Any]:
     """``values`` (a command's options), each option of ``table`` with sizes that was not
     given set to its full size, or its smoke one with ``--smoke``."""

@@ -20,15 +20,13 @@ from typing import Any, Generic, TypeVar
 
 import click
 
-from bench._options import OUT, Opt, sized, with_options
+from bench._options import OUT, Opt, cli, sized
 from bench._procs import ROOT, BenchError, Broker, console, kafka
 from bench._report import Section, command_line, sections_body, write_report
 
 Opts = TypeVar("Opts")
 T = TypeVar("T")
 R = TypeVar("R")
-
-HELP = {"help_option_names": ["-h", "--help"]}
 
 
 @dataclass(frozen=True)
@@ -127,11 +125,11 @@ def command(scenario: Scenario[Any, Any], doc: str) -> click.Command:
     if scenario.smoke:
         table.append(Opt("--smoke", help=scenario.smoke, flag=True))
 
+    @cli(table, doc)
     def main(out: Path = Path(), smoke: bool = False, **values: Any) -> None:
         scenario.run(values, out, smoke)
 
-    main.__doc__ = doc
-    return click.command(context_settings=HELP)(with_options(table)(main))
+    return main
 
 
 def whole_run(_results: object, seconds: float) -> list[tuple[str, str]]:

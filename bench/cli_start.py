@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-import click
+from bench._options import Opt, cli
 
 #: the command as an operator runs it, the way it starts now
 NOW = [sys.executable, "-m", "onceonly", "trace", "--help"]
@@ -35,10 +35,11 @@ def timed(command: list[str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--runs", default=20, show_default=True, help="Runs of each, alternated.")
+@cli(
+    (Opt("--runs", None, 20, "Runs of each, alternated."),),
+    "Start the command both ways; print the medians and the ratios now / before.",
+)
 def main(runs: int) -> None:
-    """Start the command both ways; print the medians and the ratios now / before."""
     timed(NOW)  # warm the page cache for both
     now, before = [], []
     for _ in range(runs):

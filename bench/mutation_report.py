@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from bench._options import Opt, cli
 from bench._procs import ROOT
 from bench._report import RESULTS_DIR
 
@@ -175,10 +176,14 @@ def run_mutmut(root: Path = ROOT) -> float:
     return time.monotonic() - started
 
 
-@click.command()
-@click.option("--no-run", is_flag=True, help="Only write the report from the last run.")
-@click.option("--seconds", type=float, help="With --no-run: the last run's wall time.")
-@click.option("--remark", default="", help="A paragraph under the run time (e.g. re-runs).")
+OPTIONS = (
+    Opt("--no-run", help="Only write the report from the last run.", flag=True),
+    Opt("--seconds", float, help="With --no-run: the last run's wall time."),
+    Opt("--remark", None, "", "A paragraph under the run time (e.g. re-runs)."),
+)
+
+
+@cli(OPTIONS, "Run mutmut over the decision core and write the report of its scores.")
 def main(no_run: bool, seconds: float | None, remark: str) -> None:
     if not no_run:
         seconds = run_mutmut()

@@ -12,8 +12,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import click
-
+from bench._options import Opt, cli
 from bench._proc_report import SDK_CALLS
 from bench._proc_stack import serve_mail
 from bench._procs import console
@@ -69,11 +68,14 @@ def sdk_cost_ms(base_url: str, calls: int = SDK_CALLS, *, direct: bool = True) -
     return asyncio.run(run())
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--calls", default=8000, show_default=True, help="Replies per variant.")
-@click.option("--rounds", default=8, show_default=True, help="Alternations of the two.")
+OPTIONS = (
+    Opt("--calls", None, 8000, "Replies per variant."),
+    Opt("--rounds", None, 8, "Alternations of the two."),
+)
+
+
+@cli(OPTIONS, "Time the SDK's reply call both ways; print ms of CPU per reply and the ratio.")
 def main(calls: int, rounds: int) -> None:
-    """Time the SDK's reply call both ways; print ms of CPU per reply and the ratio."""
     with tempfile.TemporaryDirectory() as work:
         mail, port = serve_mail(Path(work) / "mail.log")
         try:

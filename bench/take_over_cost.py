@@ -19,8 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import click
-
+from bench._options import Opt, cli
 from bench._procs import create_topics, kafka, topic_settings
 from onceonly.foundation.settings import Settings
 from onceonly.processors.reply.arbitration import late_last_words
@@ -110,16 +109,19 @@ def on_broker(rows: Rows, partitions: int) -> None:
     print(f"late last words found: {late:,}")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--rate", default=1000, show_default=True, help="Replies per second.")
-@click.option("--lag-s", default=600, show_default=True, help="Seconds of records read.")
-@click.option("--text-chars", default=400, show_default=True, help="Each reply's length.")
-@click.option("--late-every", default=1000, show_default=True, help="One late key in N.")
-@click.option("--rounds", default=3, show_default=True, help="Runs of each; the least kept.")
-@click.option("--broker", is_flag=True, help="Read one partition's share from a real broker.")
-@click.option("--partitions", default=8, show_default=True, help="With --broker: the share.")
+OPTIONS = (
+    Opt("--rate", None, 1000, "Replies per second."),
+    Opt("--lag-s", None, 600, "Seconds of records read."),
+    Opt("--text-chars", None, 400, "Each reply's length."),
+    Opt("--late-every", None, 1000, "One late key in N."),
+    Opt("--rounds", None, 3, "Runs of each; the least kept."),
+    Opt("--broker", help="Read one partition's share from a real broker.", flag=True),
+    Opt("--partitions", None, 8, "With --broker: the share."),
+)
+
+
+@cli(OPTIONS, "Time a take-over's work and decoding everything over the same records.")
 def main(rate: int, lag_s: int, text_chars: int, late_every: int, rounds: int, **read: Any) -> None:
-    """Time a take-over's work and decoding everything over the same records."""
     if read["broker"]:
         share = rate * lag_s // read["partitions"]
         rows = ledger_rows(share, text_chars, late_every)

@@ -10,7 +10,7 @@ import json
 import statistics
 import time
 
-import click
+from bench._options import Int, Opt, cli
 
 _BODY = json.dumps({f"field_{i}": "v" * 20 for i in range(60)}).encode()
 _KEY = b"k" * 32
@@ -45,11 +45,14 @@ def median_cpu_us(gap_s: float, times: int, *, spin: bool = False) -> float:
     return statistics.median(spent) / 1000
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--times", type=click.IntRange(100, 100_000), default=2000, show_default=True)
-@click.option("--spin", is_flag=True, help="Wait out each gap on the CPU instead of sleeping.")
+OPTIONS = (
+    Opt("--times", Int(100, 100_000), 2000),
+    Opt("--spin", help="Wait out each gap on the CPU instead of sleeping.", flag=True),
+)
+
+
+@cli(OPTIONS, "The same work's CPU back to back and after gaps of 0.2, 1 and 5 ms.")
 def main(times: int, spin: bool) -> None:
-    """The same work's CPU back to back and after gaps of 0.2, 1 and 5 ms."""
     base = median_cpu_us(0.0, times)
     print(f"back to back: {base:.1f} µs")
     how = "spin" if spin else "sleep"
