@@ -26,11 +26,15 @@ CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 #: ``kafka-topics.sh``: create, list, describe topics (partitions, replicas, in-sync replicas).
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 
+#: ``kafka-configs.sh``: describe and alter a topic's (or a broker's) configs.
+CONFIGS = "kafka.admin.ConfigCommand"
+
 #: the scripts' names, without ``kafka-`` and ``.sh``, for ``python -m devstack.kafka_tools``
 TOOLS: Mapping[str, str] = {
     "consumer-groups": CONSUMER_GROUPS,
     "console-consumer": CONSOLE_CONSUMER,
     "topics": TOPICS,
+    "configs": CONFIGS,
 }
 
 #: the broker's log4j2 config: WARN and above to stderr, everything to ``<logs_dir>/server.log``

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from onceonly.processors.exceptions import ProcessorError
+from onceonly.processors.exceptions import BrokerUnavailable, ProcessorError
 
 log = structlog.get_logger("onceonly.lanes")
 
@@ -55,6 +55,8 @@ class Job:
 
 Ack = Callable[[Any], Awaitable[None] | None]
 Forget = Callable[[Iterable[Any]], None]
+#: takes on a record whose held delivery's changelog write the broker refused
+Refused = Callable[[BaseException], Awaitable[None]]
 
 
 class Lanes:
@@ -100,21 +102,31 @@ class Lanes:
         if outcome is not None:
             await outcome
 
-    def ack_landed(self, record: Any, landed: Awaitable[object]) -> None:
+    def ack_landed(
+        self, record: Any, landed: Awaitable[object], refused: Refused | None = None
+    ) -> None:
         """Acknowledge ``record`` once ``landed`` completes (a held delivery's changelog
-        write): the agent loop goes on meanwhile. Its failure (the broker away past the
-        producer's timeout) is the worker's: ``on_fatal``, and the record is read again."""
-        task = asyncio.get_running_loop().create_task(self._ack_landed(record, landed))
+        write): the agent loop goes on meanwhile. The broker away past the producer's
+        timeout (:class:`BrokerUnavailable`) is the worker's failure: ``on_fatal``, and the
+        record is read again. Any other failure is the write's own (the broker refused the
+        record: too large for the topic, say): ``refused`` takes the record on, which is
+        not acknowledged here (without it, that too is the worker's failure)."""
+        task = asyncio.get_running_loop().create_task(self._ack_landed(record, landed, refused))
         self._landing.add(task)
         task.add_done_callback(self._landing.discard)
 
-    async def _ack_landed(self, record: Any, landed: Awaitable[object]) -> None:
+    async def _ack_landed(
+        self, record: Any, landed: Awaitable[object], refused: Refused | None
+    ) -> None:
         try:
             await landed
         except Exception as exc:
-            log.error("a held delivery's changelog write failed", error=repr(exc))
-            if self._on_fatal is not None:
-                self._on_fatal(exc)
+            if refused is None or isinstance(exc, BrokerUnavailable):
+                log.error("a held delivery's changelog write failed", error=repr(exc))
+                if self._on_fatal is not None:
+                    self._on_fatal(exc)
+            else:  # one record's refusal: a worker that exited would meet it again
+                await refused(exc)
             return
         await self.ack_now(record)
 

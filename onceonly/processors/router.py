@@ -119,7 +119,16 @@ class Router:
                 await self.conversation.retry_raced([delivery], why)
         landing = self.parts.holds.landing(key)  # held, or held already (written again)
         if landing is not None:  # acknowledged once the holds' changelog has it (F40)
-            self.parts.lanes.ack_landed(event, landing)
+
+            async def at_once(exc: BaseException) -> None:
+                log.warning(
+                    "the broker refused the delivery's hold; processed at once, not reordered",
+                    error=repr(exc),
+                    **_ids(envelope),
+                )
+                await self.parts.lanes.submit(key, Job(self._deliver, [event], item=delivery))
+
+            self.parts.lanes.ack_landed(event, landing, refused=at_once)
             return
         await self.parts.lanes.ack_now(event)  # dead-lettered (or no write to wait for)
 

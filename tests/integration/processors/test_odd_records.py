@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from devstack.jars import kafka_classpath
+from devstack.kafka_tools import CONFIGS, run_tool
 from onceonly.ingest import normalise
 from testkit import payloads
 from tests.conftest import consume_all
@@ -92,3 +95,40 @@ async def test_with_an_envelope_secret_a_record_without_its_mac_is_dead_lettered
     ]
     assert letter["check"] == "bad_mac"
     assert [e.replied_to_message_id for e in stack.mail.outbox] == ["<signed@example.com>"]
+
+
+async def test_a_hold_the_holds_changelog_refuses_is_answered_at_once_and_the_worker_goes_on(
+    stack_factory: Callable[..., Stack], tmp_path: Path
+) -> None:
+    # an operator capped the holds changelog's records below ONCEONLY_RECORD_MAX_BYTES with
+    # kafka-configs.sh: the broker refuses a large delivery's hold. The worker answers it at
+    # once, not reordered; exiting, it would meet the same refusal at every restart
+    stack = stack_factory(reorder_window_ms=2000)
+    worker = stack.worker()
+    await until(stack, lambda: "worker ready" in worker.log(), "the worker ready")
+    altered = run_tool(
+        CONFIGS,
+        [
+            "--bootstrap-server",
+            stack.settings.kafka_bootstrap,
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            f"{stack.settings.app_id}-holds-changelog",
+            "--add-config",
+            "max.message.bytes=8192",
+        ],
+        classpath=kafka_classpath(tmp_path / "tools"),
+        logs_dir=tmp_path / "tools-logs",
+    )
+    assert altered.returncode == 0, altered.stdout + altered.stderr
+
+    await stack.deliver(stack.seed("<large@example.com>", "t-large", text="x" * 20_000))
+    await stack.deliver(stack.seed("<small@example.com>", "t-small"))
+    await stack.until_sent(2)
+
+    replied = sorted(e.replied_to_message_id for e in stack.mail.outbox)
+    assert replied == ["<large@example.com>", "<small@example.com>"]
+    assert "the broker refused the delivery's hold" in worker.log()
+    await handled(stack)

@@ -11,11 +11,15 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka.errors import MessageSizeTooLargeError
+
 from onceonly.ingest import normalise
 from onceonly.processors.exceptions import BrokerUnavailable
 from onceonly.processors.lanes import Lanes
+from onceonly.processors.records import Record
 from onceonly.processors.reorder.holds import Delivery, Holds, event_key
 from onceonly.processors.router import Router
+from onceonly.processors.writer.runner import Writer, WriterPolicy
 from testkit import payloads
 from testkit.fakes.agentmail_server import FakeAgentMail
 from tests.unit.processors._pipeline import mail_pipeline
@@ -37,6 +41,11 @@ class _Changelog:
         return landing
 
 
+class _DeadLetters:
+    async def record_reply(self, record: Any, reason: str, envelopes: Any) -> None:
+        raise AssertionError(f"dead-lettered: {reason}")
+
+
 def _delivery(n: int) -> Delivery:
     payload = payloads.agentmail_received(
         thread_id="thr-held", message_id=f"<m{n}@example.com>", timestamp="2026-12-07T10:00:00Z"
@@ -51,7 +60,10 @@ async def _router(mail: FakeAgentMail) -> tuple[Router, _Changelog, list[Any], l
     failures: list[BaseException] = []
     lanes = Lanes(ack=acked.append, on_fatal=failures.append)
     holds = Holds(table, window_ms=2000, write=changelog.write)
-    pipeline = mail_pipeline(mail, "never", holds=holds, lanes=lanes)
+    writer = Writer(lambda burst: "the model's reply", WriterPolicy(attempts=1))
+    pipeline = mail_pipeline(
+        mail, "never", holds=holds, lanes=lanes, writer=writer, dead_letters=_DeadLetters()
+    )
     return Router(pipeline.parts), changelog, acked, failures
 
 
@@ -110,6 +122,31 @@ async def test_a_repeat_of_a_held_event_writes_its_entry_again_and_is_acked_once
     changelog.landings[1].set_result(None)
     await _turns()
     assert acked == ["record 17 again"]
+
+
+async def test_a_hold_the_broker_refused_is_processed_at_once_and_acked_once_answered(
+    mail: FakeAgentMail,
+) -> None:
+    """The holds changelog refuses the entry (larger than its topic takes): the worker does
+    not exit, which would meet the same refusal again and again; the delivery is answered
+    at once, not reordered, and its record acknowledged once it was."""
+    router, changelog, acked, failures = await _router(mail)
+    delivery = _delivery(17)
+    mail.seed_message("support@agentmail.to", message_id="<m17@example.com>", thread_id="thr-held")
+    record = Record(b"", (), 3, 17)
+
+    await router._hold(record, delivery.envelope.thread_key.encode(), delivery)
+    changelog.landings[0].set_exception(MessageSizeTooLargeError("larger than the topic takes"))
+    await asyncio.wait_for(_answered(acked), 10)
+
+    assert acked == [record]
+    assert failures == []
+    assert [e.replied_to_message_id for e in mail.outbox] == ["<m17@example.com>"]
+
+
+async def _answered(acked: list[Any]) -> None:
+    while not acked:
+        await asyncio.sleep(0.01)
 
 
 def test_without_a_write_the_entry_goes_to_the_table_and_nothing_is_landing() -> None:

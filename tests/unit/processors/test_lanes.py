@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from aiokafka.errors import MessageSizeTooLargeError
+
+from onceonly.processors.exceptions import BrokerUnavailable
 from onceonly.processors.lanes import Dropped, Job, Lanes
 
 
@@ -168,15 +172,37 @@ async def test_a_record_acked_when_landed_waits_for_its_write() -> None:
 
 
 async def test_a_record_whose_write_failed_is_never_acked_and_the_worker_fails() -> None:
-    acks, failures = _Acks(), []
+    acks, failures, refusals = _Acks(), [], []
     lanes = _lanes(acks, on_fatal=failures.append)
     landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    error = ConnectionError("the broker did not take it")
+    error = BrokerUnavailable("the broker did not take it")
 
-    lanes.ack_landed("held", landed)
+    lanes.ack_landed("held", landed, refused=_appended(refusals))
     landed.set_exception(error)
     for _ in range(3):
         await asyncio.sleep(0)
 
     assert acks.acked == []
     assert failures == [error]
+    assert refusals == []
+
+
+async def test_a_record_whose_write_the_broker_refused_is_handed_on_not_acked() -> None:
+    acks, failures, refusals = _Acks(), [], []
+    lanes = _lanes(acks, on_fatal=failures.append)
+    landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    error = MessageSizeTooLargeError("the hold is larger than the topic takes")
+
+    lanes.ack_landed("held", landed, refused=_appended(refusals))
+    landed.set_exception(error)
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+    assert (acks.acked, failures, refusals) == ([], [], [error])
+
+
+def _appended(into: list[BaseException]) -> Callable[[BaseException], Awaitable[None]]:
+    async def append(exc: BaseException) -> None:
+        into.append(exc)
+
+    return append
