@@ -82,6 +82,7 @@ class Lanes:
         self._open = True
         #: acknowledgements waiting for a held delivery's changelog write
         self._landing: set[asyncio.Task[None]] = set()
+        self._drains = 0  #: drains begun: a refusal met after one is the next owner's
 
     # -- what the agent loop does ----------------------------------------------------
     async def submit(self, key: bytes, job: Job) -> None:
@@ -111,12 +112,13 @@ class Lanes:
         record is read again. Any other failure is the write's own (the broker refused the
         record: too large for the topic, say): ``refused`` takes the record on, which is
         not acknowledged here (without it, that too is the worker's failure)."""
-        task = asyncio.get_running_loop().create_task(self._ack_landed(record, landed, refused))
+        landing = self._ack_landed(record, landed, refused, self._drains)
+        task = asyncio.get_running_loop().create_task(landing)
         self._landing.add(task)
         task.add_done_callback(self._landing.discard)
 
     async def _ack_landed(
-        self, record: Any, landed: Awaitable[object], refused: Refused | None
+        self, record: Any, landed: Awaitable[object], refused: Refused | None, drains: int
     ) -> None:
         try:
             await landed
@@ -125,8 +127,10 @@ class Lanes:
                 log.error("a held delivery's changelog write failed", error=repr(exc))
                 if self._on_fatal is not None:
                     self._on_fatal(exc)
-            else:  # one record's refusal: a worker that exited would meet it again
+            elif self._drains == drains:  # one record's refusal: an exit would meet it again
                 await refused(exc)
+            else:  # a rebalance began meanwhile: the record is read again, by its owner
+                log.info("a held delivery's refused write met after a drain", error=repr(exc))
             return
         await self.ack_now(record)
 
@@ -160,6 +164,7 @@ class Lanes:
         many records were dropped. The lanes open again for the next assignment.
         """
         self._open = False
+        self._drains += 1
         self._room.set()
         for queue in self._queues.values():  # not started: drop now
             while queue:

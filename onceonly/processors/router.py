@@ -15,7 +15,7 @@ import structlog
 
 from onceonly.processors.approval import applying as approving
 from onceonly.processors.conversation import Conversation
-from onceonly.processors.lanes import Job
+from onceonly.processors.lanes import Job, Refused
 from onceonly.processors.parts import WorkerParts
 from onceonly.processors.records import Record
 from onceonly.processors.reorder import window as reorder
@@ -119,18 +119,27 @@ class Router:
                 await self.conversation.retry_raced([delivery], why)
         landing = self.parts.holds.landing(key)  # held, or held already (written again)
         if landing is not None:  # acknowledged once the holds' changelog has it (F40)
-
-            async def at_once(exc: BaseException) -> None:
-                log.warning(
-                    "the broker refused the delivery's hold; processed at once, not reordered",
-                    error=repr(exc),
-                    **_ids(envelope),
-                )
-                await self.parts.lanes.submit(key, Job(self._deliver, [event], item=delivery))
-
-            self.parts.lanes.ack_landed(event, landing, refused=at_once)
+            refused = self._refused(event, key, delivery, verdict)
+            self.parts.lanes.ack_landed(event, landing, refused=refused)
             return
         await self.parts.lanes.ack_now(event)  # dead-lettered (or no write to wait for)
+
+    def _refused(self, event: Record, key: bytes, delivery: Delivery, verdict: Verdict) -> Refused:
+        """What becomes of a delivery whose hold the broker refused (too large for the holds
+        changelog, say): processed at once, not reordered, as a full buffer's; a retry met
+        by its event held is done (dead-lettered again: ``retry_raced``)."""
+
+        async def refused(exc: BaseException) -> None:
+            ids = _ids(delivery.envelope)
+            if verdict is Verdict.REPEAT and delivery.replay:
+                log.warning("the broker refused a retry's hold; its letter stands", **ids)
+                await self.parts.lanes.ack_now(event)
+                return
+            why = "the broker refused the delivery's hold; processed at once, not reordered"
+            log.warning(why, error=repr(exc), **ids)
+            await self.parts.lanes.submit(key, Job(self._deliver, [event], item=delivery))
+
+        return refused
 
     async def on_tick(self, partition: int, event: Record) -> None:
         """Queue a release on the lane of each thread of ``partition`` that is due."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,8 +43,14 @@ class _Changelog:
 
 
 class _DeadLetters:
+    def __init__(self) -> None:
+        self.failures: list[str] = []  #: the checks of the failure letters written
+
     async def record_reply(self, record: Any, reason: str, envelopes: Any) -> None:
         raise AssertionError(f"dead-lettered: {reason}")
+
+    async def record_failure(self, envelopes: Any, *, check: Any, error: str) -> None:
+        self.failures.append(str(check.value))
 
 
 def _delivery(n: int) -> Delivery:
@@ -142,6 +149,28 @@ async def test_a_hold_the_broker_refused_is_processed_at_once_and_acked_once_ans
     assert acked == [record]
     assert failures == []
     assert [e.replied_to_message_id for e in mail.outbox] == ["<m17@example.com>"]
+
+
+async def test_a_retry_whose_refused_hold_met_its_event_held_is_acked_as_its_letter_said(
+    mail: FakeAgentMail,
+) -> None:
+    """A dead letter's retry of an event held (``retry_raced``: its letter written again)
+    whose entry, written again, the broker refused: acknowledged, not answered at once (the
+    held event is its own record's, answered at its release; a review's finding)."""
+    router, changelog, acked, failures = await _router(mail)
+    first = _delivery(17)
+    mail.seed_message("support@agentmail.to", message_id="<m17@example.com>", thread_id="thr-held")
+    key = first.envelope.thread_key.encode()
+    await router._hold("record 17", key, first)
+    retry = Record(b"", (), 3, 40)
+
+    await router._hold(retry, key, replace(first, position=(3, 40), replay=True))
+    changelog.landings[1].set_exception(MessageSizeTooLargeError("larger than the topic takes"))
+    await asyncio.wait_for(_answered(acked), 10)
+
+    assert acked == [retry]
+    assert router.parts.dead_letters.failures == ["retry_raced"]  # type: ignore[attr-defined]
+    assert (failures, mail.outbox) == ([], [])
 
 
 async def _answered(acked: list[Any]) -> None:

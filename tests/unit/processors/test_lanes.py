@@ -201,6 +201,20 @@ async def test_a_record_whose_write_the_broker_refused_is_handed_on_not_acked() 
     assert (acks.acked, failures, refusals) == ([], [], [error])
 
 
+async def test_a_refusal_met_after_a_drain_is_left_to_the_partitions_next_owner() -> None:
+    acks, failures, refusals = _Acks(), [], []
+    lanes = _lanes(acks, on_fatal=failures.append)
+    landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    lanes.ack_landed("held", landed, refused=_appended(refusals))
+    await lanes.drain(grace_s=1)  # a rebalance: the record is read again by its owner
+    landed.set_exception(MessageSizeTooLargeError("the hold is larger than the topic takes"))
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+    assert (acks.acked, failures, refusals) == ([], [], [])
+
+
 def _appended(into: list[BaseException]) -> Callable[[BaseException], Awaitable[None]]:
     async def append(exc: BaseException) -> None:
         into.append(exc)
