@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,7 +119,7 @@ async def test_a_hold_the_holds_changelog_refuses_is_answered_at_once_and_the_wo
             "--add-config",
             "max.message.bytes=8192",
         ],
-        classpath=kafka_classpath(Path(os.environ.get("ONCEONLY_RUN_DIR") or ".run")),
+        classpath=kafka_classpath(tmp_path / "tools"),  # Maven, from its local cache
         logs_dir=tmp_path / "tools-logs",
     )
     assert altered.returncode == 0, altered.stdout + altered.stderr
