@@ -30,6 +30,7 @@ from onceonly.processors.approval.decisions import (
     covering_reply,
     owed_anew,
     recall,
+    recallable,
     seen_by_end,
     superseded_by,
     survey,
@@ -242,7 +243,12 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     new = {m.key for m in found.fresh}
     if not new:
         return await _answer_anew(parts, reply, found, burst, await reply_once(burst, reply))
-    drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
+    known = {*by_key, *keys}
+    drafts = [
+        r
+        for k in by_key
+        if superseded_by(r := ledger.get(k), new) and r is not None and recallable(r, known)
+    ]
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
             await ledger.put(supersede(draft, target.key))  # before the writer is asked

@@ -171,6 +171,15 @@ def superseded_by(record: ReplyRecord | None, burst: Collection[str]) -> bool:
     return record.state is ReplyState.COVERED and record.covered_by in burst
 
 
+def recallable(draft: ReplyRecord, known: Collection[str]) -> bool:
+    """Whether every message ``draft`` covers is among ``known`` (the thread's messages
+    before the new reply's target, and the burst's): only then may the new reply supersede
+    it, recalling them all. A draft that covers a message newer than the target (written
+    after it, the target a late older message) stands: superseded, it would leave that
+    message covered by a reply whose writer never saw it (the simulator's finding F47)."""
+    return all(key in known for key in draft.covers or ())
+
+
 def waits_unapproved(record: ReplyRecord | None) -> bool:
     """Whether ``record`` is a draft no decision has reached: the writer may write it again."""
     return record is not None and record.state is ReplyState.AWAITING and record.approval is None

@@ -254,6 +254,11 @@ F46 = 961002429
 #: dead-lettered m48's burst; the owner never held it and refused every approval: the
 #: world waited on it to the deadline (the letter's, not a decision's: World._undecided)
 UNDECIDED = 920000705
+#: drawn (approval on), 1 of 20,000 with thread reads cut: m36 (dead-lettered while its
+#: thread could not be read) came again with a catch-up after m6's draft had been written
+#: anew covering the newer m40; m36's reply superseded that draft and recalled the thread's
+#: messages before m36: m40 was left covered by a reply that never saw it (finding F47)
+F47 = 980017150
 
 
 @pytest.mark.parametrize(
@@ -265,8 +270,17 @@ UNDECIDED = 920000705
         (F45, None),
         (F46, True),
         (UNDECIDED, None),
+        (F47, None),
     ],
-    ids=["f43-late-mark", "f43-mark-back", "f44-mark-undone", "f45-mark-first", "f46", "undecided"],
+    ids=[
+        "f43-late-mark",
+        "f43-mark-back",
+        "f44-mark-undone",
+        "f45-mark-first",
+        "f46",
+        "undecided",
+        "f47-newer-covered",
+    ],
 )
 def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
     monkeypatch: pytest.MonkeyPatch, seed: int, approval: bool | None
