@@ -230,10 +230,11 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         "members cut off from the broker or the mail API, as the schedules draw them (on; "
         "off: left out)",
     )
-    parser.add_argument(
+    _switch(
+        parser,
         "--read-cuts",
-        action="store_true",
-        help="a cut from the mail API holds thread and message reads too (off by default)",
+        "a cut from the mail API holds thread and message reads too, as it holds sends (on; "
+        "off: sends alone, as before finding F43)",
     )
     _switch(
         parser,

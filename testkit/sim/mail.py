@@ -220,7 +220,7 @@ class SimMail:
 async def read(out_s: float, far: Callable[[], T], back_s: float, what: str) -> T:
     """A thread or message read of the mail API (an approval's, a letter's message): held
     by a cut from it as a send is with :attr:`Cuts.reads <testkit.sim.schedule.Cuts>`, else
-    never (``--read-cuts`` off, the default)."""
+    never (``--no-read-cuts``)."""
     if not Cuts.reads:
         return await remote(out_s, far, back_s)
     return await timed(remote(out_s, far, back_s, MAIL), what)

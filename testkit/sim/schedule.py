@@ -124,11 +124,11 @@ class Cuts:
     """Whether the ``cut_kafka`` and ``cut_mail`` faults drawn are in the schedules
     (``--no-cuts``: left out, the schedules as they were before cuts were simulated), and
     whether a cut from the mail API holds a member's thread and message reads too, as it
-    holds its sends and ``find_reply`` (``--read-cuts``: off by default; findings F43-F46,
-    found with them, are fixed)."""
+    holds its sends and ``find_reply`` (on by default since 2026-12-07: findings F43-F46
+    were found with them, and are fixed; ``--no-read-cuts``: sends alone)."""
 
     on: ClassVar[bool] = True
-    reads: ClassVar[bool] = False
+    reads: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True)

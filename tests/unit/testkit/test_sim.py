@@ -246,6 +246,7 @@ APPROVAL_FINDINGS = frozenset(
         631019768,
     ],
 )
+@pytest.mark.usefixtures("before_read_cuts")  # as the seeds were found
 def test_a_seed_that_found_a_bug_passes(seed: int) -> None:
     # the schedule that found the bug: approvals off for those found before approvals were
     # simulated, on for the approval path's findings

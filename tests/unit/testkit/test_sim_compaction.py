@@ -11,6 +11,8 @@ from testkit.sim.log import Partition
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Schedule
 
+pytestmark = pytest.mark.usefixtures("before_read_cuts")  # as its seeds were found
+
 
 def _log(*records: tuple[bytes, bytes | None, float]) -> Partition:
     part = Partition()

@@ -25,7 +25,7 @@ from testkit.sim.run import run_schedule
 from testkit.sim.schedule import Cuts, Schedule
 from testkit.sim.world import World
 
-pytestmark = pytest.mark.usefixtures("sim_quiet")
+pytestmark = pytest.mark.usefixtures("sim_quiet", "before_read_cuts")  # as their seeds were found
 
 
 def _call(to: str | None, cut_at: float, cut_s: float) -> tuple[float, float]:

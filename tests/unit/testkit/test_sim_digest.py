@@ -66,7 +66,7 @@ import pytest
 from testkit.sim.run import Result, run_schedule
 from testkit.sim.schedule import Bugs, Reorder, Schedule
 
-pytestmark = pytest.mark.usefixtures("sim_quiet")
+pytestmark = pytest.mark.usefixtures("sim_quiet", "before_read_cuts")  # as their seeds were found
 
 
 #: (seed, planted bug, approval required) -> the digest of its result, from before

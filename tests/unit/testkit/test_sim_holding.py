@@ -11,7 +11,7 @@ from testkit.sim import holding
 from testkit.sim.run import run_schedule
 from testkit.sim.schedule import WINDOWS_MS, Reorder, Schedule
 
-pytestmark = pytest.mark.usefixtures("sim_quiet")
+pytestmark = pytest.mark.usefixtures("sim_quiet", "before_read_cuts")  # as their seeds were found
 
 #: with the window it draws (15 s), its members' holds are lost while writes expire
 F40 = 10
