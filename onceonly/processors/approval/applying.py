@@ -243,12 +243,8 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     new = {m.key for m in found.fresh}
     if not new:
         return await _answer_anew(parts, reply, found, burst, await reply_once(burst, reply))
-    known = {*by_key, *keys}
-    drafts = [
-        r
-        for k in by_key
-        if superseded_by(r := ledger.get(k), new) and r is not None and recallable(r, known)
-    ]
+    drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
+    drafts = [d for d in drafts if recallable(d, {*by_key, *keys})]  # F47
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
             await ledger.put(supersede(draft, target.key))  # before the writer is asked
