@@ -125,7 +125,7 @@ class Operator:
         self.applied: dict[str, bool] = {}  #: decision id -> the worker applied it
         self.drafts: set[str] = set()  #: keys the writer drafted
         self.swept: dict[str, str] = {}  #: key -> the sweep's decision id
-        self._again: dict[str, int] = {}
+        self._again: dict[tuple[str, str | None], int] = {}  #: per draft: key and text
         self._count = 0
 
     def read(self) -> dict[str, ReplyRecord]:
@@ -172,14 +172,19 @@ class Operator:
         """The end of the day: every draft still awaiting is approved once (liveness)."""
         for record in self.waiting():
             made = self.swept.get(record.key)
-            if made is None or (made in self.applied and self.swept_again(record.key)):
+            if made is None or (made in self.applied and self.swept_again(record)):
                 made = self.make(record, "approve", "cli:ann", 0.0).decision.decision_id
                 self.swept[record.key] = made
 
-    def swept_again(self, key: str) -> bool:
-        """A draft awaiting again after its sweep's decision was applied: at most three."""
-        self._again[key] = self._again.get(key, 0) + 1
-        return self._again[key] <= 3
+    def swept_again(self, record: ReplyRecord) -> bool:
+        """A draft awaiting again after its sweep's decision was applied (or refused): at
+        most three times for one draft, its key and text. A draft written anew (another
+        text: a dead letter's retry answered its burst again) is another draft: a person
+        reads it and decides again (finding F48 was the world giving up on the key after
+        the refusals of a late draft the new one replaced)."""
+        draft = (record.key, record.reply_text)
+        self._again[draft] = self._again.get(draft, 0) + 1
+        return self._again[draft] <= 3
 
     def make(self, record: ReplyRecord, action: str, by: str, think_s: float) -> _Made:
         """One decision judged against ``record`` (as read now), produced after ``think_s``

@@ -259,6 +259,12 @@ UNDECIDED = 920000705
 #: anew covering the newer m40; m36's reply superseded that draft and recalled the thread's
 #: messages before m36: m40 was left covered by a reply that never saw it (finding F47)
 F47 = 980017150
+#: drawn (approval on), the first 10,000 seeds with thread reads cut by default: b1's late
+#: draft of m59 stood in the ledger while m59's burst waited in a dead letter; the world's
+#: end-of-day approvals of it were refused (four, its budget for the key), and the draft the
+#: letter's retry wrote anew was never approved: the world gave up on the key, not the
+#: product (finding F48, the world's: a budget per draft now)
+F48 = 984004196
 
 
 @pytest.mark.parametrize(
@@ -271,6 +277,7 @@ F47 = 980017150
         (F46, True),
         (UNDECIDED, None),
         (F47, None),
+        (F48, None),
     ],
     ids=[
         "f43-late-mark",
@@ -280,6 +287,7 @@ F47 = 980017150
         "f46",
         "undecided",
         "f47-newer-covered",
+        "f48-new-draft-approved",
     ],
 )
 def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
