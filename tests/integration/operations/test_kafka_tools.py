@@ -202,4 +202,5 @@ def test_the_tools_run_as_a_module_and_are_the_brokers_version() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split()[0] == pom_kafka_version()
     usage = module("reset-everything")
-    assert usage.returncode == 2 and "{consumer-groups,console-consumer,topics}" in usage.stderr
+    assert usage.returncode == 2
+    assert "{consumer-groups,console-consumer,topics,configs}" in usage.stderr
