@@ -137,6 +137,12 @@ class ReplyRecord:
         return _decode_kept(value)
 
 
+def state_bytes(state: ReplyState) -> bytes:
+    """The bytes every encoded record in ``state`` holds (:meth:`ReplyRecord.encode` is
+    compact JSON): a scan decodes only the values that contain them."""
+    return b'"state":"' + state.value.encode() + b'"'
+
+
 #: how many decoded ledger records :meth:`ReplyRecord.decode` keeps, and the longest kept
 DECODED_KEPT = 1024
 DECODED_KEPT_SIZE = 16 * 1024

@@ -58,7 +58,7 @@ from onceonly.schemas.approval import APPROVAL_HEADER, APPROVAL_VERSION, Action,
 from onceonly.schemas.dead_letter import Check
 from onceonly.schemas.envelope import MAC_HEADER, Envelope, has_valid_mac, mac_of
 from onceonly.schemas.exceptions import SchemaError
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord, ReplyState, state_bytes
 
 if TYPE_CHECKING:
     from onceonly.processors.parts import WorkerParts
@@ -306,7 +306,7 @@ async def _answer_anew(
 
 
 #: the bytes every awaiting record holds: the sweep decodes no other record
-AWAITING = b'"state":"awaiting"'
+AWAITING = state_bytes(ReplyState.AWAITING)
 
 
 def sweep_interval_s(timeout_s: float) -> float:

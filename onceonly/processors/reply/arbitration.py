@@ -51,7 +51,7 @@ from enum import StrEnum
 
 from onceonly.processors.reply.bursts import chain_end
 from onceonly.schemas.exceptions import SchemaError
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord, ReplyState, state_bytes
 
 
 @dataclass(slots=True)
@@ -342,7 +342,7 @@ def _word_again(made_after: Sequence[ReplyRecord]) -> ReplyRecord:
 
 
 #: the bytes of every *sent* record (ReplyRecord.encode's separators)
-_SENT = b'"state":"sent"'
+_SENT = state_bytes(ReplyState.SENT)
 
 
 def may_be_late(

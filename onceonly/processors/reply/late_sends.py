@@ -35,7 +35,7 @@ from onceonly.processors.exceptions import SendError
 from onceonly.processors.reply.parts import MailSender
 from onceonly.processors.reply.sending import as_found
 from onceonly.schemas.exceptions import SchemaError
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord, ReplyState, state_bytes
 
 log = structlog.get_logger("onceonly.late_sends")
 
@@ -44,7 +44,7 @@ AT_MOST = 100
 #: reads of one reply's thread that may fail before it is given up (the letter stays)
 READS = 3
 #: the bytes every *failed* record holds: a take-over's rows decode no other
-FAILED = b'"state":"failed"'
+FAILED = state_bytes(ReplyState.FAILED)
 
 
 class Ledger(Protocol):

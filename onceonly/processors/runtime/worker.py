@@ -255,8 +255,8 @@ def _late_sends(
 ) -> LateSends:
     """The late-send check; the ledger's take-overs hand it the replies a partition's last
     owner recorded *failed* and did not live (or own the partition long enough) to check."""
-    late = LateSends(settings.late_send_check_s, time.monotonic, replies.partition_of)
-    late.wall = ledger.clock  # the clock its records' made_at are stamped by
+    check_s, wall = settings.late_send_check_s, ledger.clock  # the clock of its made_at
+    late = LateSends(check_s, time.monotonic, replies.partition_of, wall=wall)
 
     def sender_of(channel: str) -> MailClient | None:
         provider = channels.get(channel)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceonly.schemas.ledger import ReplyRecord, ReplyState
+from onceonly.schemas.ledger import ReplyRecord, ReplyState, state_bytes
 from tests.unit.schemas._samples import FULL
 
 
@@ -110,3 +110,11 @@ def test_a_value_that_is_no_text_is_a_schema_error(value: object) -> None:
 
     with pytest.raises(SchemaError):
         ReplyRecord.decode(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("state", list(ReplyState))
+def test_an_encoded_record_holds_its_states_bytes_and_no_other_states(state: ReplyState) -> None:
+    at = datetime(2026, 12, 7, tzinfo=UTC)
+    encoded = ReplyRecord("k", "i", "<m@x>", "agentmail:t", state, at, "text").encode()
+
+    assert [s for s in ReplyState if state_bytes(s) in encoded] == [state]
