@@ -87,7 +87,7 @@ class Member(Actor):
         loop = asyncio.get_running_loop()
         #: its replies recorded failed with their sends' outcomes unknown (read on its audit)
         self.late_sends = LateSends(
-            LATE_SEND_CHECK_S, loop.time, self.table.partition_of, wall=world.now
+            LATE_SEND_CHECK_S, loop.time, self.table.partition_of, wall=world.now, store=self.table
         )
         # its take-overs find the replies a last owner recorded failed, read as its sends are
         mail = MemberMail(world.mail, self.owns)

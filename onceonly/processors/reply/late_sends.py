@@ -14,10 +14,13 @@ recorded *sent* (the dead letter stays open; its retry finds the key settled). K
 memory, by the worker that recorded it, and found again by a take-over: a worker given the
 partition (after a restart or a rebalance) reads its last compaction lag once, and each
 reply whose last record there is *failed* with a text (a send's) is kept, due
-``ONCEONLY_LATE_SEND_CHECK_S`` after it was written (:meth:`LateSends.taken`; a failure
-older than the lag is not found, and a record does not say whether its sends' outcomes were
-unknown: each is read once more). One that does not own the reply's ledger partition when
-the check falls due drops it; the letter's retry then settles the reply. At most
+``ONCEONLY_LATE_SEND_CHECK_S`` after it was written (:meth:`LateSends.taken`). A failure
+older than the lag is found in the partition's recovered store, read :data:`SLICE` entries
+a check from the take-over on (a gap the simulator's finding F49 was first taken for). A
+record does not say whether its sends' outcomes were unknown, nor whether they were read
+since: each is read once more per take-over. One that does not own the reply's ledger
+partition when the check falls due drops it; the letter's retry then settles the reply.
+The check's reads count among the replies kept (``len``) until they end. At most
 :data:`AT_MOST` threads are read a check, and a read that fails (the mail API still away)
 ends the check: the reply is read again at the next, at most :data:`READS` times.
 """
@@ -32,6 +35,7 @@ from typing import Protocol
 import structlog
 
 from onceonly.processors.exceptions import SendError
+from onceonly.processors.records import Table, own_slice
 from onceonly.processors.reply.parts import MailSender
 from onceonly.processors.reply.sending import as_found
 from onceonly.schemas.exceptions import SchemaError
@@ -43,6 +47,9 @@ log = structlog.get_logger("onceonly.late_sends")
 AT_MOST = 100
 #: reads of one reply's thread that may fail before it is given up (the letter stays)
 READS = 3
+#: entries of a taken partition's store read a check for *failed* sends older than the
+#: take-over's rows (a byte test each; only a *failed* record's value is decoded)
+SLICE = 5_000
 #: the bytes every *failed* record holds: a take-over's rows decode no other
 FAILED = state_bytes(ReplyState.FAILED)
 
@@ -110,16 +117,25 @@ class LateSends:
         clock: Callable[[], float],
         partition_of: Callable[[bytes], int] = lambda key: 0,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        store: Table | None = None,
     ) -> None:
         self.after_s = after_s  #: 0: none kept (ONCEONLY_LATE_SEND_CHECK_S=0)
         self.clock = clock
         self.wall = wall  #: the clock a record's ``made_at`` is read against (the ledger's)
         #: a key's ledger partition, asked when a reply fails (within its record)
         self.partition_of = partition_of
+        #: the ledger's store, read after a take-over (None: the take-over's rows alone)
+        self.store = store
         self._waiting: dict[str, Unsettled] = {}
+        #: each taken partition whose store is being read: the last key read, and the keys
+        #: kept since the take-over (a record checked already is not kept again)
+        self._scans: dict[int, tuple[bytes | None, set[str]]] = {}
+        self._sender_of: Callable[[str], MailSender | None] = lambda channel: None
+        self._reading = 0  #: replies a check took off the waiting and has not finished
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        """The replies kept or being read, and the stores still to read for them."""
+        return len(self._waiting) + self._reading + len(self._scans)
 
     def failed(self, record: ReplyRecord, sender: MailSender) -> None:
         """``record`` (*failed*) was written after retryable failures: read it again later.
@@ -143,16 +159,29 @@ class LateSends:
     ) -> None:
         """A take-over read ``partition``'s rows: each reply recorded *failed* there after a
         send (by whichever worker) and not kept here is kept, due ``after_s`` after its
-        record was written (at once if that is past), read with ``sender_of`` its channel."""
+        record was written (at once if that is past), read with ``sender_of`` its channel.
+        The partition's store is read from its first key on, a slice a check (:meth:`check`)."""
         if self.after_s <= 0:
             return
-        try:  # never raised into the take-over, whose repairs come after
+        self._sender_of = sender_of
+        kept: set[str] = set()
+        self._keep(partition, failed_sends(rows), kept)
+        if self.store is not None:
+            self._scans[partition] = (None, kept)
+
+    def _keep(self, partition: int, records: Sequence[ReplyRecord], kept: set[str]) -> None:
+        """Keep each of ``records`` (*failed* sends of ``partition``) not kept since the
+        take-over (``kept``); never raised into the take-over, whose repairs come after."""
+        try:
             now, wall = self.clock(), self.wall()
-            for record in failed_sends(rows):
-                kept = self._waiting.get(record.key)
-                if kept is not None and kept.record == record:
+            for record in records:
+                if record.key in kept:
+                    continue  # kept since the take-over (and maybe checked since)
+                kept.add(record.key)
+                held = self._waiting.get(record.key)
+                if held is not None and held.record == record:
                     continue  # kept here when it failed: due as it was
-                sender = sender_of(record.channel)
+                sender = self._sender_of(record.channel)
                 if sender is None:
                     log.warning("late-send check not kept: no such channel", key=record.key)
                     continue
@@ -162,13 +191,39 @@ class LateSends:
         except Exception as exc:
             log.warning("late-send checks not found in a take-over", error=repr(exc))
 
+    def _read_stores(self, owns: Callable[[int], bool]) -> None:
+        """A slice of each taken partition's store still owned: the *failed* sends there
+        (the take-over's rows hold only its last compaction lag; simulator finding F49)."""
+        if self.store is None:
+            return
+        for partition, (after, kept) in list(self._scans.items()):
+            if not owns(partition):
+                del self._scans[partition]  # its next owner's take-over reads it
+                continue
+            entries = own_slice(self.store, partition, after, SLICE)
+            self._keep(partition, failed_sends([(0, k, v) for k, v in entries]), kept)
+            if len(entries) < SLICE:
+                del self._scans[partition]
+            else:
+                self._scans[partition] = (entries[-1][0], kept)
+
     async def check(self, ledger: Ledger, owns: Callable[[int], bool]) -> int:
         """Read the thread of each reply due whose ledger partition this worker owns and
         whose record is still the *failed* one; record *sent* what it finds. Returns how
         many it settled. A read refused for good (a 4xx) is as if nothing was found; one that
         fails otherwise ends the check (the others are read at the next)."""
-        settled = 0
+        self._read_stores(owns)
         ready = due(self._waiting, self.clock())
+        self._reading += len(ready)
+        try:
+            return await self._read(ready, ledger, owns)
+        finally:
+            self._reading -= len(ready)
+
+    async def _read(
+        self, ready: list[Unsettled], ledger: Ledger, owns: Callable[[int], bool]
+    ) -> int:
+        settled = 0
         for n, unsettled in enumerate(ready):
             record = unsettled.record
             ids = {"key": record.key, "message_id": record.message_id}

@@ -256,7 +256,7 @@ def _late_sends(
     """The late-send check; the ledger's take-overs hand it the replies a partition's last
     owner recorded *failed* and did not live (or own the partition long enough) to check."""
     check_s, wall = settings.late_send_check_s, ledger.clock  # the clock of its made_at
-    late = LateSends(check_s, time.monotonic, replies.partition_of, wall=wall)
+    late = LateSends(check_s, time.monotonic, replies.partition_of, wall=wall, store=replies)
 
     def sender_of(channel: str) -> MailClient | None:
         provider = channels.get(channel)
