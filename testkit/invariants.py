@@ -163,8 +163,18 @@ def _written(record: ReplyRecord, sent: str | None) -> str | None:
     return approval.draft_text if approval and approval.draft_text is not None else sent
 
 
+def _resent(record: ReplyRecord | None) -> bool:
+    """Whether a retry of a letter naming ``record``'s message sends the record's text with
+    its key: a send's failure (a replay reconciles it), not a writer's (no text)."""
+    return record is not None and record.state is ReplyState.FAILED and bool(record.reply_text)
+
+
 #: the check of a burst's letter: its retry runs the burst again (``Check.RECORD_FAILED``)
 BURST_FAILED = "record_failed"
+#: the checks of a letter whose retry runs its message's event again (it failed), and so
+#: sends its reply's recorded text (``Check.SEND_FAILED``, ``Check.FETCH_FAILED``); a
+#: ``retry_raced`` letter's event ran, and its retry runs nothing again
+SENDS_AGAIN = frozenset({"send_failed", "fetch_failed"})
 
 
 class _Judge:
@@ -204,10 +214,11 @@ class _Judge:
         end = last_coverer(self.o.ledger, record.covered_by or "")
         coverer, coverer_pair = self.o.ledger.get(end), self.by_key.get(end)
         # in an open letter: with the covering reply; or held by the open letter of a burst
-        # of that reply's message, whose retry runs the burst again and recalls it (F43)
-        held = pair in self.o.dead_lettered or self.o.dead_lettered.get(coverer_pair) == (
-            BURST_FAILED
-        )
+        # of that reply's message, whose retry runs the burst again and recalls it (F43), or
+        # sends the reply's recorded text with its key, which answers it (F50)
+        letter = self.o.dead_lettered.get(coverer_pair) if coverer_pair else None
+        held = pair in self.o.dead_lettered or letter == BURST_FAILED
+        held = held or (letter in SENDS_AGAIN and _resent(coverer))
         if coverer is None or coverer_pair is None:
             if held:  # the reply that superseded it never recorded
                 return "dead-lettered"

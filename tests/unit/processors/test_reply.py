@@ -860,6 +860,28 @@ async def test_a_replayed_failed_writers_message_is_covered_by_the_newer_message
     assert ledger.records[older.key] == owed(older, ReplyState.COVERED, covered_by=newer.key)
 
 
+async def test_a_replay_of_a_failed_sends_message_alone_sends_its_text_covering_the_other() -> None:
+    # a dead letter's retry that dead-lettered the newer message alone (its read failed)
+    # and ran the older as covered: the newer one's next retry sends the recorded text,
+    # which answers both (the simulator's checker holds the older by it: finding F50)
+    ledger = MemoryLedger()
+    older, newer = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+    covers = (older.key, newer.key)
+    failed = owed(newer, ReplyState.FAILED, reply_text="for both", covers=covers, attempts=5)
+    await ledger.put(owed(older, ReplyState.COVERED, covered_by=newer.key))
+    await ledger.put(failed)
+    sender, writer = StubSender(), CountingWriter()
+
+    covered = await _reply([older], ledger, sender, writer=writer, replay=True)
+    result = await _reply([newer], ledger, sender, writer=writer, replay=True)
+
+    assert (covered.outcome, result.outcome, writer.calls) == (Outcome.ALREADY, Outcome.SENT, [])
+    assert [(r.key, r.reply_text, r.covers) for r in sender.sent] == [
+        (newer.key, "for both", covers)
+    ]
+    assert ledger.records[newer.key].state is ReplyState.SENT
+
+
 async def test_a_fresh_pending_record_whose_reply_reached_an_api_ignoring_keys_sends_nothing(
     mail: FakeAgentMail,
 ) -> None:

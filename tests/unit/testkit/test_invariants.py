@@ -282,6 +282,21 @@ def test_a_message_covered_by_a_reply_never_recorded_is_held_by_that_replys_lett
     assert "which no message of the run has" in str(check(raced).violations)
 
 
+def test_a_message_covered_by_a_failed_send_is_held_by_the_letter_of_its_message_alone() -> None:
+    # F50: B's send failed (text recorded) covering A; a retry could not read B and
+    # dead-lettered B alone (fetch_failed), A's event ran as covered: B's next retry sends
+    # the recorded text, which answers A
+    failed = _record(B, ReplyState.FAILED, reply_text="for a and b", covers=(KA, KB))
+    ledger = {KA: _record(A, ReplyState.COVERED, covered_by=KB), KB: failed, KC: _sent(C)}
+    world = _world(emails=(_email(C),), ledger=ledger, dead_lettered={B.pair: "fetch_failed"})
+    verdict = check(world)
+    assert verdict.passed and verdict.count("dead-lettered") == 2
+    unwritten = replace(world, ledger={**ledger, KB: replace(failed, reply_text=None)})
+    assert "which has no email" in str(check(unwritten).violations)  # its retry writes anew
+    raced = replace(world, dead_lettered={B.pair: "retry_raced"})
+    assert "which has no email" in str(check(raced).violations)  # its retry runs nothing
+
+
 def test_more_writer_calls_in_sixty_seconds_than_the_rpm_is_over_the_rate() -> None:
     starts = [i * 0.98 for i in range(61)]  # 61 calls within 58.8 s
     broken = check(Observed((), (), {}, writer_starts=starts, rpm=60)).of("within_rate")

@@ -265,6 +265,16 @@ F47 = 980017150
 #: letter's retry wrote anew was never approved: the world gave up on the key, not the
 #: product (finding F48, the world's: a budget per draft now)
 F48 = 984004196
+#: drawn, thread reads cut: m38's email went out and its record ended *failed* (a paused
+#: worker's, late); the last owner's take-over kept it, and the world judged the run while
+#: its check was reading the thread that showed the email (finding F49, the world's: a
+#: check's reads count as kept)
+F49 = 986001583
+#: drawn, thread reads cut: m40's send failed covering m35 (one letter for both); its retry,
+#: cut from the mail API, could not read m40 (dead-lettered alone, ``fetch_failed``) and
+#: ran m35 as covered: m35 is held by m40's letter, whose retry sends the recorded text
+#: (finding F50, the checker's)
+F50 = 987005377
 
 
 @pytest.mark.parametrize(
@@ -278,6 +288,8 @@ F48 = 984004196
         (UNDECIDED, None),
         (F47, None),
         (F48, None),
+        (F49, None),
+        (F50, None),
     ],
     ids=[
         "f43-late-mark",
@@ -288,6 +300,8 @@ F48 = 984004196
         "undecided",
         "f47-newer-covered",
         "f48-new-draft-approved",
+        "f49-check-reading",
+        "f50-cover-held-by-its-letter",
     ],
 )
 def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
