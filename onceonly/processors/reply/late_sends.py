@@ -48,8 +48,11 @@ AT_MOST = 100
 #: reads of one reply's thread that may fail before it is given up (the letter stays)
 READS = 3
 #: entries of a taken partition's store read a check for *failed* sends older than the
-#: take-over's rows (a byte test each; only a *failed* record's value is decoded)
-SLICE = 5_000
+#: take-over's rows (a byte test each; only a *failed* record's value is decoded): 5,000
+#: took ~13 ms a partition on the shared machine, so a worker given many at once would
+#: hold its loop too long; 1,000 read a million-record partition in 1,000 checks (8 h at
+#: the default 30 s audit)
+SLICE = 1_000
 #: the bytes every *failed* record holds: a take-over's rows decode no other
 FAILED = state_bytes(ReplyState.FAILED)
 
@@ -73,11 +76,17 @@ class Unsettled:
     sender: MailSender
     partition: int  #: its ledger partition (a write outside a record must name it)
     failed_reads: int = 0
+    #: found by a take-over, not failed here: read after this worker's own, which may still
+    #: be within the window a late send lands in (a backlog of old failures waits behind)
+    taken: bool = False
 
 
 def due(waiting: dict[str, Unsettled], now: float, at_most: int = AT_MOST) -> list[Unsettled]:
-    """The replies whose check is due (``at_most``, the earliest first), out of ``waiting``."""
-    ready = sorted((u for u in waiting.values() if u.due <= now), key=lambda u: u.due)[:at_most]
+    """The replies whose check is due (``at_most``: this worker's own failures first, then
+    a take-over's, each the earliest first), out of ``waiting``."""
+    ready = sorted((u for u in waiting.values() if u.due <= now), key=lambda u: (u.taken, u.due))[
+        :at_most
+    ]
     for unsettled in ready:
         del waiting[unsettled.record.key]
     return ready
@@ -171,25 +180,27 @@ class LateSends:
 
     def _keep(self, partition: int, records: Sequence[ReplyRecord], kept: set[str]) -> None:
         """Keep each of ``records`` (*failed* sends of ``partition``) not kept since the
-        take-over (``kept``); never raised into the take-over, whose repairs come after."""
-        try:
-            now, wall = self.clock(), self.wall()
-            for record in records:
-                if record.key in kept:
-                    continue  # kept since the take-over (and maybe checked since)
-                kept.add(record.key)
-                held = self._waiting.get(record.key)
-                if held is not None and held.record == record:
-                    continue  # kept here when it failed: due as it was
+        take-over (``kept``); never raised into the take-over, whose repairs come after: a
+        record that cannot be judged is left out, alone (logged)."""
+        now, wall = self.clock(), self.wall()
+        for record in records:
+            if record.key in kept:
+                continue  # kept since the take-over (and maybe checked since)
+            kept.add(record.key)
+            held = self._waiting.get(record.key)
+            if held is not None and held.record == record:
+                continue  # kept here when it failed: due as it was
+            try:
                 sender = self._sender_of(record.channel)
-                if sender is None:
-                    log.warning("late-send check not kept: no such channel", key=record.key)
-                    continue
                 left = self.after_s - (wall - record.made_at).total_seconds()
-                due_at = now + max(0.0, left)
-                self._waiting[record.key] = Unsettled(due_at, record, sender, partition)
-        except Exception as exc:
-            log.warning("late-send checks not found in a take-over", error=repr(exc))
+            except Exception as exc:
+                log.warning("late-send check not kept", key=record.key, error=repr(exc))
+                continue
+            if sender is None:
+                log.warning("late-send check not kept: no such channel", key=record.key)
+                continue
+            due_at = now + max(0.0, left)
+            self._waiting[record.key] = Unsettled(due_at, record, sender, partition, taken=True)
 
     def _read_stores(self, owns: Callable[[int], bool]) -> None:
         """A slice of each taken partition's store still owned: the *failed* sends there
@@ -200,7 +211,11 @@ class LateSends:
             if not owns(partition):
                 del self._scans[partition]  # its next owner's take-over reads it
                 continue
-            entries = own_slice(self.store, partition, after, SLICE)
+            try:
+                entries = own_slice(self.store, partition, after, SLICE)
+            except Exception as exc:  # the store closed or moving: the next check again
+                log.warning("late-send checks: the store could not be read", error=repr(exc))
+                continue
             self._keep(partition, failed_sends([(0, k, v) for k, v in entries]), kept)
             if len(entries) < SLICE:
                 del self._scans[partition]

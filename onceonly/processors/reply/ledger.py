@@ -292,6 +292,8 @@ class TableLedger:
         stopped first, the next owner recovered the late record (the simulator's finding
         F29) and sent it before this (F38; ``take_overs``). ``read``: if not arbitration's."""
         read = read or self.read_log
+        if read is not None and end <= first:  # none landed within the lag: the store may
+            self.on_taken(partition, [])  # still hold failures older than it (late_sends)
         if read is None or end <= first:
             return
         if self.fence is not None:  # a lane's (the audit's has no record: it is not fenced)

@@ -107,14 +107,17 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
     topic = settings.ledger_topic
     ledger = router.parts.ledger
 
+    def assigned() -> list[int]:
+        found = app.consumer.assignment()
+        return sorted(tp.partition for tp in found if tp.topic == settings.deliveries_topic)
+
+    def owns(partition: int) -> bool:  # asked as the check goes: a rebalance may have begun
+        return not app.rebalancing and partition in assigned()
+
     async def audit() -> None:
         if app.rebalancing:  # stores recovering: the audit after the rebalance reads them
             return
-        owned = sorted(
-            tp.partition
-            for tp in app.consumer.assignment()
-            if tp.topic == settings.deliveries_topic
-        )
+        owned = assigned()
         if not owned:
             return
         try:
@@ -123,7 +126,7 @@ def _wire_ledger_audit(app: faust.App, router: Router, settings: Settings) -> No
             ends = await asyncio.to_thread(log_ends, connection, topic, owned)
             for partition in owned:
                 await ledger.audit(partition, ends[partition])
-            await router.parts.late_sends.check(ledger, set(owned).__contains__)
+            await router.parts.late_sends.check(ledger, owns)
         except (KafkaAdapterError, LedgerUnreadable) as exc:  # the next audit tries again
             log.warning("ledger audit skipped: the broker did not answer", error=str(exc))
         except Rebalancing as exc:  # a take-over's repair fenced: the partition moved

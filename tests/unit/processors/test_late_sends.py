@@ -4,7 +4,7 @@ later, and recorded *sent* if its email went out after all (``reply.late_sends``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -292,19 +292,25 @@ class _Store:
 
     def __init__(self, *records: ReplyRecord) -> None:
         self.data = {r.key.encode(): r.encode() for r in records}
+        self.reads = 0
+        self.broken: Exception | None = None  #: raised by a read (a store closed meanwhile)
 
     def own_entries(self, partition: int, after: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        self.reads += 1
+        if self.broken is not None:
+            raise self.broken
         return iter(sorted((k, v) for k, v in self.data.items() if after is None or k > after))
 
 
-def _kept_by_store(*records: ReplyRecord) -> tuple[LateSends, MemoryLedger, StubSender, Clock]:
-    """A take-over of partition 0 whose rows held none of ``records`` (older than its
-    compaction lag), its store all of them; written at T0, the take-over an hour later."""
-    clock, sender = Clock(), StubSender(found="<sent-1@x>")
-    store = _Store(*records)
-    late = LateSends(960.0, clock, wall=lambda: T0 + timedelta(hours=1), store=store)  # type: ignore[arg-type]
-    late.taken(0, [], lambda channel: sender)
-    return late, MemoryLedger(), sender, clock
+def _kept_by_store(
+    *records: ReplyRecord, rows: Sequence[ReplyRecord] = (), found: str | None = "<sent-1@x>"
+) -> tuple[LateSends, MemoryLedger, StubSender, _Store]:
+    """A take-over of partition 0 whose rows held ``rows`` (none: the others were older than
+    its compaction lag), its store all of ``records``; the take-over an hour after T0."""
+    sender, store = StubSender(found=found), _Store(*records)
+    late = LateSends(960.0, Clock(), wall=lambda: T0 + timedelta(hours=1), store=store)  # type: ignore[arg-type]
+    late.taken(0, [_row(n, r) for n, r in enumerate(rows)], lambda channel: sender)
+    return late, MemoryLedger(), sender, store
 
 
 async def test_a_failed_send_older_than_the_take_overs_rows_is_found_in_the_store() -> None:
@@ -335,12 +341,57 @@ async def test_the_store_is_read_a_slice_a_check(monkeypatch: pytest.MonkeyPatch
 
 async def test_the_store_of_a_partition_no_longer_owned_is_not_read() -> None:
     failed = replace(_failed(), written_at=T0)
-    late, ledger, sender, _ = _kept_by_store(failed)
+    late, ledger, sender, store = _kept_by_store(failed)
     await ledger.put(failed)
 
     settled = await late.check(ledger, lambda partition: False)
 
-    assert (settled, sender.reads, len(late)) == (0, [], 0)
+    assert (settled, store.reads, sender.reads, len(late)) == (0, 0, [], 0)
+
+
+async def test_a_store_that_cannot_be_read_is_read_again_at_the_next_check() -> None:
+    failed = replace(_failed(), written_at=T0)
+    late, ledger, sender, store = _kept_by_store(failed)
+    await ledger.put(failed)
+    store.broken = RuntimeError("the store was closed")
+
+    first = await late.check(ledger, lambda partition: True)
+    store.broken = None
+    second = await late.check(ledger, lambda partition: True)
+
+    assert (first, second, sender.reads) == (0, 1, ["reply-1"])
+
+
+async def test_a_failure_checked_once_is_not_kept_again_by_a_later_slice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # in the take-over's rows and, past the first slice, in its store: read once
+    monkeypatch.setattr(late_sends, "SLICE", 2)
+    failed = replace(_failed("reply-9"), written_at=T0)
+    others = [replace(_failed(f"reply-{n}"), state=ReplyState.SENT) for n in (1, 2)]
+    late, ledger, sender, _ = _kept_by_store(*others, failed, rows=[failed], found=None)
+    await ledger.put(failed)
+
+    for _ in range(3):
+        await late.check(ledger, lambda partition: True)
+
+    assert sender.reads == ["reply-9"]
+
+
+def test_this_workers_own_failures_are_read_before_a_take_overs() -> None:
+    # a backlog of old failures a take-over found waits behind a failure that may still
+    # be within the window a late send lands in
+    clock = Clock()
+    late = LateSends(960.0, clock, wall=lambda: T0 + timedelta(hours=1))
+    clock.now = 1500.0
+    late.failed(_failed("reply-own"), StubSender())  # due at 2460
+    clock.now = 2000.0
+    late.taken(0, [_row(1, replace(_failed(), written_at=T0))], lambda c: StubSender())
+
+    first = due(late._waiting, 2500.0, at_most=1)  # reply-1 due at 2000, overdue
+
+    assert [u.record.key for u in first] == ["reply-own"]
+    assert [u.record.key for u in due(late._waiting, 2500.0)] == ["reply-1"]
 
 
 async def test_a_reply_whose_thread_is_being_read_still_counts() -> None:

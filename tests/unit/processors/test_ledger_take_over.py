@@ -190,6 +190,18 @@ async def test_a_take_over_hands_the_rows_it_read_to_on_taken() -> None:
     assert taken == [(0, [(1, b"j", topic[1][1])])]
 
 
+async def test_a_take_over_of_a_quiet_partition_hands_on_taken_no_rows() -> None:
+    # nothing landed within the lag: the late-send check still reads the partition's store
+    topic: Topic = [(b"j", _at(2, ReplyState.FAILED, key="j").encode())]
+    ledger, reads = _new_owner(topic)
+    taken: list[tuple[int, list[tuple[int, bytes, bytes | None]]]] = []
+    ledger.on_taken = lambda partition, rows: taken.append((partition, list(rows)))
+
+    await ledger.take_over(0, len(topic), len(topic))
+
+    assert (taken, reads.calls) == ([(0, [])], [])
+
+
 async def test_a_take_over_reads_only_the_range_it_is_given() -> None:
     topic: Topic = [(b"k", SENT.encode()), (b"k", _at(1, ReplyState.PENDING).encode())]
     ledger, reads = _new_owner(topic)

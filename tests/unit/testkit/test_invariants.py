@@ -297,6 +297,16 @@ def test_a_message_covered_by_a_failed_send_is_held_by_the_letter_of_its_message
     assert "which has no email" in str(check(raced).violations)  # its retry runs nothing
 
 
+def test_a_send_failed_letter_of_the_covering_replys_message_alone_holds_what_it_covers() -> None:
+    # F51's order: the covered message was recorded covered only after the send failed
+    failed = _record(B, ReplyState.FAILED, reply_text="for a and b", covers=(KA, KB))
+    ledger = {KA: _record(A, ReplyState.COVERED, covered_by=KB), KB: failed, KC: _sent(C)}
+    world = _world(emails=(_email(C),), ledger=ledger, dead_lettered={B.pair: "send_failed"})
+    assert check(world).passed
+    waiting = replace(world, ledger={**ledger, KB: replace(failed, state=ReplyState.AWAITING)})
+    assert "which has no email" in str(check(waiting).violations)  # a draft: no send to retry
+
+
 def test_more_writer_calls_in_sixty_seconds_than_the_rpm_is_over_the_rate() -> None:
     starts = [i * 0.98 for i in range(61)]  # 61 calls within 58.8 s
     broken = check(Observed((), (), {}, writer_starts=starts, rpm=60)).of("within_rate")
