@@ -82,7 +82,8 @@ def _record(state: ReplyState, created: datetime = T0) -> ReplyRecord:
         (None, Plan.WRITE),
         (_record(ReplyState.SENT), Plan.SKIP_SENT),
         (_record(ReplyState.COVERED), Plan.SKIP_COVERED),
-        (_record(ReplyState.FAILED), Plan.SKIP_FAILED),
+        (_record(ReplyState.FAILED), Plan.SKIP_SEND_FAILED),  # its text recorded
+        (replace(_record(ReplyState.FAILED), reply_text=None), Plan.SKIP_FAILED),
         (_record(ReplyState.PENDING), Plan.RECONCILE),
         (_record(ReplyState.PENDING, T0 - timedelta(hours=25)), Plan.RECONCILE),
     ],
@@ -880,6 +881,23 @@ async def test_a_replay_of_a_failed_sends_message_alone_sends_its_text_covering_
         (newer.key, "for both", covers)
     ]
     assert ledger.records[newer.key].state is ReplyState.SENT
+
+
+async def test_a_message_a_failed_sends_writer_saw_is_covered_by_it_not_written_again() -> None:
+    # the worker stopped after the newer message's reply was recorded and before the older
+    # was recorded covered; the reply (a person's approved draft) then failed its send. The
+    # burst again: the older is covered by that reply, whose letter's retry sends it, never
+    # given a reply of its own (two emails for it: the simulator's finding F51)
+    ledger = MemoryLedger()
+    older, newer = _inbound("<a@x>"), _inbound("<b@x>", minute=1)
+    covers = (older.key, newer.key)
+    await ledger.put(owed(newer, ReplyState.FAILED, reply_text="for both", covers=covers))
+    sender, writer = StubSender(), CountingWriter()
+
+    result = await _reply([older, newer], ledger, sender, writer=writer)
+
+    assert (result.outcome, writer.calls, sender.tried) == (Outcome.ALREADY, [], [])
+    assert ledger.records[older.key] == owed(older, ReplyState.COVERED, covered_by=newer.key)
 
 
 async def test_a_fresh_pending_record_whose_reply_reached_an_api_ignoring_keys_sends_nothing(

@@ -275,6 +275,11 @@ F49 = 986001583
 #: ran m35 as covered: m35 is held by m40's letter, whose retry sends the recorded text
 #: (finding F50, the checker's)
 F50 = 987005377
+#: drawn (approval on): a7's draft of m25 (its writer saw m16) landed, its ack lost, and a7
+#: exited before recording m16 covered; the draft, edited and approved, failed its send
+#: (its email went out late); the burst again wrote m16 a draft of its own, approved and
+#: sent: m16 answered twice (finding F51)
+F51 = 988012185
 
 
 @pytest.mark.parametrize(
@@ -290,6 +295,7 @@ F50 = 987005377
         (F48, None),
         (F49, None),
         (F50, None),
+        (F51, None),
     ],
     ids=[
         "f43-late-mark",
@@ -302,6 +308,7 @@ F50 = 987005377
         "f48-new-draft-approved",
         "f49-check-reading",
         "f50-cover-held-by-its-letter",
+        "f51-failed-send-covers",
     ],
 )
 def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
