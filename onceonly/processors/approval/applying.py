@@ -49,6 +49,7 @@ from onceonly.processors.reply.once import (
     Plan,
     SendPolicy,
     answered_by,
+    cover_seen,
     plan,
     reply_once,
     send_recorded,
@@ -231,6 +232,7 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     and the others get a reply of their own, as the ledger says after the burst's reply.
     """
     ledger = parts.ledger
+    await cover_seen(burst, reply)  # before what is new is judged (F52)
     # a new message, or one a replay writes again (its writer failed: a dead letter's
     # retry), whose record may already mark the drafts it superseded (simulator F14, seed 955)
     fresh = [m for m in burst if plan(ledger.get(m.key), replay=reply.replay) is Plan.WRITE]

@@ -203,6 +203,27 @@ def divide(
     return Division(write=unrecorded, finish=finished, done=handled)
 
 
+def seen_unrecorded(
+    burst: Sequence[Inbound], records: Mapping[str, ReplyRecord | None]
+) -> list[tuple[Inbound, str]]:
+    """Each message of ``burst`` with no record that a written reply of another of its
+    messages covers (sent, a draft, declined, a failed send: ``WRITTEN``), with that
+    reply's key (the newest such, in burst order). Its writer saw the message, and was
+    stopped before recording it covered: recorded so now, it is never given a reply of
+    its own beside that one, wherever the reply's message is in the burst (the latest's,
+    as :func:`divide` covers; or an earlier one's: the simulator's finding F52)."""
+    found: dict[str, tuple[Inbound, str]] = {}
+    ordered = sorted(burst, key=burst_order)
+    for message in ordered:
+        record = records.get(message.key)
+        if record is None or plan(record) not in WRITTEN:
+            continue
+        for other in ordered:
+            if other.key in (record.covers or ()) and records.get(other.key) is None:
+                found[other.key] = (other, record.key)
+    return list(found.values())
+
+
 class Outcome(StrEnum):
     SENT = "sent"
     ALREADY = "already"  #: sent or covered before, or found in the thread; nothing to do

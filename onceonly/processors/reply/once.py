@@ -32,6 +32,7 @@ from onceonly.processors.reply.bursts import (
     divide,
     left_drafts,
     plan,
+    seen_unrecorded,
     split_burst,
     summarize,
     supersede,
@@ -65,6 +66,7 @@ __all__ = [
     "Skip",
     "Write",
     "answered_by",
+    "cover_seen",
     "covered_by",
     "plan",
     "reply_key",
@@ -115,6 +117,7 @@ async def reply_once(
     """
     ledger, now, channel = parts.ledger, parts.now, parts.channel
     burst = distinct(burst)
+    await cover_seen(burst, parts)
     latest = ledger.get(split_burst(burst)[0].key)
     await _supersede_left(ledger, latest)
     division = divide(
@@ -144,6 +147,20 @@ async def reply_once(
     if division.write:
         acted += await _write(division.write, parts, send)
     return summarize(acted, done)
+
+
+async def cover_seen(burst: Sequence[Inbound], parts: ReplyParts) -> None:
+    """Each message of ``burst`` with no record that a written reply of another of its
+    messages saw (:func:`~onceonly.processors.reply.bursts.seen_unrecorded`: that reply's
+    writer stopped before recording it covered), recorded covered by that reply."""
+    ledger = parts.ledger
+    for message, by in seen_unrecorded(burst, {m.key: ledger.get(m.key) for m in burst}):
+        log.warning(
+            "a message the reply covers had no record: recorded covered by it",
+            key=message.key,
+            covered_by=by,
+        )
+        await _cover(ledger, [message], by, parts.now, parts.channel)
 
 
 async def _supersede_left(ledger: Ledger, latest: ReplyRecord | None) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from onceonly.processors.exceptions import SendError, SendFailure
 from onceonly.processors.reply.arbitration import Ruling, Verdict
-from onceonly.processors.reply.bursts import Plan, divide, summarize
+from onceonly.processors.reply.bursts import Plan, divide, seen_unrecorded, summarize
 from onceonly.processors.reply.once import (
     BurstResult,
     Outcome,
@@ -102,6 +102,46 @@ async def test_an_unanswered_message_released_with_a_handled_latest_gets_its_own
 
     assert [(r.key, r.reply_text) for r in run.sender.sent] == [(A.key, "text for <a@x>")]
     assert run.ledger.records[A.key].state is ReplyState.SENT
+
+
+async def test_a_message_an_earlier_messages_draft_saw_is_covered_by_it_not_written_again() -> None:
+    # the writer of B's draft saw A and stopped before recording A covered; C's draft came
+    # since: the burst again covers A by B's draft, not by a reply of its own (two emails
+    # once both drafts were approved: the simulator's finding F52)
+    run = Run()
+    await run.ledger.put(owed(B, ReplyState.AWAITING, reply_text="to a, b", covers=(A.key, B.key)))
+    await run.ledger.put(owed(C, ReplyState.AWAITING, reply_text="to c", covers=(C.key,)))
+
+    result = await run([A, B, C])
+
+    assert (result.outcome, run.writer.calls, run.sender.tried) == (Outcome.AWAITING, [], [])
+    assert run.ledger.records[A.key] == owed(A, ReplyState.COVERED, covered_by=B.key)
+
+
+def test_a_message_with_no_record_is_covered_by_the_newest_written_reply_that_saw_it() -> None:
+    both = (A.key, B.key, C.key)
+    records = {
+        A.key: None,
+        B.key: owed(B, ReplyState.SENT, reply_text="to a, b", covers=(A.key, B.key)),
+        C.key: owed(C, ReplyState.AWAITING, reply_text="to all", covers=both),
+    }
+
+    assert seen_unrecorded([C, A, B], records) == [(A, C.key)]
+
+
+@pytest.mark.parametrize(
+    "coverer",
+    [
+        owed(B, ReplyState.PENDING, reply_text="to a, b", covers=(A.key, B.key)),  # arbitrated
+        owed(B, ReplyState.FAILED, covers=(A.key, B.key)),  # the writer failed: no text
+        owed(B, ReplyState.AWAITING, reply_text="to b", covers=(B.key,)),  # never saw A
+    ],
+    ids=["pending", "writer-failed", "unseen"],
+)
+def test_a_message_is_not_covered_by_a_reply_that_did_not_settle_with_it(
+    coverer: ReplyRecord,
+) -> None:
+    assert seen_unrecorded([A, B], {A.key: None, B.key: coverer}) == []
 
 
 async def test_an_unanswered_message_is_never_covered_by_a_reply_written_without_it() -> None:

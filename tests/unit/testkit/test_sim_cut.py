@@ -280,6 +280,11 @@ F50 = 987005377
 #: (its email went out late); the burst again wrote m16 a draft of its own, approved and
 #: sent: m16 answered twice (finding F51)
 F51 = 988012185
+#: drawn (approval on), thread reads cut: a1's draft of m34 (its writer saw m9) landed and
+#: a1 stopped before recording m9 covered; the burst [m9, m34, m44] again wrote m9 a draft
+#: of its own (m44's, the latest, never saw m9), and every approval of m34's draft was
+#: refused (it covers a message answered apart): m34 never answered (finding F52)
+F52 = 988012303
 
 
 @pytest.mark.parametrize(
@@ -296,6 +301,7 @@ F51 = 988012185
         (F49, None),
         (F50, None),
         (F51, None),
+        (F52, None),
     ],
     ids=[
         "f43-late-mark",
@@ -309,6 +315,7 @@ F51 = 988012185
         "f49-check-reading",
         "f50-cover-held-by-its-letter",
         "f51-failed-send-covers",
+        "f52-earlier-draft-covers",
     ],
 )
 def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
