@@ -233,8 +233,7 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     """
     ledger = parts.ledger
     await cover_seen(burst, reply)  # before what is new is judged (F52)
-    # a new message, or one a replay writes again (its writer failed: a dead letter's
-    # retry), whose record may already mark the drafts it superseded (simulator F14, seed 955)
+    # new, or written again by a replay (a failed writer's letter: its marks may exist, F14)
     fresh = [m for m in burst if plan(ledger.get(m.key), replay=reply.replay) is Plan.WRITE]
     if parts.settings.approval == "never" or not burst:
         return await reply_once(burst, reply)
@@ -245,8 +244,9 @@ async def answer(parts: WorkerParts, burst: Sequence[Inbound], reply: ReplyParts
     new = {m.key for m in found.fresh}
     if not new:
         return await _answer_anew(parts, reply, found, burst, await reply_once(burst, reply))
+    known = {*by_key, *keys}  # the thread before the target, and the burst (F47)
     drafts = [r for k in by_key if superseded_by(r := ledger.get(k), new) and r is not None]
-    drafts = [d for d in drafts if recallable(d, {*by_key, *keys})]  # F47
+    drafts = [d for d in drafts if recallable(d, known)]
     for draft in drafts:
         if draft.state is ReplyState.AWAITING:
             await ledger.put(supersede(draft, target.key))  # before the writer is asked

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka.errors import MessageSizeTooLargeError
@@ -172,51 +171,40 @@ async def test_a_record_acked_when_landed_waits_for_its_write() -> None:
 
 
 async def test_a_record_whose_write_failed_is_never_acked_and_the_worker_fails() -> None:
-    acks, failures, refusals = _Acks(), [], []
-    lanes = _lanes(acks, on_fatal=failures.append)
-    landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     error = BrokerUnavailable("the broker did not take it")
 
-    lanes.ack_landed("held", landed, refused=_appended(refusals))
-    landed.set_exception(error)
-    for _ in range(3):
-        await asyncio.sleep(0)
-
-    assert acks.acked == []
-    assert failures == [error]
-    assert refusals == []
+    assert await _landing_failed(error) == ([], [error], [])
 
 
 async def test_a_record_whose_write_the_broker_refused_is_handed_on_not_acked() -> None:
-    acks, failures, refusals = _Acks(), [], []
-    lanes = _lanes(acks, on_fatal=failures.append)
-    landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     error = MessageSizeTooLargeError("the hold is larger than the topic takes")
 
-    lanes.ack_landed("held", landed, refused=_appended(refusals))
-    landed.set_exception(error)
-    for _ in range(3):
-        await asyncio.sleep(0)
-
-    assert (acks.acked, failures, refusals) == ([], [], [error])
+    assert await _landing_failed(error) == ([], [], [error])
 
 
 async def test_a_refusal_met_after_a_drain_is_left_to_the_partitions_next_owner() -> None:
-    acks, failures, refusals = _Acks(), [], []
+    # a rebalance drains the lanes before the refusal: the record is read again by its owner
+    error = MessageSizeTooLargeError("the hold is larger than the topic takes")
+
+    assert await _landing_failed(error, drained=True) == ([], [], [])
+
+
+async def _landing_failed(
+    error: BaseException, *, drained: bool = False
+) -> tuple[list[str], list[BaseException], list[BaseException]]:
+    """A held record whose write fails with ``error`` (after a drain, if ``drained``): the
+    records acknowledged, the worker's fatal failures, and the records handed on refused."""
+    acks, failures, refusals = _Acks(), list[BaseException](), list[BaseException]()
     lanes = _lanes(acks, on_fatal=failures.append)
     landed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    lanes.ack_landed("held", landed, refused=_appended(refusals))
-    await lanes.drain(grace_s=1)  # a rebalance: the record is read again by its owner
-    landed.set_exception(MessageSizeTooLargeError("the hold is larger than the topic takes"))
+    async def refused(exc: BaseException) -> None:
+        refusals.append(exc)
+
+    lanes.ack_landed("held", landed, refused=refused)
+    if drained:
+        await lanes.drain(grace_s=1)
+    landed.set_exception(error)
     for _ in range(3):
         await asyncio.sleep(0)
-
-    assert (acks.acked, failures, refusals) == ([], [], [])
-
-
-def _appended(into: list[BaseException]) -> Callable[[BaseException], Awaitable[None]]:
-    async def append(exc: BaseException) -> None:
-        into.append(exc)
-
-    return append
+    return acks.acked, failures, refusals
