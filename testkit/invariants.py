@@ -95,6 +95,9 @@ class Observed:
     skipped: Mapping[Pair, str] = field(default_factory=dict)
     #: messages with an open dead letter, with its check
     dead_lettered: Mapping[Pair, str] = field(default_factory=dict)
+    #: messages with an open dead letter whose retry runs their event again (it did not
+    #: end succeeded), whatever the letter's check
+    rerun: frozenset[Pair] = frozenset()
     #: reply keys whose writer returned a draft, and the decisions taken on drafts
     drafts: frozenset[str] = frozenset()
     decisions: tuple[Decision, ...] = ()
@@ -219,6 +222,10 @@ class _Judge:
         letter = self.o.dead_lettered.get(coverer_pair) if coverer_pair else None
         held = pair in self.o.dead_lettered or letter == BURST_FAILED
         held = held or (letter in SENDS_AGAIN and _resent(coverer))
+        # or any open letter whose retry runs that message's event again: its burst, or
+        # its failed send (a retry_raced letter whose raced delivery left the event failed)
+        reruns = coverer_pair is not None and coverer_pair in self.o.rerun
+        held = held or (reruns and (coverer is None or _resent(coverer)))
         if coverer is None or coverer_pair is None:
             if held:  # the reply that superseded it never recorded
                 return "dead-lettered"

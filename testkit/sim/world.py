@@ -21,13 +21,15 @@ from its own offset on, as faust recovers a RocksDB store).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.approval import ApprovalDecision
-from onceonly.schemas.ledger import ReplyRecord
+from onceonly.schemas.dead_letter import Check
+from onceonly.schemas.ledger import EventEntry, EventState, ReplyRecord
 from testkit.invariants import BURST_FAILED, Email, Message, Observed
 from testkit.sim.approvals import VARIANTS, Operator
 from testkit.sim.broker import Broker
@@ -344,6 +346,26 @@ class World:
             ledger=ledger,
             writer_calls=tuple(self.model.calls),
             dead_lettered=self.letters.open_pairs(),
+            rerun=_rerun(self.letters, self.event_log),
             drafts=frozenset(operator.drafts) if operator else frozenset(),
             decisions=operator.decisions() if operator else (),
         )
+
+
+def _rerun(letters: Letters, events: Changelog) -> frozenset[tuple[str, str]]:
+    """The messages an open letter names whose retry runs their event again: every MAC
+    valid, the event's last entry in the events table not *succeeded* (a replay of a
+    failed or unfinished event runs; a ``retry_raced`` letter whose raced delivery ended
+    the event failed is one: finding F53)."""
+    state, found = events.state, set[tuple[str, str]]()
+    for letter in letters.letters():
+        if not letter.open or letter.letter.get("check") == Check.BAD_MAC:
+            continue
+        for entry in letter.letter.get("envelopes", ()):
+            raw = state.get(f"agentmail:{entry.get('event_id')}".encode())
+            if (
+                raw is None
+                or EventEntry.from_json(json.loads(raw)).state is not EventState.SUCCEEDED
+            ):
+                found.add((str(entry.get("account_id")), str(entry.get("message_id"))))
+    return frozenset(found)

@@ -307,6 +307,16 @@ def test_a_send_failed_letter_of_the_covering_replys_message_alone_holds_what_it
     assert "which has no email" in str(check(waiting).violations)  # a draft: no send to retry
 
 
+def test_a_cover_is_held_by_any_letter_whose_retry_runs_the_covering_message_again() -> None:
+    # F53: B's burst (its thread unread) marked A's draft superseded and was dead-lettered;
+    # the letter's retry raced a held delivery of B's event, which then ended failed: the
+    # retry_raced letter's retry runs B's burst again, which recalls A
+    ledger = {KA: _record(A, ReplyState.COVERED, covered_by=KB), KC: _sent(C)}
+    raced = _world(emails=(_email(C),), ledger=ledger, dead_lettered={B.pair: "retry_raced"})
+    assert "which no message of the run has" in str(check(raced).violations)
+    assert check(replace(raced, rerun=frozenset({B.pair}))).passed
+
+
 def test_more_writer_calls_in_sixty_seconds_than_the_rpm_is_over_the_rate() -> None:
     starts = [i * 0.98 for i in range(61)]  # 61 calls within 58.8 s
     broken = check(Observed((), (), {}, writer_starts=starts, rpm=60)).of("within_rate")

@@ -285,6 +285,12 @@ F51 = 988012185
 #: of its own (m44's, the latest, never saw m9), and every approval of m34's draft was
 #: refused (it covers a message answered apart): m34 never answered (finding F52)
 F52 = 988012303
+#: drawn, thread reads cut: m22's burst marked m18's draft superseded and was dead-lettered
+#: (its thread unread); b1 paused before settling m22's hold, and every retry of the letter
+#: met that hold (``retry_raced``) until the hold's delivery ended the event failed: the
+#: open retry_raced letters run m22's burst again, which recalls m18 (finding F53, the
+#: checker's)
+F53 = 989011088
 
 
 @pytest.mark.parametrize(
@@ -302,6 +308,7 @@ F52 = 988012303
         (F50, None),
         (F51, None),
         (F52, None),
+        (F53, None),
     ],
     ids=[
         "f43-late-mark",
@@ -316,6 +323,7 @@ F52 = 988012303
         "f50-cover-held-by-its-letter",
         "f51-failed-send-covers",
         "f52-earlier-draft-covers",
+        "f53-raced-letter-reruns",
     ],
 )
 def test_a_seed_found_with_thread_reads_cut_settles_with_no_violation(
