@@ -208,20 +208,26 @@ def seen_unrecorded(
 ) -> list[tuple[Inbound, str]]:
     """Each message of ``burst`` with no record that a written reply of another of its
     messages covers (sent, a draft, declined, a failed send: ``WRITTEN``), with that
-    reply's key (the newest such, in burst order). Its writer saw the message, and was
-    stopped before recording it covered: recorded so now, it is never given a reply of
-    its own beside that one, wherever the reply's message is in the burst (the latest's,
-    as :func:`divide` covers; or an earlier one's: the simulator's finding F52)."""
-    found: dict[str, tuple[Inbound, str]] = {}
+    reply's key. Its writer saw the message and was stopped before recording it covered:
+    recorded so now, it is never given a reply of its own beside that one, wherever the
+    reply's message is in the burst (the latest's, as :func:`divide` covers; or an earlier
+    one's: the simulator's finding F52). Of several such replies, one that answers on its
+    own (sent, or a failed send its letter's retry sends) comes before a draft, which a
+    newer reply may rewrite with what it covers (a review's finding); then the newest."""
+    found: dict[str, tuple[Inbound, str, bool]] = {}
     ordered = sorted(burst, key=burst_order)
     for message in ordered:
         record = records.get(message.key)
         if record is None or plan(record) not in WRITTEN:
             continue
+        alone = record.state in (ReplyState.SENT, ReplyState.FAILED)
         for other in ordered:
-            if other.key in (record.covers or ()) and records.get(other.key) is None:
-                found[other.key] = (other, record.key)
-    return list(found.values())
+            if other.key not in (record.covers or ()) or records.get(other.key) is not None:
+                continue
+            held = found.get(other.key)
+            if held is None or alone or not held[2]:
+                found[other.key] = (other, record.key, alone)
+    return [(other, key) for other, key, _ in found.values()]
 
 
 class Outcome(StrEnum):

@@ -1,9 +1,8 @@
 """Reply once: skips, the send policy, and :func:`reply_once`, which answers a burst.
 
-The decisions are pure functions (those about bursts and ledger records in
-:mod:`onceonly.processors.reply.bursts`). :func:`reply_once` strings them together against
-three small protocols (a ledger that acknowledges writes, a mail sender, a reply
-writer), so it runs the same under the faust worker and in unit tests.
+The decisions are pure functions (:mod:`onceonly.processors.reply.bursts`); :func:`reply_once`
+strings them together against three small protocols (a ledger that acknowledges writes, a
+mail sender, a reply writer): the same under the faust worker and in unit tests.
 
 The order is the guarantee: the reply text and its idempotency key are recorded in the
 ledger, and the broker has acknowledged them, *before* the email is sent with that key.
@@ -105,15 +104,13 @@ async def reply_once(
 ) -> BurstResult:
     """Answer a burst of one thread's messages, each by a reply whose writer saw it.
 
-    The burst is divided by the ledger (:func:`~onceonly.processors.reply.bursts.divide`). A
-    recorded *pending* reply is finished first, wherever its message is in the burst: the
-    thread is read for it, and unless it is there it is sent with its stored text and key.
-    The messages with no record get one reply, to the latest of them; if ``parts.newer``
-    finds messages of the thread that reached the worker while the writer was composing,
-    that text is not recorded: the writer is asked again with them too (at most
-    ``supersede_max`` times), and the one reply goes to the latest. Returns the burst's
-    result (:func:`~onceonly.processors.reply.bursts.summarize`), with each reply's in
-    ``parts``.
+    The burst is divided by the ledger (:func:`~onceonly.processors.reply.bursts.divide`).
+    A recorded *pending* reply is finished first, wherever its message is in the burst:
+    arbitrated, it covers the burst's unrecorded messages its writer saw, and unless the
+    thread holds it, it is sent with its stored text and key. The messages with no record
+    get one reply, to the latest; newer messages of the thread (``parts.newer``) that came
+    while the writer composed have it asked again with them (``supersede_max`` times at
+    most). Returns the burst's result (:func:`~onceonly.processors.reply.bursts.summarize`).
     """
     ledger, now, channel = parts.ledger, parts.now, parts.channel
     burst = distinct(burst)
@@ -134,18 +131,22 @@ async def reply_once(
     if division.covered_by is not None and division.covered_by not in finishing:
         # the latest message's settled reply saw them
         await _cover(ledger, division.cover, division.covered_by, now, channel)
+    write = list(division.write)
     for message, _ in division.finish:
         record = ledger.get(message.key)
         assert record is not None
         if message.key != division.covered_by:
-            acted.append(await send(record, True, [message], 0))
+            # an earlier message's covers what its writer saw too (a review of F52)
+            seen = [m for m in write if m.key in (record.covers or ())]
+            write = [m for m in write if m not in seen]
+            acted += await _answer(record, seen, [*seen, message], parts, send, reconcile=True)
             continue
         # the latest message's pending reply: arbitrated before it covers anything
         before = _covered_before(ledger, division, message.key)
         answers = [*before, *division.cover, message]
         acted += await _answer(record, division.cover, answers, parts, send, reconcile=True)
-    if division.write:
-        acted += await _write(division.write, parts, send)
+    if write:
+        acted += await _write(write, parts, send)
     return summarize(acted, done)
 
 

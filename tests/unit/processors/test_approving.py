@@ -745,3 +745,38 @@ async def test_a_late_draft_covering_a_message_whose_send_failed_is_written_with
     await pipeline.act([second], {})
 
     assert pipeline.parts.ledger.get(late).covers == ()
+
+
+async def test_a_message_an_earlier_draft_saw_is_covered_by_it_when_the_burst_comes_again(
+    mail: FakeAgentMail,
+) -> None:
+    # the simulator's finding F52: m1's writer saw m0 and stopped before recording it
+    # covered; m2's draft never saw m0. The burst [m0, m1, m2] again: m0 covered by m1's
+    # draft (before the approval path judges m0 new), no draft of its own; both approved,
+    # one email each, m0 answered by m1's
+    seen, pipeline = _noting(mail)
+    deliveries = [_delivery(mail, n) for n in (0, 1, 2)]
+    ledger = pipeline.parts.ledger
+    m0, m1, m2 = (reply_key(INBOX, f"<m{n}@example.com>") for n in (0, 1, 2))
+    for n, covers in ((1, (m0,)), (2, ())):
+        draft = ReplyRecord(
+            reply_key(INBOX, f"<m{n}@example.com>"),
+            INBOX,
+            f"<m{n}@example.com>",
+            "agentmail:thr-a",
+            ReplyState.AWAITING,
+            T0,
+            f"m{n}'s draft",
+            covers=covers,
+        )
+        await ledger.put(draft)
+
+    await pipeline.act(deliveries, {})
+    covered = ledger.get(m0)
+    await decide(pipeline.parts, _decision(m1, "d1"))
+    await decide(pipeline.parts, _decision(m2, "d2"))
+
+    assert covered is not None and (covered.state, covered.covered_by) == (ReplyState.COVERED, m1)
+    assert seen == []  # no writer asked
+    sent = sorted((e.replied_to_message_id, e.text) for e in mail.outbox)
+    assert sent == [("<m1@example.com>", "m1's draft"), ("<m2@example.com>", "m2's draft")]

@@ -118,15 +118,44 @@ async def test_a_message_an_earlier_messages_draft_saw_is_covered_by_it_not_writ
     assert run.ledger.records[A.key] == owed(A, ReplyState.COVERED, covered_by=B.key)
 
 
-def test_a_message_with_no_record_is_covered_by_the_newest_written_reply_that_saw_it() -> None:
+async def test_an_earlier_messages_pending_reply_covers_what_its_writer_saw() -> None:
+    # B's pending reply (its writer saw A) recorded, the worker stopped before A's covered
+    # record; C new. A goes with B's send, not with C's reply (two emails answering A)
+    run = Run()
+    await run.ledger.put(owed(B, ReplyState.PENDING, reply_text="to a, b", covers=(A.key,)))
+
+    await run([A, B, C])
+
+    assert run.writer.calls == [["<c@x>"]]
+    assert [(r.key, r.reply_text) for r in run.sender.sent] == [
+        (B.key, "to a, b"),
+        (C.key, "text for <c@x>"),
+    ]
+    assert run.ledger.records[A.key] == owed(A, ReplyState.COVERED, covered_by=B.key)
+
+
+def test_a_message_with_no_record_is_covered_by_the_newest_draft_that_saw_it() -> None:
     both = (A.key, B.key, C.key)
     records = {
         A.key: None,
-        B.key: owed(B, ReplyState.SENT, reply_text="to a, b", covers=(A.key, B.key)),
+        B.key: owed(B, ReplyState.AWAITING, reply_text="to a, b", covers=(A.key, B.key)),
         C.key: owed(C, ReplyState.AWAITING, reply_text="to all", covers=both),
     }
 
     assert seen_unrecorded([C, A, B], records) == [(A, C.key)]
+
+
+def test_a_reply_that_answers_on_its_own_covers_before_a_newer_draft_that_saw_the_same() -> None:
+    # B sent (its writer saw A), and a late writer's draft of C saw A and B: C's draft,
+    # approved, is refused for B's sake and written again; covered by it, A would be
+    # written again with it and answered twice
+    records = {
+        A.key: None,
+        B.key: owed(B, ReplyState.SENT, reply_text="to a, b", covers=(A.key,)),
+        C.key: owed(C, ReplyState.AWAITING, reply_text="to all", covers=(A.key, B.key)),
+    }
+
+    assert seen_unrecorded([A, B, C], records) == [(A, B.key)]
 
 
 @pytest.mark.parametrize(
