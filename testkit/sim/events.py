@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from onceonly.processors.dedupe import decisions as dedupe
@@ -148,7 +148,8 @@ def _apply(store: dict[bytes, bytes], key: bytes, value: bytes | None) -> None:
         store[key] = value
 
 
-def entry_of(store: EventsStore, key: bytes) -> EventEntry | None:
+def entry_of(store: EventsStore | Mapping[bytes, bytes], key: bytes) -> EventEntry | None:
+    """``key``'s entry in a member's store, or in the changelog's state."""
     raw = store.get(key)
     return EventEntry.from_json(json.loads(raw)) if raw else None
 

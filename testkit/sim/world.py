@@ -21,7 +21,6 @@ from its own offset on, as faust recovers a RocksDB store).
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
@@ -29,12 +28,12 @@ from typing import ClassVar
 from onceonly.processors.writer.contract import Inbound
 from onceonly.schemas.approval import ApprovalDecision
 from onceonly.schemas.dead_letter import Check
-from onceonly.schemas.ledger import EventEntry, EventState, ReplyRecord
+from onceonly.schemas.ledger import EventState, ReplyRecord
 from testkit.invariants import BURST_FAILED, Email, Message, Observed
 from testkit.sim.approvals import VARIANTS, Operator
 from testkit.sim.broker import Broker
 from testkit.sim.catchup import CatchUps
-from testkit.sim.events import Changelog
+from testkit.sim.events import Changelog, entry_of
 from testkit.sim.io import KAFKA, MAIL
 from testkit.sim.letters import Letters, Resent
 from testkit.sim.log import DRAIN_GRACE_S, SESSION_S, Cleaner, Partition
@@ -362,10 +361,7 @@ def _rerun(letters: Letters, events: Changelog) -> frozenset[tuple[str, str]]:
         if not letter.open or letter.letter.get("check") == Check.BAD_MAC:
             continue
         for entry in letter.letter.get("envelopes", ()):
-            raw = state.get(f"agentmail:{entry.get('event_id')}".encode())
-            if (
-                raw is None
-                or EventEntry.from_json(json.loads(raw)).state is not EventState.SUCCEEDED
-            ):
+            event = entry_of(state, f"agentmail:{entry.get('event_id')}".encode())
+            if event is None or event.state is not EventState.SUCCEEDED:
                 found.add((str(entry.get("account_id")), str(entry.get("message_id"))))
     return frozenset(found)

@@ -84,9 +84,8 @@ class Unsettled:
 def due(waiting: dict[str, Unsettled], now: float, at_most: int = AT_MOST) -> list[Unsettled]:
     """The replies whose check is due (``at_most``: this worker's own failures first, then
     a take-over's, each the earliest first), out of ``waiting``."""
-    ready = sorted((u for u in waiting.values() if u.due <= now), key=lambda u: (u.taken, u.due))[
-        :at_most
-    ]
+    ready = [u for u in waiting.values() if u.due <= now]
+    ready = sorted(ready, key=lambda u: (u.taken, u.due))[:at_most]
     for unsettled in ready:
         del waiting[unsettled.record.key]
     return ready
